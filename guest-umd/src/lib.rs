@@ -1,0 +1,1 @@
+//! The vgpu user-mode driver.

@@ -1,0 +1,20 @@
+//! The vgpu hardware interface: the single source of truth for everything that
+//! crosses the boundary between the guest driver and the device.
+//!
+//! This crate is `no_std` and has no dependencies because the guest kernel
+//! module compiles the very same source files: `guest-kmd/vgpu.rs` includes
+//! each module below with `#[path = "../hwif/src/<module>.rs"]`. Modules refer
+//! to each other only through `super::<module>`, so they work in both crates.
+//!
+//! * [`pod`]: plain-old-data structs with a checked, padding-free layout and
+//!   a layout table used to prove that the KMD and userspace agree.
+//! * [`proto`]: the control queue (commands and replies), status codes,
+//!   identify data, limits.
+//! * [`event`]: event records posted on the event queue.
+//! * [`layout`]: the table of every shared struct and its fingerprint.
+#![no_std]
+
+pub mod event;
+pub mod layout;
+pub mod pod;
+pub mod proto;

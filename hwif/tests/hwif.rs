@@ -1,0 +1,142 @@
+//! Tests of the shared hardware interface: decoding rules, round trips, and
+//! the layout table against its checked-in copy.
+use vgpu_hwif::event::{Event, EventRecord, EVENT_RECORD_SIZE};
+use vgpu_hwif::layout::{self, FINGERPRINT};
+use vgpu_hwif::pod::Pod;
+use vgpu_hwif::proto::*;
+
+fn hdr(opcode: u32, flags: u32, tag: u64) -> Vec<u8> {
+    CommandHeader { opcode, flags, tag }.as_bytes().to_vec()
+}
+
+#[test]
+fn decode_valid_commands_round_trip() {
+    for cmd in [
+        Command::Identify,
+        Command::Ping {
+            cookie: 0xdead_beef,
+        },
+    ] {
+        let mut buf = [0u8; 64];
+        let n = cmd.encode(77, &mut buf).unwrap();
+        assert_eq!(n, cmd.opcode().command_size());
+        let (h, r) = Command::decode(&buf[..n]);
+        assert_eq!(h.unwrap().tag, 77);
+        assert_eq!(r, Ok(cmd));
+    }
+}
+
+#[test]
+fn decode_error_table() {
+    let ping = Opcode::Ping as u32;
+    let ident = Opcode::Identify as u32;
+    let mut ping_ok = hdr(ping, 0, 5);
+    ping_ok.extend_from_slice(&7u64.to_le_bytes());
+    let cases: Vec<(&str, Vec<u8>, Status)> = vec![
+        ("empty", vec![], Status::Truncated),
+        ("short header", vec![1, 0, 0, 0, 0, 0, 0], Status::Truncated),
+        ("header-only ping", hdr(ping, 0, 1), Status::Truncated),
+        (
+            "ping + 1 byte",
+            [ping_ok.clone(), vec![0]].concat(),
+            Status::Oversized,
+        ),
+        (
+            "identify + 8",
+            [hdr(ident, 0, 1), vec![0; 8]].concat(),
+            Status::Oversized,
+        ),
+        (
+            "over max size",
+            [hdr(ident, 0, 1), vec![0; MAX_COMMAND_SIZE]].concat(),
+            Status::Oversized,
+        ),
+        ("unknown opcode", hdr(0x7777, 0, 1), Status::UnknownOpcode),
+        ("opcode zero", hdr(0, 0, 1), Status::UnknownOpcode),
+        ("flags set", hdr(ident, 1, 1), Status::ReservedNonZero),
+    ];
+    for (name, bytes, want) in cases {
+        let (_, r) = Command::decode(&bytes);
+        assert_eq!(r.map_err(|e| e.status()), Err(want), "{name}");
+    }
+}
+
+#[test]
+fn reply_header_echoes_command() {
+    let h = CommandHeader {
+        opcode: 2,
+        flags: 0,
+        tag: 99,
+    };
+    let r = ReplyHeader::for_command(Some(&h), Status::Busy);
+    assert_eq!((r.status, r.opcode, r.tag), (Status::Busy as u32, 2, 99));
+    let r = ReplyHeader::for_command(None, Status::Truncated);
+    assert_eq!((r.opcode, r.tag), (0, 0));
+}
+
+#[test]
+fn status_and_opcode_numbers_round_trip() {
+    for v in 0..16 {
+        if let Some(s) = Status::from_u32(v) {
+            assert_eq!(s as u32, v);
+        }
+    }
+    for op in Opcode::ALL {
+        assert_eq!(Opcode::from_u32(op as u32), Some(op));
+        assert!(op.reply_size() >= core::mem::size_of::<ReplyHeader>());
+    }
+}
+
+#[test]
+fn event_records_round_trip() {
+    for ev in [
+        Event::Ping { cookie: 3 },
+        Event::EventsLost {
+            count: 9,
+            first_seq: 100,
+        },
+    ] {
+        let rec = ev.to_record(42, 1000);
+        let bytes = rec.as_bytes();
+        assert_eq!(bytes.len(), EVENT_RECORD_SIZE);
+        let back = EventRecord::parse(bytes).unwrap();
+        assert_eq!(back.seq, 42);
+        assert_eq!(Event::from_record(&back), Ok(ev));
+    }
+    assert!(EventRecord::parse(&[0; 63]).is_err());
+    let mut rec = Event::Ping { cookie: 0 }.to_record(1, 1);
+    rec.kind = 999;
+    assert!(Event::from_record(&rec).is_err());
+}
+
+#[test]
+fn layout_matches_checked_in_table() {
+    // hwif/layout.txt is the reviewed interface. Changing a shared struct
+    // changes this table: update the file (VGPU_BLESS=1) in the same commit,
+    // and the KMD, device and UMD all pick the change up from the same source.
+    let mut now = String::new();
+    layout::write_table(&mut now).unwrap();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/layout.txt");
+    if std::env::var_os("VGPU_BLESS").is_some() {
+        std::fs::write(path, &now).unwrap();
+    }
+    let want = std::fs::read_to_string(path).unwrap();
+    assert_eq!(
+        now, want,
+        "shared layout changed; rerun with VGPU_BLESS=1 if intended"
+    );
+    assert!(now.contains(&format!("fingerprint {FINGERPRINT:#018x}")));
+}
+
+#[test]
+fn fingerprint_sees_every_field() {
+    let base = layout::fingerprint(layout::TABLE);
+    assert_eq!(base, FINGERPRINT);
+    // Perturb one field offset in a copy of the table: the fingerprint moves.
+    let mut fields: Vec<_> = layout::TABLE[0].fields.to_vec();
+    fields[1].offset += 1;
+    let leaked: &'static [vgpu_hwif::pod::FieldLayout] = Box::leak(fields.into_boxed_slice());
+    let mut t = layout::TABLE.to_vec();
+    t[0].fields = leaked;
+    assert_ne!(layout::fingerprint(&t), base);
+}

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# End-to-end tests: boot the guest with the vgpu device (scripts/vm) and check
+# what the guest driver stack does against the real device process.
+#
+#   tests/e2e.sh            all cases (builds the guest first)
+#   tests/e2e.sh identify   only cases whose name contains "identify"
+#
+# Prints one line per case and a closing "e2e: N passed, N failed".
+set -uo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+filter=${1:-}
+vm=("$repo/scripts/vm" --no-build --timeout "${VGPU_E2E_TIMEOUT:-300}")
+passed=0
+failed=0
+logdir=$repo/target/e2e
+rm -rf "$logdir" && mkdir -p "$logdir"
+
+"$repo/images/build" all || { echo "e2e: guest build failed"; echo "e2e: 0 passed, 1 failed"; exit 1; }
+cargo build --quiet --release --manifest-path "$repo/Cargo.toml" -p vgpu-device || exit 1
+
+# run_case NAME EXPECTED_STATUS VM_ARGS... -- GUEST_CMD ; then CHECKS on $out
+case_out=""
+run_vm() {
+    local name=$1; shift
+    local t0 t1
+    t0=$(date +%s.%N)
+    case_out=$("${vm[@]}" --keep-logs "$logdir/$name" "$@" 2>"$logdir/$name.stderr")
+    case_rc=$?
+    t1=$(date +%s.%N)
+    case_secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
+    printf '%s\n' "$case_out" > "$logdir/$name.out"
+}
+
+result() {
+    local name=$1 ok=$2 why=${3:-}
+    if [ "$ok" = 1 ]; then
+        passed=$((passed + 1)); printf 'ok   %-28s %5ss\n' "$name" "$case_secs"
+    else
+        failed=$((failed + 1)); printf 'FAIL %-28s %5ss  %s\n' "$name" "$case_secs" "$why"
+        sed 's/^/     | /' "$logdir/$name.out" | tail -30
+        sed 's/^/     ! /' "$logdir/$name.stderr" | tail -15
+    fi
+}
+
+want() { grep -qE -- "$1" <<<"$case_out"; }
+
+selected() { [ -z "$filter" ] || [[ "$1" == *"$filter"* ]]; }
+
+# --- IDENTIFY data comes from the device process: --gen changes it.
+for g in 1 2; do
+    name=identify-gen$g
+    selected "$name" || continue
+    run_vm "$name" --gen "$g" run vgpu-smi --ping 3
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif ! want "^  generation +$g\$"; then result "$name" 0 "generation $g not shown"
+    elif ! want "hwif layout .*\(match\)"; then result "$name" 0 "hwif fingerprints differ"
+    elif ! want "ping 2: event seq [0-9]+ latency"; then result "$name" 0 "ping round trip missing"
+    else result "$name" 1; fi
+done
+
+# --- The C uAPI header in a static C program: all params, EINVAL paths, PING.
+name=uapi-c-program
+if selected "$name"; then
+    run_vm "$name" --gen 2 run c-uapi_check
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^generation 2$"; then result "$name" 0 "generation not 2"
+    else result "$name" 1; fi
+fi
+
+# --- The layout the KMD was compiled with (debugfs) is the userspace one.
+name=kmd-layout-matches
+if selected "$name"; then
+    run_vm "$name" run 'cat /sys/kernel/debug/vgpu/*/layout'
+    expected=$(cat "$repo/hwif/layout.txt")
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif [ "$case_out" != "$expected" ]; then result "$name" 0 "kernel layout table differs from hwif/layout.txt"
+    else result "$name" 1; fi
+fi
+
+# --- rmmod/insmod 10 times: the device comes back each time, dmesg stays clean.
+name=reload-10x
+if selected "$name"; then
+    run_vm "$name" run 'for i in 1 2 3 4 5 6 7 8 9 10; do rmmod vgpu || exit 10; insmod /lib/modules/vgpu.ko || exit 11; vgpu-smi >/dev/null || exit 12; done; echo reloads-done; dmesg | grep -ciE "warning|bug:|oops|call trace" | sed "s/^/dmesg-problems /"; dmesg | grep -c "vgpu.*generation" | sed "s/^/probes /"'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif ! want "^reloads-done$"; then result "$name" 0 "reload loop did not finish"
+    elif ! want "^dmesg-problems 0$"; then result "$name" 0 "warnings in dmesg"
+    elif ! want "^probes 11$"; then result "$name" 0 "expected 11 probes"
+    else result "$name" 1; fi
+fi
+
+echo "e2e: $passed passed, $failed failed"
+[ $failed -eq 0 ]

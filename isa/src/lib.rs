@@ -1,0 +1,1 @@
+//! The vgpu instruction set.

@@ -1,1 +1,20 @@
-//! The vgpu device.
+//! The vgpu device: a hardware-faithful virtual GPU served to QEMU as a
+//! vhost-user backend (`-device vhost-user-gpu-pci`).
+//!
+//! Layers, from the inside out:
+//!
+//! * [`core`] — the device itself, transport-free: control processor, event
+//!   unit, counters, clock.
+//! * [`virtq`] — moves commands, replies and event records between guest
+//!   memory and the core over split virtqueues.
+//! * [`backend`] — the vhost-user backend (features, config space, queue
+//!   kicks).
+//! * [`daemon`] — listens on the socket, serves one frontend, stops on
+//!   request.
+//! * [`config`] — per-instance configuration.
+
+pub mod backend;
+pub mod config;
+pub mod core;
+pub mod daemon;
+pub mod virtq;

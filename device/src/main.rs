@@ -1,0 +1,136 @@
+//! `vgpu-device`: the vgpu virtual GPU as a vhost-user backend process for
+//! QEMU's `vhost-user-gpu-pci`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use vgpu_device::config::{DeviceConfig, Generation, COMPUTE_UNITS_RANGE, DEFAULT_COMPUTE_UNITS};
+use vgpu_device::daemon::Daemon;
+
+const EXAMPLES: &str = "\
+Examples:
+  # Serve a generation 2 device on /tmp/vgpu.sock:
+  vgpu-device --socket /tmp/vgpu.sock --gen 2
+
+  # Then attach it to QEMU (guest memory must be shared):
+  qemu-system-x86_64 -machine q35,memory-backend=mem \\
+      -object memory-backend-memfd,id=mem,size=1G,share=on \\
+      -chardev socket,id=vgpu,path=/tmp/vgpu.sock \\
+      -device vhost-user-gpu-pci,chardev=vgpu,edid=off ...
+
+  # Log every command:
+  RUST_LOG=debug vgpu-device --socket /tmp/vgpu.sock
+
+The process serves one QEMU connection and exits 0 when QEMU disconnects,
+or on SIGTERM/SIGINT; the socket file is removed on exit.";
+
+/// The vgpu virtual GPU, served to QEMU as a vhost-user backend.
+#[derive(Debug, Parser)]
+#[command(name = "vgpu-device", version, about, after_help = EXAMPLES)]
+struct Cli {
+    /// Path of the vhost-user socket to listen on (a stale socket there is
+    /// replaced).
+    #[arg(long, value_name = "PATH")]
+    socket: PathBuf,
+
+    /// Hardware generation: 1 or 2.
+    #[arg(long = "gen", value_name = "N", default_value = "1", value_parser = parse_generation)]
+    generation: Generation,
+
+    /// Compute units of the compute engine (reserved: the compute engine is
+    /// not modelled yet and IDENTIFY reports 0).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_COMPUTE_UNITS,
+          value_parser = clap::value_parser!(u32).range(
+              i64::from(*COMPUTE_UNITS_RANGE.start())..=i64::from(*COMPUTE_UNITS_RANGE.end())))]
+    compute_units: u32,
+
+    /// Log level: error, warn, info, debug or trace (overrides RUST_LOG).
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<log::LevelFilter>,
+}
+
+fn parse_generation(s: &str) -> Result<Generation, String> {
+    let n: u32 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
+    Generation::from_number(n).map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+
+    let mut logger =
+        env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
+    if let Some(level) = cli.log_level {
+        logger.filter_level(level);
+    }
+    logger.init();
+
+    let config = match DeviceConfig::new(cli.generation, cli.compute_units) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("vgpu-device: {e}");
+            return ExitCode::from(2);
+        }
+    };
+
+    let daemon = match Daemon::bind(&cli.socket, config) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("vgpu-device: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+
+    let mut signals = match Signals::new([SIGTERM, SIGINT]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("vgpu-device: cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let stop = daemon.stop_handle();
+    let socket = cli.socket.clone();
+    std::thread::spawn(move || {
+        let mut received = 0;
+        for sig in signals.forever() {
+            received += 1;
+            if received == 1 {
+                log::info!("signal {sig}: stopping");
+                stop.stop();
+            } else {
+                // A second signal while stopping: leave at once.
+                log::warn!("signal {sig} again: exiting now");
+                let _ = std::fs::remove_file(&socket);
+                std::process::exit(0);
+            }
+        }
+    });
+
+    eprintln!(
+        "vgpu-device: listening on {} ({})",
+        cli.socket.display(),
+        config.generation
+    );
+
+    match daemon.run() {
+        Ok(summary) => {
+            log::info!(
+                "exiting: {:?}{}",
+                summary.reason,
+                if summary.served {
+                    ""
+                } else {
+                    " (no frontend served)"
+                }
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("vgpu-device: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

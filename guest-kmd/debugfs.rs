@@ -1,0 +1,206 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! debugfs: `/sys/kernel/debug/vgpu/<pci-name>/`.
+//!
+//! * `layout`: the layout table of every struct shared with the device, as
+//!   compiled into this driver (`layout::write_table`), ending with its
+//!   fingerprint.
+//! * `status`: device state, negotiated features, queues, interrupts, and
+//!   the command and event counters.
+
+use crate::{
+    layout,
+    proto::{
+        QUEUE_CONTROL,
+        QUEUE_EVENT, //
+    },
+    virtio::StatusBits,
+    Vgpu,
+};
+use core::fmt;
+use kernel::{
+    debugfs::{
+        Dir,
+        Scope, //
+    },
+    device::Core,
+    pci,
+    prelude::*,
+    sync::{
+        atomic::Relaxed,
+        Arc, //
+    },
+};
+
+kernel::sync::global_lock! {
+    // SAFETY: Initialised by `Root::create` in the module initialiser, before
+    // any driver is registered and thus before any other use.
+    unsafe(uninit) static ROOT: Mutex<Option<Dir>> = None;
+}
+
+/// Owns the `vgpu` debugfs directory for the lifetime of the module.
+pub(crate) struct Root(());
+
+impl Root {
+    /// Creates `/sys/kernel/debug/vgpu`. Must be called once, from the module
+    /// initialiser, before the PCI driver is registered.
+    pub(crate) fn create() -> Root {
+        // SAFETY: Called exactly once, from the module initialiser, before any
+        // other use of `ROOT`.
+        unsafe { ROOT.init() };
+        *ROOT.lock() = Some(Dir::new(c"vgpu"));
+        Root(())
+    }
+}
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        // The per-device directories (gone by now) each held a reference to
+        // the root; this drops the last one.
+        drop(ROOT.lock().take());
+    }
+}
+
+/// A device's directory; removed when dropped.
+pub(crate) type DeviceDir = Scope<Arc<Vgpu>>;
+
+/// Creates the device's directory, named after its PCI device. `None` if
+/// the root directory does not exist.
+pub(crate) fn create(
+    pdev: &pci::Device<Core<'_>>,
+    vgpu: &Arc<Vgpu>,
+) -> Result<Option<Pin<KBox<DeviceDir>>>> {
+    let root = ROOT.lock();
+    let Some(root) = root.as_ref() else {
+        return Ok(None);
+    };
+    let scope = root.scope(Ok::<_, Error>(vgpu.clone()), pdev.as_ref().name(), |v, dir| {
+        dir.read_callback_file(c"layout", v, &show_layout);
+        dir.read_callback_file(c"status", v, &show_status);
+    });
+    Ok(Some(KBox::pin_init(scope, GFP_KERNEL)?))
+}
+
+fn show_layout(_vgpu: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    layout::write_table(f)
+}
+
+fn show_status(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    writeln!(
+        f,
+        "device: {:04x}:{:04x} rev {:#04x}",
+        v.pdev.vendor_id().as_raw(),
+        v.pdev.device_id(),
+        v.pdev.revision_id()
+    )?;
+    writeln!(f, "state: {}", v.state_name())?;
+    match v.transport.status() {
+        Ok(s) => writeln!(f, "device_status: {}", StatusBits(s))?,
+        Err(e) => writeln!(f, "device_status: unreadable ({:?})", e)?,
+    }
+
+    let caps = v.transport.caps();
+    writeln!(
+        f,
+        "regions: common BAR{}+{:#x}/{:#x}, notify BAR{}+{:#x}/{:#x} (multiplier {}), isr BAR{}+{:#x}",
+        caps.common.bar,
+        caps.common.offset,
+        caps.common.len,
+        caps.notify.bar,
+        caps.notify.offset,
+        caps.notify.len,
+        caps.notify_off_multiplier,
+        caps.isr.bar,
+        caps.isr.offset
+    )?;
+    match caps.device {
+        Some(d) => writeln!(f, "device_cfg: BAR{}+{:#x}/{:#x}", d.bar, d.offset, d.len)?,
+        None => writeln!(f, "device_cfg: none")?,
+    }
+
+    if let Some(s) = v.setup.as_ref() {
+        writeln!(f, "features_offered: {:#018x}", s.device_features)?;
+        writeln!(f, "features_negotiated: {:#018x}", s.driver_features)?;
+        writeln!(f, "interrupts: {}", s.irq.name())?;
+        writeln!(
+            f,
+            "queue {} (control): size {} (device max {})",
+            QUEUE_CONTROL, s.control_size, s.max_sizes[0]
+        )?;
+        writeln!(
+            f,
+            "queue {} (event): size {} (device max {})",
+            QUEUE_EVENT, s.event_size, s.max_sizes[1]
+        )?;
+    }
+    let irqs = v.irq_counts();
+    writeln!(
+        f,
+        "irq_count: line0 {} line1 {} (config checks {})",
+        irqs[0],
+        irqs[1],
+        v.config_checks()
+    )?;
+
+    let c = &v.control.stats;
+    writeln!(
+        f,
+        "commands: sent {} ok {} failed {} timeouts {} interrupted {} late {} protocol_errors {} (timeout {} ms)",
+        c.sent.load(Relaxed),
+        c.ok.load(Relaxed),
+        c.failed.load(Relaxed),
+        c.timeouts.load(Relaxed),
+        c.interrupted.load(Relaxed),
+        c.late.load(Relaxed),
+        c.protocol_errors.load(Relaxed),
+        v.control.timeout_ms()
+    )?;
+    if let Some((slots, abandoned, outstanding)) = v
+        .control
+        .with_queue(|q| (q.slots(), q.abandoned(), q.ring().outstanding()))
+    {
+        writeln!(
+            f,
+            "control_slots: {} (abandoned {}, outstanding {})",
+            slots, abandoned, outstanding
+        )?;
+    }
+
+    let (e, q) = v.events.snapshot();
+    writeln!(
+        f,
+        "events: received {} pings {} unclaimed_pings {} unknown_kind {} malformed {} batches {}",
+        e.received,
+        e.pings,
+        e.pings_unclaimed,
+        e.unknown_kind,
+        e.malformed,
+        v.events.batches()
+    )?;
+    writeln!(
+        f,
+        "event_seq: first {} last {} gaps {} missing {} backwards {}",
+        e.first_seq, e.last_seq, e.seq_gaps, e.seq_missing, e.seq_backwards
+    )?;
+    writeln!(
+        f,
+        "events_lost: records {} events {}",
+        e.lost_records, e.lost_events
+    )?;
+    if let Some((size, posted)) = q {
+        writeln!(f, "event_buffers: {} posted of {}", posted, size)?;
+    }
+
+    if let Some(id) = v.identity.as_ref() {
+        writeln!(
+            f,
+            "identify: generation {} protocol {:#x} firmware {:#x} engines {:#x} fingerprint {:#018x}",
+            id.generation,
+            id.protocol_version,
+            id.firmware_version,
+            id.engine_mask,
+            id.layout_fingerprint
+        )?;
+    }
+    writeln!(f, "hwif_fingerprint: {:#018x}", layout::FINGERPRINT)
+}

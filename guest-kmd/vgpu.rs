@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! vgpu: the kernel driver of the vgpu virtual GPU.
+//!
+//! The device is a virtio PCI function (1af4:1050) with a control queue and
+//! an event queue (see [`proto`] and [`event`]). This driver implements the
+//! virtio-pci modern transport itself and exposes the GPU as a DRM render
+//! node.
+//!
+//! Blocks, one module each:
+//!
+//! * [`virtio`]: PCI capabilities, register access, status and features.
+//! * [`virtqueue`]: split virtqueues in coherent DMA memory.
+//! * [`control`]: the serialised control-command path.
+//! * [`events`]: the event queue, sequence tracking and `PING` waiters.
+//! * [`irq`]: MSI-X / INTx interrupt handlers.
+//! * [`device`]: the shared device state, probe bring-up and teardown.
+//! * [`drm`]: the DRM driver and its ioctls.
+//! * [`debugfs`]: the `layout` and `status` files in
+//!   `/sys/kernel/debug/vgpu/<pci-name>/`.
+//!
+//! The hardware interface ([`pod`], [`proto`], [`event`], [`layout`]) is the
+//! very same source as the `vgpu-hwif` crate used by the device and by
+//! userspace, compiled here with the kernel's compiler flags.
+
+use kernel::{
+    device::Core,
+    pci,
+    prelude::*,
+    sync::Arc, //
+};
+
+mod control;
+mod debugfs;
+mod device;
+mod drm;
+mod events;
+mod irq;
+mod virtio;
+mod virtqueue;
+
+// The hardware interface, shared with the device and userspace. The files
+// refer to each other as `super::<module>`, so they are siblings here. They
+// are a library: the driver uses only part of it, and its `pub` items are not
+// exported from this module.
+
+/// Plain-old-data shared structs (from `hwif/src/pod.rs`).
+#[allow(dead_code, unreachable_pub)]
+#[path = "../hwif/src/pod.rs"]
+mod pod;
+
+/// Control commands and replies (from `hwif/src/proto.rs`).
+#[allow(dead_code, unreachable_pub)]
+#[path = "../hwif/src/proto.rs"]
+mod proto;
+
+/// Event records (from `hwif/src/event.rs`).
+///
+/// `Event::to_record(&self)` is the device's encoder; its name follows the
+/// hwif crate's conventions, hence `wrong_self_convention`.
+#[allow(dead_code, unreachable_pub, clippy::wrong_self_convention)]
+#[path = "../hwif/src/event.rs"]
+mod event;
+
+/// The layout table and its fingerprint (from `hwif/src/layout.rs`).
+#[allow(dead_code, unreachable_pub)]
+#[path = "../hwif/src/layout.rs"]
+mod layout;
+
+use device::Vgpu;
+
+module! {
+    type: VgpuModule,
+    name: "vgpu",
+    authors: ["The vgpu authors"],
+    description: "vgpu virtual GPU driver (virtio-pci transport, DRM render node)",
+    license: "GPL",
+    params: {
+        cmd_timeout_ms: u32 {
+            default: 2000,
+            description: "Control command timeout in milliseconds (1..=60000)",
+        },
+        force_intx: u32 {
+            default: 0,
+            description: "Non-zero: use the legacy INTx interrupt even if MSI-X is available",
+        },
+    },
+}
+
+/// The module: the PCI driver registration and the debugfs root directory.
+///
+/// Fields drop in declaration order: the driver is unregistered (every
+/// device unbound) before the debugfs root goes away.
+#[pin_data]
+struct VgpuModule {
+    #[pin]
+    _driver: kernel::driver::Registration<pci::Adapter<VgpuPciDriver>>,
+    _debugfs: debugfs::Root,
+}
+
+impl kernel::InPlaceModule for VgpuModule {
+    fn init(module: &'static kernel::ThisModule) -> impl PinInit<Self, Error> {
+        try_pin_init!(Self {
+            _debugfs: debugfs::Root::create(),
+            _driver <- kernel::driver::Registration::new(
+                <Self as kernel::ModuleMetadata>::NAME,
+                module,
+            ),
+        })
+    }
+}
+
+/// The PCI driver.
+struct VgpuPciDriver;
+
+kernel::pci_device_table!(
+    PCI_TABLE,
+    MODULE_PCI_TABLE,
+    <VgpuPciDriver as pci::Driver>::IdInfo,
+    [(
+        pci::DeviceId::from_id(pci::Vendor::REDHAT_QUMRANET, proto::PCI_DEVICE_ID as u32),
+        ()
+    )]
+);
+
+impl pci::Driver for VgpuPciDriver {
+    type IdInfo = ();
+    type Data<'bound> = device::Binding;
+    const ID_TABLE: pci::IdTable<Self::IdInfo> = &PCI_TABLE;
+
+    fn probe<'bound>(
+        pdev: &'bound pci::Device<Core<'_>>,
+        _info: &'bound Self::IdInfo,
+    ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
+        device::Binding::probe(pdev)
+    }
+
+    fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
+        // Quiesce the device (status 0) and free its rings while the BARs
+        // and interrupt vectors are still there; the interrupt handlers go
+        // when the binding is dropped, the render node and the BAR mappings
+        // after that (device-managed resources).
+        let vgpu: &Arc<Vgpu> = this.vgpu();
+        vgpu.shutdown();
+        dev_info!(pdev, "device quiesced and unbound\n");
+    }
+}
+
+/// Reads the `cmd_timeout_ms` module parameter, clamped to 1..=60000.
+fn param_cmd_timeout_ms() -> u32 {
+    (*module_parameters::cmd_timeout_ms.value()).clamp(1, 60_000)
+}
+
+/// Reads the `force_intx` module parameter.
+fn param_force_intx() -> bool {
+    *module_parameters::force_intx.value() != 0
+}
+
+/// Error codes the kernel crate does not name.
+mod errno {
+    use kernel::{bindings, error::Error};
+
+    /// `EPROTO`: the device broke the protocol (malformed reply or ring).
+    pub(crate) fn eproto() -> Error {
+        Error::from_errno(-(bindings::EPROTO as i32))
+    }
+
+    /// `EOPNOTSUPP`: the device does not implement the command.
+    pub(crate) fn eopnotsupp() -> Error {
+        Error::from_errno(-(bindings::EOPNOTSUPP as i32))
+    }
+}

@@ -1,1 +1,30 @@
-//! The vgpu instruction set.
+//! The vgpu SIMT instruction set: typed instructions, binary encoding,
+//! module container and validator, assembler, disassembler, and the
+//! interpreter that is the device's compute unit.
+//!
+//! The reference is `docs/isa.md`.
+
+// Lane loops index several per-lane arrays at once; iterators obscure them.
+#![allow(clippy::needless_range_loop)]
+
+pub mod asm;
+pub mod disasm;
+pub mod encode;
+pub mod exec;
+pub mod grid;
+pub mod inst;
+pub mod math;
+pub mod mem;
+pub mod module;
+
+pub use asm::{assemble, AsmError};
+pub use disasm::{disassemble, disassemble_instruction};
+pub use encode::{decode, encode, InstError};
+pub use exec::{
+    run_workgroup, Fault, FaultKind, Launch, LaunchError, Limits, Outcome, Stats, Trap,
+    WorkgroupExec,
+};
+pub use grid::{run_grid, GridOutcome, GridReport};
+pub use inst::*;
+pub use mem::{Access, GlobalMemory, LaneFault, MemFault, MemFaultReason, SparseMemory};
+pub use module::{ArgInfo, ArgKind, Kernel, Module, ModuleError};

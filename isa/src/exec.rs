@@ -1,0 +1,1224 @@
+//! The compute unit: executes one workgroup of a kernel.
+//!
+//! Registers are stored structure-of-arrays, one `[u32; 32]` per register per
+//! warp, and every instruction operates on all 32 lanes at once under the
+//! execution mask. Divergence follows the minimum-PC rule of `docs/isa.md`:
+//! each lane has its own PC and a warp always issues the instruction at the
+//! lowest PC among its runnable lanes, with every lane at that PC active.
+
+use crate::inst::*;
+use crate::math;
+use crate::mem::{lanes, Access, GlobalMemory, LaneFault, MemFault, MemFaultReason};
+use crate::module::{Kernel, Module, MAX_WORKGROUP_THREADS};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use thiserror::Error;
+
+type Lanes = [u32; WARP_SIZE];
+const FULL: u32 = u32::MAX;
+
+/// Warp instructions a warp runs before the scheduler moves to the next warp
+/// and checks the cancel flag.
+pub const QUANTUM: u64 = 1024;
+
+/// A kernel launch: which kernel, the grid, the workgroup size and the
+/// argument buffer. Built with [`Launch::new`], which validates it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Launch {
+    kernel: usize,
+    grid: [u32; 3],
+    wg_size: [u32; 3],
+    args: Vec<u8>,
+}
+
+/// Why a launch was refused.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum LaunchError {
+    #[error("no kernel named {0:?}")]
+    NoSuchKernel(String),
+    #[error("workgroup size {0:?} is invalid (each ≥ 1, product ≤ {MAX_WORKGROUP_THREADS})")]
+    BadWorkgroupSize([u32; 3]),
+    #[error("grid {0:?} is invalid (each dimension ≥ 1)")]
+    BadGrid([u32; 3]),
+    #[error("argument buffer has {have} bytes, the kernel needs {need}")]
+    ArgsTooShort { need: u32, have: usize },
+}
+
+impl Launch {
+    /// A launch of kernel `name` over `grid` workgroups of `wg_size` threads.
+    pub fn new(
+        module: &Module,
+        name: &str,
+        grid: [u32; 3],
+        wg_size: [u32; 3],
+        args: Vec<u8>,
+    ) -> Result<Launch, LaunchError> {
+        let kernel = module
+            .kernel_index(name)
+            .ok_or_else(|| LaunchError::NoSuchKernel(name.to_string()))?;
+        let k = &module.kernels()[kernel];
+        let threads: u64 = wg_size.iter().map(|&v| v as u64).product();
+        if wg_size.contains(&0) || threads > MAX_WORKGROUP_THREADS as u64 {
+            return Err(LaunchError::BadWorkgroupSize(wg_size));
+        }
+        if grid.contains(&0) {
+            return Err(LaunchError::BadGrid(grid));
+        }
+        if args.len() < k.arg_size as usize {
+            return Err(LaunchError::ArgsTooShort {
+                need: k.arg_size,
+                have: args.len(),
+            });
+        }
+        Ok(Launch {
+            kernel,
+            grid,
+            wg_size,
+            args,
+        })
+    }
+    pub fn kernel_index(&self) -> usize {
+        self.kernel
+    }
+    pub fn grid(&self) -> [u32; 3] {
+        self.grid
+    }
+    pub fn wg_size(&self) -> [u32; 3] {
+        self.wg_size
+    }
+    pub fn args(&self) -> &[u8] {
+        &self.args
+    }
+    /// Number of workgroups in the grid.
+    pub fn workgroups(&self) -> u64 {
+        self.grid.iter().map(|&v| v as u64).product()
+    }
+    /// The workgroup id of linear index `i` (x fastest).
+    pub fn workgroup_id(&self, i: u64) -> [u32; 3] {
+        let [gx, gy, _] = self.grid.map(|v| v as u64);
+        [
+            (i % gx) as u32,
+            ((i / gx) % gy) as u32,
+            (i / (gx * gy)) as u32,
+        ]
+    }
+    /// Threads per workgroup.
+    pub fn threads_per_workgroup(&self) -> u32 {
+        self.wg_size.iter().product()
+    }
+}
+
+/// Limits of one [`WorkgroupExec::run`] call.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits<'a> {
+    /// Warp instructions this call may issue; [`Outcome::Preempted`] when
+    /// they are used up.
+    pub budget: u64,
+    /// Checked at least every [`QUANTUM`] warp instructions;
+    /// [`Outcome::Cancelled`] when it is set.
+    pub cancel: Option<&'a AtomicBool>,
+}
+
+impl Limits<'_> {
+    /// No budget and no cancel flag: runs until the workgroup ends.
+    pub const UNLIMITED: Limits<'static> = Limits {
+        budget: u64::MAX,
+        cancel: None,
+    };
+}
+
+/// A `trap` instruction stopped the workgroup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Trap {
+    pub warp: u32,
+    pub pc: u32,
+    /// Lanes that executed the trap.
+    pub mask: u32,
+    pub code: u32,
+}
+
+/// How a `run` call ended (other than by a fault).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every thread exited.
+    Completed,
+    /// The budget ran out; call `run` again to continue.
+    Preempted,
+    /// The cancel flag was seen; the workgroup is abandoned.
+    Cancelled,
+    /// A `trap` executed; the workgroup is abandoned.
+    Trapped(Trap),
+}
+
+/// What went wrong in a faulting instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultKind {
+    /// A global memory access failed.
+    Global(MemFault),
+    /// A shared memory access was misaligned or out of bounds.
+    Shared(MemFault),
+    /// Threads of the workgroup wait at different barriers: `pc` is one of
+    /// them, `other_pc` another.
+    BarrierDivergence { other_pc: u32 },
+    /// The workgroup id is outside the grid.
+    BadWorkgroup,
+}
+
+/// A fault: the workgroup stops at the faulting instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fault {
+    pub warp: u32,
+    /// The lowest faulting lane.
+    pub lane: u32,
+    pub pc: u32,
+    pub kind: FaultKind,
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.kind {
+            FaultKind::Global(m) | FaultKind::Shared(m) => {
+                let space = if matches!(self.kind, FaultKind::Global(_)) {
+                    "global"
+                } else {
+                    "shared"
+                };
+                write!(
+                    f,
+                    "{space} memory fault at pc {} (warp {}, lane {}): {}-byte {} of {:#x}: {:?}",
+                    self.pc, self.warp, self.lane, m.size, m.access, m.va, m.reason
+                )
+            }
+            FaultKind::BarrierDivergence { other_pc } => write!(
+                f,
+                "barrier divergence: warp {} lane {} waits at pc {}, other threads at pc {}",
+                self.warp, self.lane, self.pc, other_pc
+            ),
+            FaultKind::BadWorkgroup => write!(f, "workgroup id outside the grid"),
+        }
+    }
+}
+
+impl std::error::Error for Fault {}
+
+/// Counters of a workgroup's execution.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Warp instructions issued.
+    pub warp_instructions: u64,
+    /// Sum over issued instructions of the lanes that executed them.
+    pub thread_instructions: u64,
+}
+
+struct Warp {
+    regs: Vec<Lanes>,
+    preds: [u32; NUM_PREDS],
+    /// PC of the lanes in `active`.
+    pc: u32,
+    active: u32,
+    /// PC of every lane not in `active`.
+    lane_pc: Lanes,
+    /// Lanes that have not exited.
+    live: u32,
+    /// Lanes waiting at a barrier (their `lane_pc` is the barrier).
+    blocked: u32,
+    /// Lowest `lane_pc` of the runnable lanes outside `active`.
+    next_min: u32,
+    clock: u64,
+}
+
+impl Warp {
+    fn reset(&mut self, live: u32, entry: u32) {
+        for r in &mut self.regs {
+            *r = [0; WARP_SIZE];
+        }
+        self.preds = [0; NUM_PREDS];
+        self.preds[Pred::TRUE.0 as usize] = FULL;
+        self.pc = entry;
+        self.active = live;
+        self.lane_pc = [entry; WARP_SIZE];
+        self.live = live;
+        self.blocked = 0;
+        self.next_min = u32::MAX;
+        self.clock = 0;
+    }
+
+    /// Recomputes the active group after PCs changed (min-PC rule).
+    fn reschedule(&mut self) {
+        let mk = expand(self.active);
+        for (l, pc) in self.lane_pc.iter_mut().enumerate() {
+            *pc = (self.pc & mk[l]) | (*pc & !mk[l]);
+        }
+        let runnable = self.live & !self.blocked;
+        if runnable == 0 {
+            self.active = 0;
+            self.next_min = u32::MAX;
+            return;
+        }
+        let mut min = u32::MAX;
+        for l in lanes(runnable) {
+            min = min.min(self.lane_pc[l]);
+        }
+        let mut active = 0;
+        let mut next = u32::MAX;
+        for l in lanes(runnable) {
+            if self.lane_pc[l] == min {
+                active |= 1 << l;
+            } else {
+                next = next.min(self.lane_pc[l]);
+            }
+        }
+        self.pc = min;
+        self.active = active;
+        self.next_min = next;
+    }
+
+    #[inline(always)]
+    fn src(&self, b: Src) -> Lanes {
+        match b {
+            Src::Reg(r) => self.regs[r.0 as usize],
+            Src::Imm(v) => [v; WARP_SIZE],
+        }
+    }
+
+    #[inline(always)]
+    fn write(&mut self, d: Reg, v: &Lanes, m: u32) {
+        blend(&mut self.regs[d.0 as usize], v, m);
+    }
+
+    #[inline(always)]
+    fn set_pred(&mut self, p: Pred, v: u32, m: u32) {
+        if p != Pred::TRUE {
+            let r = &mut self.preds[p.0 as usize & 7];
+            *r = (*r & !m) | (v & m);
+        }
+    }
+
+    #[inline(always)]
+    fn pred(&self, p: Pred, neg: bool) -> u32 {
+        let v = self.preds[p.0 as usize & 7];
+        if neg {
+            !v
+        } else {
+            v
+        }
+    }
+
+    /// 64-bit addresses from the pair `r` plus `offset`.
+    #[inline(always)]
+    fn addr64(&self, r: Reg, offset: i32) -> [u64; WARP_SIZE] {
+        let lo = &self.regs[r.0 as usize];
+        let hi = &self.regs[r.0 as usize + 1];
+        let mut va = [0u64; WARP_SIZE];
+        for l in 0..WARP_SIZE {
+            va[l] = (lo[l] as u64 | (hi[l] as u64) << 32).wrapping_add(offset as i64 as u64);
+        }
+        va
+    }
+}
+
+/// All-ones in the lanes of `m`.
+#[inline(always)]
+fn expand(m: u32) -> Lanes {
+    let mut out = [0u32; WARP_SIZE];
+    for (l, o) in out.iter_mut().enumerate() {
+        *o = if m & (1u32 << l) != 0 { FULL } else { 0 };
+    }
+    out
+}
+
+#[inline(always)]
+fn blend(dst: &mut Lanes, v: &Lanes, m: u32) {
+    if m == FULL {
+        *dst = *v;
+    } else {
+        let mk = expand(m);
+        for l in 0..WARP_SIZE {
+            dst[l] = (v[l] & mk[l]) | (dst[l] & !mk[l]);
+        }
+    }
+}
+
+#[inline(always)]
+fn map1(a: &Lanes, f: impl Fn(u32) -> u32) -> Lanes {
+    let mut out = [0u32; WARP_SIZE];
+    for l in 0..WARP_SIZE {
+        out[l] = f(a[l]);
+    }
+    out
+}
+
+#[inline(always)]
+fn map2(a: &Lanes, b: &Lanes, f: impl Fn(u32, u32) -> u32) -> Lanes {
+    let mut out = [0u32; WARP_SIZE];
+    for l in 0..WARP_SIZE {
+        out[l] = f(a[l], b[l]);
+    }
+    out
+}
+
+#[inline(always)]
+fn map3(a: &Lanes, b: &Lanes, c: &Lanes, f: impl Fn(u32, u32, u32) -> u32) -> Lanes {
+    let mut out = [0u32; WARP_SIZE];
+    for l in 0..WARP_SIZE {
+        out[l] = f(a[l], b[l], c[l]);
+    }
+    out
+}
+
+#[inline(always)]
+fn pack(a: &Lanes, b: &Lanes, f: impl Fn(u32, u32) -> bool) -> u32 {
+    let mut m = 0u32;
+    for l in 0..WARP_SIZE {
+        m |= (f(a[l], b[l]) as u32) << l;
+    }
+    m
+}
+
+#[inline(always)]
+fn fl(x: u32) -> f32 {
+    f32::from_bits(x)
+}
+
+fn ffma_lanes(a: &Lanes, b: &Lanes, c: &Lanes) -> Lanes {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports FMA, checked on the line above.
+            return unsafe { ffma_lanes_fma(a, b, c) };
+        }
+    }
+    map3(a, b, c, |x, y, z| {
+        math::canon(math::fma(fl(x), fl(y), fl(z)))
+    })
+}
+
+/// # Safety
+/// The CPU must support FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn ffma_lanes_fma(a: &Lanes, b: &Lanes, c: &Lanes) -> Lanes {
+    map3(a, b, c, |x, y, z| math::canon(fl(x).mul_add(fl(y), fl(z))))
+}
+
+fn bin(op: BinOp, a: &Lanes, b: &Lanes) -> Lanes {
+    use BinOp::*;
+    match op {
+        Add => map2(a, b, u32::wrapping_add),
+        Sub => map2(a, b, u32::wrapping_sub),
+        Mul => map2(a, b, u32::wrapping_mul),
+        MulHiU => map2(a, b, |x, y| ((x as u64 * y as u64) >> 32) as u32),
+        MulHiS => map2(a, b, |x, y| {
+            ((x as i32 as i64 * y as i32 as i64) >> 32) as u32
+        }),
+        DivU => map2(a, b, |x, y| x.checked_div(y).unwrap_or(u32::MAX)),
+        DivS => map2(a, b, |x, y| {
+            if y == 0 {
+                u32::MAX
+            } else {
+                (x as i32).wrapping_div(y as i32) as u32
+            }
+        }),
+        RemU => map2(a, b, |x, y| x.checked_rem(y).unwrap_or(x)),
+        RemS => map2(a, b, |x, y| {
+            if y == 0 {
+                x
+            } else {
+                (x as i32).wrapping_rem(y as i32) as u32
+            }
+        }),
+        MinU => map2(a, b, u32::min),
+        MinS => map2(a, b, |x, y| (x as i32).min(y as i32) as u32),
+        MaxU => map2(a, b, u32::max),
+        MaxS => map2(a, b, |x, y| (x as i32).max(y as i32) as u32),
+        And => map2(a, b, |x, y| x & y),
+        Or => map2(a, b, |x, y| x | y),
+        Xor => map2(a, b, |x, y| x ^ y),
+        Shl => map2(a, b, |x, y| if y < 32 { x << y } else { 0 }),
+        ShrU => map2(a, b, |x, y| if y < 32 { x >> y } else { 0 }),
+        ShrS => map2(a, b, |x, y| ((x as i32) >> y.min(31)) as u32),
+        FAdd => map2(a, b, |x, y| math::canon(fl(x) + fl(y))),
+        FSub => map2(a, b, |x, y| math::canon(fl(x) - fl(y))),
+        FMul => map2(a, b, |x, y| math::canon(fl(x) * fl(y))),
+        FDiv => map2(a, b, |x, y| math::canon(fl(x) / fl(y))),
+        FMin => map2(a, b, |x, y| math::fmin(fl(x), fl(y))),
+        FMax => map2(a, b, |x, y| math::fmax(fl(x), fl(y))),
+    }
+}
+
+fn un(op: UnOp, a: &Lanes) -> Lanes {
+    use UnOp::*;
+    match op {
+        Not => map1(a, |x| !x),
+        Popc => map1(a, u32::count_ones),
+        Clz => map1(a, u32::leading_zeros),
+        FAbs => map1(a, |x| x & 0x7fff_ffff),
+        FNeg => map1(a, |x| x ^ 0x8000_0000),
+        Rcp => map1(a, |x| math::canon(1.0 / fl(x))),
+        Sqrt => map1(a, |x| math::canon(fl(x).sqrt())),
+        Rsqrt => map1(a, |x| math::canon(math::rsqrt(fl(x)))),
+        Exp2 => map1(a, |x| math::canon(math::exp2(fl(x)))),
+        Log2 => map1(a, |x| math::canon(math::log2(fl(x)))),
+        CvtF32S32 => map1(a, |x| (x as i32 as f32).to_bits()),
+        CvtF32U32 => map1(a, |x| (x as f32).to_bits()),
+        CvtS32F32 => map1(a, |x| fl(x) as i32 as u32),
+        CvtU32F32 => map1(a, |x| fl(x) as u32),
+    }
+}
+
+fn compare(cmp: Cmp, ty: CmpType, a: &Lanes, b: &Lanes) -> u32 {
+    macro_rules! by_cmp {
+        ($conv:expr) => {{
+            let c = $conv;
+            match cmp {
+                Cmp::Eq => pack(a, b, |x, y| c(x) == c(y)),
+                Cmp::Ne => pack(a, b, |x, y| c(x) != c(y)),
+                Cmp::Lt => pack(a, b, |x, y| c(x) < c(y)),
+                Cmp::Le => pack(a, b, |x, y| c(x) <= c(y)),
+                Cmp::Gt => pack(a, b, |x, y| c(x) > c(y)),
+                Cmp::Ge => pack(a, b, |x, y| c(x) >= c(y)),
+            }
+        }};
+    }
+    match ty {
+        CmpType::U32 => by_cmp!(|x: u32| x),
+        CmpType::S32 => by_cmp!(|x: u32| x as i32),
+        CmpType::F32 => by_cmp!(fl),
+    }
+}
+
+enum WarpStop {
+    /// Quantum used up; the warp can continue.
+    Quantum,
+    /// No runnable lanes (all exited or waiting at a barrier).
+    Idle,
+    Trap(Trap),
+}
+
+/// The state of one workgroup in execution. Reusable for further workgroups
+/// of the same launch with [`WorkgroupExec::reset`].
+pub struct WorkgroupExec<'a> {
+    code: &'a [Instruction],
+    kernel: &'a Kernel,
+    launch: &'a Launch,
+    wg: [u32; 3],
+    warps: Vec<Warp>,
+    shared: Vec<u32>,
+    next_warp: usize,
+    done: bool,
+    stats: Stats,
+}
+
+impl<'a> WorkgroupExec<'a> {
+    /// Prepares workgroup `wg` of `launch`.
+    pub fn new(module: &'a Module, launch: &'a Launch, wg: [u32; 3]) -> Result<Self, Fault> {
+        let bad = Fault {
+            warp: 0,
+            lane: 0,
+            pc: 0,
+            kind: FaultKind::BadWorkgroup,
+        };
+        let kernel = module.kernels().get(launch.kernel).ok_or(bad)?;
+        if launch.args.len() < kernel.arg_size as usize {
+            return Err(bad);
+        }
+        let threads = launch.threads_per_workgroup() as usize;
+        let nwarps = threads.div_ceil(WARP_SIZE);
+        let warps = (0..nwarps)
+            .map(|_| Warp {
+                regs: vec![[0; WARP_SIZE]; kernel.regs as usize],
+                preds: [0; NUM_PREDS],
+                pc: 0,
+                active: 0,
+                lane_pc: [0; WARP_SIZE],
+                live: 0,
+                blocked: 0,
+                next_min: u32::MAX,
+                clock: 0,
+            })
+            .collect();
+        let mut exec = WorkgroupExec {
+            code: module.code(),
+            kernel,
+            launch,
+            wg,
+            warps,
+            shared: vec![0; (kernel.shared_bytes as usize).div_ceil(4)],
+            next_warp: 0,
+            done: false,
+            stats: Stats::default(),
+        };
+        exec.reset(wg)?;
+        Ok(exec)
+    }
+
+    /// Restarts this state for workgroup `wg` of the same launch: registers,
+    /// predicates and shared memory are zeroed.
+    pub fn reset(&mut self, wg: [u32; 3]) -> Result<(), Fault> {
+        if (0..3).any(|i| wg[i] >= self.launch.grid[i]) {
+            self.done = true;
+            return Err(Fault {
+                warp: 0,
+                lane: 0,
+                pc: 0,
+                kind: FaultKind::BadWorkgroup,
+            });
+        }
+        self.wg = wg;
+        let threads = self.launch.threads_per_workgroup() as usize;
+        for (w, warp) in self.warps.iter_mut().enumerate() {
+            let n = (threads - w * WARP_SIZE).min(WARP_SIZE);
+            let live = if n == WARP_SIZE {
+                FULL
+            } else {
+                (1u32 << n) - 1
+            };
+            warp.reset(live, self.kernel.entry);
+        }
+        self.shared.fill(0);
+        self.next_warp = 0;
+        self.done = false;
+        self.stats = Stats::default();
+        Ok(())
+    }
+
+    /// Counters since the last reset.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// The workgroup's shared memory, as 32-bit words.
+    pub fn shared(&self) -> &[u32] {
+        &self.shared
+    }
+
+    /// Runs until the workgroup completes, traps, faults, the budget runs out
+    /// or the cancel flag is set. After anything but `Preempted`, further
+    /// calls return `Completed`/the same abandonment without executing.
+    pub fn run<M: GlobalMemory + ?Sized>(
+        &mut self,
+        mem: &M,
+        limits: Limits<'_>,
+    ) -> Result<Outcome, Fault> {
+        if self.done {
+            return Ok(Outcome::Completed);
+        }
+        let mut budget = limits.budget;
+        loop {
+            if let Some(c) = limits.cancel {
+                if c.load(Ordering::Relaxed) {
+                    self.done = true;
+                    return Ok(Outcome::Cancelled);
+                }
+            }
+            let mut ran = false;
+            let n = self.warps.len();
+            let mut i = 0;
+            while i < n {
+                let w = (self.next_warp + i) % n;
+                i += 1;
+                if self.warps[w].active == 0 {
+                    continue;
+                }
+                if budget == 0 {
+                    self.next_warp = w;
+                    return Ok(Outcome::Preempted);
+                }
+                ran = true;
+                let quantum = budget.min(QUANTUM);
+                let (used, stop) = match self.run_warp(w, mem, quantum) {
+                    Ok(r) => r,
+                    Err(f) => {
+                        self.done = true;
+                        return Err(f);
+                    }
+                };
+                budget -= used;
+                if let WarpStop::Trap(t) = stop {
+                    self.done = true;
+                    return Ok(Outcome::Trapped(t));
+                }
+                if let Some(c) = limits.cancel {
+                    if c.load(Ordering::Relaxed) {
+                        self.done = true;
+                        return Ok(Outcome::Cancelled);
+                    }
+                }
+            }
+            self.next_warp = 0;
+            if !ran {
+                // Nothing runnable: every live lane is at a barrier, or all
+                // threads have exited.
+                if !self.release_barrier()? {
+                    self.done = true;
+                    return Ok(Outcome::Completed);
+                }
+            }
+        }
+    }
+
+    /// Releases a barrier every live thread waits at. Returns false when no
+    /// thread is waiting (the workgroup is finished).
+    fn release_barrier(&mut self) -> Result<bool, Fault> {
+        let mut bar: Option<(u32, u32, u32)> = None; // pc, warp, lane
+        for (w, warp) in self.warps.iter().enumerate() {
+            for l in lanes(warp.blocked) {
+                let pc = warp.lane_pc[l];
+                match bar {
+                    None => bar = Some((pc, w as u32, l as u32)),
+                    Some((p, bw, bl)) if p != pc => {
+                        self.done = true;
+                        return Err(Fault {
+                            warp: bw,
+                            lane: bl,
+                            pc: p,
+                            kind: FaultKind::BarrierDivergence { other_pc: pc },
+                        });
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        let Some((pc, _, _)) = bar else {
+            return Ok(false);
+        };
+        for warp in &mut self.warps {
+            for l in lanes(warp.blocked) {
+                warp.lane_pc[l] = pc + 1;
+            }
+            warp.blocked = 0;
+            warp.reschedule();
+        }
+        Ok(true)
+    }
+
+    fn special(&self, w: usize, warp: &Warp, sr: Special) -> Lanes {
+        let [nx, ny, nz] = self.launch.wg_size;
+        let [gx, gy, gz] = self.launch.grid;
+        let tid = |l: usize| {
+            let t = (w * WARP_SIZE + l) as u32;
+            [t % nx, (t / nx) % ny, t / (nx * ny)]
+        };
+        let per_lane = |f: &dyn Fn(usize) -> u32| {
+            let mut out = [0u32; WARP_SIZE];
+            for (l, o) in out.iter_mut().enumerate() {
+                *o = f(l);
+            }
+            out
+        };
+        let wg = self.wg;
+        let ntid = self.launch.wg_size;
+        match sr {
+            Special::TidX => per_lane(&|l| tid(l)[0]),
+            Special::TidY => per_lane(&|l| tid(l)[1]),
+            Special::TidZ => per_lane(&|l| tid(l)[2]),
+            Special::NtidX => [nx; WARP_SIZE],
+            Special::NtidY => [ny; WARP_SIZE],
+            Special::NtidZ => [nz; WARP_SIZE],
+            Special::WgidX => [wg[0]; WARP_SIZE],
+            Special::WgidY => [wg[1]; WARP_SIZE],
+            Special::WgidZ => [wg[2]; WARP_SIZE],
+            Special::NwgX => [gx; WARP_SIZE],
+            Special::NwgY => [gy; WARP_SIZE],
+            Special::NwgZ => [gz; WARP_SIZE],
+            Special::GidX => per_lane(&|l| wg[0].wrapping_mul(ntid[0]).wrapping_add(tid(l)[0])),
+            Special::GidY => per_lane(&|l| wg[1].wrapping_mul(ntid[1]).wrapping_add(tid(l)[1])),
+            Special::GidZ => per_lane(&|l| wg[2].wrapping_mul(ntid[2]).wrapping_add(tid(l)[2])),
+            Special::LaneId => per_lane(&|l| l as u32),
+            Special::WarpId => [w as u32; WARP_SIZE],
+            Special::NWarps => [self.warps.len() as u32; WARP_SIZE],
+            Special::Clock => [warp.clock as u32; WARP_SIZE],
+            Special::ClockHi => [(warp.clock >> 32) as u32; WARP_SIZE],
+        }
+    }
+
+    /// Runs warp `w` for at most `quantum` instructions.
+    fn run_warp<M: GlobalMemory + ?Sized>(
+        &mut self,
+        w: usize,
+        mem: &M,
+        quantum: u64,
+    ) -> Result<(u64, WarpStop), Fault> {
+        let code = self.code;
+        let mut warp = std::mem::replace(
+            &mut self.warps[w],
+            Warp {
+                regs: Vec::new(),
+                preds: [0; NUM_PREDS],
+                pc: 0,
+                active: 0,
+                lane_pc: [0; WARP_SIZE],
+                live: 0,
+                blocked: 0,
+                next_min: 0,
+                clock: 0,
+            },
+        );
+        let r = self.run_warp_inner(w, &mut warp, code, mem, quantum);
+        self.warps[w] = warp;
+        r
+    }
+
+    #[inline(never)]
+    fn run_warp_inner<M: GlobalMemory + ?Sized>(
+        &mut self,
+        w: usize,
+        warp: &mut Warp,
+        code: &[Instruction],
+        mem: &M,
+        quantum: u64,
+    ) -> Result<(u64, WarpStop), Fault> {
+        let mut used = 0u64;
+        let mut thread_insts = 0u64;
+        let result = loop {
+            if warp.active == 0 {
+                break WarpStop::Idle;
+            }
+            if used == quantum {
+                break WarpStop::Quantum;
+            }
+            let pc = warp.pc;
+            let Some(&inst) = code.get(pc as usize) else {
+                // Unreachable for validated modules: the last instruction of
+                // every kernel is an unconditional exit, bra or trap.
+                warp.live &= !warp.active;
+                warp.active = 0;
+                warp.reschedule();
+                continue;
+            };
+            used += 1;
+            let m = warp.active & warp.pred(inst.guard.pred, inst.guard.neg);
+            thread_insts += m.count_ones() as u64;
+            let mut next = pc.wrapping_add(1);
+            let fault = |lane: u32, kind| Fault {
+                warp: w as u32,
+                lane,
+                pc,
+                kind,
+            };
+            if m != 0 {
+                match inst.op {
+                    Op::Nop => {}
+                    Op::Exit => {
+                        warp.live &= !m;
+                        warp.active &= !m;
+                        if warp.active == 0 {
+                            warp.reschedule();
+                            warp.clock += 1;
+                            continue;
+                        }
+                    }
+                    Op::Bar => {
+                        warp.blocked |= m;
+                        for l in lanes(m) {
+                            warp.lane_pc[l] = pc;
+                        }
+                        warp.active &= !m;
+                        if warp.active == 0 {
+                            warp.reschedule();
+                            warp.clock += 1;
+                            continue;
+                        }
+                    }
+                    Op::Trap { code } => {
+                        warp.clock += 1;
+                        self.stats.warp_instructions += used;
+                        self.stats.thread_instructions += thread_insts;
+                        return Ok((
+                            used,
+                            WarpStop::Trap(Trap {
+                                warp: w as u32,
+                                pc,
+                                mask: m,
+                                code,
+                            }),
+                        ));
+                    }
+                    Op::Bra { offset } => {
+                        let target = (pc as i64 + offset as i64) as u32;
+                        if m == warp.active {
+                            next = target;
+                        } else {
+                            // Divergence: the taken lanes go to the target,
+                            // the others stay on the fall-through path.
+                            for l in lanes(warp.active & !m) {
+                                warp.lane_pc[l] = next;
+                            }
+                            warp.next_min = warp.next_min.min(next);
+                            warp.active = m;
+                            next = target;
+                        }
+                    }
+                    Op::Mov { d, b } => {
+                        let v = warp.src(b);
+                        warp.write(d, &v, m);
+                    }
+                    Op::S2r { d, sr } => {
+                        let v = self.special(w, warp, sr);
+                        warp.write(d, &v, m);
+                    }
+                    Op::Ldarg { d, wide, offset } => {
+                        let args = &self.launch.args;
+                        let word = |o: u32| {
+                            let o = o as usize;
+                            match args.get(o..o + 4) {
+                                Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                                None => 0,
+                            }
+                        };
+                        warp.write(d, &[word(offset); WARP_SIZE], m);
+                        if wide {
+                            let hi = [word(offset.wrapping_add(4)); WARP_SIZE];
+                            warp.write(Reg(d.0 + 1), &hi, m);
+                        }
+                    }
+                    Op::Sel { d, a, b, p, neg } => {
+                        let pm = expand(warp.pred(p, neg));
+                        let av = &warp.regs[a.0 as usize];
+                        let bv = warp.src(b);
+                        let v = map3(av, &bv, &pm, |x, y, k| (x & k) | (y & !k));
+                        warp.write(d, &v, m);
+                    }
+                    Op::Bin { op, d, a, b } => {
+                        let bv = warp.src(b);
+                        let v = bin(op, &warp.regs[a.0 as usize], &bv);
+                        warp.write(d, &v, m);
+                    }
+                    Op::Un { op, d, a } => {
+                        let v = un(op, &warp.regs[a.0 as usize]);
+                        warp.write(d, &v, m);
+                    }
+                    Op::Tri { op, d, a, b, c } => {
+                        let (av, bv, cv) = (
+                            &warp.regs[a.0 as usize],
+                            &warp.regs[b.0 as usize],
+                            &warp.regs[c.0 as usize],
+                        );
+                        let v = match op {
+                            TriOp::Mad => {
+                                map3(av, bv, cv, |x, y, z| x.wrapping_mul(y).wrapping_add(z))
+                            }
+                            TriOp::FFma => ffma_lanes(av, bv, cv),
+                        };
+                        warp.write(d, &v, m);
+                    }
+                    Op::Add64 { d, a, b } => {
+                        let (alo, ahi) = (&warp.regs[a.0 as usize], &warp.regs[a.0 as usize + 1]);
+                        let (blo, bhi) = match b {
+                            Src::Reg(r) => (warp.regs[r.0 as usize], warp.regs[r.0 as usize + 1]),
+                            Src::Imm(v) => ([v; WARP_SIZE], [((v as i32) >> 31) as u32; WARP_SIZE]),
+                        };
+                        let mut lo = [0u32; WARP_SIZE];
+                        let mut hi = [0u32; WARP_SIZE];
+                        for l in 0..WARP_SIZE {
+                            let s = (alo[l] as u64 | (ahi[l] as u64) << 32)
+                                .wrapping_add(blo[l] as u64 | (bhi[l] as u64) << 32);
+                            lo[l] = s as u32;
+                            hi[l] = (s >> 32) as u32;
+                        }
+                        warp.write(d, &lo, m);
+                        warp.write(Reg(d.0 + 1), &hi, m);
+                    }
+                    Op::MadWide { signed, d, a, b, c } => {
+                        let (av, bv) = (&warp.regs[a.0 as usize], &warp.regs[b.0 as usize]);
+                        let (clo, chi) = (&warp.regs[c.0 as usize], &warp.regs[c.0 as usize + 1]);
+                        let mut lo = [0u32; WARP_SIZE];
+                        let mut hi = [0u32; WARP_SIZE];
+                        for l in 0..WARP_SIZE {
+                            let p = if signed {
+                                (av[l] as i32 as i64).wrapping_mul(bv[l] as i32 as i64) as u64
+                            } else {
+                                av[l] as u64 * bv[l] as u64
+                            };
+                            let s = p.wrapping_add(clo[l] as u64 | (chi[l] as u64) << 32);
+                            lo[l] = s as u32;
+                            hi[l] = (s >> 32) as u32;
+                        }
+                        warp.write(d, &lo, m);
+                        warp.write(Reg(d.0 + 1), &hi, m);
+                    }
+                    Op::Setp { cmp, ty, p, a, b } => {
+                        let bv = warp.src(b);
+                        let v = compare(cmp, ty, &warp.regs[a.0 as usize], &bv);
+                        warp.set_pred(p, v, m);
+                    }
+                    Op::Plop {
+                        op,
+                        p,
+                        a,
+                        na,
+                        b,
+                        nb,
+                    } => {
+                        let (x, y) = (warp.pred(a, na), warp.pred(b, nb));
+                        let v = match op {
+                            PredOp::And => x & y,
+                            PredOp::Or => x | y,
+                            PredOp::Xor => x ^ y,
+                        };
+                        warp.set_pred(p, v, m);
+                    }
+                    Op::Ld {
+                        space: Space::Global,
+                        width,
+                        d,
+                        addr,
+                        offset,
+                    } => {
+                        let va = warp.addr64(addr, offset);
+                        let size = width.bytes() as u8;
+                        check_aligned(&va, m, size, Access::Read)
+                            .map_err(|(l, f)| fault(l, FaultKind::Global(f)))?;
+                        let mut lo = [0u32; WARP_SIZE];
+                        let mut hi = [0u32; WARP_SIZE];
+                        mem.load_warp(size, &va, m, &mut lo, &mut hi).map_err(
+                            |LaneFault { lane, fault: f }| fault(lane, FaultKind::Global(f)),
+                        )?;
+                        write_loaded(warp, width, d, &lo, &hi, m);
+                    }
+                    Op::St {
+                        space: Space::Global,
+                        width,
+                        addr,
+                        offset,
+                        v,
+                    } => {
+                        let va = warp.addr64(addr, offset);
+                        let size = width.bytes() as u8;
+                        check_aligned(&va, m, size, Access::Write)
+                            .map_err(|(l, f)| fault(l, FaultKind::Global(f)))?;
+                        let lo = &warp.regs[v.0 as usize];
+                        let hi = if width == Width::B64 {
+                            &warp.regs[v.0 as usize + 1]
+                        } else {
+                            lo
+                        };
+                        mem.store_warp(size, &va, m, lo, hi).map_err(
+                            |LaneFault { lane, fault: f }| fault(lane, FaultKind::Global(f)),
+                        )?;
+                    }
+                    Op::Atom {
+                        space: Space::Global,
+                        op,
+                        d,
+                        addr,
+                        offset,
+                        b,
+                        c,
+                    } => {
+                        let va = warp.addr64(addr, offset);
+                        check_aligned(&va, m, 4, Access::Atomic)
+                            .map_err(|(l, f)| fault(l, FaultKind::Global(f)))?;
+                        let (bv, cv) = (&warp.regs[b.0 as usize], &warp.regs[c.0 as usize]);
+                        let mut old = [0u32; WARP_SIZE];
+                        for l in lanes(m) {
+                            old[l] = mem
+                                .atomic32(va[l], op, bv[l], cv[l])
+                                .map_err(|f| fault(l as u32, FaultKind::Global(f)))?;
+                        }
+                        warp.write(d, &old, m);
+                    }
+                    Op::Ld {
+                        space: Space::Shared,
+                        width,
+                        d,
+                        addr,
+                        offset,
+                    } => {
+                        let shared = &self.shared;
+                        let size = width.bytes();
+                        let base = &warp.regs[addr.0 as usize];
+                        let mut lo = [0u32; WARP_SIZE];
+                        let mut hi = [0u32; WARP_SIZE];
+                        for l in lanes(m) {
+                            let a = base[l].wrapping_add(offset as u32);
+                            let i = shared_index(shared, a, size, Access::Read)
+                                .map_err(|f| fault(l as u32, FaultKind::Shared(f)))?;
+                            let word = shared[i];
+                            match size {
+                                1 => lo[l] = (word >> ((a & 3) * 8)) & 0xff,
+                                2 => lo[l] = (word >> ((a & 2) * 8)) & 0xffff,
+                                4 => lo[l] = word,
+                                _ => {
+                                    lo[l] = word;
+                                    hi[l] = shared[i + 1];
+                                }
+                            }
+                        }
+                        write_loaded(warp, width, d, &lo, &hi, m);
+                    }
+                    Op::St {
+                        space: Space::Shared,
+                        width,
+                        addr,
+                        offset,
+                        v,
+                    } => {
+                        let shared = &mut self.shared;
+                        let size = width.bytes();
+                        let base = &warp.regs[addr.0 as usize];
+                        let val = &warp.regs[v.0 as usize];
+                        for l in lanes(m) {
+                            let a = base[l].wrapping_add(offset as u32);
+                            let i = shared_index(shared, a, size, Access::Write)
+                                .map_err(|f| fault(l as u32, FaultKind::Shared(f)))?;
+                            match size {
+                                1 | 2 => {
+                                    let sh = (a & 3) * 8;
+                                    let mk = if size == 1 { 0xffu32 } else { 0xffff } << sh;
+                                    shared[i] = (shared[i] & !mk) | ((val[l] << sh) & mk);
+                                }
+                                4 => shared[i] = val[l],
+                                _ => {
+                                    shared[i] = val[l];
+                                    shared[i + 1] = warp.regs[v.0 as usize + 1][l];
+                                }
+                            }
+                        }
+                    }
+                    Op::Atom {
+                        space: Space::Shared,
+                        op,
+                        d,
+                        addr,
+                        offset,
+                        b,
+                        c,
+                    } => {
+                        let shared = &mut self.shared;
+                        let base = &warp.regs[addr.0 as usize];
+                        let (bv, cv) = (&warp.regs[b.0 as usize], &warp.regs[c.0 as usize]);
+                        let mut old = [0u32; WARP_SIZE];
+                        for l in lanes(m) {
+                            let a = base[l].wrapping_add(offset as u32);
+                            let i = shared_index(shared, a, 4, Access::Atomic)
+                                .map_err(|f| fault(l as u32, FaultKind::Shared(f)))?;
+                            old[l] = shared[i];
+                            shared[i] = op.apply(old[l], bv[l], cv[l]);
+                        }
+                        warp.write(d, &old, m);
+                    }
+                    Op::Shfl { mode, d, a, b } => {
+                        let av = &warp.regs[a.0 as usize];
+                        let bv = warp.src(b);
+                        let mut out = [0u32; WARP_SIZE];
+                        for l in 0..WARP_SIZE {
+                            let s = match mode {
+                                ShflMode::Idx => (bv[l] & 31) as usize,
+                                ShflMode::Up => {
+                                    if (bv[l] as usize) <= l {
+                                        l - bv[l] as usize
+                                    } else {
+                                        l
+                                    }
+                                }
+                                ShflMode::Down => {
+                                    let s = l as u64 + bv[l] as u64;
+                                    if s < WARP_SIZE as u64 {
+                                        s as usize
+                                    } else {
+                                        l
+                                    }
+                                }
+                                ShflMode::Bfly => l ^ (bv[l] & 31) as usize,
+                            };
+                            out[l] = av[s];
+                        }
+                        warp.write(d, &out, m);
+                    }
+                    Op::Vote { mode, p, src, neg } => {
+                        let s = warp.pred(src, neg) & m;
+                        let v = match mode {
+                            VoteMode::Any => s != 0,
+                            VoteMode::All => s == m,
+                        };
+                        warp.set_pred(p, if v { FULL } else { 0 }, m);
+                    }
+                    Op::Ballot { d, src, neg } => {
+                        let s = warp.pred(src, neg) & m;
+                        warp.write(d, &[s; WARP_SIZE], m);
+                    }
+                }
+            }
+            warp.clock += 1;
+            warp.pc = next;
+            if next >= warp.next_min {
+                warp.reschedule();
+            }
+        };
+        self.stats.warp_instructions += used;
+        self.stats.thread_instructions += thread_insts;
+        Ok((used, result))
+    }
+}
+
+#[inline(always)]
+fn check_aligned(
+    va: &[u64; WARP_SIZE],
+    m: u32,
+    size: u8,
+    access: Access,
+) -> Result<(), (u32, MemFault)> {
+    let mut bad = 0u32;
+    let mask = size as u64 - 1;
+    for l in 0..WARP_SIZE {
+        bad |= ((va[l] & mask != 0) as u32) << l;
+    }
+    bad &= m;
+    if bad == 0 {
+        return Ok(());
+    }
+    let l = bad.trailing_zeros();
+    Err((
+        l,
+        MemFault {
+            va: va[l as usize],
+            access,
+            size,
+            reason: MemFaultReason::Misaligned,
+        },
+    ))
+}
+
+#[inline(always)]
+fn shared_index(shared: &[u32], a: u32, size: u32, access: Access) -> Result<usize, MemFault> {
+    let f = |reason| MemFault {
+        va: a as u64,
+        access,
+        size: size as u8,
+        reason,
+    };
+    if !a.is_multiple_of(size) {
+        return Err(f(MemFaultReason::Misaligned));
+    }
+    if a as u64 + size as u64 > shared.len() as u64 * 4 {
+        return Err(f(MemFaultReason::OutOfBounds));
+    }
+    Ok((a / 4) as usize)
+}
+
+#[inline(always)]
+fn write_loaded(warp: &mut Warp, width: Width, d: Reg, lo: &Lanes, hi: &Lanes, m: u32) {
+    match width {
+        Width::U8 | Width::U16 | Width::B32 => warp.write(d, lo, m),
+        Width::S8 => warp.write(d, &map1(lo, |x| x as u8 as i8 as i32 as u32), m),
+        Width::S16 => warp.write(d, &map1(lo, |x| x as u16 as i16 as i32 as u32), m),
+        Width::B64 => {
+            warp.write(d, lo, m);
+            warp.write(Reg(d.0 + 1), hi, m);
+        }
+    }
+}
+
+/// Runs workgroup `wg` of `launch` to the end (or to the first trap, fault,
+/// exhausted budget or cancellation). A `Preempted` workgroup cannot be
+/// resumed through this function; use [`WorkgroupExec`] for that.
+pub fn run_workgroup<M: GlobalMemory + ?Sized>(
+    module: &Module,
+    launch: &Launch,
+    wg: [u32; 3],
+    mem: &M,
+    limits: Limits<'_>,
+) -> Result<Outcome, Fault> {
+    WorkgroupExec::new(module, launch, wg)?.run(mem, limits)
+}

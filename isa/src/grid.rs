@@ -1,0 +1,148 @@
+//! A multi-compute-unit runner: N host threads pull workgroups from a shared
+//! counter and execute them against one shared global memory.
+
+use crate::exec::{Fault, Launch, Limits, Outcome, Stats, Trap, WorkgroupExec};
+use crate::mem::GlobalMemory;
+use crate::module::Module;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Warp instructions a compute unit runs between checks of the stop flags.
+const SLICE: u64 = 1 << 16;
+
+/// How a grid ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GridOutcome {
+    /// Every workgroup completed.
+    Completed,
+    /// The cancel flag was seen; workgroups still running were abandoned.
+    Cancelled,
+    /// A workgroup trapped; the grid was stopped.
+    Trapped { workgroup: [u32; 3], trap: Trap },
+    /// A workgroup faulted; the grid was stopped.
+    Faulted { workgroup: [u32; 3], fault: Fault },
+}
+
+/// What a grid run did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GridReport {
+    pub outcome: GridOutcome,
+    /// Workgroups that completed.
+    pub workgroups_completed: u64,
+    pub stats: Stats,
+}
+
+/// Runs every workgroup of `launch` on `units` compute units (host threads).
+/// Workgroups are handed out in linear order (x fastest) from a shared
+/// counter. The first trap or fault stops the grid.
+pub fn run_grid<M: GlobalMemory + Sync + ?Sized>(
+    module: &Module,
+    launch: &Launch,
+    mem: &M,
+    units: usize,
+    cancel: Option<&AtomicBool>,
+) -> GridReport {
+    let total = launch.workgroups();
+    let next = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let first: Mutex<Option<GridOutcome>> = Mutex::new(None);
+    let completed = AtomicU64::new(0);
+    let warp_insts = AtomicU64::new(0);
+    let thread_insts = AtomicU64::new(0);
+    let record = |o: GridOutcome| {
+        let mut g = first.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_none() {
+            *g = Some(o);
+        }
+        stop.store(true, Ordering::Relaxed);
+    };
+    let cancelled = || cancel.is_some_and(|c| c.load(Ordering::Relaxed));
+    std::thread::scope(|s| {
+        for _ in 0..units.max(1) {
+            s.spawn(|| {
+                let mut exec: Option<WorkgroupExec<'_>> = None;
+                'work: loop {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if cancelled() {
+                        record(GridOutcome::Cancelled);
+                        break;
+                    }
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= total {
+                        break;
+                    }
+                    let wg = launch.workgroup_id(i);
+                    let started = match exec.as_mut() {
+                        Some(e) => e.reset(wg).map(|_| ()),
+                        None => WorkgroupExec::new(module, launch, wg).map(|e| {
+                            exec = Some(e);
+                        }),
+                    };
+                    if let Err(fault) = started {
+                        record(GridOutcome::Faulted {
+                            workgroup: wg,
+                            fault,
+                        });
+                        break;
+                    }
+                    let Some(e) = exec.as_mut() else { break };
+                    let keep_going = loop {
+                        let limits = Limits {
+                            budget: SLICE,
+                            cancel,
+                        };
+                        match e.run(mem, limits) {
+                            Ok(Outcome::Preempted) => {
+                                if stop.load(Ordering::Relaxed) {
+                                    break false;
+                                }
+                            }
+                            Ok(Outcome::Completed) => {
+                                completed.fetch_add(1, Ordering::Relaxed);
+                                break true;
+                            }
+                            Ok(Outcome::Cancelled) => {
+                                record(GridOutcome::Cancelled);
+                                break false;
+                            }
+                            Ok(Outcome::Trapped(trap)) => {
+                                record(GridOutcome::Trapped {
+                                    workgroup: wg,
+                                    trap,
+                                });
+                                break false;
+                            }
+                            Err(fault) => {
+                                record(GridOutcome::Faulted {
+                                    workgroup: wg,
+                                    fault,
+                                });
+                                break false;
+                            }
+                        }
+                    };
+                    let st = e.stats();
+                    warp_insts.fetch_add(st.warp_instructions, Ordering::Relaxed);
+                    thread_insts.fetch_add(st.thread_instructions, Ordering::Relaxed);
+                    if !keep_going {
+                        break 'work;
+                    }
+                }
+            });
+        }
+    });
+    let outcome = first
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .unwrap_or(GridOutcome::Completed);
+    GridReport {
+        outcome,
+        workgroups_completed: completed.into_inner(),
+        stats: Stats {
+            warp_instructions: warp_insts.into_inner(),
+            thread_instructions: thread_insts.into_inner(),
+        },
+    }
+}

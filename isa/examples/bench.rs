@@ -1,0 +1,273 @@
+//! Interpreter benchmarks: lane-ops/s on an ALU-heavy kernel, saxpy and
+//! matmul against plain native Rust loops on the same data, and scaling with
+//! compute-unit threads. Run with
+//! `cargo run --release -p vgpu-isa --example bench`.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+use vgpu_isa::mem::PAGE_SIZE;
+use vgpu_isa::{assemble, run_grid, GridOutcome, Launch, Module, SparseMemory};
+
+const ALU: &str = r"
+// 64 dependent-free fp32/int operations per iteration, `iters` iterations.
+.kernel alu
+.arg iters u32
+.arg out ptr
+    s2r     r0, %gid.x
+    cvt.f32.u32 r1, r0
+    mov     r2, 1.0001
+    mov     r3, 0.5
+    mov     r4, r0
+    mov     r5, r1
+    mov     r6, r1
+    mov     r7, r1
+    ldarg   r8, [iters]
+loop:
+    ffma    r1, r1, r2, r3
+    ffma    r5, r5, r2, r3
+    ffma    r6, r6, r2, r3
+    ffma    r7, r7, r2, r3
+    fmul    r1, r1, 0.999
+    fmul    r5, r5, 0.999
+    fadd    r6, r6, -0.25
+    fadd    r7, r7, -0.25
+    add     r4, r4, 7
+    xor     r4, r4, r0
+    shl     r9, r4, 3
+    add     r4, r4, r9
+    fmax    r1, r1, r5
+    fmin    r6, r6, r7
+    mad     r4, r4, r4, r0
+    sub     r8, r8, 1
+    setp.ne.u32 p0, r8, 0
+    @p0 bra loop
+    fadd    r1, r1, r6
+    cvt.f32.u32 r4, r4
+    fadd    r1, r1, r4
+    mov     r10, 4
+    ldarg   d12, [out]
+    mad.wide.u32 d12, r0, r10, d12
+    st.32   [d12], r1
+    exit
+.end
+";
+
+fn args(pairs: &[(u32, u64, bool)], size: usize) -> Vec<u8> {
+    let mut v = vec![0u8; size];
+    for &(off, val, wide) in pairs {
+        let o = off as usize;
+        if wide {
+            v[o..o + 8].copy_from_slice(&val.to_le_bytes());
+        } else {
+            v[o..o + 4].copy_from_slice(&(val as u32).to_le_bytes());
+        }
+    }
+    v
+}
+
+fn arg_off(m: &Module, k: &str, name: &str) -> u32 {
+    m.kernel(k)
+        .and_then(|k| k.args.iter().find(|a| a.name == name))
+        .map(|a| a.offset)
+        .expect("argument")
+}
+
+fn sample(name: &str) -> Module {
+    let path = format!("{}/samples/{name}.s", env!("CARGO_MANIFEST_DIR"));
+    let src = std::fs::read_to_string(&path).expect("sample");
+    assemble(&src, 1).expect("assemble")
+}
+
+/// Best of `reps` runs of `f`.
+fn best(reps: usize, mut f: impl FnMut()) -> Duration {
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .min()
+        .unwrap_or_default()
+}
+
+fn grid(m: &Module, l: &Launch, mem: &SparseMemory, units: usize) -> u64 {
+    let r = run_grid(m, l, mem, units, None);
+    assert_eq!(r.outcome, GridOutcome::Completed);
+    r.stats.thread_instructions
+}
+
+fn main() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("host: {cores} cores");
+    let only: Option<String> = std::env::args().nth(1);
+    let want = |s: &str| only.as_deref().is_none_or(|o| o == s);
+    if want("alu") {
+        alu(cores);
+    }
+    if want("saxpy") {
+        saxpy(cores);
+    }
+    if want("matmul") {
+        matmul(cores);
+    }
+}
+
+fn alu(cores: usize) {
+    // ALU-heavy kernel.
+    let m = assemble(ALU, 1).expect("alu");
+    let threads = 256 * 64u32;
+    let iters = 200u64;
+    let mut mem = SparseMemory::new();
+    let out = 1u64 << 32;
+    mem.map(out, threads as u64 * 4, true);
+    let a = args(
+        &[
+            (arg_off(&m, "alu", "iters"), iters, false),
+            (arg_off(&m, "alu", "out"), out, true),
+        ],
+        16,
+    );
+    let l = Launch::new(&m, "alu", [threads / 256, 1, 1], [256, 1, 1], a).expect("launch");
+    let mut ops = 0;
+    let mut alu_rates = Vec::new();
+    for units in 1..=cores {
+        let t = best(3, || ops = grid(&m, &l, &mem, units));
+        let rate = ops as f64 / t.as_secs_f64();
+        alu_rates.push(rate);
+        println!(
+            "alu: {units} thread(s): {:.2} G lane-ops/s ({} lane-ops in {:.1} ms), {:.2} G/s per thread",
+            rate / 1e9,
+            ops,
+            t.as_secs_f64() * 1e3,
+            rate / 1e9 / units as f64
+        );
+    }
+}
+
+/// SAXPY: interpreter vs native on the same data.
+fn saxpy(cores: usize) {
+    let m = sample("saxpy");
+    let n = 1usize << 22;
+    let alpha = 1.5f32;
+    let x: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.001).collect();
+    let y0: Vec<f32> = (0..n).map(|i| (i % 777) as f32 * 0.002).collect();
+    let mut mem = SparseMemory::new();
+    let (vx, vy) = (
+        1u64 << 32,
+        (1u64 << 32) + 2 * (n as u64 * 4).next_multiple_of(PAGE_SIZE),
+    );
+    mem.map(vx, n as u64 * 4, true);
+    mem.map(vy, n as u64 * 4, true);
+    mem.write_f32s(vx, &x).expect("x");
+    mem.write_f32s(vy, &y0).expect("y");
+    let a = args(
+        &[
+            (arg_off(&m, "saxpy", "n"), n as u64, false),
+            (arg_off(&m, "saxpy", "alpha"), alpha.to_bits() as u64, false),
+            (arg_off(&m, "saxpy", "x"), vx, true),
+            (arg_off(&m, "saxpy", "y"), vy, true),
+        ],
+        24,
+    );
+    let l = Launch::new(&m, "saxpy", [(n / 256) as u32, 1, 1], [256, 1, 1], a).expect("launch");
+    let mut y = y0.clone();
+    let native = best(5, || {
+        for (yi, xi) in y.iter_mut().zip(&x) {
+            *yi += alpha * *xi;
+        }
+        black_box(&mut y);
+    });
+    let mut saxpy_interp = Vec::new();
+    for units in 1..=cores {
+        let t = best(3, || {
+            grid(&m, &l, &mem, units);
+        });
+        saxpy_interp.push(t);
+    }
+    let t1 = saxpy_interp[0];
+    println!(
+        "saxpy n={n}: native {:.2} ms ({:.2} G elem/s), interpreter 1 thread {:.2} ms ({:.3} G elem/s): ratio {:.3}x",
+        native.as_secs_f64() * 1e3,
+        n as f64 / native.as_secs_f64() / 1e9,
+        t1.as_secs_f64() * 1e3,
+        n as f64 / t1.as_secs_f64() / 1e9,
+        native.as_secs_f64() / t1.as_secs_f64()
+    );
+    for (i, t) in saxpy_interp.iter().enumerate() {
+        println!(
+            "saxpy: {} thread(s): {:.2} ms, ratio to native (1 thread) {:.3}x",
+            i + 1,
+            t.as_secs_f64() * 1e3,
+            native.as_secs_f64() / t.as_secs_f64()
+        );
+    }
+}
+
+/// Tiled matmul vs a native i-k-j loop.
+fn matmul(cores: usize) {
+    let m = sample("matmul");
+    let d = 256usize;
+    let am: Vec<f32> = (0..d * d).map(|i| ((i * 7) % 13) as f32 * 0.1).collect();
+    let bm: Vec<f32> = (0..d * d).map(|i| ((i * 5) % 11) as f32 * 0.1).collect();
+    let mut mem = SparseMemory::new();
+    let bytes = (d * d * 4) as u64;
+    let stride = 2 * bytes.next_multiple_of(PAGE_SIZE);
+    let (va, vb, vc) = (1u64 << 32, (1u64 << 32) + stride, (1u64 << 32) + 2 * stride);
+    for v in [va, vb, vc] {
+        mem.map(v, bytes, true);
+    }
+    mem.write_f32s(va, &am).expect("a");
+    mem.write_f32s(vb, &bm).expect("b");
+    let k = "matmul";
+    let a = args(
+        &[
+            (arg_off(&m, k, "m"), d as u64, false),
+            (arg_off(&m, k, "n"), d as u64, false),
+            (arg_off(&m, k, "k"), d as u64, false),
+            (arg_off(&m, k, "a"), va, true),
+            (arg_off(&m, k, "b"), vb, true),
+            (arg_off(&m, k, "c"), vc, true),
+        ],
+        48,
+    );
+    let l =
+        Launch::new(&m, k, [(d / 16) as u32, (d / 16) as u32, 1], [16, 16, 1], a).expect("launch");
+    let mut c = vec![0f32; d * d];
+    let native = best(3, || {
+        c.fill(0.0);
+        for i in 0..d {
+            for kk in 0..d {
+                let aik = am[i * d + kk];
+                let row = &bm[kk * d..kk * d + d];
+                let out = &mut c[i * d..i * d + d];
+                for j in 0..d {
+                    out[j] += aik * row[j];
+                }
+            }
+        }
+        black_box(&mut c);
+    });
+    let mut mm = Vec::new();
+    for units in 1..=cores {
+        mm.push(best(2, || {
+            grid(&m, &l, &mem, units);
+        }));
+    }
+    let flops = 2.0 * (d * d * d) as f64;
+    println!(
+        "matmul {d}x{d}x{d}: native {:.2} ms ({:.2} GFLOP/s), interpreter 1 thread {:.2} ms ({:.3} GFLOP/s): ratio {:.3}x",
+        native.as_secs_f64() * 1e3,
+        flops / native.as_secs_f64() / 1e9,
+        mm[0].as_secs_f64() * 1e3,
+        flops / mm[0].as_secs_f64() / 1e9,
+        native.as_secs_f64() / mm[0].as_secs_f64()
+    );
+    for (i, t) in mm.iter().enumerate() {
+        println!(
+            "matmul: {} thread(s): {:.2} ms, speedup over 1 thread {:.2}x",
+            i + 1,
+            t.as_secs_f64() * 1e3,
+            mm[0].as_secs_f64() / t.as_secs_f64()
+        );
+    }
+}

@@ -682,3 +682,30 @@ fn without_event_idx_every_completion_notifies() {
         .add_chain(0, &[(CMD, 16, false), (REPLY, 256, true)]);
     assert!(rig.control(&mut dev).notify);
 }
+
+#[test]
+fn event_queue_asks_for_a_kick_while_events_wait() {
+    let mem = memory();
+    let mut rig = Rig::new(&mem);
+    rig.event_q.set_event_idx(true);
+    let (mut dev, _) = device();
+    let ping = cmd_bytes(Command::Ping { cookie: 1 }, 0);
+    dev.handle_command(&ping, 64);
+    dev.handle_command(&ping, 64);
+
+    // No buffer: nothing used, and the device asks to be kicked when the
+    // driver posts buffer 0.
+    assert_eq!(rig.events(&mut dev).completed, 0);
+    assert_eq!(rig.event.avail_event(), 0);
+
+    rig.event.add_chain(0, &[(EVBUF, 64, true)]);
+    let out = rig.events(&mut dev);
+    assert_eq!(out.completed, 1);
+    assert!(
+        out.notify,
+        "used_event 0 is crossed by the first completion"
+    );
+    // One event still waits: kick me for the next buffer.
+    assert_eq!(rig.event.avail_event(), 1);
+    assert_eq!(dev.pending_events(), 1);
+}

@@ -540,3 +540,21 @@ fn stop_handle_ends_a_connected_session() {
     assert_eq!(s.raw.read(&mut buf).unwrap_or(0), 0);
     let _ = s.raw.write(&[0]);
 }
+
+#[test]
+fn frontend_that_hangs_up_at_once_ends_the_daemon_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vgpu.sock");
+    let done = start_daemon(&path);
+    // Half a message, then gone.
+    let mut conn = UnixStream::connect(&path).unwrap();
+    conn.write_all(&[1, 0, 0]).unwrap();
+    drop(conn);
+    let summary = done
+        .recv_timeout(TIMEOUT)
+        .expect("daemon did not end")
+        .unwrap();
+    assert_eq!(summary.reason, ExitReason::Disconnected);
+    assert!(summary.served);
+    assert!(!path.exists());
+}

@@ -709,3 +709,99 @@ fn event_queue_asks_for_a_kick_while_events_wait() {
     assert_eq!(rig.event.avail_event(), 1);
     assert_eq!(dev.pending_events(), 1);
 }
+
+/// xorshift64*: a small deterministic generator.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[test]
+fn random_chains_never_panic_and_are_always_completed() {
+    let mem = memory();
+    let mut rig = Rig::new(&mem);
+    let (mut dev, _) = device();
+    let mut rng = XorShift(0x0123_4567_89ab_cdef);
+    let valid = [
+        cmd_bytes(Command::Identify, 1),
+        cmd_bytes(Command::Ping { cookie: 2 }, 2),
+    ];
+    const N: u16 = 3000;
+    let mut answered = 0u64;
+    for i in 0..N {
+        // Command area: a valid command, or random bytes.
+        match rng.below(3) {
+            0 => rig.put_cmd(&valid[0]),
+            1 => rig.put_cmd(&valid[1]),
+            _ => {
+                let junk: Vec<u8> = (0..32).map(|_| rng.next() as u8).collect();
+                rig.put_cmd(&junk);
+            }
+        }
+        let parts: Vec<Part> = (0..1 + rng.below(4))
+            .map(|_| {
+                let addr = match rng.below(6) {
+                    0 => CMD,
+                    1 => REPLY,
+                    2 => MEM_SIZE - rng.below(64),
+                    3 => OUTSIDE + rng.below(0x1000),
+                    4 => u64::MAX - rng.below(64),
+                    _ => rng.below(MEM_SIZE),
+                };
+                let len = match rng.below(6) {
+                    0 => 0,
+                    1 => 16,
+                    2 => 24,
+                    3 => u32::MAX - rng.below(16) as u32,
+                    _ => rng.below(0x2000) as u32,
+                };
+                (addr, len, rng.below(2) == 0)
+            })
+            .collect();
+        // Reuse descriptor slots 0..4 for every chain.
+        rig.ctrl.add_chain(0, &parts);
+        let before = dev.counters();
+        let out = rig.control(&mut dev);
+        assert_eq!(out.completed, 1, "chain {i}: {parts:x?}");
+        let (id, len) = rig.ctrl.used(i);
+        assert_eq!(id, 0);
+        let after = dev.counters();
+        if out.rejected == 1 {
+            assert_eq!(len, 0, "chain {i}");
+            assert_eq!(after.protocol_errors, before.protocol_errors + 1);
+            assert_eq!(after.replies(), before.replies());
+        } else {
+            answered += 1;
+            assert!(len >= 16, "chain {i}: used length {len}");
+            assert_eq!(after.replies(), before.replies() + 1);
+        }
+        // Event buffers come and go at random too.
+        if rng.below(4) == 0 {
+            let ev = [
+                (EVBUF, 64, true),
+                (
+                    rng.below(MEM_SIZE),
+                    rng.below(128) as u32,
+                    rng.below(2) == 0,
+                ),
+            ];
+            let take = 1 + rng.below(2) as usize;
+            rig.event.add_chain((i % 8) * 2, &ev[..take]);
+            rig.events(&mut dev);
+        }
+    }
+    assert!(answered > 100, "only {answered} chains were answerable");
+    assert!(dev.counters().protocol_errors > 100);
+}

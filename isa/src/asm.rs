@@ -295,12 +295,14 @@ fn is_hex(s: &str) -> bool {
 }
 
 fn float_literal(s: &str) -> Option<u32> {
+    if ["inf", "-inf", "+inf"].contains(&s) {
+        return s.parse::<f32>().ok().map(f32::to_bits);
+    }
     let t = s.strip_suffix('f').unwrap_or(s);
-    let ok = t
-        .bytes()
-        .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
-        || ["inf", "-inf", "+inf", "nan", "NaN"].contains(&t);
-    if !ok {
+    let numeric = t.bytes().any(|b| b.is_ascii_digit())
+        && t.bytes()
+            .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b));
+    if !numeric {
         return None;
     }
     t.parse::<f32>().ok().map(f32::to_bits)

@@ -344,7 +344,7 @@ fn cpu_bin(op: BinOp, a: u32, b: u32) -> u32 {
         BinOp::Mul => a.wrapping_mul(b),
         BinOp::MulHiU => ((a as u64 * b as u64) >> 32) as u32,
         BinOp::MulHiS => ((a as i32 as i64 * b as i32 as i64) >> 32) as u32,
-        BinOp::DivU => a.checked_div(b).unwrap_or(u32::MAX)
+        BinOp::DivU => a.checked_div(b).unwrap_or(u32::MAX),
         BinOp::DivS => match (a as i32, b as i32) {
             (_, 0) => u32::MAX,
             (i32::MIN, -1) => i32::MIN as u32,

@@ -98,19 +98,17 @@ impl GpuConfigSpace {
     /// is writable, and writing it clears those bits of `events_read`.
     /// Returns `false` (and changes nothing) if the range leaves the space.
     pub fn write(&mut self, offset: u32, data: &[u8]) -> bool {
-        let Ok(start) = usize::try_from(offset) else {
-            return false;
-        };
-        let Some(end) = start.checked_add(data.len()) else {
-            return false;
-        };
-        if end > CONFIG_SPACE_SIZE {
-            return false;
-        }
         let mut bytes = self.to_bytes();
-        bytes[start..end].copy_from_slice(data);
-        let clear = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
-        self.events_read &= !clear;
+        let target = usize::try_from(offset)
+            .ok()
+            .and_then(|start| Some(start..start.checked_add(data.len())?))
+            .and_then(|range| bytes.get_mut(range));
+        let Some(target) = target else {
+            return false;
+        };
+        target.copy_from_slice(data);
+        let [_, _, _, _, c0, c1, c2, c3, ..] = bytes;
+        self.events_read &= !u32::from_le_bytes([c0, c1, c2, c3]);
         self.events_clear = 0;
         true
     }

@@ -249,8 +249,9 @@ fn run(r: &RunArgs) -> Result<bool, String> {
     let done = AtomicBool::new(false);
     let report = std::thread::scope(|s| {
         if let Some(ms) = r.timeout_ms {
-            s.spawn(|| {
-                let until = std::time::Instant::now() + std::time::Duration::from_millis(ms);
+            let until = std::time::Instant::now() + std::time::Duration::from_millis(ms);
+            let (done, cancel) = (&done, &cancel);
+            s.spawn(move || {
                 while !done.load(Ordering::Relaxed) {
                     if std::time::Instant::now() >= until {
                         cancel.store(true, Ordering::Relaxed);

@@ -8,8 +8,11 @@
 //!
 //! When no buffer is posted the device holds events in an internal FIFO of
 //! [`EVENT_FIFO_DEPTH`] records. If that overflows, the newest events are
-//! dropped and counted; as soon as a buffer is available again the device
-//! first posts an [`EventKind::EventsLost`] record with the count.
+//! dropped and counted (they still consume sequence numbers). As soon as a
+//! FIFO slot frees, the device queues one [`EventKind::EventsLost`] record
+//! behind the events that were waiting before the loss and ahead of any event
+//! raised after it, so records always arrive in increasing sequence order and
+//! every gap is explained by the `EventsLost` record right after it.
 
 use super::pod::{pod_struct, Pod};
 

@@ -116,7 +116,7 @@ fn alu(cores: usize) {
     // ALU-heavy kernel.
     let m = assemble(ALU, 1).expect("alu");
     let threads = 256 * 64u32;
-    let iters = 200u64;
+    let iters = 1000u64;
     let mut mem = SparseMemory::new();
     let out = 1u64 << 32;
     mem.map(out, threads as u64 * 4, true);
@@ -131,7 +131,7 @@ fn alu(cores: usize) {
     let mut ops = 0;
     let mut alu_rates = Vec::new();
     for units in 1..=cores {
-        let t = best(3, || ops = grid(&m, &l, &mem, units));
+        let t = best(5, || ops = grid(&m, &l, &mem, units));
         let rate = ops as f64 / t.as_secs_f64();
         alu_rates.push(rate);
         println!(

@@ -366,11 +366,26 @@ fn map3(a: &Lanes, b: &Lanes, c: &Lanes, f: impl Fn(u32, u32, u32) -> u32) -> La
     out
 }
 
+/// Bit `l` of the result is `f(a[l], b[l])`.
 #[inline(always)]
 fn pack(a: &Lanes, b: &Lanes, f: impl Fn(u32, u32) -> bool) -> u32 {
-    let mut m = 0u32;
+    let mut bytes = [0u8; WARP_SIZE];
     for l in 0..WARP_SIZE {
-        m |= (f(a[l], b[l]) as u32) << l;
+        bytes[l] = f(a[l], b[l]) as u8;
+    }
+    bits_of(&bytes)
+}
+
+/// Packs 32 bytes that are each 0 or 1 into a bit mask (bit l = byte l).
+#[inline(always)]
+pub(crate) fn bits_of(bytes: &[u8; WARP_SIZE]) -> u32 {
+    let mut m = 0u32;
+    for (i, chunk) in bytes.chunks_exact(8).enumerate() {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(chunk);
+        // Multiplying gathers byte i's low bit into bit 56 + i.
+        let g = u64::from_le_bytes(w).wrapping_mul(0x0102_0408_1020_4080) >> 56;
+        m |= (g as u32) << (8 * i);
     }
     m
 }
@@ -1253,14 +1268,18 @@ fn check_aligned(
     size: u8,
     access: Access,
 ) -> Result<(), (u32, MemFault)> {
-    let mut bad = 0u32;
-    let mask = size as u64 - 1;
+    let align = size as u64 - 1;
+    let mk = expand(m);
+    let mut any = 0u64;
     for l in 0..WARP_SIZE {
-        bad |= ((va[l] & mask != 0) as u32) << l;
+        any |= va[l] & align & (mk[l] as u64 | (mk[l] as u64) << 32);
     }
-    bad &= m;
-    if bad == 0 {
+    if any == 0 {
         return Ok(());
+    }
+    let mut bad = 0u32;
+    for l in lanes(m) {
+        bad |= ((va[l] & align != 0) as u32) << l;
     }
     let l = bad.trailing_zeros();
     Err((

@@ -339,13 +339,14 @@ impl SparseMemory {
         if mask == 0 {
             return None;
         }
-        let first = va[mask.trailing_zeros() as usize] >> PAGE_SHIFT;
-        let mut differ = 0u32;
+        let first = va[mask.trailing_zeros() as usize];
+        let mut differ = 0u64;
         for l in 0..WARP_SIZE {
-            differ |= (((va[l] >> PAGE_SHIFT) != first) as u32) << l;
+            let active = if mask & (1u32 << l) != 0 { u64::MAX } else { 0 };
+            differ |= (va[l] ^ first) & active;
         }
-        if differ & mask == 0 {
-            Some(first << PAGE_SHIFT)
+        if differ >> PAGE_SHIFT == 0 {
+            Some(first >> PAGE_SHIFT << PAGE_SHIFT)
         } else {
             None
         }
@@ -431,7 +432,11 @@ impl GlobalMemory for SparseMemory {
     ) -> Result<(), LaneFault> {
         if let Some(base) = Self::common_page(va, mask) {
             if let Ok(p) = self.page(base, Access::Read, size) {
-                if size == 4 {
+                if size == 4 && mask == u32::MAX {
+                    for l in 0..WARP_SIZE {
+                        lo[l] = p.word(va[l]).load(Ordering::Relaxed);
+                    }
+                } else if size == 4 {
                     for l in 0..WARP_SIZE {
                         if mask >> l & 1 != 0 {
                             lo[l] = p.word(va[l]).load(Ordering::Relaxed);
@@ -468,7 +473,11 @@ impl GlobalMemory for SparseMemory {
     ) -> Result<(), LaneFault> {
         if let Some(base) = Self::common_page(va, mask) {
             if let Ok(p) = self.page(base, Access::Write, size) {
-                if size == 4 {
+                if size == 4 && mask == u32::MAX {
+                    for l in 0..WARP_SIZE {
+                        p.word(va[l]).store(lo[l], Ordering::Relaxed);
+                    }
+                } else if size == 4 {
                     for l in 0..WARP_SIZE {
                         if mask >> l & 1 != 0 {
                             p.word(va[l]).store(lo[l], Ordering::Relaxed);

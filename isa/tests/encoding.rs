@@ -365,3 +365,48 @@ fn assembler_errors_name_the_line() {
         "{e}"
     );
 }
+
+#[test]
+fn assembler_survives_mangled_sources() {
+    let mut r = Rng::new(13);
+    let sources: Vec<String> = ["vecadd", "matmul", "histogram", "scan"]
+        .iter()
+        .map(|n| common::sample(n))
+        .collect();
+    let junk = [
+        "[", "]", ",", ":", "@", "!", "d", "r99", "0x", "-", ".", "%", "é", "\n", " ", "+",
+    ];
+    let mut ok = 0;
+    for i in 0..2000 {
+        let mut s: Vec<char> = sources[i % sources.len()].chars().collect();
+        for _ in 0..r.range(1, 6) {
+            if s.is_empty() {
+                break;
+            }
+            let at = r.range(0, s.len() as u32) as usize;
+            match r.range(0, 3) {
+                0 => {
+                    s.remove(at);
+                }
+                1 => {
+                    let j = junk[r.range(0, junk.len() as u32) as usize];
+                    for (k, c) in j.chars().enumerate() {
+                        s.insert(at + k, c);
+                    }
+                }
+                _ => {
+                    let other = r.range(0, s.len() as u32) as usize;
+                    s.swap(at, other)
+                }
+            }
+        }
+        let text: String = s.into_iter().collect();
+        if let Ok(m) = assemble(&text, 2) {
+            ok += 1;
+            // Whatever assembles must survive the binary round trip.
+            let b = m.to_bytes().unwrap();
+            assert_eq!(Module::from_bytes(&b).unwrap(), m);
+        }
+    }
+    assert!(ok < 2000, "mangling must break some sources");
+}

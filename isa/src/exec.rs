@@ -526,6 +526,8 @@ pub struct WorkgroupExec<'a> {
     shared: Vec<u32>,
     next_warp: usize,
     done: bool,
+    /// How the workgroup ended, once it has.
+    finished: Option<Result<Outcome, Fault>>,
     stats: Stats,
 }
 
@@ -580,6 +582,7 @@ impl<'a> WorkgroupExec<'a> {
             shared: vec![0; (kernel.shared_bytes as usize).div_ceil(4)],
             next_warp: 0,
             done: false,
+            finished: None,
             stats: Stats::default(),
         };
         exec.reset(wg)?;
@@ -590,13 +593,15 @@ impl<'a> WorkgroupExec<'a> {
     /// predicates and shared memory are zeroed.
     pub fn reset(&mut self, wg: [u32; 3]) -> Result<(), Fault> {
         if (0..3).any(|i| wg[i] >= self.launch.grid[i]) {
-            self.done = true;
-            return Err(Fault {
+            let f = Fault {
                 warp: 0,
                 lane: 0,
                 pc: 0,
                 kind: FaultKind::BadWorkgroup,
-            });
+            };
+            self.done = true;
+            self.finished = Some(Err(f));
+            return Err(f);
         }
         self.wg = wg;
         let threads = self.launch.threads_per_workgroup() as usize;
@@ -612,6 +617,7 @@ impl<'a> WorkgroupExec<'a> {
         self.shared.fill(0);
         self.next_warp = 0;
         self.done = false;
+        self.finished = None;
         self.stats = Stats::default();
         Ok(())
     }
@@ -627,9 +633,25 @@ impl<'a> WorkgroupExec<'a> {
     }
 
     /// Runs until the workgroup completes, traps, faults, the budget runs out
-    /// or the cancel flag is set. After anything but `Preempted`, further
-    /// calls return `Completed`/the same abandonment without executing.
+    /// or the cancel flag is set. After `Preempted`, the next call continues
+    /// exactly where this one stopped; after anything else the workgroup is
+    /// finished and further calls return the same result without executing.
     pub fn run<M: GlobalMemory + ?Sized>(
+        &mut self,
+        mem: &M,
+        limits: Limits<'_>,
+    ) -> Result<Outcome, Fault> {
+        if let Some(r) = self.finished {
+            return r;
+        }
+        let r = self.run_until_stop(mem, limits);
+        if r != Ok(Outcome::Preempted) {
+            self.finished = Some(r);
+        }
+        r
+    }
+
+    fn run_until_stop<M: GlobalMemory + ?Sized>(
         &mut self,
         mem: &M,
         limits: Limits<'_>,

@@ -26,7 +26,14 @@ fn infinite_loop_is_cancelled_by_the_flag() {
             cancel: Some(&cancel),
         };
         assert_eq!(exec.run(&gpu.mem, limits), Ok(Outcome::Cancelled));
-        assert!(exec.stats().warp_instructions > 1000);
+        let issued = exec.stats().warp_instructions;
+        assert!(issued > 1000);
+        // A cancelled workgroup stays cancelled and does not run again.
+        assert_eq!(
+            exec.run(&gpu.mem, Limits::UNLIMITED),
+            Ok(Outcome::Cancelled)
+        );
+        assert_eq!(exec.stats().warp_instructions, issued);
     });
 }
 
@@ -108,7 +115,9 @@ fn out_of_bounds_store_reports_lane_warp_pc_and_address() {
         .iter()
         .position(|i| matches!(i.op, Op::St { .. }))
         .unwrap() as u32;
-    let f = run_workgroup(&m, &l, [0, 0, 0], &gpu.mem, Limits::UNLIMITED).unwrap_err();
+    // Through a trait object, as a device with several memory back-ends would.
+    let mem: &dyn GlobalMemory = &gpu.mem;
+    let f = run_workgroup(&m, &l, [0, 0, 0], mem, Limits::UNLIMITED).unwrap_err();
     assert_eq!((f.warp, f.lane, f.pc), (1, 8, store_pc));
     assert_eq!(
         f.kind,
@@ -121,6 +130,11 @@ fn out_of_bounds_store_reports_lane_warp_pc_and_address() {
     );
     // Warp 0 (threads 0..31) stored before the fault.
     assert_eq!(gpu.u32s(out, 32), (0..32).collect::<Vec<u32>>());
+    // Asking for a workgroup outside the grid is refused.
+    assert_eq!(
+        WorkgroupExec::new(&m, &l, [4, 0, 0]).err().map(|f| f.kind),
+        Some(FaultKind::BadWorkgroup)
+    );
     // The grid runner reports the same fault with the workgroup.
     let r = run_grid(&m, &l, &gpu.mem, 2, None);
     match r.outcome {

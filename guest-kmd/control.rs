@@ -386,6 +386,8 @@ fn status_errno(s: Status) -> Error {
         Status::Busy => EBUSY,
         Status::BadDescriptor => EIO,
         Status::DeviceLost => ENODEV,
+        Status::NotFound => ENOENT,
+        Status::AlreadyExists => EEXIST,
         // Not an error; callers never pass it.
         Status::Ok => EINVAL,
     }

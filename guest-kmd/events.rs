@@ -247,6 +247,19 @@ impl Tracker {
                 }
                 self.on_lost(first_seq, count)
             }
+            // Fence, fault, engine-error and reset records belong to the GPU
+            // blocks (contexts, rings, MMU), which this driver does not use
+            // yet: count and log them so they are visible, nothing else.
+            Ok(ev @ (Event::Fence { .. }
+            | Event::Fault { .. }
+            | Event::EngineError { .. }
+            | Event::ResetDone { .. })) => {
+                self.stats.unknown_kind += 1;
+                if self.may_warn() {
+                    dev_warn!(pdev, "event {}: {:?} not handled\n", rec.seq, ev);
+                }
+                false
+            }
             Err(e) => {
                 self.stats.unknown_kind += 1;
                 if self.may_warn() {

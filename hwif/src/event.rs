@@ -21,8 +21,7 @@ pub const EVENT_RECORD_SIZE: usize = 64;
 /// Events the device holds while the driver has no buffer posted.
 pub const EVENT_FIFO_DEPTH: usize = 256;
 
-/// Event kinds. Numbers `3..=0x1f` are reserved for the GPU blocks (fences,
-/// faults, engine errors, resets).
+/// Event kinds. Numbers `8..=0x1f` are reserved for later blocks.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
@@ -31,6 +30,24 @@ pub enum EventKind {
     /// The device's event FIFO overflowed. `data[0]` = number of events
     /// dropped, `data[1]` = sequence number of the first dropped event.
     EventsLost = 2,
+    /// A `FENCE` packet wrote its value. `data[0]` = context | engine << 32,
+    /// `data[1]` = seqno, `data[2]` = the VA written.
+    Fence = 3,
+    /// A GPU MMU translation failed. `data[0]` = VA, `data[1]` = packed
+    /// [`FaultInfo`], `data[2]` = GPU VA of the packet being executed,
+    /// `data[3]` = fault id (for `FAULT_RESUME`), `data[4]` = compute
+    /// lane | pc << 32 (`u64::MAX` outside kernels).
+    Fault = 4,
+    /// An engine stopped a ring on a bad packet or pointer. `data[0]` =
+    /// context | engine << 32, `data[1]` = [`super::packet::EngineError`],
+    /// `data[2]` = GPU VA of the packet, `data[3]` = ring read pointer |
+    /// indirect depth << 32, `data[4]` = the packet's header word.
+    EngineError = 5,
+    /// A reset finished. `data[0]` = engine ([`super::proto::engine::ALL`]
+    /// for a device reset) | context in flight << 32
+    /// ([`super::proto::CTX_NONE`] if idle), `data[1]` = that ring's read
+    /// pointer.
+    ResetDone = 6,
 }
 
 impl EventKind {
@@ -39,6 +56,10 @@ impl EventKind {
         match v {
             1 => Some(EventKind::Ping),
             2 => Some(EventKind::EventsLost),
+            3 => Some(EventKind::Fence),
+            4 => Some(EventKind::Fault),
+            5 => Some(EventKind::EngineError),
+            6 => Some(EventKind::ResetDone),
             _ => None,
         }
     }
@@ -48,6 +69,10 @@ impl EventKind {
         match self {
             EventKind::Ping => "PING",
             EventKind::EventsLost => "EVENTS_LOST",
+            EventKind::Fence => "FENCE",
+            EventKind::Fault => "FAULT",
+            EventKind::EngineError => "ENGINE_ERROR",
+            EventKind::ResetDone => "RESET_DONE",
         }
     }
 }
@@ -70,6 +95,53 @@ pod_struct! {
 
 const _: () = assert!(core::mem::size_of::<EventRecord>() == EVENT_RECORD_SIZE);
 
+/// The second word of a fault record, unpacked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultInfo {
+    /// Context.
+    pub ctx_id: u8,
+    /// Engine.
+    pub engine: u8,
+    /// [`super::mmu::Access`] number.
+    pub access: u8,
+    /// [`super::mmu::FaultReason`] number.
+    pub reason: u8,
+    /// Page-table level where the walk failed (3 = root, 0 = leaf table),
+    /// or [`super::mmu::LEVEL_NONE`].
+    pub level: u8,
+    /// [`FAULT_FLAG_REPLAYABLE`] if the job is stalled awaiting
+    /// `FAULT_RESUME`.
+    pub flags: u8,
+}
+
+/// Fault flag: the faulting job is stalled and waits for `FAULT_RESUME`.
+pub const FAULT_FLAG_REPLAYABLE: u8 = 1 << 0;
+
+impl FaultInfo {
+    /// Packs into a record word: ctx, engine, access, reason, level, flags
+    /// in bytes 0..=5.
+    pub const fn pack(&self) -> u64 {
+        (self.ctx_id as u64)
+            | (self.engine as u64) << 8
+            | (self.access as u64) << 16
+            | (self.reason as u64) << 24
+            | (self.level as u64) << 32
+            | (self.flags as u64) << 40
+    }
+
+    /// Unpacks a record word.
+    pub const fn unpack(w: u64) -> FaultInfo {
+        FaultInfo {
+            ctx_id: w as u8,
+            engine: (w >> 8) as u8,
+            access: (w >> 16) as u8,
+            reason: (w >> 24) as u8,
+            level: (w >> 32) as u8,
+            flags: (w >> 40) as u8,
+        }
+    }
+}
+
 /// A decoded event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -85,6 +157,56 @@ pub enum Event {
         /// The sequence number of the first dropped event.
         first_seq: u64,
     },
+    /// [`EventKind::Fence`].
+    Fence {
+        /// Context.
+        ctx_id: u32,
+        /// Engine.
+        engine: u32,
+        /// The value written.
+        seqno: u64,
+        /// Where it was written.
+        va: u64,
+    },
+    /// [`EventKind::Fault`].
+    Fault {
+        /// Faulting VA.
+        va: u64,
+        /// Who, how, why.
+        info: FaultInfo,
+        /// VA of the packet being executed.
+        packet_va: u64,
+        /// Id to name in `FAULT_RESUME`.
+        fault_id: u64,
+        /// Compute lane | pc << 32, or `u64::MAX`.
+        lane_pc: u64,
+    },
+    /// [`EventKind::EngineError`].
+    EngineError {
+        /// Context.
+        ctx_id: u32,
+        /// Engine.
+        engine: u32,
+        /// [`super::packet::EngineError`] number.
+        code: u32,
+        /// VA of the offending packet.
+        packet_va: u64,
+        /// Ring read pointer of the ring-level packet.
+        rptr: u32,
+        /// Indirect depth (0 = the ring itself).
+        depth: u32,
+        /// The packet's header word (0 if none was read).
+        header: u32,
+    },
+    /// [`EventKind::ResetDone`].
+    ResetDone {
+        /// Engine, or [`super::proto::engine::ALL`] for the device.
+        engine: u32,
+        /// Context in flight, or [`super::proto::CTX_NONE`].
+        ctx_id: u32,
+        /// That ring's read pointer.
+        rptr: u32,
+    },
 }
 
 /// Why an event record could not be decoded.
@@ -96,12 +218,20 @@ pub enum EventDecodeError {
     UnknownKind(u32),
 }
 
+const fn pair(lo: u32, hi: u32) -> u64 {
+    (lo as u64) | (hi as u64) << 32
+}
+
 impl Event {
     /// The kind of this event.
     pub const fn kind(&self) -> EventKind {
         match self {
             Event::Ping { .. } => EventKind::Ping,
             Event::EventsLost { .. } => EventKind::EventsLost,
+            Event::Fence { .. } => EventKind::Fence,
+            Event::Fault { .. } => EventKind::Fault,
+            Event::EngineError { .. } => EventKind::EngineError,
+            Event::ResetDone { .. } => EventKind::ResetDone,
         }
     }
 
@@ -114,6 +244,41 @@ impl Event {
                 data[0] = count;
                 data[1] = first_seq;
             }
+            Event::Fence {
+                ctx_id,
+                engine,
+                seqno,
+                va,
+            } => data[..3].copy_from_slice(&[pair(ctx_id, engine), seqno, va]),
+            Event::Fault {
+                va,
+                info,
+                packet_va,
+                fault_id,
+                lane_pc,
+            } => data = [va, info.pack(), packet_va, fault_id, lane_pc],
+            Event::EngineError {
+                ctx_id,
+                engine,
+                code,
+                packet_va,
+                rptr,
+                depth,
+                header,
+            } => {
+                data = [
+                    pair(ctx_id, engine),
+                    code as u64,
+                    packet_va,
+                    pair(rptr, depth),
+                    header as u64,
+                ]
+            }
+            Event::ResetDone {
+                engine,
+                ctx_id,
+                rptr,
+            } => data[..2].copy_from_slice(&[pair(engine, ctx_id), rptr as u64]),
         }
         EventRecord {
             kind: self.kind() as u32,
@@ -133,6 +298,33 @@ impl Event {
             Some(EventKind::EventsLost) => Ok(Event::EventsLost {
                 count: rec.data[0],
                 first_seq: rec.data[1],
+            }),
+            Some(EventKind::Fence) => Ok(Event::Fence {
+                ctx_id: rec.data[0] as u32,
+                engine: (rec.data[0] >> 32) as u32,
+                seqno: rec.data[1],
+                va: rec.data[2],
+            }),
+            Some(EventKind::Fault) => Ok(Event::Fault {
+                va: rec.data[0],
+                info: FaultInfo::unpack(rec.data[1]),
+                packet_va: rec.data[2],
+                fault_id: rec.data[3],
+                lane_pc: rec.data[4],
+            }),
+            Some(EventKind::EngineError) => Ok(Event::EngineError {
+                ctx_id: rec.data[0] as u32,
+                engine: (rec.data[0] >> 32) as u32,
+                code: rec.data[1] as u32,
+                packet_va: rec.data[2],
+                rptr: rec.data[3] as u32,
+                depth: (rec.data[3] >> 32) as u32,
+                header: rec.data[4] as u32,
+            }),
+            Some(EventKind::ResetDone) => Ok(Event::ResetDone {
+                engine: rec.data[0] as u32,
+                ctx_id: (rec.data[0] >> 32) as u32,
+                rptr: rec.data[1] as u32,
             }),
             None => Err(EventDecodeError::UnknownKind(rec.kind)),
         }

@@ -10,7 +10,12 @@
 
 use super::event::EventRecord;
 use super::pod::{Pod, StructLayout};
-use super::proto::{CommandHeader, IdentifyReply, PingCmd, PingReply, ReplyHeader};
+use super::proto::{
+    CommandHeader, ContextCreateCmd, ContextDestroyCmd, ContextQueryCmd, ContextQueryReply,
+    DoorbellCmd, EngineResetCmd, EngineResetReply, FaultResumeCmd, IdentifyReply, PingCmd,
+    PingReply, QueryStatsCmd, ReplyHeader, RingCreateCmd, RingDestroyCmd, RingStatus, StatsReply,
+    TlbInvalidateCmd,
+};
 
 /// Every shared struct.
 pub const TABLE: &[StructLayout] = &[
@@ -20,6 +25,20 @@ pub const TABLE: &[StructLayout] = &[
     PingReply::LAYOUT,
     IdentifyReply::LAYOUT,
     EventRecord::LAYOUT,
+    ContextCreateCmd::LAYOUT,
+    ContextDestroyCmd::LAYOUT,
+    ContextQueryCmd::LAYOUT,
+    ContextQueryReply::LAYOUT,
+    RingCreateCmd::LAYOUT,
+    RingDestroyCmd::LAYOUT,
+    DoorbellCmd::LAYOUT,
+    TlbInvalidateCmd::LAYOUT,
+    FaultResumeCmd::LAYOUT,
+    EngineResetCmd::LAYOUT,
+    EngineResetReply::LAYOUT,
+    QueryStatsCmd::LAYOUT,
+    StatsReply::LAYOUT,
+    RingStatus::LAYOUT,
 ];
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;

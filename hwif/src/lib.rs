@@ -11,10 +11,14 @@
 //! * [`proto`]: the control queue (commands and replies), status codes,
 //!   identify data, limits.
 //! * [`event`]: event records posted on the event queue.
+//! * [`mmu`]: the GPU page-table format, access types, fault reasons.
+//! * [`packet`]: ring and command-buffer packets, per generation.
 //! * [`layout`]: the table of every shared struct and its fingerprint.
 #![no_std]
 
 pub mod event;
 pub mod layout;
+pub mod mmu;
+pub mod packet;
 pub mod pod;
 pub mod proto;

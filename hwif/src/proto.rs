@@ -74,8 +74,8 @@ pub const GENERATIONS: [u32; 2] = [1, 2];
 
 /// Control opcodes.
 ///
-/// Ranges are reserved for later blocks: `0x01xx` contexts, `0x02xx` rings
-/// and doorbells, `0x03xx` the MMU, `0x04xx` resets, `0x05xx` fault injection.
+/// Ranges: `0x00xx` device, `0x01xx` contexts, `0x02xx` rings and doorbells,
+/// `0x03xx` the MMU, `0x04xx` resets and telemetry, `0x05xx` fault injection.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Opcode {
@@ -84,34 +84,91 @@ pub enum Opcode {
     /// Reply at once and post an [`super::event::EventKind::Ping`] event
     /// carrying the command's cookie ([`PingCmd`], [`PingReply`]).
     Ping = 0x0002,
+    /// Create a context ([`ContextCreateCmd`]).
+    ContextCreate = 0x0101,
+    /// Destroy a context ([`ContextDestroyCmd`]); `BUSY` while it has work
+    /// in flight unless forced.
+    ContextDestroy = 0x0102,
+    /// Read a context's state ([`ContextQueryCmd`], [`ContextQueryReply`]).
+    ContextQuery = 0x0103,
+    /// Register a ring for a (context, engine) ([`RingCreateCmd`]).
+    RingCreate = 0x0201,
+    /// Unregister a ring ([`RingDestroyCmd`]); `BUSY` while it runs.
+    RingDestroy = 0x0202,
+    /// Publish a ring's new write pointer ([`DoorbellCmd`]).
+    Doorbell = 0x0203,
+    /// Drop TLB entries of a context ([`TlbInvalidateCmd`]).
+    TlbInvalidate = 0x0301,
+    /// Answer a replayable fault ([`FaultResumeCmd`]).
+    FaultResume = 0x0302,
+    /// Reset one engine ([`EngineResetCmd`], [`EngineResetReply`]).
+    EngineReset = 0x0401,
+    /// Return the whole device to its power-on state (header only).
+    DeviceReset = 0x0402,
+    /// Read counters of an engine, a context or the device
+    /// ([`QueryStatsCmd`], [`StatsReply`]).
+    QueryStats = 0x0403,
 }
 
 impl Opcode {
     /// Every opcode, for tables and tests.
-    pub const ALL: [Opcode; 2] = [Opcode::Identify, Opcode::Ping];
+    pub const ALL: [Opcode; 13] = [
+        Opcode::Identify,
+        Opcode::Ping,
+        Opcode::ContextCreate,
+        Opcode::ContextDestroy,
+        Opcode::ContextQuery,
+        Opcode::RingCreate,
+        Opcode::RingDestroy,
+        Opcode::Doorbell,
+        Opcode::TlbInvalidate,
+        Opcode::FaultResume,
+        Opcode::EngineReset,
+        Opcode::DeviceReset,
+        Opcode::QueryStats,
+    ];
 
     /// The opcode with this number, if any.
     pub const fn from_u32(v: u32) -> Option<Opcode> {
-        match v {
-            0x0001 => Some(Opcode::Identify),
-            0x0002 => Some(Opcode::Ping),
-            _ => None,
+        let mut i = 0;
+        while i < Opcode::ALL.len() {
+            if Opcode::ALL[i] as u32 == v {
+                return Some(Opcode::ALL[i]);
+            }
+            i += 1;
         }
+        None
     }
 
     /// The exact size of this opcode's command, header included.
     pub const fn command_size(self) -> usize {
+        use core::mem::size_of;
         match self {
-            Opcode::Identify => core::mem::size_of::<CommandHeader>(),
-            Opcode::Ping => core::mem::size_of::<PingCmd>(),
+            Opcode::Identify | Opcode::DeviceReset => size_of::<CommandHeader>(),
+            Opcode::Ping => size_of::<PingCmd>(),
+            Opcode::ContextCreate => size_of::<ContextCreateCmd>(),
+            Opcode::ContextDestroy => size_of::<ContextDestroyCmd>(),
+            Opcode::ContextQuery => size_of::<ContextQueryCmd>(),
+            Opcode::RingCreate => size_of::<RingCreateCmd>(),
+            Opcode::RingDestroy => size_of::<RingDestroyCmd>(),
+            Opcode::Doorbell => size_of::<DoorbellCmd>(),
+            Opcode::TlbInvalidate => size_of::<TlbInvalidateCmd>(),
+            Opcode::FaultResume => size_of::<FaultResumeCmd>(),
+            Opcode::EngineReset => size_of::<EngineResetCmd>(),
+            Opcode::QueryStats => size_of::<QueryStatsCmd>(),
         }
     }
 
     /// The size of this opcode's successful reply, header included.
     pub const fn reply_size(self) -> usize {
+        use core::mem::size_of;
         match self {
-            Opcode::Identify => core::mem::size_of::<IdentifyReply>(),
-            Opcode::Ping => core::mem::size_of::<PingReply>(),
+            Opcode::Identify => size_of::<IdentifyReply>(),
+            Opcode::Ping => size_of::<PingReply>(),
+            Opcode::ContextQuery => size_of::<ContextQueryReply>(),
+            Opcode::EngineReset => size_of::<EngineResetReply>(),
+            Opcode::QueryStats => size_of::<StatsReply>(),
+            _ => size_of::<ReplyHeader>(),
         }
     }
 
@@ -120,6 +177,17 @@ impl Opcode {
         match self {
             Opcode::Identify => "IDENTIFY",
             Opcode::Ping => "PING",
+            Opcode::ContextCreate => "CONTEXT_CREATE",
+            Opcode::ContextDestroy => "CONTEXT_DESTROY",
+            Opcode::ContextQuery => "CONTEXT_QUERY",
+            Opcode::RingCreate => "RING_CREATE",
+            Opcode::RingDestroy => "RING_DESTROY",
+            Opcode::Doorbell => "DOORBELL",
+            Opcode::TlbInvalidate => "TLB_INVALIDATE",
+            Opcode::FaultResume => "FAULT_RESUME",
+            Opcode::EngineReset => "ENGINE_RESET",
+            Opcode::DeviceReset => "DEVICE_RESET",
+            Opcode::QueryStats => "QUERY_STATS",
         }
     }
 }
@@ -148,6 +216,10 @@ pub enum Status {
     BadDescriptor = 7,
     /// The device is lost or being reset and does not execute commands.
     DeviceLost = 8,
+    /// The context, ring or fault named does not exist.
+    NotFound = 9,
+    /// The context or ring already exists.
+    AlreadyExists = 10,
 }
 
 impl Status {
@@ -163,6 +235,8 @@ impl Status {
             6 => Some(Status::Busy),
             7 => Some(Status::BadDescriptor),
             8 => Some(Status::DeviceLost),
+            9 => Some(Status::NotFound),
+            10 => Some(Status::AlreadyExists),
             _ => None,
         }
     }
@@ -179,16 +253,86 @@ impl Status {
             Status::Busy => "BUSY",
             Status::BadDescriptor => "BAD_DESCRIPTOR",
             Status::DeviceLost => "DEVICE_LOST",
+            Status::NotFound => "NOT_FOUND",
+            Status::AlreadyExists => "ALREADY_EXISTS",
         }
     }
 }
 
-/// Bit `i` of [`IdentifyReply::engine_mask`]: engine `i` is present.
+/// Engines. Bit `i` of [`IdentifyReply::engine_mask`] set: engine `i` is
+/// present.
 pub mod engine {
-    /// Copy / DMA engine.
+    /// Copy / DMA engine: `COPY`, `COPY_2D`, `FILL` and the common packets.
     pub const COPY: u32 = 0;
-    /// Compute engine.
+    /// Compute engine: `DISPATCH` and the common packets.
     pub const COMPUTE: u32 = 1;
+    /// Number of engines.
+    pub const COUNT: u32 = 2;
+    /// "Every engine" / "the whole device" in reset events.
+    pub const ALL: u32 = 0xffff_ffff;
+}
+
+/// "No context" in replies and events.
+pub const CTX_NONE: u32 = 0xffff_ffff;
+
+/// Context priorities (`CONTEXT_CREATE`), lowest first. Higher priorities
+/// are scheduled first; equal priorities share an engine round-robin.
+pub const PRIORITY_LOW: u32 = 0;
+/// Normal priority.
+pub const PRIORITY_NORMAL: u32 = 1;
+/// High priority.
+pub const PRIORITY_HIGH: u32 = 2;
+/// Real-time priority.
+pub const PRIORITY_REALTIME: u32 = 3;
+
+/// `CONTEXT_CREATE` flag: page faults of this context are replayable (the
+/// job stalls until `FAULT_RESUME`) instead of stopping its ring.
+pub const CTX_FLAG_REPLAYABLE_FAULTS: u32 = 1 << 0;
+/// `CONTEXT_DESTROY` flag: destroy even with work in flight (the engines
+/// running it are reset first).
+pub const DESTROY_FLAG_FORCE: u32 = 1 << 0;
+/// `FAULT_RESUME` action: retry the faulting access (the driver fixed the
+/// mapping and invalidated the TLB).
+pub const FAULT_RESUME_RETRY: u32 = 0;
+/// `FAULT_RESUME` action: abort the job; the ring stops as for a
+/// non-replayable fault.
+pub const FAULT_RESUME_ABORT: u32 = 1;
+
+/// Context state bits in [`ContextQueryReply::state`].
+pub mod ctx_state {
+    /// A ring of the context stopped on an error or fault.
+    pub const ERRORED: u32 = 1 << 0;
+    /// A replayable fault of the context waits for `FAULT_RESUME`.
+    pub const FAULT_STALLED: u32 = 1 << 1;
+    /// Some ring of the context has unexecuted packets.
+    pub const BUSY: u32 = 1 << 2;
+    /// A ring of the context waits on a semaphore.
+    pub const SEM_WAIT: u32 = 1 << 3;
+}
+
+/// Ring states in [`RingStatus::state`].
+pub mod ring_state {
+    /// Nothing to do (read pointer = write pointer).
+    pub const IDLE: u32 = 0;
+    /// Executing or runnable.
+    pub const RUNNING: u32 = 1;
+    /// Waiting on a semaphore.
+    pub const SEM_WAIT: u32 = 2;
+    /// Stalled on a replayable fault.
+    pub const FAULT_STALLED: u32 = 3;
+    /// Stopped on an error or non-replayable fault: the doorbell is ignored
+    /// until the ring is destroyed and created again (or the engine reset).
+    pub const STOPPED: u32 = 4;
+}
+
+/// `QUERY_STATS` kinds.
+pub mod stats_kind {
+    /// One engine (`id` = engine number).
+    pub const ENGINE: u32 = 0;
+    /// One context (`id` = context id).
+    pub const CONTEXT: u32 = 1;
+    /// The whole device (`id` = 0).
+    pub const DEVICE: u32 = 2;
 }
 
 pod_struct! {
@@ -266,6 +410,214 @@ pod_struct! {
         /// Zero.
         pub reserved: [u32; 4],
     }
+
+    /// `CONTEXT_CREATE`.
+    pub struct ContextCreateCmd {
+        /// Header.
+        pub hdr: CommandHeader,
+        /// Context id chosen by the driver, `0..MAX_CONTEXTS`.
+        pub ctx_id: u32,
+        /// `PRIORITY_*`.
+        pub priority: u32,
+        /// [`CTX_FLAG_REPLAYABLE_FAULTS`] or 0.
+        pub flags: u32,
+        /// Zero.
+        pub reserved: u32,
+        /// Guest-physical address of the level-3 page table (4 KiB aligned).
+        pub pt_root: u64,
+    }
+
+    /// `CONTEXT_DESTROY`.
+    pub struct ContextDestroyCmd {
+        /// Header.
+        pub hdr: CommandHeader,
+        /// Context id.
+        pub ctx_id: u32,
+        /// [`DESTROY_FLAG_FORCE`] or 0.
+        pub flags: u32,
+    }
+
+    /// `CONTEXT_QUERY`.
+    pub struct ContextQueryCmd {
+        /// Header.
+        pub hdr: CommandHeader,
+        /// Context id.
+        pub ctx_id: u32,
+        /// Zero.
+        pub reserved: u32,
+    }
+
+    /// Reply to `CONTEXT_QUERY`.
+    pub struct ContextQueryReply {
+        /// Header.
+        pub hdr: ReplyHeader,
+        /// Context id.
+        pub ctx_id: u32,
+        /// [`ctx_state`] bits.
+        pub state: u32,
+        /// Page faults of this context since creation.
+        pub faults: u32,
+        /// Engine errors of this context since creation.
+        pub errors: u32,
+        /// VA of the last fault (0 if none).
+        pub last_fault_va: u64,
+        /// Nanoseconds this context has held an engine.
+        pub busy_ns: u64,
+        /// Packets executed.
+        pub packets: u64,
+    }
+
+    /// `RING_CREATE`.
+    pub struct RingCreateCmd {
+        /// Header.
+        pub hdr: CommandHeader,
+        /// Context id.
+        pub ctx_id: u32,
+        /// [`engine`] number.
+        pub engine: u32,
+        /// Ring size in bytes: a power of two in
+        /// `MIN_RING_SIZE..=MAX_RING_SIZE`.
+        pub size: u32,
+        /// Zero.
+        pub flags: u32,
+        /// GPU VA of the ring in the context's address space (4 KiB aligned).
+        pub ring_va: u64,
+        /// GPU VA of the ring's [`RingStatus`] block (64-byte aligned).
+        pub status_va: u64,
+    }
+
+    /// `RING_DESTROY`.
+    pub struct RingDestroyCmd {
+        /// Header.
+        pub hdr: CommandHeader,
+        /// Context id.
+        pub ctx_id: u32,
+        /// Engine.
+        pub engine: u32,
+    }
+
+    /// `DOORBELL`.
+    pub struct DoorbellCmd {
+        /// Header.
+        pub hdr: CommandHeader,
+        /// Context id.
+        pub ctx_id: u32,
+        /// Engine.
+        pub engine: u32,
+        /// New write pointer: total bytes ever written to the ring (it
+        /// wraps at 2^32; the ring offset is `wptr % size`).
+        pub wptr: u32,
+        /// Zero.
+        pub reserved: u32,
+    }
+
+    /// `TLB_INVALIDATE`.
+    pub struct TlbInvalidateCmd {
+        /// Header.
+        pub hdr: CommandHeader,
+        /// Context id.
+        pub ctx_id: u32,
+        /// Engines whose TLBs to invalidate (bit per engine; 0 = all).
+        pub engine_mask: u32,
+        /// First VA of the range.
+        pub va: u64,
+        /// Bytes in the range; 0 = the whole address space.
+        pub size: u64,
+    }
+
+    /// `FAULT_RESUME`.
+    pub struct FaultResumeCmd {
+        /// Header.
+        pub hdr: CommandHeader,
+        /// Context id.
+        pub ctx_id: u32,
+        /// [`FAULT_RESUME_RETRY`] or [`FAULT_RESUME_ABORT`].
+        pub action: u32,
+        /// The fault's id from its event record.
+        pub fault_id: u64,
+    }
+
+    /// `ENGINE_RESET`.
+    pub struct EngineResetCmd {
+        /// Header.
+        pub hdr: CommandHeader,
+        /// Engine.
+        pub engine: u32,
+        /// Zero.
+        pub reserved: u32,
+    }
+
+    /// Reply to `ENGINE_RESET`.
+    pub struct EngineResetReply {
+        /// Header.
+        pub hdr: ReplyHeader,
+        /// Engine.
+        pub engine: u32,
+        /// Context whose job was in flight ([`CTX_NONE`] if idle).
+        pub ctx_id: u32,
+        /// That ring's read pointer where the engine stopped.
+        pub rptr: u32,
+        /// Zero.
+        pub reserved: u32,
+    }
+
+    /// `QUERY_STATS`.
+    pub struct QueryStatsCmd {
+        /// Header.
+        pub hdr: CommandHeader,
+        /// [`stats_kind`].
+        pub kind: u32,
+        /// Engine number, context id, or 0.
+        pub id: u32,
+    }
+
+    /// Reply to `QUERY_STATS`. Counters since power-on (device, engines) or
+    /// creation (contexts).
+    pub struct StatsReply {
+        /// Header.
+        pub hdr: ReplyHeader,
+        /// Kind queried.
+        pub kind: u32,
+        /// Id queried.
+        pub id: u32,
+        /// Nanoseconds busy.
+        pub busy_ns: u64,
+        /// Packets executed.
+        pub packets: u64,
+        /// Bytes copied or filled.
+        pub bytes: u64,
+        /// Page faults.
+        pub faults: u64,
+        /// Engine errors.
+        pub errors: u64,
+        /// Resets.
+        pub resets: u64,
+        /// Fences written.
+        pub fences: u64,
+        /// TLB hits.
+        pub tlb_hits: u64,
+        /// TLB misses (page-table walks).
+        pub tlb_misses: u64,
+    }
+
+    /// The ring status block the device keeps up to date in guest memory at
+    /// `status_va` (64 bytes).
+    pub struct RingStatus {
+        /// Read pointer: total bytes of packets consumed (wraps at 2^32).
+        pub rptr: u32,
+        /// [`ring_state`].
+        pub state: u32,
+        /// Seqno of the last `FENCE` this ring executed.
+        pub last_fence: u64,
+        /// Packets executed.
+        pub packets: u64,
+        /// [`super::packet::EngineError`] that stopped the ring, or 0.
+        pub error: u32,
+        /// Read pointer of the packet that stopped the ring.
+        pub error_rptr: u32,
+        /// Zero.
+        pub reserved: [u64; 4],
+    }
 }
 
 /// Why a command could not be decoded; each maps to a reply [`Status`].
@@ -297,7 +649,9 @@ impl DecodeError {
     }
 }
 
-/// A decoded, validated control command.
+/// A decoded control command. Field ranges (context ids, engines, sizes)
+/// are checked when the command executes, against the device's state; the
+/// decoder checks sizes, flags and reserved fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
     /// `IDENTIFY`.
@@ -307,6 +661,104 @@ pub enum Command {
         /// The cookie to echo.
         cookie: u64,
     },
+    /// `CONTEXT_CREATE`.
+    ContextCreate {
+        /// Context id.
+        ctx_id: u32,
+        /// Priority.
+        priority: u32,
+        /// Flags.
+        flags: u32,
+        /// Page-table root (guest-physical).
+        pt_root: u64,
+    },
+    /// `CONTEXT_DESTROY`.
+    ContextDestroy {
+        /// Context id.
+        ctx_id: u32,
+        /// Flags.
+        flags: u32,
+    },
+    /// `CONTEXT_QUERY`.
+    ContextQuery {
+        /// Context id.
+        ctx_id: u32,
+    },
+    /// `RING_CREATE`.
+    RingCreate {
+        /// Context id.
+        ctx_id: u32,
+        /// Engine.
+        engine: u32,
+        /// Size in bytes.
+        size: u32,
+        /// Ring GPU VA.
+        ring_va: u64,
+        /// Status block GPU VA.
+        status_va: u64,
+    },
+    /// `RING_DESTROY`.
+    RingDestroy {
+        /// Context id.
+        ctx_id: u32,
+        /// Engine.
+        engine: u32,
+    },
+    /// `DOORBELL`.
+    Doorbell {
+        /// Context id.
+        ctx_id: u32,
+        /// Engine.
+        engine: u32,
+        /// Write pointer.
+        wptr: u32,
+    },
+    /// `TLB_INVALIDATE`.
+    TlbInvalidate {
+        /// Context id.
+        ctx_id: u32,
+        /// Engine mask (0 = all).
+        engine_mask: u32,
+        /// Range start.
+        va: u64,
+        /// Range size (0 = all).
+        size: u64,
+    },
+    /// `FAULT_RESUME`.
+    FaultResume {
+        /// Context id.
+        ctx_id: u32,
+        /// Action.
+        action: u32,
+        /// Fault id.
+        fault_id: u64,
+    },
+    /// `ENGINE_RESET`.
+    EngineReset {
+        /// Engine.
+        engine: u32,
+    },
+    /// `DEVICE_RESET`.
+    DeviceReset,
+    /// `QUERY_STATS`.
+    QueryStats {
+        /// Kind.
+        kind: u32,
+        /// Id.
+        id: u32,
+    },
+}
+
+fn read<T: Pod>(bytes: &[u8], op: Opcode) -> Result<T, DecodeError> {
+    T::read_from(bytes).ok_or(DecodeError::Truncated(op))
+}
+
+fn zero(v: u32, op: Opcode) -> Result<(), DecodeError> {
+    if v == 0 {
+        Ok(())
+    } else {
+        Err(DecodeError::ReservedNonZero(op))
+    }
 }
 
 impl Command {
@@ -317,30 +769,109 @@ impl Command {
         let Some(hdr) = CommandHeader::read_from(bytes) else {
             return (None, Err(DecodeError::NoHeader));
         };
+        (Some(hdr), Command::decode_body(&hdr, bytes))
+    }
+
+    fn decode_body(hdr: &CommandHeader, bytes: &[u8]) -> Result<Command, DecodeError> {
         if bytes.len() > MAX_COMMAND_SIZE {
-            return (Some(hdr), Err(DecodeError::TooLarge));
+            return Err(DecodeError::TooLarge);
         }
-        let Some(op) = Opcode::from_u32(hdr.opcode) else {
-            return (Some(hdr), Err(DecodeError::UnknownOpcode(hdr.opcode)));
-        };
+        let op = Opcode::from_u32(hdr.opcode).ok_or(DecodeError::UnknownOpcode(hdr.opcode))?;
         let want = op.command_size();
         if bytes.len() < want {
-            return (Some(hdr), Err(DecodeError::Truncated(op)));
+            return Err(DecodeError::Truncated(op));
         }
         if bytes.len() > want {
-            return (Some(hdr), Err(DecodeError::Oversized(op)));
+            return Err(DecodeError::Oversized(op));
         }
-        if hdr.flags != 0 {
-            return (Some(hdr), Err(DecodeError::ReservedNonZero(op)));
-        }
-        let cmd = match op {
+        zero(hdr.flags, op)?;
+        Ok(match op {
             Opcode::Identify => Command::Identify,
-            Opcode::Ping => match PingCmd::read_from(bytes) {
-                Some(c) => Command::Ping { cookie: c.cookie },
-                None => return (Some(hdr), Err(DecodeError::Truncated(op))),
+            Opcode::DeviceReset => Command::DeviceReset,
+            Opcode::Ping => Command::Ping {
+                cookie: read::<PingCmd>(bytes, op)?.cookie,
             },
-        };
-        (Some(hdr), Ok(cmd))
+            Opcode::ContextCreate => {
+                let c: ContextCreateCmd = read(bytes, op)?;
+                zero(c.reserved, op)?;
+                zero(c.flags & !CTX_FLAG_REPLAYABLE_FAULTS, op)?;
+                Command::ContextCreate {
+                    ctx_id: c.ctx_id,
+                    priority: c.priority,
+                    flags: c.flags,
+                    pt_root: c.pt_root,
+                }
+            }
+            Opcode::ContextDestroy => {
+                let c: ContextDestroyCmd = read(bytes, op)?;
+                zero(c.flags & !DESTROY_FLAG_FORCE, op)?;
+                Command::ContextDestroy {
+                    ctx_id: c.ctx_id,
+                    flags: c.flags,
+                }
+            }
+            Opcode::ContextQuery => {
+                let c: ContextQueryCmd = read(bytes, op)?;
+                zero(c.reserved, op)?;
+                Command::ContextQuery { ctx_id: c.ctx_id }
+            }
+            Opcode::RingCreate => {
+                let c: RingCreateCmd = read(bytes, op)?;
+                zero(c.flags, op)?;
+                Command::RingCreate {
+                    ctx_id: c.ctx_id,
+                    engine: c.engine,
+                    size: c.size,
+                    ring_va: c.ring_va,
+                    status_va: c.status_va,
+                }
+            }
+            Opcode::RingDestroy => {
+                let c: RingDestroyCmd = read(bytes, op)?;
+                Command::RingDestroy {
+                    ctx_id: c.ctx_id,
+                    engine: c.engine,
+                }
+            }
+            Opcode::Doorbell => {
+                let c: DoorbellCmd = read(bytes, op)?;
+                zero(c.reserved, op)?;
+                Command::Doorbell {
+                    ctx_id: c.ctx_id,
+                    engine: c.engine,
+                    wptr: c.wptr,
+                }
+            }
+            Opcode::TlbInvalidate => {
+                let c: TlbInvalidateCmd = read(bytes, op)?;
+                Command::TlbInvalidate {
+                    ctx_id: c.ctx_id,
+                    engine_mask: c.engine_mask,
+                    va: c.va,
+                    size: c.size,
+                }
+            }
+            Opcode::FaultResume => {
+                let c: FaultResumeCmd = read(bytes, op)?;
+                Command::FaultResume {
+                    ctx_id: c.ctx_id,
+                    action: c.action,
+                    fault_id: c.fault_id,
+                }
+            }
+            Opcode::EngineReset => {
+                let c: EngineResetCmd = read(bytes, op)?;
+                zero(c.reserved, op)?;
+                Command::EngineReset { engine: c.engine }
+            }
+            Opcode::QueryStats => {
+                let c: QueryStatsCmd = read(bytes, op)?;
+                Command::QueryStats {
+                    kind: c.kind,
+                    id: c.id,
+                }
+            }
+        })
     }
 
     /// The command's opcode.
@@ -348,6 +879,17 @@ impl Command {
         match self {
             Command::Identify => Opcode::Identify,
             Command::Ping { .. } => Opcode::Ping,
+            Command::ContextCreate { .. } => Opcode::ContextCreate,
+            Command::ContextDestroy { .. } => Opcode::ContextDestroy,
+            Command::ContextQuery { .. } => Opcode::ContextQuery,
+            Command::RingCreate { .. } => Opcode::RingCreate,
+            Command::RingDestroy { .. } => Opcode::RingDestroy,
+            Command::Doorbell { .. } => Opcode::Doorbell,
+            Command::TlbInvalidate { .. } => Opcode::TlbInvalidate,
+            Command::FaultResume { .. } => Opcode::FaultResume,
+            Command::EngineReset { .. } => Opcode::EngineReset,
+            Command::DeviceReset => Opcode::DeviceReset,
+            Command::QueryStats { .. } => Opcode::QueryStats,
         }
     }
 
@@ -360,8 +902,96 @@ impl Command {
             tag,
         };
         match *self {
-            Command::Identify => hdr.write_to(out),
+            Command::Identify | Command::DeviceReset => hdr.write_to(out),
             Command::Ping { cookie } => PingCmd { hdr, cookie }.write_to(out),
+            Command::ContextCreate {
+                ctx_id,
+                priority,
+                flags,
+                pt_root,
+            } => ContextCreateCmd {
+                hdr,
+                ctx_id,
+                priority,
+                flags,
+                reserved: 0,
+                pt_root,
+            }
+            .write_to(out),
+            Command::ContextDestroy { ctx_id, flags } => {
+                ContextDestroyCmd { hdr, ctx_id, flags }.write_to(out)
+            }
+            Command::ContextQuery { ctx_id } => ContextQueryCmd {
+                hdr,
+                ctx_id,
+                reserved: 0,
+            }
+            .write_to(out),
+            Command::RingCreate {
+                ctx_id,
+                engine,
+                size,
+                ring_va,
+                status_va,
+            } => RingCreateCmd {
+                hdr,
+                ctx_id,
+                engine,
+                size,
+                flags: 0,
+                ring_va,
+                status_va,
+            }
+            .write_to(out),
+            Command::RingDestroy { ctx_id, engine } => RingDestroyCmd {
+                hdr,
+                ctx_id,
+                engine,
+            }
+            .write_to(out),
+            Command::Doorbell {
+                ctx_id,
+                engine,
+                wptr,
+            } => DoorbellCmd {
+                hdr,
+                ctx_id,
+                engine,
+                wptr,
+                reserved: 0,
+            }
+            .write_to(out),
+            Command::TlbInvalidate {
+                ctx_id,
+                engine_mask,
+                va,
+                size,
+            } => TlbInvalidateCmd {
+                hdr,
+                ctx_id,
+                engine_mask,
+                va,
+                size,
+            }
+            .write_to(out),
+            Command::FaultResume {
+                ctx_id,
+                action,
+                fault_id,
+            } => FaultResumeCmd {
+                hdr,
+                ctx_id,
+                action,
+                fault_id,
+            }
+            .write_to(out),
+            Command::EngineReset { engine } => EngineResetCmd {
+                hdr,
+                engine,
+                reserved: 0,
+            }
+            .write_to(out),
+            Command::QueryStats { kind, id } => QueryStatsCmd { hdr, kind, id }.write_to(out),
         }
     }
 }

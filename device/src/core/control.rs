@@ -173,6 +173,12 @@ impl ControlProcessor {
                     event_seq,
                 })
             }
+            // The GPU blocks (contexts, rings, MMU, resets, telemetry) are
+            // not modelled by this core yet: refuse rather than pretend.
+            _ => {
+                log::debug!("control: {} tag {:#x} -> not modelled", op.name(), hdr.tag);
+                return Reply::error(Some(&hdr), Status::UnknownOpcode);
+            }
         };
         self.counters.count_command(op);
         log::debug!("control: {} tag {:#x} -> OK", op.name(), hdr.tag);

@@ -109,7 +109,7 @@ mod tests {
 
     #[test]
     fn status_count_covers_every_status() {
-        assert_eq!(STATUS_COUNT, Status::DeviceLost as usize + 1);
+        assert_eq!(STATUS_COUNT, Status::AlreadyExists as usize + 1);
         assert!(Status::from_u32(STATUS_COUNT as u32).is_none());
     }
 

@@ -1,0 +1,514 @@
+//! Ring and command-buffer packets.
+//!
+//! Work reaches an engine as a stream of packets: 32-bit little-endian words
+//! in a ring buffer (and in command buffers the ring points to with
+//! `INDIRECT`), all in guest memory and fetched through the context's GPU MMU.
+//! A packet is one header word followed by its payload words; the header
+//! gives the opcode and the packet's total length in words.
+//!
+//! # Header encoding (differs between generations)
+//!
+//! ```text
+//! gen 1:  31      24 23                 8 7        0
+//!        ┌──────────┬────────────────────┬──────────┐
+//!        │ flags=0  │ length (words)     │ opcode   │
+//!        └──────────┴────────────────────┴──────────┘
+//! gen 2:  31  28 27 24 23      16 15                0
+//!        ┌──────┬─────┬──────────┬──────────────────┐
+//!        │ 0xA  │flags│ opcode   │ length (words)   │
+//!        └──────┴─────┴──────────┴──────────────────┘
+//! ```
+//!
+//! Flags must be zero. A gen-1 header read by a gen-2 engine (or the reverse)
+//! is rejected as [`EngineError::BadHeader`] rather than misread.
+//!
+//! Gen 2 also requires the engine packets `COPY`, `COPY_2D` and `FILL` to
+//! start at a 64-byte aligned GPU VA ([`GEN2_ENGINE_PACKET_ALIGN`]); drivers pad
+//! with `NOP`s. A misaligned one is [`EngineError::Misaligned`].
+//!
+//! Packets may wrap around the end of a ring.
+
+/// `NOP`, any length ≥ 1: skipped (padding).
+pub const OP_NOP: u8 = 0x00;
+/// `INDIRECT va:u64 size_bytes:u32`: execute the command buffer at `va`.
+pub const OP_INDIRECT: u8 = 0x01;
+/// `FENCE va:u64 seqno:u64 flags:u32`: write `seqno` (8 bytes) at `va` once
+/// all earlier work on this ring is complete, then post a `FENCE` event unless
+/// [`FENCE_NO_EVENT`] is set.
+pub const OP_FENCE: u8 = 0x02;
+/// `SEM_WAIT va:u64 value:u64 op:u32`: stall this ring until the 64-bit
+/// value at `va` satisfies `op` against `value` ([`SEM_WAIT_GEQ`],
+/// [`SEM_WAIT_EQ`], [`SEM_WAIT_NEQ`]). Other contexts keep the engine.
+pub const OP_SEM_WAIT: u8 = 0x03;
+/// `SEM_SIGNAL va:u64 value:u64 op:u32`: write ([`SEM_SIGNAL_WRITE`]) or
+/// atomically add ([`SEM_SIGNAL_ADD`]) `value` at `va`.
+pub const OP_SEM_SIGNAL: u8 = 0x04;
+/// `TIMESTAMP va:u64`: write the device clock (ns, 8 bytes) at `va`.
+pub const OP_TIMESTAMP: u8 = 0x05;
+/// `COPY src:u64 dst:u64 size:u64` (copy engine): linear copy.
+pub const OP_COPY: u8 = 0x10;
+/// `COPY_2D src:u64 dst:u64 src_pitch:u32 dst_pitch:u32 width:u32
+/// height:u32` (copy engine): `height` rows of `width` bytes.
+pub const OP_COPY_2D: u8 = 0x11;
+/// `FILL dst:u64 size:u64 pattern:u32` (copy engine): repeat the 4-byte
+/// little-endian `pattern` over `size` bytes (a partial last word gets its
+/// first bytes).
+pub const OP_FILL: u8 = 0x12;
+/// `DISPATCH` (compute engine): reserved for the compute block.
+pub const OP_DISPATCH: u8 = 0x20;
+
+/// `FENCE` flag: write the value but post no event.
+pub const FENCE_NO_EVENT: u32 = 1 << 0;
+/// `SEM_WAIT` op: value at va ≥ operand (unsigned).
+pub const SEM_WAIT_GEQ: u32 = 0;
+/// `SEM_WAIT` op: value at va = operand.
+pub const SEM_WAIT_EQ: u32 = 1;
+/// `SEM_WAIT` op: value at va ≠ operand.
+pub const SEM_WAIT_NEQ: u32 = 2;
+/// `SEM_SIGNAL` op: store the operand.
+pub const SEM_SIGNAL_WRITE: u32 = 0;
+/// `SEM_SIGNAL` op: atomically add the operand.
+pub const SEM_SIGNAL_ADD: u32 = 1;
+
+/// Longest packet in words (a `NOP` may be this long).
+pub const MAX_PACKET_WORDS: u32 = 1024;
+/// Largest command buffer an `INDIRECT` may name, in bytes.
+pub const MAX_INDIRECT_SIZE: u32 = 1 << 20;
+/// Deepest `INDIRECT` nesting: the ring is depth 0, its command buffers 1 …
+pub const MAX_INDIRECT_DEPTH: u32 = 4;
+/// Largest `COPY` / `FILL` size, and largest `COPY_2D` total, in bytes.
+pub const MAX_TRANSFER_SIZE: u64 = 1 << 32;
+/// Gen 2: alignment of `COPY`, `COPY_2D` and `FILL` packets, in bytes.
+pub const GEN2_ENGINE_PACKET_ALIGN: u64 = 64;
+/// Gen 2 header marker in bits 31..28.
+pub const GEN2_MARKER: u32 = 0xA;
+
+/// Why an engine stopped a ring (reported in `ENGINE_ERROR` events).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineError {
+    /// Header not valid for this generation (marker, flags) or length 0.
+    BadHeader = 1,
+    /// Unknown opcode.
+    BadOpcode = 2,
+    /// Length wrong for the opcode, or longer than [`MAX_PACKET_WORDS`].
+    BadLength = 3,
+    /// Gen 2 engine packet not 64-byte aligned, or an address operand not
+    /// naturally aligned (fences, semaphores, timestamps need 8 bytes).
+    Misaligned = 4,
+    /// Opcode not executable by this engine (e.g. `COPY` on compute).
+    WrongEngine = 5,
+    /// Operand out of range: zero or oversized sizes, bad semaphore op,
+    /// `INDIRECT` size not a multiple of 4 or above [`MAX_INDIRECT_SIZE`].
+    BadOperand = 6,
+    /// `INDIRECT` nested deeper than [`MAX_INDIRECT_DEPTH`].
+    IndirectDepth = 7,
+    /// The doorbell's write pointer is more than a ring size ahead of the
+    /// read pointer.
+    RingOverflow = 8,
+    /// The doorbell's write pointer is behind the read pointer or not a
+    /// multiple of 4.
+    BadPointer = 9,
+    /// A packet runs past the end of its command buffer.
+    Truncated = 10,
+    /// Reserved opcode not implemented by this device.
+    Unsupported = 11,
+    /// A compute kernel executed `TRAP`.
+    Trap = 12,
+}
+
+impl EngineError {
+    /// The error with this number, if any.
+    pub const fn from_u32(v: u32) -> Option<EngineError> {
+        Some(match v {
+            1 => EngineError::BadHeader,
+            2 => EngineError::BadOpcode,
+            3 => EngineError::BadLength,
+            4 => EngineError::Misaligned,
+            5 => EngineError::WrongEngine,
+            6 => EngineError::BadOperand,
+            7 => EngineError::IndirectDepth,
+            8 => EngineError::RingOverflow,
+            9 => EngineError::BadPointer,
+            10 => EngineError::Truncated,
+            11 => EngineError::Unsupported,
+            12 => EngineError::Trap,
+            _ => return None,
+        })
+    }
+
+    /// A short upper-case name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            EngineError::BadHeader => "BAD_HEADER",
+            EngineError::BadOpcode => "BAD_OPCODE",
+            EngineError::BadLength => "BAD_LENGTH",
+            EngineError::Misaligned => "MISALIGNED",
+            EngineError::WrongEngine => "WRONG_ENGINE",
+            EngineError::BadOperand => "BAD_OPERAND",
+            EngineError::IndirectDepth => "INDIRECT_DEPTH",
+            EngineError::RingOverflow => "RING_OVERFLOW",
+            EngineError::BadPointer => "BAD_POINTER",
+            EngineError::Truncated => "TRUNCATED",
+            EngineError::Unsupported => "UNSUPPORTED",
+            EngineError::Trap => "TRAP",
+        }
+    }
+}
+
+/// A decoded packet header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Opcode.
+    pub opcode: u8,
+    /// Total length in words, header included (≥ 1).
+    pub words: u32,
+}
+
+/// Encodes a header for `generation`.
+pub const fn encode_header(generation: u32, opcode: u8, words: u32) -> u32 {
+    if generation >= 2 {
+        (GEN2_MARKER << 28) | ((opcode as u32) << 16) | (words & 0xffff)
+    } else {
+        ((words & 0xffff) << 8) | opcode as u32
+    }
+}
+
+/// Decodes a header word for `generation`.
+pub const fn decode_header(generation: u32, word: u32) -> Result<Header, EngineError> {
+    let (opcode, words) = if generation >= 2 {
+        if word >> 28 != GEN2_MARKER || (word >> 24) & 0xf != 0 {
+            return Err(EngineError::BadHeader);
+        }
+        (((word >> 16) & 0xff) as u8, word & 0xffff)
+    } else {
+        if word >> 24 != 0 {
+            return Err(EngineError::BadHeader);
+        }
+        ((word & 0xff) as u8, (word >> 8) & 0xffff)
+    };
+    if words == 0 {
+        return Err(EngineError::BadHeader);
+    }
+    if words > MAX_PACKET_WORDS {
+        return Err(EngineError::BadLength);
+    }
+    Ok(Header { opcode, words })
+}
+
+/// A decoded, validated packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Packet {
+    /// `NOP` of `words` words.
+    Nop {
+        /// Total length in words.
+        words: u32,
+    },
+    /// `INDIRECT`.
+    Indirect {
+        /// Command buffer GPU VA (4-byte aligned).
+        va: u64,
+        /// Size in bytes (multiple of 4, ≤ [`MAX_INDIRECT_SIZE`]).
+        size: u32,
+    },
+    /// `FENCE`.
+    Fence {
+        /// Where to write the seqno (8-byte aligned).
+        va: u64,
+        /// The value.
+        seqno: u64,
+        /// [`FENCE_NO_EVENT`] or 0.
+        flags: u32,
+    },
+    /// `SEM_WAIT`.
+    SemWait {
+        /// Semaphore address (8-byte aligned).
+        va: u64,
+        /// Operand.
+        value: u64,
+        /// `SEM_WAIT_*`.
+        op: u32,
+    },
+    /// `SEM_SIGNAL`.
+    SemSignal {
+        /// Semaphore address (8-byte aligned).
+        va: u64,
+        /// Operand.
+        value: u64,
+        /// `SEM_SIGNAL_*`.
+        op: u32,
+    },
+    /// `TIMESTAMP`.
+    Timestamp {
+        /// Where to write the time (8-byte aligned).
+        va: u64,
+    },
+    /// `COPY`.
+    Copy {
+        /// Source VA.
+        src: u64,
+        /// Destination VA.
+        dst: u64,
+        /// Bytes (1..=[`MAX_TRANSFER_SIZE`]).
+        size: u64,
+    },
+    /// `COPY_2D`.
+    Copy2d {
+        /// Source VA of the first row.
+        src: u64,
+        /// Destination VA of the first row.
+        dst: u64,
+        /// Bytes between source rows (≥ width).
+        src_pitch: u32,
+        /// Bytes between destination rows (≥ width).
+        dst_pitch: u32,
+        /// Bytes per row (≥ 1).
+        width: u32,
+        /// Rows (≥ 1).
+        height: u32,
+    },
+    /// `FILL`.
+    Fill {
+        /// Destination VA.
+        dst: u64,
+        /// Bytes (1..=[`MAX_TRANSFER_SIZE`]).
+        size: u64,
+        /// 4-byte pattern.
+        pattern: u32,
+    },
+    /// `DISPATCH`: the raw payload is kept for the compute block.
+    Dispatch,
+}
+
+/// Payload words (header excluded) of each fixed-length opcode.
+pub const fn payload_words(opcode: u8) -> Option<u32> {
+    match opcode {
+        OP_INDIRECT => Some(3),
+        OP_FENCE | OP_SEM_WAIT | OP_SEM_SIGNAL => Some(5),
+        OP_TIMESTAMP => Some(2),
+        OP_COPY => Some(6),
+        OP_COPY_2D => Some(8),
+        OP_FILL => Some(5),
+        _ => None,
+    }
+}
+
+/// Whether `opcode` is an engine packet that gen 2 wants 64-byte aligned.
+pub const fn is_copy_engine_packet(opcode: u8) -> bool {
+    matches!(opcode, OP_COPY | OP_COPY_2D | OP_FILL)
+}
+
+const fn u64_at(w: &[u32], i: usize) -> u64 {
+    (w[i] as u64) | ((w[i + 1] as u64) << 32)
+}
+
+impl Packet {
+    /// Decodes a packet from its words (`words[0]` is the header, already
+    /// decoded as `hdr`; `words.len() == hdr.words`). Checks lengths, operand
+    /// ranges and natural alignment of address operands; engine suitability
+    /// and gen-2 packet alignment are the engine's checks.
+    pub fn decode(hdr: Header, words: &[u32]) -> Result<Packet, EngineError> {
+        if words.len() != hdr.words as usize {
+            return Err(EngineError::Truncated);
+        }
+        if hdr.opcode == OP_NOP {
+            return Ok(Packet::Nop { words: hdr.words });
+        }
+        if hdr.opcode == OP_DISPATCH {
+            return Ok(Packet::Dispatch);
+        }
+        let Some(n) = payload_words(hdr.opcode) else {
+            return Err(EngineError::BadOpcode);
+        };
+        if hdr.words != n + 1 {
+            return Err(EngineError::BadLength);
+        }
+        let w = words;
+        let aligned8 = |va: u64| va.is_multiple_of(8);
+        let pkt = match hdr.opcode {
+            OP_INDIRECT => {
+                let va = u64_at(w, 1);
+                let size = w[3];
+                if !va.is_multiple_of(4) {
+                    return Err(EngineError::Misaligned);
+                }
+                if size == 0 || !size.is_multiple_of(4) || size > MAX_INDIRECT_SIZE {
+                    return Err(EngineError::BadOperand);
+                }
+                Packet::Indirect { va, size }
+            }
+            OP_FENCE => {
+                let va = u64_at(w, 1);
+                if !aligned8(va) {
+                    return Err(EngineError::Misaligned);
+                }
+                if w[5] & !FENCE_NO_EVENT != 0 {
+                    return Err(EngineError::BadOperand);
+                }
+                Packet::Fence {
+                    va,
+                    seqno: u64_at(w, 3),
+                    flags: w[5],
+                }
+            }
+            OP_SEM_WAIT | OP_SEM_SIGNAL => {
+                let va = u64_at(w, 1);
+                if !aligned8(va) {
+                    return Err(EngineError::Misaligned);
+                }
+                let value = u64_at(w, 3);
+                let op = w[5];
+                if hdr.opcode == OP_SEM_WAIT {
+                    if op > SEM_WAIT_NEQ {
+                        return Err(EngineError::BadOperand);
+                    }
+                    Packet::SemWait { va, value, op }
+                } else {
+                    if op > SEM_SIGNAL_ADD {
+                        return Err(EngineError::BadOperand);
+                    }
+                    Packet::SemSignal { va, value, op }
+                }
+            }
+            OP_TIMESTAMP => {
+                let va = u64_at(w, 1);
+                if !aligned8(va) {
+                    return Err(EngineError::Misaligned);
+                }
+                Packet::Timestamp { va }
+            }
+            OP_COPY => {
+                let size = u64_at(w, 5);
+                if size == 0 || size > MAX_TRANSFER_SIZE {
+                    return Err(EngineError::BadOperand);
+                }
+                Packet::Copy {
+                    src: u64_at(w, 1),
+                    dst: u64_at(w, 3),
+                    size,
+                }
+            }
+            OP_COPY_2D => {
+                let (src_pitch, dst_pitch, width, height) = (w[5], w[6], w[7], w[8]);
+                let total = (width as u64) * (height as u64);
+                if width == 0
+                    || height == 0
+                    || src_pitch < width
+                    || dst_pitch < width
+                    || total > MAX_TRANSFER_SIZE
+                {
+                    return Err(EngineError::BadOperand);
+                }
+                Packet::Copy2d {
+                    src: u64_at(w, 1),
+                    dst: u64_at(w, 3),
+                    src_pitch,
+                    dst_pitch,
+                    width,
+                    height,
+                }
+            }
+            OP_FILL => {
+                let size = u64_at(w, 3);
+                if size == 0 || size > MAX_TRANSFER_SIZE {
+                    return Err(EngineError::BadOperand);
+                }
+                Packet::Fill {
+                    dst: u64_at(w, 1),
+                    size,
+                    pattern: w[5],
+                }
+            }
+            _ => return Err(EngineError::BadOpcode),
+        };
+        Ok(pkt)
+    }
+
+    /// The packet's opcode.
+    pub const fn opcode(&self) -> u8 {
+        match self {
+            Packet::Nop { .. } => OP_NOP,
+            Packet::Indirect { .. } => OP_INDIRECT,
+            Packet::Fence { .. } => OP_FENCE,
+            Packet::SemWait { .. } => OP_SEM_WAIT,
+            Packet::SemSignal { .. } => OP_SEM_SIGNAL,
+            Packet::Timestamp { .. } => OP_TIMESTAMP,
+            Packet::Copy { .. } => OP_COPY,
+            Packet::Copy2d { .. } => OP_COPY_2D,
+            Packet::Fill { .. } => OP_FILL,
+            Packet::Dispatch => OP_DISPATCH,
+        }
+    }
+
+    /// Encodes the packet for `generation` into `out`; returns the number of
+    /// words, or `None` if `out` is too short. (`Dispatch` encodes nothing.)
+    pub fn encode(&self, generation: u32, out: &mut [u32]) -> Option<usize> {
+        let lo = |v: u64| v as u32;
+        let hi = |v: u64| (v >> 32) as u32;
+        let mut buf = [0u32; 9];
+        let n: usize = match *self {
+            Packet::Nop { words } => {
+                let words = words.clamp(1, MAX_PACKET_WORDS) as usize;
+                let o = out.get_mut(..words)?;
+                o.fill(0);
+                o[0] = encode_header(generation, OP_NOP, words as u32);
+                return Some(words);
+            }
+            Packet::Indirect { va, size } => {
+                buf[1..4].copy_from_slice(&[lo(va), hi(va), size]);
+                4
+            }
+            Packet::Fence { va, seqno, flags } => {
+                buf[1..6].copy_from_slice(&[lo(va), hi(va), lo(seqno), hi(seqno), flags]);
+                6
+            }
+            Packet::SemWait { va, value, op } | Packet::SemSignal { va, value, op } => {
+                buf[1..6].copy_from_slice(&[lo(va), hi(va), lo(value), hi(value), op]);
+                6
+            }
+            Packet::Timestamp { va } => {
+                buf[1..3].copy_from_slice(&[lo(va), hi(va)]);
+                3
+            }
+            Packet::Copy { src, dst, size } => {
+                buf[1..7].copy_from_slice(&[
+                    lo(src),
+                    hi(src),
+                    lo(dst),
+                    hi(dst),
+                    lo(size),
+                    hi(size),
+                ]);
+                7
+            }
+            Packet::Copy2d {
+                src,
+                dst,
+                src_pitch,
+                dst_pitch,
+                width,
+                height,
+            } => {
+                buf[1..9].copy_from_slice(&[
+                    lo(src),
+                    hi(src),
+                    lo(dst),
+                    hi(dst),
+                    src_pitch,
+                    dst_pitch,
+                    width,
+                    height,
+                ]);
+                9
+            }
+            Packet::Fill { dst, size, pattern } => {
+                buf[1..6].copy_from_slice(&[lo(dst), hi(dst), lo(size), hi(size), pattern]);
+                6
+            }
+            Packet::Dispatch => return Some(0),
+        };
+        buf[0] = encode_header(generation, self.opcode(), n as u32);
+        out.get_mut(..n)?.copy_from_slice(&buf[..n]);
+        Some(n)
+    }
+}

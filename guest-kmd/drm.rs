@@ -15,6 +15,7 @@ use crate::{
     Vgpu,
 };
 use kernel::{
+    bindings,
     device::Core,
     drm::{
         self,
@@ -39,7 +40,37 @@ pub(crate) struct DrmData {
 }
 
 /// Per-open-file data.
-pub(crate) struct VgpuFile;
+pub(crate) struct VgpuFile {
+    _module: ModuleRef,
+}
+
+/// A reference on this module, held by every open render-node file.
+///
+/// The DRM file operations the kernel's Rust DRM abstraction installs have no
+/// owner module, so an open file does not pin the module by itself; without
+/// this, `rmmod` with a render node open would free code and data the file
+/// still uses. With it, `rmmod` fails with `EBUSY` while files are open.
+struct ModuleRef(());
+
+impl ModuleRef {
+    fn get() -> Result<ModuleRef> {
+        // SAFETY: `THIS_MODULE` is this module, which is live while its code
+        // runs.
+        if unsafe { bindings::try_module_get(crate::THIS_MODULE.as_ptr()) } {
+            Ok(ModuleRef(()))
+        } else {
+            // The module is being unloaded.
+            Err(ENODEV)
+        }
+    }
+}
+
+impl Drop for ModuleRef {
+    fn drop(&mut self) {
+        // SAFETY: Balances the successful `try_module_get` of `ModuleRef::get`.
+        unsafe { bindings::module_put(crate::THIS_MODULE.as_ptr()) };
+    }
+}
 
 /// Driver data of a GEM object. DRM requires a GEM object type; no ioctl
 /// creates buffer objects yet.
@@ -86,7 +117,10 @@ impl drm::file::DriverFile for VgpuFile {
     type Driver = VgpuDrm;
 
     fn open(_dev: &VgpuDrmDevice) -> Result<Pin<KBox<Self>>> {
-        Ok(KBox::new(VgpuFile, GFP_KERNEL)?.into())
+        let file = VgpuFile {
+            _module: ModuleRef::get()?,
+        };
+        Ok(KBox::new(file, GFP_KERNEL)?.into())
     }
 }
 

@@ -169,10 +169,11 @@ fn show_status(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let (e, q) = v.events.snapshot();
     writeln!(
         f,
-        "events: received {} pings {} unclaimed_pings {} unknown_kind {} malformed {} batches {}",
+        "events: received {} pings {} unclaimed_pings {} unhandled {} unknown_kind {} malformed {} batches {}",
         e.received,
         e.pings,
         e.pings_unclaimed,
+        e.unhandled,
         e.unknown_kind,
         e.malformed,
         v.events.batches()

@@ -152,6 +152,8 @@ pub(crate) struct EventStats {
     pub(crate) pings_unclaimed: u64,
     /// Records of a kind this driver does not know.
     pub(crate) unknown_kind: u64,
+    /// Records of a known kind this driver does not act on yet.
+    pub(crate) unhandled: u64,
     /// Buffers returned with a used length that cannot hold a record.
     pub(crate) malformed: u64,
 }
@@ -254,7 +256,7 @@ impl Tracker {
             | Event::Fault { .. }
             | Event::EngineError { .. }
             | Event::ResetDone { .. })) => {
-                self.stats.unknown_kind += 1;
+                self.stats.unhandled += 1;
                 if self.may_warn() {
                     dev_warn!(pdev, "event {}: {:?} not handled\n", rec.seq, ev);
                 }

@@ -321,8 +321,13 @@ impl Vgpu {
     }
 
     /// The value of a `VGPU_PARAM_*` parameter.
+    ///
+    /// Values are cached from probe, so they stay readable when the device
+    /// broke; `ENODEV` once it is unbound.
     pub(crate) fn param(&self, param: u32) -> Result<u64> {
-        self.check_usable()?;
+        if self.unbound.load(Relaxed) {
+            return Err(ENODEV);
+        }
         let id = self.identity.as_ref().ok_or(ENODEV)?;
         let v = match param {
             uapi::VGPU_PARAM_GENERATION => id.generation.into(),

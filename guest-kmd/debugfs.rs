@@ -96,7 +96,7 @@ fn show_status(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "state: {}", v.state_name())?;
     match v.transport.status() {
         Ok(s) => writeln!(f, "device_status: {}", StatusBits(s))?,
-        Err(e) => writeln!(f, "device_status: unreadable ({:?})", e)?,
+        Err(e) => writeln!(f, "device_status: unreadable (error {})", e.to_errno())?,
     }
 
     let caps = v.transport.caps();

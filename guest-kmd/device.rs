@@ -251,8 +251,8 @@ impl Vgpu {
             Err(e) => {
                 dev_err!(
                     self.pdev,
-                    "device reset failed ({:?}): leaking its ring memory\n",
-                    e
+                    "device reset failed (error {}): leaking its ring memory\n",
+                    e.to_errno()
                 );
                 core::mem::forget(ctrl);
                 core::mem::forget(events);
@@ -266,7 +266,7 @@ impl Vgpu {
     fn identify(&self) -> Result<IdentifyReply> {
         let reply = self
             .command(Command::Identify)
-            .inspect_err(|e| dev_err!(self.pdev, "IDENTIFY failed: {:?}\n", e))?;
+            .inspect_err(|e| dev_err!(self.pdev, "IDENTIFY failed: error {}\n", e.to_errno()))?;
         let id: IdentifyReply = reply.get()?;
         if id.magic != IDENTIFY_MAGIC {
             dev_err!(
@@ -451,7 +451,7 @@ impl Binding {
         let t = &vgpu.transport;
 
         t.reset()
-            .inspect_err(|e| dev_err!(pdev, "device reset did not complete: {:?}\n", e))?;
+            .inspect_err(|e| dev_err!(pdev, "device reset did not complete: error {}\n", e.to_errno()))?;
         t.add_status(status::ACKNOWLEDGE)?;
         t.add_status(status::DRIVER)?;
 
@@ -501,7 +501,7 @@ impl Binding {
         // Interrupts, then the queues that use them.
         let mode = irq::setup(pdev, vgpu, crate::param_force_intx(), irqs)?;
         let busy = |what: &'static str| {
-            move |e: &Error| dev_err!(pdev, "device refused the MSI-X vector for {}: {:?}\n", what, e)
+            move |e: &Error| dev_err!(pdev, "device refused the MSI-X vector for {}: error {}\n", what, e.to_errno())
         };
         if mode != IrqMode::Intx {
             t.set_config_vector(mode.config_vector())

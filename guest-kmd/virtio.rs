@@ -328,7 +328,7 @@ impl Transport {
                 let bar = pdev
                     .iomap_region(u32::from(r.bar), c"vgpu")
                     .inspect_err(|e| {
-                        dev_err!(pdev, "cannot map BAR {}: {:?}\n", r.bar, e);
+                        dev_err!(pdev, "cannot map BAR {}: error {}\n", r.bar, e.to_errno());
                     })?;
                 *slot = Some(bar.into_devres()?);
             }

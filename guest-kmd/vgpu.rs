@@ -113,6 +113,9 @@ impl kernel::InPlaceModule for VgpuModule {
 /// The PCI driver.
 struct VgpuPciDriver;
 
+// The kernel's vendor constant is the vendor id the hardware interface names.
+const _: () = assert!(pci::Vendor::REDHAT_QUMRANET.as_raw() == proto::PCI_VENDOR_ID);
+
 kernel::pci_device_table!(
     PCI_TABLE,
     MODULE_PCI_TABLE,

@@ -120,13 +120,13 @@ pub const FAULT_FLAG_REPLAYABLE: u8 = 1 << 0;
 impl FaultInfo {
     /// Packs into a record word: ctx, engine, access, reason, level, flags
     /// in bytes 0..=5.
-    pub const fn pack(&self) -> u64 {
-        (self.ctx_id as u64)
-            | (self.engine as u64) << 8
-            | (self.access as u64) << 16
-            | (self.reason as u64) << 24
-            | (self.level as u64) << 32
-            | (self.flags as u64) << 40
+    pub fn pack(&self) -> u64 {
+        u64::from(self.ctx_id)
+            | u64::from(self.engine) << 8
+            | u64::from(self.access) << 16
+            | u64::from(self.reason) << 24
+            | u64::from(self.level) << 32
+            | u64::from(self.flags) << 40
     }
 
     /// Unpacks a record word.
@@ -218,8 +218,8 @@ pub enum EventDecodeError {
     UnknownKind(u32),
 }
 
-const fn pair(lo: u32, hi: u32) -> u64 {
-    (lo as u64) | (hi as u64) << 32
+fn pair(lo: u32, hi: u32) -> u64 {
+    u64::from(lo) | u64::from(hi) << 32
 }
 
 impl Event {
@@ -268,17 +268,17 @@ impl Event {
             } => {
                 data = [
                     pair(ctx_id, engine),
-                    code as u64,
+                    u64::from(code),
                     packet_va,
                     pair(rptr, depth),
-                    header as u64,
+                    u64::from(header),
                 ]
             }
             Event::ResetDone {
                 engine,
                 ctx_id,
                 rptr,
-            } => data[..2].copy_from_slice(&[pair(engine, ctx_id), rptr as u64]),
+            } => data[..2].copy_from_slice(&[pair(engine, ctx_id), u64::from(rptr)]),
         }
         EventRecord {
             kind: self.kind() as u32,

@@ -34,8 +34,12 @@ pub mod param {
     pub const HWIF_FINGERPRINT: u32 = 0x0d;
     /// Layout fingerprint the device reported.
     pub const DEVICE_FINGERPRINT: u32 = 0x0e;
+    /// First GPU VA `VM_BIND` accepts.
+    pub const VA_START: u32 = 0x0f;
+    /// One past the last GPU VA `VM_BIND` accepts.
+    pub const VA_END: u32 = 0x10;
     /// One past the last valid parameter.
-    pub const COUNT: u32 = 0x0f;
+    pub const COUNT: u32 = 0x11;
 }
 
 /// `struct drm_vgpu_get_param`.
@@ -64,12 +68,260 @@ pub struct DrmVgpuPing {
     pub latency_ns: u64,
 }
 
+/// `VGPU_GEM_CREATE_LAZY`: demand-paged BO.
+pub const GEM_CREATE_LAZY: u32 = 1 << 0;
+/// Every `VGPU_GEM_CREATE_*` flag.
+pub const GEM_CREATE_FLAGS: u32 = GEM_CREATE_LAZY;
+/// `VGPU_GEM_MAX_SIZE`.
+pub const GEM_MAX_SIZE: u64 = 1 << 30;
+/// `VGPU_VM_BIND_READ`.
+pub const VM_BIND_READ: u32 = 1 << 0;
+/// `VGPU_VM_BIND_WRITE`.
+pub const VM_BIND_WRITE: u32 = 1 << 1;
+/// `VGPU_VM_BIND_EXEC`.
+pub const VM_BIND_EXEC: u32 = 1 << 2;
+/// Every `VGPU_VM_BIND_*` flag.
+pub const VM_BIND_FLAGS: u32 = VM_BIND_READ | VM_BIND_WRITE | VM_BIND_EXEC;
+/// `VGPU_CTX_PRIORITY_LOW`.
+pub const CTX_PRIORITY_LOW: u32 = 0;
+/// `VGPU_CTX_PRIORITY_NORMAL`.
+pub const CTX_PRIORITY_NORMAL: u32 = 1;
+/// `VGPU_CTX_PRIORITY_HIGH`.
+pub const CTX_PRIORITY_HIGH: u32 = 2;
+/// `VGPU_CTX_PRIORITY_REALTIME`.
+pub const CTX_PRIORITY_REALTIME: u32 = 3;
+/// `VGPU_ENGINE_COPY`.
+pub const ENGINE_COPY: u32 = 0;
+/// `VGPU_ENGINE_COMPUTE`.
+pub const ENGINE_COMPUTE: u32 = 1;
+/// `VGPU_CTX_CREATE_REPLAYABLE`.
+pub const CTX_CREATE_REPLAYABLE: u32 = 1 << 0;
+/// Every `VGPU_CTX_CREATE_*` flag.
+pub const CTX_CREATE_FLAGS: u32 = CTX_CREATE_REPLAYABLE;
+/// `VGPU_CTX_RESET_NONE`.
+pub const CTX_RESET_NONE: u32 = 0;
+/// `VGPU_CTX_RESET_GUILTY`.
+pub const CTX_RESET_GUILTY: u32 = 1;
+/// `VGPU_CTX_RESET_INNOCENT`.
+pub const CTX_RESET_INNOCENT: u32 = 2;
+/// `VGPU_CTX_STATE_ERRORED`.
+pub const CTX_STATE_ERRORED: u32 = 1 << 0;
+/// `VGPU_CTX_STATE_BANNED`.
+pub const CTX_STATE_BANNED: u32 = 1 << 1;
+/// `VGPU_CTX_STATE_FAULTED`.
+pub const CTX_STATE_FAULTED: u32 = 1 << 2;
+/// `VGPU_ACCESS_READ`.
+pub const ACCESS_READ: u32 = 1;
+/// `VGPU_ACCESS_WRITE`.
+pub const ACCESS_WRITE: u32 = 2;
+/// `VGPU_ACCESS_EXECUTE`.
+pub const ACCESS_EXECUTE: u32 = 3;
+/// `VGPU_ACCESS_ATOMIC`.
+pub const ACCESS_ATOMIC: u32 = 4;
+/// `VGPU_SUBMIT_MAX_CMDS`.
+pub const SUBMIT_MAX_CMDS: u32 = 64;
+/// `VGPU_SUBMIT_MAX_IN_FENCES`.
+pub const SUBMIT_MAX_IN_FENCES: u32 = 64;
+/// `VGPU_CTX_MAX_PENDING`.
+pub const CTX_MAX_PENDING: u32 = 256;
+/// `VGPU_SUBMIT_BUSY_IS_EBUSY`.
+pub const SUBMIT_BUSY_IS_EBUSY: u32 = 1 << 0;
+/// Every `VGPU_SUBMIT_*` flag.
+pub const SUBMIT_FLAGS: u32 = SUBMIT_BUSY_IS_EBUSY;
+/// `VGPU_WAIT_ALL`.
+pub const WAIT_ALL: u32 = 1 << 0;
+/// Every `VGPU_WAIT_*` flag.
+pub const WAIT_FLAGS: u32 = WAIT_ALL;
+/// `VGPU_WAIT_MAX_FENCES`.
+pub const WAIT_MAX_FENCES: u32 = 256;
+
+/// `struct drm_vgpu_gem_create`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuGemCreate {
+    /// In: bytes.
+    pub size: u64,
+    /// In: `GEM_CREATE_*`.
+    pub flags: u32,
+    /// Out: GEM handle.
+    pub handle: u32,
+}
+
+/// `struct drm_vgpu_gem_mmap_offset`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuGemMmapOffset {
+    /// In: GEM handle.
+    pub handle: u32,
+    /// Must be zero.
+    pub pad: u32,
+    /// Out: offset for mmap(2).
+    pub offset: u64,
+}
+
+/// `struct drm_vgpu_vm_bind`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuVmBind {
+    /// In: GEM handle.
+    pub handle: u32,
+    /// In: `VM_BIND_*`.
+    pub flags: u32,
+    /// In: offset in the BO.
+    pub bo_offset: u64,
+    /// In: GPU VA.
+    pub va: u64,
+    /// In: bytes.
+    pub size: u64,
+}
+
+/// `struct drm_vgpu_vm_unbind`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuVmUnbind {
+    /// In: the mapping's GPU VA.
+    pub va: u64,
+    /// In: the mapping's size.
+    pub size: u64,
+}
+
+/// `struct drm_vgpu_ctx_create`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuCtxCreate {
+    /// In: `CTX_PRIORITY_*`.
+    pub priority: u32,
+    /// In: engines.
+    pub engine_mask: u32,
+    /// In: `CTX_CREATE_*`.
+    pub flags: u32,
+    /// Out: context id.
+    pub ctx_id: u32,
+}
+
+/// `struct drm_vgpu_ctx_destroy`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuCtxDestroy {
+    /// In: context id.
+    pub ctx_id: u32,
+    /// Must be zero.
+    pub pad: u32,
+}
+
+/// `struct drm_vgpu_ctx_query`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuCtxQuery {
+    /// In: context id.
+    pub ctx_id: u32,
+    /// Out: `CTX_RESET_*`.
+    pub reset_status: u32,
+    /// Out: `CTX_STATE_*`.
+    pub state: u32,
+    /// Out: `ACCESS_*` of the unrecoverable fault.
+    pub fault_access: u32,
+    /// Out: its VA.
+    pub fault_va: u64,
+    /// Out: its reason.
+    pub fault_reason: u32,
+    /// Out: hangs caused.
+    pub hangs: u32,
+    /// Out: GPU page faults.
+    pub faults: u32,
+    /// Zero.
+    pub pad: u32,
+}
+
+/// `struct drm_vgpu_fence`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuFence {
+    /// Context id.
+    pub ctx_id: u32,
+    /// Engine.
+    pub engine: u32,
+    /// Seqno.
+    pub seqno: u64,
+}
+
+/// `struct drm_vgpu_cmd`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuCmd {
+    /// GPU VA of the packets.
+    pub va: u64,
+    /// Bytes.
+    pub size: u64,
+}
+
+/// `struct drm_vgpu_submit`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuSubmit {
+    /// In: context id.
+    pub ctx_id: u32,
+    /// In: engine.
+    pub engine: u32,
+    /// In: pointer to [`DrmVgpuCmd`]s.
+    pub cmds: u64,
+    /// In: number of commands.
+    pub num_cmds: u32,
+    /// In: number of input fences.
+    pub num_in_fences: u32,
+    /// In: pointer to [`DrmVgpuFence`]s.
+    pub in_fences: u64,
+    /// In: `SUBMIT_*`.
+    pub flags: u32,
+    /// Zero.
+    pub pad: u32,
+    /// Out: the job's seqno.
+    pub seqno: u64,
+}
+
+/// `struct drm_vgpu_wait`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuWait {
+    /// In: pointer to [`DrmVgpuFence`]s.
+    pub fences: u64,
+    /// In: number of fences.
+    pub num_fences: u32,
+    /// In: `WAIT_*`.
+    pub flags: u32,
+    /// In: relative timeout.
+    pub timeout_ns: u64,
+    /// Out: a signalled fence's index (any).
+    pub first_signaled: u32,
+    /// Zero.
+    pub pad: u32,
+}
+
 /// `DRM_COMMAND_BASE` from drm.h.
 pub const DRM_COMMAND_BASE: u32 = 0x40;
 /// `DRM_VGPU_GET_PARAM`.
 pub const DRM_VGPU_GET_PARAM: u32 = 0x00;
 /// `DRM_VGPU_PING`.
 pub const DRM_VGPU_PING: u32 = 0x01;
+
+/// `DRM_VGPU_GEM_CREATE`.
+pub const DRM_VGPU_GEM_CREATE: u32 = 0x02;
+/// `DRM_VGPU_GEM_MMAP_OFFSET`.
+pub const DRM_VGPU_GEM_MMAP_OFFSET: u32 = 0x03;
+/// `DRM_VGPU_VM_BIND`.
+pub const DRM_VGPU_VM_BIND: u32 = 0x04;
+/// `DRM_VGPU_VM_UNBIND`.
+pub const DRM_VGPU_VM_UNBIND: u32 = 0x05;
+/// `DRM_VGPU_CTX_CREATE`.
+pub const DRM_VGPU_CTX_CREATE: u32 = 0x06;
+/// `DRM_VGPU_CTX_DESTROY`.
+pub const DRM_VGPU_CTX_DESTROY: u32 = 0x07;
+/// `DRM_VGPU_CTX_QUERY`.
+pub const DRM_VGPU_CTX_QUERY: u32 = 0x08;
+/// `DRM_VGPU_SUBMIT`.
+pub const DRM_VGPU_SUBMIT: u32 = 0x09;
+/// `DRM_VGPU_WAIT`.
+pub const DRM_VGPU_WAIT: u32 = 0x0a;
 
 const IOC_WRITE: u32 = 1;
 const IOC_READ: u32 = 2;
@@ -88,6 +340,50 @@ pub const fn drm_iowr<T>(nr: u32) -> u32 {
         nr,
         core::mem::size_of::<T>(),
     )
+}
+
+/// `DRM_IOW(nr, T)`.
+pub const fn drm_iow<T>(nr: u32) -> u32 {
+    ioc(IOC_WRITE, DRM_IOCTL_BASE, nr, core::mem::size_of::<T>())
+}
+
+/// `DRM_IOCTL_VGPU_GEM_CREATE`.
+pub const DRM_IOCTL_VGPU_GEM_CREATE: u32 =
+    drm_iowr::<DrmVgpuGemCreate>(DRM_COMMAND_BASE + DRM_VGPU_GEM_CREATE);
+/// `DRM_IOCTL_VGPU_GEM_MMAP_OFFSET`.
+pub const DRM_IOCTL_VGPU_GEM_MMAP_OFFSET: u32 =
+    drm_iowr::<DrmVgpuGemMmapOffset>(DRM_COMMAND_BASE + DRM_VGPU_GEM_MMAP_OFFSET);
+/// `DRM_IOCTL_VGPU_VM_BIND`.
+pub const DRM_IOCTL_VGPU_VM_BIND: u32 =
+    drm_iow::<DrmVgpuVmBind>(DRM_COMMAND_BASE + DRM_VGPU_VM_BIND);
+/// `DRM_IOCTL_VGPU_VM_UNBIND`.
+pub const DRM_IOCTL_VGPU_VM_UNBIND: u32 =
+    drm_iow::<DrmVgpuVmUnbind>(DRM_COMMAND_BASE + DRM_VGPU_VM_UNBIND);
+/// `DRM_IOCTL_VGPU_CTX_CREATE`.
+pub const DRM_IOCTL_VGPU_CTX_CREATE: u32 =
+    drm_iowr::<DrmVgpuCtxCreate>(DRM_COMMAND_BASE + DRM_VGPU_CTX_CREATE);
+/// `DRM_IOCTL_VGPU_CTX_DESTROY`.
+pub const DRM_IOCTL_VGPU_CTX_DESTROY: u32 =
+    drm_iow::<DrmVgpuCtxDestroy>(DRM_COMMAND_BASE + DRM_VGPU_CTX_DESTROY);
+/// `DRM_IOCTL_VGPU_CTX_QUERY`.
+pub const DRM_IOCTL_VGPU_CTX_QUERY: u32 =
+    drm_iowr::<DrmVgpuCtxQuery>(DRM_COMMAND_BASE + DRM_VGPU_CTX_QUERY);
+/// `DRM_IOCTL_VGPU_SUBMIT`.
+pub const DRM_IOCTL_VGPU_SUBMIT: u32 =
+    drm_iowr::<DrmVgpuSubmit>(DRM_COMMAND_BASE + DRM_VGPU_SUBMIT);
+/// `DRM_IOCTL_VGPU_WAIT`.
+pub const DRM_IOCTL_VGPU_WAIT: u32 = drm_iowr::<DrmVgpuWait>(DRM_COMMAND_BASE + DRM_VGPU_WAIT);
+/// `DRM_IOCTL_GEM_CLOSE` from drm.h.
+pub const DRM_IOCTL_GEM_CLOSE: u32 = drm_iow::<DrmGemClose>(0x09);
+
+/// `struct drm_gem_close` from drm.h.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmGemClose {
+    /// Handle to close.
+    pub handle: u32,
+    /// Zero.
+    pub pad: u32,
 }
 
 /// `DRM_IOCTL_VGPU_GET_PARAM`.

@@ -40,6 +40,110 @@ int main(void) {
     P("VGPU_PARAM_EVENTS_RECEIVED", VGPU_PARAM_EVENTS_RECEIVED);
     P("VGPU_PARAM_HWIF_FINGERPRINT", VGPU_PARAM_HWIF_FINGERPRINT);
     P("VGPU_PARAM_DEVICE_FINGERPRINT", VGPU_PARAM_DEVICE_FINGERPRINT);
+    P("sizeof.gem_create", sizeof(struct drm_vgpu_gem_create));
+    P("gem_create.size", offsetof(struct drm_vgpu_gem_create, size));
+    P("gem_create.flags", offsetof(struct drm_vgpu_gem_create, flags));
+    P("gem_create.handle", offsetof(struct drm_vgpu_gem_create, handle));
+    P("sizeof.gem_mmap_offset", sizeof(struct drm_vgpu_gem_mmap_offset));
+    P("gem_mmap_offset.handle", offsetof(struct drm_vgpu_gem_mmap_offset, handle));
+    P("gem_mmap_offset.pad", offsetof(struct drm_vgpu_gem_mmap_offset, pad));
+    P("gem_mmap_offset.offset", offsetof(struct drm_vgpu_gem_mmap_offset, offset));
+    P("sizeof.vm_bind", sizeof(struct drm_vgpu_vm_bind));
+    P("vm_bind.handle", offsetof(struct drm_vgpu_vm_bind, handle));
+    P("vm_bind.flags", offsetof(struct drm_vgpu_vm_bind, flags));
+    P("vm_bind.bo_offset", offsetof(struct drm_vgpu_vm_bind, bo_offset));
+    P("vm_bind.va", offsetof(struct drm_vgpu_vm_bind, va));
+    P("vm_bind.size", offsetof(struct drm_vgpu_vm_bind, size));
+    P("sizeof.vm_unbind", sizeof(struct drm_vgpu_vm_unbind));
+    P("vm_unbind.va", offsetof(struct drm_vgpu_vm_unbind, va));
+    P("vm_unbind.size", offsetof(struct drm_vgpu_vm_unbind, size));
+    P("sizeof.ctx_create", sizeof(struct drm_vgpu_ctx_create));
+    P("ctx_create.priority", offsetof(struct drm_vgpu_ctx_create, priority));
+    P("ctx_create.engine_mask", offsetof(struct drm_vgpu_ctx_create, engine_mask));
+    P("ctx_create.flags", offsetof(struct drm_vgpu_ctx_create, flags));
+    P("ctx_create.ctx_id", offsetof(struct drm_vgpu_ctx_create, ctx_id));
+    P("sizeof.ctx_destroy", sizeof(struct drm_vgpu_ctx_destroy));
+    P("ctx_destroy.ctx_id", offsetof(struct drm_vgpu_ctx_destroy, ctx_id));
+    P("ctx_destroy.pad", offsetof(struct drm_vgpu_ctx_destroy, pad));
+    P("sizeof.ctx_query", sizeof(struct drm_vgpu_ctx_query));
+    P("ctx_query.ctx_id", offsetof(struct drm_vgpu_ctx_query, ctx_id));
+    P("ctx_query.reset_status", offsetof(struct drm_vgpu_ctx_query, reset_status));
+    P("ctx_query.state", offsetof(struct drm_vgpu_ctx_query, state));
+    P("ctx_query.fault_access", offsetof(struct drm_vgpu_ctx_query, fault_access));
+    P("ctx_query.fault_va", offsetof(struct drm_vgpu_ctx_query, fault_va));
+    P("ctx_query.fault_reason", offsetof(struct drm_vgpu_ctx_query, fault_reason));
+    P("ctx_query.hangs", offsetof(struct drm_vgpu_ctx_query, hangs));
+    P("ctx_query.faults", offsetof(struct drm_vgpu_ctx_query, faults));
+    P("ctx_query.pad", offsetof(struct drm_vgpu_ctx_query, pad));
+    P("sizeof.fence", sizeof(struct drm_vgpu_fence));
+    P("fence.ctx_id", offsetof(struct drm_vgpu_fence, ctx_id));
+    P("fence.engine", offsetof(struct drm_vgpu_fence, engine));
+    P("fence.seqno", offsetof(struct drm_vgpu_fence, seqno));
+    P("sizeof.cmd", sizeof(struct drm_vgpu_cmd));
+    P("cmd.va", offsetof(struct drm_vgpu_cmd, va));
+    P("cmd.size", offsetof(struct drm_vgpu_cmd, size));
+    P("sizeof.submit", sizeof(struct drm_vgpu_submit));
+    P("submit.ctx_id", offsetof(struct drm_vgpu_submit, ctx_id));
+    P("submit.engine", offsetof(struct drm_vgpu_submit, engine));
+    P("submit.cmds", offsetof(struct drm_vgpu_submit, cmds));
+    P("submit.num_cmds", offsetof(struct drm_vgpu_submit, num_cmds));
+    P("submit.num_in_fences", offsetof(struct drm_vgpu_submit, num_in_fences));
+    P("submit.in_fences", offsetof(struct drm_vgpu_submit, in_fences));
+    P("submit.flags", offsetof(struct drm_vgpu_submit, flags));
+    P("submit.pad", offsetof(struct drm_vgpu_submit, pad));
+    P("submit.seqno", offsetof(struct drm_vgpu_submit, seqno));
+    P("sizeof.wait", sizeof(struct drm_vgpu_wait));
+    P("wait.fences", offsetof(struct drm_vgpu_wait, fences));
+    P("wait.num_fences", offsetof(struct drm_vgpu_wait, num_fences));
+    P("wait.flags", offsetof(struct drm_vgpu_wait, flags));
+    P("wait.timeout_ns", offsetof(struct drm_vgpu_wait, timeout_ns));
+    P("wait.first_signaled", offsetof(struct drm_vgpu_wait, first_signaled));
+    P("wait.pad", offsetof(struct drm_vgpu_wait, pad));
+    P("DRM_IOCTL_VGPU_GEM_CREATE", (unsigned int)DRM_IOCTL_VGPU_GEM_CREATE);
+    P("DRM_IOCTL_VGPU_GEM_MMAP_OFFSET", (unsigned int)DRM_IOCTL_VGPU_GEM_MMAP_OFFSET);
+    P("DRM_IOCTL_VGPU_VM_BIND", (unsigned int)DRM_IOCTL_VGPU_VM_BIND);
+    P("DRM_IOCTL_VGPU_VM_UNBIND", (unsigned int)DRM_IOCTL_VGPU_VM_UNBIND);
+    P("DRM_IOCTL_VGPU_CTX_CREATE", (unsigned int)DRM_IOCTL_VGPU_CTX_CREATE);
+    P("DRM_IOCTL_VGPU_CTX_DESTROY", (unsigned int)DRM_IOCTL_VGPU_CTX_DESTROY);
+    P("DRM_IOCTL_VGPU_CTX_QUERY", (unsigned int)DRM_IOCTL_VGPU_CTX_QUERY);
+    P("DRM_IOCTL_VGPU_SUBMIT", (unsigned int)DRM_IOCTL_VGPU_SUBMIT);
+    P("DRM_IOCTL_VGPU_WAIT", (unsigned int)DRM_IOCTL_VGPU_WAIT);
+    P("DRM_IOCTL_GEM_CLOSE", (unsigned int)DRM_IOCTL_GEM_CLOSE);
+    P("VGPU_GEM_CREATE_LAZY", VGPU_GEM_CREATE_LAZY);
+    P("VGPU_GEM_CREATE_FLAGS", VGPU_GEM_CREATE_FLAGS);
+    P("VGPU_GEM_MAX_SIZE", VGPU_GEM_MAX_SIZE);
+    P("VGPU_VM_BIND_READ", VGPU_VM_BIND_READ);
+    P("VGPU_VM_BIND_WRITE", VGPU_VM_BIND_WRITE);
+    P("VGPU_VM_BIND_EXEC", VGPU_VM_BIND_EXEC);
+    P("VGPU_VM_BIND_FLAGS", VGPU_VM_BIND_FLAGS);
+    P("VGPU_CTX_PRIORITY_LOW", VGPU_CTX_PRIORITY_LOW);
+    P("VGPU_CTX_PRIORITY_NORMAL", VGPU_CTX_PRIORITY_NORMAL);
+    P("VGPU_CTX_PRIORITY_HIGH", VGPU_CTX_PRIORITY_HIGH);
+    P("VGPU_CTX_PRIORITY_REALTIME", VGPU_CTX_PRIORITY_REALTIME);
+    P("VGPU_ENGINE_COPY", VGPU_ENGINE_COPY);
+    P("VGPU_ENGINE_COMPUTE", VGPU_ENGINE_COMPUTE);
+    P("VGPU_CTX_CREATE_REPLAYABLE", VGPU_CTX_CREATE_REPLAYABLE);
+    P("VGPU_CTX_CREATE_FLAGS", VGPU_CTX_CREATE_FLAGS);
+    P("VGPU_CTX_RESET_NONE", VGPU_CTX_RESET_NONE);
+    P("VGPU_CTX_RESET_GUILTY", VGPU_CTX_RESET_GUILTY);
+    P("VGPU_CTX_RESET_INNOCENT", VGPU_CTX_RESET_INNOCENT);
+    P("VGPU_CTX_STATE_ERRORED", VGPU_CTX_STATE_ERRORED);
+    P("VGPU_CTX_STATE_BANNED", VGPU_CTX_STATE_BANNED);
+    P("VGPU_CTX_STATE_FAULTED", VGPU_CTX_STATE_FAULTED);
+    P("VGPU_ACCESS_READ", VGPU_ACCESS_READ);
+    P("VGPU_ACCESS_WRITE", VGPU_ACCESS_WRITE);
+    P("VGPU_ACCESS_EXECUTE", VGPU_ACCESS_EXECUTE);
+    P("VGPU_ACCESS_ATOMIC", VGPU_ACCESS_ATOMIC);
+    P("VGPU_SUBMIT_MAX_CMDS", VGPU_SUBMIT_MAX_CMDS);
+    P("VGPU_SUBMIT_MAX_IN_FENCES", VGPU_SUBMIT_MAX_IN_FENCES);
+    P("VGPU_CTX_MAX_PENDING", VGPU_CTX_MAX_PENDING);
+    P("VGPU_SUBMIT_BUSY_IS_EBUSY", VGPU_SUBMIT_BUSY_IS_EBUSY);
+    P("VGPU_SUBMIT_FLAGS", VGPU_SUBMIT_FLAGS);
+    P("VGPU_WAIT_ALL", VGPU_WAIT_ALL);
+    P("VGPU_WAIT_FLAGS", VGPU_WAIT_FLAGS);
+    P("VGPU_WAIT_MAX_FENCES", VGPU_WAIT_MAX_FENCES);
+    P("VGPU_PARAM_VA_START", VGPU_PARAM_VA_START);
+    P("VGPU_PARAM_VA_END", VGPU_PARAM_VA_END);
     P("VGPU_PARAM_COUNT", VGPU_PARAM_COUNT);
     return 0;
 }
@@ -129,6 +233,281 @@ fn rust_mirror_matches_c_header() {
             "VGPU_PARAM_DEVICE_FINGERPRINT",
             param::DEVICE_FINGERPRINT.into(),
         ),
+        (
+            "sizeof.gem_create",
+            size_of::<uapi::DrmVgpuGemCreate>() as u64,
+        ),
+        (
+            "gem_create.size",
+            offset_of!(uapi::DrmVgpuGemCreate, size) as u64,
+        ),
+        (
+            "gem_create.flags",
+            offset_of!(uapi::DrmVgpuGemCreate, flags) as u64,
+        ),
+        (
+            "gem_create.handle",
+            offset_of!(uapi::DrmVgpuGemCreate, handle) as u64,
+        ),
+        (
+            "sizeof.gem_mmap_offset",
+            size_of::<uapi::DrmVgpuGemMmapOffset>() as u64,
+        ),
+        (
+            "gem_mmap_offset.handle",
+            offset_of!(uapi::DrmVgpuGemMmapOffset, handle) as u64,
+        ),
+        (
+            "gem_mmap_offset.pad",
+            offset_of!(uapi::DrmVgpuGemMmapOffset, pad) as u64,
+        ),
+        (
+            "gem_mmap_offset.offset",
+            offset_of!(uapi::DrmVgpuGemMmapOffset, offset) as u64,
+        ),
+        ("sizeof.vm_bind", size_of::<uapi::DrmVgpuVmBind>() as u64),
+        (
+            "vm_bind.handle",
+            offset_of!(uapi::DrmVgpuVmBind, handle) as u64,
+        ),
+        (
+            "vm_bind.flags",
+            offset_of!(uapi::DrmVgpuVmBind, flags) as u64,
+        ),
+        (
+            "vm_bind.bo_offset",
+            offset_of!(uapi::DrmVgpuVmBind, bo_offset) as u64,
+        ),
+        ("vm_bind.va", offset_of!(uapi::DrmVgpuVmBind, va) as u64),
+        ("vm_bind.size", offset_of!(uapi::DrmVgpuVmBind, size) as u64),
+        (
+            "sizeof.vm_unbind",
+            size_of::<uapi::DrmVgpuVmUnbind>() as u64,
+        ),
+        ("vm_unbind.va", offset_of!(uapi::DrmVgpuVmUnbind, va) as u64),
+        (
+            "vm_unbind.size",
+            offset_of!(uapi::DrmVgpuVmUnbind, size) as u64,
+        ),
+        (
+            "sizeof.ctx_create",
+            size_of::<uapi::DrmVgpuCtxCreate>() as u64,
+        ),
+        (
+            "ctx_create.priority",
+            offset_of!(uapi::DrmVgpuCtxCreate, priority) as u64,
+        ),
+        (
+            "ctx_create.engine_mask",
+            offset_of!(uapi::DrmVgpuCtxCreate, engine_mask) as u64,
+        ),
+        (
+            "ctx_create.flags",
+            offset_of!(uapi::DrmVgpuCtxCreate, flags) as u64,
+        ),
+        (
+            "ctx_create.ctx_id",
+            offset_of!(uapi::DrmVgpuCtxCreate, ctx_id) as u64,
+        ),
+        (
+            "sizeof.ctx_destroy",
+            size_of::<uapi::DrmVgpuCtxDestroy>() as u64,
+        ),
+        (
+            "ctx_destroy.ctx_id",
+            offset_of!(uapi::DrmVgpuCtxDestroy, ctx_id) as u64,
+        ),
+        (
+            "ctx_destroy.pad",
+            offset_of!(uapi::DrmVgpuCtxDestroy, pad) as u64,
+        ),
+        (
+            "sizeof.ctx_query",
+            size_of::<uapi::DrmVgpuCtxQuery>() as u64,
+        ),
+        (
+            "ctx_query.ctx_id",
+            offset_of!(uapi::DrmVgpuCtxQuery, ctx_id) as u64,
+        ),
+        (
+            "ctx_query.reset_status",
+            offset_of!(uapi::DrmVgpuCtxQuery, reset_status) as u64,
+        ),
+        (
+            "ctx_query.state",
+            offset_of!(uapi::DrmVgpuCtxQuery, state) as u64,
+        ),
+        (
+            "ctx_query.fault_access",
+            offset_of!(uapi::DrmVgpuCtxQuery, fault_access) as u64,
+        ),
+        (
+            "ctx_query.fault_va",
+            offset_of!(uapi::DrmVgpuCtxQuery, fault_va) as u64,
+        ),
+        (
+            "ctx_query.fault_reason",
+            offset_of!(uapi::DrmVgpuCtxQuery, fault_reason) as u64,
+        ),
+        (
+            "ctx_query.hangs",
+            offset_of!(uapi::DrmVgpuCtxQuery, hangs) as u64,
+        ),
+        (
+            "ctx_query.faults",
+            offset_of!(uapi::DrmVgpuCtxQuery, faults) as u64,
+        ),
+        (
+            "ctx_query.pad",
+            offset_of!(uapi::DrmVgpuCtxQuery, pad) as u64,
+        ),
+        ("sizeof.fence", size_of::<uapi::DrmVgpuFence>() as u64),
+        (
+            "fence.ctx_id",
+            offset_of!(uapi::DrmVgpuFence, ctx_id) as u64,
+        ),
+        (
+            "fence.engine",
+            offset_of!(uapi::DrmVgpuFence, engine) as u64,
+        ),
+        ("fence.seqno", offset_of!(uapi::DrmVgpuFence, seqno) as u64),
+        ("sizeof.cmd", size_of::<uapi::DrmVgpuCmd>() as u64),
+        ("cmd.va", offset_of!(uapi::DrmVgpuCmd, va) as u64),
+        ("cmd.size", offset_of!(uapi::DrmVgpuCmd, size) as u64),
+        ("sizeof.submit", size_of::<uapi::DrmVgpuSubmit>() as u64),
+        (
+            "submit.ctx_id",
+            offset_of!(uapi::DrmVgpuSubmit, ctx_id) as u64,
+        ),
+        (
+            "submit.engine",
+            offset_of!(uapi::DrmVgpuSubmit, engine) as u64,
+        ),
+        ("submit.cmds", offset_of!(uapi::DrmVgpuSubmit, cmds) as u64),
+        (
+            "submit.num_cmds",
+            offset_of!(uapi::DrmVgpuSubmit, num_cmds) as u64,
+        ),
+        (
+            "submit.num_in_fences",
+            offset_of!(uapi::DrmVgpuSubmit, num_in_fences) as u64,
+        ),
+        (
+            "submit.in_fences",
+            offset_of!(uapi::DrmVgpuSubmit, in_fences) as u64,
+        ),
+        (
+            "submit.flags",
+            offset_of!(uapi::DrmVgpuSubmit, flags) as u64,
+        ),
+        ("submit.pad", offset_of!(uapi::DrmVgpuSubmit, pad) as u64),
+        (
+            "submit.seqno",
+            offset_of!(uapi::DrmVgpuSubmit, seqno) as u64,
+        ),
+        ("sizeof.wait", size_of::<uapi::DrmVgpuWait>() as u64),
+        ("wait.fences", offset_of!(uapi::DrmVgpuWait, fences) as u64),
+        (
+            "wait.num_fences",
+            offset_of!(uapi::DrmVgpuWait, num_fences) as u64,
+        ),
+        ("wait.flags", offset_of!(uapi::DrmVgpuWait, flags) as u64),
+        (
+            "wait.timeout_ns",
+            offset_of!(uapi::DrmVgpuWait, timeout_ns) as u64,
+        ),
+        (
+            "wait.first_signaled",
+            offset_of!(uapi::DrmVgpuWait, first_signaled) as u64,
+        ),
+        ("wait.pad", offset_of!(uapi::DrmVgpuWait, pad) as u64),
+        (
+            "DRM_IOCTL_VGPU_GEM_CREATE",
+            u64::from(uapi::DRM_IOCTL_VGPU_GEM_CREATE),
+        ),
+        (
+            "DRM_IOCTL_VGPU_GEM_MMAP_OFFSET",
+            u64::from(uapi::DRM_IOCTL_VGPU_GEM_MMAP_OFFSET),
+        ),
+        (
+            "DRM_IOCTL_VGPU_VM_BIND",
+            u64::from(uapi::DRM_IOCTL_VGPU_VM_BIND),
+        ),
+        (
+            "DRM_IOCTL_VGPU_VM_UNBIND",
+            u64::from(uapi::DRM_IOCTL_VGPU_VM_UNBIND),
+        ),
+        (
+            "DRM_IOCTL_VGPU_CTX_CREATE",
+            u64::from(uapi::DRM_IOCTL_VGPU_CTX_CREATE),
+        ),
+        (
+            "DRM_IOCTL_VGPU_CTX_DESTROY",
+            u64::from(uapi::DRM_IOCTL_VGPU_CTX_DESTROY),
+        ),
+        (
+            "DRM_IOCTL_VGPU_CTX_QUERY",
+            u64::from(uapi::DRM_IOCTL_VGPU_CTX_QUERY),
+        ),
+        (
+            "DRM_IOCTL_VGPU_SUBMIT",
+            u64::from(uapi::DRM_IOCTL_VGPU_SUBMIT),
+        ),
+        ("DRM_IOCTL_VGPU_WAIT", u64::from(uapi::DRM_IOCTL_VGPU_WAIT)),
+        ("DRM_IOCTL_GEM_CLOSE", u64::from(uapi::DRM_IOCTL_GEM_CLOSE)),
+        ("VGPU_GEM_CREATE_LAZY", u64::from(uapi::GEM_CREATE_LAZY)),
+        ("VGPU_GEM_CREATE_FLAGS", u64::from(uapi::GEM_CREATE_FLAGS)),
+        ("VGPU_GEM_MAX_SIZE", u64::from(uapi::GEM_MAX_SIZE)),
+        ("VGPU_VM_BIND_READ", u64::from(uapi::VM_BIND_READ)),
+        ("VGPU_VM_BIND_WRITE", u64::from(uapi::VM_BIND_WRITE)),
+        ("VGPU_VM_BIND_EXEC", u64::from(uapi::VM_BIND_EXEC)),
+        ("VGPU_VM_BIND_FLAGS", u64::from(uapi::VM_BIND_FLAGS)),
+        ("VGPU_CTX_PRIORITY_LOW", u64::from(uapi::CTX_PRIORITY_LOW)),
+        (
+            "VGPU_CTX_PRIORITY_NORMAL",
+            u64::from(uapi::CTX_PRIORITY_NORMAL),
+        ),
+        ("VGPU_CTX_PRIORITY_HIGH", u64::from(uapi::CTX_PRIORITY_HIGH)),
+        (
+            "VGPU_CTX_PRIORITY_REALTIME",
+            u64::from(uapi::CTX_PRIORITY_REALTIME),
+        ),
+        ("VGPU_ENGINE_COPY", u64::from(uapi::ENGINE_COPY)),
+        ("VGPU_ENGINE_COMPUTE", u64::from(uapi::ENGINE_COMPUTE)),
+        (
+            "VGPU_CTX_CREATE_REPLAYABLE",
+            u64::from(uapi::CTX_CREATE_REPLAYABLE),
+        ),
+        ("VGPU_CTX_CREATE_FLAGS", u64::from(uapi::CTX_CREATE_FLAGS)),
+        ("VGPU_CTX_RESET_NONE", u64::from(uapi::CTX_RESET_NONE)),
+        ("VGPU_CTX_RESET_GUILTY", u64::from(uapi::CTX_RESET_GUILTY)),
+        (
+            "VGPU_CTX_RESET_INNOCENT",
+            u64::from(uapi::CTX_RESET_INNOCENT),
+        ),
+        ("VGPU_CTX_STATE_ERRORED", u64::from(uapi::CTX_STATE_ERRORED)),
+        ("VGPU_CTX_STATE_BANNED", u64::from(uapi::CTX_STATE_BANNED)),
+        ("VGPU_CTX_STATE_FAULTED", u64::from(uapi::CTX_STATE_FAULTED)),
+        ("VGPU_ACCESS_READ", u64::from(uapi::ACCESS_READ)),
+        ("VGPU_ACCESS_WRITE", u64::from(uapi::ACCESS_WRITE)),
+        ("VGPU_ACCESS_EXECUTE", u64::from(uapi::ACCESS_EXECUTE)),
+        ("VGPU_ACCESS_ATOMIC", u64::from(uapi::ACCESS_ATOMIC)),
+        ("VGPU_SUBMIT_MAX_CMDS", u64::from(uapi::SUBMIT_MAX_CMDS)),
+        (
+            "VGPU_SUBMIT_MAX_IN_FENCES",
+            u64::from(uapi::SUBMIT_MAX_IN_FENCES),
+        ),
+        ("VGPU_CTX_MAX_PENDING", u64::from(uapi::CTX_MAX_PENDING)),
+        (
+            "VGPU_SUBMIT_BUSY_IS_EBUSY",
+            u64::from(uapi::SUBMIT_BUSY_IS_EBUSY),
+        ),
+        ("VGPU_SUBMIT_FLAGS", u64::from(uapi::SUBMIT_FLAGS)),
+        ("VGPU_WAIT_ALL", u64::from(uapi::WAIT_ALL)),
+        ("VGPU_WAIT_FLAGS", u64::from(uapi::WAIT_FLAGS)),
+        ("VGPU_WAIT_MAX_FENCES", u64::from(uapi::WAIT_MAX_FENCES)),
+        ("VGPU_PARAM_VA_START", param::VA_START.into()),
+        ("VGPU_PARAM_VA_END", param::VA_END.into()),
         ("VGPU_PARAM_COUNT", param::COUNT.into()),
     ];
     let c = c_values();

@@ -37,7 +37,9 @@ extern "C" {
 #define VGPU_PARAM_EVENTS_RECEIVED   0x0c /* event records the KMD has consumed */
 #define VGPU_PARAM_HWIF_FINGERPRINT  0x0d /* layout fingerprint of the KMD's hwif build */
 #define VGPU_PARAM_DEVICE_FINGERPRINT 0x0e /* layout fingerprint the device reported */
-#define VGPU_PARAM_COUNT             0x0f /* one past the last valid parameter */
+#define VGPU_PARAM_VA_START          0x0f /* first GPU VA VM_BIND accepts */
+#define VGPU_PARAM_VA_END            0x10 /* one past the last GPU VA VM_BIND accepts */
+#define VGPU_PARAM_COUNT             0x11 /* one past the last valid parameter */
 
 /**
  * struct drm_vgpu_get_param - query one device or driver parameter
@@ -67,8 +69,307 @@ struct drm_vgpu_ping {
 	__u64 latency_ns;
 };
 
-#define DRM_VGPU_GET_PARAM  0x00
-#define DRM_VGPU_PING       0x01
+/*
+ * Buffer objects, GPU address spaces, contexts, submission and fences.
+ *
+ * Every open render-node file has its own GPU virtual address space (VM):
+ * buffer objects (BOs) are mapped into it with VM_BIND, and every context
+ * the file creates runs in it. GPU VAs from VGPU_PARAM_VA_START up to
+ * VGPU_PARAM_VA_END are the user's; the KMD keeps the range above for the
+ * rings and ring status blocks of the file's contexts. BO handles, mappings
+ * and contexts belong to the file and go away when it is closed.
+ *
+ * Errors common to every ioctl below: EINVAL for a non-zero pad or reserved
+ * field or an unknown flag; ENOENT for a handle or context id the file does
+ * not own (including one already destroyed); EFAULT for a bad user pointer;
+ * ENODEV once the device is unbound; EIO once the device is broken or wedged.
+ *
+ * Fences are (context, engine, seqno) triples waited for with WAIT; they are
+ * not exported as sync_file fds (the pinned kernel has no safe Rust dma_fence
+ * abstraction to build them on).
+ */
+
+/* DRM_VGPU_GEM_CREATE flags. */
+/* Demand paging: no backing pages are mapped at VM_BIND; the first GPU
+ * access faults, and the KMD maps the page and lets the job continue
+ * (the context must be created with VGPU_CTX_CREATE_REPLAYABLE). */
+#define VGPU_GEM_CREATE_LAZY         (1u << 0)
+#define VGPU_GEM_CREATE_FLAGS        VGPU_GEM_CREATE_LAZY
+
+/* Largest BO, in bytes. */
+#define VGPU_GEM_MAX_SIZE            (1ull << 30)
+
+/**
+ * struct drm_vgpu_gem_create - create a buffer object
+ * @size:   in, bytes; rounded up to 4 KiB. 0 or more than VGPU_GEM_MAX_SIZE:
+ *          EINVAL. ENOMEM when memory runs out.
+ * @flags:  in, VGPU_GEM_CREATE_*.
+ * @handle: out, a GEM handle of this file (close with DRM_IOCTL_GEM_CLOSE).
+ *
+ * The BO is backed by shmem pages, zero-filled, allocated on first use (CPU
+ * fault, VM_BIND of a non-lazy BO, or a GPU fault on a lazy one).
+ */
+struct drm_vgpu_gem_create {
+	__u64 size;
+	__u32 flags;
+	__u32 handle;
+};
+
+/**
+ * struct drm_vgpu_gem_mmap_offset - where to mmap() a BO on the render node
+ * @handle: in, a GEM handle (ENOENT otherwise).
+ * @pad:    must be zero.
+ * @offset: out, the fake offset to pass to mmap(2) on this file.
+ */
+struct drm_vgpu_gem_mmap_offset {
+	__u32 handle;
+	__u32 pad;
+	__u64 offset;
+};
+
+/* VM_BIND permission flags (at least one of READ/WRITE/EXEC). */
+#define VGPU_VM_BIND_READ            (1u << 0)
+#define VGPU_VM_BIND_WRITE           (1u << 1)
+#define VGPU_VM_BIND_EXEC            (1u << 2) /* command buffers and kernels: READ|EXEC */
+#define VGPU_VM_BIND_FLAGS           (VGPU_VM_BIND_READ | VGPU_VM_BIND_WRITE | VGPU_VM_BIND_EXEC)
+
+/**
+ * struct drm_vgpu_vm_bind - map a range of a BO into the file's GPU VM
+ * @handle:    in, the BO.
+ * @flags:     in, VGPU_VM_BIND_* permissions; none, or unknown bits: EINVAL.
+ * @bo_offset: in, offset into the BO, 4 KiB aligned.
+ * @va:        in, GPU VA, 4 KiB aligned, in [VA_START, VA_END).
+ * @size:      in, bytes, 4 KiB aligned, non-zero; bo_offset + size within the
+ *             BO and va + size within [VA_START, VA_END).
+ *
+ * Misaligned values or ranges outside the BO or the user VA range: EINVAL.
+ * A range overlapping an existing mapping: EEXIST. More than 4096 mappings
+ * per file: ENOSPC. Where the VA and the BO's pages are both 2 MiB aligned and
+ * physically contiguous over 2 MiB, the KMD uses a 2 MiB page. The mapping
+ * holds a reference on the BO: closing the handle does not unmap it.
+ */
+struct drm_vgpu_vm_bind {
+	__u32 handle;
+	__u32 flags;
+	__u64 bo_offset;
+	__u64 va;
+	__u64 size;
+};
+
+/**
+ * struct drm_vgpu_vm_unbind - remove a mapping made by VM_BIND
+ * @va:   in, the mapping's start, exactly as bound.
+ * @size: in, the mapping's size, exactly as bound.
+ *
+ * No mapping with exactly this start and size: ENOENT. The page-table
+ * entries are cleared and the device's TLBs invalidated before the BO's
+ * pages are released, so the device never reaches an unmapped page through
+ * a stale translation. EIO if the invalidation failed (the pages then stay
+ * referenced until the file is closed).
+ */
+struct drm_vgpu_vm_unbind {
+	__u64 va;
+	__u64 size;
+};
+
+/* Context priorities (VGPU_PARAM-independent; the device schedules higher
+ * priorities first). */
+#define VGPU_CTX_PRIORITY_LOW        0
+#define VGPU_CTX_PRIORITY_NORMAL     1
+#define VGPU_CTX_PRIORITY_HIGH       2
+#define VGPU_CTX_PRIORITY_REALTIME   3
+
+/* Engines (bit numbers of engine_mask, VGPU_PARAM_ENGINE_MASK). */
+#define VGPU_ENGINE_COPY             0
+#define VGPU_ENGINE_COMPUTE          1
+
+/* CTX_CREATE flags. */
+/* GPU page faults stall the job instead of stopping the ring, so that faults
+ * on VGPU_GEM_CREATE_LAZY BOs can be served. Faults elsewhere still abort. */
+#define VGPU_CTX_CREATE_REPLAYABLE   (1u << 0)
+#define VGPU_CTX_CREATE_FLAGS        VGPU_CTX_CREATE_REPLAYABLE
+
+/**
+ * struct drm_vgpu_ctx_create - create a GPU context in the file's VM
+ * @priority:    in, VGPU_CTX_PRIORITY_*; larger: EINVAL.
+ * @engine_mask: in, engines the context submits to (a ring each); zero, or
+ *               engines the device lacks: EINVAL.
+ * @flags:       in, VGPU_CTX_CREATE_*.
+ * @ctx_id:      out, the context's id (a file-local handle, never 0).
+ *
+ * ENOSPC when the device has no free context slot or the file has 16
+ * contexts; EOPNOTSUPP if the device does not implement contexts.
+ */
+struct drm_vgpu_ctx_create {
+	__u32 priority;
+	__u32 engine_mask;
+	__u32 flags;
+	__u32 ctx_id;
+};
+
+/**
+ * struct drm_vgpu_ctx_destroy - destroy a context
+ * @ctx_id: in.
+ * @pad:    must be zero.
+ *
+ * Work still queued is cancelled (its fences complete with an error). If the
+ * device reports the context busy the KMD retries with backoff and finally
+ * forces the destruction (resetting the engines running it). A context is
+ * destroyed once: a second destroy, or one racing with the first, gets ENOENT.
+ */
+struct drm_vgpu_ctx_destroy {
+	__u32 ctx_id;
+	__u32 pad;
+};
+
+/* CTX_QUERY reset_status, in the spirit of GL_ARB_robustness. */
+#define VGPU_CTX_RESET_NONE          0 /* no reset affected the context */
+#define VGPU_CTX_RESET_GUILTY        1 /* the context caused a reset or fault */
+#define VGPU_CTX_RESET_INNOCENT      2 /* a reset caused by another context hit it */
+
+/* CTX_QUERY state bits. */
+#define VGPU_CTX_STATE_ERRORED       (1u << 0) /* stopped by a fault or error: submits fail with EIO */
+#define VGPU_CTX_STATE_BANNED        (1u << 1) /* too many hangs: submits fail with EIO */
+#define VGPU_CTX_STATE_FAULTED       (1u << 2) /* fault_va/fault_access describe a GPU fault */
+
+/* CTX_QUERY fault_access (hwif mmu::Access). */
+#define VGPU_ACCESS_READ             1
+#define VGPU_ACCESS_WRITE            2
+#define VGPU_ACCESS_EXECUTE          3
+#define VGPU_ACCESS_ATOMIC           4
+
+/**
+ * struct drm_vgpu_ctx_query - a context's robustness state
+ * @ctx_id:        in.
+ * @reset_status:  out, VGPU_CTX_RESET_*; the worst status since creation.
+ * @state:         out, VGPU_CTX_STATE_* bits.
+ * @fault_access:  out, VGPU_ACCESS_* of the first unrecoverable fault (0: none).
+ * @fault_va:      out, its GPU VA.
+ * @fault_reason:  out, hwif mmu::FaultReason of that fault (0: none).
+ * @hangs:         out, hangs this context caused.
+ * @faults:        out, GPU page faults (served and unrecoverable).
+ * @pad:           zero.
+ */
+struct drm_vgpu_ctx_query {
+	__u32 ctx_id;
+	__u32 reset_status;
+	__u32 state;
+	__u32 fault_access;
+	__u64 fault_va;
+	__u32 fault_reason;
+	__u32 hangs;
+	__u32 faults;
+	__u32 pad;
+};
+
+/**
+ * struct drm_vgpu_fence - a point on a context's engine timeline
+ * @ctx_id: the context.
+ * @engine: the engine (VGPU_ENGINE_*) of the ring.
+ * @seqno:  as returned by SUBMIT; seqnos of one (context, engine) ring count
+ *          up from 1 and signal in order.
+ */
+struct drm_vgpu_fence {
+	__u32 ctx_id;
+	__u32 engine;
+	__u64 seqno;
+};
+
+/**
+ * struct drm_vgpu_cmd - one command buffer of a SUBMIT
+ * @va:   GPU VA of the packets, 8-byte aligned; the whole range must lie in
+ *        one mapping of the file's VM with READ and EXEC permission.
+ * @size: bytes, a non-zero multiple of 8, at most 1 MiB.
+ */
+struct drm_vgpu_cmd {
+	__u64 va;
+	__u64 size;
+};
+
+/* Submission limits. */
+#define VGPU_SUBMIT_MAX_CMDS         64
+#define VGPU_SUBMIT_MAX_IN_FENCES    64
+#define VGPU_CTX_MAX_PENDING         256 /* unsignalled jobs per context */
+
+/* SUBMIT flags. */
+/* When the ring has no room, or the context has VGPU_CTX_MAX_PENDING jobs
+ * pending, fail with EBUSY instead of EAGAIN (for callers that treat the two
+ * differently; neither blocks). */
+#define VGPU_SUBMIT_BUSY_IS_EBUSY    (1u << 0)
+#define VGPU_SUBMIT_FLAGS            VGPU_SUBMIT_BUSY_IS_EBUSY
+
+/**
+ * struct drm_vgpu_submit - queue command buffers on a context's engine ring
+ * @ctx_id:        in.
+ * @engine:        in, one of the context's engines (EINVAL otherwise).
+ * @cmds:          in, user pointer to @num_cmds struct drm_vgpu_cmd.
+ * @num_cmds:      in, 1..VGPU_SUBMIT_MAX_CMDS (EINVAL otherwise).
+ * @num_in_fences: in, 0..VGPU_SUBMIT_MAX_IN_FENCES (EINVAL otherwise).
+ * @in_fences:     in, user pointer to struct drm_vgpu_fence: the job starts
+ *                 only after all of them signalled. A fence of a context the
+ *                 file does not own: ENOENT; a seqno never submitted: EINVAL.
+ * @flags:         in, VGPU_SUBMIT_*.
+ * @pad:           zero.
+ * @seqno:         out, the job's fence on (ctx_id, engine).
+ *
+ * Command buffers not inside a READ|EXEC mapping: EINVAL. The context is
+ * errored or banned: EIO. Ring full or too many pending jobs: EAGAIN (EBUSY
+ * with VGPU_SUBMIT_BUSY_IS_EBUSY); retry after waiting on an earlier fence.
+ */
+struct drm_vgpu_submit {
+	__u32 ctx_id;
+	__u32 engine;
+	__u64 cmds;
+	__u32 num_cmds;
+	__u32 num_in_fences;
+	__u64 in_fences;
+	__u32 flags;
+	__u32 pad;
+	__u64 seqno;
+};
+
+/* WAIT flags. */
+#define VGPU_WAIT_ALL                (1u << 0) /* all fences, not any one */
+#define VGPU_WAIT_FLAGS              VGPU_WAIT_ALL
+
+/* Largest fence array of a WAIT. */
+#define VGPU_WAIT_MAX_FENCES         256
+
+/**
+ * struct drm_vgpu_wait - wait for fences
+ * @fences:       in, user pointer to @num_fences struct drm_vgpu_fence.
+ * @num_fences:   in, 1..VGPU_WAIT_MAX_FENCES (EINVAL otherwise).
+ * @flags:        in, VGPU_WAIT_*.
+ * @timeout_ns:   in, relative timeout; 0 only polls.
+ * @first_signaled: out, with "any": index of a signalled fence.
+ * @pad:          zero.
+ *
+ * Returns 0 when the fences (all, or any) signalled; ETIME on timeout;
+ * EIO when a fence waited for completed with an error (its job was lost to
+ * a fault, a reset or context destruction) or the device wedged; ERESTARTSYS
+ * on a signal. Interrupt driven: the KMD signals fences from the device's
+ * FENCE events.
+ */
+struct drm_vgpu_wait {
+	__u64 fences;
+	__u32 num_fences;
+	__u32 flags;
+	__u64 timeout_ns;
+	__u32 first_signaled;
+	__u32 pad;
+};
+
+#define DRM_VGPU_GET_PARAM      0x00
+#define DRM_VGPU_PING           0x01
+#define DRM_VGPU_GEM_CREATE     0x02
+#define DRM_VGPU_GEM_MMAP_OFFSET 0x03
+#define DRM_VGPU_VM_BIND        0x04
+#define DRM_VGPU_VM_UNBIND      0x05
+#define DRM_VGPU_CTX_CREATE     0x06
+#define DRM_VGPU_CTX_DESTROY    0x07
+#define DRM_VGPU_CTX_QUERY      0x08
+#define DRM_VGPU_SUBMIT         0x09
+#define DRM_VGPU_WAIT           0x0a
 
 /* Note: enum members, not #defines, so that bindgen can resolve them. */
 enum {
@@ -76,6 +377,24 @@ enum {
 					    struct drm_vgpu_get_param),
 	DRM_IOCTL_VGPU_PING      = DRM_IOWR(DRM_COMMAND_BASE + DRM_VGPU_PING,
 					    struct drm_vgpu_ping),
+	DRM_IOCTL_VGPU_GEM_CREATE = DRM_IOWR(DRM_COMMAND_BASE + DRM_VGPU_GEM_CREATE,
+					     struct drm_vgpu_gem_create),
+	DRM_IOCTL_VGPU_GEM_MMAP_OFFSET = DRM_IOWR(DRM_COMMAND_BASE + DRM_VGPU_GEM_MMAP_OFFSET,
+						  struct drm_vgpu_gem_mmap_offset),
+	DRM_IOCTL_VGPU_VM_BIND   = DRM_IOW(DRM_COMMAND_BASE + DRM_VGPU_VM_BIND,
+					   struct drm_vgpu_vm_bind),
+	DRM_IOCTL_VGPU_VM_UNBIND = DRM_IOW(DRM_COMMAND_BASE + DRM_VGPU_VM_UNBIND,
+					   struct drm_vgpu_vm_unbind),
+	DRM_IOCTL_VGPU_CTX_CREATE = DRM_IOWR(DRM_COMMAND_BASE + DRM_VGPU_CTX_CREATE,
+					     struct drm_vgpu_ctx_create),
+	DRM_IOCTL_VGPU_CTX_DESTROY = DRM_IOW(DRM_COMMAND_BASE + DRM_VGPU_CTX_DESTROY,
+					     struct drm_vgpu_ctx_destroy),
+	DRM_IOCTL_VGPU_CTX_QUERY = DRM_IOWR(DRM_COMMAND_BASE + DRM_VGPU_CTX_QUERY,
+					    struct drm_vgpu_ctx_query),
+	DRM_IOCTL_VGPU_SUBMIT    = DRM_IOWR(DRM_COMMAND_BASE + DRM_VGPU_SUBMIT,
+					    struct drm_vgpu_submit),
+	DRM_IOCTL_VGPU_WAIT      = DRM_IOWR(DRM_COMMAND_BASE + DRM_VGPU_WAIT,
+					    struct drm_vgpu_wait),
 };
 
 #if defined(__cplusplus)

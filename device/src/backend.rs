@@ -8,6 +8,8 @@
 //! [`QUEUE_CONTROL`] and [`QUEUE_EVENT`].
 
 use std::io;
+use std::os::unix::io::{AsRawFd, RawFd};
+use std::sync::Arc;
 
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost::vhost_user::GpuBackend;
@@ -22,13 +24,31 @@ use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::event::{
     new_event_consumer_and_notifier, EventConsumer, EventFlag, EventNotifier,
 };
+use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 use vgpu_hwif::proto::{MAX_QUEUE_SIZE, NUM_QUEUES, QUEUE_CONTROL, QUEUE_EVENT};
 
 use crate::config::DeviceConfig;
 use crate::core::counters::Counters;
+use crate::core::gpu::Notify;
 use crate::core::Device;
 use crate::virtq;
+
+/// The epoll event id of the device's event doorbell: engine threads
+/// signal it after posting an event, and the worker thread then delivers
+/// pending events (ids `0..=NUM_QUEUES` are the queues and the exit event).
+pub const EVENT_WAKE: u16 = NUM_QUEUES as u16 + 1;
+
+/// Wakes the vhost-user worker thread through an eventfd.
+struct EventFdNotify(EventFd);
+
+impl Notify for EventFdNotify {
+    fn notify(&self) {
+        if let Err(e) = self.0.write(1) {
+            log::warn!("cannot wake the event delivery: {e}");
+        }
+    }
+}
 
 /// Virtio features the device offers. QEMU's frontend acknowledges
 /// `RING_RESET`, `INDIRECT_DESC` and `EVENT_IDX` besides `VERSION_1`, and a
@@ -125,6 +145,7 @@ pub struct VgpuBackend {
     event_idx: bool,
     gpu_socket: Option<GpuBackend>,
     exit: (EventConsumer, EventNotifier),
+    wake: EventFd,
 }
 
 impl VgpuBackend {
@@ -135,6 +156,8 @@ impl VgpuBackend {
 
     /// A backend serving `device`.
     pub fn with_device(device: Device) -> io::Result<Self> {
+        let wake = EventFd::new(EFD_NONBLOCK)?;
+        device.set_notifier(Arc::new(EventFdNotify(wake.try_clone()?)));
         Ok(VgpuBackend {
             device,
             config_space: GpuConfigSpace::default(),
@@ -143,7 +166,19 @@ impl VgpuBackend {
             event_idx: false,
             gpu_socket: None,
             exit: new_event_consumer_and_notifier(EventFlag::NONBLOCK)?,
+            wake,
         })
+    }
+
+    /// The eventfd the engines signal when they post events; register it
+    /// with the worker's epoll handler as [`EVENT_WAKE`].
+    pub fn wake_fd(&self) -> RawFd {
+        self.wake.as_raw_fd()
+    }
+
+    /// Writes the device's packet trace (Chrome trace-event JSON).
+    pub fn write_trace(&self, out: &mut dyn io::Write) -> io::Result<()> {
+        self.device.write_trace(out)
     }
 
     /// The device's counters.
@@ -303,6 +338,7 @@ impl VhostUserBackendMut for VgpuBackend {
                 total >> 20
             );
         }
+        self.device.set_memory(mem.clone());
         self.mem = Some(mem);
         Ok(())
     }
@@ -360,6 +396,12 @@ impl VhostUserBackendMut for VgpuBackend {
                 self.deliver_events(&mem, event);
             }
             QUEUE_EVENT => self.deliver_events(&mem, event),
+            EVENT_WAKE => {
+                // Level-triggered: clear the doorbell before delivering, so
+                // that an event posted meanwhile rings it again.
+                let _ = self.wake.read();
+                self.deliver_events(&mem, event);
+            }
             other => log::warn!("event for unknown queue {other}"),
         }
         Ok(())

@@ -75,9 +75,10 @@ pub const fn firmware_version(major: u8, minor: u8, patch: u8) -> u32 {
 pub struct DeviceConfig {
     /// Hardware generation.
     pub generation: Generation,
-    /// Compute units of the compute engine. Reserved: the compute engine is
-    /// not modelled yet, so `IDENTIFY` reports 0 regardless.
+    /// Compute units of the compute engine (reported by `IDENTIFY`).
     pub compute_units: u32,
+    /// Record a packet trace (`--trace`).
+    pub trace: bool,
 }
 
 impl DeviceConfig {
@@ -89,7 +90,13 @@ impl DeviceConfig {
         Ok(DeviceConfig {
             generation,
             compute_units,
+            trace: false,
         })
+    }
+
+    /// The same configuration, recording a packet trace if `on`.
+    pub fn with_trace(self, on: bool) -> DeviceConfig {
+        DeviceConfig { trace: on, ..self }
     }
 }
 
@@ -98,6 +105,7 @@ impl Default for DeviceConfig {
         DeviceConfig {
             generation: Generation::Gen1,
             compute_units: DEFAULT_COMPUTE_UNITS,
+            trace: false,
         }
     }
 }

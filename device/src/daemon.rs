@@ -16,7 +16,7 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
-use crate::backend::VgpuBackend;
+use crate::backend::{VgpuBackend, EVENT_WAKE};
 use crate::config::DeviceConfig;
 use crate::core::counters::Counters;
 
@@ -239,6 +239,20 @@ impl Daemon {
             GuestMemoryAtomic::new(GuestMemoryMmap::new()),
         )
         .map_err(|e| DaemonError::Session(e.to_string()))?;
+        // Engine threads post events asynchronously; their doorbell wakes
+        // the worker thread, which delivers them.
+        let wake_fd = self
+            .backend
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .wake_fd();
+        let handlers = daemon.get_epoll_handlers();
+        let handler = handlers
+            .first()
+            .ok_or_else(|| DaemonError::Session("no worker thread".to_owned()))?;
+        handler
+            .register_listener(wake_fd, EventSet::IN, u64::from(EVENT_WAKE))
+            .map_err(|e| DaemonError::Session(format!("cannot watch the event doorbell: {e}")))?;
 
         if !self.wait_for_frontend()? {
             log::info!("stop requested before a frontend connected");

@@ -12,9 +12,12 @@
 //! * [`daemon`] — listens on the socket, serves one frontend, stops on
 //!   request.
 //! * [`config`] — per-instance configuration.
+//! * [`testkit`] — driver-side helpers (page tables, packet writers) for
+//!   tests, benchmarks and tools.
 
 pub mod backend;
 pub mod config;
 pub mod core;
 pub mod daemon;
+pub mod testkit;
 pub mod virtq;

@@ -25,6 +25,9 @@ Examples:
   # Log every command:
   RUST_LOG=debug vgpu-device --socket /tmp/vgpu.sock
 
+  # Record a timeline of every packet; open it in https://ui.perfetto.dev:
+  vgpu-device --socket /tmp/vgpu.sock --trace /tmp/vgpu-trace.json
+
 The process serves one QEMU connection and exits 0 when QEMU disconnects,
 or on SIGTERM/SIGINT; the socket file is removed on exit.";
 
@@ -41,12 +44,17 @@ struct Cli {
     #[arg(long = "gen", value_name = "N", default_value = "1", value_parser = parse_generation)]
     generation: Generation,
 
-    /// Compute units of the compute engine (reserved: the compute engine is
-    /// not modelled yet and IDENTIFY reports 0).
+    /// Compute units of the compute engine (reported by IDENTIFY).
     #[arg(long, value_name = "N", default_value_t = DEFAULT_COMPUTE_UNITS,
           value_parser = clap::value_parser!(u32).range(
               i64::from(*COMPUTE_UNITS_RANGE.start())..=i64::from(*COMPUTE_UNITS_RANGE.end())))]
     compute_units: u32,
+
+    /// Record every packet's fetch, execution, fences, faults, errors and
+    /// resets, and write them as a Chrome/Perfetto trace (JSON) to FILE
+    /// when the device exits.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
 
     /// Log level: error, warn, info, debug or trace (overrides RUST_LOG).
     #[arg(long, value_name = "LEVEL")]
@@ -56,6 +64,18 @@ struct Cli {
 fn parse_generation(s: &str) -> Result<Generation, String> {
     let n: u32 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
     Generation::from_number(n).map_err(|e| e.to_string())
+}
+
+fn write_trace(
+    path: &std::path::Path,
+    backend: &std::sync::RwLock<vgpu_device::backend::VgpuBackend>,
+) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    backend
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .write_trace(&mut out)?;
+    std::io::Write::flush(&mut out)
 }
 
 fn main() -> ExitCode {
@@ -69,7 +89,7 @@ fn main() -> ExitCode {
     logger.init();
 
     let config = match DeviceConfig::new(cli.generation, cli.compute_units) {
-        Ok(c) => c,
+        Ok(c) => c.with_trace(cli.trace.is_some()),
         Err(e) => {
             eprintln!("vgpu-device: {e}");
             return ExitCode::from(2);
@@ -92,6 +112,7 @@ fn main() -> ExitCode {
         }
     };
     let stop = daemon.stop_handle();
+    let backend = daemon.backend();
     let socket = cli.socket.clone();
     std::thread::spawn(move || {
         let mut received = 0;
@@ -115,7 +136,18 @@ fn main() -> ExitCode {
         config.generation
     );
 
-    match daemon.run() {
+    let result = daemon.run();
+    if let Some(path) = cli.trace.as_ref() {
+        if let Err(e) = write_trace(path, &backend) {
+            eprintln!(
+                "vgpu-device: cannot write the trace to {}: {e}",
+                path.display()
+            );
+        } else {
+            log::info!("trace written to {}", path.display());
+        }
+    }
+    match result {
         Ok(summary) => {
             log::info!(
                 "exiting: {:?}{}",

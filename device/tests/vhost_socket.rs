@@ -397,8 +397,9 @@ fn identify_ping_and_malformed_commands_over_vhost_user() {
     assert_eq!(id.magic, u32::from_le_bytes(*b"VGPU"));
     assert_eq!(id.generation, 2);
     assert_eq!(id.firmware_version, 0x02_00_01);
-    assert_eq!(id.engine_mask, 0);
-    assert_eq!(id.compute_units, 0);
+    assert_eq!(id.engine_mask, 0b11, "copy and compute engines");
+    assert_eq!(id.va_bits, 48);
+    assert_eq!(id.compute_units, 8);
     assert_eq!(id.event_record_size, EVENT_RECORD_SIZE as u32);
     assert_eq!(id.layout_fingerprint, FINGERPRINT);
 

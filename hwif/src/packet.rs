@@ -109,12 +109,18 @@ pub enum EngineError {
     /// The doorbell's write pointer is behind the read pointer or not a
     /// multiple of 4.
     BadPointer = 9,
-    /// A packet runs past the end of its command buffer.
+    /// A packet runs past the end of its command buffer, or (in a ring)
+    /// past the write pointer the last doorbell published.
     Truncated = 10,
     /// Reserved opcode not implemented by this device.
     Unsupported = 11,
     /// A compute kernel executed `TRAP`.
     Trap = 12,
+    /// A page fault stopped the ring: a fault of a context without
+    /// replayable faults, or a replayable fault answered with
+    /// `FAULT_RESUME` abort. Only the ring status block carries this code;
+    /// the `FAULT` event describes the fault.
+    PageFault = 13,
 }
 
 impl EngineError {
@@ -133,6 +139,7 @@ impl EngineError {
             10 => EngineError::Truncated,
             11 => EngineError::Unsupported,
             12 => EngineError::Trap,
+            13 => EngineError::PageFault,
             _ => return None,
         })
     }
@@ -152,6 +159,7 @@ impl EngineError {
             EngineError::Truncated => "TRUNCATED",
             EngineError::Unsupported => "UNSUPPORTED",
             EngineError::Trap => "TRAP",
+            EngineError::PageFault => "PAGE_FAULT",
         }
     }
 }
@@ -276,7 +284,8 @@ pub enum Packet {
         /// 4-byte pattern.
         pattern: u32,
     },
-    /// `DISPATCH`: the raw payload is kept for the compute block.
+    /// `DISPATCH`: its payload is decoded by the compute engine; this
+    /// decoder checks neither its length nor its operands.
     Dispatch,
 }
 

@@ -56,7 +56,9 @@ pub const PROTOCOL_MINOR: u16 = 1;
 /// `(major << 16) | minor`.
 pub const PROTOCOL_VERSION: u32 = ((PROTOCOL_MAJOR as u32) << 16) | PROTOCOL_MINOR as u32;
 
-/// GPU virtual address width in bits.
+/// The widest GPU virtual address of any generation, in bits. A device
+/// reports its own width in [`IdentifyReply::va_bits`]
+/// ([`super::mmu::va_bits`]: 40 bits on gen 1, 48 on gen 2).
 pub const VA_BITS: u32 = 48;
 /// 4 KiB pages.
 pub const PAGE_SIZE_4K: u64 = 1 << 12;
@@ -390,7 +392,8 @@ pod_struct! {
         pub page_sizes: u64,
         /// Bit `i` set: engine `i` (see [`engine`]) is present.
         pub engine_mask: u32,
-        /// GPU virtual address width in bits.
+        /// GPU virtual address width in bits of this generation
+        /// ([`super::mmu::va_bits`]).
         pub va_bits: u32,
         /// Number of contexts.
         pub max_contexts: u32,

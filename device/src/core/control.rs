@@ -8,18 +8,35 @@
 //! whose successful reply would not fit in the driver's reply buffer is not
 //! executed and is answered [`Status::BadDescriptor`] (the buffer is large
 //! enough for a header, which the transport guarantees).
+//!
+//! Commands act on the GPU model ([`Gpu`]): contexts and rings change
+//! under the state lock; what only an engine may do (resets, TLB
+//! invalidations) is asked of the engine, and the reply waits until it is
+//! done, so that a driver can rely on it when the reply arrives — e.g. no
+//! stale translation survives an acknowledged `TLB_INVALIDATE`. A
+//! `DOORBELL` only sets the ring's doorbell register; the engine validates
+//! and executes the work asynchronously and reports problems as events.
+
+use std::sync::Arc;
 
 use vgpu_hwif::event::{Event, EVENT_RECORD_SIZE};
 use vgpu_hwif::layout::FINGERPRINT;
+use vgpu_hwif::mmu::va_bits;
+use vgpu_hwif::packet::EngineError;
 use vgpu_hwif::pod::Pod;
 use vgpu_hwif::proto::{
-    Command, CommandHeader, IdentifyReply, Opcode, PingReply, ReplyHeader, Status, IDENTIFY_MAGIC,
-    MAX_COMMAND_SIZE, MAX_CONTEXTS, MAX_RING_SIZE, MIN_RING_SIZE, PAGE_SIZE_2M, PAGE_SIZE_4K,
-    PROTOCOL_VERSION, VA_BITS,
+    engine, stats_kind, Command, CommandHeader, EngineResetReply, IdentifyReply, Opcode, PingReply,
+    ReplyHeader, Status, DESTROY_FLAG_FORCE, FAULT_RESUME_ABORT, FAULT_RESUME_RETRY,
+    IDENTIFY_MAGIC, MAX_COMMAND_SIZE, MAX_CONTEXTS, MAX_RING_SIZE, MIN_RING_SIZE, PAGE_SIZE_2M,
+    PAGE_SIZE_4K, PROTOCOL_VERSION,
 };
 
+use super::context::{Context, ContextError};
 use super::counters::Counters;
-use super::events::EventUnit;
+use super::gpu::{Gpu, Request, ENGINES};
+use super::reset::{self, ResetError};
+use super::ring::{self, Ring, RingError, RingState};
+use super::telemetry::Stats;
 use crate::config::DeviceConfig;
 
 /// Size of a reply header.
@@ -39,9 +56,49 @@ pub const MAX_REPLY_SIZE: usize = {
     max
 };
 
-/// Engines the device models: none yet (bit `i` = engine `i`, see
-/// [`vgpu_hwif::proto::engine`]).
-pub const ENGINE_MASK: u32 = 0;
+/// Engines the device has: the copy engine and the compute engine (bit
+/// `i` = engine `i`, see [`vgpu_hwif::proto::engine`]).
+pub const ENGINE_MASK: u32 = (1 << engine::COPY) | (1 << engine::COMPUTE);
+
+/// Why a valid command could not be executed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    /// A context operand or state.
+    #[error(transparent)]
+    Context(#[from] ContextError),
+    /// A ring operand or state.
+    #[error(transparent)]
+    Ring(#[from] RingError),
+    /// A reset failed.
+    #[error(transparent)]
+    Reset(#[from] ResetError),
+    /// An operand is out of range.
+    #[error("{0}")]
+    Invalid(&'static str),
+    /// No stalled fault of that context has that id.
+    #[error("context {ctx} has no stalled fault {fault_id}")]
+    NoSuchFault {
+        /// Context.
+        ctx: u32,
+        /// Fault id.
+        fault_id: u64,
+    },
+}
+
+impl CommandError {
+    /// The reply status.
+    pub const fn status(&self) -> Status {
+        match self {
+            CommandError::Context(e) => e.status(),
+            CommandError::Ring(e) => e.status(),
+            CommandError::Reset(ResetError::BadEngine(_)) | CommandError::Invalid(_) => {
+                Status::InvalidArgument
+            }
+            CommandError::Reset(ResetError::EngineLost(_)) => Status::DeviceLost,
+            CommandError::NoSuchFault { .. } => Status::NotFound,
+        }
+    }
+}
 
 /// One reply, at most [`MAX_REPLY_SIZE`] bytes.
 #[derive(Clone, Copy)]
@@ -104,29 +161,24 @@ impl core::fmt::Debug for Reply {
 pub struct ControlProcessor {
     identity: IdentifyReply,
     counters: Counters,
+    gpu: Arc<Gpu>,
 }
 
 impl ControlProcessor {
-    /// A processor for a device configured as `config`.
-    pub fn new(config: &DeviceConfig) -> Self {
+    /// A processor for a device configured as `config`, acting on `gpu`.
+    pub fn new(config: &DeviceConfig, gpu: Arc<Gpu>) -> Self {
         ControlProcessor {
             identity: identity(config),
             counters: Counters::default(),
+            gpu,
         }
     }
 
     /// Decodes and executes `bytes` (a command copied out of guest memory;
     /// the transport passes at most `MAX_COMMAND_SIZE + 1` bytes so that an
     /// oversized command is recognised). `reply_room` is the size of the
-    /// driver's reply buffer. `PING` raises its event in `events` at device
-    /// time `now_ns`.
-    pub fn process(
-        &mut self,
-        bytes: &[u8],
-        reply_room: usize,
-        events: &mut EventUnit,
-        now_ns: u64,
-    ) -> Reply {
+    /// driver's reply buffer.
+    pub fn process(&mut self, bytes: &[u8], reply_room: usize) -> Reply {
         let (hdr, decoded) = Command::decode(bytes);
         let cmd = match decoded {
             Ok(cmd) => cmd,
@@ -159,36 +211,322 @@ impl ControlProcessor {
             );
             return Reply::error(Some(&hdr), Status::BadDescriptor);
         }
-        let ok = ReplyHeader::for_command(Some(&hdr), Status::Ok);
-        let reply = match cmd {
-            Command::Identify => Reply::from_pod(&IdentifyReply {
+        match self.execute(cmd, ReplyHeader::for_command(Some(&hdr), Status::Ok)) {
+            Ok(reply) => {
+                self.counters.count_command(op);
+                log::debug!("control: {} tag {:#x} -> OK", op.name(), hdr.tag);
+                reply
+            }
+            Err(e) => {
+                let status = e.status();
+                self.counters.count_error(status);
+                log::debug!(
+                    "control: {} tag {:#x} -> {}: {e}",
+                    op.name(),
+                    hdr.tag,
+                    status.name()
+                );
+                Reply::error(Some(&hdr), status)
+            }
+        }
+    }
+
+    fn execute(&mut self, cmd: Command, ok: ReplyHeader) -> Result<Reply, CommandError> {
+        let gpu = &*self.gpu;
+        let header_only = Reply::from_pod(&ok);
+        match cmd {
+            Command::Identify => Ok(Reply::from_pod(&IdentifyReply {
                 hdr: ok,
                 ..self.identity
-            }),
+            })),
             Command::Ping { cookie } => {
-                let event_seq = events.post(Event::Ping { cookie }, now_ns);
-                Reply::from_pod(&PingReply {
+                let event_seq = gpu.post(Event::Ping { cookie });
+                Ok(Reply::from_pod(&PingReply {
                     hdr: ok,
                     cookie,
                     event_seq,
-                })
+                }))
             }
-            // The GPU blocks (contexts, rings, MMU, resets, telemetry) are
-            // not modelled by this core yet: refuse rather than pretend.
-            _ => {
-                log::debug!("control: {} tag {:#x} -> not modelled", op.name(), hdr.tag);
-                return Reply::error(Some(&hdr), Status::UnknownOpcode);
+            Command::ContextCreate {
+                ctx_id,
+                priority,
+                flags,
+                pt_root,
+            } => {
+                let ctx = Context::new(ctx_id, priority, flags, pt_root)?;
+                gpu.lock().contexts.insert(ctx)?;
+                Ok(header_only)
             }
-        };
-        self.counters.count_command(op);
-        log::debug!("control: {} tag {:#x} -> OK", op.name(), hdr.tag);
-        reply
+            Command::ContextDestroy { ctx_id, flags } => {
+                destroy_context(gpu, ctx_id, flags & DESTROY_FLAG_FORCE != 0)?;
+                Ok(header_only)
+            }
+            Command::ContextQuery { ctx_id } => {
+                let st = gpu.lock();
+                Ok(Reply::from_pod(&st.contexts.get(ctx_id)?.query(ok)))
+            }
+            Command::RingCreate {
+                ctx_id,
+                engine: e,
+                size,
+                ring_va,
+                status_va,
+            } => {
+                let mut st = gpu.lock();
+                let ctx = st.contexts.get_mut(ctx_id)?;
+                ring::check_create(e, size, ring_va, status_va, gpu.cfg.va_bits)?;
+                let slot = ctx
+                    .rings
+                    .get_mut(e as usize)
+                    .ok_or(RingError::BadEngine(e))?;
+                if slot.is_some() {
+                    return Err(RingError::Exists(ctx_id, e).into());
+                }
+                *slot = Some(Ring::new(e, ring_va, size, status_va));
+                // The engine writes the initial status block.
+                gpu.wake_engine(e as usize);
+                Ok(header_only)
+            }
+            Command::RingDestroy { ctx_id, engine: e } => {
+                let mut st = gpu.lock();
+                let ctx = st.contexts.get_mut(ctx_id)?;
+                if e >= engine::COUNT {
+                    return Err(RingError::BadEngine(e).into());
+                }
+                let slot = ctx
+                    .rings
+                    .get_mut(e as usize)
+                    .ok_or(RingError::BadEngine(e))?;
+                match slot {
+                    None => Err(RingError::NotFound(ctx_id, e).into()),
+                    Some(r) if r.busy() => Err(RingError::Busy(ctx_id, e).into()),
+                    Some(_) => {
+                        *slot = None;
+                        Ok(header_only)
+                    }
+                }
+            }
+            Command::Doorbell {
+                ctx_id,
+                engine: e,
+                wptr,
+            } => {
+                let mut st = gpu.lock();
+                let current = st
+                    .engines
+                    .get(e as usize)
+                    .and_then(|es| es.current)
+                    .map(|(_, prio)| prio);
+                let ctx = st.contexts.get_mut(ctx_id)?;
+                if e >= engine::COUNT {
+                    return Err(RingError::BadEngine(e).into());
+                }
+                let priority = ctx.priority;
+                let ring = ctx.ring_mut(e).ok_or(RingError::NotFound(ctx_id, e))?;
+                // A stopped ring ignores its doorbell (the register write
+                // is accepted and has no effect).
+                if !matches!(ring.state, RingState::Stopped { .. }) {
+                    ring.doorbell = Some(wptr);
+                    if current.is_some_and(|p| priority > p) {
+                        gpu.poke(e as usize);
+                    }
+                }
+                drop(st);
+                // Wakes the engine; rings waiting on semaphores (which the
+                // driver may just have written) look again.
+                gpu.semaphores_changed();
+                Ok(header_only)
+            }
+            Command::TlbInvalidate {
+                ctx_id,
+                engine_mask,
+                va,
+                size,
+            } => {
+                let all = (1u32 << engine::COUNT) - 1;
+                if engine_mask & !all != 0 {
+                    return Err(CommandError::Invalid("engine mask names a missing engine"));
+                }
+                if va.checked_add(size).is_none() {
+                    return Err(CommandError::Invalid("invalidation range wraps"));
+                }
+                let mask = if engine_mask == 0 { all } else { engine_mask };
+                let mut st = gpu.lock();
+                st.contexts.get(ctx_id)?;
+                let mut ids = [0u64; ENGINES];
+                for (e, id) in ids.iter_mut().enumerate() {
+                    if mask & (1 << e) != 0 {
+                        *id = gpu.submit(
+                            &mut st,
+                            e,
+                            Request::Invalidate {
+                                asid: ctx_id,
+                                va,
+                                size,
+                            },
+                        );
+                    }
+                }
+                for (e, id) in ids.into_iter().enumerate() {
+                    let (g, alive) = gpu.wait_served(st, e, id);
+                    st = g;
+                    if !alive {
+                        return Err(ResetError::EngineLost(e).into());
+                    }
+                }
+                Ok(header_only)
+            }
+            Command::FaultResume {
+                ctx_id,
+                action,
+                fault_id,
+            } => {
+                if action != FAULT_RESUME_RETRY && action != FAULT_RESUME_ABORT {
+                    return Err(CommandError::Invalid("unknown FAULT_RESUME action"));
+                }
+                let mut st = gpu.lock();
+                let current: Vec<Option<u32>> = st
+                    .engines
+                    .iter()
+                    .map(|es| es.current.map(|(_, p)| p))
+                    .collect();
+                let ctx = st.contexts.get_mut(ctx_id)?;
+                let priority = ctx.priority;
+                let found = ctx.rings.iter_mut().flatten().find(
+                    |r| matches!(r.state, RingState::FaultStalled { fault_id: f } if f == fault_id),
+                );
+                let Some(r) = found else {
+                    return Err(CommandError::NoSuchFault {
+                        ctx: ctx_id,
+                        fault_id,
+                    });
+                };
+                let e = r.engine as usize;
+                if action == FAULT_RESUME_RETRY {
+                    r.state = RingState::Ready;
+                    if current
+                        .get(e)
+                        .copied()
+                        .flatten()
+                        .is_some_and(|p| priority > p)
+                    {
+                        gpu.poke(e);
+                    }
+                } else {
+                    r.state = RingState::Stopped {
+                        error: EngineError::PageFault as u32,
+                        error_rptr: r.cursor.rptr,
+                    };
+                }
+                r.status_dirty = true;
+                gpu.wake_engine(e);
+                Ok(header_only)
+            }
+            Command::EngineReset { engine: e } => {
+                let report = reset::reset_engine(gpu, e)?;
+                Ok(Reply::from_pod(&EngineResetReply {
+                    hdr: ok,
+                    engine: e,
+                    ctx_id: report.ctx_id,
+                    rptr: report.rptr,
+                    reserved: 0,
+                }))
+            }
+            Command::DeviceReset => {
+                reset::reset_device(gpu, true)?;
+                Ok(header_only)
+            }
+            Command::QueryStats { kind, id } => {
+                let st = gpu.lock();
+                let stats = match kind {
+                    stats_kind::ENGINE => {
+                        st.engines
+                            .get(id as usize)
+                            .ok_or(CommandError::Invalid("no such engine"))?
+                            .stats
+                    }
+                    stats_kind::CONTEXT => st.contexts.get(id)?.stats,
+                    stats_kind::DEVICE => {
+                        if id != 0 {
+                            return Err(CommandError::Invalid("device stats take id 0"));
+                        }
+                        let mut total = Stats::default();
+                        for es in &st.engines {
+                            total.add(&es.stats);
+                        }
+                        total.resets = total.resets.saturating_add(st.device_resets);
+                        total
+                    }
+                    _ => return Err(CommandError::Invalid("unknown stats kind")),
+                };
+                let mut reply = stats.to_reply(kind, id);
+                reply.hdr = ok;
+                Ok(Reply::from_pod(&reply))
+            }
+        }
     }
 
     /// Commands and error replies so far (the event and protocol fields are
     /// not kept here and read 0).
     pub fn counters(&self) -> Counters {
         self.counters
+    }
+}
+
+/// `CONTEXT_DESTROY`: refuses a context with work in flight unless
+/// `force`; a forced destroy first resets every engine executing the
+/// context. The context's TLB entries are flushed on every engine.
+pub fn destroy_context(gpu: &Gpu, id: u32, force: bool) -> Result<(), CommandError> {
+    let mut st = gpu.lock();
+    let ctx = st.contexts.get_mut(id)?;
+    if ctx.has_work() && !force {
+        return Err(ContextError::Busy(id).into());
+    }
+    ctx.dying = true;
+    let mut waits = Vec::with_capacity(2 * ENGINES);
+    for e in 0..ENGINES {
+        let running = st
+            .engines
+            .get(e)
+            .and_then(|es| es.current)
+            .is_some_and(|(c, _)| c == id);
+        if running {
+            let rid = gpu.submit(
+                &mut st,
+                e,
+                Request::Reset {
+                    only_ctx: Some(id),
+                    silent: false,
+                },
+            );
+            waits.push((e, rid));
+        }
+        let rid = gpu.submit(
+            &mut st,
+            e,
+            Request::Invalidate {
+                asid: id,
+                va: 0,
+                size: 0,
+            },
+        );
+        waits.push((e, rid));
+    }
+    let mut lost = None;
+    for (e, rid) in waits {
+        let (g, alive) = gpu.wait_served(st, e, rid);
+        st = g;
+        if !alive {
+            lost = Some(e);
+        }
+        if let Some(es) = st.engines.get_mut(e) {
+            es.reset_reports.retain(|(r, _)| *r != rid);
+        }
+    }
+    st.contexts.remove(id);
+    match lost {
+        Some(e) => Err(ResetError::EngineLost(e).into()),
+        None => Ok(()),
     }
 }
 
@@ -202,17 +540,11 @@ pub fn identity(config: &DeviceConfig) -> IdentifyReply {
         generation: config.generation.number(),
         page_sizes: PAGE_SIZE_4K | PAGE_SIZE_2M,
         engine_mask: ENGINE_MASK,
-        va_bits: VA_BITS,
+        va_bits: va_bits(config.generation.number()),
         max_contexts: MAX_CONTEXTS,
         min_ring_size: MIN_RING_SIZE,
         max_ring_size: MAX_RING_SIZE,
-        // Without a compute engine there are no compute units to report;
-        // the configured count takes effect once the engine exists.
-        compute_units: if ENGINE_MASK & (1 << vgpu_hwif::proto::engine::COMPUTE) != 0 {
-            config.compute_units
-        } else {
-            0
-        },
+        compute_units: config.compute_units,
         event_record_size: EVENT_RECORD_SIZE as u32,
         max_command_size: MAX_COMMAND_SIZE as u32,
         layout_fingerprint: FINGERPRINT,
@@ -224,13 +556,22 @@ pub fn identity(config: &DeviceConfig) -> IdentifyReply {
 mod tests {
     use super::*;
     use crate::config::{DeviceConfig, Generation};
+    use crate::core::clock::ManualClock;
+    use crate::core::gpu::GpuConfig;
     use vgpu_hwif::event::EventRecord;
     use vgpu_hwif::proto::PingCmd;
 
     const ROOM: usize = MAX_REPLY_SIZE;
 
-    fn gen(g: Generation) -> ControlProcessor {
-        ControlProcessor::new(&DeviceConfig::new(g, 4).unwrap())
+    /// A control processor over a GPU without engine threads (enough for
+    /// commands that never wait for an engine), and that GPU.
+    fn gen_with_gpu(g: Generation) -> (ControlProcessor, Arc<Gpu>) {
+        let cfg = DeviceConfig::new(g, 4).unwrap();
+        let gpu = Arc::new(Gpu::new(
+            GpuConfig::for_device(&cfg),
+            Arc::new(ManualClock::new(0)),
+        ));
+        (ControlProcessor::new(&cfg, gpu.clone()), gpu)
     }
 
     fn header(opcode: u32, flags: u32, tag: u64) -> Vec<u8> {
@@ -366,9 +707,8 @@ mod tests {
             },
         ];
         for case in cases {
-            let mut cp = gen(Generation::Gen1);
-            let mut ev = EventUnit::new();
-            let r = cp.process(&case.bytes, ROOM, &mut ev, 0);
+            let (mut cp, gpu) = gen_with_gpu(Generation::Gen1);
+            let r = cp.process(&case.bytes, ROOM);
             assert_eq!(r.len(), REPLY_HEADER_SIZE, "{}", case.name);
             let h = r.header();
             assert_eq!(
@@ -381,7 +721,12 @@ mod tests {
                 "{}",
                 case.name
             );
-            assert_eq!(ev.pending(), 0, "{}: no event on error", case.name);
+            assert_eq!(
+                gpu.events().pending(),
+                0,
+                "{}: no event on error",
+                case.name
+            );
             assert_eq!(cp.counters().errors_for(case.status), 1, "{}", case.name);
             assert_eq!(cp.counters().replies(), 1, "{}", case.name);
         }
@@ -389,13 +734,12 @@ mod tests {
 
     #[test]
     fn identify_gen1_and_gen2() {
-        for (g, fw, n) in [
-            (Generation::Gen1, 0x01_03_00, 1),
-            (Generation::Gen2, 0x02_00_01, 2),
+        for (g, fw, n, va) in [
+            (Generation::Gen1, 0x01_03_00, 1, 40),
+            (Generation::Gen2, 0x02_00_01, 2, 48),
         ] {
-            let mut cp = gen(g);
-            let mut ev = EventUnit::new();
-            let r = cp.process(&header(Opcode::Identify as u32, 0, 0xabc), ROOM, &mut ev, 0);
+            let (mut cp, gpu) = gen_with_gpu(g);
+            let r = cp.process(&header(Opcode::Identify as u32, 0, 0xabc), ROOM);
             assert_eq!(r.len(), core::mem::size_of::<IdentifyReply>());
             let id = IdentifyReply::read_from(r.as_bytes()).unwrap();
             assert_eq!(
@@ -411,28 +755,27 @@ mod tests {
                     firmware_version: fw,
                     generation: n,
                     page_sizes: (1 << 12) | (1 << 21),
-                    engine_mask: 0,
-                    va_bits: 48,
+                    engine_mask: 0b11,
+                    va_bits: va,
                     max_contexts: 64,
                     min_ring_size: 4096,
                     max_ring_size: 1 << 20,
-                    compute_units: 0,
+                    compute_units: 4,
                     event_record_size: 64,
                     max_command_size: 4096,
                     layout_fingerprint: FINGERPRINT,
                     reserved: [0; 4],
                 }
             );
-            assert_eq!(ev.pending(), 0);
+            assert_eq!(gpu.events().pending(), 0);
             assert_eq!(cp.counters().commands_for(Opcode::Identify), 1);
         }
     }
 
     #[test]
     fn ping_replies_with_event_seq_and_posts_event() {
-        let mut cp = gen(Generation::Gen2);
-        let mut ev = EventUnit::new();
-        let r = cp.process(&ping(0x77, 0xfeed_beef), ROOM, &mut ev, 1234);
+        let (mut cp, gpu) = gen_with_gpu(Generation::Gen2);
+        let r = cp.process(&ping(0x77, 0xfeed_beef), ROOM);
         assert_eq!(
             PingReply::read_from(r.as_bytes()).unwrap(),
             PingReply {
@@ -446,26 +789,25 @@ mod tests {
             }
         );
         assert_eq!(r.len(), core::mem::size_of::<PingReply>());
-        let rec: EventRecord = ev.commit_front(0).unwrap();
+        let rec: EventRecord = gpu.events().commit_front(0).unwrap();
         assert_eq!(rec.seq, 1);
-        assert_eq!(rec.timestamp_ns, 1234);
+        assert_eq!(rec.timestamp_ns, 0);
         assert_eq!(
             Event::from_record(&rec).unwrap(),
             Event::Ping {
                 cookie: 0xfeed_beef
             }
         );
-        let r2 = cp.process(&ping(0x78, 1), ROOM, &mut ev, 2000);
+        let r2 = cp.process(&ping(0x78, 1), ROOM);
         assert_eq!(PingReply::read_from(r2.as_bytes()).unwrap().event_seq, 2);
         assert_eq!(cp.counters().commands_for(Opcode::Ping), 2);
     }
 
     #[test]
     fn reply_that_does_not_fit_is_refused_without_side_effects() {
-        let mut cp = gen(Generation::Gen1);
-        let mut ev = EventUnit::new();
+        let (mut cp, gpu) = gen_with_gpu(Generation::Gen1);
         let room = core::mem::size_of::<PingReply>() - 1;
-        let r = cp.process(&ping(0x99, 3), room, &mut ev, 0);
+        let r = cp.process(&ping(0x99, 3), room);
         assert_eq!(
             r.header(),
             ReplyHeader {
@@ -475,13 +817,8 @@ mod tests {
             }
         );
         assert_eq!(r.len(), REPLY_HEADER_SIZE);
-        assert_eq!(ev.pending(), 0);
-        let r = cp.process(
-            &header(Opcode::Identify as u32, 0, 1),
-            REPLY_HEADER_SIZE,
-            &mut ev,
-            0,
-        );
+        assert_eq!(gpu.events().pending(), 0);
+        let r = cp.process(&header(Opcode::Identify as u32, 0, 1), REPLY_HEADER_SIZE);
         assert_eq!(r.status(), Some(Status::BadDescriptor));
         assert_eq!(cp.counters().errors_for(Status::BadDescriptor), 2);
         assert_eq!(cp.counters().commands_for(Opcode::Ping), 0);

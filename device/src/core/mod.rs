@@ -2,33 +2,61 @@
 //! plain bytes and explicit calls, with no knowledge of virtqueues or
 //! vhost-user.
 //!
-//! * [`control`] — decodes and executes control commands.
-//! * [`events`] — numbers, timestamps and buffers events.
-//! * [`counters`] — statistics.
-//! * [`clock`] — device time.
+//! | block | module | state machine |
+//! |---|---|---|
+//! | control processor | [`control`] | decode → check → execute → one reply |
+//! | contexts | [`context`] | free → active → (dying) → free |
+//! | rings and doorbells | [`ring`] | idle / ready / running / sem-wait / fault-stalled / stopped |
+//! | command processor | [`cp`] | fetch → decode → in flight → complete, per packet |
+//! | MMU and TLBs | [`mmu`], [`dma`] | range check → four-level walk → leaf; per-engine TLB |
+//! | copy engine | [`copy_engine`] | transfer progress, one chunk per step |
+//! | compute engine | [`compute_engine`] | common packets; `DISPATCH` reserved |
+//! | scheduler | [`scheduler`] | per-engine loop: mailbox → doorbells → select → slice → retire |
+//! | resets | [`reset`] | engine reset, device reset |
+//! | events | [`events`] | numbered FIFO with loss accounting |
+//! | telemetry | [`telemetry`], [`counters`] | counters and the packet trace |
+//! | time | [`clock`] | device clock |
 //!
-//! [`Device`] ties the blocks together; the virtqueue layer
-//! ([`crate::virtq`]) feeds it.
+//! [`Device`] ties the blocks together and owns the engine threads; the
+//! virtqueue layer ([`crate::virtq`]) feeds it.
 
 pub mod clock;
+pub mod compute_engine;
+pub mod context;
 pub mod control;
+pub mod copy_engine;
 pub mod counters;
+pub mod cp;
+pub mod dma;
 pub mod events;
+pub mod gpu;
+pub mod mmu;
+pub mod reset;
+pub mod ring;
+pub mod scheduler;
+pub mod telemetry;
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use vgpu_hwif::event::EventRecord;
+use vm_memory::GuestMemoryAtomic;
 
 use crate::config::DeviceConfig;
 use clock::{Clock, MonotonicClock};
 use control::{ControlProcessor, Reply};
 use counters::Counters;
-use events::EventUnit;
+use gpu::{Gpu, GpuConfig, Notify, ENGINES};
+use mmu::Mem;
 
-/// One device instance.
+/// One device instance: the GPU model and its engine threads.
 pub struct Device {
     config: DeviceConfig,
+    gpu: Arc<Gpu>,
     control: ControlProcessor,
-    events: EventUnit,
-    clock: Box<dyn Clock>,
+    threads: Vec<JoinHandle<()>>,
     protocol_errors: u64,
 }
 
@@ -41,11 +69,37 @@ impl Device {
 
     /// A device timed by `clock`.
     pub fn with_clock(config: DeviceConfig, clock: Box<dyn Clock>) -> Self {
+        Self::with_model(config, GpuConfig::for_device(&config), Arc::from(clock))
+    }
+
+    /// A device whose model uses `model` (scheduling parameters) and
+    /// `clock`.
+    pub fn with_model(config: DeviceConfig, model: GpuConfig, clock: Arc<dyn Clock>) -> Self {
+        let gpu = Arc::new(Gpu::new(model, clock));
+        let mut threads = Vec::with_capacity(ENGINES);
+        for e in 0..ENGINES {
+            let g = gpu.clone();
+            let name = if e == 0 { "vgpu-copy" } else { "vgpu-compute" };
+            match std::thread::Builder::new()
+                .name(name.to_owned())
+                .spawn(move || scheduler::engine_main(g, e))
+            {
+                Ok(t) => threads.push(t),
+                Err(err) => {
+                    // An engine without a thread never answers: commands
+                    // that need it report DEVICE_LOST.
+                    log::error!("cannot start the {name} thread: {err}");
+                    if let Some(a) = gpu.alive.get(e) {
+                        a.store(false, Ordering::Release);
+                    }
+                }
+            }
+        }
         Device {
             config,
-            control: ControlProcessor::new(&config),
-            events: EventUnit::new(),
-            clock,
+            control: ControlProcessor::new(&config, gpu.clone()),
+            gpu,
+            threads,
             protocol_errors: 0,
         }
     }
@@ -55,29 +109,42 @@ impl Device {
         &self.config
     }
 
+    /// The GPU model (for inspection).
+    pub fn gpu(&self) -> &Arc<Gpu> {
+        &self.gpu
+    }
+
+    /// Uses `mem` as guest memory (the vhost-user memory table).
+    pub fn set_memory(&self, mem: GuestMemoryAtomic<Mem>) {
+        self.gpu.set_memory(mem);
+    }
+
+    /// Installs the hook called whenever an event is posted.
+    pub fn set_notifier(&self, n: Arc<dyn Notify>) {
+        self.gpu.set_notifier(Some(n));
+    }
+
     /// Executes one command (bytes copied out of guest memory) whose reply
     /// buffer holds `reply_room` bytes.
     pub fn handle_command(&mut self, bytes: &[u8], reply_room: usize) -> Reply {
-        let now = self.clock.now_ns();
-        self.control
-            .process(bytes, reply_room, &mut self.events, now)
+        self.control.process(bytes, reply_room)
     }
 
     /// The oldest event record waiting for a driver buffer.
-    pub fn next_event(&self) -> Option<&EventRecord> {
-        self.events.front()
+    pub fn next_event(&self) -> Option<EventRecord> {
+        self.gpu.front_event()
     }
 
     /// The record returned by [`Device::next_event`] was written into a
     /// driver buffer.
     pub fn event_delivered(&mut self) -> Option<EventRecord> {
-        let now = self.clock.now_ns();
-        self.events.commit_front(now)
+        let now = self.gpu.clock.now_ns();
+        self.gpu.events().commit_front(now)
     }
 
     /// Event records waiting for a driver buffer.
     pub fn pending_events(&self) -> usize {
-        self.events.pending()
+        self.gpu.events().pending()
     }
 
     /// Records a descriptor chain that could not be served.
@@ -85,21 +152,54 @@ impl Device {
         self.protocol_errors = self.protocol_errors.saturating_add(1);
     }
 
-    /// Device reset: pending events are discarded and event numbering
+    /// Virtio reset: the GPU returns to its power-on state (see
+    /// [`reset`]); pending events are discarded and event numbering
     /// restarts. Counters and the clock keep running.
     pub fn reset(&mut self) {
-        self.events.reset();
+        if let Err(e) = reset::reset_device(&self.gpu, false) {
+            log::error!("device reset: {e}");
+        }
     }
 
     /// A snapshot of every counter.
     pub fn counters(&self) -> Counters {
         let mut c = self.control.counters();
-        let e = self.events.counters();
+        let e = self.gpu.events().counters();
         c.events_posted = e.posted;
         c.events_delivered = e.delivered;
         c.events_dropped = e.dropped;
         c.protocol_errors = self.protocol_errors;
         c
+    }
+
+    /// Writes the packet trace as Chrome trace-event JSON (an empty trace
+    /// if the device was not configured to record one).
+    pub fn write_trace(&self, out: &mut dyn io::Write) -> io::Result<()> {
+        match self.gpu.trace.as_ref() {
+            Some(t) => t
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .write_json(out),
+            None => telemetry::Trace::new().write_json(out),
+        }
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        self.gpu.shutdown.store(true, Ordering::Release);
+        for e in 0..ENGINES {
+            // Under the state lock so that no engine misses the wake-up
+            // between its shutdown check and its sleep.
+            let st = self.gpu.lock();
+            self.gpu.poke(e);
+            drop(st);
+        }
+        for t in self.threads.drain(..) {
+            if t.join().is_err() {
+                log::error!("an engine thread panicked");
+            }
+        }
     }
 }
 
@@ -107,11 +207,14 @@ impl std::fmt::Debug for Device {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Device")
             .field("config", &self.config)
-            .field("pending_events", &self.events.pending())
+            .field("pending_events", &self.pending_events())
             .field("counters", &self.counters())
             .finish()
     }
 }
+
+#[cfg(test)]
+mod model_tests;
 
 #[cfg(test)]
 mod tests {

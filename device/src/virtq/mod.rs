@@ -161,7 +161,7 @@ pub fn deliver_events<M: GuestMemory>(
     let mut idle_rounds = 0u32;
     loop {
         let mut progressed = false;
-        while let Some(record) = device.next_event().copied() {
+        while let Some(record) = device.next_event() {
             let Some(chain) = queue.pop_descriptor_chain(mem) else {
                 break;
             };

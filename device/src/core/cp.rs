@@ -1,0 +1,755 @@
+//! The command processor: fetches, decodes and executes one ring's
+//! packets on one engine for one time slice.
+//!
+//! # Fetch
+//!
+//! Packet words are copied out of guest memory into the processor's own
+//! prefetch buffer (through the MMU, with `Access::Execute`: ring and
+//! command-buffer pages need `PTE_READ | PTE_EXEC`) and decoded only from
+//! that copy, so each word is read once and the guest cannot change a
+//! packet between its validation and its execution. The prefetcher reads
+//! ahead at most up to the ring's write pointer or the command buffer's
+//! end, and a translation fault ahead of the packet being decoded is only
+//! reported if that packet needs the words.
+//!
+//! # Decode (in this order)
+//!
+//! 1. the header for the device's generation (`BAD_HEADER`, `BAD_LENGTH`);
+//! 2. the packet must end before the ring's write pointer or the command
+//!    buffer's end (`TRUNCATED`);
+//! 3. `Packet::decode`: opcode, length, operands, operand alignment
+//!    (`BAD_OPCODE`, `BAD_LENGTH`, `BAD_OPERAND`, `MISALIGNED`);
+//! 4. the engine accepts the packet (`WRONG_ENGINE`, `UNSUPPORTED`);
+//! 5. gen 2: `COPY`, `COPY_2D` and `FILL` start on a 64-byte boundary
+//!    (`MISALIGNED`);
+//! 6. `INDIRECT` nesting stays within `MAX_INDIRECT_DEPTH` (`INDIRECT_DEPTH`).
+//!
+//! # Execute
+//!
+//! Packets execute in order, each to completion before the next starts, so
+//! a `FENCE` is written only after all earlier work of its ring. A decoded
+//! packet becomes an [`InFlight`] operation in the ring's cursor; the
+//! processor stops between packets and between copy chunks when its engine
+//! needs attention (reset, invalidation, preemption) or its time slice is
+//! over, and the operation resumes later from the cursor. The slice ends
+//! with a [`SliceEnd`] telling the scheduler what became of the ring.
+
+use std::time::Instant;
+
+use vgpu_hwif::event::Event;
+use vgpu_hwif::mmu::Access;
+use vgpu_hwif::packet::{
+    decode_header, is_copy_engine_packet, EngineError, Packet, FENCE_NO_EVENT,
+    GEN2_ENGINE_PACKET_ALIGN, MAX_INDIRECT_DEPTH, MAX_PACKET_WORDS, SEM_SIGNAL_ADD, SEM_WAIT_EQ,
+    SEM_WAIT_GEQ, SEM_WAIT_NEQ,
+};
+use vgpu_hwif::pod::Pod;
+use vgpu_hwif::proto::{engine, ring_state, RingStatus};
+
+use super::compute_engine;
+use super::copy_engine::{self, CopyOp, Step};
+use super::dma::GpuMemory;
+use super::mmu::{AddressSpace, Mem, MmuFault, Tlb};
+use super::ring::{Cursor, Frame, InFlight, Op};
+use super::telemetry::{Stats, TraceKind, TraceRecord};
+
+/// Words the prefetch buffer holds (two maximal packets).
+pub const PREFETCH_WORDS: usize = 2 * MAX_PACKET_WORDS as usize;
+
+/// Boundaries between two looks at the clock.
+const CLOCK_EVERY: u32 = 64;
+
+/// What the command processor needs from its surroundings.
+pub trait Host {
+    /// Device time in ns.
+    fn now_ns(&self) -> u64;
+    /// Whether the engine must stop at this boundary.
+    fn attention(&self) -> bool;
+    /// Whether the time slice is over.
+    fn slice_over(&self) -> bool;
+    /// The current semaphore epoch.
+    fn sem_epoch(&self) -> u64;
+    /// A semaphore or fence value was written.
+    fn semaphores_changed(&self);
+    /// Posts an event.
+    fn post(&self, event: Event);
+}
+
+/// A ring checked out to an engine for one slice.
+#[derive(Debug, Clone, Copy)]
+pub struct Job {
+    /// Context.
+    pub ctx: u32,
+    /// Engine.
+    pub engine: u32,
+    /// Context priority.
+    pub priority: u32,
+    /// Context fault mode.
+    pub replayable: bool,
+    /// Context address space.
+    pub space: AddressSpace,
+    /// Ring GPU VA.
+    pub ring_va: u64,
+    /// Ring size.
+    pub ring_size: u32,
+    /// Status block GPU VA.
+    pub status_va: u64,
+    /// Whether status writes are disabled after a fault on one.
+    pub status_broken: bool,
+    /// Accepted write pointer.
+    pub wptr: u32,
+    /// Where the ring stands; updated by the slice.
+    pub cursor: Cursor,
+}
+
+impl Job {
+    /// The status block for a running ring.
+    pub fn status(&self) -> RingStatus {
+        RingStatus {
+            rptr: self.cursor.rptr,
+            state: ring_state::RUNNING,
+            last_fence: self.cursor.last_fence,
+            packets: self.cursor.packets,
+            error: 0,
+            error_rptr: 0,
+            reserved: [0; 4],
+        }
+    }
+}
+
+/// How a slice ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SliceEnd {
+    /// The ring caught up with its write pointer.
+    Idle,
+    /// The time slice is over; work remains.
+    Yield,
+    /// The engine needs attention; work may remain.
+    Interrupted,
+    /// A `SEM_WAIT` is not satisfied; `epoch` was read before the
+    /// semaphore.
+    SemWait {
+        /// Semaphore epoch.
+        epoch: u64,
+    },
+    /// A translation failed.
+    Fault {
+        /// The fault.
+        fault: MmuFault,
+        /// GPU VA of the packet.
+        packet_va: u64,
+    },
+    /// A bad packet or pointer.
+    Error {
+        /// What was wrong.
+        code: EngineError,
+        /// GPU VA of the packet.
+        packet_va: u64,
+        /// Its header word (0 if none was read).
+        header: u32,
+    },
+    /// Writing the status block faulted.
+    StatusFault(MmuFault),
+}
+
+/// What a slice did.
+#[derive(Debug)]
+pub struct SliceOutput {
+    /// How it ended.
+    pub end: SliceEnd,
+    /// Counters to add to the engine's and the context's.
+    pub stats: Stats,
+}
+
+/// Where the next words come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stream {
+    Ring { va: u64, size: u32, wptr: u32 },
+    Buffer { va: u64, size: u32 },
+}
+
+impl Stream {
+    fn of(job: &Job) -> (Stream, u32) {
+        match job.cursor.frame() {
+            Some(f) => (
+                Stream::Buffer {
+                    va: f.va,
+                    size: f.size,
+                },
+                f.offset,
+            ),
+            None => (
+                Stream::Ring {
+                    va: job.ring_va,
+                    size: job.ring_size,
+                    wptr: job.wptr,
+                },
+                job.cursor.rptr,
+            ),
+        }
+    }
+
+    /// Bytes available from `pos` to the end of the stream.
+    fn avail(&self, pos: u32) -> u32 {
+        match *self {
+            Stream::Ring { wptr, .. } => wptr.wrapping_sub(pos),
+            Stream::Buffer { size, .. } => size.saturating_sub(pos),
+        }
+    }
+
+    /// GPU VA of `pos` and the bytes that are contiguous from there.
+    fn va(&self, pos: u32) -> (u64, u32) {
+        match *self {
+            Stream::Ring { va, size, .. } => {
+                let off = pos & (size - 1);
+                (va + u64::from(off), size - off)
+            }
+            Stream::Buffer { va, size } => {
+                (va.wrapping_add(u64::from(pos)), size.saturating_sub(pos))
+            }
+        }
+    }
+}
+
+/// The prefetch buffer.
+#[derive(Debug)]
+struct Fetcher {
+    buf: Vec<u32>,
+    head: usize,
+    len: usize,
+    stream: Option<Stream>,
+    pos: u32,
+}
+
+enum FetchError {
+    Fault(MmuFault),
+}
+
+impl Fetcher {
+    fn new() -> Self {
+        Fetcher {
+            buf: vec![0; PREFETCH_WORDS],
+            head: 0,
+            len: 0,
+            stream: None,
+            pos: 0,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.stream = None;
+        self.head = 0;
+        self.len = 0;
+    }
+
+    /// Makes `n` words at `pos` of `stream` available (the caller checked
+    /// that the stream has them) and returns them.
+    fn words(
+        &mut self,
+        gm: &mut GpuMemory<'_>,
+        stream: Stream,
+        pos: u32,
+        n: usize,
+    ) -> Result<&[u32], FetchError> {
+        if self.stream != Some(stream) || self.pos != pos {
+            self.stream = Some(stream);
+            self.pos = pos;
+            self.head = 0;
+            self.len = 0;
+        }
+        if self.len - self.head < n {
+            self.buf.copy_within(self.head..self.len, 0);
+            self.len -= self.head;
+            self.head = 0;
+            let mut fault = None;
+            while self.len < self.buf.len() {
+                let next = pos.wrapping_add(4 * self.len as u32);
+                let avail = (stream.avail(next) / 4) as usize;
+                if avail == 0 {
+                    break;
+                }
+                let (va, contiguous) = stream.va(next);
+                let want = avail
+                    .min((contiguous / 4) as usize)
+                    .min(self.buf.len() - self.len);
+                let Some(dst) = self.buf.get_mut(self.len..self.len + want) else {
+                    break;
+                };
+                let (got, f) = gm.read_words(va, dst, Access::Execute);
+                self.len += got;
+                if f.is_some() {
+                    fault = f;
+                    break;
+                }
+            }
+            if self.len < n {
+                return Err(match fault {
+                    Some(f) => FetchError::Fault(f),
+                    // The caller checked availability; nothing else stops
+                    // a read short.
+                    None => FetchError::Fault(MmuFault {
+                        va: stream.va(pos.wrapping_add(4 * self.len as u32)).0,
+                        access: Access::Execute,
+                        reason: vgpu_hwif::mmu::FaultReason::BadPhysical,
+                        level: vgpu_hwif::mmu::LEVEL_NONE,
+                    }),
+                });
+            }
+        }
+        Ok(self.buf.get(self.head..self.head + n).unwrap_or(&[]))
+    }
+
+    /// The packet at the front was taken: `n` words.
+    fn consume(&mut self, n: usize) {
+        self.head = (self.head + n).min(self.len);
+        self.pos = self.pos.wrapping_add(4 * n as u32);
+    }
+}
+
+/// What executing one step of an in-flight operation did.
+enum Exec {
+    Done,
+    Progress,
+    Blocked(u64),
+    Fault(MmuFault),
+}
+
+/// One engine's command processor; owns the engine's TLB.
+#[derive(Debug)]
+pub struct CommandProcessor {
+    engine: u32,
+    generation: u32,
+    /// The engine's TLB.
+    pub tlb: Tlb,
+    fetch: Fetcher,
+    trace: Option<Vec<TraceRecord>>,
+}
+
+/// The name of an opcode for traces.
+pub fn opcode_name(op: u8) -> &'static str {
+    use vgpu_hwif::packet::*;
+    match op {
+        OP_NOP => "NOP",
+        OP_INDIRECT => "INDIRECT",
+        OP_FENCE => "FENCE",
+        OP_SEM_WAIT => "SEM_WAIT",
+        OP_SEM_SIGNAL => "SEM_SIGNAL",
+        OP_TIMESTAMP => "TIMESTAMP",
+        OP_COPY => "COPY",
+        OP_COPY_2D => "COPY_2D",
+        OP_FILL => "FILL",
+        OP_DISPATCH => "DISPATCH",
+        _ => "UNKNOWN",
+    }
+}
+
+impl CommandProcessor {
+    /// The processor of engine `engine` of a generation-`generation` device,
+    /// recording a trace if `trace`.
+    pub fn new(engine: u32, generation: u32, trace: bool) -> Self {
+        CommandProcessor {
+            engine,
+            generation,
+            tlb: Tlb::new(),
+            fetch: Fetcher::new(),
+            trace: trace.then(Vec::new),
+        }
+    }
+
+    /// Trace records of the last slices, taken out.
+    pub fn take_trace(&mut self) -> Vec<TraceRecord> {
+        self.trace.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    fn record(&mut self, rec: TraceRecord) {
+        if let Some(t) = self.trace.as_mut() {
+            t.push(rec);
+        }
+    }
+
+    fn trace_base(
+        &self,
+        kind: TraceKind,
+        name: &'static str,
+        job: &Job,
+        ts_ns: u64,
+    ) -> TraceRecord {
+        TraceRecord {
+            kind,
+            name,
+            engine: self.engine,
+            ctx: job.ctx,
+            ts_ns,
+            dur_ns: 0,
+            packet_va: 0,
+            arg: 0,
+        }
+    }
+
+    /// Records an instant event of `kind` for `job` (faults, errors,
+    /// resets found by the scheduler).
+    pub fn record_instant(
+        &mut self,
+        kind: TraceKind,
+        name: &'static str,
+        job: &Job,
+        ts_ns: u64,
+        packet_va: u64,
+        arg: u64,
+    ) {
+        let base = self.trace_base(kind, name, job, ts_ns);
+        self.record(TraceRecord {
+            packet_va,
+            arg,
+            ..base
+        });
+    }
+
+    /// Writes a ring status block through this engine's TLB.
+    pub fn write_status(
+        &mut self,
+        mem: &Mem,
+        space: AddressSpace,
+        status_va: u64,
+        status: &RingStatus,
+    ) -> Result<(), MmuFault> {
+        GpuMemory::new(mem, &mut self.tlb, space).write_small(status_va, status.as_bytes())
+    }
+
+    /// Runs `job` until its slice ends.
+    pub fn run_slice(&mut self, host: &dyn Host, mem: &Mem, job: &mut Job) -> SliceOutput {
+        let t0 = host.now_ns();
+        let tlb0 = self.tlb.stats();
+        self.fetch.reset();
+        let mut stats = Stats::default();
+        let end = self.run(host, mem, job, &mut stats);
+        let tlb1 = self.tlb.stats();
+        stats.tlb_hits = tlb1.hits - tlb0.hits;
+        stats.tlb_misses = tlb1.misses - tlb0.misses;
+        stats.busy_ns = host.now_ns().saturating_sub(t0);
+        SliceOutput { end, stats }
+    }
+
+    fn run(&mut self, host: &dyn Host, mem: &Mem, job: &mut Job, stats: &mut Stats) -> SliceEnd {
+        let mut until_clock = CLOCK_EVERY;
+        loop {
+            if host.attention() {
+                return SliceEnd::Interrupted;
+            }
+            until_clock -= 1;
+            if until_clock == 0 {
+                until_clock = CLOCK_EVERY;
+                if host.slice_over() {
+                    return SliceEnd::Yield;
+                }
+            }
+            if let Some(mut fl) = job.cursor.pending {
+                let r = {
+                    let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space);
+                    execute(host, &mut gm, &mut fl.op, stats)
+                };
+                job.cursor.pending = Some(fl);
+                match r {
+                    Exec::Progress => {}
+                    Exec::Done => {
+                        if let Some(end) = self.complete(host, mem, job, stats) {
+                            return end;
+                        }
+                    }
+                    Exec::Blocked(epoch) => return SliceEnd::SemWait { epoch },
+                    Exec::Fault(fault) => {
+                        return SliceEnd::Fault {
+                            fault,
+                            packet_va: fl.packet_va,
+                        }
+                    }
+                }
+                continue;
+            }
+            if let Some(end) = self.next_packet(host, mem, job, stats) {
+                return end;
+            }
+        }
+    }
+
+    /// The in-flight packet finished: advance past it, count it, and for a
+    /// fence update the status block and post the event.
+    fn complete(
+        &mut self,
+        host: &dyn Host,
+        mem: &Mem,
+        job: &mut Job,
+        stats: &mut Stats,
+    ) -> Option<SliceEnd> {
+        let fl = job.cursor.pending.take()?;
+        advance(job, fl.words);
+        count_packet(job, stats);
+        let now = host.now_ns();
+        if self.trace.is_some() {
+            let base = self.trace_base(
+                TraceKind::Packet,
+                opcode_name(fl.opcode),
+                job,
+                fl.started_ns,
+            );
+            self.record(TraceRecord {
+                dur_ns: now.saturating_sub(fl.started_ns),
+                packet_va: fl.packet_va,
+                ..base
+            });
+        }
+        if let Op::Fence { va, seqno, flags } = fl.op {
+            job.cursor.last_fence = seqno;
+            stats.fences += 1;
+            self.record_instant(TraceKind::Fence, "fence", job, now, fl.packet_va, seqno);
+            if !job.status_broken {
+                let status = job.status();
+                if let Err(f) = self.write_status(mem, job.space, job.status_va, &status) {
+                    return Some(SliceEnd::StatusFault(f));
+                }
+            }
+            if flags & FENCE_NO_EVENT == 0 {
+                host.post(Event::Fence {
+                    ctx_id: job.ctx,
+                    engine: job.engine,
+                    seqno,
+                    va,
+                });
+            }
+            host.semaphores_changed();
+        }
+        if matches!(fl.op, Op::SemSignal { .. }) {
+            host.semaphores_changed();
+        }
+        None
+    }
+
+    /// Fetches and decodes the next packet; starts it or finishes it at
+    /// once. Returns how the slice ends, if it does.
+    fn next_packet(
+        &mut self,
+        host: &dyn Host,
+        mem: &Mem,
+        job: &mut Job,
+        stats: &mut Stats,
+    ) -> Option<SliceEnd> {
+        let (stream, pos) = Stream::of(job);
+        let avail = stream.avail(pos);
+        if avail == 0 {
+            if job.cursor.depth == 0 {
+                return Some(SliceEnd::Idle);
+            }
+            // End of a command buffer: the INDIRECT that called it is done.
+            job.cursor.depth -= 1;
+            advance(job, 4);
+            count_packet(job, stats);
+            let now = host.now_ns();
+            self.record_instant(TraceKind::Packet, "INDIRECT", job, now, stream.va(0).0, 0);
+            return None;
+        }
+        let packet_va = stream.va(pos).0;
+        let error = |code, header| {
+            Some(SliceEnd::Error {
+                code,
+                packet_va,
+                header,
+            })
+        };
+        let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space);
+        let header = match self.fetch.words(&mut gm, stream, pos, 1) {
+            Ok(w) => w.first().copied().unwrap_or(0),
+            Err(FetchError::Fault(fault)) => return Some(SliceEnd::Fault { fault, packet_va }),
+        };
+        let hdr = match decode_header(self.generation, header) {
+            Ok(h) => h,
+            Err(code) => return error(code, header),
+        };
+        if u64::from(hdr.words) * 4 > u64::from(avail) {
+            return error(EngineError::Truncated, header);
+        }
+        let words = match self.fetch.words(&mut gm, stream, pos, hdr.words as usize) {
+            Ok(w) => w,
+            Err(FetchError::Fault(fault)) => return Some(SliceEnd::Fault { fault, packet_va }),
+        };
+        let decoded = Packet::decode(hdr, words);
+        self.fetch.consume(hdr.words as usize);
+        let packet = match decoded {
+            Ok(p) => p,
+            Err(code) => return error(code, header),
+        };
+        let suitable = if self.engine == engine::COPY {
+            copy_engine::check_packet(&packet)
+        } else {
+            compute_engine::check_packet(&packet)
+        };
+        if let Err(code) = suitable {
+            return error(code, header);
+        }
+        if self.generation >= 2
+            && is_copy_engine_packet(hdr.opcode)
+            && packet_va % GEN2_ENGINE_PACKET_ALIGN != 0
+        {
+            return error(EngineError::Misaligned, header);
+        }
+        let now = host.now_ns();
+        if self.trace.is_some() {
+            let name = opcode_name(hdr.opcode);
+            self.record_instant(
+                TraceKind::Fetch,
+                name,
+                job,
+                now,
+                packet_va,
+                u64::from(header),
+            );
+        }
+        let op = match packet {
+            Packet::Nop { .. } => {
+                advance(job, hdr.words);
+                count_packet(job, stats);
+                return None;
+            }
+            Packet::Indirect { va, size } => {
+                if job.cursor.depth >= MAX_INDIRECT_DEPTH {
+                    return error(EngineError::IndirectDepth, header);
+                }
+                if let Some(slot) = job.cursor.frames.get_mut(job.cursor.depth as usize) {
+                    *slot = Frame {
+                        va,
+                        size,
+                        offset: 0,
+                    };
+                    job.cursor.depth += 1;
+                }
+                return None;
+            }
+            Packet::Fence { va, seqno, flags } => Op::Fence { va, seqno, flags },
+            Packet::SemWait { va, value, op } => Op::SemWait { va, value, op },
+            Packet::SemSignal { va, value, op } => Op::SemSignal { va, value, op },
+            Packet::Timestamp { va } => Op::Timestamp { va },
+            Packet::Copy { .. } | Packet::Copy2d { .. } | Packet::Fill { .. } => {
+                match CopyOp::from_packet(&packet) {
+                    Some(c) => Op::Copy(c),
+                    None => return error(EngineError::BadOpcode, header),
+                }
+            }
+            // Both engines refuse DISPATCH above.
+            Packet::Dispatch => return error(EngineError::Unsupported, header),
+        };
+        job.cursor.pending = Some(InFlight {
+            op,
+            packet_va,
+            header,
+            words: hdr.words,
+            opcode: hdr.opcode,
+            started_ns: now,
+        });
+        None
+    }
+}
+
+/// Counts a completed packet on the ring and in the slice's counters.
+fn count_packet(job: &mut Job, stats: &mut Stats) {
+    job.cursor.packets = job.cursor.packets.wrapping_add(1);
+    stats.packets += 1;
+}
+
+/// Moves the innermost stream past `words` words.
+fn advance(job: &mut Job, words: u32) {
+    let bytes = words.wrapping_mul(4);
+    match job.cursor.frame_mut() {
+        Some(f) => f.offset = f.offset.saturating_add(bytes),
+        None => job.cursor.rptr = job.cursor.rptr.wrapping_add(bytes),
+    }
+}
+
+/// Whether a `SEM_WAIT` with `op` and operand `value` is satisfied by the
+/// semaphore value `cur`.
+pub fn sem_satisfied(op: u32, cur: u64, value: u64) -> bool {
+    match op {
+        SEM_WAIT_GEQ => cur >= value,
+        SEM_WAIT_EQ => cur == value,
+        SEM_WAIT_NEQ => cur != value,
+        _ => false,
+    }
+}
+
+/// One step of an in-flight operation.
+fn execute(host: &dyn Host, gm: &mut GpuMemory<'_>, op: &mut Op, stats: &mut Stats) -> Exec {
+    let r = match op {
+        Op::Fence { va, seqno, .. } => gm.write_u64(*va, *seqno).map(|()| Exec::Done),
+        Op::Timestamp { va } => gm.write_u64(*va, host.now_ns()).map(|()| Exec::Done),
+        Op::SemSignal { va, value, op } => {
+            if *op == SEM_SIGNAL_ADD {
+                gm.atomic_add_u64(*va, *value).map(|_| Exec::Done)
+            } else {
+                gm.write_u64(*va, *value).map(|()| Exec::Done)
+            }
+        }
+        Op::SemWait { va, value, op } => {
+            let epoch = host.sem_epoch();
+            gm.read_u64(*va, Access::Read).map(|cur| {
+                if sem_satisfied(*op, cur, *value) {
+                    Exec::Done
+                } else {
+                    Exec::Blocked(epoch)
+                }
+            })
+        }
+        Op::Copy(c) => c.step(gm).map(|s| match s {
+            Step::Progress(n) => {
+                stats.bytes += n;
+                Exec::Progress
+            }
+            Step::Done(n) => {
+                stats.bytes += n;
+                Exec::Done
+            }
+        }),
+    };
+    r.unwrap_or_else(Exec::Fault)
+}
+
+/// A host for tests and benchmarks: a manual clock, an attention flag, a
+/// slice that never ends, and a list of posted events.
+#[derive(Debug, Default)]
+pub struct TestHost {
+    /// Device time.
+    pub now: std::sync::atomic::AtomicU64,
+    /// Attention flag.
+    pub attention: std::sync::atomic::AtomicBool,
+    /// Semaphore epoch.
+    pub epoch: std::sync::atomic::AtomicU64,
+    /// Events posted.
+    pub events: std::sync::Mutex<Vec<Event>>,
+    /// The slice ends at this instant, if set.
+    pub deadline: Option<Instant>,
+}
+
+impl Host for TestHost {
+    fn now_ns(&self) -> u64 {
+        self.now.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+    fn attention(&self) -> bool {
+        self.attention.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    fn slice_over(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+    fn sem_epoch(&self) -> u64 {
+        self.epoch.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    fn semaphores_changed(&self) {
+        self.epoch
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn post(&self, event: Event) {
+        self.events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(event);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,838 @@
+//! The GPU MMU: the page-table walker and the per-engine TLB.
+//!
+//! # Walk
+//!
+//! [`walk`] translates one GPU VA of one address space exactly as
+//! `vgpu_hwif::mmu` specifies: the VA must fit the generation's width, then
+//! at most four entries are read, one per level, from tables in guest
+//! memory. Every table and every mapped page must lie inside one guest RAM
+//! region; every entry is validated before it is followed. The walk state
+//! machine is
+//!
+//! ```text
+//!  range check ──▶ level 3 ──▶ level 2 ──▶ level 1 ──┬──▶ level 0 ──▶ 4 KiB leaf
+//!      │             │           │           │       └──(HUGE)──────▶ 2 MiB leaf
+//!      ▼             ▼           ▼           ▼                          │
+//!  OUT_OF_RANGE   NOT_PRESENT / MALFORMED / BAD_PHYSICAL             PERMISSION
+//! ```
+//!
+//! and ends after at most four reads whatever the tables contain (a table
+//! that reappears in the same walk is a cycle and faults as `MALFORMED`).
+//!
+//! # TLB
+//!
+//! Each engine has a [`Tlb`]: set-associative, tagged by address space
+//! (ASID = context id), holding successful translations of 4 KiB and 2 MiB
+//! pages. It is **not coherent** with page-table writes: once a translation
+//! is cached, changing the PTE in guest memory has no effect on that engine
+//! until the driver invalidates it (`TLB_INVALIDATE`), the engine is reset or
+//! the context destroyed, or the entry is evicted. Failed walks are never
+//! cached, and an access that faults on a cached entry drops that entry, so
+//! a retried access always walks the tables again.
+//!
+//! [`Mmu::translate`] combines both and counts hits and misses.
+
+use vgpu_hwif::mmu::{
+    Access, FaultReason, LEVELS, LEVEL_NONE, PAGE_SHIFT, PTE_ADDR_MASK, PTE_CACHE_MASK,
+    PTE_CACHE_SHIFT, PTE_EXEC, PTE_HUGE, PTE_READ, PTE_RESERVED_MASK, PTE_TABLE_MUST_BE_ZERO,
+    PTE_VALID, PTE_WRITE, TABLE_SIZE,
+};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+
+/// Guest memory as the device sees it.
+pub type Mem = GuestMemoryMmap;
+
+/// log2 of the 2 MiB page size.
+pub const HUGE_SHIFT: u32 = vgpu_hwif::mmu::HUGE_PAGE_SHIFT;
+
+/// A failed translation: what the `FAULT` event reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{} fault ({}) at level {level} on {} of {va:#x}", reason.name(), access.name(), if *level == LEVEL_NONE { "-".to_string() } else { level.to_string() })]
+pub struct MmuFault {
+    /// The virtual address accessed.
+    pub va: u64,
+    /// The kind of access.
+    pub access: Access,
+    /// Why it failed.
+    pub reason: FaultReason,
+    /// The page-table level where the walk failed (3 = root), or
+    /// [`LEVEL_NONE`].
+    pub level: u8,
+}
+
+/// One address space: a context's page-table root and the VA width of the
+/// device's generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AddressSpace {
+    /// Address-space id: the context id.
+    pub asid: u32,
+    /// Guest-physical address of the level-3 table.
+    pub root: u64,
+    /// VA width in bits.
+    pub va_bits: u32,
+}
+
+/// A successful translation of one page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageMapping {
+    /// First VA of the page.
+    pub va_base: u64,
+    /// First guest-physical address of the page.
+    pub pa_base: u64,
+    /// log2 of the page size (12 or 21).
+    pub shift: u32,
+    /// `PTE_READ | PTE_WRITE | PTE_EXEC` bits of the leaf.
+    pub perms: u64,
+    /// Cache policy field of the leaf (0..=2).
+    pub cache: u8,
+}
+
+impl PageMapping {
+    /// Size of the page in bytes.
+    pub const fn page_size(&self) -> u64 {
+        1 << self.shift
+    }
+
+    /// Level of the leaf entry (0 for 4 KiB pages, 1 for 2 MiB pages).
+    pub const fn level(&self) -> u8 {
+        if self.shift == HUGE_SHIFT {
+            1
+        } else {
+            0
+        }
+    }
+
+    /// Whether `va` lies in this page.
+    pub const fn contains(&self, va: u64) -> bool {
+        va >> self.shift == self.va_base >> self.shift
+    }
+
+    /// The guest-physical address of `va` (which must lie in the page).
+    pub const fn pa(&self, va: u64) -> u64 {
+        self.pa_base | (va & (self.page_size() - 1))
+    }
+
+    /// Bytes from `va` to the end of the page.
+    pub const fn bytes_left(&self, va: u64) -> u64 {
+        self.page_size() - (va & (self.page_size() - 1))
+    }
+
+    /// Checks that the leaf allows `access` to `va`.
+    pub fn check(&self, va: u64, access: Access) -> Result<(), MmuFault> {
+        let need = access.required_perms();
+        if self.perms & need == need {
+            Ok(())
+        } else {
+            Err(MmuFault {
+                va,
+                access,
+                reason: FaultReason::Permission,
+                level: self.level(),
+            })
+        }
+    }
+}
+
+/// Whether `len` bytes at guest-physical `pa` lie inside one RAM region.
+pub fn in_ram(mem: &Mem, pa: u64, len: u64) -> bool {
+    let Some(last) = len.checked_sub(1).and_then(|n| pa.checked_add(n)) else {
+        return false;
+    };
+    mem.find_region(GuestAddress(pa))
+        .is_some_and(|r| last <= r.last_addr().0)
+}
+
+/// Walks the page tables of `space` for `va`. The result is not checked
+/// against an access type (see [`PageMapping::check`]); `access` only
+/// labels a fault.
+pub fn walk(
+    mem: &Mem,
+    space: &AddressSpace,
+    va: u64,
+    access: Access,
+) -> Result<PageMapping, MmuFault> {
+    let fault = |reason, level: u32| MmuFault {
+        va,
+        access,
+        reason,
+        level: level as u8,
+    };
+    if space.va_bits < 64 && va >> space.va_bits != 0 {
+        return Err(MmuFault {
+            va,
+            access,
+            reason: FaultReason::OutOfRange,
+            level: LEVEL_NONE,
+        });
+    }
+    let mut visited = [0u64; LEVELS as usize];
+    let mut seen = 0usize;
+    let mut table = space.root;
+    let mut level = LEVELS - 1;
+    loop {
+        if !in_ram(mem, table, TABLE_SIZE) {
+            return Err(fault(FaultReason::BadPhysical, level));
+        }
+        if let Some(slot) = visited.get_mut(seen) {
+            *slot = table;
+            seen += 1;
+        }
+        let index = vgpu_hwif::mmu::level_index(va, level) as u64;
+        let pte: u64 = mem
+            .read_obj::<u64>(GuestAddress(table + index * 8))
+            .map(u64::from_le)
+            .map_err(|_| fault(FaultReason::BadPhysical, level))?;
+        if pte & PTE_VALID == 0 {
+            return Err(fault(FaultReason::NotPresent, level));
+        }
+        if pte & PTE_RESERVED_MASK != 0 {
+            return Err(fault(FaultReason::Malformed, level));
+        }
+        let addr = pte & PTE_ADDR_MASK;
+        let huge = pte & PTE_HUGE != 0;
+        if huge && level != 1 {
+            return Err(fault(FaultReason::Malformed, level));
+        }
+        if level > 0 && !huge {
+            if pte & PTE_TABLE_MUST_BE_ZERO != 0 {
+                return Err(fault(FaultReason::Malformed, level));
+            }
+            if visited.iter().take(seen).any(|&t| t == addr) {
+                return Err(fault(FaultReason::Malformed, level));
+            }
+            table = addr;
+            level -= 1;
+            continue;
+        }
+        let cache = ((pte >> PTE_CACHE_SHIFT) & PTE_CACHE_MASK) as u8;
+        if cache == 3 {
+            return Err(fault(FaultReason::Malformed, level));
+        }
+        let shift = if huge { HUGE_SHIFT } else { PAGE_SHIFT };
+        let size = 1u64 << shift;
+        if addr & (size - 1) != 0 {
+            return Err(fault(FaultReason::Malformed, level));
+        }
+        if !in_ram(mem, addr, size) {
+            return Err(fault(FaultReason::BadPhysical, level));
+        }
+        return Ok(PageMapping {
+            va_base: va & !(size - 1),
+            pa_base: addr,
+            shift,
+            perms: pte & (PTE_READ | PTE_WRITE | PTE_EXEC),
+            cache,
+        });
+    }
+}
+
+/// Sets of the 4 KiB part of a TLB.
+pub const TLB_SETS: usize = 512;
+/// Sets of the 2 MiB part of a TLB.
+pub const TLB_HUGE_SETS: usize = 32;
+/// Ways per set.
+pub const TLB_WAYS: usize = 4;
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    asid: u32,
+    map: PageMapping,
+}
+
+#[derive(Debug)]
+struct Array {
+    entries: Vec<Option<Entry>>,
+    victim: Vec<u8>,
+    sets: usize,
+    shift: u32,
+}
+
+impl Array {
+    fn new(sets: usize, shift: u32) -> Self {
+        Array {
+            entries: vec![None; sets * TLB_WAYS],
+            victim: vec![0; sets],
+            sets,
+            shift,
+        }
+    }
+
+    fn set_of(&self, asid: u32, va: u64) -> usize {
+        let vpn = va >> self.shift;
+        ((vpn ^ u64::from(asid).wrapping_mul(0x9e37_79b9)) as usize) & (self.sets - 1)
+    }
+
+    fn ways(&self, set: usize) -> std::ops::Range<usize> {
+        set * TLB_WAYS..(set + 1) * TLB_WAYS
+    }
+
+    fn lookup(&self, asid: u32, va: u64) -> Option<PageMapping> {
+        let set = self.set_of(asid, va);
+        self.entries
+            .get(self.ways(set))?
+            .iter()
+            .flatten()
+            .find(|e| e.asid == asid && e.map.contains(va))
+            .map(|e| e.map)
+    }
+
+    fn insert(&mut self, asid: u32, map: PageMapping) {
+        let set = self.set_of(asid, map.va_base);
+        let ways = self.ways(set);
+        let Some(slots) = self.entries.get_mut(ways) else {
+            return;
+        };
+        // Replace an entry for the same page, else a free way, else the
+        // set's round-robin victim.
+        let way = slots
+            .iter()
+            .position(|e| e.is_some_and(|e| e.asid == asid && e.map.contains(map.va_base)))
+            .or_else(|| slots.iter().position(Option::is_none));
+        let way = match way {
+            Some(w) => w,
+            None => {
+                let Some(v) = self.victim.get_mut(set) else {
+                    return;
+                };
+                let w = usize::from(*v) % TLB_WAYS;
+                *v = ((w + 1) % TLB_WAYS) as u8;
+                w
+            }
+        };
+        if let Some(slot) = slots.get_mut(way) {
+            *slot = Some(Entry { asid, map });
+        }
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&Entry) -> bool) -> u64 {
+        let mut dropped = 0;
+        for slot in &mut self.entries {
+            if slot.as_ref().is_some_and(|e| !keep(e)) {
+                *slot = None;
+                dropped += 1;
+            }
+        }
+        dropped
+    }
+}
+
+/// TLB statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TlbStats {
+    /// Translations served from the TLB.
+    pub hits: u64,
+    /// Translations that walked the page tables.
+    pub misses: u64,
+    /// Entries dropped by invalidations, flushes and faults.
+    pub invalidated: u64,
+}
+
+/// One engine's TLB (see the module documentation).
+#[derive(Debug)]
+pub struct Tlb {
+    small: Array,
+    huge: Array,
+    stats: TlbStats,
+}
+
+impl Default for Tlb {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Tlb {
+    /// An empty TLB.
+    pub fn new() -> Self {
+        Tlb {
+            small: Array::new(TLB_SETS, PAGE_SHIFT),
+            huge: Array::new(TLB_HUGE_SETS, HUGE_SHIFT),
+            stats: TlbStats::default(),
+        }
+    }
+
+    /// The cached translation of `va` in address space `asid`, if any.
+    /// Does not count as a hit or miss.
+    pub fn lookup(&self, asid: u32, va: u64) -> Option<PageMapping> {
+        self.small
+            .lookup(asid, va)
+            .or_else(|| self.huge.lookup(asid, va))
+    }
+
+    /// Caches a translation.
+    pub fn insert(&mut self, asid: u32, map: PageMapping) {
+        if map.shift == HUGE_SHIFT {
+            self.huge.insert(asid, map);
+        } else {
+            self.small.insert(asid, map);
+        }
+    }
+
+    /// Drops the entries of `asid` for pages overlapping
+    /// `va..va + size` (`size` 0: the whole address space). Returns how
+    /// many were dropped.
+    pub fn invalidate(&mut self, asid: u32, va: u64, size: u64) -> u64 {
+        let end = va.saturating_add(size);
+        self.retain_all(|e| {
+            if e.asid != asid {
+                return true;
+            }
+            if size == 0 {
+                return false;
+            }
+            let page_end = e.map.va_base.saturating_add(e.map.page_size());
+            // Keep pages entirely outside the range.
+            page_end <= va || e.map.va_base >= end
+        })
+    }
+
+    /// Drops every entry.
+    pub fn flush(&mut self) -> u64 {
+        self.retain_all(|_| false)
+    }
+
+    /// Entries currently cached.
+    pub fn len(&self) -> usize {
+        self.small
+            .entries
+            .iter()
+            .chain(self.huge.entries.iter())
+            .filter(|e| e.is_some())
+            .count()
+    }
+
+    /// Whether the TLB holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Hit, miss and invalidation counts since creation.
+    pub fn stats(&self) -> TlbStats {
+        self.stats
+    }
+
+    fn retain_all(&mut self, mut keep: impl FnMut(&Entry) -> bool) -> u64 {
+        let n = self.small.retain(&mut keep) + self.huge.retain(&mut keep);
+        self.stats.invalidated += n;
+        n
+    }
+}
+
+/// Translation through a TLB: what an engine's memory accesses use.
+#[derive(Debug)]
+pub struct Mmu<'a> {
+    /// Guest memory holding the page tables and pages.
+    pub mem: &'a Mem,
+    /// The engine's TLB.
+    pub tlb: &'a mut Tlb,
+    /// The address space translated.
+    pub space: AddressSpace,
+}
+
+impl Mmu<'_> {
+    /// Translates `va` for `access`: from the TLB if cached, else by a walk
+    /// whose result is then cached. A fault drops any cached entry for the
+    /// page, so that a retry walks again.
+    pub fn translate(&mut self, va: u64, access: Access) -> Result<PageMapping, MmuFault> {
+        let asid = self.space.asid;
+        if let Some(map) = self.tlb.lookup(asid, va) {
+            self.tlb.stats.hits += 1;
+            return match map.check(va, access) {
+                Ok(()) => Ok(map),
+                Err(f) => {
+                    self.tlb.invalidate(asid, va, 1);
+                    Err(f)
+                }
+            };
+        }
+        self.tlb.stats.misses += 1;
+        let map = walk(self.mem, &self.space, va, access)?;
+        map.check(va, access)?;
+        self.tlb.insert(asid, map);
+        Ok(map)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vgpu_hwif::mmu::{huge_entry, leaf_entry, table_entry, CachePolicy};
+
+    const RAM: u64 = 0x40_0000; // 4 MiB at 0
+    const ROOT: u64 = 0x1000;
+    const RW: u64 = PTE_READ | PTE_WRITE;
+
+    fn mem() -> Mem {
+        Mem::from_ranges(&[(GuestAddress(0), RAM as usize)]).unwrap()
+    }
+
+    fn set(mem: &Mem, pa: u64, v: u64) {
+        mem.write_obj(v.to_le(), GuestAddress(pa)).unwrap();
+    }
+
+    fn space(va_bits: u32) -> AddressSpace {
+        AddressSpace {
+            asid: 1,
+            root: ROOT,
+            va_bits,
+        }
+    }
+
+    /// Maps VA 0x1234_5000 → PA 0x8000 through tables at 0x1000 (L3),
+    /// 0x2000 (L2), 0x3000 (L1), 0x4000 (L0).
+    const VA: u64 = 0x1234_5000;
+
+    fn idx(va: u64, level: u32) -> u64 {
+        vgpu_hwif::mmu::level_index(va, level) as u64 * 8
+    }
+
+    fn build(mem: &Mem) {
+        set(mem, 0x1000 + idx(VA, 3), table_entry(0x2000));
+        set(mem, 0x2000 + idx(VA, 2), table_entry(0x3000));
+        set(mem, 0x3000 + idx(VA, 1), table_entry(0x4000));
+        set(
+            mem,
+            0x4000 + idx(VA, 0),
+            leaf_entry(0x8000, RW, CachePolicy::Cached),
+        );
+    }
+
+    fn fault(reason: FaultReason, level: u8) -> MmuFault {
+        MmuFault {
+            va: VA + 0x10,
+            access: Access::Read,
+            reason,
+            level,
+        }
+    }
+
+    #[test]
+    fn four_level_walk_maps_a_4k_page() {
+        let m = mem();
+        build(&m);
+        let map = walk(&m, &space(48), VA + 0x10, Access::Read).unwrap();
+        assert_eq!(
+            map,
+            PageMapping {
+                va_base: VA,
+                pa_base: 0x8000,
+                shift: 12,
+                perms: RW,
+                cache: 0
+            }
+        );
+        assert_eq!(map.pa(VA + 0x10), 0x8010);
+        assert_eq!(map.bytes_left(VA + 0x10), 0xff0);
+        assert_eq!(map.check(VA, Access::Write), Ok(()));
+        assert_eq!(
+            map.check(VA, Access::Execute).unwrap_err().reason,
+            FaultReason::Permission
+        );
+    }
+
+    #[test]
+    fn huge_page_at_level_1() {
+        let m = mem();
+        build(&m);
+        set(
+            &m,
+            0x3000 + idx(VA, 1),
+            huge_entry(0x20_0000, PTE_READ | PTE_EXEC, CachePolicy::WriteCombined),
+        );
+        let map = walk(&m, &space(48), VA, Access::Execute).unwrap();
+        assert_eq!(map.shift, 21);
+        assert_eq!(map.pa_base, 0x20_0000);
+        assert_eq!(map.va_base, VA & !0x1f_ffff);
+        assert_eq!(map.pa(VA), 0x20_0000 + (VA & 0x1f_ffff));
+        assert_eq!(map.cache, 2);
+        assert_eq!(map.level(), 1);
+    }
+
+    #[test]
+    fn malformed_tables_fault_and_never_panic() {
+        type Case = (&'static str, fn(&Mem), FaultReason, u8);
+        let cases: &[Case] = &[
+            (
+                "not present at L2",
+                |m| set(m, 0x2000 + idx(VA, 2), 0),
+                FaultReason::NotPresent,
+                2,
+            ),
+            (
+                "not present leaf",
+                |m| set(m, 0x4000 + idx(VA, 0), 0x8000),
+                FaultReason::NotPresent,
+                0,
+            ),
+            (
+                "reserved high bit",
+                |m| set(m, 0x1000 + idx(VA, 3), table_entry(0x2000) | 1 << 60),
+                FaultReason::Malformed,
+                3,
+            ),
+            (
+                "reserved low bit",
+                |m| {
+                    set(
+                        m,
+                        0x4000 + idx(VA, 0),
+                        leaf_entry(0x8000, RW, CachePolicy::Cached) | 1 << 7,
+                    )
+                },
+                FaultReason::Malformed,
+                0,
+            ),
+            (
+                "HUGE at L2",
+                |m| set(m, 0x2000 + idx(VA, 2), table_entry(0x3000) | PTE_HUGE),
+                FaultReason::Malformed,
+                2,
+            ),
+            (
+                "HUGE at L0",
+                |m| {
+                    set(
+                        m,
+                        0x4000 + idx(VA, 0),
+                        leaf_entry(0x8000, RW, CachePolicy::Cached) | PTE_HUGE,
+                    )
+                },
+                FaultReason::Malformed,
+                0,
+            ),
+            (
+                "misaligned 2 MiB",
+                |m| {
+                    set(
+                        m,
+                        0x3000 + idx(VA, 1),
+                        huge_entry(0x10_1000, RW, CachePolicy::Cached),
+                    )
+                },
+                FaultReason::Malformed,
+                1,
+            ),
+            (
+                "cache policy 3",
+                |m| {
+                    set(
+                        m,
+                        0x4000 + idx(VA, 0),
+                        leaf_entry(0x8000, RW, CachePolicy::Cached) | 3 << 5,
+                    )
+                },
+                FaultReason::Malformed,
+                0,
+            ),
+            (
+                "perms in table entry",
+                |m| set(m, 0x2000 + idx(VA, 2), table_entry(0x3000) | PTE_READ),
+                FaultReason::Malformed,
+                2,
+            ),
+            (
+                "cycle to root",
+                |m| set(m, 0x2000 + idx(VA, 2), table_entry(ROOT)),
+                FaultReason::Malformed,
+                2,
+            ),
+            (
+                "self loop",
+                |m| set(m, 0x3000 + idx(VA, 1), table_entry(0x3000)),
+                FaultReason::Malformed,
+                1,
+            ),
+            (
+                "table outside RAM",
+                |m| set(m, 0x2000 + idx(VA, 2), table_entry(RAM)),
+                FaultReason::BadPhysical,
+                1,
+            ),
+            (
+                "table far outside RAM",
+                |m| set(m, 0x1000 + idx(VA, 3), table_entry(PTE_ADDR_MASK)),
+                FaultReason::BadPhysical,
+                2,
+            ),
+            (
+                "page outside RAM",
+                |m| {
+                    set(
+                        m,
+                        0x4000 + idx(VA, 0),
+                        leaf_entry(RAM + 0x1000, RW, CachePolicy::Cached),
+                    )
+                },
+                FaultReason::BadPhysical,
+                0,
+            ),
+            (
+                "huge page past RAM end",
+                |m| {
+                    set(
+                        m,
+                        0x3000 + idx(VA, 1),
+                        huge_entry(0x40_0000, RW, CachePolicy::Cached),
+                    )
+                },
+                FaultReason::BadPhysical,
+                1,
+            ),
+            (
+                "no read permission",
+                |m| {
+                    set(
+                        m,
+                        0x4000 + idx(VA, 0),
+                        leaf_entry(0x8000, PTE_WRITE, CachePolicy::Cached),
+                    )
+                },
+                FaultReason::Permission,
+                0,
+            ),
+        ];
+        for (name, corrupt, reason, level) in cases {
+            let m = mem();
+            build(&m);
+            corrupt(&m);
+            let mut tlb = Tlb::new();
+            let mut mmu = Mmu {
+                mem: &m,
+                tlb: &mut tlb,
+                space: space(48),
+            };
+            assert_eq!(
+                mmu.translate(VA + 0x10, Access::Read),
+                Err(fault(*reason, *level)),
+                "{name}"
+            );
+            assert!(tlb.is_empty(), "{name}: a fault must not be cached");
+        }
+    }
+
+    #[test]
+    fn root_outside_ram_and_va_out_of_range() {
+        let m = mem();
+        build(&m);
+        let mut s = space(48);
+        s.root = RAM - 0x800; // table straddles the end of RAM
+        assert_eq!(
+            walk(&m, &s, VA + 0x10, Access::Read),
+            Err(fault(FaultReason::BadPhysical, 3))
+        );
+        let out = |va_bits, va| {
+            walk(&m, &space(va_bits), va, Access::Write).map_err(|f| (f.reason, f.level))
+        };
+        assert_eq!(out(40, 1 << 40), Err((FaultReason::OutOfRange, LEVEL_NONE)));
+        assert_eq!(out(48, 1 << 48), Err((FaultReason::OutOfRange, LEVEL_NONE)));
+        assert_eq!(
+            out(48, u64::MAX),
+            Err((FaultReason::OutOfRange, LEVEL_NONE))
+        );
+        // Inside gen 2's range but unmapped: a walk happens.
+        assert_eq!(out(48, 1 << 40), Err((FaultReason::NotPresent, 3)));
+    }
+
+    #[test]
+    fn tlb_is_not_coherent_until_invalidated() {
+        let m = mem();
+        build(&m);
+        let mut tlb = Tlb::new();
+        let s = space(48);
+        let pa = |tlb: &mut Tlb| {
+            Mmu {
+                mem: &m,
+                tlb,
+                space: s,
+            }
+            .translate(VA, Access::Read)
+            .map(|p| p.pa(VA))
+        };
+        assert_eq!(pa(&mut tlb), Ok(0x8000));
+        // Remap: the TLB keeps the old page.
+        set(
+            &m,
+            0x4000 + idx(VA, 0),
+            leaf_entry(0x9000, RW, CachePolicy::Cached),
+        );
+        assert_eq!(pa(&mut tlb), Ok(0x8000));
+        assert_eq!(tlb.stats().hits, 1);
+        // An invalidation of another context or range changes nothing.
+        assert_eq!(tlb.invalidate(2, 0, 0), 0);
+        assert_eq!(tlb.invalidate(1, VA + 0x1000, 0x1000), 0);
+        assert_eq!(pa(&mut tlb), Ok(0x8000));
+        assert_eq!(tlb.invalidate(1, VA + 0xfff, 1), 1);
+        assert_eq!(pa(&mut tlb), Ok(0x9000));
+        // Unmap: still cached until a full flush of the context.
+        set(&m, 0x4000 + idx(VA, 0), 0);
+        assert_eq!(pa(&mut tlb), Ok(0x9000));
+        tlb.invalidate(1, 0, 0);
+        assert_eq!(
+            pa(&mut tlb).map_err(|f| f.reason),
+            Err(FaultReason::NotPresent)
+        );
+        assert_eq!(
+            tlb.stats(),
+            TlbStats {
+                hits: 3,
+                misses: 3,
+                invalidated: 2
+            }
+        );
+    }
+
+    #[test]
+    fn permission_fault_on_a_cached_entry_drops_it() {
+        let m = mem();
+        build(&m);
+        set(
+            &m,
+            0x4000 + idx(VA, 0),
+            leaf_entry(0x8000, PTE_READ, CachePolicy::Cached),
+        );
+        let mut tlb = Tlb::new();
+        let mut mmu = Mmu {
+            mem: &m,
+            tlb: &mut tlb,
+            space: space(48),
+        };
+        mmu.translate(VA, Access::Read).unwrap();
+        assert_eq!(
+            mmu.translate(VA, Access::Write).unwrap_err().reason,
+            FaultReason::Permission
+        );
+        // The driver grants write: the retry walks again and succeeds.
+        set(
+            &m,
+            0x4000 + idx(VA, 0),
+            leaf_entry(0x8000, RW, CachePolicy::Cached),
+        );
+        assert!(mmu.translate(VA, Access::Write).is_ok());
+        assert_eq!(tlb.stats().misses, 2);
+    }
+
+    #[test]
+    fn tlb_capacity_is_bounded_and_sets_evict_round_robin() {
+        let m = mem();
+        let mut tlb = Tlb::new();
+        let map = |va: u64| PageMapping {
+            va_base: va,
+            pa_base: 0,
+            shift: 12,
+            perms: RW,
+            cache: 0,
+        };
+        for i in 0..(TLB_SETS * TLB_WAYS * 3) as u64 {
+            tlb.insert(1, map(i << 12));
+        }
+        assert_eq!(tlb.len(), TLB_SETS * TLB_WAYS);
+        // The newest entries of each set survive.
+        let last = (TLB_SETS * TLB_WAYS * 3) as u64 - 1;
+        assert!(tlb.lookup(1, last << 12).is_some());
+        assert!(tlb.lookup(1, 0).is_none());
+        assert!(tlb.lookup(2, last << 12).is_none(), "tagged by ASID");
+        drop(m);
+        assert_eq!(tlb.flush(), (TLB_SETS * TLB_WAYS) as u64);
+        assert!(tlb.is_empty());
+    }
+}

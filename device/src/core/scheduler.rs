@@ -1,0 +1,710 @@
+//! The scheduler: one thread per engine, sharing the engine between the
+//! contexts that have a ring on it.
+//!
+//! # Rules
+//!
+//! * A ring is a candidate when it is `READY`, or waits on a semaphore and
+//!   either the semaphore epoch moved (some engine executed `SEM_SIGNAL` or
+//!   `FENCE`, or the driver rang a doorbell) or [`SEM_POLL`] passed since
+//!   its last check (the CPU may write semaphores too). A ring waiting on a
+//!   semaphore therefore never holds the engine: other contexts run.
+//! * The candidate of the highest context priority wins; among equal
+//!   priorities the engine goes round-robin by context id, starting after
+//!   the context it ran last.
+//! * The winner runs for one time slice ([`TIME_SLICE`]) or until it runs
+//!   out of packets, blocks, faults or fails. A doorbell or fault retry
+//!   that makes a higher-priority ring ready preempts the running ring at
+//!   its next packet or chunk boundary.
+//!
+//! # The engine loop
+//!
+//! ```text
+//!        ┌──────────────────────────── state lock held ───────────────────────────┐
+//!  ──▶ serve mailbox ─▶ take doorbells ─▶ write dirty status blocks ─▶ select ring ─┐
+//!  ▲     (resets,         (validate wptr,     (then post the events   none: sleep   │
+//!  │     invalidations)   stop on errors)      they explain)          until woken   │
+//!  │                                                                                ▼
+//!  └── retire: cursor back, new ring state, status block, events ◀── run slice (no lock)
+//! ```
+//!
+//! [`SEM_POLL`]: super::gpu::SEM_POLL
+//! [`TIME_SLICE`]: super::gpu::TIME_SLICE
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+use std::time::{Duration, Instant};
+
+use vgpu_hwif::event::{Event, FaultInfo, FAULT_FLAG_REPLAYABLE};
+use vgpu_hwif::packet::EngineError;
+use vgpu_hwif::proto::MAX_CONTEXTS;
+
+use super::context::Context;
+use super::cp::{CommandProcessor, Host, Job, SliceEnd, SliceOutput};
+use super::gpu::{Gpu, GpuConfig, GpuState, Request, ENGINES};
+use super::mmu::{Mem, MmuFault};
+use super::reset::engine_reset;
+use super::ring::{check_doorbell, RingState};
+use super::telemetry::{Stats, TraceKind};
+
+/// How long an idle engine sleeps before looking again on its own.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
+
+/// Picks the ring engine `e` runs next: the context id, or `None`.
+pub fn select(st: &GpuState, e: u32, epoch: u64, now: Instant, poll: Duration) -> Option<u32> {
+    let rr = st.engines.get(e as usize).map_or(0, |es| es.rr_last);
+    let mut best: Option<(u32, u32, u32)> = None; // (priority, distance, ctx)
+    for c in st.contexts.iter().filter(|c| !c.dying) {
+        let Some(r) = c.ring(e) else { continue };
+        let eligible = match r.state {
+            RingState::Ready => true,
+            RingState::SemWait { epoch: seen, since } => {
+                seen != epoch || now.saturating_duration_since(since) >= poll
+            }
+            _ => false,
+        };
+        if !eligible {
+            continue;
+        }
+        // 0 for the context right after the one that ran last.
+        let distance = (c.id + MAX_CONTEXTS - rr - 1) % MAX_CONTEXTS;
+        let better = match best {
+            None => true,
+            Some((p, d, _)) => c.priority > p || c.priority == p && distance < d,
+        };
+        if better {
+            best = Some((c.priority, distance, c.id));
+        }
+    }
+    best.map(|(_, _, id)| id)
+}
+
+/// Takes ring (`ctx`, `e`) out to run: it becomes `RUNNING` and its cursor
+/// goes with the job.
+pub fn checkout(st: &mut GpuState, e: u32, ctx: u32, cfg: &GpuConfig) -> Option<Job> {
+    let c = st.contexts.get_mut(ctx).ok()?;
+    let (priority, replayable, space) = (c.priority, c.replayable, c.space(cfg.va_bits));
+    let r = c.ring_mut(e)?;
+    r.state = RingState::Running;
+    let job = Job {
+        ctx,
+        engine: e,
+        priority,
+        replayable,
+        space,
+        ring_va: r.va,
+        ring_size: r.size,
+        status_va: r.status_va,
+        status_broken: r.status_broken,
+        wptr: r.wptr,
+        cursor: r.cursor,
+    };
+    let es = st.engines.get_mut(e as usize)?;
+    es.current = Some((ctx, priority));
+    es.rr_last = ctx;
+    Some(job)
+}
+
+/// Takes the doorbell values rung since the engine last looked and checks
+/// them; a bad one stops its ring with an `ENGINE_ERROR` event.
+pub fn take_doorbells(st: &mut GpuState, e: u32, events: &mut Vec<Event>) {
+    let mut errors = 0;
+    for c in st.contexts.iter_mut().filter(|c| !c.dying) {
+        let id = c.id;
+        let Some(r) = c.ring_mut(e) else { continue };
+        if r.state == RingState::Running {
+            continue;
+        }
+        let Some(new) = r.doorbell.take() else {
+            continue;
+        };
+        if matches!(r.state, RingState::Stopped { .. }) {
+            continue;
+        }
+        match check_doorbell(new, r.wptr, r.cursor.rptr, r.size) {
+            Ok(w) => {
+                r.wptr = w;
+                if r.state == RingState::Idle && r.has_packets() {
+                    r.state = RingState::Ready;
+                }
+            }
+            Err(code) => {
+                let rptr = r.cursor.rptr;
+                r.state = RingState::Stopped {
+                    error: code as u32,
+                    error_rptr: rptr,
+                };
+                r.status_dirty = true;
+                c.stats.errors += 1;
+                errors += 1;
+                let r = c.ring(e);
+                events.push(Event::EngineError {
+                    ctx_id: id,
+                    engine: e,
+                    code: code as u32,
+                    packet_va: r.map_or(0, |r| r.va_of(rptr)),
+                    rptr,
+                    depth: r.map_or(0, |r| r.cursor.depth),
+                    header: 0,
+                });
+            }
+        }
+    }
+    if let Some(es) = st.engines.get_mut(e as usize) {
+        es.stats.errors += errors;
+    }
+}
+
+/// The `FAULT` event of `fault`.
+pub fn fault_event(
+    ctx: u32,
+    e: u32,
+    fault: &MmuFault,
+    packet_va: u64,
+    fault_id: u64,
+    stalled: bool,
+) -> Event {
+    Event::Fault {
+        va: fault.va,
+        info: FaultInfo {
+            ctx_id: ctx as u8,
+            engine: e as u8,
+            access: fault.access as u8,
+            reason: fault.reason as u8,
+            level: fault.level,
+            flags: if stalled { FAULT_FLAG_REPLAYABLE } else { 0 },
+        },
+        packet_va,
+        fault_id,
+        lane_pc: u64::MAX,
+    }
+}
+
+fn next_id(next: &mut u64) -> u64 {
+    let id = *next;
+    *next = next.wrapping_add(1).max(1);
+    id
+}
+
+/// Writes ring `r`'s status block if it is dirty. A fault stops the ring
+/// (whatever the context's fault mode), disables further status writes
+/// and posts a `FAULT` event.
+#[allow(clippy::too_many_arguments)]
+fn write_status(
+    cp: &mut CommandProcessor,
+    mem: &Mem,
+    c: &mut Context,
+    e: u32,
+    va_bits: u32,
+    next_fault_id: &mut u64,
+    engine_stats: &mut Stats,
+    events: &mut Vec<Event>,
+) {
+    let space = c.space(va_bits);
+    let id = c.id;
+    let Some(r) = c.ring_mut(e) else { return };
+    if !r.status_dirty || r.state == RingState::Running {
+        return;
+    }
+    r.status_dirty = false;
+    if r.status_broken {
+        return;
+    }
+    let Err(f) = cp.write_status(mem, space, r.status_va, &r.status()) else {
+        return;
+    };
+    let rptr = r.cursor.rptr;
+    r.status_broken = true;
+    if !matches!(r.state, RingState::Stopped { .. }) {
+        r.state = RingState::Stopped {
+            error: EngineError::PageFault as u32,
+            error_rptr: rptr,
+        };
+    }
+    let packet_va = r.va_of(rptr);
+    c.stats.faults += 1;
+    c.last_fault_va = f.va;
+    engine_stats.faults += 1;
+    events.push(fault_event(
+        id,
+        e,
+        &f,
+        packet_va,
+        next_id(next_fault_id),
+        false,
+    ));
+}
+
+/// Writes every dirty status block of engine `e`'s idle rings.
+pub fn flush_status(
+    st: &mut GpuState,
+    e: u32,
+    va_bits: u32,
+    cp: &mut CommandProcessor,
+    mem: &Mem,
+    events: &mut Vec<Event>,
+) {
+    let GpuState {
+        contexts,
+        engines,
+        next_fault_id,
+        ..
+    } = st;
+    let Some(es) = engines.get_mut(e as usize) else {
+        return;
+    };
+    for c in contexts.iter_mut() {
+        if c.ring(e).is_some_and(|r| r.status_dirty) {
+            write_status(cp, mem, c, e, va_bits, next_fault_id, &mut es.stats, events);
+        }
+    }
+}
+
+/// Puts a job back after its slice: new ring state, counters, status
+/// block, and the events the outcome calls for.
+pub fn retire(
+    gpu: &Gpu,
+    st: &mut GpuState,
+    cp: &mut CommandProcessor,
+    mem: &Mem,
+    job: Job,
+    out: SliceOutput,
+) -> Vec<Event> {
+    let e = job.engine;
+    let mut events = Vec::new();
+    let GpuState {
+        contexts,
+        engines,
+        next_fault_id,
+        ..
+    } = st;
+    let Some(es) = engines.get_mut(e as usize) else {
+        return events;
+    };
+    es.current = None;
+    es.interrupted = (out.end == SliceEnd::Interrupted).then_some(job.ctx);
+    es.stats.add(&out.stats);
+    let Ok(c) = contexts.get_mut(job.ctx) else {
+        return events;
+    };
+    c.stats.add(&out.stats);
+    let Some(r) = c.ring_mut(e) else {
+        return events;
+    };
+    r.cursor = job.cursor;
+    r.status_dirty = true;
+    let rptr = r.cursor.rptr;
+    let now_ns = gpu.clock.now_ns();
+    match out.end {
+        SliceEnd::Idle | SliceEnd::Yield | SliceEnd::Interrupted => {
+            r.state = if r.has_packets() {
+                RingState::Ready
+            } else {
+                RingState::Idle
+            };
+        }
+        SliceEnd::SemWait { epoch } => {
+            r.state = RingState::SemWait {
+                epoch,
+                since: Instant::now(),
+            };
+        }
+        SliceEnd::Fault { fault, packet_va } => {
+            let id = next_id(next_fault_id);
+            r.state = if job.replayable {
+                RingState::FaultStalled { fault_id: id }
+            } else {
+                RingState::Stopped {
+                    error: EngineError::PageFault as u32,
+                    error_rptr: rptr,
+                }
+            };
+            c.stats.faults += 1;
+            c.last_fault_va = fault.va;
+            es.stats.faults += 1;
+            cp.record_instant(
+                TraceKind::Fault,
+                fault.reason.name(),
+                &job,
+                now_ns,
+                packet_va,
+                fault.va,
+            );
+            events.push(fault_event(
+                job.ctx,
+                e,
+                &fault,
+                packet_va,
+                id,
+                job.replayable,
+            ));
+        }
+        SliceEnd::Error {
+            code,
+            packet_va,
+            header,
+        } => {
+            r.state = RingState::Stopped {
+                error: code as u32,
+                error_rptr: rptr,
+            };
+            c.stats.errors += 1;
+            es.stats.errors += 1;
+            cp.record_instant(
+                TraceKind::Error,
+                code.name(),
+                &job,
+                now_ns,
+                packet_va,
+                code as u64,
+            );
+            events.push(Event::EngineError {
+                ctx_id: job.ctx,
+                engine: e,
+                code: code as u32,
+                packet_va,
+                rptr,
+                depth: job.cursor.depth,
+                header,
+            });
+        }
+        SliceEnd::StatusFault(fault) => {
+            r.status_broken = true;
+            r.state = RingState::Stopped {
+                error: EngineError::PageFault as u32,
+                error_rptr: rptr,
+            };
+            let packet_va = r.va_of(rptr);
+            c.stats.faults += 1;
+            c.last_fault_va = fault.va;
+            es.stats.faults += 1;
+            events.push(fault_event(
+                job.ctx,
+                e,
+                &fault,
+                packet_va,
+                next_id(next_fault_id),
+                false,
+            ));
+        }
+    }
+    // The status block first, then the events that explain it.
+    let mut status_events = Vec::new();
+    write_status(
+        cp,
+        mem,
+        c,
+        e,
+        gpu.cfg.va_bits,
+        next_fault_id,
+        &mut es.stats,
+        &mut status_events,
+    );
+    events.extend(status_events);
+    events
+}
+
+/// Serves engine `e`'s mailbox (state lock held).
+pub fn serve_requests(gpu: &Gpu, st: &mut GpuState, e: u32, cp: &mut CommandProcessor) {
+    let ei = e as usize;
+    loop {
+        let Some(es) = st.engines.get_mut(ei) else {
+            return;
+        };
+        let Some((id, req)) = es.requests.pop_front() else {
+            break;
+        };
+        match req {
+            Request::Reset { only_ctx, silent } => {
+                let in_flight = es.interrupted.take();
+                let applies = only_ctx.is_none() || only_ctx == in_flight;
+                if applies {
+                    let report = engine_reset(st, e, in_flight, !silent);
+                    cp.tlb.flush();
+                    if !silent {
+                        let now = gpu.clock.now_ns();
+                        if let Some(t) = gpu.trace.as_ref() {
+                            let rec = super::telemetry::TraceRecord {
+                                kind: TraceKind::Reset,
+                                name: "reset",
+                                engine: e,
+                                ctx: report.ctx_id,
+                                ts_ns: now,
+                                dur_ns: 0,
+                                packet_va: 0,
+                                arg: u64::from(report.rptr),
+                            };
+                            t.lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .extend(&[rec]);
+                        }
+                        gpu.post(Event::ResetDone {
+                            engine: e,
+                            ctx_id: report.ctx_id,
+                            rptr: report.rptr,
+                        });
+                    }
+                    if let Some(es) = st.engines.get_mut(ei) {
+                        es.reset_reports.push((id, report));
+                    }
+                }
+            }
+            Request::Invalidate { asid, va, size } => {
+                cp.tlb.invalidate(asid, va, size);
+            }
+        }
+        if let Some(es) = st.engines.get_mut(ei) {
+            es.completed = id;
+        }
+    }
+    if let Some(es) = st.engines.get_mut(ei) {
+        es.interrupted = None;
+    }
+    gpu.done.notify_all();
+}
+
+/// The command processor's view of engine `e` of `gpu`.
+struct EngineHost<'a> {
+    gpu: &'a Gpu,
+    e: usize,
+    deadline: Instant,
+}
+
+impl Host for EngineHost<'_> {
+    fn now_ns(&self) -> u64 {
+        self.gpu.clock.now_ns()
+    }
+    fn attention(&self) -> bool {
+        self.gpu
+            .attention
+            .get(self.e)
+            .is_some_and(|a| a.load(Ordering::Acquire))
+    }
+    fn slice_over(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+    fn sem_epoch(&self) -> u64 {
+        self.gpu.sem_epoch.load(Ordering::Acquire)
+    }
+    fn semaphores_changed(&self) {
+        self.gpu.semaphores_changed();
+    }
+    fn post(&self, event: Event) {
+        self.gpu.post(event);
+    }
+}
+
+/// Marks engine `e` dead when its thread ends (normally or by a panic),
+/// so that nobody waits for it forever.
+struct AliveGuard<'a>(&'a Gpu, usize);
+
+impl Drop for AliveGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(a) = self.0.alive.get(self.1) {
+            a.store(false, Ordering::Release);
+        }
+        self.0.done.notify_all();
+    }
+}
+
+/// The body of engine `e`'s thread; returns when `gpu.shutdown` is set.
+pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
+    let _alive = AliveGuard(&gpu, e);
+    if e >= ENGINES {
+        return;
+    }
+    let eu = e as u32;
+    let mut cp = CommandProcessor::new(eu, gpu.cfg.generation, gpu.trace.is_some());
+    let mut st = gpu.lock();
+    loop {
+        if gpu.shutdown.load(Ordering::Acquire) {
+            break;
+        }
+        if let Some(a) = gpu.attention.get(e) {
+            a.store(false, Ordering::Release);
+        }
+        serve_requests(&gpu, &mut st, eu, &mut cp);
+        let mem = gpu.memory();
+        let mut events = Vec::new();
+        take_doorbells(&mut st, eu, &mut events);
+        flush_status(&mut st, eu, gpu.cfg.va_bits, &mut cp, &mem, &mut events);
+        for ev in events {
+            gpu.post(ev);
+        }
+        if let Some(t) = gpu.trace.as_ref() {
+            let recs = cp.take_trace();
+            t.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend(&recs);
+        }
+        let now = Instant::now();
+        let epoch = gpu.sem_epoch.load(Ordering::Acquire);
+        let picked = select(&st, eu, epoch, now, gpu.cfg.sem_poll)
+            .and_then(|ctx| checkout(&mut st, eu, ctx, &gpu.cfg));
+        match picked {
+            Some(mut job) => {
+                drop(st);
+                let host = EngineHost {
+                    gpu: &gpu,
+                    e,
+                    deadline: now + gpu.cfg.time_slice,
+                };
+                let out = cp.run_slice(&host, &mem, &mut job);
+                st = gpu.lock();
+                let events = retire(&gpu, &mut st, &mut cp, &mem, job, out);
+                for ev in events {
+                    gpu.post(ev);
+                }
+            }
+            None => {
+                let waiting = st.contexts.iter().any(|c| {
+                    c.ring(eu)
+                        .is_some_and(|r| matches!(r.state, RingState::SemWait { .. }))
+                });
+                let timeout = if waiting { gpu.cfg.sem_poll } else { IDLE_WAIT };
+                let Some(cv) = gpu.wake.get(e) else { break };
+                st = cv
+                    .wait_timeout(st, timeout)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::context::Context;
+    use crate::core::ring::Ring;
+    use vgpu_hwif::proto::{PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL};
+
+    fn state(specs: &[(u32, u32, RingState)]) -> GpuState {
+        let mut st = GpuState::new();
+        for &(id, prio, s) in specs {
+            let mut c = Context::new(id, prio, 0, 0).unwrap();
+            let mut r = Ring::new(0, 0, 4096, 0);
+            r.state = s;
+            c.rings[0] = Some(r);
+            st.contexts.insert(c).unwrap();
+        }
+        st
+    }
+
+    #[test]
+    fn highest_priority_first_then_round_robin() {
+        let mut st = state(&[
+            (1, PRIORITY_NORMAL, RingState::Ready),
+            (5, PRIORITY_NORMAL, RingState::Ready),
+            (9, PRIORITY_NORMAL, RingState::Ready),
+            (3, PRIORITY_LOW, RingState::Ready),
+            (7, PRIORITY_HIGH, RingState::Idle),
+        ]);
+        let now = Instant::now();
+        let poll = Duration::from_millis(1);
+        let mut order = Vec::new();
+        for _ in 0..6 {
+            let id = select(&st, 0, 0, now, poll).unwrap();
+            order.push(id);
+            st.engines[0].rr_last = id;
+        }
+        assert_eq!(order, vec![1, 5, 9, 1, 5, 9]);
+        // A high-priority ring that becomes ready wins at once.
+        st.contexts.get_mut(7).unwrap().ring_mut(0).unwrap().state = RingState::Ready;
+        assert_eq!(select(&st, 0, 0, now, poll), Some(7));
+        // Only low priority left: it runs.
+        for id in [1, 5, 9, 7] {
+            st.contexts.get_mut(id).unwrap().ring_mut(0).unwrap().state = RingState::Idle;
+        }
+        assert_eq!(select(&st, 0, 0, now, poll), Some(3));
+        // Dying contexts and other engines never run.
+        st.contexts.get_mut(3).unwrap().dying = true;
+        assert_eq!(select(&st, 0, 0, now, poll), None);
+        assert_eq!(select(&st, 1, 0, now, poll), None);
+    }
+
+    #[test]
+    fn semaphore_waiters_are_rechecked_on_epoch_or_poll() {
+        let t0 = Instant::now();
+        let st = state(&[(
+            2,
+            PRIORITY_NORMAL,
+            RingState::SemWait {
+                epoch: 4,
+                since: t0,
+            },
+        )]);
+        let poll = Duration::from_millis(1);
+        assert_eq!(select(&st, 0, 4, t0, poll), None);
+        assert_eq!(select(&st, 0, 5, t0, poll), Some(2));
+        assert_eq!(select(&st, 0, 4, t0 + poll, poll), Some(2));
+    }
+
+    #[test]
+    fn doorbells_are_checked_by_the_engine() {
+        let mut st = state(&[
+            (0, 1, RingState::Idle),
+            (1, 1, RingState::Idle),
+            (2, 1, RingState::Idle),
+            (
+                3,
+                1,
+                RingState::Stopped {
+                    error: 2,
+                    error_rptr: 0,
+                },
+            ),
+            (4, 1, RingState::Running),
+        ]);
+        let ring = |st: &mut GpuState, id| {
+            st.contexts
+                .get_mut(id)
+                .unwrap()
+                .ring_mut(0)
+                .unwrap()
+                .doorbell = Some(match id {
+                0 => 64,
+                1 => 8192,
+                2 => 6,
+                _ => 64,
+            })
+        };
+        for id in 0..5 {
+            ring(&mut st, id);
+        }
+        let mut ev = Vec::new();
+        take_doorbells(&mut st, 0, &mut ev);
+        let r = |st: &GpuState, id| st.contexts.get(id).unwrap().ring(0).unwrap().clone();
+        assert_eq!((r(&st, 0).state, r(&st, 0).wptr), (RingState::Ready, 64));
+        assert_eq!(
+            r(&st, 1).state,
+            RingState::Stopped {
+                error: EngineError::RingOverflow as u32,
+                error_rptr: 0
+            }
+        );
+        assert_eq!(
+            r(&st, 2).state,
+            RingState::Stopped {
+                error: EngineError::BadPointer as u32,
+                error_rptr: 0
+            }
+        );
+        assert_eq!(r(&st, 3).doorbell, None, "a stopped ring ignores doorbells");
+        assert_eq!(
+            r(&st, 4).doorbell,
+            Some(64),
+            "a running ring sees it after its slice"
+        );
+        assert_eq!(ev.len(), 2);
+        assert!(matches!(
+            ev[0],
+            Event::EngineError {
+                ctx_id: 1,
+                code: 8,
+                header: 0,
+                ..
+            }
+        ));
+        assert_eq!(st.engines[0].stats.errors, 2);
+    }
+}

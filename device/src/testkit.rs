@@ -495,7 +495,7 @@ pub const fn status_va(e: u32) -> u64 {
 pub const RING_SIZE: u32 = 16 * 1024;
 
 /// Table memory reserved per context.
-const TABLE_POOL: u64 = 1 << 20;
+const TABLE_POOL: u64 = 256 << 10;
 
 /// A ring set up by a [`Driver`].
 #[derive(Debug, Clone)]
@@ -701,18 +701,19 @@ impl<T: Transport> Driver<T> {
         RingStatus::read_from(&b).ok_or(KitError::BadReply(64))
     }
 
-    /// Polls engine `e`'s status block until the ring is no longer
-    /// `RUNNING` (idle, waiting, stalled or stopped) and returns it.
-    pub fn settle(
+    /// Polls engine `e`'s status block until `done` accepts it; returns
+    /// it.
+    pub fn wait_status(
         &self,
         ctx: &GpuContext,
         e: u32,
         timeout: Duration,
+        mut done: impl FnMut(&RingStatus) -> bool,
     ) -> Result<RingStatus, KitError> {
         let deadline = Instant::now() + timeout;
         loop {
             let s = self.ring_status(ctx, e)?;
-            if s.state != vgpu_hwif::proto::ring_state::RUNNING {
+            if done(&s) {
                 return Ok(s);
             }
             if Instant::now() > deadline {
@@ -720,6 +721,29 @@ impl<T: Transport> Driver<T> {
             }
             std::thread::sleep(Duration::from_micros(200));
         }
+    }
+
+    /// Waits until engine `e`'s ring has settled: idle with its read
+    /// pointer at the write pointer written so far, or waiting on a
+    /// semaphore, stalled on a fault, or stopped. Returns the status block.
+    pub fn settle(
+        &self,
+        ctx: &GpuContext,
+        e: u32,
+        timeout: Duration,
+    ) -> Result<RingStatus, KitError> {
+        use vgpu_hwif::proto::ring_state::{IDLE, RUNNING};
+        let wptr = ctx
+            .rings
+            .get(e as usize)
+            .and_then(Option::as_ref)
+            .map(|r| r.writer.wptr())
+            .ok_or(KitError::Status(Status::NotFound))?;
+        self.wait_status(ctx, e, timeout, |s| match s.state {
+            IDLE => s.rptr == wptr,
+            RUNNING => false,
+            _ => true,
+        })
     }
 
     /// `CONTEXT_QUERY`.

@@ -258,8 +258,11 @@ impl Array {
     }
 
     fn set_of(&self, asid: u32, va: u64) -> usize {
-        let vpn = va >> self.shift;
-        ((vpn ^ u64::from(asid).wrapping_mul(0x9e37_79b9)) as usize) & (self.sets - 1)
+        // Multiplicative hashing spreads aligned and strided page numbers
+        // over all sets (sets is a power of two).
+        let key = (va >> self.shift) ^ (u64::from(asid) << 40);
+        let h = key.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (h >> (64 - self.sets.trailing_zeros())) as usize & (self.sets - 1)
     }
 
     fn ways(&self, set: usize) -> std::ops::Range<usize> {

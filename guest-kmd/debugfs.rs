@@ -77,8 +77,41 @@ pub(crate) fn create(
     let scope = root.scope(Ok::<_, Error>(vgpu.clone()), pdev.as_ref().name(), |v, dir| {
         dir.read_callback_file(c"layout", v, &show_layout);
         dir.read_callback_file(c"status", v, &show_status);
+        dir.read_callback_file(c"vms", v, &show_vms);
+        dir.read_callback_file(c"objects", v, &show_objects);
     });
     Ok(Some(KBox::pin_init(scope, GFP_KERNEL)?))
+}
+
+/// Every open file's GPU address space, checked by walking its tables.
+fn show_vms(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let clients = v.clients.lock();
+    for c in clients.iter() {
+        write!(f, "client {} ", c.id)?;
+        c.vm.lock().dump(f)?;
+    }
+    Ok(())
+}
+
+/// Object counts, for leak checks.
+fn show_objects(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let clients = v.clients.lock();
+    let (mut maps, mut tables) = (0, 0);
+    for c in clients.iter() {
+        let vm = c.vm.lock();
+        maps += vm.mapping_count();
+        tables += vm.table_count();
+    }
+    writeln!(f, "clients {}", clients.len())?;
+    writeln!(f, "bos {}", crate::gem::live_objects())?;
+    writeln!(f, "mappings {}", maps)?;
+    writeln!(f, "vm_tables {}", tables)?;
+    if let Some(p) = v.pt_pool.as_ref() {
+        let (total, free) = p.usage();
+        writeln!(f, "pt_pool_used {}", total - free)?;
+        writeln!(f, "pt_pool_total {}", total)?;
+    }
+    Ok(())
 }
 
 fn show_layout(_vgpu: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {

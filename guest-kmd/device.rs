@@ -18,7 +18,10 @@ use crate::{
         CONTROL_QUEUE_MAX, //
     },
     debugfs,
-    drm,
+    drm::{
+        self,
+        Client, //
+    },
     event::EVENT_RECORD_SIZE,
     events::{
         EventQueue,
@@ -31,6 +34,7 @@ use crate::{
         IrqMode, //
     },
     layout,
+    ptpool::PtPool,
     proto::{
         Command,
         IdentifyReply,
@@ -48,6 +52,10 @@ use crate::{
         StatusBits,
         Transport, //
     },
+    vm::{
+        self,
+        Vm, //
+    },
 };
 use kernel::{
     device::Core,
@@ -55,6 +63,7 @@ use kernel::{
         Device as _,
         DmaMask, //
     },
+    new_mutex,
     pci,
     prelude::*,
     sync::{
@@ -65,6 +74,7 @@ use kernel::{
         },
         aref::ARef,
         Arc,
+        Mutex,
         SetOnce, //
     },
     time::{
@@ -130,6 +140,11 @@ pub(crate) struct Vgpu {
     irq_count: [Atomic<u64>; 2],
     /// Configuration-change checks run.
     config_checks: Atomic<u64>,
+    /// Page-table memory, allocated at probe.
+    pub(crate) pt_pool: SetOnce<Arc<PtPool>>,
+    /// Open render-node files.
+    #[pin]
+    pub(crate) clients: Mutex<KVec<Arc<Client>>>,
 }
 
 impl Vgpu {
@@ -148,7 +163,31 @@ impl Vgpu {
             queue_pending: AtomicFlag::new(false),
             irq_count: [Atomic::new(0), Atomic::new(0)],
             config_checks: Atomic::new(0),
+            pt_pool: SetOnce::new(),
+            clients <- new_mutex!(KVec::new()),
         })
+    }
+
+    /// A new, empty GPU address space in the device's format.
+    pub(crate) fn new_vm(&self) -> Result<Vm> {
+        let id = self.identity.as_ref().ok_or(ENODEV)?;
+        let pool = self.pt_pool.as_ref().ok_or(ENODEV)?.clone();
+        let huge = id.page_sizes & vm::PAGE_2M != 0;
+        Vm::new(pool, id.va_bits.min(crate::proto::VA_BITS), huge)
+    }
+
+    /// Lists an open file's client (for debugfs).
+    pub(crate) fn add_client(&self, c: &Arc<Client>) -> Result {
+        self.clients.lock().push(c.clone(), GFP_KERNEL)?;
+        Ok(())
+    }
+
+    /// Forgets a closed file's client.
+    pub(crate) fn remove_client(&self, c: &Arc<Client>) {
+        let mut list = self.clients.lock();
+        if let Some(i) = list.iter().position(|x| Arc::ptr_eq(x, c)) {
+            let _ = list.remove(i);
+        }
     }
 
     /// `ENODEV` once unbound, `EIO` once broken.
@@ -344,6 +383,8 @@ impl Vgpu {
             uapi::VGPU_PARAM_EVENTS_RECEIVED => self.events.received(),
             uapi::VGPU_PARAM_HWIF_FINGERPRINT => layout::FINGERPRINT,
             uapi::VGPU_PARAM_DEVICE_FINGERPRINT => id.layout_fingerprint,
+            uapi::VGPU_PARAM_VA_START => vm::VA_USER_START,
+            uapi::VGPU_PARAM_VA_END => vm::va_user_end(id.va_bits.min(crate::proto::VA_BITS)),
             _ => return Err(EINVAL),
         };
         Ok(v)
@@ -554,6 +595,12 @@ impl Binding {
         vgpu.kick_events()?;
 
         let id = vgpu.identify()?;
+        if !(32..=crate::proto::VA_BITS).contains(&id.va_bits) {
+            dev_err!(pdev, "device reports {}-bit GPU addresses\n", id.va_bits);
+            return Err(errno::eproto());
+        }
+        vgpu.pt_pool
+            .populate(PtPool::new(pdev.as_ref(), crate::param_pt_pool_kib())?);
 
         let dir = debugfs::create(pdev, vgpu)?;
         drm::register(pdev, vgpu)?;

@@ -9,9 +9,22 @@
 //!   device is unbound.
 //! * `DRM_IOCTL_VGPU_PING`: a round trip through the control and event
 //!   queues (see [`Vgpu::ping`]).
+//! * `GEM_CREATE`, `GEM_MMAP_OFFSET`: shmem buffer objects ([`crate::gem`]).
+//! * `VM_BIND`, `VM_UNBIND`: the file's GPU address space ([`crate::vm`]).
+//!
+//! Argument ranges and errnos are documented in the uAPI header.
 
 use crate::{
     device::PING_DEFAULT_TIMEOUT_NS,
+    gem::{
+        Bo,
+        BoArgs,
+        VgpuObject, //
+    },
+    vm::{
+        BindArgs,
+        Vm, //
+    },
     Vgpu,
 };
 use kernel::{
@@ -19,12 +32,23 @@ use kernel::{
     device::Core,
     drm::{
         self,
-        gem,
+        gem::{
+            self,
+            BaseObject, //
+        },
         ioctl, //
     },
+    new_mutex,
     pci,
     prelude::*,
-    sync::Arc,
+    sync::{
+        atomic::{
+            Atomic,
+            Relaxed, //
+        },
+        Arc,
+        Mutex, //
+    },
     uapi,
 };
 
@@ -41,7 +65,29 @@ pub(crate) struct DrmData {
 
 /// Per-open-file data.
 pub(crate) struct VgpuFile {
+    vgpu: Arc<Vgpu>,
+    client: Arc<Client>,
     _module: ModuleRef,
+}
+
+/// What an open file owns on the GPU: its address space (and, listed in
+/// the device's client registry, what debugfs shows).
+#[pin_data]
+pub(crate) struct Client {
+    /// A number for debugfs, unique per module load.
+    pub(crate) id: u64,
+    /// The file's GPU address space.
+    #[pin]
+    pub(crate) vm: Mutex<Vm>,
+}
+
+/// Source of [`Client::id`].
+static NEXT_CLIENT: Atomic<u64> = Atomic::new(1);
+
+impl Drop for VgpuFile {
+    fn drop(&mut self) {
+        self.vgpu.remove_client(&self.client);
+    }
 }
 
 /// A reference on this module, held by every open render-node file.
@@ -72,11 +118,6 @@ impl Drop for ModuleRef {
     }
 }
 
-/// Driver data of a GEM object. DRM requires a GEM object type; no ioctl
-/// creates buffer objects yet.
-#[pin_data]
-pub(crate) struct VgpuObject {}
-
 const INFO: drm::DriverInfo = drm::DriverInfo {
     major: 0,
     minor: 1,
@@ -89,7 +130,7 @@ const INFO: drm::DriverInfo = drm::DriverInfo {
 impl drm::Driver for VgpuDrm {
     type Data = DrmData;
     type File = VgpuFile;
-    type Object<Ctx: drm::DeviceContext> = gem::Object<VgpuObject, Ctx>;
+    type Object<Ctx: drm::DeviceContext> = gem::shmem::Object<VgpuObject, Ctx>;
 
     const INFO: drm::DriverInfo = INFO;
     const FEAT_RENDER: bool = true;
@@ -97,28 +138,33 @@ impl drm::Driver for VgpuDrm {
     kernel::declare_drm_ioctls! {
         (VGPU_GET_PARAM, drm_vgpu_get_param, ioctl::RENDER_ALLOW, VgpuFile::get_param),
         (VGPU_PING, drm_vgpu_ping, ioctl::RENDER_ALLOW, VgpuFile::ping),
-    }
-}
-
-impl gem::DriverObject for VgpuObject {
-    type Driver = VgpuDrm;
-    type Args = ();
-
-    fn new<Ctx: drm::DeviceContext>(
-        _dev: &VgpuDrmDevice<Ctx>,
-        _size: usize,
-        _args: (),
-    ) -> impl PinInit<Self, Error> {
-        try_pin_init!(VgpuObject {})
+        (VGPU_GEM_CREATE, drm_vgpu_gem_create, ioctl::RENDER_ALLOW, VgpuFile::gem_create),
+        (VGPU_GEM_MMAP_OFFSET, drm_vgpu_gem_mmap_offset, ioctl::RENDER_ALLOW, VgpuFile::gem_mmap_offset),
+        (VGPU_VM_BIND, drm_vgpu_vm_bind, ioctl::RENDER_ALLOW, VgpuFile::vm_bind),
+        (VGPU_VM_UNBIND, drm_vgpu_vm_unbind, ioctl::RENDER_ALLOW, VgpuFile::vm_unbind),
     }
 }
 
 impl drm::file::DriverFile for VgpuFile {
     type Driver = VgpuDrm;
 
-    fn open(_dev: &VgpuDrmDevice) -> Result<Pin<KBox<Self>>> {
+    fn open(dev: &VgpuDrmDevice) -> Result<Pin<KBox<Self>>> {
+        let module = ModuleRef::get()?;
+        let vgpu = dev.vgpu.clone();
+        vgpu.check_usable()?;
+        let vm = vgpu.new_vm()?;
+        let client = Arc::pin_init(
+            pin_init!(Client {
+                id: NEXT_CLIENT.fetch_add(1, Relaxed),
+                vm <- new_mutex!(vm),
+            }),
+            GFP_KERNEL,
+        )?;
+        vgpu.add_client(&client)?;
         let file = VgpuFile {
-            _module: ModuleRef::get()?,
+            vgpu,
+            client,
+            _module: module,
         };
         Ok(KBox::new(file, GFP_KERNEL)?.into())
     }
@@ -151,6 +197,83 @@ impl VgpuFile {
         let r = dev.vgpu.ping(args.cookie, timeout_ns)?;
         args.event_seq = r.seq;
         args.latency_ns = r.latency_ns;
+        Ok(0)
+    }
+}
+
+impl VgpuFile {
+    /// `DRM_IOCTL_VGPU_GEM_CREATE`.
+    fn gem_create(
+        dev: &VgpuDrmDevice,
+        args: &mut uapi::drm_vgpu_gem_create,
+        file: &drm::File<VgpuFile>,
+    ) -> Result<u32> {
+        if args.flags & !uapi::VGPU_GEM_CREATE_FLAGS != 0
+            || args.size == 0
+            || args.size > u64::from(uapi::VGPU_GEM_MAX_SIZE)
+        {
+            return Err(EINVAL);
+        }
+        dev.vgpu.check_usable()?;
+        let size = usize::try_from(args.size.next_multiple_of(crate::vm::PAGE_4K))
+            .map_err(|_| EINVAL)?;
+        let config = gem::shmem::ObjectConfig {
+            map_wc: false,
+            parent_resv_obj: None,
+        };
+        let bo = Bo::new(dev, size, config, BoArgs { flags: args.flags })?;
+        args.handle = bo.create_handle(file)?;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_VGPU_GEM_MMAP_OFFSET`.
+    fn gem_mmap_offset(
+        dev: &VgpuDrmDevice,
+        args: &mut uapi::drm_vgpu_gem_mmap_offset,
+        file: &drm::File<VgpuFile>,
+    ) -> Result<u32> {
+        if args.pad != 0 {
+            return Err(EINVAL);
+        }
+        dev.vgpu.check_usable()?;
+        let bo = Bo::lookup_handle(file, args.handle)?;
+        args.offset = bo.create_mmap_offset()?;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_VGPU_VM_BIND`.
+    fn vm_bind(
+        dev: &VgpuDrmDevice,
+        args: &mut uapi::drm_vgpu_vm_bind,
+        file: &drm::File<VgpuFile>,
+    ) -> Result<u32> {
+        dev.vgpu.check_usable()?;
+        let bo = Bo::lookup_handle(file, args.handle)?;
+        let a = BindArgs {
+            handle: args.handle,
+            flags: args.flags,
+            bo_offset: args.bo_offset,
+            va: args.va,
+            size: args.size,
+        };
+        file.inner().client.vm.lock().bind(a, bo)?;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_VGPU_VM_UNBIND`.
+    fn vm_unbind(
+        dev: &VgpuDrmDevice,
+        args: &mut uapi::drm_vgpu_vm_unbind,
+        file: &drm::File<VgpuFile>,
+    ) -> Result<u32> {
+        dev.vgpu.check_usable()?;
+        let client = &file.inner().client;
+        let mut vm = client.vm.lock();
+        let m = vm.unbind(args.va, args.size)?;
+        // No context of this file can hold a translation yet (contexts are
+        // created on the address space only once the device implements
+        // them), so the object can go now.
+        drop(m);
         Ok(0)
     }
 }

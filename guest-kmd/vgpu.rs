@@ -35,9 +35,12 @@ mod debugfs;
 mod device;
 mod drm;
 mod events;
+mod gem;
 mod irq;
+mod ptpool;
 mod virtio;
 mod virtqueue;
+mod vm;
 
 // The hardware interface, shared with the device and userspace. The files
 // refer to each other as `super::<module>`, so they are siblings here. They
@@ -62,6 +65,11 @@ mod proto;
 #[path = "../hwif/src/event.rs"]
 mod event;
 
+/// The GPU MMU page-table format (from `hwif/src/mmu.rs`).
+#[allow(dead_code, unreachable_pub)]
+#[path = "../hwif/src/mmu.rs"]
+mod mmu;
+
 /// The layout table and its fingerprint (from `hwif/src/layout.rs`).
 #[allow(dead_code, unreachable_pub)]
 #[path = "../hwif/src/layout.rs"]
@@ -79,6 +87,10 @@ module! {
         cmd_timeout_ms: u32 {
             default: 2000,
             description: "Control command timeout in milliseconds (1..=60000)",
+        },
+        pt_pool_kib: u32 {
+            default: 8192,
+            description: "Page-table memory per device in KiB, in 2 MiB chunks (2048..=262144)",
         },
         force_intx: u32 {
             default: 0,
@@ -152,6 +164,11 @@ impl pci::Driver for VgpuPciDriver {
 /// Reads the `cmd_timeout_ms` module parameter, clamped to 1..=60000.
 fn param_cmd_timeout_ms() -> u32 {
     (*module_parameters::cmd_timeout_ms.value()).clamp(1, 60_000)
+}
+
+/// Reads the `pt_pool_kib` module parameter, clamped to 2048..=262144.
+fn param_pt_pool_kib() -> u32 {
+    (*module_parameters::pt_pool_kib.value()).clamp(2048, 262_144)
 }
 
 /// Reads the `force_intx` module parameter.

@@ -79,6 +79,18 @@ if selected "$name"; then
     else result "$name" 1; fi
 fi
 
+# --- KMD ioctls: BOs, mmap, VM bind/unbind and the page tables (walked via debugfs), bad arguments, leaks.
+for g in 1 2; do
+    name=kmd-ioctls-gen$g
+    selected "$name" || continue
+    run_vm "$name" --gen "$g" run 'vgpu-kmd-test gem vm leaks; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
+    elif ! want "^dmesg-problems 0$"; then result "$name" 0 "warnings in dmesg"
+    else result "$name" 1; fi
+done
+
 # --- rmmod/insmod 10 times: the device comes back each time, dmesg stays clean.
 name=reload-10x
 if selected "$name"; then

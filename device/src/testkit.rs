@@ -639,19 +639,30 @@ impl<T: Transport> Driver<T> {
     /// (`READ | EXEC`) with its status block at [`status_va`] (`READ |
     /// WRITE`), and registers it.
     pub fn ring(&mut self, ctx: &mut GpuContext, e: u32) -> Result<(), KitError> {
+        self.ring_of_size(ctx, e, RING_SIZE)
+    }
+
+    /// [`Driver::ring`] with a ring of `size` bytes (a power of two,
+    /// 4 KiB to 1 MiB).
+    pub fn ring_of_size(
+        &mut self,
+        ctx: &mut GpuContext,
+        e: u32,
+        size: u32,
+    ) -> Result<(), KitError> {
         use vgpu_hwif::mmu::{PTE_EXEC, PTE_READ, PTE_WRITE};
-        let pa = self.buffer(ctx, ring_va(e), u64::from(RING_SIZE), PTE_READ | PTE_EXEC)?;
+        let pa = self.buffer(ctx, ring_va(e), u64::from(size), PTE_READ | PTE_EXEC)?;
         let status_pa = self.buffer(ctx, status_va(e), 4096, PTE_READ | PTE_WRITE)?;
         self.command(Command::RingCreate {
             ctx_id: ctx.id,
             engine: e,
-            size: RING_SIZE,
+            size,
             ring_va: ring_va(e),
             status_va: status_va(e),
         })?;
         if let Some(slot) = ctx.rings.get_mut(e as usize) {
             *slot = Some(RingHandle {
-                writer: PacketWriter::ring(pa, ring_va(e), RING_SIZE, self.generation()),
+                writer: PacketWriter::ring(pa, ring_va(e), size, self.generation()),
                 status_pa,
                 pa,
             });

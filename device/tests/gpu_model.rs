@@ -197,7 +197,7 @@ fn copies_through_scattered_pages_on_both_generations() {
         let st = d.stats(stats_kind::CONTEXT, 1).unwrap();
         assert_eq!(st.bytes, 65536 - 5 + 960 + 6);
         assert_eq!(st.fences, 1);
-        assert!(st.tlb_misses >= 16 && st.tlb_hits > 0, "{st:?}");
+        assert!(st.tlb_misses > 0 && st.tlb_hits > st.tlb_misses, "{st:?}");
         let id = d.identity;
         assert_eq!(
             (id.generation, id.va_bits, id.engine_mask),

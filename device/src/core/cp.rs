@@ -361,6 +361,16 @@ impl CommandProcessor {
         self.trace.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
+    /// Device time for trace records; the clock is only read when tracing
+    /// (reading it per packet would cost more than a `NOP`).
+    fn trace_clock(&self, host: &dyn Host) -> u64 {
+        if self.trace.is_some() {
+            host.now_ns()
+        } else {
+            0
+        }
+    }
+
     fn record(&mut self, rec: TraceRecord) {
         if let Some(t) = self.trace.as_mut() {
             t.push(rec);
@@ -484,7 +494,7 @@ impl CommandProcessor {
         let fl = job.cursor.pending.take()?;
         advance(job, fl.words);
         count_packet(job, stats);
-        let now = host.now_ns();
+        let now = self.trace_clock(host);
         if self.trace.is_some() {
             let base = self.trace_base(
                 TraceKind::Packet,
@@ -543,7 +553,7 @@ impl CommandProcessor {
             job.cursor.depth -= 1;
             advance(job, 4);
             count_packet(job, stats);
-            let now = host.now_ns();
+            let now = self.trace_clock(host);
             self.record_instant(TraceKind::Packet, "INDIRECT", job, now, stream.va(0).0, 0);
             return None;
         }
@@ -591,7 +601,7 @@ impl CommandProcessor {
         {
             return error(EngineError::Misaligned, header);
         }
-        let now = host.now_ns();
+        let now = self.trace_clock(host);
         if self.trace.is_some() {
             let name = opcode_name(hdr.opcode);
             self.record_instant(

@@ -30,6 +30,11 @@
 //! cached, and an access that faults on a cached entry drops that entry, so
 //! a retried access always walks the tables again.
 //!
+//! A walk that ends in a level-0 table reads the entry's whole 64-byte line
+//! ([`PTE_LINE`] entries) and caches every well-formed valid leaf in it, so
+//! the TLB may hold translations of pages that were never accessed: a
+//! driver must invalidate after changing any valid entry.
+//!
 //! [`Mmu::translate`] combines both and counts hits and misses.
 
 use vgpu_hwif::mmu::{
@@ -37,7 +42,9 @@ use vgpu_hwif::mmu::{
     PTE_CACHE_SHIFT, PTE_EXEC, PTE_HUGE, PTE_READ, PTE_RESERVED_MASK, PTE_TABLE_MUST_BE_ZERO,
     PTE_VALID, PTE_WRITE, TABLE_SIZE,
 };
-use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+use vm_memory::{
+    GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, VolatileMemory,
+};
 
 /// Guest memory as the device sees it.
 pub type Mem = GuestMemoryMmap;
@@ -142,6 +149,39 @@ pub fn in_ram(mem: &Mem, pa: u64, len: u64) -> bool {
         .is_some_and(|r| last <= r.last_addr().0)
 }
 
+/// Decodes a valid, reserved-bit-free leaf entry at `level` (0, or 1 with
+/// `PTE_HUGE`) mapping the page that contains `va`; checks the cache policy
+/// and the page alignment, not guest RAM.
+fn leaf(pte: u64, level: u32, va: u64) -> Result<PageMapping, FaultReason> {
+    let cache = ((pte >> PTE_CACHE_SHIFT) & PTE_CACHE_MASK) as u8;
+    if cache == 3 {
+        return Err(FaultReason::Malformed);
+    }
+    let shift = if level == 1 { HUGE_SHIFT } else { PAGE_SHIFT };
+    let size = 1u64 << shift;
+    let addr = pte & PTE_ADDR_MASK;
+    if addr & (size - 1) != 0 {
+        return Err(FaultReason::Malformed);
+    }
+    Ok(PageMapping {
+        va_base: va & !(size - 1),
+        pa_base: addr,
+        shift,
+        perms: pte & (PTE_READ | PTE_WRITE | PTE_EXEC),
+        cache,
+    })
+}
+
+/// Reads entry `index` of the table at `table` (which must lie in one RAM
+/// region).
+fn read_entry(mem: &Mem, table: u64, index: usize) -> Option<u64> {
+    let t = mem
+        .get_slice(GuestAddress(table), TABLE_SIZE as usize)
+        .ok()?;
+    let r = t.get_ref::<u64>(index * 8).ok()?;
+    Some(u64::from_le(r.load()))
+}
+
 /// Walks the page tables of `space` for `va`. The result is not checked
 /// against an access type (see [`PageMapping::check`]); `access` only
 /// labels a fault.
@@ -151,6 +191,17 @@ pub fn walk(
     va: u64,
     access: Access,
 ) -> Result<PageMapping, MmuFault> {
+    walk_with_table(mem, space, va, access).map(|(m, _)| m)
+}
+
+/// [`walk`], also returning the guest-physical address of the level-0
+/// table for a 4 KiB page.
+fn walk_with_table(
+    mem: &Mem,
+    space: &AddressSpace,
+    va: u64,
+    access: Access,
+) -> Result<(PageMapping, Option<u64>), MmuFault> {
     let fault = |reason, level: u32| MmuFault {
         va,
         access,
@@ -170,59 +221,69 @@ pub fn walk(
     let mut table = space.root;
     let mut level = LEVELS - 1;
     loop {
-        if !in_ram(mem, table, TABLE_SIZE) {
+        // One region lookup per table: the table must lie in one region,
+        // and the entry is read from that checked slice.
+        let index = vgpu_hwif::mmu::level_index(va, level);
+        let Some(pte) = read_entry(mem, table, index) else {
             return Err(fault(FaultReason::BadPhysical, level));
-        }
+        };
         if let Some(slot) = visited.get_mut(seen) {
             *slot = table;
             seen += 1;
         }
-        let index = vgpu_hwif::mmu::level_index(va, level) as u64;
-        let pte: u64 = mem
-            .read_obj::<u64>(GuestAddress(table + index * 8))
-            .map(u64::from_le)
-            .map_err(|_| fault(FaultReason::BadPhysical, level))?;
         if pte & PTE_VALID == 0 {
             return Err(fault(FaultReason::NotPresent, level));
         }
         if pte & PTE_RESERVED_MASK != 0 {
             return Err(fault(FaultReason::Malformed, level));
         }
-        let addr = pte & PTE_ADDR_MASK;
         let huge = pte & PTE_HUGE != 0;
         if huge && level != 1 {
             return Err(fault(FaultReason::Malformed, level));
         }
         if level > 0 && !huge {
-            if pte & PTE_TABLE_MUST_BE_ZERO != 0 {
+            let next = pte & PTE_ADDR_MASK;
+            if pte & PTE_TABLE_MUST_BE_ZERO != 0 || visited.iter().take(seen).any(|&t| t == next) {
                 return Err(fault(FaultReason::Malformed, level));
             }
-            if visited.iter().take(seen).any(|&t| t == addr) {
-                return Err(fault(FaultReason::Malformed, level));
-            }
-            table = addr;
+            table = next;
             level -= 1;
             continue;
         }
-        let cache = ((pte >> PTE_CACHE_SHIFT) & PTE_CACHE_MASK) as u8;
-        if cache == 3 {
-            return Err(fault(FaultReason::Malformed, level));
-        }
-        let shift = if huge { HUGE_SHIFT } else { PAGE_SHIFT };
-        let size = 1u64 << shift;
-        if addr & (size - 1) != 0 {
-            return Err(fault(FaultReason::Malformed, level));
-        }
-        if !in_ram(mem, addr, size) {
+        let map = leaf(pte, level, va).map_err(|r| fault(r, level))?;
+        if !in_ram(mem, map.pa_base, map.page_size()) {
             return Err(fault(FaultReason::BadPhysical, level));
         }
-        return Ok(PageMapping {
-            va_base: va & !(size - 1),
-            pa_base: addr,
-            shift,
-            perms: pte & (PTE_READ | PTE_WRITE | PTE_EXEC),
-            cache,
-        });
+        return Ok((map, (level == 0).then_some(table)));
+    }
+}
+
+/// Entries a walk reads together from a level-0 table: one 64-byte line.
+pub const PTE_LINE: usize = 8;
+
+/// Calls `found` with each well-formed 4 KiB leaf in the same 64-byte
+/// line of the level-0 table at `table` as the entry for `va` (that entry
+/// excluded): what the walker caches alongside the page it was asked for.
+fn line_neighbours(mem: &Mem, table: u64, va: u64, mut found: impl FnMut(PageMapping)) {
+    let Ok(t) = mem.get_slice(GuestAddress(table), TABLE_SIZE as usize) else {
+        return;
+    };
+    let index = vgpu_hwif::mmu::level_index(va, 0);
+    let first = index & !(PTE_LINE - 1);
+    let base = va & !((1u64 << (PAGE_SHIFT + 9)) - 1);
+    for i in (first..first + PTE_LINE).filter(|&i| i != index) {
+        let Ok(r) = t.get_ref::<u64>(i * 8) else {
+            continue;
+        };
+        let pte = u64::from_le(r.load());
+        if pte & PTE_VALID == 0 || pte & (PTE_RESERVED_MASK | PTE_HUGE) != 0 {
+            continue;
+        }
+        if let Ok(map) = leaf(pte, 0, base + ((i as u64) << PAGE_SHIFT)) {
+            if in_ram(mem, map.pa_base, map.page_size()) {
+                found(map);
+            }
+        }
     }
 }
 
@@ -449,9 +510,15 @@ impl Mmu<'_> {
             };
         }
         self.tlb.stats.misses += 1;
-        let map = walk(self.mem, &self.space, va, access)?;
+        let (map, table) = walk_with_table(self.mem, &self.space, va, access)?;
         map.check(va, access)?;
         self.tlb.insert(asid, map);
+        // The walker fetched the entry's whole 64-byte line: the other
+        // valid leaves in it are cached too.
+        if let Some(table) = table {
+            let tlb = &mut *self.tlb;
+            line_neighbours(self.mem, table, va, |n| tlb.insert(asid, n));
+        }
         Ok(map)
     }
 }
@@ -460,6 +527,7 @@ impl Mmu<'_> {
 mod tests {
     use super::*;
     use vgpu_hwif::mmu::{huge_entry, leaf_entry, table_entry, CachePolicy};
+    use vm_memory::Bytes;
 
     const RAM: u64 = 0x40_0000; // 4 MiB at 0
     const ROOT: u64 = 0x1000;

@@ -103,7 +103,7 @@ pub struct InFlight {
     pub words: u32,
     /// Opcode (for telemetry).
     pub opcode: u8,
-    /// Device time the packet started, for the trace.
+    /// Device time the packet started (recorded only when tracing).
     pub started_ns: u64,
 }
 

@@ -79,6 +79,8 @@ pub(crate) fn create(
         dir.read_callback_file(c"status", v, &show_status);
         dir.read_callback_file(c"vms", v, &show_vms);
         dir.read_callback_file(c"objects", v, &show_objects);
+        dir.read_callback_file(c"contexts", v, &show_contexts);
+        dir.write_only_callback_file(c"hangcheck", v, &write_hangcheck);
     });
     Ok(Some(KBox::pin_init(scope, GFP_KERNEL)?))
 }
@@ -103,6 +105,7 @@ fn show_objects(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         tables += vm.table_count();
     }
     writeln!(f, "clients {}", clients.len())?;
+    writeln!(f, "contexts {}", v.context_count())?;
     writeln!(f, "bos {}", crate::gem::live_objects())?;
     writeln!(f, "mappings {}", maps)?;
     writeln!(f, "vm_tables {}", tables)?;
@@ -111,6 +114,17 @@ fn show_objects(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "pt_pool_used {}", total - free)?;
         writeln!(f, "pt_pool_total {}", total)?;
     }
+    Ok(())
+}
+
+/// Contexts, rings, fences, and the fault and reset logs.
+fn show_contexts(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    v.show_gpu(f)
+}
+
+/// Any write runs a hang check now.
+fn write_hangcheck(v: &Arc<Vgpu>, _r: &mut kernel::uaccess::UserSliceReader) -> Result {
+    v.hang_check();
     Ok(())
 }
 

@@ -29,6 +29,10 @@ use crate::{
         EVENT_QUEUE_MAX, //
     },
     errno,
+    gpu::{
+        GpuState,
+        SlotMemory, //
+    },
     irq::{
         self,
         IrqMode, //
@@ -145,6 +149,15 @@ pub(crate) struct Vgpu {
     /// Open render-node files.
     #[pin]
     pub(crate) clients: Mutex<KVec<Arc<Client>>>,
+    /// Clients of closed files whose contexts the device did not let go:
+    /// their page tables stay until the device is unbound.
+    #[pin]
+    zombies: Mutex<KVec<Arc<Client>>>,
+    /// Rings and status pages of every device context slot.
+    pub(crate) slot_mem: SetOnce<SlotMemory>,
+    /// Contexts, rings, fences, faults, resets.
+    #[pin]
+    pub(crate) gpu: GpuState,
 }
 
 impl Vgpu {
@@ -165,6 +178,9 @@ impl Vgpu {
             config_checks: Atomic::new(0),
             pt_pool: SetOnce::new(),
             clients <- new_mutex!(KVec::new()),
+            zombies <- new_mutex!(KVec::new()),
+            slot_mem: SetOnce::new(),
+            gpu <- GpuState::new(),
         })
     }
 
@@ -180,6 +196,16 @@ impl Vgpu {
     pub(crate) fn add_client(&self, c: &Arc<Client>) -> Result {
         self.clients.lock().push(c.clone(), GFP_KERNEL)?;
         Ok(())
+    }
+
+    /// A file closes: its contexts are destroyed, then its client goes (or,
+    /// if a context could not be destroyed, is kept with its page tables).
+    pub(crate) fn close_client(&self, c: &Arc<Client>) {
+        let clean = self.destroy_client(c);
+        self.remove_client(c);
+        if !clean {
+            let _ = self.zombies.lock().push(c.clone(), GFP_KERNEL);
+        }
     }
 
     /// Forgets a closed file's client.
@@ -230,6 +256,7 @@ impl Vgpu {
     pub(crate) fn wake_all(&self) {
         self.control.wake();
         self.events.wake();
+        self.gpu.wake();
     }
 
     pub(crate) fn count_irq(&self, index: usize) {
@@ -601,6 +628,9 @@ impl Binding {
         }
         vgpu.pt_pool
             .populate(PtPool::new(pdev.as_ref(), crate::param_pt_pool_kib())?);
+        let nslots = id.max_contexts.min(crate::proto::MAX_CONTEXTS);
+        vgpu.slot_mem.populate(SlotMemory::new(pdev.as_ref(), nslots)?);
+        vgpu.init_gpu(nslots)?;
 
         let dir = debugfs::create(pdev, vgpu)?;
         drm::register(pdev, vgpu)?;

@@ -86,7 +86,7 @@ static NEXT_CLIENT: Atomic<u64> = Atomic::new(1);
 
 impl Drop for VgpuFile {
     fn drop(&mut self) {
-        self.vgpu.remove_client(&self.client);
+        self.vgpu.close_client(&self.client);
     }
 }
 
@@ -142,6 +142,11 @@ impl drm::Driver for VgpuDrm {
         (VGPU_GEM_MMAP_OFFSET, drm_vgpu_gem_mmap_offset, ioctl::RENDER_ALLOW, VgpuFile::gem_mmap_offset),
         (VGPU_VM_BIND, drm_vgpu_vm_bind, ioctl::RENDER_ALLOW, VgpuFile::vm_bind),
         (VGPU_VM_UNBIND, drm_vgpu_vm_unbind, ioctl::RENDER_ALLOW, VgpuFile::vm_unbind),
+        (VGPU_CTX_CREATE, drm_vgpu_ctx_create, ioctl::RENDER_ALLOW, VgpuFile::ctx_create),
+        (VGPU_CTX_DESTROY, drm_vgpu_ctx_destroy, ioctl::RENDER_ALLOW, VgpuFile::ctx_destroy),
+        (VGPU_CTX_QUERY, drm_vgpu_ctx_query, ioctl::RENDER_ALLOW, VgpuFile::ctx_query),
+        (VGPU_SUBMIT, drm_vgpu_submit, ioctl::RENDER_ALLOW, VgpuFile::submit),
+        (VGPU_WAIT, drm_vgpu_wait, ioctl::RENDER_ALLOW, VgpuFile::wait),
     }
 }
 
@@ -268,12 +273,81 @@ impl VgpuFile {
     ) -> Result<u32> {
         dev.vgpu.check_usable()?;
         let client = &file.inner().client;
-        let mut vm = client.vm.lock();
-        let m = vm.unbind(args.va, args.size)?;
-        // No context of this file can hold a translation yet (contexts are
-        // created on the address space only once the device implements
-        // them), so the object can go now.
-        drop(m);
+        let m = client.vm.lock().unbind(args.va, args.size)?;
+        // The entries are clear; the object's pages go only once no
+        // context of this file can translate to them any more.
+        if dev.vgpu.invalidate_after_unbind(client, args.va, args.size) {
+            drop(m);
+            Ok(0)
+        } else {
+            client.vm.lock().retire(m);
+            Err(EIO)
+        }
+    }
+
+    /// `DRM_IOCTL_VGPU_CTX_CREATE`.
+    fn ctx_create(
+        dev: &VgpuDrmDevice,
+        args: &mut uapi::drm_vgpu_ctx_create,
+        file: &drm::File<VgpuFile>,
+    ) -> Result<u32> {
+        args.ctx_id = dev.vgpu.ctx_create(
+            &file.inner().client,
+            args.priority,
+            args.engine_mask,
+            args.flags,
+        )?;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_VGPU_CTX_DESTROY`.
+    fn ctx_destroy(
+        dev: &VgpuDrmDevice,
+        args: &mut uapi::drm_vgpu_ctx_destroy,
+        file: &drm::File<VgpuFile>,
+    ) -> Result<u32> {
+        if args.pad != 0 {
+            return Err(EINVAL);
+        }
+        dev.vgpu.ctx_destroy(&file.inner().client, args.ctx_id)?;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_VGPU_CTX_QUERY`.
+    fn ctx_query(
+        dev: &VgpuDrmDevice,
+        args: &mut uapi::drm_vgpu_ctx_query,
+        file: &drm::File<VgpuFile>,
+    ) -> Result<u32> {
+        let q = dev.vgpu.ctx_query(&file.inner().client, args.ctx_id)?;
+        args.reset_status = q.reset_status;
+        args.state = q.state;
+        args.fault_access = q.fault_access;
+        args.fault_va = q.fault_va;
+        args.fault_reason = q.fault_reason;
+        args.hangs = q.hangs;
+        args.faults = q.faults;
+        args.pad = 0;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_VGPU_SUBMIT`.
+    fn submit(
+        dev: &VgpuDrmDevice,
+        args: &mut uapi::drm_vgpu_submit,
+        file: &drm::File<VgpuFile>,
+    ) -> Result<u32> {
+        dev.vgpu.submit(&file.inner().client, args)?;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_VGPU_WAIT`.
+    fn wait(
+        dev: &VgpuDrmDevice,
+        args: &mut uapi::drm_vgpu_wait,
+        file: &drm::File<VgpuFile>,
+    ) -> Result<u32> {
+        dev.vgpu.wait(&file.inner().client, args)?;
         Ok(0)
     }
 }

@@ -193,6 +193,9 @@ pub(crate) struct Tracker {
     lost: [Option<(u64, u64)>; LOST_HISTORY],
     lost_next: usize,
     warn_budget: u32,
+    /// A `DEVICE_RESET` was sent: the device numbers events from 1 again,
+    /// so a record numbered 1 starts a new sequence.
+    restart_pending: bool,
 }
 
 impl Tracker {
@@ -205,6 +208,7 @@ impl Tracker {
             lost: [None; LOST_HISTORY],
             lost_next: 0,
             warn_budget: WARN_BUDGET,
+            restart_pending: false,
         }
     }
 
@@ -217,7 +221,15 @@ impl Tracker {
     }
 
     /// Accounts one record copy. Returns whether a waiter's state changed.
-    fn record(&mut self, pdev: &pci::Device, bytes: &[u8], now: Instant<Monotonic>) -> bool {
+    /// GPU events (fences, faults, engine errors, resets) go to `gpu` for
+    /// the caller to hand to the GPU blocks once the event lock is released.
+    fn record(
+        &mut self,
+        pdev: &pci::Device,
+        bytes: &[u8],
+        now: Instant<Monotonic>,
+        gpu: &mut KVec<Event>,
+    ) -> bool {
         let rec = match EventRecord::parse(bytes) {
             Ok(r) => r,
             Err(e) => {
@@ -250,15 +262,16 @@ impl Tracker {
                 self.on_lost(first_seq, count)
             }
             // Fence, fault, engine-error and reset records belong to the GPU
-            // blocks (contexts, rings, MMU), which this driver does not use
-            // yet: count and log them so they are visible, nothing else.
+            // blocks (`gpu.rs`). The batch has room for a whole queue.
             Ok(ev @ (Event::Fence { .. }
             | Event::Fault { .. }
             | Event::EngineError { .. }
             | Event::ResetDone { .. })) => {
-                self.stats.unhandled += 1;
-                if self.may_warn() {
-                    dev_warn!(pdev, "event {}: {:?} not handled\n", rec.seq, ev);
+                if gpu.push_within_capacity(ev).is_err() {
+                    self.stats.unhandled += 1;
+                    if self.may_warn() {
+                        dev_warn!(pdev, "event {}: {:?} not handled\n", rec.seq, ev);
+                    }
                 }
                 false
             }
@@ -274,6 +287,11 @@ impl Tracker {
 
     fn track_seq(&mut self, pdev: &pci::Device, seq: u64) {
         let last = self.stats.last_seq;
+        if self.restart_pending && seq == 1 {
+            self.restart_pending = false;
+            self.stats.last_seq = seq;
+            return;
+        }
         if last == 0 {
             // The first record this driver instance sees sets the baseline:
             // earlier records belong to a previous user of the device.
@@ -428,6 +446,11 @@ impl Events {
     }
 
     /// Wakes every waiter so that it re-checks the device state.
+    /// Announces a `DEVICE_RESET`: event numbering restarts at 1.
+    pub(crate) fn expect_restart(&self) {
+        self.state.lock().tracker.restart_pending = true;
+    }
+
     pub(crate) fn wake(&self) {
         // Ordered after any waiter's check (see `Control::wake`).
         drop(self.state.lock());
@@ -496,6 +519,9 @@ impl Vgpu {
     /// copies. Runs in the interrupt thread (process context).
     pub(crate) fn process_events(&self) {
         let now = Instant::<Monotonic>::now();
+        // GPU events of this batch, handled after the event lock is dropped.
+        // Without the allocation they are counted as unhandled.
+        let mut gpu = KVec::with_capacity(usize::from(EVENT_QUEUE_MAX), GFP_KERNEL).unwrap_or_default();
         let mut guard = self.events.state.lock();
         let EventState { queue, tracker } = &mut *guard;
         let Some(q) = queue.as_mut() else {
@@ -541,7 +567,7 @@ impl Vgpu {
 
             if copied {
                 let before = tracker.stats.received;
-                wake |= tracker.record(&self.pdev, &rec[..len], now);
+                wake |= tracker.record(&self.pdev, &rec[..len], now, &mut gpu);
                 if tracker.stats.received != before {
                     self.events.received.add(1, Relaxed);
                 }
@@ -559,6 +585,10 @@ impl Vgpu {
             }
         }
         drop(guard);
+
+        for ev in gpu {
+            self.gpu_event(ev);
+        }
 
         if let Some(why) = corrupt {
             self.mark_broken(why);

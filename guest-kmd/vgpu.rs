@@ -36,6 +36,7 @@ mod device;
 mod drm;
 mod events;
 mod gem;
+mod gpu;
 mod irq;
 mod ptpool;
 mod virtio;
@@ -70,6 +71,14 @@ mod event;
 #[path = "../hwif/src/mmu.rs"]
 mod mmu;
 
+/// Ring and command-buffer packets (from `hwif/src/packet.rs`).
+///
+/// Its `COPY_2D` size check widens with `as` casts, which the kernel's
+/// `cast_lossless` lint flags.
+#[allow(dead_code, unreachable_pub, clippy::cast_lossless)]
+#[path = "../hwif/src/packet.rs"]
+mod packet;
+
 /// The layout table and its fingerprint (from `hwif/src/layout.rs`).
 #[allow(dead_code, unreachable_pub)]
 #[path = "../hwif/src/layout.rs"]
@@ -91,6 +100,14 @@ module! {
         pt_pool_kib: u32 {
             default: 8192,
             description: "Page-table memory per device in KiB, in 2 MiB chunks (2048..=262144)",
+        },
+        job_timeout_ms: u32 {
+            default: 5000,
+            description: "A ring that completes no job for this long is hung (100..=600000 ms)",
+        },
+        ban_hangs: u32 {
+            default: 3,
+            description: "Hangs after which a context is banned (1..=1000)",
         },
         force_intx: u32 {
             default: 0,
@@ -171,6 +188,16 @@ fn param_pt_pool_kib() -> u32 {
     (*module_parameters::pt_pool_kib.value()).clamp(2048, 262_144)
 }
 
+/// Reads the `job_timeout_ms` module parameter, clamped to 100..=600000.
+fn param_job_timeout_ms() -> u32 {
+    (*module_parameters::job_timeout_ms.value()).clamp(100, 600_000)
+}
+
+/// Reads the `ban_hangs` module parameter, clamped to 1..=1000.
+fn param_ban_hangs() -> u32 {
+    (*module_parameters::ban_hangs.value()).clamp(1, 1000)
+}
+
 /// Reads the `force_intx` module parameter.
 fn param_force_intx() -> bool {
     *module_parameters::force_intx.value() != 0
@@ -183,6 +210,11 @@ mod errno {
     /// `EPROTO`: the device broke the protocol (malformed reply or ring).
     pub(crate) fn eproto() -> Error {
         Error::from_errno(-(bindings::EPROTO as i32))
+    }
+
+    /// `ETIME`: a fence wait timed out.
+    pub(crate) fn etime() -> Error {
+        Error::from_errno(-(bindings::ETIME as i32))
     }
 
     /// `EOPNOTSUPP`: the device does not implement the command.

@@ -148,6 +148,8 @@ pub(crate) struct Vm {
     huge_pages: bool,
     mappings: KVec<Mapping>,
     tables: usize,
+    /// 4 KiB pages of KMD memory (rings, status pages) mapped.
+    kmd_pages: u64,
     /// Objects of mappings whose TLB invalidation failed: the device may
     /// still hold translations to their pages, so they are kept until the
     /// address space is destroyed.
@@ -165,6 +167,7 @@ impl Vm {
             huge_pages,
             mappings: KVec::new(),
             tables: 1,
+            kmd_pages: 0,
             retired: KVec::new(),
         })
     }
@@ -188,6 +191,12 @@ impl Vm {
     /// Number of page tables.
     pub(crate) fn table_count(&self) -> usize {
         self.tables
+    }
+
+    /// The mapping containing `va`, if any.
+    pub(crate) fn find(&self, va: u64) -> Option<&Mapping> {
+        let i = self.mappings.partition_point(|m| m.end() <= va);
+        self.mappings.get(i).filter(|m| m.va <= va)
     }
 
     /// Checks and maps a range of a buffer object (`VM_BIND`).
@@ -371,20 +380,82 @@ impl Vm {
         }
     }
 
+    /// Keeps a mapping's object alive until the address space goes, after a
+    /// failed TLB invalidation.
+    pub(crate) fn retire(&mut self, m: Mapping) {
+        // If even this allocation fails the reference is leaked, never
+        // dropped early.
+        if self.retired.push(m.bo.clone(), GFP_KERNEL).is_err() {
+            core::mem::forget(m.bo);
+        }
+    }
+
+    /// Maps the page containing `va` of a lazy mapping (a GPU fault).
+    /// Returns the page-aligned VA mapped; `ENOENT` if `va` is not in a lazy
+    /// mapping.
+    pub(crate) fn fault_in(&mut self, va: u64) -> Result<u64> {
+        let page = va & !(PAGE_4K - 1);
+        let i = self.mappings.partition_point(|m| m.end() <= page);
+        let mut m = match self.mappings.get(i) {
+            Some(m) if m.va <= page && m.lazy => self.mappings.remove(i).map_err(|_| ENOENT)?,
+            _ => return Err(ENOENT),
+        };
+        let r = (|| {
+            if m.segs.is_empty() {
+                m.segs = gem::segments(&m.bo)?;
+            }
+            self.populate(&mut m, page, page + PAGE_4K)
+        })();
+        // Put it back where it was (capacity is still there).
+        let _ = self.mappings.insert_within_capacity(i, m);
+        r.map(|()| page)
+    }
+
+    /// Maps `size` bytes of KMD memory at DMA address `pa` (contiguous) at
+    /// `va` in the KMD range. Tables first, then leaves.
+    pub(crate) fn map_kmd(&mut self, va: u64, pa: u64, size: u64, perms: u64) -> Result {
+        let end = va.checked_add(size).ok_or(EINVAL)?;
+        if va < self.user_range().1 || end > 1u64 << self.va_bits || (va | pa | size) % PAGE_4K != 0 {
+            return Err(EINVAL);
+        }
+        let mut v = va;
+        while v < end {
+            self.ensure(v, 0)?;
+            v += PAGE_4K;
+        }
+        let mut v = va;
+        while v < end {
+            let t = self.lookup(v, 0).ok_or(EINVAL)?;
+            self.pool
+                .write(t, level_index(v, 0), leaf_entry(pa + (v - va), perms, CachePolicy::Cached));
+            v += PAGE_4K;
+        }
+        self.kmd_pages += size / PAGE_4K;
+        Ok(())
+    }
+
+    /// Clears a range mapped with [`Vm::map_kmd`]. The caller invalidates
+    /// the TLBs of the address space's remaining contexts.
+    pub(crate) fn unmap_kmd(&mut self, va: u64, size: u64) {
+        self.clear(va, va.saturating_add(size));
+        self.kmd_pages = self.kmd_pages.saturating_sub(size / PAGE_4K);
+    }
+
     /// Writes the address space for debugfs: every mapping, checked by
     /// walking the tables' real entries as the device would.
     pub(crate) fn dump(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (start, end) = self.user_range();
         writeln!(
             f,
-            "vm root {:#x} va_bits {} user {:#x}..{:#x} tables {} mappings {} retired {}",
+            "vm root {:#x} va_bits {} user {:#x}..{:#x} tables {} mappings {} retired {} kmd_pages {}",
             self.root_addr(),
             self.va_bits,
             start,
             end,
             self.tables,
             self.mappings.len(),
-            self.retired.len()
+            self.retired.len(),
+            self.kmd_pages
         )?;
         for m in self.mappings.iter() {
             let (bad, walked_4k, walked_2m) = self.check(m);

@@ -186,6 +186,134 @@ impl Node {
         let mut a = uapi::DrmVgpuVmUnbind { va, size };
         self.ioctl(uapi::DRM_IOCTL_VGPU_VM_UNBIND, &mut a)
     }
+
+    fn ctx_create(&self, priority: u32, engine_mask: u32, flags: u32) -> Result<u32, i32> {
+        let mut a = uapi::DrmVgpuCtxCreate {
+            priority,
+            engine_mask,
+            flags,
+            ctx_id: 0,
+        };
+        self.ioctl(uapi::DRM_IOCTL_VGPU_CTX_CREATE, &mut a)?;
+        Ok(a.ctx_id)
+    }
+
+    fn ctx_destroy(&self, ctx_id: u32) -> Result<(), i32> {
+        let mut a = uapi::DrmVgpuCtxDestroy { ctx_id, pad: 0 };
+        self.ioctl(uapi::DRM_IOCTL_VGPU_CTX_DESTROY, &mut a)
+    }
+
+    fn ctx_query(&self, ctx_id: u32) -> Result<uapi::DrmVgpuCtxQuery, i32> {
+        let mut a = uapi::DrmVgpuCtxQuery {
+            ctx_id,
+            ..Default::default()
+        };
+        self.ioctl(uapi::DRM_IOCTL_VGPU_CTX_QUERY, &mut a)?;
+        Ok(a)
+    }
+
+    fn submit_raw(&self, a: &mut uapi::DrmVgpuSubmit) -> Result<u64, i32> {
+        self.ioctl(uapi::DRM_IOCTL_VGPU_SUBMIT, a)?;
+        Ok(a.seqno)
+    }
+
+    fn submit(&self, ctx: u32, engine: u32, cmds: &[uapi::DrmVgpuCmd], fences: &[uapi::DrmVgpuFence]) -> Result<u64, i32> {
+        let mut a = uapi::DrmVgpuSubmit {
+            ctx_id: ctx,
+            engine,
+            cmds: cmds.as_ptr() as u64,
+            num_cmds: cmds.len() as u32,
+            num_in_fences: fences.len() as u32,
+            in_fences: fences.as_ptr() as u64,
+            ..Default::default()
+        };
+        self.submit_raw(&mut a)
+    }
+
+    fn wait(&self, fences: &[uapi::DrmVgpuFence], all: bool, timeout_ns: u64) -> Result<u32, i32> {
+        let mut a = uapi::DrmVgpuWait {
+            fences: fences.as_ptr() as u64,
+            num_fences: fences.len() as u32,
+            flags: if all { uapi::WAIT_ALL } else { 0 },
+            timeout_ns,
+            ..Default::default()
+        };
+        self.ioctl(uapi::DRM_IOCTL_VGPU_WAIT, &mut a)?;
+        Ok(a.first_signaled)
+    }
+}
+
+fn fence(ctx_id: u32, engine: u32, seqno: u64) -> uapi::DrmVgpuFence {
+    uapi::DrmVgpuFence {
+        ctx_id,
+        engine,
+        seqno,
+    }
+}
+
+/// A command-buffer BO: programs at 256-byte slots (64-byte aligned, as gen
+/// 2 engine packets require).
+struct Cmds {
+    map: Map,
+    va: u64,
+    generation: u32,
+}
+
+impl Cmds {
+    /// Writes the packets `(opcode, payload)` at slot `slot`, padded with a
+    /// NOP to a multiple of 8 bytes; returns the command buffer.
+    fn program(&self, slot: usize, packets: &[(u8, Vec<u32>)]) -> uapi::DrmVgpuCmd {
+        let mut words = Vec::new();
+        for (op, payload) in packets {
+            words.push(vgpu_hwif::packet::encode_header(self.generation, *op, payload.len() as u32 + 1));
+            words.extend_from_slice(payload);
+        }
+        if words.len() % 2 == 1 {
+            words.push(vgpu_hwif::packet::encode_header(self.generation, vgpu_hwif::packet::OP_NOP, 1));
+        }
+        assert!(words.len() <= 64);
+        let base = slot * 64;
+        for (i, w) in words.iter().enumerate() {
+            let q = (base + i) / 2;
+            let old = self.map.read(q);
+            let v = if (base + i) % 2 == 0 {
+                (old & !0xffff_ffff) | u64::from(*w)
+            } else {
+                (old & 0xffff_ffff) | (u64::from(*w) << 32)
+            };
+            self.map.write(q, v);
+        }
+        uapi::DrmVgpuCmd {
+            va: self.va + (slot * 256) as u64,
+            size: (words.len() * 4) as u64,
+        }
+    }
+}
+
+fn lo(v: u64) -> u32 {
+    v as u32
+}
+
+fn hi(v: u64) -> u32 {
+    (v >> 32) as u32
+}
+
+fn copy(src: u64, dst: u64, size: u64) -> (u8, Vec<u32>) {
+    (
+        vgpu_hwif::packet::OP_COPY,
+        vec![lo(src), hi(src), lo(dst), hi(dst), lo(size), hi(size)],
+    )
+}
+
+fn fill(dst: u64, size: u64, pattern: u32) -> (u8, Vec<u32>) {
+    (vgpu_hwif::packet::OP_FILL, vec![lo(dst), hi(dst), lo(size), hi(size), pattern])
+}
+
+fn sem_wait_eq(va: u64, value: u64) -> (u8, Vec<u32>) {
+    (
+        vgpu_hwif::packet::OP_SEM_WAIT,
+        vec![lo(va), hi(va), lo(value), hi(value), vgpu_hwif::packet::SEM_WAIT_EQ],
+    )
 }
 
 /// A CPU mapping of a BO.
@@ -446,7 +574,7 @@ fn test_vm(t: &mut T, path: &PathBuf) {
 /// Objects return to zero after create/bind/unbind/close cycles and after
 /// closing files with mappings left in place.
 fn test_leaks(t: &mut T, path: &PathBuf, cycles: u32) {
-    let before = (object("bos"), object("mappings"), object("pt_pool_used"));
+    let before = (object("bos"), object("mappings"), object("pt_pool_used"), object("contexts"));
     {
         let n = Node::open(path);
         let start = n.param(param::VA_START).unwrap_or(0);
@@ -473,10 +601,245 @@ fn test_leaks(t: &mut T, path: &PathBuf, cycles: u32) {
             format!("mappings {}", object("mappings"))
         });
     }
-    let after = (object("bos"), object("mappings"), object("pt_pool_used"));
+    let after = (object("bos"), object("mappings"), object("pt_pool_used"), object("contexts"));
     t.check("leaks: counts back after close", before == after, || {
-        format!("bos/mappings/pt_pool_used {before:?} -> {after:?}")
+        format!("bos/mappings/pt_pool_used/contexts {before:?} -> {after:?}")
     });
+}
+
+const MS: u64 = 1_000_000;
+
+/// Contexts, submission, fences, faults, hangs and resets (needs the device
+/// model; run with a short `job_timeout_ms`).
+fn test_submit(t: &mut T, path: &PathBuf) {
+    let n = Node::open(path);
+    let start = n.param(param::VA_START).unwrap_or(0);
+    let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
+    let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
+    let rx = uapi::VM_BIND_READ | uapi::VM_BIND_EXEC;
+    let copy_only = 1 << uapi::ENGINE_COPY;
+
+    // Context arguments.
+    for (name, prio, mask, flags) in [
+        ("priority 4", 4, copy_only, 0),
+        ("engine mask 0", 1, 0, 0),
+        ("engine mask 4", 1, 4, 0),
+        ("unknown flag", 1, copy_only, 2),
+    ] {
+        t.err(&format!("ctx: create {name}"), n.ctx_create(prio, mask, flags), libc::EINVAL);
+    }
+    let Some(a) = t.ok("ctx: create copy context", n.ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0)) else {
+        return;
+    };
+    let q = n.ctx_query(a).unwrap_or_default();
+    t.check("ctx: new context clean", q.reset_status == uapi::CTX_RESET_NONE && q.state == 0, || format!("{q:?}"));
+    t.err("ctx: query unknown", n.ctx_query(0xbad), libc::ENOENT);
+
+    // Memory: cmd buffers (rx), src, dst, semaphore (rw).
+    let hc = n.gem_create(16 * PAGE, 0).unwrap_or(0);
+    let cva = start + 0x100_0000;
+    let _ = n.bind(hc, 0, cva, 16 * PAGE, rx);
+    let cmds = Cmds { map: n.mmap(hc, 16 * PAGE).expect("mmap cmds"), va: cva, generation };
+    let size = 16 * PAGE;
+    let hs = n.gem_create(size, 0).unwrap_or(0);
+    let hd = n.gem_create(size, 0).unwrap_or(0);
+    let hsem = n.gem_create(PAGE, 0).unwrap_or(0);
+    let (sva, dva, semva) = (start + 0x200_0000, start + 0x300_0000, start + 0x400_0000);
+    let _ = n.bind(hs, 0, sva, size, rw);
+    let _ = n.bind(hd, 0, dva, size, rw);
+    let _ = n.bind(hsem, 0, semva, PAGE, rw);
+    let src = n.mmap(hs, size).expect("mmap src");
+    let dst = n.mmap(hd, size).expect("mmap dst");
+    let sem = n.mmap(hsem, PAGE).expect("mmap sem");
+    for i in 0..(size / 8) as usize {
+        src.write(i, 0xc0de_0000_0000_0000 | i as u64);
+    }
+
+    // Copy via SUBMIT and verify.
+    let c = cmds.program(0, &[copy(sva, dva, size)]);
+    let t0 = std::time::Instant::now();
+    if let Some(s1) = t.ok("submit: copy 64 KiB", n.submit(a, 0, &[c], &[])) {
+        t.check("submit: first seqno is 1", s1 == 1, || format!("seqno {s1}"));
+        t.ok("wait: copy fence", n.wait(&[fence(a, 0, s1)], true, 5_000 * MS));
+        let same = (0..(size / 8) as usize).all(|i| dst.read(i) == 0xc0de_0000_0000_0000 | i as u64);
+        t.check("submit: copied data matches", same, || "dst differs".into());
+        println!("info copy 64 KiB submit-to-signal {:?}", t0.elapsed());
+        t.ok("wait: signalled fence again", n.wait(&[fence(a, 0, s1)], true, 0));
+    }
+    // FILL.
+    let c = cmds.program(1, &[fill(dva, PAGE, 0xabcd_1234)]);
+    if let Ok(s2) = n.submit(a, 0, &[c], &[]) {
+        t.ok("wait: fill fence", n.wait(&[fence(a, 0, s2)], true, 5_000 * MS));
+        t.check("submit: fill wrote the pattern", dst.read(0) == 0xabcd_1234_abcd_1234, || format!("{:#x}", dst.read(0)));
+    }
+
+    // Bad submissions.
+    let good = cmds.program(2, &[fill(dva, 64, 1)]);
+    let unmapped = uapi::DrmVgpuCmd { va: start + 0x7000_0000, size: 32 };
+    let not_exec = uapi::DrmVgpuCmd { va: sva, size: 32 };
+    let past_end = uapi::DrmVgpuCmd { va: cva + 16 * PAGE - 16, size: 32 };
+    let odd = uapi::DrmVgpuCmd { va: cva, size: 12 };
+    t.err("submit: cmd not mapped", n.submit(a, 0, &[unmapped], &[]), libc::EINVAL);
+    t.err("submit: cmd not executable", n.submit(a, 0, &[not_exec], &[]), libc::EINVAL);
+    t.err("submit: cmd past its mapping", n.submit(a, 0, &[past_end], &[]), libc::EINVAL);
+    t.err("submit: cmd size not 8-aligned", n.submit(a, 0, &[odd], &[]), libc::EINVAL);
+    t.err("submit: zero cmds", n.submit(a, 0, &[], &[]), libc::EINVAL);
+    let many = vec![good; 65];
+    t.err("submit: 65 cmds", n.submit(a, 0, &many, &[]), libc::EINVAL);
+    t.err("submit: unknown context", n.submit(0xbad, 0, &[good], &[]), libc::ENOENT);
+    t.err("submit: engine not selected", n.submit(a, 1, &[good], &[]), libc::EINVAL);
+    t.err("submit: engine 7", n.submit(a, 7, &[good], &[]), libc::EINVAL);
+    t.err("submit: in-fence never submitted", n.submit(a, 0, &[good], &[fence(a, 0, 1 << 40)]), libc::EINVAL);
+    t.err("submit: in-fence seqno 0", n.submit(a, 0, &[good], &[fence(a, 0, 0)]), libc::EINVAL);
+    let mut raw = uapi::DrmVgpuSubmit { ctx_id: a, cmds: &good as *const _ as u64, num_cmds: 1, flags: 4, ..Default::default() };
+    t.err("submit: unknown flag", n.submit_raw(&mut raw), libc::EINVAL);
+    let mut raw = uapi::DrmVgpuSubmit { ctx_id: a, cmds: 8, num_cmds: 1, ..Default::default() };
+    t.err("submit: bad cmds pointer", n.submit_raw(&mut raw), libc::EFAULT);
+    t.err("wait: no fences", n.wait(&[], true, 0), libc::EINVAL);
+    t.err("wait: unknown context", n.wait(&[fence(0xbad, 0, 1)], true, 0), libc::ENOENT);
+    t.err("wait: seqno never submitted", n.wait(&[fence(a, 0, 1 << 40)], true, 0), libc::EINVAL);
+
+    // Cross-context ordering: B's copy waits (input fence) for A's job,
+    // which waits on a semaphore the CPU writes later.
+    let b = n.ctx_create(uapi::CTX_PRIORITY_HIGH, copy_only, 0).unwrap_or(0);
+    sem.write(0, 0);
+    dst.write(8, 0);
+    let ca = cmds.program(3, &[sem_wait_eq(semva, 1)]);
+    let cb = cmds.program(4, &[fill(dva + 64, 8, 0x7777_7777)]);
+    let sa = n.submit(a, 0, &[ca], &[]).unwrap_or(0);
+    let sb = n.submit(b, 0, &[cb], &[fence(a, 0, sa)]);
+    if let Some(sb) = t.ok("ordering: submit with an input fence", sb) {
+        t.err("ordering: waiter times out while blocked", n.wait(&[fence(b, 0, sb)], true, 200 * MS), libc::ETIME);
+        t.check("ordering: blocked job did not run", dst.read(8) == 0, || format!("{:#x}", dst.read(8)));
+        sem.write(0, 1);
+        t.ok("ordering: both complete after the semaphore", n.wait(&[fence(a, 0, sa), fence(b, 0, sb)], true, 5_000 * MS));
+        t.check("ordering: dependent job ran", dst.read(8) == 0x7777_7777_7777_7777, || format!("{:#x}", dst.read(8)));
+    }
+
+    // Backpressure: jobs queued behind a blocked one until EAGAIN.
+    sem.write(0, 0);
+    let blk = n.submit(a, 0, &[cmds.program(5, &[sem_wait_eq(semva, 2)])], &[]).unwrap_or(0);
+    let mut queued = 0;
+    let mut last = Ok(0);
+    let mut seq_last = blk;
+    for _ in 0..2000 {
+        last = n.submit(a, 0, &[good], &[]);
+        match last {
+            Ok(s) => {
+                queued += 1;
+                seq_last = s;
+            }
+            Err(_) => break,
+        }
+    }
+    t.check("backpressure: ring full gives EAGAIN", last == Err(libc::EAGAIN) && queued > 0, || format!("{last:?} after {queued}"));
+    let mut raw = uapi::DrmVgpuSubmit { ctx_id: a, cmds: &good as *const _ as u64, num_cmds: 1, flags: uapi::SUBMIT_BUSY_IS_EBUSY, ..Default::default() };
+    t.err("backpressure: EBUSY on request", n.submit_raw(&mut raw), libc::EBUSY);
+    sem.write(0, 2);
+    t.ok("backpressure: queue drains", n.wait(&[fence(a, 0, seq_last)], true, 10_000 * MS));
+    println!("info backpressure: {queued} jobs queued");
+
+    // Wait any: one fence of two.
+    sem.write(0, 0);
+    let s_block = n.submit(a, 0, &[cmds.program(6, &[sem_wait_eq(semva, 3)])], &[]).unwrap_or(0);
+    let s_free = n.submit(b, 0, &[good], &[]).unwrap_or(0);
+    let r = n.wait(&[fence(a, 0, s_block), fence(b, 0, s_free)], false, 5_000 * MS);
+    t.check("wait: any returns the signalled one", r == Ok(1), || format!("{r:?}"));
+    sem.write(0, 3);
+    let _ = n.wait(&[fence(a, 0, s_block)], true, 5_000 * MS);
+
+    // Non-replayable fault: A errors, B unaffected.
+    let cf = cmds.program(7, &[copy(start + 0x7000_0000, dva, 64)]);
+    if let Ok(sf) = n.submit(a, 0, &[cf], &[]) {
+        t.err("fault: faulting job's fence fails", n.wait(&[fence(a, 0, sf)], true, 5_000 * MS), libc::EIO);
+        let q = n.ctx_query(a).unwrap_or_default();
+        t.check(
+            "fault: context errored, guilty, address and access reported",
+            q.state & uapi::CTX_STATE_ERRORED != 0
+                && q.state & uapi::CTX_STATE_FAULTED != 0
+                && q.reset_status == uapi::CTX_RESET_GUILTY
+                && q.fault_va == start + 0x7000_0000
+                && q.fault_access == uapi::ACCESS_READ,
+            || format!("{q:?}"),
+        );
+        t.err("fault: errored context refuses submits", n.submit(a, 0, &[good], &[]), libc::EIO);
+        let sb = n.submit(b, 0, &[good], &[]).unwrap_or(0);
+        t.ok("fault: other context unaffected", n.wait(&[fence(b, 0, sb)], true, 5_000 * MS));
+        let q = n.ctx_query(b).unwrap_or_default();
+        t.check("fault: other context clean", q.state == 0 && q.reset_status == uapi::CTX_RESET_NONE, || format!("{q:?}"));
+    }
+
+    // Replayable fault on a lazy BO: mapped on demand, job completes.
+    let r = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, uapi::CTX_CREATE_REPLAYABLE).unwrap_or(0);
+    let hl = n.gem_create(4 * PAGE, uapi::GEM_CREATE_LAZY).unwrap_or(0);
+    let lva = start + 0x500_0000;
+    let _ = n.bind(hl, 0, lva, 4 * PAGE, rw);
+    let cl = cmds.program(8, &[copy(sva, lva + PAGE, PAGE)]);
+    if let Some(sl) = t.ok("lazy: submit copy into a lazy BO", n.submit(r, 0, &[cl], &[])) {
+        t.ok("lazy: job completes after demand paging", n.wait(&[fence(r, 0, sl)], true, 10_000 * MS));
+        let q = n.ctx_query(r).unwrap_or_default();
+        t.check("lazy: fault served, context clean", q.faults >= 1 && q.state == 0, || format!("{q:?}"));
+        let l = vm_line(lva).unwrap_or_default();
+        t.check("lazy: one page mapped", field(&l, "walk_4k").as_deref() == Some("1") && field(&l, "check").as_deref() == Some("ok"), || l.clone());
+        if let Ok(m) = n.mmap(hl, 4 * PAGE) {
+            t.check("lazy: data landed", m.read(512) == src.read(0), || format!("{:#x}", m.read(512)));
+        }
+    }
+
+    // Hang: a semaphore never written. Timeout, reset, guilty/innocent.
+    let h = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0).unwrap_or(0);
+    sem.write(1, 0);
+    let hang = cmds.program(9, &[sem_wait_eq(semva + 8, 0xdead)]);
+    let t0 = std::time::Instant::now();
+    if let Ok(sh) = n.submit(h, 0, &[hang], &[]) {
+        let sb = n.submit(b, 0, &[good], &[]).unwrap_or(0);
+        t.ok("hang: innocent context's fence signals", n.wait(&[fence(b, 0, sb)], true, 5_000 * MS));
+        let r = n.wait(&[fence(h, 0, sh)], true, 30_000 * MS);
+        println!("info hang detected and recovered after {:?}", t0.elapsed());
+        t.check("hang: hung job's fence fails with EIO", r == Err(libc::EIO), || format!("{r:?}"));
+        let q = n.ctx_query(h).unwrap_or_default();
+        t.check("hang: hung context guilty, 1 hang", q.reset_status == uapi::CTX_RESET_GUILTY && q.hangs == 1, || format!("{q:?}"));
+        let sb = n.submit(b, 0, &[good], &[]).unwrap_or(0);
+        t.ok("hang: device works after recovery", n.wait(&[fence(b, 0, sb)], true, 5_000 * MS));
+        let q = n.ctx_query(b).unwrap_or_default();
+        t.check("hang: other context not guilty", q.reset_status != uapi::CTX_RESET_GUILTY, || format!("{q:?}"));
+        // Repeated hangs ban.
+        let mut banned = false;
+        for _ in 0..4 {
+            match n.submit(h, 0, &[hang], &[]) {
+                Ok(s) => {
+                    let _ = n.wait(&[fence(h, 0, s)], true, 30_000 * MS);
+                }
+                Err(e) => {
+                    banned = e == libc::EIO;
+                    break;
+                }
+            }
+        }
+        let q = n.ctx_query(h).unwrap_or_default();
+        t.check("hang: repeated hangs ban the context", banned && q.state & uapi::CTX_STATE_BANNED != 0, || format!("{q:?}"));
+    }
+
+    // Destroy.
+    t.ok("ctx: destroy", n.ctx_destroy(b));
+    t.err("ctx: destroy twice", n.ctx_destroy(b), libc::ENOENT);
+    t.err("ctx: submit after destroy", n.submit(b, 0, &[good], &[]), libc::ENOENT);
+    t.err("ctx: wait after destroy", n.wait(&[fence(b, 0, 1)], true, 0), libc::ENOENT);
+    t.err("ctx: query after destroy", n.ctx_query(b), libc::ENOENT);
+    let mut raw = uapi::DrmVgpuCtxDestroy { ctx_id: a, pad: 1 };
+    t.err("ctx: destroy pad", n.ioctl(uapi::DRM_IOCTL_VGPU_CTX_DESTROY, &mut raw), libc::EINVAL);
+    // Destroy with work in flight: blocked job, then destroy (BUSY path).
+    let d = n.ctx_create(uapi::CTX_PRIORITY_LOW, copy_only, 0).unwrap_or(0);
+    sem.write(2, 0);
+    if let Ok(sd) = n.submit(d, 0, &[cmds.program(10, &[sem_wait_eq(semva + 16, 5)])], &[]) {
+        t.ok("ctx: destroy with work in flight", n.ctx_destroy(d));
+        t.err("ctx: its fence is gone with it", n.wait(&[fence(d, 0, sd)], true, 0), libc::ENOENT);
+    }
+    // Unbind a buffer a context uses: the TLB is invalidated.
+    t.ok("vm: unbind with live contexts", n.unbind(dva, size));
+    // File closes with contexts and work in flight.
+    let e = n.ctx_create(uapi::CTX_PRIORITY_LOW, copy_only, 0).unwrap_or(0);
+    let _ = n.submit(e, 0, &[cmds.program(11, &[sem_wait_eq(semva + 24, 9)])], &[]);
 }
 
 fn main() {
@@ -499,6 +862,9 @@ fn main() {
     }
     if want("vm") {
         test_vm(&mut t, &path);
+    }
+    if want("submit") {
+        test_submit(&mut t, &path);
     }
     if want("leaks") {
         test_leaks(&mut t, &path, 1000);

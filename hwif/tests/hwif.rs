@@ -140,3 +140,80 @@ fn fingerprint_sees_every_field() {
     t[0].fields = leaked;
     assert_ne!(layout::fingerprint(&t), base);
 }
+
+#[test]
+fn engine_errors_round_trip() {
+    use vgpu_hwif::packet::EngineError;
+    let mut names = Vec::new();
+    for v in 1..=13 {
+        let e = EngineError::from_u32(v).unwrap();
+        assert_eq!(e as u32, v);
+        names.push(e.name());
+    }
+    assert_eq!(EngineError::from_u32(13), Some(EngineError::PageFault));
+    assert_eq!(EngineError::PageFault.name(), "PAGE_FAULT");
+    assert!(EngineError::from_u32(0).is_none() && EngineError::from_u32(14).is_none());
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), 13, "names are distinct");
+}
+
+#[test]
+fn packets_round_trip_on_both_generations() {
+    use vgpu_hwif::packet::{decode_header, EngineError, Packet};
+    let packets = [
+        Packet::Nop { words: 3 },
+        Packet::Indirect {
+            va: 0x1234_5678_9abc,
+            size: 64,
+        },
+        Packet::Fence {
+            va: 0x10_0000_0008,
+            seqno: u64::MAX - 1,
+            flags: 1,
+        },
+        Packet::SemWait {
+            va: 8,
+            value: 7,
+            op: 2,
+        },
+        Packet::SemSignal {
+            va: 16,
+            value: 9,
+            op: 1,
+        },
+        Packet::Timestamp { va: 0x40 },
+        Packet::Copy {
+            src: 1,
+            dst: 2,
+            size: 1 << 32,
+        },
+        Packet::Copy2d {
+            src: 3,
+            dst: 4,
+            src_pitch: 100,
+            dst_pitch: 200,
+            width: 50,
+            height: 7,
+        },
+        Packet::Fill {
+            dst: 5,
+            size: 6,
+            pattern: 0xdead_beef,
+        },
+    ];
+    for generation in [1, 2] {
+        for p in packets {
+            let mut w = [0u32; 16];
+            let n = p.encode(generation, &mut w).unwrap();
+            let h = decode_header(generation, w[0]).unwrap();
+            assert_eq!((h.opcode, h.words as usize), (p.opcode(), n));
+            assert_eq!(Packet::decode(h, &w[..n]), Ok(p), "gen {generation}");
+            // The other generation's decoder refuses the header.
+            assert_eq!(
+                decode_header(3 - generation, w[0]),
+                Err(EngineError::BadHeader)
+            );
+        }
+    }
+}

@@ -605,3 +605,347 @@ fn trace_records_packets_and_is_written_as_json() {
     d2.transport.device.write_trace(&mut out).unwrap();
     assert!(String::from_utf8(out).unwrap().contains("\"records\":0"));
 }
+
+/// xorshift64*: a small deterministic generator.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[test]
+fn random_rings_tables_and_commands_never_hurt_the_device() {
+    use vgpu_hwif::mmu::{PTE_EXEC, PTE_HUGE};
+    use vgpu_hwif::packet::{encode_header, OP_DISPATCH};
+    for generation in [Generation::Gen1, Generation::Gen2] {
+        let mut d = driver(generation);
+        let gen_no = generation.number();
+        let mut rng = Rng(0x0123_4567_89ab_cdef ^ u64::from(gen_no));
+        let mut ctxs = Vec::new();
+        for id in 0..4 {
+            let flags = if id % 2 == 0 {
+                vgpu_hwif::proto::CTX_FLAG_REPLAYABLE_FAULTS
+            } else {
+                0
+            };
+            let mut c = d.context(id, id % 4, flags).unwrap();
+            d.ring(&mut c, engine::COPY).unwrap();
+            d.ring(&mut c, engine::COMPUTE).unwrap();
+            d.buffer(&mut c, DATA, 0x1_0000, RW).unwrap();
+            d.buffer(&mut c, 0x40_0000, 0x1000, PTE_READ | PTE_EXEC)
+                .unwrap();
+            ctxs.push(c);
+        }
+        // Mostly good addresses (one in ten hostile).
+        let vas = [
+            DATA,
+            DATA + 0x100,
+            DATA + 0x800,
+            DATA + 0x4000,
+            DATA + 0x8000,
+            DATA + 0xff8,
+            DATA + 0x2000,
+            DATA + 0xc000,
+            DATA + 0x1000,
+        ];
+        let hostile = [
+            DATA + 4,
+            0x40_0000,
+            0x5000_0000,
+            1 << 40,
+            1 << 47,
+            u64::MAX - 7,
+            0,
+        ];
+        let pick = |rng: &mut Rng| {
+            if rng.below(10) == 0 {
+                hostile[rng.below(hostile.len() as u64) as usize]
+            } else {
+                vas[rng.below(vas.len() as u64) as usize]
+            }
+        };
+        let mut kinds = [0u64; 8];
+        let mut corrupted: Vec<(u32, u64, u64)> = Vec::new();
+        for _ in 0..600 {
+            let ci = rng.below(ctxs.len() as u64) as usize;
+            let e = rng.below(2) as u32;
+            let id = ctxs[ci].id;
+            match rng.below(30) {
+                0..=19 => {
+                    // A burst of packets: valid ones with hostile operands,
+                    // and raw garbage.
+                    for _ in 0..1 + rng.below(6) {
+                        let va = pick(&mut rng);
+                        let va2 = pick(&mut rng);
+                        let size = if rng.below(10) == 0 {
+                            [0x1_0001, 1 << 32, 0][rng.below(3) as usize]
+                        } else {
+                            [1, 8, 64, 100, 4096, 0x2000][rng.below(6) as usize]
+                        };
+                        let op = |rng: &mut Rng, max: u64| if rng.below(10) == 0 { max + 1 } else { rng.below(max + 1) } as u32;
+                        let p = match rng.below(30) {
+                            0..=2 => Packet::Copy {
+                                src: va,
+                                dst: va2,
+                                size,
+                            },
+                            3..=5 => Packet::Fill {
+                                dst: va,
+                                size,
+                                pattern: rng.next() as u32,
+                            },
+                            6 => Packet::Copy2d {
+                                src: va,
+                                dst: va2,
+                                src_pitch: rng.below(9000) as u32,
+                                dst_pitch: rng.below(9000) as u32,
+                                width: rng.below(5000) as u32,
+                                height: rng.below(4) as u32,
+                            },
+                            7..=11 => Packet::Fence {
+                                va,
+                                seqno: rng.next(),
+                                flags: op(&mut rng, 1),
+                            },
+                            12 | 13 => Packet::SemWait {
+                                va,
+                                value: rng.below(3),
+                                op: op(&mut rng, 2),
+                            },
+                            14 | 15 => Packet::SemSignal {
+                                va,
+                                value: 1,
+                                op: op(&mut rng, 1),
+                            },
+                            16 | 17 => Packet::Timestamp { va },
+                            18 | 19 => Packet::Indirect {
+                                va: [0x40_0000, va][rng.below(2) as usize],
+                                size: [16, 64, 4096, 0, 6, 1 << 21][rng.below(6) as usize],
+                            },
+                            20..=27 => Packet::Nop {
+                                words: 1 + rng.below(8) as u32,
+                            },
+                            _ => {
+                                let w = [
+                                    rng.next() as u32,
+                                    encode_header(gen_no, OP_DISPATCH, 3),
+                                    encode_header(3 - gen_no, 2, 6),
+                                ];
+                                let ring = ctxs[ci].ring(e).unwrap();
+                                ring.writer
+                                    .words(&d.mem, &w[..1 + rng.below(3) as usize])
+                                    .unwrap();
+                                continue;
+                            }
+                        };
+                        let ring = ctxs[ci].ring(e).unwrap();
+                        ring.writer.packet(&d.mem, &p).unwrap();
+                    }
+                    // Usually close the burst with a fence a driver would
+                    // wait for.
+                    if rng.below(2) == 0 {
+                        let ring = ctxs[ci].ring(e).unwrap();
+                        ring.writer
+                            .packet(
+                                &d.mem,
+                                &Packet::Fence {
+                                    va: DATA,
+                                    seqno: rng.next(),
+                                    flags: 0,
+                                },
+                            )
+                            .unwrap();
+                    }
+                    // Random command-buffer contents too.
+                    if rng.below(4) == 0 {
+                        let pa = ctxs[ci].pt.translate(&d.mem, 0x40_0000).unwrap_or(0);
+                        for k in 0..16 {
+                            let _ = crate::testkit::write_u64(&d.mem, pa + 8 * k, rng.next());
+                        }
+                    }
+                    let ring = ctxs[ci].ring(e).unwrap();
+                    let mut wptr = ring.writer.wptr();
+                    if rng.below(8) == 0 {
+                        wptr = rng.next() as u32;
+                    }
+                    d.doorbell(id, e, wptr).unwrap();
+                }
+                20 => {
+                    // Corrupt one page-table entry of the context (the
+                    // driver repairs it a while later).
+                    let va = pick(&mut rng) & ((1 << 47) - 1);
+                    let level = rng.below(4) as u32;
+                    let junk = match rng.below(4) {
+                        0 => rng.next(),
+                        1 => rng.next() & !0xfff | 1,
+                        2 => ctxs[ci].pt.root() | 1,
+                        _ => (rng.next() & 0xffff_f000) | 1 | PTE_HUGE,
+                    };
+                    if let Some(slot) = ctxs[ci].pt.entry_addr(va, level) {
+                        corrupted.push((id, slot, read_u64(&d.mem, slot).unwrap()));
+                        crate::testkit::write_u64(&d.mem, slot, junk).unwrap();
+                    }
+                }
+                21 | 22 => {
+                    let size = [0, 1, 4096, u64::MAX][rng.below(4) as usize];
+                    let _ = d.status(Command::TlbInvalidate {
+                        ctx_id: id,
+                        engine_mask: rng.below(4) as u32,
+                        va: pick(&mut rng),
+                        size,
+                    });
+                }
+                23 => {
+                    let r = d.command(Command::EngineReset { engine: e }).unwrap();
+                    assert_eq!(EngineResetReply::read_from(&r).unwrap().engine, e);
+                    // The driver resumes at the ring's new read pointer
+                    // (if this ring was the one reset).
+                    let idle = d.wait_status(&ctxs[ci], e, Duration::from_millis(20), |s| {
+                        s.state == ring_state::IDLE
+                    });
+                    if let (Ok(s), Some(ring)) = (idle, ctxs[ci].ring(e)) {
+                        ring.writer.set_wptr(s.rptr);
+                    }
+                }
+                24..=26 => {
+                    let _ = d.status(Command::FaultResume {
+                        ctx_id: id,
+                        action: rng.below(3) as u32,
+                        fault_id: rng.below(40),
+                    });
+                }
+                _ => {
+                    assert_eq!(d.status(Command::ContextQuery { ctx_id: id }), Status::Ok);
+                    assert_eq!(
+                        d.status(Command::QueryStats {
+                            kind: stats_kind::CONTEXT,
+                            id
+                        }),
+                        Status::Ok
+                    );
+                }
+            }
+            if !corrupted.is_empty() && rng.below(8) == 0 {
+                for (ctx_id, slot, old) in corrupted.drain(..).rev() {
+                    crate::testkit::write_u64(&d.mem, slot, old).unwrap();
+                    d.command(Command::TlbInvalidate {
+                        ctx_id,
+                        engine_mask: 0,
+                        va: 0,
+                        size: 0,
+                    })
+                    .unwrap();
+                }
+            }
+            // A driver that recovers: it answers replayable faults and
+            // resets engines that stopped a ring (not always at once).
+            let mut resumes = Vec::new();
+            let mut resets = [false; 2];
+            while let Ok(rec) = d.event_record(Duration::ZERO) {
+                let ev = Event::from_record(&rec);
+                assert!(ev.is_ok(), "{rec:?}");
+                if let Some(k) = kinds.get_mut(rec.kind as usize) {
+                    *k += 1;
+                }
+                match ev {
+                    Ok(Event::Fault { info, fault_id, .. }) if info.flags != 0 => {
+                        resumes.push((u32::from(info.ctx_id), fault_id));
+                    }
+                    Ok(Event::Fault { info, .. }) => resets[usize::from(info.engine & 1)] = true,
+                    Ok(Event::EngineError { engine: e, .. }) => resets[(e & 1) as usize] = true,
+                    _ => {}
+                }
+            }
+            for (ctx_id, fault_id) in resumes {
+                let action = rng.below(2) as u32;
+                let st = d.status(Command::FaultResume {
+                    ctx_id,
+                    action,
+                    fault_id,
+                });
+                assert!(matches!(st, Status::Ok | Status::NotFound), "{st:?}");
+            }
+            for (e, r) in resets.into_iter().enumerate() {
+                if r && rng.below(2) == 0 {
+                    d.command(Command::EngineReset { engine: e as u32 })
+                        .unwrap();
+                }
+            }
+        }
+        // Fences, faults, engine errors and resets all happened.
+        use vgpu_hwif::event::EventKind as K;
+        for k in [K::Fence, K::Fault, K::EngineError, K::ResetDone] {
+            assert!(
+                kinds[k as usize] > 0,
+                "{gen_no}: no {} in {kinds:?}",
+                k.name()
+            );
+        }
+        let gpu = d.transport.device.gpu().clone();
+        for (e, a) in gpu.alive.iter().enumerate() {
+            assert!(
+                a.load(std::sync::atomic::Ordering::Acquire),
+                "engine {e} died"
+            );
+        }
+        // Back to a clean device: everything works as on the first day.
+        d.command(Command::DeviceReset).unwrap();
+        let (mut c, pa) = setup(&mut d, 9);
+        d.submit(
+            &mut c,
+            engine::COPY,
+            &[Packet::Fence {
+                va: DATA,
+                seqno: 1,
+                flags: 0,
+            }],
+        )
+        .unwrap();
+        loop {
+            if let Event::Fence {
+                ctx_id: 9,
+                seqno: 1,
+                ..
+            } = d.event(T).unwrap()
+            {
+                break;
+            }
+        }
+        assert_eq!(read_u64(&d.mem, pa).unwrap(), 1);
+    }
+}
+
+#[test]
+fn virtio_reset_returns_to_power_on_without_an_event() {
+    let mut d = driver(Generation::Gen1);
+    let (mut c, _) = setup(&mut d, 5);
+    d.submit(
+        &mut c,
+        engine::COMPUTE,
+        &[Packet::SemWait {
+            va: DATA,
+            value: 1,
+            op: 0,
+        }],
+    )
+    .unwrap();
+    d.settle(&c, engine::COMPUTE, T).unwrap();
+    d.transport.device.reset();
+    assert_eq!(d.transport.device.pending_events(), 0);
+    assert_eq!(
+        d.status(Command::ContextQuery { ctx_id: 5 }),
+        Status::NotFound
+    );
+    // Event numbering restarted.
+    d.command(Command::Ping { cookie: 1 }).unwrap();
+    assert_eq!(d.event_record(T).unwrap().seq, 1);
+}

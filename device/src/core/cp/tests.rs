@@ -779,3 +779,13 @@ fn packets_are_decoded_from_one_copy_of_their_words() {
     assert_eq!(read_u64(&r.mem, DATA_PA + 16).unwrap(), 3);
     assert_eq!(third, RING_VA + 48);
 }
+
+#[test]
+fn semaphore_comparisons() {
+    use vgpu_hwif::packet::{SEM_WAIT_EQ, SEM_WAIT_NEQ};
+    assert!(sem_satisfied(SEM_WAIT_GEQ, 5, 5) && sem_satisfied(SEM_WAIT_GEQ, u64::MAX, 5));
+    assert!(!sem_satisfied(SEM_WAIT_GEQ, 4, 5));
+    assert!(sem_satisfied(SEM_WAIT_EQ, 5, 5) && !sem_satisfied(SEM_WAIT_EQ, 6, 5));
+    assert!(sem_satisfied(SEM_WAIT_NEQ, 6, 5) && !sem_satisfied(SEM_WAIT_NEQ, 5, 5));
+    assert!(!sem_satisfied(3, 5, 5), "unknown ops never pass");
+}

@@ -373,6 +373,11 @@ impl VhostUserBackendMut for VgpuBackend {
         vrings: &[VringRwLock],
         _thread_id: usize,
     ) -> io::Result<()> {
+        if device_event == EVENT_WAKE {
+            // Level-triggered: clear the doorbell first (whatever happens
+            // next), so that an event posted meanwhile rings it again.
+            let _ = self.wake.read();
+        }
         if evset != EventSet::IN {
             log::warn!("queue {device_event}: unexpected event set {evset:?}");
             return Ok(());
@@ -396,12 +401,7 @@ impl VhostUserBackendMut for VgpuBackend {
                 self.deliver_events(&mem, event);
             }
             QUEUE_EVENT => self.deliver_events(&mem, event),
-            EVENT_WAKE => {
-                // Level-triggered: clear the doorbell before delivering, so
-                // that an event posted meanwhile rings it again.
-                let _ = self.wake.read();
-                self.deliver_events(&mem, event);
-            }
+            EVENT_WAKE => self.deliver_events(&mem, event),
             other => log::warn!("event for unknown queue {other}"),
         }
         Ok(())

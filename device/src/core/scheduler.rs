@@ -462,6 +462,18 @@ pub fn serve_requests(gpu: &Gpu, st: &mut GpuState, e: u32, cp: &mut CommandProc
     gpu.done.notify_all();
 }
 
+/// Moves the command processor's trace records to the device's trace.
+fn flush_trace(gpu: &Gpu, cp: &mut CommandProcessor) {
+    if let Some(t) = gpu.trace.as_ref() {
+        let recs = cp.take_trace();
+        if !recs.is_empty() {
+            t.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend(&recs);
+        }
+    }
+}
+
 /// The command processor's view of engine `e` of `gpu`.
 struct EngineHost<'a> {
     gpu: &'a Gpu,
@@ -530,12 +542,7 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
         for ev in events {
             gpu.post(ev);
         }
-        if let Some(t) = gpu.trace.as_ref() {
-            let recs = cp.take_trace();
-            t.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .extend(&recs);
-        }
+        flush_trace(&gpu, &mut cp);
         let now = Instant::now();
         let epoch = gpu.sem_epoch.load(Ordering::Acquire);
         let picked = select(&st, eu, epoch, now, gpu.cfg.sem_poll)
@@ -549,8 +556,12 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
                     deadline: now + gpu.cfg.time_slice,
                 };
                 let out = cp.run_slice(&host, &mem, &mut job);
+                // The slice's records reach the trace before its status
+                // block and events can tell anyone the slice is over.
+                flush_trace(&gpu, &mut cp);
                 st = gpu.lock();
                 let events = retire(&gpu, &mut st, &mut cp, &mem, job, out);
+                flush_trace(&gpu, &mut cp);
                 for ev in events {
                     gpu.post(ev);
                 }

@@ -442,7 +442,24 @@ impl VhostTransport {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("vgpu.sock");
         let done = start_daemon_with(&path, config);
-        let mut session = handshake(&path, mem);
+        Self::connect_with(&path, mem, done, dir)
+    }
+
+    /// Connects to a device already listening on `path` (e.g. the
+    /// `vgpu-device` binary) and sets it up as [`VhostTransport::start`]
+    /// does.
+    pub fn connect(path: &Path, mem: &GuestMemoryMmap) -> Self {
+        let (_tx, done) = mpsc::channel();
+        Self::connect_with(path, mem, done, tempfile::tempdir().unwrap())
+    }
+
+    fn connect_with(
+        path: &Path,
+        mem: &GuestMemoryMmap,
+        done: mpsc::Receiver<Result<RunSummary, String>>,
+        dir: tempfile::TempDir,
+    ) -> Self {
+        let mut session = handshake(path, mem);
         let ctrl = DriverRing::new(mem, CTRL_RING);
         let mut event = DriverRing::new(mem, EVENT_RING);
         ctrl.init();
@@ -463,6 +480,11 @@ impl VhostTransport {
             done,
             _dir: dir,
         }
+    }
+
+    /// Closes the connection, like a VMM going away.
+    pub fn disconnect(mut self) {
+        self.session.take();
     }
 
     /// Disconnects like a VMM going away and returns the daemon's summary.

@@ -1070,11 +1070,11 @@ fn malformed_inputs_each_stop_one_ring_and_the_device_keeps_serving() {
             },
         ),
         (
-            "DISPATCH (not implemented)",
+            "DISPATCH with a short payload",
             1,
             |d, c| raw(d, c, 1, &[encode_header(1, OP_DISPATCH, 4), 0, 0, 0]),
             Want::Error {
-                code: EngineError::Unsupported,
+                code: EngineError::BadLength,
                 depth: 0,
             },
         ),

@@ -20,7 +20,7 @@ pub fn check_packet(p: &Packet) -> Result<(), EngineError> {
         Packet::Copy { .. } | Packet::Copy2d { .. } | Packet::Fill { .. } => {
             Err(EngineError::WrongEngine)
         }
-        Packet::Dispatch => Err(EngineError::Unsupported),
+        Packet::Dispatch { .. } => Err(EngineError::Unsupported),
         _ => Ok(()),
     }
 }
@@ -32,7 +32,16 @@ mod tests {
     #[test]
     fn compute_engine_packets() {
         assert_eq!(
-            check_packet(&Packet::Dispatch),
+            check_packet(&Packet::Dispatch {
+                module_va: 0,
+                module_size: 4,
+                kernel: 0,
+                args_va: 0,
+                args_size: 0,
+                grid: [1; 3],
+                wg: [1; 3],
+                shared_size: 0,
+            }),
             Err(EngineError::Unsupported)
         );
         for p in [

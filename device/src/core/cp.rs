@@ -221,10 +221,6 @@ struct Fetcher {
     pos: u32,
 }
 
-enum FetchError {
-    Fault(MmuFault),
-}
-
 impl Fetcher {
     fn new() -> Self {
         Fetcher {
@@ -250,7 +246,7 @@ impl Fetcher {
         stream: Stream,
         pos: u32,
         n: usize,
-    ) -> Result<&[u32], FetchError> {
+    ) -> Result<&[u32], MmuFault> {
         if self.stream != Some(stream) || self.pos != pos {
             self.stream = Some(stream);
             self.pos = pos;
@@ -284,15 +280,15 @@ impl Fetcher {
             }
             if self.len < n {
                 return Err(match fault {
-                    Some(f) => FetchError::Fault(f),
+                    Some(f) => f,
                     // The caller checked availability; nothing else stops
                     // a read short.
-                    None => FetchError::Fault(MmuFault {
+                    None => MmuFault {
                         va: stream.va(pos.wrapping_add(4 * self.len as u32)).0,
                         access: Access::Execute,
                         reason: vgpu_hwif::mmu::FaultReason::BadPhysical,
                         level: vgpu_hwif::mmu::LEVEL_NONE,
-                    }),
+                    },
                 });
             }
         }
@@ -568,7 +564,7 @@ impl CommandProcessor {
         let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space);
         let header = match self.fetch.words(&mut gm, stream, pos, 1) {
             Ok(w) => w.first().copied().unwrap_or(0),
-            Err(FetchError::Fault(fault)) => return Some(SliceEnd::Fault { fault, packet_va }),
+            Err(fault) => return Some(SliceEnd::Fault { fault, packet_va }),
         };
         let hdr = match decode_header(self.generation, header) {
             Ok(h) => h,
@@ -579,7 +575,7 @@ impl CommandProcessor {
         }
         let words = match self.fetch.words(&mut gm, stream, pos, hdr.words as usize) {
             Ok(w) => w,
-            Err(FetchError::Fault(fault)) => return Some(SliceEnd::Fault { fault, packet_va }),
+            Err(fault) => return Some(SliceEnd::Fault { fault, packet_va }),
         };
         let decoded = Packet::decode(hdr, words);
         self.fetch.consume(hdr.words as usize);
@@ -644,7 +640,7 @@ impl CommandProcessor {
                 }
             }
             // Both engines refuse DISPATCH above.
-            Packet::Dispatch => return error(EngineError::Unsupported, header),
+            Packet::Dispatch { .. } => return error(EngineError::Unsupported, header),
         };
         job.cursor.pending = Some(InFlight {
             op,

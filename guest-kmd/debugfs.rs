@@ -81,6 +81,7 @@ pub(crate) fn create(
         dir.read_callback_file(c"objects", v, &show_objects);
         dir.read_callback_file(c"contexts", v, &show_contexts);
         dir.write_only_callback_file(c"hangcheck", v, &write_hangcheck);
+        dir.read_callback_file(c"hang_dump", v, &show_hang_dump);
     });
     Ok(Some(KBox::pin_init(scope, GFP_KERNEL)?))
 }
@@ -120,6 +121,12 @@ fn show_objects(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 /// Contexts, rings, fences, and the fault and reset logs.
 fn show_contexts(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     v.show_gpu(f)
+}
+
+/// The last hang: ring pointers, fences, ring contents around the read
+/// pointer, context and device state.
+fn show_hang_dump(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    v.show_hang(f)
 }
 
 /// Any write runs a hang check now.

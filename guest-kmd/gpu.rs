@@ -80,6 +80,7 @@ use crate::{
         SEM_WAIT_GEQ, //
     },
     proto::{
+        ctx_state,
         engine,
         ring_state,
         Command,
@@ -340,8 +341,33 @@ struct ResetLog {
     ms: u64,
 }
 
+/// Words of ring contents a hang dump keeps (around the read pointer).
+const DUMP_WORDS: usize = 32;
+
+/// What a hang looked like when it was detected.
+struct HangDump {
+    hw: u32,
+    engine: usize,
+    handle: u32,
+    client: u64,
+    pt_root: u64,
+    status: RingStatus,
+    wptr: u32,
+    completed: u64,
+    next_seqno: u64,
+    pending: usize,
+    /// Ring offset of `words[0]`.
+    from: u32,
+    words: [u32; DUMP_WORDS],
+    /// Device context state bits (`CONTEXT_QUERY`), if it answered.
+    hw_state: Option<u32>,
+    /// Nanoseconds since the ring last completed a job.
+    stalled_ns: u64,
+}
+
 /// Everything the GPU blocks keep, under one lock.
 pub(crate) struct Gpu {
+    last_hang: Option<KBox<HangDump>>,
     slots: KVec<Option<Ctx>>,
     next_handle: u32,
     wedged: bool,
@@ -367,6 +393,7 @@ impl GpuState {
     pub(crate) fn new() -> impl PinInit<Self> {
         pin_init!(GpuState {
             state <- new_mutex!(Gpu {
+                last_hang: None,
                 slots: KVec::new(),
                 next_handle: 1,
                 wedged: false,
@@ -1169,10 +1196,93 @@ impl Vgpu {
         }
     }
 
+    /// Captures ring `e` of slot `hw` for debugfs `hang_dump`.
+    fn capture(&self, g: &mut Gpu, slots: &SlotMemory, hw: u32, e: usize) {
+        let status = slots.status(hw, e);
+        let hw_state = self
+            .cmd(Command::ContextQuery { ctx_id: hw })
+            .and_then(|r| r.get::<ContextQueryReply>())
+            .ok()
+            .map(|q| q.state);
+        let Some(c) = g.slots.get(hw as usize).and_then(Option::as_ref) else { return };
+        let r = &c.rings[e];
+        let from = status.rptr.wrapping_sub(8 * 4) % RING_SIZE;
+        let base = (4096 + e * RING_SIZE as usize) / 4;
+        let mut words = [0u32; DUMP_WORDS];
+        for (i, w) in words.iter_mut().enumerate() {
+            let off = (from as usize / 4 + i) % (RING_SIZE as usize / 4);
+            *w = slots.read_u32(hw, base + off);
+        }
+        let dump = HangDump {
+            hw,
+            engine: e,
+            handle: c.handle,
+            client: c.client.id,
+            pt_root: c.pt_root,
+            status,
+            wptr: r.wptr,
+            completed: r.completed,
+            next_seqno: r.next_seqno,
+            pending: r.jobs.len(),
+            from,
+            words,
+            hw_state,
+            stalled_ns: elapsed_ns(&r.progress_at),
+        };
+        if let Ok(b) = KBox::new(dump, GFP_KERNEL) {
+            g.last_hang = Some(b);
+        }
+    }
+
+    /// debugfs `hang_dump`: the last hang, as captured when detected.
+    pub(crate) fn show_hang(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let g = self.gpu.state.lock();
+        let Some(d) = g.last_hang.as_ref() else {
+            return writeln!(f, "no hang");
+        };
+        writeln!(
+            f,
+            "hang ctx {} (client {} handle {}) engine {} pt_root {:#x} stalled {} ms",
+            d.hw,
+            d.client,
+            d.handle,
+            d.engine,
+            d.pt_root,
+            d.stalled_ns / 1_000_000
+        )?;
+        writeln!(
+            f,
+            "ring rptr {:#x} wptr {:#x} state {} error {} error_rptr {:#x} last_fence {} packets {}",
+            d.status.rptr, d.wptr, d.status.state, d.status.error, d.status.error_rptr, d.status.last_fence, d.status.packets
+        )?;
+        writeln!(
+            f,
+            "fences completed {} next {} pending {} device_state {}",
+            d.completed,
+            d.next_seqno,
+            d.pending,
+            d.hw_state.map_or(-1, i64::from)
+        )?;
+        for (i, chunk) in d.words.chunks(4).enumerate() {
+            let off = (d.from + (i * 16) as u32) % RING_SIZE;
+            write!(f, "{:05x}:", off)?;
+            for w in chunk {
+                write!(f, " {:08x}", w)?;
+            }
+            let at = d.status.rptr % RING_SIZE;
+            if (off..off + 16).contains(&at) {
+                write!(f, "  <- rptr")?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+
     /// The reset ladder for hung ring `e` of slot `hw`.
     fn recover(&self, g: &mut Gpu, slots: &SlotMemory, hw: u32, e: usize) {
         let start = Instant::<Monotonic>::now();
         g.hang_count += 1;
+        self.capture(g, slots, hw, e);
         let st = slots.status(hw, e);
         dev_warn!(
             self.pdev,
@@ -1197,10 +1307,13 @@ impl Vgpu {
             .cmd(Command::EngineReset { engine: e as u32 })
             .and_then(|r| r.get::<EngineResetReply>());
         g.engine_resets += 1;
-        let drained = reply.is_ok() && {
-            let w = g.slots.get(hw as usize).and_then(Option::as_ref).map_or(0, |c| c.rings[e].wptr);
-            slots.status(hw, e).rptr == w
-        };
+        // The device's view decides whether the hung context still has
+        // work (the status block is rewritten lazily).
+        let drained = reply.is_ok()
+            && matches!(
+                self.cmd(Command::ContextQuery { ctx_id: hw }).and_then(|r| r.get::<ContextQueryReply>()),
+                Ok(q) if q.state & (ctx_state::BUSY | ctx_state::SEM_WAIT) == 0
+            );
         if let Ok(r) = &reply {
             if let Some(c) = g.slots.get_mut(hw as usize).and_then(Option::as_mut) {
                 c.rings[e].fail_pending();

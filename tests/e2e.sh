@@ -106,6 +106,30 @@ for g in 1 2; do
     else result "$name" 1; fi
 done
 
+# --- A hang in flight (256 GiB of FILLs): the engine reset alone recovers; hang dump captured.
+name=kmd-hang-inflight
+if selected "$name"; then
+    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=1000 pt_pool_kib=16384" run 'vgpu-kmd-test inflight; grep -c "^hang ctx" /sys/kernel/debug/vgpu/*/hang_dump | sed "s/^/hang-dumps /"'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
+    elif ! want "^hang-dumps 1$"; then result "$name" 0 "no hang dump"
+    else result "$name" 1; fi
+fi
+
+# --- Unbind with a waiter asleep on a job that never ends; rebind; then rmmod with a file open is refused.
+name=kmd-unbind-under-load
+if selected "$name"; then
+    run_vm "$name" --gen 1 run 'vgpu-kmd-test unbind; sleep 600 < $(ls /dev/dri/renderD* | head -1) & sleep 1; rmmod vgpu 2>/dev/null && echo rmmod-allowed; kill %1; wait; rmmod vgpu && echo rmmod-after-close; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
+    elif want "^rmmod-allowed$"; then result "$name" 0 "rmmod succeeded with a file open"
+    elif ! want "^rmmod-after-close$"; then result "$name" 0 "rmmod failed after close"
+    elif ! want "^dmesg-problems 0$"; then result "$name" 0 "warnings in dmesg"
+    else result "$name" 1; fi
+fi
+
 # --- rmmod/insmod 10 times: the device comes back each time, dmesg stays clean.
 name=reload-10x
 if selected "$name"; then

@@ -217,7 +217,13 @@ impl Node {
         Ok(a.seqno)
     }
 
-    fn submit(&self, ctx: u32, engine: u32, cmds: &[uapi::DrmVgpuCmd], fences: &[uapi::DrmVgpuFence]) -> Result<u64, i32> {
+    fn submit(
+        &self,
+        ctx: u32,
+        engine: u32,
+        cmds: &[uapi::DrmVgpuCmd],
+        fences: &[uapi::DrmVgpuFence],
+    ) -> Result<u64, i32> {
         let mut a = uapi::DrmVgpuSubmit {
             ctx_id: ctx,
             engine,
@@ -265,11 +271,19 @@ impl Cmds {
     fn program(&self, slot: usize, packets: &[(u8, Vec<u32>)]) -> uapi::DrmVgpuCmd {
         let mut words = Vec::new();
         for (op, payload) in packets {
-            words.push(vgpu_hwif::packet::encode_header(self.generation, *op, payload.len() as u32 + 1));
+            words.push(vgpu_hwif::packet::encode_header(
+                self.generation,
+                *op,
+                payload.len() as u32 + 1,
+            ));
             words.extend_from_slice(payload);
         }
         if words.len() % 2 == 1 {
-            words.push(vgpu_hwif::packet::encode_header(self.generation, vgpu_hwif::packet::OP_NOP, 1));
+            words.push(vgpu_hwif::packet::encode_header(
+                self.generation,
+                vgpu_hwif::packet::OP_NOP,
+                1,
+            ));
         }
         assert!(words.len() <= 64);
         let base = slot * 64;
@@ -306,13 +320,22 @@ fn copy(src: u64, dst: u64, size: u64) -> (u8, Vec<u32>) {
 }
 
 fn fill(dst: u64, size: u64, pattern: u32) -> (u8, Vec<u32>) {
-    (vgpu_hwif::packet::OP_FILL, vec![lo(dst), hi(dst), lo(size), hi(size), pattern])
+    (
+        vgpu_hwif::packet::OP_FILL,
+        vec![lo(dst), hi(dst), lo(size), hi(size), pattern],
+    )
 }
 
 fn sem_wait_eq(va: u64, value: u64) -> (u8, Vec<u32>) {
     (
         vgpu_hwif::packet::OP_SEM_WAIT,
-        vec![lo(va), hi(va), lo(value), hi(value), vgpu_hwif::packet::SEM_WAIT_EQ],
+        vec![
+            lo(va),
+            hi(va),
+            lo(value),
+            hi(value),
+            vgpu_hwif::packet::SEM_WAIT_EQ,
+        ],
     )
 }
 
@@ -393,7 +416,9 @@ fn object(name: &str) -> i64 {
 
 fn test_gem(t: &mut T, path: &PathBuf) {
     let n = Node::open(path);
-    let h = t.ok("gem: create 4 KiB", n.gem_create(PAGE, 0)).unwrap_or(0);
+    let h = t
+        .ok("gem: create 4 KiB", n.gem_create(PAGE, 0))
+        .unwrap_or(0);
     t.check("gem: handle non-zero", h != 0, || "handle 0".into());
     t.err("gem: size 0", n.gem_create(0, 0), libc::EINVAL);
     t.err(
@@ -401,34 +426,57 @@ fn test_gem(t: &mut T, path: &PathBuf) {
         n.gem_create(uapi::GEM_MAX_SIZE + 1, 0),
         libc::EINVAL,
     );
-    t.err("gem: size u64::MAX", n.gem_create(u64::MAX, 0), libc::EINVAL);
-    t.err("gem: unknown flag", n.gem_create(PAGE, 1 << 5), libc::EINVAL);
+    t.err(
+        "gem: size u64::MAX",
+        n.gem_create(u64::MAX, 0),
+        libc::EINVAL,
+    );
+    t.err(
+        "gem: unknown flag",
+        n.gem_create(PAGE, 1 << 5),
+        libc::EINVAL,
+    );
     t.ok(
         "gem: lazy object",
         n.gem_create(PAGE, uapi::GEM_CREATE_LAZY),
     );
     // 5000 bytes round up to two pages: the second page maps.
     if let Some(h2) = t.ok("gem: create 5000 bytes", n.gem_create(5000, 0)) {
-        t.ok("gem: mmap rounded-up size", n.mmap(h2, 2 * PAGE).map(|_| ()));
+        t.ok(
+            "gem: mmap rounded-up size",
+            n.mmap(h2, 2 * PAGE).map(|_| ()),
+        );
     }
-    t.err("gem: mmap_offset bad handle", n.mmap_offset(0xdead, 0), libc::ENOENT);
+    t.err(
+        "gem: mmap_offset bad handle",
+        n.mmap_offset(0xdead, 0),
+        libc::ENOENT,
+    );
     t.err("gem: mmap_offset pad", n.mmap_offset(h, 1), libc::EINVAL);
 
     // Data written through one mapping is seen through another.
     if let Some(h3) = t.ok("gem: create 64 KiB", n.gem_create(16 * PAGE, 0)) {
         if let Some(m) = t.ok("gem: mmap", n.mmap(h3, 16 * PAGE)) {
             let fresh = (0..16 * 512).all(|i| m.read(i) == 0);
-            t.check("gem: new object reads zero", fresh, || "non-zero data".into());
+            t.check("gem: new object reads zero", fresh, || {
+                "non-zero data".into()
+            });
             for i in 0..16 * 512 {
                 m.write(i, 0x5eed_0000_0000 + i as u64);
             }
         }
         if let Some(m) = t.ok("gem: mmap again", n.mmap(h3, 16 * PAGE)) {
             let same = (0..16 * 512).all(|i| m.read(i) == 0x5eed_0000_0000 + i as u64);
-            t.check("gem: data persists across mappings", same, || "data differs".into());
+            t.check("gem: data persists across mappings", same, || {
+                "data differs".into()
+            });
         }
         t.ok("gem: close handle", n.gem_close(h3));
-        t.err("gem: mmap_offset after close", n.mmap_offset(h3, 0), libc::ENOENT);
+        t.err(
+            "gem: mmap_offset after close",
+            n.mmap_offset(h3, 0),
+            libc::ENOENT,
+        );
         t.err("gem: close twice", n.gem_close(h3), libc::EINVAL);
     }
 }
@@ -447,9 +495,13 @@ fn test_vm(t: &mut T, path: &PathBuf) {
     let h = n.gem_create(16 * PAGE, 0).unwrap_or(0);
     let va = start + 0x10_0000;
 
-    if t.ok("vm: bind 2 pages rw", n.bind(h, 0, va, 2 * PAGE, rw)).is_some() {
+    if t.ok("vm: bind 2 pages rw", n.bind(h, 0, va, 2 * PAGE, rw))
+        .is_some()
+    {
         let l = vm_line(va).unwrap_or_default();
-        t.check("vm: debugfs shows the mapping", !l.is_empty(), || "no line".into());
+        t.check("vm: debugfs shows the mapping", !l.is_empty(), || {
+            "no line".into()
+        });
         t.check(
             "vm: page-table walk matches the BO pages",
             field(&l, "check").as_deref() == Some("ok")
@@ -461,42 +513,151 @@ fn test_vm(t: &mut T, path: &PathBuf) {
     // Bad arguments.
     let bad: &[(&str, u32, u64, u64, u64, u32, i32)] = &[
         ("overlap same range", h, 0, va, 2 * PAGE, rw, libc::EEXIST),
-        ("overlap first page", h, 0, va - PAGE, 2 * PAGE, rw, libc::EEXIST),
-        ("overlap last page", h, 0, va + PAGE, 2 * PAGE, rw, libc::EEXIST),
-        ("unaligned va", h, 0, va + 0x10_0000 + 8, PAGE, rw, libc::EINVAL),
-        ("unaligned size", h, 0, va + 0x10_0000, PAGE + 1, rw, libc::EINVAL),
-        ("unaligned bo offset", h, 8, va + 0x10_0000, PAGE, rw, libc::EINVAL),
+        (
+            "overlap first page",
+            h,
+            0,
+            va - PAGE,
+            2 * PAGE,
+            rw,
+            libc::EEXIST,
+        ),
+        (
+            "overlap last page",
+            h,
+            0,
+            va + PAGE,
+            2 * PAGE,
+            rw,
+            libc::EEXIST,
+        ),
+        (
+            "unaligned va",
+            h,
+            0,
+            va + 0x10_0000 + 8,
+            PAGE,
+            rw,
+            libc::EINVAL,
+        ),
+        (
+            "unaligned size",
+            h,
+            0,
+            va + 0x10_0000,
+            PAGE + 1,
+            rw,
+            libc::EINVAL,
+        ),
+        (
+            "unaligned bo offset",
+            h,
+            8,
+            va + 0x10_0000,
+            PAGE,
+            rw,
+            libc::EINVAL,
+        ),
         ("size 0", h, 0, va + 0x10_0000, 0, rw, libc::EINVAL),
-        ("beyond the bo", h, 15 * PAGE, va + 0x10_0000, 2 * PAGE, rw, libc::EINVAL),
-        ("bo offset overflow", h, u64::MAX - PAGE + 1, va + 0x10_0000, PAGE, rw, libc::EINVAL),
+        (
+            "beyond the bo",
+            h,
+            15 * PAGE,
+            va + 0x10_0000,
+            2 * PAGE,
+            rw,
+            libc::EINVAL,
+        ),
+        (
+            "bo offset overflow",
+            h,
+            u64::MAX - PAGE + 1,
+            va + 0x10_0000,
+            PAGE,
+            rw,
+            libc::EINVAL,
+        ),
         ("below VA_START", h, 0, 0, PAGE, rw, libc::EINVAL),
         ("at VA_END", h, 0, end, PAGE, rw, libc::EINVAL),
-        ("crossing VA_END", h, 0, end - PAGE, 2 * PAGE, rw, libc::EINVAL),
-        ("va overflow", h, 0, u64::MAX - PAGE + 1, 2 * PAGE, rw, libc::EINVAL),
+        (
+            "crossing VA_END",
+            h,
+            0,
+            end - PAGE,
+            2 * PAGE,
+            rw,
+            libc::EINVAL,
+        ),
+        (
+            "va overflow",
+            h,
+            0,
+            u64::MAX - PAGE + 1,
+            2 * PAGE,
+            rw,
+            libc::EINVAL,
+        ),
         ("no permission", h, 0, va + 0x10_0000, PAGE, 0, libc::EINVAL),
-        ("unknown flag", h, 0, va + 0x10_0000, PAGE, rw | 8, libc::EINVAL),
-        ("bad handle", 0xbad, 0, va + 0x10_0000, PAGE, rw, libc::ENOENT),
+        (
+            "unknown flag",
+            h,
+            0,
+            va + 0x10_0000,
+            PAGE,
+            rw | 8,
+            libc::EINVAL,
+        ),
+        (
+            "bad handle",
+            0xbad,
+            0,
+            va + 0x10_0000,
+            PAGE,
+            rw,
+            libc::ENOENT,
+        ),
     ];
     for &(name, hh, off, v, s, fl, want) in bad {
         t.err(&format!("vm: bind {name}"), n.bind(hh, off, v, s, fl), want);
     }
     // Unbind needs the exact range.
     t.err("vm: unbind wrong size", n.unbind(va, PAGE), libc::ENOENT);
-    t.err("vm: unbind wrong start", n.unbind(va + PAGE, PAGE), libc::ENOENT);
-    t.err("vm: unbind nothing", n.unbind(va + 0x100_0000, PAGE), libc::ENOENT);
+    t.err(
+        "vm: unbind wrong start",
+        n.unbind(va + PAGE, PAGE),
+        libc::ENOENT,
+    );
+    t.err(
+        "vm: unbind nothing",
+        n.unbind(va + 0x100_0000, PAGE),
+        libc::ENOENT,
+    );
     t.ok("vm: unbind", n.unbind(va, 2 * PAGE));
-    t.check("vm: mapping gone from debugfs", vm_line(va).is_none(), || "still listed".into());
+    t.check(
+        "vm: mapping gone from debugfs",
+        vm_line(va).is_none(),
+        || "still listed".into(),
+    );
     t.err("vm: unbind twice", n.unbind(va, 2 * PAGE), libc::ENOENT);
 
     // Every level of the table: the top of the user range, and a range
     // crossing a 1 GiB (level-2) and a 512 GiB (level-3, 48-bit only)
     // boundary; permissions as asked.
     let top = end - 4 * PAGE;
-    t.ok("vm: bind at the top of the range", n.bind(h, 0, top, 4 * PAGE, uapi::VM_BIND_READ));
+    t.ok(
+        "vm: bind at the top of the range",
+        n.bind(h, 0, top, 4 * PAGE, uapi::VM_BIND_READ),
+    );
     let gb = (start + (1 << 30)) & !((1u64 << 30) - 1);
     t.ok(
         "vm: bind across a 1 GiB boundary",
-        n.bind(h, 0, gb - 2 * PAGE, 4 * PAGE, uapi::VM_BIND_READ | uapi::VM_BIND_EXEC),
+        n.bind(
+            h,
+            0,
+            gb - 2 * PAGE,
+            4 * PAGE,
+            uapi::VM_BIND_READ | uapi::VM_BIND_EXEC,
+        ),
     );
     for (name, v, perms) in [("top", top, "r--"), ("1 GiB", gb - 2 * PAGE, "r-x")] {
         let l = vm_line(v).unwrap_or_default();
@@ -510,11 +671,15 @@ fn test_vm(t: &mut T, path: &PathBuf) {
     }
     if bits > 39 {
         let tb = 1u64 << 39;
-        t.ok("vm: bind across 512 GiB", n.bind(h, 0, tb - 2 * PAGE, 4 * PAGE, rw));
+        t.ok(
+            "vm: bind across 512 GiB",
+            n.bind(h, 0, tb - 2 * PAGE, 4 * PAGE, rw),
+        );
         let l = vm_line(tb - 2 * PAGE).unwrap_or_default();
         t.check(
             "vm: walk ok across 512 GiB",
-            field(&l, "check").as_deref() == Some("ok") && field(&l, "walk_4k").as_deref() == Some("4"),
+            field(&l, "check").as_deref() == Some("ok")
+                && field(&l, "walk_4k").as_deref() == Some("4"),
             || l.clone(),
         );
     }
@@ -525,16 +690,22 @@ fn test_vm(t: &mut T, path: &PathBuf) {
     t.ok("vm: bind second bo", n.bind(h2, PAGE, va2, 2 * PAGE, rw));
     let bos = object("bos");
     t.ok("vm: close bound handle", n.gem_close(h2));
-    t.check("vm: bound bo outlives its handle", object("bos") == bos, || {
-        format!("bos {} -> {}", bos, object("bos"))
-    });
+    t.check(
+        "vm: bound bo outlives its handle",
+        object("bos") == bos,
+        || format!("bos {} -> {}", bos, object("bos")),
+    );
     let l = vm_line(va2).unwrap_or_default();
     t.check(
         "vm: mapping intact after handle close",
         field(&l, "check").as_deref() == Some("ok"),
         || l.clone(),
     );
-    t.err("vm: bind closed handle", n.bind(h2, 0, va2 + 0x10_0000, PAGE, rw), libc::ENOENT);
+    t.err(
+        "vm: bind closed handle",
+        n.bind(h2, 0, va2 + 0x10_0000, PAGE, rw),
+        libc::ENOENT,
+    );
     t.ok("vm: unbind last reference", n.unbind(va2, 2 * PAGE));
     t.check("vm: bo freed at unbind", object("bos") == bos - 1, || {
         format!("bos {} -> {}", bos, object("bos"))
@@ -556,7 +727,10 @@ fn test_vm(t: &mut T, path: &PathBuf) {
     // A larger BO: report how many 2 MiB pages were possible.
     if let Ok(hb) = n.gem_create(4 << 20, 0) {
         let vb = start + (64 << 20);
-        t.ok("vm: bind 4 MiB at a 2 MiB boundary", n.bind(hb, 0, vb, 4 << 20, rw));
+        t.ok(
+            "vm: bind 4 MiB at a 2 MiB boundary",
+            n.bind(hb, 0, vb, 4 << 20, rw),
+        );
         let l = vm_line(vb).unwrap_or_default();
         t.check(
             "vm: 4 MiB walk ok",
@@ -574,7 +748,12 @@ fn test_vm(t: &mut T, path: &PathBuf) {
 /// Objects return to zero after create/bind/unbind/close cycles and after
 /// closing files with mappings left in place.
 fn test_leaks(t: &mut T, path: &PathBuf, cycles: u32) {
-    let before = (object("bos"), object("mappings"), object("pt_pool_used"), object("contexts"));
+    let before = (
+        object("bos"),
+        object("mappings"),
+        object("pt_pool_used"),
+        object("contexts"),
+    );
     {
         let n = Node::open(path);
         let start = n.param(param::VA_START).unwrap_or(0);
@@ -596,12 +775,58 @@ fn test_leaks(t: &mut T, path: &PathBuf, cycles: u32) {
                 fails += 1;
             }
         }
-        t.check(&format!("leaks: {cycles} cycles"), fails == 0, || format!("{fails} failed"));
-        t.check("leaks: mappings left bound", object("mappings") >= i64::from(cycles.min(64)), || {
-            format!("mappings {}", object("mappings"))
+        t.check(&format!("leaks: {cycles} cycles"), fails == 0, || {
+            format!("{fails} failed")
         });
+        // Contexts: create, bind, submit, wait, destroy.
+        let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
+        let t0 = std::time::Instant::now();
+        let mut fails = 0;
+        for i in 0..cycles {
+            let r = (|| -> Result<(), i32> {
+                let hc = n.gem_create(PAGE, 0)?;
+                let hd = n.gem_create(PAGE, 0)?;
+                let cva = start + (100 << 30) + u64::from(i % 64) * (4 << 20);
+                let dva = cva + (2 << 20);
+                n.bind(hc, 0, cva, PAGE, uapi::VM_BIND_READ | uapi::VM_BIND_EXEC)?;
+                n.bind(hd, 0, dva, PAGE, rw)?;
+                let cmds = Cmds {
+                    map: n.mmap(hc, PAGE)?,
+                    va: cva,
+                    generation,
+                };
+                let c = cmds.program(0, &[fill(dva, 64, i)]);
+                let ctx = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0)?;
+                let s = n.submit(ctx, 0, &[c], &[])?;
+                n.wait(&[fence(ctx, 0, s)], true, 5_000 * MS)?;
+                n.ctx_destroy(ctx)?;
+                n.unbind(cva, PAGE)?;
+                n.unbind(dva, PAGE)?;
+                n.gem_close(hc)?;
+                n.gem_close(hd)
+            })();
+            if r.is_err() {
+                fails += 1;
+            }
+        }
+        println!("info {cycles} context cycles in {:?}", t0.elapsed());
+        t.check(
+            &format!("leaks: {cycles} context cycles"),
+            fails == 0,
+            || format!("{fails} failed"),
+        );
+        t.check(
+            "leaks: mappings left bound",
+            object("mappings") >= i64::from(cycles.min(64)),
+            || format!("mappings {}", object("mappings")),
+        );
     }
-    let after = (object("bos"), object("mappings"), object("pt_pool_used"), object("contexts"));
+    let after = (
+        object("bos"),
+        object("mappings"),
+        object("pt_pool_used"),
+        object("contexts"),
+    );
     t.check("leaks: counts back after close", before == after, || {
         format!("bos/mappings/pt_pool_used/contexts {before:?} -> {after:?}")
     });
@@ -626,20 +851,35 @@ fn test_submit(t: &mut T, path: &PathBuf) {
         ("engine mask 4", 1, 4, 0),
         ("unknown flag", 1, copy_only, 2),
     ] {
-        t.err(&format!("ctx: create {name}"), n.ctx_create(prio, mask, flags), libc::EINVAL);
+        t.err(
+            &format!("ctx: create {name}"),
+            n.ctx_create(prio, mask, flags),
+            libc::EINVAL,
+        );
     }
-    let Some(a) = t.ok("ctx: create copy context", n.ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0)) else {
+    let Some(a) = t.ok(
+        "ctx: create copy context",
+        n.ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0),
+    ) else {
         return;
     };
     let q = n.ctx_query(a).unwrap_or_default();
-    t.check("ctx: new context clean", q.reset_status == uapi::CTX_RESET_NONE && q.state == 0, || format!("{q:?}"));
+    t.check(
+        "ctx: new context clean",
+        q.reset_status == uapi::CTX_RESET_NONE && q.state == 0,
+        || format!("{q:?}"),
+    );
     t.err("ctx: query unknown", n.ctx_query(0xbad), libc::ENOENT);
 
     // Memory: cmd buffers (rx), src, dst, semaphore (rw).
     let hc = n.gem_create(16 * PAGE, 0).unwrap_or(0);
     let cva = start + 0x100_0000;
     let _ = n.bind(hc, 0, cva, 16 * PAGE, rx);
-    let cmds = Cmds { map: n.mmap(hc, 16 * PAGE).expect("mmap cmds"), va: cva, generation };
+    let cmds = Cmds {
+        map: n.mmap(hc, 16 * PAGE).expect("mmap cmds"),
+        va: cva,
+        generation,
+    };
     let size = 16 * PAGE;
     let hs = n.gem_create(size, 0).unwrap_or(0);
     let hd = n.gem_create(size, 0).unwrap_or(0);
@@ -659,49 +899,132 @@ fn test_submit(t: &mut T, path: &PathBuf) {
     let c = cmds.program(0, &[copy(sva, dva, size)]);
     let t0 = std::time::Instant::now();
     if let Some(s1) = t.ok("submit: copy 64 KiB", n.submit(a, 0, &[c], &[])) {
-        t.check("submit: first seqno is 1", s1 == 1, || format!("seqno {s1}"));
-        t.ok("wait: copy fence", n.wait(&[fence(a, 0, s1)], true, 5_000 * MS));
-        let same = (0..(size / 8) as usize).all(|i| dst.read(i) == 0xc0de_0000_0000_0000 | i as u64);
+        t.check("submit: first seqno is 1", s1 == 1, || {
+            format!("seqno {s1}")
+        });
+        t.ok(
+            "wait: copy fence",
+            n.wait(&[fence(a, 0, s1)], true, 5_000 * MS),
+        );
+        let same =
+            (0..(size / 8) as usize).all(|i| dst.read(i) == 0xc0de_0000_0000_0000 | i as u64);
         t.check("submit: copied data matches", same, || "dst differs".into());
         println!("info copy 64 KiB submit-to-signal {:?}", t0.elapsed());
-        t.ok("wait: signalled fence again", n.wait(&[fence(a, 0, s1)], true, 0));
+        t.ok(
+            "wait: signalled fence again",
+            n.wait(&[fence(a, 0, s1)], true, 0),
+        );
     }
     // FILL.
     let c = cmds.program(1, &[fill(dva, PAGE, 0xabcd_1234)]);
     if let Ok(s2) = n.submit(a, 0, &[c], &[]) {
-        t.ok("wait: fill fence", n.wait(&[fence(a, 0, s2)], true, 5_000 * MS));
-        t.check("submit: fill wrote the pattern", dst.read(0) == 0xabcd_1234_abcd_1234, || format!("{:#x}", dst.read(0)));
+        t.ok(
+            "wait: fill fence",
+            n.wait(&[fence(a, 0, s2)], true, 5_000 * MS),
+        );
+        t.check(
+            "submit: fill wrote the pattern",
+            dst.read(0) == 0xabcd_1234_abcd_1234,
+            || format!("{:#x}", dst.read(0)),
+        );
     }
 
     // Bad submissions.
     let good = cmds.program(2, &[fill(dva, 64, 1)]);
-    let unmapped = uapi::DrmVgpuCmd { va: start + 0x7000_0000, size: 32 };
+    let unmapped = uapi::DrmVgpuCmd {
+        va: start + 0x7000_0000,
+        size: 32,
+    };
     let not_exec = uapi::DrmVgpuCmd { va: sva, size: 32 };
-    let past_end = uapi::DrmVgpuCmd { va: cva + 16 * PAGE - 16, size: 32 };
+    let past_end = uapi::DrmVgpuCmd {
+        va: cva + 16 * PAGE - 16,
+        size: 32,
+    };
     let odd = uapi::DrmVgpuCmd { va: cva, size: 12 };
-    t.err("submit: cmd not mapped", n.submit(a, 0, &[unmapped], &[]), libc::EINVAL);
-    t.err("submit: cmd not executable", n.submit(a, 0, &[not_exec], &[]), libc::EINVAL);
-    t.err("submit: cmd past its mapping", n.submit(a, 0, &[past_end], &[]), libc::EINVAL);
-    t.err("submit: cmd size not 8-aligned", n.submit(a, 0, &[odd], &[]), libc::EINVAL);
+    t.err(
+        "submit: cmd not mapped",
+        n.submit(a, 0, &[unmapped], &[]),
+        libc::EINVAL,
+    );
+    t.err(
+        "submit: cmd not executable",
+        n.submit(a, 0, &[not_exec], &[]),
+        libc::EINVAL,
+    );
+    t.err(
+        "submit: cmd past its mapping",
+        n.submit(a, 0, &[past_end], &[]),
+        libc::EINVAL,
+    );
+    t.err(
+        "submit: cmd size not 8-aligned",
+        n.submit(a, 0, &[odd], &[]),
+        libc::EINVAL,
+    );
     t.err("submit: zero cmds", n.submit(a, 0, &[], &[]), libc::EINVAL);
     let many = vec![good; 65];
     t.err("submit: 65 cmds", n.submit(a, 0, &many, &[]), libc::EINVAL);
-    t.err("submit: unknown context", n.submit(0xbad, 0, &[good], &[]), libc::ENOENT);
-    t.err("submit: engine not selected", n.submit(a, 1, &[good], &[]), libc::EINVAL);
-    t.err("submit: engine 7", n.submit(a, 7, &[good], &[]), libc::EINVAL);
-    t.err("submit: in-fence never submitted", n.submit(a, 0, &[good], &[fence(a, 0, 1 << 40)]), libc::EINVAL);
-    t.err("submit: in-fence seqno 0", n.submit(a, 0, &[good], &[fence(a, 0, 0)]), libc::EINVAL);
-    let mut raw = uapi::DrmVgpuSubmit { ctx_id: a, cmds: &good as *const _ as u64, num_cmds: 1, flags: 4, ..Default::default() };
+    t.err(
+        "submit: unknown context",
+        n.submit(0xbad, 0, &[good], &[]),
+        libc::ENOENT,
+    );
+    t.err(
+        "submit: engine not selected",
+        n.submit(a, 1, &[good], &[]),
+        libc::EINVAL,
+    );
+    t.err(
+        "submit: engine 7",
+        n.submit(a, 7, &[good], &[]),
+        libc::EINVAL,
+    );
+    t.err(
+        "submit: in-fence never submitted",
+        n.submit(a, 0, &[good], &[fence(a, 0, 1 << 40)]),
+        libc::EINVAL,
+    );
+    t.err(
+        "submit: in-fence seqno 0",
+        n.submit(a, 0, &[good], &[fence(a, 0, 0)]),
+        libc::EINVAL,
+    );
+    let mut raw = uapi::DrmVgpuSubmit {
+        ctx_id: a,
+        cmds: &good as *const _ as u64,
+        num_cmds: 1,
+        flags: 4,
+        ..Default::default()
+    };
     t.err("submit: unknown flag", n.submit_raw(&mut raw), libc::EINVAL);
-    let mut raw = uapi::DrmVgpuSubmit { ctx_id: a, cmds: 8, num_cmds: 1, ..Default::default() };
-    t.err("submit: bad cmds pointer", n.submit_raw(&mut raw), libc::EFAULT);
+    let mut raw = uapi::DrmVgpuSubmit {
+        ctx_id: a,
+        cmds: 8,
+        num_cmds: 1,
+        ..Default::default()
+    };
+    t.err(
+        "submit: bad cmds pointer",
+        n.submit_raw(&mut raw),
+        libc::EFAULT,
+    );
     t.err("wait: no fences", n.wait(&[], true, 0), libc::EINVAL);
-    t.err("wait: unknown context", n.wait(&[fence(0xbad, 0, 1)], true, 0), libc::ENOENT);
-    t.err("wait: seqno never submitted", n.wait(&[fence(a, 0, 1 << 40)], true, 0), libc::EINVAL);
+    t.err(
+        "wait: unknown context",
+        n.wait(&[fence(0xbad, 0, 1)], true, 0),
+        libc::ENOENT,
+    );
+    t.err(
+        "wait: seqno never submitted",
+        n.wait(&[fence(a, 0, 1 << 40)], true, 0),
+        libc::EINVAL,
+    );
 
     // Cross-context ordering: B's copy waits (input fence) for A's job,
     // which waits on a semaphore the CPU writes later.
-    let b = n.ctx_create(uapi::CTX_PRIORITY_HIGH, copy_only, 0).unwrap_or(0);
+    let b = n
+        .ctx_create(uapi::CTX_PRIORITY_HIGH, copy_only, 0)
+        .unwrap_or(0);
     sem.write(0, 0);
     dst.write(8, 0);
     let ca = cmds.program(3, &[sem_wait_eq(semva, 1)]);
@@ -709,16 +1032,33 @@ fn test_submit(t: &mut T, path: &PathBuf) {
     let sa = n.submit(a, 0, &[ca], &[]).unwrap_or(0);
     let sb = n.submit(b, 0, &[cb], &[fence(a, 0, sa)]);
     if let Some(sb) = t.ok("ordering: submit with an input fence", sb) {
-        t.err("ordering: waiter times out while blocked", n.wait(&[fence(b, 0, sb)], true, 200 * MS), libc::ETIME);
-        t.check("ordering: blocked job did not run", dst.read(8) == 0, || format!("{:#x}", dst.read(8)));
+        t.err(
+            "ordering: waiter times out while blocked",
+            n.wait(&[fence(b, 0, sb)], true, 200 * MS),
+            libc::ETIME,
+        );
+        t.check(
+            "ordering: blocked job did not run",
+            dst.read(8) == 0,
+            || format!("{:#x}", dst.read(8)),
+        );
         sem.write(0, 1);
-        t.ok("ordering: both complete after the semaphore", n.wait(&[fence(a, 0, sa), fence(b, 0, sb)], true, 5_000 * MS));
-        t.check("ordering: dependent job ran", dst.read(8) == 0x7777_7777_7777_7777, || format!("{:#x}", dst.read(8)));
+        t.ok(
+            "ordering: both complete after the semaphore",
+            n.wait(&[fence(a, 0, sa), fence(b, 0, sb)], true, 5_000 * MS),
+        );
+        t.check(
+            "ordering: dependent job ran",
+            dst.read(8) == 0x7777_7777_7777_7777,
+            || format!("{:#x}", dst.read(8)),
+        );
     }
 
     // Backpressure: jobs queued behind a blocked one until EAGAIN.
     sem.write(0, 0);
-    let blk = n.submit(a, 0, &[cmds.program(5, &[sem_wait_eq(semva, 2)])], &[]).unwrap_or(0);
+    let blk = n
+        .submit(a, 0, &[cmds.program(5, &[sem_wait_eq(semva, 2)])], &[])
+        .unwrap_or(0);
     let mut queued = 0;
     let mut last = Ok(0);
     let mut seq_last = blk;
@@ -732,26 +1072,55 @@ fn test_submit(t: &mut T, path: &PathBuf) {
             Err(_) => break,
         }
     }
-    t.check("backpressure: ring full gives EAGAIN", last == Err(libc::EAGAIN) && queued > 0, || format!("{last:?} after {queued}"));
-    let mut raw = uapi::DrmVgpuSubmit { ctx_id: a, cmds: &good as *const _ as u64, num_cmds: 1, flags: uapi::SUBMIT_BUSY_IS_EBUSY, ..Default::default() };
-    t.err("backpressure: EBUSY on request", n.submit_raw(&mut raw), libc::EBUSY);
+    t.check(
+        "backpressure: ring full gives EAGAIN",
+        last == Err(libc::EAGAIN) && queued > 0,
+        || format!("{last:?} after {queued}"),
+    );
+    let mut raw = uapi::DrmVgpuSubmit {
+        ctx_id: a,
+        cmds: &good as *const _ as u64,
+        num_cmds: 1,
+        flags: uapi::SUBMIT_BUSY_IS_EBUSY,
+        ..Default::default()
+    };
+    t.err(
+        "backpressure: EBUSY on request",
+        n.submit_raw(&mut raw),
+        libc::EBUSY,
+    );
     sem.write(0, 2);
-    t.ok("backpressure: queue drains", n.wait(&[fence(a, 0, seq_last)], true, 10_000 * MS));
+    t.ok(
+        "backpressure: queue drains",
+        n.wait(&[fence(a, 0, seq_last)], true, 10_000 * MS),
+    );
     println!("info backpressure: {queued} jobs queued");
 
     // Wait any: one fence of two.
     sem.write(0, 0);
-    let s_block = n.submit(a, 0, &[cmds.program(6, &[sem_wait_eq(semva, 3)])], &[]).unwrap_or(0);
+    let s_block = n
+        .submit(a, 0, &[cmds.program(6, &[sem_wait_eq(semva, 3)])], &[])
+        .unwrap_or(0);
     let s_free = n.submit(b, 0, &[good], &[]).unwrap_or(0);
-    let r = n.wait(&[fence(a, 0, s_block), fence(b, 0, s_free)], false, 5_000 * MS);
-    t.check("wait: any returns the signalled one", r == Ok(1), || format!("{r:?}"));
+    let r = n.wait(
+        &[fence(a, 0, s_block), fence(b, 0, s_free)],
+        false,
+        5_000 * MS,
+    );
+    t.check("wait: any returns the signalled one", r == Ok(1), || {
+        format!("{r:?}")
+    });
     sem.write(0, 3);
     let _ = n.wait(&[fence(a, 0, s_block)], true, 5_000 * MS);
 
     // Non-replayable fault: A errors, B unaffected.
     let cf = cmds.program(7, &[copy(start + 0x7000_0000, dva, 64)]);
     if let Ok(sf) = n.submit(a, 0, &[cf], &[]) {
-        t.err("fault: faulting job's fence fails", n.wait(&[fence(a, 0, sf)], true, 5_000 * MS), libc::EIO);
+        t.err(
+            "fault: faulting job's fence fails",
+            n.wait(&[fence(a, 0, sf)], true, 5_000 * MS),
+            libc::EIO,
+        );
         let q = n.ctx_query(a).unwrap_or_default();
         t.check(
             "fault: context errored, guilty, address and access reported",
@@ -762,47 +1131,101 @@ fn test_submit(t: &mut T, path: &PathBuf) {
                 && q.fault_access == uapi::ACCESS_READ,
             || format!("{q:?}"),
         );
-        t.err("fault: errored context refuses submits", n.submit(a, 0, &[good], &[]), libc::EIO);
+        t.err(
+            "fault: errored context refuses submits",
+            n.submit(a, 0, &[good], &[]),
+            libc::EIO,
+        );
         let sb = n.submit(b, 0, &[good], &[]).unwrap_or(0);
-        t.ok("fault: other context unaffected", n.wait(&[fence(b, 0, sb)], true, 5_000 * MS));
+        t.ok(
+            "fault: other context unaffected",
+            n.wait(&[fence(b, 0, sb)], true, 5_000 * MS),
+        );
         let q = n.ctx_query(b).unwrap_or_default();
-        t.check("fault: other context clean", q.state == 0 && q.reset_status == uapi::CTX_RESET_NONE, || format!("{q:?}"));
+        t.check(
+            "fault: other context clean",
+            q.state == 0 && q.reset_status == uapi::CTX_RESET_NONE,
+            || format!("{q:?}"),
+        );
     }
 
     // Replayable fault on a lazy BO: mapped on demand, job completes.
-    let r = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, uapi::CTX_CREATE_REPLAYABLE).unwrap_or(0);
+    let r = n
+        .ctx_create(
+            uapi::CTX_PRIORITY_NORMAL,
+            copy_only,
+            uapi::CTX_CREATE_REPLAYABLE,
+        )
+        .unwrap_or(0);
     let hl = n.gem_create(4 * PAGE, uapi::GEM_CREATE_LAZY).unwrap_or(0);
     let lva = start + 0x500_0000;
     let _ = n.bind(hl, 0, lva, 4 * PAGE, rw);
     let cl = cmds.program(8, &[copy(sva, lva + PAGE, PAGE)]);
-    if let Some(sl) = t.ok("lazy: submit copy into a lazy BO", n.submit(r, 0, &[cl], &[])) {
-        t.ok("lazy: job completes after demand paging", n.wait(&[fence(r, 0, sl)], true, 10_000 * MS));
+    if let Some(sl) = t.ok(
+        "lazy: submit copy into a lazy BO",
+        n.submit(r, 0, &[cl], &[]),
+    ) {
+        t.ok(
+            "lazy: job completes after demand paging",
+            n.wait(&[fence(r, 0, sl)], true, 10_000 * MS),
+        );
         let q = n.ctx_query(r).unwrap_or_default();
-        t.check("lazy: fault served, context clean", q.faults >= 1 && q.state == 0, || format!("{q:?}"));
+        t.check(
+            "lazy: fault served, context clean",
+            q.faults >= 1 && q.state == 0,
+            || format!("{q:?}"),
+        );
         let l = vm_line(lva).unwrap_or_default();
-        t.check("lazy: one page mapped", field(&l, "walk_4k").as_deref() == Some("1") && field(&l, "check").as_deref() == Some("ok"), || l.clone());
+        t.check(
+            "lazy: one page mapped",
+            field(&l, "walk_4k").as_deref() == Some("1")
+                && field(&l, "check").as_deref() == Some("ok"),
+            || l.clone(),
+        );
         if let Ok(m) = n.mmap(hl, 4 * PAGE) {
-            t.check("lazy: data landed", m.read(512) == src.read(0), || format!("{:#x}", m.read(512)));
+            t.check("lazy: data landed", m.read(512) == src.read(0), || {
+                format!("{:#x}", m.read(512))
+            });
         }
     }
 
     // Hang: a semaphore never written. Timeout, reset, guilty/innocent.
-    let h = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0).unwrap_or(0);
+    let h = n
+        .ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0)
+        .unwrap_or(0);
     sem.write(1, 0);
     let hang = cmds.program(9, &[sem_wait_eq(semva + 8, 0xdead)]);
     let t0 = std::time::Instant::now();
     if let Ok(sh) = n.submit(h, 0, &[hang], &[]) {
         let sb = n.submit(b, 0, &[good], &[]).unwrap_or(0);
-        t.ok("hang: innocent context's fence signals", n.wait(&[fence(b, 0, sb)], true, 5_000 * MS));
+        t.ok(
+            "hang: innocent context's fence signals",
+            n.wait(&[fence(b, 0, sb)], true, 5_000 * MS),
+        );
         let r = n.wait(&[fence(h, 0, sh)], true, 30_000 * MS);
         println!("info hang detected and recovered after {:?}", t0.elapsed());
-        t.check("hang: hung job's fence fails with EIO", r == Err(libc::EIO), || format!("{r:?}"));
+        t.check(
+            "hang: hung job's fence fails with EIO",
+            r == Err(libc::EIO),
+            || format!("{r:?}"),
+        );
         let q = n.ctx_query(h).unwrap_or_default();
-        t.check("hang: hung context guilty, 1 hang", q.reset_status == uapi::CTX_RESET_GUILTY && q.hangs == 1, || format!("{q:?}"));
+        t.check(
+            "hang: hung context guilty, 1 hang",
+            q.reset_status == uapi::CTX_RESET_GUILTY && q.hangs == 1,
+            || format!("{q:?}"),
+        );
         let sb = n.submit(b, 0, &[good], &[]).unwrap_or(0);
-        t.ok("hang: device works after recovery", n.wait(&[fence(b, 0, sb)], true, 5_000 * MS));
+        t.ok(
+            "hang: device works after recovery",
+            n.wait(&[fence(b, 0, sb)], true, 5_000 * MS),
+        );
         let q = n.ctx_query(b).unwrap_or_default();
-        t.check("hang: other context not guilty", q.reset_status != uapi::CTX_RESET_GUILTY, || format!("{q:?}"));
+        t.check(
+            "hang: other context not guilty",
+            q.reset_status != uapi::CTX_RESET_GUILTY,
+            || format!("{q:?}"),
+        );
         // Repeated hangs ban.
         let mut banned = false;
         for _ in 0..4 {
@@ -817,29 +1240,269 @@ fn test_submit(t: &mut T, path: &PathBuf) {
             }
         }
         let q = n.ctx_query(h).unwrap_or_default();
-        t.check("hang: repeated hangs ban the context", banned && q.state & uapi::CTX_STATE_BANNED != 0, || format!("{q:?}"));
+        t.check(
+            "hang: repeated hangs ban the context",
+            banned && q.state & uapi::CTX_STATE_BANNED != 0,
+            || format!("{q:?}"),
+        );
     }
 
     // Destroy.
     t.ok("ctx: destroy", n.ctx_destroy(b));
     t.err("ctx: destroy twice", n.ctx_destroy(b), libc::ENOENT);
-    t.err("ctx: submit after destroy", n.submit(b, 0, &[good], &[]), libc::ENOENT);
-    t.err("ctx: wait after destroy", n.wait(&[fence(b, 0, 1)], true, 0), libc::ENOENT);
+    t.err(
+        "ctx: submit after destroy",
+        n.submit(b, 0, &[good], &[]),
+        libc::ENOENT,
+    );
+    t.err(
+        "ctx: wait after destroy",
+        n.wait(&[fence(b, 0, 1)], true, 0),
+        libc::ENOENT,
+    );
     t.err("ctx: query after destroy", n.ctx_query(b), libc::ENOENT);
     let mut raw = uapi::DrmVgpuCtxDestroy { ctx_id: a, pad: 1 };
-    t.err("ctx: destroy pad", n.ioctl(uapi::DRM_IOCTL_VGPU_CTX_DESTROY, &mut raw), libc::EINVAL);
+    t.err(
+        "ctx: destroy pad",
+        n.ioctl(uapi::DRM_IOCTL_VGPU_CTX_DESTROY, &mut raw),
+        libc::EINVAL,
+    );
     // Destroy with work in flight: blocked job, then destroy (BUSY path).
-    let d = n.ctx_create(uapi::CTX_PRIORITY_LOW, copy_only, 0).unwrap_or(0);
+    let d = n
+        .ctx_create(uapi::CTX_PRIORITY_LOW, copy_only, 0)
+        .unwrap_or(0);
     sem.write(2, 0);
-    if let Ok(sd) = n.submit(d, 0, &[cmds.program(10, &[sem_wait_eq(semva + 16, 5)])], &[]) {
+    if let Ok(sd) = n.submit(
+        d,
+        0,
+        &[cmds.program(10, &[sem_wait_eq(semva + 16, 5)])],
+        &[],
+    ) {
         t.ok("ctx: destroy with work in flight", n.ctx_destroy(d));
-        t.err("ctx: its fence is gone with it", n.wait(&[fence(d, 0, sd)], true, 0), libc::ENOENT);
+        t.err(
+            "ctx: its fence is gone with it",
+            n.wait(&[fence(d, 0, sd)], true, 0),
+            libc::ENOENT,
+        );
     }
     // Unbind a buffer a context uses: the TLB is invalidated.
     t.ok("vm: unbind with live contexts", n.unbind(dva, size));
     // File closes with contexts and work in flight.
-    let e = n.ctx_create(uapi::CTX_PRIORITY_LOW, copy_only, 0).unwrap_or(0);
-    let _ = n.submit(e, 0, &[cmds.program(11, &[sem_wait_eq(semva + 24, 9)])], &[]);
+    let e = n
+        .ctx_create(uapi::CTX_PRIORITY_LOW, copy_only, 0)
+        .unwrap_or(0);
+    let _ = n.submit(
+        e,
+        0,
+        &[cmds.program(11, &[sem_wait_eq(semva + 24, 9)])],
+        &[],
+    );
+}
+
+/// A hang in flight: FILLs of 4 GiB each (one 2 MiB BO bound 2048 times)
+/// keep the copy engine busy past the job timeout; the engine reset
+/// recovers without a device reset. Needs `pt_pool_kib=16384`.
+fn test_hang_inflight(t: &mut T, path: &PathBuf) {
+    let n = Node::open(path);
+    let start = n.param(param::VA_START).unwrap_or(0);
+    let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
+    let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
+    let hf = n.gem_create(2 << 20, 0).unwrap_or(0);
+    let base = start + (1 << 32);
+    let mut bound = true;
+    for i in 0..2048u64 {
+        if n.bind(hf, 0, base + i * (2 << 20), 2 << 20, rw).is_err() {
+            bound = false;
+            break;
+        }
+    }
+    t.check("inflight: 4 GiB of aliases bound", bound, || {
+        "bind failed".into()
+    });
+    let hc = n.gem_create(16 * PAGE, 0).unwrap_or(0);
+    let cva = start + 0x100_0000;
+    let _ = n.bind(
+        hc,
+        0,
+        cva,
+        16 * PAGE,
+        uapi::VM_BIND_READ | uapi::VM_BIND_EXEC,
+    );
+    let m = n.mmap(hc, 16 * PAGE).expect("mmap");
+    // 64 FILLs, each at a 64-byte boundary padded with a NOP.
+    let mut words = Vec::new();
+    for _ in 0..64 {
+        let (op, p) = fill(base, 1 << 32, 0x5a5a_5a5a);
+        words.push(vgpu_hwif::packet::encode_header(generation, op, 6));
+        words.extend_from_slice(&p);
+        words.push(vgpu_hwif::packet::encode_header(
+            generation,
+            vgpu_hwif::packet::OP_NOP,
+            10,
+        ));
+        words.extend_from_slice(&[0; 9]);
+    }
+    for (i, pair) in words.chunks(2).enumerate() {
+        m.write(i, u64::from(pair[0]) | (u64::from(pair[1]) << 32));
+    }
+    let big = uapi::DrmVgpuCmd {
+        va: cva,
+        size: (words.len() * 4) as u64,
+    };
+    let x = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    let y = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    let resets_before = debugfs("contexts");
+    let t0 = std::time::Instant::now();
+    let Some(sx) = t.ok(
+        "inflight: submit 256 GiB of fills",
+        n.submit(x, 0, &[big], &[]),
+    ) else {
+        return;
+    };
+    let r = n.wait(&[fence(x, 0, sx)], true, 60_000 * MS);
+    println!(
+        "info in-flight hang detected and recovered after {:?}",
+        t0.elapsed()
+    );
+    t.check(
+        "inflight: hung job's fence fails",
+        r == Err(libc::EIO),
+        || format!("{r:?}"),
+    );
+    let q = n.ctx_query(x).unwrap_or_default();
+    t.check(
+        "inflight: context guilty",
+        q.reset_status == uapi::CTX_RESET_GUILTY && q.hangs == 1,
+        || format!("{q:?}"),
+    );
+    let after = debugfs("contexts");
+    let dev_resets = |s: &str| field(s.lines().next().unwrap_or(""), "device_resets");
+    t.check(
+        "inflight: engine reset was enough",
+        after.contains("reset engine")
+            && after.contains(" ok in ")
+            && dev_resets(&after) == dev_resets(&resets_before),
+        || after.clone(),
+    );
+    let dump = debugfs("hang_dump");
+    t.check(
+        "inflight: hang dump captured",
+        dump.starts_with("hang ctx") && dump.contains("<- rptr"),
+        || dump.clone(),
+    );
+    // A small FILL on the second page.
+    let (op, p) = fill(base, 64, 1);
+    let mut small = vec![vgpu_hwif::packet::encode_header(generation, op, 6)];
+    small.extend_from_slice(&p);
+    small.push(vgpu_hwif::packet::encode_header(
+        generation,
+        vgpu_hwif::packet::OP_NOP,
+        2,
+    ));
+    small.push(0);
+    for (i, pair) in small.chunks(2).enumerate() {
+        m.write(512 + i, u64::from(pair[0]) | (u64::from(pair[1]) << 32));
+    }
+    let small = uapi::DrmVgpuCmd {
+        va: cva + PAGE,
+        size: 32,
+    };
+    let sy = n.submit(y, 0, &[small], &[]).unwrap_or(0);
+    t.ok(
+        "inflight: other context runs",
+        n.wait(&[fence(y, 0, sy)], true, 5_000 * MS),
+    );
+    let sx2 = n.submit(x, 0, &[small], &[]).unwrap_or(0);
+    t.ok(
+        "inflight: guilty context runs again",
+        n.wait(&[fence(x, 0, sx2)], true, 5_000 * MS),
+    );
+}
+
+/// Unbinds the PCI driver while a WAIT sleeps on a job that never
+/// finishes, checks the waiter and later ioctls get ENODEV, closes the file
+/// with the context still alive, and binds the driver again.
+fn test_unbind(t: &mut T, path: &PathBuf) {
+    let n = Node::open(path);
+    let start = n.param(param::VA_START).unwrap_or(0);
+    let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
+    let hc = n.gem_create(PAGE, 0).unwrap_or(0);
+    let hsem = n.gem_create(PAGE, 0).unwrap_or(0);
+    let (cva, semva) = (start + 0x100_0000, start + 0x200_0000);
+    let _ = n.bind(hc, 0, cva, PAGE, uapi::VM_BIND_READ | uapi::VM_BIND_EXEC);
+    let _ = n.bind(
+        hsem,
+        0,
+        semva,
+        PAGE,
+        uapi::VM_BIND_READ | uapi::VM_BIND_WRITE,
+    );
+    let cmds = Cmds {
+        map: n.mmap(hc, PAGE).expect("mmap"),
+        va: cva,
+        generation,
+    };
+    let ctx = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    let Some(s) = t.ok(
+        "unbind: submit a job that never ends",
+        n.submit(ctx, 0, &[cmds.program(0, &[sem_wait_eq(semva, 1)])], &[]),
+    ) else {
+        return;
+    };
+    let pci = std::fs::read_dir("/sys/bus/pci/drivers/vgpu")
+        .ok()
+        .and_then(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .find(|n| n.starts_with("0000:"))
+        })
+        .unwrap_or_default();
+    let pci2 = pci.clone();
+    let th = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        std::fs::write("/sys/bus/pci/drivers/vgpu/unbind", &pci2)
+    });
+    t.check("unbind: PCI device found", !pci.is_empty(), || {
+        "no device under the driver".into()
+    });
+    let r = n.wait(&[fence(ctx, 0, s)], true, 20_000 * MS);
+    t.check(
+        "unbind: sleeping waiter wakes with ENODEV",
+        r == Err(libc::ENODEV),
+        || format!("{r:?}"),
+    );
+    let unbound = th.join().map(|r| r.is_ok()).unwrap_or(false);
+    t.check("unbind: sysfs unbind succeeded", unbound, || {
+        "unbind failed".into()
+    });
+    t.err(
+        "unbind: submit after unbind",
+        n.submit(ctx, 0, &[cmds.program(1, &[sem_wait_eq(semva, 1)])], &[]),
+        libc::ENODEV,
+    );
+    t.err(
+        "unbind: create after unbind",
+        n.gem_create(PAGE, 0),
+        libc::ENODEV,
+    );
+    drop(cmds);
+    drop(n);
+    let bound = std::fs::write("/sys/bus/pci/drivers/vgpu/bind", &pci).is_ok();
+    t.check("unbind: driver binds again", bound, || "bind failed".into());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    match Device::open_first() {
+        Ok(d) => {
+            t.ok(
+                "unbind: device answers after rebind",
+                d.ping(7, std::time::Duration::from_secs(2))
+                    .map(|_| ())
+                    .map_err(|_| libc::EIO),
+            );
+        }
+        Err(_) => t.check("unbind: render node after rebind", false, || {
+            "no node".into()
+        }),
+    }
 }
 
 fn main() {
@@ -865,6 +1528,15 @@ fn main() {
     }
     if want("submit") {
         test_submit(&mut t, &path);
+    }
+    if args.iter().any(|a| a == "inflight") {
+        test_hang_inflight(&mut t, &path);
+    }
+    if args.iter().any(|a| a == "unbind") {
+        drop(dev);
+        test_unbind(&mut t, &path);
+        println!("kmd-test: {} passed, {} failed", t.passed, t.failed);
+        std::process::exit(i32::from(t.failed != 0));
     }
     if want("leaks") {
         test_leaks(&mut t, &path, 1000);

@@ -54,8 +54,23 @@ pub const OP_COPY_2D: u8 = 0x11;
 /// little-endian `pattern` over `size` bytes (a partial last word gets its
 /// first bytes).
 pub const OP_FILL: u8 = 0x12;
-/// `DISPATCH` (compute engine): reserved for the compute block.
+/// `DISPATCH module_va:u64 module_size:u32 kernel:u32 args_va:u64
+/// args_size:u32 grid_x:u32 grid_y:u32 grid_z:u32 wg_x:u32 wg_y:u32 wg_z:u32
+/// shared_size:u32` (compute engine): run kernel number `kernel` of the
+/// module image (the `vgpu-as` container format, see docs/isa.md) at
+/// `module_va` over `grid` workgroups of `wg` threads, with the argument
+/// buffer at `args_va`. The module is fetched with execute access, the
+/// arguments with read access; each workgroup gets
+/// `max(shared_size, the kernel's declared size)` bytes of shared memory.
 pub const OP_DISPATCH: u8 = 0x20;
+/// Largest module image a `DISPATCH` may name, in bytes.
+pub const MAX_MODULE_SIZE: u32 = 1 << 20;
+/// Largest `DISPATCH` argument buffer, in bytes.
+pub const MAX_ARGS_SIZE: u32 = 4096;
+/// Largest `DISPATCH` shared-memory size per workgroup, in bytes.
+pub const MAX_SHARED_SIZE: u32 = 64 * 1024;
+/// Most threads in one workgroup.
+pub const MAX_WORKGROUP_THREADS: u32 = 1024;
 
 /// `FENCE` flag: write the value but post no event.
 pub const FENCE_NO_EVENT: u32 = 1 << 0;
@@ -284,9 +299,27 @@ pub enum Packet {
         /// 4-byte pattern.
         pattern: u32,
     },
-    /// `DISPATCH`: its payload is decoded by the compute engine; this
-    /// decoder checks neither its length nor its operands.
-    Dispatch,
+    /// `DISPATCH`.
+    Dispatch {
+        /// GPU VA of the module image (4-byte aligned).
+        module_va: u64,
+        /// Module image size in bytes (1..=[`MAX_MODULE_SIZE`]).
+        module_size: u32,
+        /// Index into the module's kernel table.
+        kernel: u32,
+        /// GPU VA of the argument buffer (4-byte aligned; ignored if
+        /// `args_size` is 0).
+        args_va: u64,
+        /// Argument bytes (0..=[`MAX_ARGS_SIZE`]).
+        args_size: u32,
+        /// Workgroups per dimension (each ≥ 1).
+        grid: [u32; 3],
+        /// Threads per workgroup per dimension (each ≥ 1, product ≤
+        /// [`MAX_WORKGROUP_THREADS`]).
+        wg: [u32; 3],
+        /// Minimum shared memory per workgroup (≤ [`MAX_SHARED_SIZE`]).
+        shared_size: u32,
+    },
 }
 
 /// Payload words (header excluded) of each fixed-length opcode.
@@ -298,6 +331,7 @@ pub const fn payload_words(opcode: u8) -> Option<u32> {
         OP_COPY => Some(6),
         OP_COPY_2D => Some(8),
         OP_FILL => Some(5),
+        OP_DISPATCH => Some(14),
         _ => None,
     }
 }
@@ -322,9 +356,6 @@ impl Packet {
         }
         if hdr.opcode == OP_NOP {
             return Ok(Packet::Nop { words: hdr.words });
-        }
-        if hdr.opcode == OP_DISPATCH {
-            return Ok(Packet::Dispatch);
         }
         let Some(n) = payload_words(hdr.opcode) else {
             return Err(EngineError::BadOpcode);
@@ -428,6 +459,39 @@ impl Packet {
                     pattern: w[5],
                 }
             }
+            OP_DISPATCH => {
+                let module_va = u64_at(w, 1);
+                let (module_size, kernel) = (w[3], w[4]);
+                let args_va = u64_at(w, 5);
+                let args_size = w[7];
+                let grid = [w[8], w[9], w[10]];
+                let wg = [w[11], w[12], w[13]];
+                let shared_size = w[14];
+                if !module_va.is_multiple_of(4) || (args_size != 0 && !args_va.is_multiple_of(4)) {
+                    return Err(EngineError::Misaligned);
+                }
+                let threads = (wg[0] as u64) * (wg[1] as u64) * (wg[2] as u64);
+                if module_size == 0
+                    || module_size > MAX_MODULE_SIZE
+                    || args_size > MAX_ARGS_SIZE
+                    || grid.contains(&0)
+                    || wg.contains(&0)
+                    || threads > MAX_WORKGROUP_THREADS as u64
+                    || shared_size > MAX_SHARED_SIZE
+                {
+                    return Err(EngineError::BadOperand);
+                }
+                Packet::Dispatch {
+                    module_va,
+                    module_size,
+                    kernel,
+                    args_va,
+                    args_size,
+                    grid,
+                    wg,
+                    shared_size,
+                }
+            }
             _ => return Err(EngineError::BadOpcode),
         };
         Ok(pkt)
@@ -445,16 +509,16 @@ impl Packet {
             Packet::Copy { .. } => OP_COPY,
             Packet::Copy2d { .. } => OP_COPY_2D,
             Packet::Fill { .. } => OP_FILL,
-            Packet::Dispatch => OP_DISPATCH,
+            Packet::Dispatch { .. } => OP_DISPATCH,
         }
     }
 
     /// Encodes the packet for `generation` into `out`; returns the number of
-    /// words, or `None` if `out` is too short. (`Dispatch` encodes nothing.)
+    /// words, or `None` if `out` is too short.
     pub fn encode(&self, generation: u32, out: &mut [u32]) -> Option<usize> {
         let lo = |v: u64| v as u32;
         let hi = |v: u64| (v >> 32) as u32;
-        let mut buf = [0u32; 9];
+        let mut buf = [0u32; 15];
         let n: usize = match *self {
             Packet::Nop { words } => {
                 let words = words.clamp(1, MAX_PACKET_WORDS) as usize;
@@ -514,7 +578,34 @@ impl Packet {
                 buf[1..6].copy_from_slice(&[lo(dst), hi(dst), lo(size), hi(size), pattern]);
                 6
             }
-            Packet::Dispatch => return Some(0),
+            Packet::Dispatch {
+                module_va,
+                module_size,
+                kernel,
+                args_va,
+                args_size,
+                grid,
+                wg,
+                shared_size,
+            } => {
+                buf[1..15].copy_from_slice(&[
+                    lo(module_va),
+                    hi(module_va),
+                    module_size,
+                    kernel,
+                    lo(args_va),
+                    hi(args_va),
+                    args_size,
+                    grid[0],
+                    grid[1],
+                    grid[2],
+                    wg[0],
+                    wg[1],
+                    wg[2],
+                    shared_size,
+                ]);
+                15
+            }
         };
         buf[0] = encode_header(generation, self.opcode(), n as u32);
         out.get_mut(..n)?.copy_from_slice(&buf[..n]);

@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use vgpu_hwif::event::Event;
 use vgpu_hwif::mmu::{Access, FaultReason, PTE_EXEC, PTE_READ, PTE_WRITE};
 use vgpu_hwif::packet::{
-    encode_header, EngineError, Packet, FENCE_NO_EVENT, MAX_INDIRECT_DEPTH, OP_DISPATCH, OP_FENCE,
-    OP_NOP, SEM_SIGNAL_ADD, SEM_WAIT_GEQ,
+    encode_header, EngineError, Packet, FENCE_NO_EVENT, MAX_INDIRECT_DEPTH, OP_FENCE, OP_NOP,
+    SEM_SIGNAL_ADD, SEM_WAIT_GEQ,
 };
 use vgpu_hwif::pod::Pod;
 use vgpu_hwif::proto::{engine, ring_state, RingStatus};
@@ -498,9 +498,20 @@ fn malformed_packets_stop_with_the_right_error() {
             1,
             0,
             |r| {
-                r.ring
-                    .words(&r.mem, &[encode_header(1, OP_DISPATCH, 2), 0])
-                    .unwrap()
+                let mut w = [0u32; 15];
+                Packet::Dispatch {
+                    module_va: 0x1000,
+                    module_size: 64,
+                    kernel: 0,
+                    args_va: 0,
+                    args_size: 0,
+                    grid: [1; 3],
+                    wg: [32, 1, 1],
+                    shared_size: 0,
+                }
+                .encode(1, &mut w)
+                .unwrap();
+                r.ring.words(&r.mem, &w).unwrap()
             },
             EngineError::WrongEngine,
         ),
@@ -509,9 +520,20 @@ fn malformed_packets_stop_with_the_right_error() {
             2,
             1,
             |r| {
-                r.ring
-                    .words(&r.mem, &[encode_header(2, OP_DISPATCH, 2), 0])
-                    .unwrap()
+                let mut w = [0u32; 15];
+                Packet::Dispatch {
+                    module_va: 0x1000,
+                    module_size: 64,
+                    kernel: 0,
+                    args_va: 0,
+                    args_size: 0,
+                    grid: [1; 3],
+                    wg: [32, 1, 1],
+                    shared_size: 0,
+                }
+                .encode(2, &mut w)
+                .unwrap();
+                r.ring.words(&r.mem, &w).unwrap()
             },
             EngineError::Unsupported,
         ),

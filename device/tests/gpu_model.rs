@@ -1070,6 +1070,31 @@ fn malformed_inputs_each_stop_one_ring_and_the_device_keeps_serving() {
             },
         ),
         (
+            "DISPATCH (no kernels yet)",
+            1,
+            |d, c| {
+                put(
+                    d,
+                    c,
+                    1,
+                    Packet::Dispatch {
+                        module_va: DATA,
+                        module_size: 64,
+                        kernel: 0,
+                        args_va: 0,
+                        args_size: 0,
+                        grid: [1; 3],
+                        wg: [32, 1, 1],
+                        shared_size: 0,
+                    },
+                )
+            },
+            Want::Error {
+                code: EngineError::Unsupported,
+                depth: 0,
+            },
+        ),
+        (
             "DISPATCH with a short payload",
             1,
             |d, c| raw(d, c, 1, &[encode_header(1, OP_DISPATCH, 4), 0, 0, 0]),

@@ -9,18 +9,26 @@
 //! # State machine
 //!
 //! ```text
-//!              doorbell (valid, new work)        packets left, slice over
-//!   ┌──────┐ ─────────────────────────▶ ┌───────┐ ◀─────────────────┐
-//!   │ IDLE │                            │ READY │ ──── picked ───▶ RUNNING
-//!   └──────┘ ◀─────── caught up ─────── └───────┘                  │ │ │ │
-//!       ▲                                   ▲  ▲   semaphore true  │ │ │ │
-//!       │                                   │  └── SEM_WAIT ◀──────┘ │ │ │
-//!       │                                   │        FAULT_RESUME    │ │ │
-//!       │                                   └─ retry ─ FAULT_STALLED ◀┘ │ │ replayable fault
-//!       │                                               │ abort        │ │
-//!       │  ENGINE_RESET                                  ▼              │ │ bad packet / pointer,
-//!       └──────────────────────────────────────────── STOPPED ◀─────────┘ │ non-replayable fault
+//!                      doorbell (valid, new work)
+//!   ┌──────┐ ─────────────────────────────────────────▶ ┌───────┐
+//!   │ IDLE │                                            │ READY │ ◀──┐ slice over,
+//!   └──────┘ ◀─────────── caught up ──────────┐         └───────┘    │ preempted
+//!      ▲                                      │       picked │       │
+//!      │                                      │              ▼       │
+//!      │                                      └────────── RUNNING ───┘
+//!      │                                                  │  │  │  ▲
+//!      │                      semaphore false             │  │  │  │ re-check: epoch moved
+//!      │                 SEM_WAIT ◀───────────────────────┘  │  │  │ or poll interval
+//!      │                     └───────────────────────────────┼──┼──┘
+//!      │                      replayable fault               │  │
+//!      │     READY ◀─ retry ─ FAULT_STALLED ◀────────────────┘  │
+//!      │                        │ FAULT_RESUME abort            │ bad packet or pointer,
+//!      │                        ▼                               │ non-replayable fault
+//!      └── ENGINE_RESET ──── STOPPED ◀──────────────────────────┘
 //! ```
+//!
+//! `ENGINE_RESET` also returns `FAULT_STALLED` rings, and the ring it
+//! interrupted, to `IDLE`.
 //!
 //! (`READY` and `RUNNING` are both reported as `ring_state::RUNNING`.) A
 //! `STOPPED` ring ignores doorbells until it is destroyed or its engine is

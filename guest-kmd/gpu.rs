@@ -192,6 +192,18 @@ impl SlotMemory {
         }
     }
 
+    /// Writes an 8-byte aligned u64 in one store.
+    fn write_u64(&self, hw: u32, byte: usize, v: u64) {
+        if let Some(m) = self.slot(hw) {
+            if byte % 8 == 0 && byte / 4 + 1 < m.len() {
+                // SAFETY: In bounds and 8-byte aligned (the allocation is
+                // page aligned); one volatile store, so the device never
+                // reads a torn value.
+                unsafe { m.as_mut_ptr().cast::<u8>().add(byte).cast::<u64>().write_volatile(v.to_le()) }
+            }
+        }
+    }
+
     fn read_u64(&self, hw: u32, byte: usize) -> u64 {
         let lo = u64::from(self.read_u32(hw, byte / 4));
         let hi = u64::from(self.read_u32(hw, byte / 4 + 1));
@@ -545,8 +557,8 @@ impl Vgpu {
         Ok(())
     }
 
-    /// Maps (or unmaps) a slot's memory into a client's address space, and
-    /// invalidates the TLBs of the client's other contexts on unmap.
+    /// Where device slot `hw`'s memory is mapped in a client's address
+    /// space (the KMD range above the user range).
     fn slot_va(client: &Client, hw: u32) -> u64 {
         let end = client.vm.lock().user_range().1;
         end + u64::from(hw) * SLOT_VA_STRIDE
@@ -857,6 +869,9 @@ impl Vgpu {
                 }
             }
         }
+        if let Ok(slots) = self.slots() {
+            Self::release_failed(&g, slots);
+        }
     }
 
     /// `SUBMIT`.
@@ -1085,6 +1100,9 @@ impl Vgpu {
                         r.fail_pending();
                     }
                 }
+                if let Ok(slots) = self.slots() {
+                    Self::release_failed(&g, slots);
+                }
                 drop(g);
                 self.gpu.wake();
             }
@@ -1154,8 +1172,26 @@ impl Vgpu {
             &mut g.faults_log,
             FaultLog { hw, engine: info.engine, va, access: info.access, reason: info.reason, served },
         );
+        if let Ok(slots) = self.slots() {
+            Self::release_failed(&g, slots);
+        }
         drop(g);
         self.gpu.wake();
+    }
+
+    /// Moves the fence value of every ring past its discarded jobs, so that
+    /// jobs of other contexts waiting on them (`SEM_WAIT` for an input
+    /// fence) are released instead of hanging. `WAIT` still reports the
+    /// discarded fences as failed.
+    fn release_failed(g: &Gpu, slots: &SlotMemory) {
+        for (hw, s) in g.slots.iter().enumerate() {
+            let Some(c) = s else { continue };
+            for (e, r) in c.rings.iter().enumerate() {
+                if r.present && r.done_upto > slots.fence_value(hw as u32, e) {
+                    slots.write_u64(hw as u32, FENCE_SLOT_OFFSET + 8 * e, r.done_upto);
+                }
+            }
+        }
     }
 
     /// Looks for a hung ring and recovers from it.
@@ -1191,6 +1227,7 @@ impl Vgpu {
         }
         if let Some((hw, e)) = hung {
             self.recover(&mut g, slots, hw, e);
+            Self::release_failed(&g, slots);
             drop(g);
             self.gpu.wake();
         }
@@ -1478,6 +1515,6 @@ impl Vgpu {
     }
 }
 
-/// `vm` is used for the KMD VA layout.
+// Every slot's memory fits the KMD range of an address space.
 const _: () = assert!(SLOT_VA_STRIDE * crate::proto::MAX_CONTEXTS as u64 <= vm::VA_KMD_RESERVED);
 const _: () = assert!(SLOT_BYTES as u64 <= SLOT_VA_STRIDE);

@@ -1095,6 +1095,36 @@ fn test_submit(t: &mut T, path: &PathBuf) {
         n.wait(&[fence(a, 0, seq_last)], true, 10_000 * MS),
     );
     println!("info backpressure: {queued} jobs queued");
+    // Ring space: jobs of 64 command buffers fill the ring long before the
+    // pending limit.
+    sem.write(0, 0);
+    let blk = n
+        .submit(a, 0, &[cmds.program(5, &[sem_wait_eq(semva, 4)])], &[])
+        .unwrap_or(0);
+    let big = vec![good; 64];
+    let mut queued = 0;
+    let mut last = Ok(0);
+    let mut seq_last = blk;
+    for _ in 0..100 {
+        last = n.submit(a, 0, &big, &[]);
+        match last {
+            Ok(s) => {
+                queued += 1;
+                seq_last = s;
+            }
+            Err(_) => break,
+        }
+    }
+    t.check(
+        "backpressure: full ring gives EAGAIN",
+        last == Err(libc::EAGAIN) && queued > 0 && queued < 20,
+        || format!("{last:?} after {queued}"),
+    );
+    sem.write(0, 4);
+    t.ok(
+        "backpressure: full ring drains",
+        n.wait(&[fence(a, 0, seq_last)], true, 10_000 * MS),
+    );
 
     // Wait any: one fence of two.
     sem.write(0, 0);
@@ -1149,6 +1179,30 @@ fn test_submit(t: &mut T, path: &PathBuf) {
         );
     }
 
+    // A dependent job is released when its input fence fails.
+    let x = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0).unwrap_or(0);
+    let y = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0).unwrap_or(0);
+    sem.write(0, 0);
+    let xf = [
+        cmds.program(14, &[sem_wait_eq(semva, 6)]),
+        cmds.program(15, &[copy(start + 0x7100_0000, dva, 64)]),
+    ];
+    if let (Ok(sx), Ok(sy)) = (
+        n.submit(x, 0, &xf, &[]),
+        n.submit(y, 0, &[good], &[fence(x, 0, 1)]),
+    ) {
+        sem.write(0, 6);
+        t.err(
+            "deps: failing input fence fails its own waiters",
+            n.wait(&[fence(x, 0, sx)], true, 5_000 * MS),
+            libc::EIO,
+        );
+        t.ok(
+            "deps: dependent job released when its input fence fails",
+            n.wait(&[fence(y, 0, sy)], true, 5_000 * MS),
+        );
+    }
+
     // Replayable fault on a lazy BO: mapped on demand, job completes.
     let r = n
         .ctx_create(
@@ -1196,14 +1250,40 @@ fn test_submit(t: &mut T, path: &PathBuf) {
     sem.write(1, 0);
     let hang = cmds.program(9, &[sem_wait_eq(semva + 8, 0xdead)]);
     let t0 = std::time::Instant::now();
+    // An innocent context with a job still queued (behind a semaphore the
+    // CPU releases after the reset) when the device is reset.
+    let inno = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0).unwrap_or(0);
+    sem.write(3, 0);
+    dst.write(16, 0);
     if let Ok(sh) = n.submit(h, 0, &[hang], &[]) {
         let sb = n.submit(b, 0, &[good], &[]).unwrap_or(0);
         t.ok(
             "hang: innocent context's fence signals",
             n.wait(&[fence(b, 0, sb)], true, 5_000 * MS),
         );
+        let queued = [
+            cmds.program(12, &[sem_wait_eq(semva + 24, 1)]),
+            cmds.program(13, &[fill(dva + 128, 8, 0x1111_2222)]),
+        ];
+        let si = n.submit(inno, 0, &queued, &[]).unwrap_or(0);
         let r = n.wait(&[fence(h, 0, sh)], true, 30_000 * MS);
         println!("info hang detected and recovered after {:?}", t0.elapsed());
+        sem.write(3, 1);
+        t.ok(
+            "hang: innocent queued job resubmitted and completes",
+            n.wait(&[fence(inno, 0, si)], true, 5_000 * MS),
+        );
+        t.check(
+            "hang: resubmitted job ran",
+            dst.read(16) == 0x1111_2222_1111_2222,
+            || format!("{:#x}", dst.read(16)),
+        );
+        let q = n.ctx_query(inno).unwrap_or_default();
+        t.check(
+            "hang: queued context reported innocent",
+            q.reset_status == uapi::CTX_RESET_INNOCENT && q.state == 0,
+            || format!("{q:?}"),
+        );
         t.check(
             "hang: hung job's fence fails with EIO",
             r == Err(libc::EIO),

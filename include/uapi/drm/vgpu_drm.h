@@ -306,8 +306,10 @@ struct drm_vgpu_cmd {
  * @num_cmds:      in, 1..VGPU_SUBMIT_MAX_CMDS (EINVAL otherwise).
  * @num_in_fences: in, 0..VGPU_SUBMIT_MAX_IN_FENCES (EINVAL otherwise).
  * @in_fences:     in, user pointer to struct drm_vgpu_fence: the job starts
- *                 only after all of them signalled. A fence of a context the
- *                 file does not own: ENOENT; a seqno never submitted: EINVAL.
+ *                 only after all of them signalled (the GPU waits, the ioctl
+ *                 does not). A fence that completed with an error counts as
+ *                 reached. A fence of a context the file does not own:
+ *                 ENOENT; a seqno never submitted: EINVAL.
  * @flags:         in, VGPU_SUBMIT_*.
  * @pad:           zero.
  * @seqno:         out, the job's fence on (ctx_id, engine).
@@ -349,6 +351,15 @@ struct drm_vgpu_submit {
  * a fault, a reset or context destruction) or the device wedged; ERESTARTSYS
  * on a signal. Interrupt driven: the KMD signals fences from the device's
  * FENCE events.
+ *
+ * Hangs: a ring with pending jobs that completes none for the job timeout
+ * (module parameter job_timeout_ms) is hung; the KMD checks while WAIT
+ * sleeps and at SUBMIT and CTX_QUERY. The hung job's context becomes guilty
+ * and its pending jobs fail (EIO here); other contexts' queued jobs survive
+ * the engine or device reset and still signal (a context whose queued work
+ * was carried through a device reset reports VGPU_CTX_RESET_INNOCENT). A
+ * context that caused ban_hangs hangs is banned. If recovery fails the
+ * device is wedged: every ioctl that needs the GPU fails with EIO.
  */
 struct drm_vgpu_wait {
 	__u64 fences;

@@ -1180,8 +1180,12 @@ fn test_submit(t: &mut T, path: &PathBuf) {
     }
 
     // A dependent job is released when its input fence fails.
-    let x = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0).unwrap_or(0);
-    let y = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0).unwrap_or(0);
+    let x = n
+        .ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0)
+        .unwrap_or(0);
+    let y = n
+        .ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0)
+        .unwrap_or(0);
     sem.write(0, 0);
     let xf = [
         cmds.program(14, &[sem_wait_eq(semva, 6)]),
@@ -1252,7 +1256,9 @@ fn test_submit(t: &mut T, path: &PathBuf) {
     let t0 = std::time::Instant::now();
     // An innocent context with a job still queued (behind a semaphore the
     // CPU releases after the reset) when the device is reset.
-    let inno = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0).unwrap_or(0);
+    let inno = n
+        .ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0)
+        .unwrap_or(0);
     sem.write(3, 0);
     dst.write(16, 0);
     if let Ok(sh) = n.submit(h, 0, &[hang], &[]) {
@@ -1499,6 +1505,78 @@ fn test_hang_inflight(t: &mut T, path: &PathBuf) {
     );
 }
 
+/// Several threads submit and wait at once, on contexts of one file and of
+/// a second file, while another thread binds and unbinds.
+fn test_concurrent(t: &mut T, path: &PathBuf) {
+    let files: Vec<std::sync::Arc<Node>> = (0..2)
+        .map(|_| std::sync::Arc::new(Node::open(path)))
+        .collect();
+    let mut jobs = Vec::new();
+    let mut keep = Vec::new();
+    for (fi, n) in files.iter().enumerate() {
+        let start = n.param(param::VA_START).unwrap_or(0);
+        let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
+        let hc = n.gem_create(PAGE, 0).unwrap_or(0);
+        let hd = n.gem_create(PAGE, 0).unwrap_or(0);
+        let (cva, dva) = (start + 0x100_0000, start + 0x200_0000);
+        let _ = n.bind(hc, 0, cva, PAGE, uapi::VM_BIND_READ | uapi::VM_BIND_EXEC);
+        let _ = n.bind(hd, 0, dva, PAGE, uapi::VM_BIND_READ | uapi::VM_BIND_WRITE);
+        let cmds = Cmds {
+            map: n.mmap(hc, PAGE).expect("mmap"),
+            va: cva,
+            generation,
+        };
+        for k in 0..3usize {
+            let c = cmds.program(k, &[fill(dva + 64 * k as u64, 64, k as u32)]);
+            let ctx = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+            let n = n.clone();
+            jobs.push(std::thread::spawn(move || {
+                let mut fails = 0;
+                for _ in 0..300 {
+                    let r = n
+                        .submit(ctx, 0, &[c], &[])
+                        .and_then(|s| n.wait(&[fence(ctx, 0, s)], true, 5_000 * MS));
+                    if r.is_err() {
+                        fails += 1;
+                    }
+                }
+                (fi, k, fails)
+            }));
+        }
+        keep.push(cmds);
+    }
+    let n = files[0].clone();
+    let binder = std::thread::spawn(move || {
+        let start = n.param(param::VA_START).unwrap_or(0);
+        let h = n.gem_create(PAGE, 0).unwrap_or(0);
+        let mut fails = 0;
+        for i in 0..300u64 {
+            let va = start + 0x1000_0000 + (i % 8) * PAGE;
+            if n.bind(h, 0, va, PAGE, uapi::VM_BIND_READ)
+                .and_then(|()| n.unbind(va, PAGE))
+                .is_err()
+            {
+                fails += 1;
+            }
+        }
+        fails
+    });
+    let mut fails = 0;
+    for j in jobs {
+        let (_, _, f) = j.join().unwrap_or((0, 0, 300));
+        fails += f;
+    }
+    let bind_fails = binder.join().unwrap_or(300);
+    t.check(
+        "concurrent: 6 submitters x 300 jobs on 2 files",
+        fails == 0,
+        || format!("{fails} failed"),
+    );
+    t.check("concurrent: bind/unbind alongside", bind_fails == 0, || {
+        format!("{bind_fails} failed")
+    });
+}
+
 /// Unbinds the PCI driver while a WAIT sleeps on a job that never
 /// finishes, checks the waiter and later ioctls get ENODEV, closes the file
 /// with the context still alive, and binds the driver again.
@@ -1617,6 +1695,9 @@ fn main() {
         test_unbind(&mut t, &path);
         println!("kmd-test: {} passed, {} failed", t.passed, t.failed);
         std::process::exit(i32::from(t.failed != 0));
+    }
+    if want("concurrent") {
+        test_concurrent(&mut t, &path);
     }
     if want("leaks") {
         test_leaks(&mut t, &path, 1000);

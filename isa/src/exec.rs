@@ -9,9 +9,11 @@
 use crate::inst::*;
 use crate::math;
 use crate::mem::{lanes, Access, GlobalMemory, LaneFault, MemFault, MemFaultReason};
-use crate::module::{Kernel, Module, MAX_WORKGROUP_THREADS};
+use crate::module::{Module, MAX_SHARED_BYTES, MAX_WORKGROUP_THREADS};
 use std::fmt;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use thiserror::Error;
 
 type Lanes = [u32; WARP_SIZE];
@@ -29,6 +31,8 @@ pub struct Launch {
     grid: [u32; 3],
     wg_size: [u32; 3],
     args: Vec<u8>,
+    /// Shared memory per workgroup in bytes (at least the kernel's).
+    shared_bytes: u32,
 }
 
 /// Why a launch was refused.
@@ -36,6 +40,10 @@ pub struct Launch {
 pub enum LaunchError {
     #[error("no kernel named {0:?}")]
     NoSuchKernel(String),
+    #[error("no kernel {0} (the module has {1})")]
+    NoSuchKernelIndex(u32, usize),
+    #[error("shared memory {0} bytes exceeds {MAX_SHARED_BYTES}")]
+    SharedTooLarge(u32),
     #[error("workgroup size {0:?} is invalid (each ≥ 1, product ≤ {MAX_WORKGROUP_THREADS})")]
     BadWorkgroupSize([u32; 3]),
     #[error("grid {0:?} is invalid (each dimension ≥ 1)")]
@@ -56,7 +64,32 @@ impl Launch {
         let kernel = module
             .kernel_index(name)
             .ok_or_else(|| LaunchError::NoSuchKernel(name.to_string()))?;
-        let k = &module.kernels()[kernel];
+        Self::by_index(module, kernel as u32, grid, wg_size, args, 0)
+    }
+
+    /// A launch of the kernel at `index` in the module's kernel table, with
+    /// at least `min_shared` bytes of shared memory per workgroup (the
+    /// kernel's declared size if larger): what a `DISPATCH` packet names.
+    pub fn by_index(
+        module: &Module,
+        index: u32,
+        grid: [u32; 3],
+        wg_size: [u32; 3],
+        args: Vec<u8>,
+        min_shared: u32,
+    ) -> Result<Launch, LaunchError> {
+        let kernel = index as usize;
+        let k = module
+            .kernels()
+            .get(kernel)
+            .ok_or(LaunchError::NoSuchKernelIndex(
+                index,
+                module.kernels().len(),
+            ))?;
+        let shared_bytes = k.shared_bytes.max(min_shared);
+        if shared_bytes > MAX_SHARED_BYTES {
+            return Err(LaunchError::SharedTooLarge(shared_bytes));
+        }
         let threads: u64 = wg_size.iter().map(|&v| v as u64).product();
         if wg_size.contains(&0) || threads > MAX_WORKGROUP_THREADS as u64 {
             return Err(LaunchError::BadWorkgroupSize(wg_size));
@@ -75,6 +108,7 @@ impl Launch {
             grid,
             wg_size,
             args,
+            shared_bytes,
         })
     }
     pub fn kernel_index(&self) -> usize {
@@ -88,6 +122,10 @@ impl Launch {
     }
     pub fn args(&self) -> &[u8] {
         &self.args
+    }
+    /// Shared memory per workgroup in bytes.
+    pub fn shared_bytes(&self) -> u32 {
+        self.shared_bytes
     }
     /// Number of workgroups in the grid.
     pub fn workgroups(&self) -> u64 {
@@ -513,12 +551,41 @@ enum WarpStop {
     Trap(Trap),
 }
 
+/// A module or launch a [`WorkgroupExec`] reads: borrowed for the
+/// lifetime of the execution, or shared ownership so the execution can be
+/// kept (suspended) independently of its creator.
+enum Held<'a, T> {
+    Borrowed(&'a T),
+    Shared(Arc<T>),
+}
+
+impl<T> Clone for Held<'_, T> {
+    fn clone(&self) -> Self {
+        match self {
+            Held::Borrowed(r) => Held::Borrowed(r),
+            Held::Shared(a) => Held::Shared(Arc::clone(a)),
+        }
+    }
+}
+
+impl<T> Deref for Held<'_, T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        match self {
+            Held::Borrowed(r) => r,
+            Held::Shared(a) => a,
+        }
+    }
+}
+
 /// The state of one workgroup in execution. Reusable for further workgroups
 /// of the same launch with [`WorkgroupExec::reset`].
 pub struct WorkgroupExec<'a> {
-    code: &'a [Instruction],
-    kernel: &'a Kernel,
-    launch: &'a Launch,
+    module: Held<'a, Module>,
+    /// The kernel's first instruction.
+    entry: u32,
+    launch: Held<'a, Launch>,
     wg: [u32; 3],
     warps: Vec<Warp>,
     /// Thread ids (x, y, z) of every lane of every warp.
@@ -534,6 +601,25 @@ pub struct WorkgroupExec<'a> {
 impl<'a> WorkgroupExec<'a> {
     /// Prepares workgroup `wg` of `launch`.
     pub fn new(module: &'a Module, launch: &'a Launch, wg: [u32; 3]) -> Result<Self, Fault> {
+        Self::build(Held::Borrowed(module), Held::Borrowed(launch), wg)
+    }
+
+    /// Like [`WorkgroupExec::new`], holding shared references to the module
+    /// and the launch so that the execution state can be kept apart from
+    /// them (e.g. a workgroup suspended between two time slices).
+    pub fn new_shared(
+        module: Arc<Module>,
+        launch: Arc<Launch>,
+        wg: [u32; 3],
+    ) -> Result<WorkgroupExec<'static>, Fault> {
+        WorkgroupExec::build(Held::Shared(module), Held::Shared(launch), wg)
+    }
+
+    fn build(
+        module: Held<'a, Module>,
+        launch: Held<'a, Launch>,
+        wg: [u32; 3],
+    ) -> Result<Self, Fault> {
         let bad = Fault {
             warp: 0,
             lane: 0,
@@ -541,14 +627,17 @@ impl<'a> WorkgroupExec<'a> {
             kind: FaultKind::BadWorkgroup,
         };
         let kernel = module.kernels().get(launch.kernel).ok_or(bad)?;
-        if launch.args.len() < kernel.arg_size as usize {
+        if launch.args.len() < kernel.arg_size as usize || launch.shared_bytes < kernel.shared_bytes
+        {
             return Err(bad);
         }
+        let (nregs, entry) = (kernel.regs as usize, kernel.entry);
+        let shared_words = (launch.shared_bytes as usize).div_ceil(4);
         let threads = launch.threads_per_workgroup() as usize;
         let nwarps = threads.div_ceil(WARP_SIZE);
         let warps = (0..nwarps)
             .map(|_| Warp {
-                regs: vec![[0; WARP_SIZE]; kernel.regs as usize],
+                regs: vec![[0; WARP_SIZE]; nregs],
                 preds: [0; NUM_PREDS],
                 pc: 0,
                 active: 0,
@@ -573,13 +662,13 @@ impl<'a> WorkgroupExec<'a> {
             })
             .collect();
         let mut exec = WorkgroupExec {
-            code: module.code(),
-            kernel,
+            module,
+            entry,
             launch,
             wg,
             warps,
             tids,
-            shared: vec![0; (kernel.shared_bytes as usize).div_ceil(4)],
+            shared: vec![0; shared_words],
             next_warp: 0,
             done: false,
             finished: None,
@@ -612,7 +701,7 @@ impl<'a> WorkgroupExec<'a> {
             } else {
                 (1u32 << n) - 1
             };
-            warp.reset(live, self.kernel.entry);
+            warp.reset(live, self.entry);
         }
         self.shared.fill(0);
         self.next_warp = 0;
@@ -786,7 +875,8 @@ impl<'a> WorkgroupExec<'a> {
         mem: &M,
         quantum: u64,
     ) -> Result<(u64, WarpStop), Fault> {
-        let code = self.code;
+        let module = self.module.clone();
+        let code = module.code();
         let mut warp = std::mem::replace(
             &mut self.warps[w],
             Warp {

@@ -1070,7 +1070,7 @@ fn malformed_inputs_each_stop_one_ring_and_the_device_keeps_serving() {
             },
         ),
         (
-            "DISPATCH (no kernels yet)",
+            "DISPATCH of a module without execute permission",
             1,
             |d, c| {
                 put(
@@ -1089,9 +1089,10 @@ fn malformed_inputs_each_stop_one_ring_and_the_device_keeps_serving() {
                     },
                 )
             },
-            Want::Error {
-                code: EngineError::Unsupported,
-                depth: 0,
+            Want::Fault {
+                reason: FaultReason::Permission,
+                access: Access::Execute,
+                level: 0,
             },
         ),
         (

@@ -1,18 +1,416 @@
-//! The compute engine.
+//! The compute engine: `DISPATCH` runs a kernel of the vgpu ISA on the
+//! engine's compute units; the common packets (`NOP`, `INDIRECT`, `FENCE`,
+//! `SEM_WAIT`, `SEM_SIGNAL`, `TIMESTAMP`) go through the same command
+//! processor as on the copy engine, and the copy engine's packets are
+//! refused with `WRONG_ENGINE`.
 //!
-//! It runs the common packets (`NOP`, `INDIRECT`, `FENCE`, `SEM_WAIT`,
-//! `SEM_SIGNAL`, `TIMESTAMP`) through the same command processor as the
-//! copy engine. `DISPATCH` (opcode `0x20`) is reserved: this device answers
-//! it with the engine error `UNSUPPORTED`, and the copy engine's packets
-//! with `WRONG_ENGINE`.
+//! # A dispatch
 //!
-//! Kernels will run here as a resumable operation like a copy-engine
-//! transfer: one workgroup (or a bounded number of instructions) per step,
-//! between which the command processor checks preemption, resets and its
-//! time slice; their global memory is the context's address space through
-//! [`super::dma::GpuMemory`].
+//! 1. **Load** (first step): the module image is read through the MMU with
+//!    execute access into device memory, validated for the device's
+//!    generation by [`Module::load`], and the argument buffer is read with
+//!    read access. A translation fault here is an ordinary packet fault
+//!    (replayable contexts stall and retry the load). An invalid module, a
+//!    kernel index outside its kernel table, an argument buffer shorter than
+//!    the kernel's arguments, or a grid of more than 2^64 − 1 workgroups is
+//!    the engine error `BAD_OPERAND`; nothing executes.
+//! 2. **Run**: the workgroups (linear index, x fastest) are handed out in
+//!    order to the compute units. Each [`Dispatch::step`] lets every unit
+//!    execute at most [`STEP_BUDGET`] warp instructions — finishing its
+//!    workgroup and taking the next ones, or stopping inside a workgroup —
+//!    and returns, so the command processor can check for resets,
+//!    invalidations, preemption and the end of its time slice between
+//!    steps. A workgroup stopped inside keeps its whole state (registers,
+//!    shared memory, PCs, barriers) and continues exactly there at the next
+//!    step, possibly after other contexts ran; an engine reset discards it.
+//!    An infinite loop therefore keeps the engine busy but stays preemptible
+//!    and resettable; there is no watchdog.
+//! 3. **End**: when every workgroup completed, the packet completes.
+//!
+//! The loaded state (module, launch, workgroups in progress) is kept by the
+//! command processor, named by a token in the ring's cursor.
+//!
+//! # Compute units
+//!
+//! With N compute units, a step runs on N host threads, each with its own
+//! TLB over the context's address space (flushed and invalidated with the
+//! engine's). They share global memory: plain loads and stores of
+//! naturally aligned values never tear, atomics are atomic across units.
+//! Race-free kernels give the same results for any N.
+//!
+//! # Stops
+//!
+//! * A global memory access that fails translation posts a `FAULT` event
+//!   with the lane and PC (`lane | pc << 32`) and stops the ring
+//!   (`PAGE_FAULT`). Kernel faults are never replayable, whatever the
+//!   context's fault mode: a workgroup cannot be resumed in the middle of a
+//!   faulting instruction and re-running it is only correct for idempotent
+//!   kernels.
+//! * `TRAP` is the engine error `TRAP`; the event's `header` field holds
+//!   the PC of the trap instruction.
+//! * A misaligned global access is the engine error `MISALIGNED`, a
+//!   shared-memory access out of the workgroup's allocation or misaligned,
+//!   and threads waiting at different barriers, are `BAD_OPERAND`; the
+//!   event's `header` holds the PC.
+//!
+//! The first stop in workgroup order among those the units met in the same
+//! step is reported; the other units abandon their workgroups.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use vgpu_hwif::mmu::Access;
 use vgpu_hwif::packet::{EngineError, Packet};
+use vgpu_isa::{Fault, FaultKind, Launch, Limits, MemFaultReason, Module, Outcome, WorkgroupExec};
+
+use super::dma::GpuMemory;
+use super::kernel_mem::KernelMemory;
+use super::mmu::{AddressSpace, Mem, MmuFault, Tlb};
+
+/// Warp instructions each compute unit executes per step at most.
+pub const STEP_BUDGET: u64 = 1 << 15;
+
+/// `DISPATCH` in a ring cursor: the packet's operands, and the token of
+/// its loaded state in the command processor (0 before it is loaded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DispatchOp {
+    /// Module image VA.
+    pub module_va: u64,
+    /// Module image bytes.
+    pub module_size: u32,
+    /// Kernel index.
+    pub kernel: u32,
+    /// Argument buffer VA.
+    pub args_va: u64,
+    /// Argument bytes.
+    pub args_size: u32,
+    /// Workgroups per dimension.
+    pub grid: [u32; 3],
+    /// Threads per workgroup per dimension.
+    pub wg: [u32; 3],
+    /// Minimum shared memory per workgroup.
+    pub shared_size: u32,
+    /// The loaded state's token; 0 until loaded.
+    pub token: u64,
+}
+
+impl DispatchOp {
+    /// The operation of a `DISPATCH` packet.
+    pub fn from_packet(p: &Packet) -> Option<DispatchOp> {
+        match *p {
+            Packet::Dispatch {
+                module_va,
+                module_size,
+                kernel,
+                args_va,
+                args_size,
+                grid,
+                wg,
+                shared_size,
+            } => Some(DispatchOp {
+                module_va,
+                module_size,
+                kernel,
+                args_va,
+                args_size,
+                grid,
+                wg,
+                shared_size,
+                token: 0,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// Why a dispatch could not be loaded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoadError {
+    /// Reading the module or the arguments faulted.
+    Fault(MmuFault),
+    /// The module, kernel, arguments or grid are invalid.
+    Invalid(EngineError),
+}
+
+/// How a step ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepEnd {
+    /// Workgroups remain.
+    Progress,
+    /// Every workgroup completed.
+    Done,
+    /// A kernel stopped with an engine error; `pc` of the instruction.
+    Error {
+        /// The error.
+        code: EngineError,
+        /// PC of the instruction.
+        pc: u32,
+    },
+    /// A global access faulted.
+    Fault {
+        /// The translation fault.
+        fault: MmuFault,
+        /// `lane | pc << 32` (lane = thread index in the workgroup).
+        lane_pc: u64,
+    },
+}
+
+/// Counters of one step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepStats {
+    /// Workgroups completed.
+    pub workgroups: u64,
+    /// Warp instructions issued.
+    pub warp_instructions: u64,
+    /// Lane operations: instructions times the lanes that executed them.
+    pub lane_ops: u64,
+}
+
+/// One compute unit's workgroup in progress.
+#[derive(Default)]
+struct Slot {
+    /// Reused for successive workgroups.
+    exec: Option<WorkgroupExec<'static>>,
+    /// Linear index of the workgroup in progress.
+    current: Option<u64>,
+}
+
+/// A loaded dispatch and its progress.
+pub struct Dispatch {
+    module: Arc<Module>,
+    launch: Arc<Launch>,
+    total: u64,
+    next: u64,
+    slots: Vec<Slot>,
+}
+
+impl std::fmt::Debug for Dispatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatch")
+            .field("total", &self.total)
+            .field("next", &self.next)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads `size` bytes at `va` with `access`.
+fn fetch(gm: &mut GpuMemory<'_>, va: u64, size: u32, access: Access) -> Result<Vec<u8>, MmuFault> {
+    let mut words = vec![0u32; size.div_ceil(4) as usize];
+    let (_, fault) = gm.read_words(va, &mut words, access);
+    if let Some(f) = fault {
+        return Err(f);
+    }
+    let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    bytes.truncate(size as usize);
+    Ok(bytes)
+}
+
+/// A stop met by one unit: workgroup index and what happened.
+type Stop = (u64, StepEnd);
+
+impl Dispatch {
+    /// Fetches and validates the module and arguments of `op` for a
+    /// generation-`generation` device with `units` compute units.
+    pub fn load(
+        op: &DispatchOp,
+        gm: &mut GpuMemory<'_>,
+        generation: u32,
+        units: usize,
+    ) -> Result<Dispatch, LoadError> {
+        let image =
+            fetch(gm, op.module_va, op.module_size, Access::Execute).map_err(LoadError::Fault)?;
+        let args = if op.args_size == 0 {
+            Vec::new()
+        } else {
+            fetch(gm, op.args_va, op.args_size, Access::Read).map_err(LoadError::Fault)?
+        };
+        let bad = LoadError::Invalid(EngineError::BadOperand);
+        let module = Module::load(&image, generation).map_err(|_| bad)?;
+        let total = op
+            .grid
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(u64::from(d)))
+            .ok_or(bad)?;
+        let launch = Launch::by_index(&module, op.kernel, op.grid, op.wg, args, op.shared_size)
+            .map_err(|_| bad)?;
+        Ok(Dispatch {
+            module: Arc::new(module),
+            launch: Arc::new(launch),
+            total,
+            next: 0,
+            slots: (0..units.max(1)).map(|_| Slot::default()).collect(),
+        })
+    }
+
+    /// Workgroups in the grid.
+    pub fn workgroups(&self) -> u64 {
+        self.total
+    }
+
+    /// Runs one step on the compute units, compute unit `i` translating
+    /// through `tlbs[i]` (there must be one TLB per unit).
+    pub fn step(
+        &mut self,
+        mem: &Mem,
+        space: AddressSpace,
+        tlbs: &mut [Tlb],
+    ) -> (StepEnd, StepStats) {
+        let next = AtomicU64::new(self.next);
+        let stop = AtomicBool::new(false);
+        let stops: Mutex<Vec<Stop>> = Mutex::new(Vec::new());
+        let total = self.total;
+        let (module, launch) = (&self.module, &self.launch);
+        let work = |slot: &mut Slot, tlb: &mut Tlb| {
+            let km = KernelMemory::new(GpuMemory::new(mem, tlb, space), mem);
+            run_unit(slot, &km, module, launch, total, &next, &stop, &stops)
+        };
+        let mut stats = StepStats::default();
+        if self.slots.len() == 1 {
+            if let (Some(slot), Some(tlb)) = (self.slots.first_mut(), tlbs.first_mut()) {
+                stats = work(slot, tlb);
+            }
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = self
+                    .slots
+                    .iter_mut()
+                    .zip(tlbs.iter_mut())
+                    .map(|(slot, tlb)| s.spawn(|| work(slot, tlb)))
+                    .collect();
+                for h in handles {
+                    if let Ok(st) = h.join() {
+                        stats.workgroups += st.workgroups;
+                        stats.warp_instructions += st.warp_instructions;
+                        stats.lane_ops += st.lane_ops;
+                    }
+                }
+            });
+        }
+        self.next = next.into_inner().min(total);
+        let stops = stops.into_inner().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, end)) = stops.iter().min_by_key(|(i, _)| *i) {
+            return (*end, stats);
+        }
+        let busy = self.slots.iter().any(|s| s.current.is_some());
+        if self.next >= total && !busy {
+            (StepEnd::Done, stats)
+        } else {
+            (StepEnd::Progress, stats)
+        }
+    }
+}
+
+/// What a kernel fault becomes.
+fn fault_end(f: &Fault, mmu: Option<MmuFault>) -> StepEnd {
+    let pc = f.pc;
+    match f.kind {
+        FaultKind::Global(m) if m.reason != MemFaultReason::Misaligned => match mmu {
+            Some(fault) => StepEnd::Fault {
+                fault,
+                lane_pc: u64::from(f.warp * 32 + f.lane) | u64::from(pc) << 32,
+            },
+            None => StepEnd::Error {
+                code: EngineError::BadOperand,
+                pc,
+            },
+        },
+        FaultKind::Global(_) => StepEnd::Error {
+            code: EngineError::Misaligned,
+            pc,
+        },
+        FaultKind::Shared(_) | FaultKind::BarrierDivergence { .. } | FaultKind::BadWorkgroup => {
+            StepEnd::Error {
+                code: EngineError::BadOperand,
+                pc,
+            }
+        }
+    }
+}
+
+/// One compute unit's share of a step.
+#[allow(clippy::too_many_arguments)]
+fn run_unit(
+    slot: &mut Slot,
+    km: &KernelMemory<'_>,
+    module: &Arc<Module>,
+    launch: &Arc<Launch>,
+    total: u64,
+    next: &AtomicU64,
+    stop: &AtomicBool,
+    stops: &Mutex<Vec<Stop>>,
+) -> StepStats {
+    let mut st = StepStats::default();
+    let record = |i: u64, end: StepEnd| {
+        stops
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((i, end));
+        stop.store(true, Ordering::Relaxed);
+    };
+    while st.warp_instructions < STEP_BUDGET && !stop.load(Ordering::Relaxed) {
+        let i = match slot.current {
+            Some(i) => i,
+            None => {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= total {
+                    break;
+                }
+                let wg = launch.workgroup_id(i);
+                let started = match slot.exec.as_mut() {
+                    Some(e) => e.reset(wg),
+                    None => WorkgroupExec::new_shared(Arc::clone(module), Arc::clone(launch), wg)
+                        .map(|e| slot.exec = Some(e)),
+                };
+                if let Err(f) = started {
+                    record(i, fault_end(&f, None));
+                    break;
+                }
+                slot.current = Some(i);
+                i
+            }
+        };
+        let Some(e) = slot.exec.as_mut() else { break };
+        let before = e.stats();
+        let r = e.run(
+            km,
+            Limits {
+                budget: STEP_BUDGET - st.warp_instructions,
+                cancel: Some(stop),
+            },
+        );
+        let after = e.stats();
+        st.warp_instructions += after.warp_instructions - before.warp_instructions;
+        st.lane_ops += after.thread_instructions - before.thread_instructions;
+        match r {
+            Ok(Outcome::Completed) => {
+                st.workgroups += 1;
+                slot.current = None;
+            }
+            Ok(Outcome::Preempted) => break,
+            Ok(Outcome::Cancelled) => {
+                slot.current = None;
+                break;
+            }
+            Ok(Outcome::Trapped(t)) => {
+                slot.current = None;
+                record(
+                    i,
+                    StepEnd::Error {
+                        code: EngineError::Trap,
+                        pc: t.pc,
+                    },
+                );
+                break;
+            }
+            Err(f) => {
+                slot.current = None;
+                record(i, fault_end(&f, km.take_fault()));
+                break;
+            }
+        }
+    }
+    st
+}
 
 /// Checks that the compute engine executes `p`.
 pub fn check_packet(p: &Packet) -> Result<(), EngineError> {
@@ -20,7 +418,6 @@ pub fn check_packet(p: &Packet) -> Result<(), EngineError> {
         Packet::Copy { .. } | Packet::Copy2d { .. } | Packet::Fill { .. } => {
             Err(EngineError::WrongEngine)
         }
-        Packet::Dispatch { .. } => Err(EngineError::Unsupported),
         _ => Ok(()),
     }
 }
@@ -42,7 +439,7 @@ mod tests {
                 wg: [1; 3],
                 shared_size: 0,
             }),
-            Err(EngineError::Unsupported)
+            Ok(())
         );
         for p in [
             Packet::Copy {

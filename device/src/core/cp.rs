@@ -46,7 +46,7 @@ use vgpu_hwif::packet::{
 use vgpu_hwif::pod::Pod;
 use vgpu_hwif::proto::{engine, ring_state, RingStatus};
 
-use super::compute_engine;
+use super::compute_engine::{self, Dispatch, DispatchOp, LoadError, StepEnd};
 use super::copy_engine::{self, CopyOp, Step};
 use super::dma::GpuMemory;
 use super::mmu::{AddressSpace, Mem, MmuFault, Tlb};
@@ -138,6 +138,15 @@ pub enum SliceEnd {
         fault: MmuFault,
         /// GPU VA of the packet.
         packet_va: u64,
+    },
+    /// A kernel's global memory access failed (never replayable).
+    KernelFault {
+        /// The fault.
+        fault: MmuFault,
+        /// GPU VA of the `DISPATCH` packet.
+        packet_va: u64,
+        /// `lane | pc << 32`.
+        lane_pc: u64,
     },
     /// A bad packet or pointer.
     Error {
@@ -308,6 +317,10 @@ enum Exec {
     Progress,
     Blocked(u64),
     Fault(MmuFault),
+    KernelFault(MmuFault, u64),
+    /// An engine error; with the PC of a kernel instruction, reported in
+    /// the event's `header` field instead of the packet header.
+    Error(EngineError, Option<u32>),
 }
 
 /// One engine's command processor; owns the engine's TLB.
@@ -319,6 +332,11 @@ pub struct CommandProcessor {
     pub tlb: Tlb,
     fetch: Fetcher,
     trace: Option<Vec<TraceRecord>>,
+    /// One TLB per compute unit (compute engine).
+    cu_tlbs: Vec<Tlb>,
+    /// Loaded dispatches: (context, token, state), at most one per context.
+    dispatches: Vec<(u32, u64, Dispatch)>,
+    next_token: u64,
 }
 
 /// The name of an opcode for traces.
@@ -349,7 +367,88 @@ impl CommandProcessor {
             tlb: Tlb::new(),
             fetch: Fetcher::new(),
             trace: trace.then(Vec::new),
+            cu_tlbs: vec![Tlb::new()],
+            dispatches: Vec::new(),
+            next_token: 1,
         }
+    }
+
+    /// Gives the engine `n` compute units (at least 1).
+    pub fn set_compute_units(&mut self, n: usize) {
+        self.cu_tlbs = (0..n.max(1)).map(|_| Tlb::new()).collect();
+        self.dispatches.clear();
+    }
+
+    /// Flushes the engine's TLB and its compute units'.
+    pub fn flush_tlbs(&mut self) {
+        self.tlb.flush();
+        for t in &mut self.cu_tlbs {
+            t.flush();
+        }
+    }
+
+    /// Invalidates `[va, va + size)` of `asid` in every TLB of the engine.
+    pub fn invalidate_tlbs(&mut self, asid: u32, va: u64, size: u64) {
+        self.tlb.invalidate(asid, va, size);
+        for t in &mut self.cu_tlbs {
+            t.invalidate(asid, va, size);
+        }
+    }
+
+    /// Drops the loaded dispatches for which `live(ctx, token)` is false
+    /// (their ring was reset, destroyed or moved on).
+    pub fn retain_dispatches(&mut self, mut live: impl FnMut(u32, u64) -> bool) {
+        self.dispatches.retain(|(c, t, _)| live(*c, *t));
+    }
+
+    /// Number of loaded dispatches.
+    pub fn loaded_dispatches(&self) -> usize {
+        self.dispatches.len()
+    }
+
+    /// One step of a dispatch of `job`'s ring: loads it first if needed.
+    fn dispatch_step(
+        &mut self,
+        mem: &Mem,
+        job: &Job,
+        op: &mut DispatchOp,
+        stats: &mut Stats,
+    ) -> Exec {
+        let ctx = job.ctx;
+        let found = self
+            .dispatches
+            .iter()
+            .position(|(c, t, _)| *c == ctx && *t == op.token && op.token != 0);
+        let idx = match found {
+            Some(i) => i,
+            None => {
+                let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space);
+                let d = match Dispatch::load(op, &mut gm, self.generation, self.cu_tlbs.len()) {
+                    Ok(d) => d,
+                    Err(LoadError::Fault(f)) => return Exec::Fault(f),
+                    Err(LoadError::Invalid(code)) => return Exec::Error(code, None),
+                };
+                op.token = self.next_token;
+                self.next_token = self.next_token.wrapping_add(1).max(1);
+                self.dispatches.retain(|(c, _, _)| *c != ctx);
+                self.dispatches.push((ctx, op.token, d));
+                self.dispatches.len() - 1
+            }
+        };
+        let Some((_, _, d)) = self.dispatches.get_mut(idx) else {
+            return Exec::Error(EngineError::BadOperand, None);
+        };
+        let (end, st) = d.step(mem, job.space, &mut self.cu_tlbs);
+        stats.workgroups += st.workgroups;
+        stats.lane_ops += st.lane_ops;
+        let r = match end {
+            StepEnd::Progress => return Exec::Progress,
+            StepEnd::Done => Exec::Done,
+            StepEnd::Error { code, pc } => Exec::Error(code, Some(pc)),
+            StepEnd::Fault { fault, lane_pc } => Exec::KernelFault(fault, lane_pc),
+        };
+        self.dispatches.swap_remove(idx);
+        r
     }
 
     /// Trace records of the last slices, taken out.
@@ -450,7 +549,12 @@ impl CommandProcessor {
                 }
             }
             if let Some(mut fl) = job.cursor.pending {
-                let r = {
+                let r = if let Op::Dispatch(d) = &mut fl.op {
+                    // A step is long next to a packet: look at the clock
+                    // after each.
+                    until_clock = 1;
+                    self.dispatch_step(mem, job, d, stats)
+                } else {
                     let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space);
                     execute(host, &mut gm, &mut fl.op, stats)
                 };
@@ -467,6 +571,20 @@ impl CommandProcessor {
                         return SliceEnd::Fault {
                             fault,
                             packet_va: fl.packet_va,
+                        }
+                    }
+                    Exec::KernelFault(fault, lane_pc) => {
+                        return SliceEnd::KernelFault {
+                            fault,
+                            packet_va: fl.packet_va,
+                            lane_pc,
+                        }
+                    }
+                    Exec::Error(code, pc) => {
+                        return SliceEnd::Error {
+                            code,
+                            packet_va: fl.packet_va,
+                            header: pc.unwrap_or(fl.header),
                         }
                     }
                 }
@@ -639,8 +757,10 @@ impl CommandProcessor {
                     None => return error(EngineError::BadOpcode, header),
                 }
             }
-            // Both engines refuse DISPATCH above.
-            Packet::Dispatch { .. } => return error(EngineError::Unsupported, header),
+            Packet::Dispatch { .. } => match DispatchOp::from_packet(&packet) {
+                Some(d) => Op::Dispatch(d),
+                None => return error(EngineError::BadOpcode, header),
+            },
         };
         job.cursor.pending = Some(InFlight {
             op,
@@ -702,6 +822,8 @@ fn execute(host: &dyn Host, gm: &mut GpuMemory<'_>, op: &mut Op, stats: &mut Sta
                 }
             })
         }
+        // Run by `CommandProcessor::dispatch_step`.
+        Op::Dispatch(_) => Ok(Exec::Done),
         Op::Copy(c) => c.step(gm).map(|s| match s {
             Step::Progress(n) => {
                 stats.bytes += n;

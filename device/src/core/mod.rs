@@ -30,6 +30,7 @@ pub mod cp;
 pub mod dma;
 pub mod events;
 pub mod gpu;
+pub mod kernel_mem;
 pub mod mmu;
 pub mod reset;
 pub mod ring;

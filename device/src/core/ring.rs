@@ -44,6 +44,7 @@ use std::time::Instant;
 use vgpu_hwif::packet::{EngineError, MAX_INDIRECT_DEPTH};
 use vgpu_hwif::proto::{engine, ring_state, RingStatus, Status, MAX_RING_SIZE, MIN_RING_SIZE};
 
+use super::compute_engine::DispatchOp;
 use super::copy_engine::CopyOp;
 
 /// An `INDIRECT` command buffer being executed.
@@ -96,6 +97,9 @@ pub enum Op {
     },
     /// A copy-engine transfer and its progress.
     Copy(CopyOp),
+    /// A kernel dispatch; its loaded state and progress are kept by the
+    /// command processor under the op's token.
+    Dispatch(DispatchOp),
 }
 
 /// A packet in progress and where it came from.

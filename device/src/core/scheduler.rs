@@ -43,7 +43,7 @@ use super::cp::{CommandProcessor, Host, Job, SliceEnd, SliceOutput};
 use super::gpu::{Gpu, GpuConfig, GpuState, Request, ENGINES};
 use super::mmu::{Mem, MmuFault};
 use super::reset::engine_reset;
-use super::ring::{check_doorbell, RingState};
+use super::ring::{check_doorbell, Op, RingState};
 use super::telemetry::{Stats, TraceKind};
 
 /// How long an idle engine sleeps before looking again on its own.
@@ -367,6 +367,33 @@ pub fn retire(
                 header,
             });
         }
+        SliceEnd::KernelFault {
+            fault,
+            packet_va,
+            lane_pc,
+        } => {
+            let id = next_id(next_fault_id);
+            r.state = RingState::Stopped {
+                error: EngineError::PageFault as u32,
+                error_rptr: rptr,
+            };
+            c.stats.faults += 1;
+            c.last_fault_va = fault.va;
+            es.stats.faults += 1;
+            cp.record_instant(
+                TraceKind::Fault,
+                fault.reason.name(),
+                &job,
+                now_ns,
+                packet_va,
+                fault.va,
+            );
+            let mut ev = fault_event(job.ctx, e, &fault, packet_va, id, false);
+            if let Event::Fault { lane_pc: lp, .. } = &mut ev {
+                *lp = lane_pc;
+            }
+            events.push(ev);
+        }
         SliceEnd::StatusFault(fault) => {
             r.status_broken = true;
             r.state = RingState::Stopped {
@@ -419,7 +446,7 @@ pub fn serve_requests(gpu: &Gpu, st: &mut GpuState, e: u32, cp: &mut CommandProc
                 let applies = only_ctx.is_none() || only_ctx == in_flight;
                 if applies {
                     let report = engine_reset(st, e, in_flight, !silent);
-                    cp.tlb.flush();
+                    cp.flush_tlbs();
                     if !silent {
                         let now = gpu.clock.now_ns();
                         if let Some(t) = gpu.trace.as_ref() {
@@ -449,7 +476,7 @@ pub fn serve_requests(gpu: &Gpu, st: &mut GpuState, e: u32, cp: &mut CommandProc
                 }
             }
             Request::Invalidate { asid, va, size } => {
-                cp.tlb.invalidate(asid, va, size);
+                cp.invalidate_tlbs(asid, va, size);
             }
         }
         if let Some(es) = st.engines.get_mut(ei) {
@@ -460,6 +487,22 @@ pub fn serve_requests(gpu: &Gpu, st: &mut GpuState, e: u32, cp: &mut CommandProc
         es.interrupted = None;
     }
     gpu.done.notify_all();
+}
+
+/// Drops the command processor's loaded dispatches whose ring no longer
+/// holds them (reset, destroyed, or a new context with the same id).
+pub fn prune_dispatches(st: &GpuState, e: u32, cp: &mut CommandProcessor) {
+    if cp.loaded_dispatches() == 0 {
+        return;
+    }
+    cp.retain_dispatches(|ctx, token| {
+        st.contexts
+            .get(ctx)
+            .ok()
+            .and_then(|c| c.ring(e))
+            .and_then(|r| r.cursor.pending)
+            .is_some_and(|p| matches!(p.op, Op::Dispatch(d) if d.token == token))
+    });
 }
 
 /// Moves the command processor's trace records to the device's trace.
@@ -526,6 +569,9 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
     }
     let eu = e as u32;
     let mut cp = CommandProcessor::new(eu, gpu.cfg.generation, gpu.trace.is_some());
+    if eu == vgpu_hwif::proto::engine::COMPUTE {
+        cp.set_compute_units(gpu.cfg.compute_units as usize);
+    }
     let mut st = gpu.lock();
     loop {
         if gpu.shutdown.load(Ordering::Acquire) {
@@ -535,6 +581,7 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
             a.store(false, Ordering::Release);
         }
         serve_requests(&gpu, &mut st, eu, &mut cp);
+        prune_dispatches(&st, eu, &mut cp);
         let mem = gpu.memory();
         let mut events = Vec::new();
         take_doorbells(&mut st, eu, &mut events);

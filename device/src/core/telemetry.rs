@@ -37,6 +37,10 @@ pub struct Stats {
     pub tlb_hits: u64,
     /// TLB misses.
     pub tlb_misses: u64,
+    /// Kernel workgroups completed.
+    pub workgroups: u64,
+    /// Kernel lane operations (instructions times the lanes executing them).
+    pub lane_ops: u64,
 }
 
 impl Stats {
@@ -52,6 +56,8 @@ impl Stats {
             (&mut self.fences, o.fences),
             (&mut self.tlb_hits, o.tlb_hits),
             (&mut self.tlb_misses, o.tlb_misses),
+            (&mut self.workgroups, o.workgroups),
+            (&mut self.lane_ops, o.lane_ops),
         ];
         for (a, b) in pairs {
             *a = a.saturating_add(b);

@@ -516,13 +516,13 @@ fn malformed_packets_stop_with_the_right_error() {
             EngineError::WrongEngine,
         ),
         (
-            "dispatch on compute",
+            "dispatch of a malformed module (zeroed, executable)",
             2,
             1,
             |r| {
                 let mut w = [0u32; 15];
                 Packet::Dispatch {
-                    module_va: 0x1000,
+                    module_va: IB_VA,
                     module_size: 64,
                     kernel: 0,
                     args_va: 0,
@@ -535,7 +535,7 @@ fn malformed_packets_stop_with_the_right_error() {
                 .unwrap();
                 r.ring.words(&r.mem, &w).unwrap()
             },
-            EngineError::Unsupported,
+            EngineError::BadOperand,
         ),
         (
             "gen-2 misaligned copy",

@@ -1,0 +1,329 @@
+//! Global memory of a compute kernel: the ISA interpreter's
+//! [`GlobalMemory`] over one context's address space, through one compute
+//! unit's TLB.
+//!
+//! Permissions follow `vgpu_hwif::mmu::Access`: loads need `PTE_READ`,
+//! stores `PTE_WRITE`, atomics both. Every access is naturally aligned (the
+//! interpreter faults misaligned ones before they get here), so an access
+//! never crosses a page.
+//!
+//! A warp-wide load or store whose active lanes all fall in one page is
+//! translated once; the page's host mapping is then accessed directly, and
+//! 32 consecutive 32-bit lanes move as one block copy. Other warps go lane
+//! by lane (each translation a TLB hit after the first). Lanes access guest
+//! memory with relaxed atomic loads and stores of their own size, so racing
+//! compute units never tear a naturally aligned value; atomics are real
+//! read-modify-write atomics on guest memory, coherent across compute units
+//! and with the guest's CPUs.
+//!
+//! A failed translation is kept as the [`MmuFault`] the `FAULT` event
+//! reports (reason, level); the interpreter sees the matching
+//! [`MemFault`].
+
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+use vgpu_hwif::mmu::{Access, FaultReason};
+use vgpu_isa::inst::{AtomOp, WARP_SIZE};
+use vgpu_isa::mem::{lanes, GlobalMemory, LaneFault, MemFault, MemFaultReason};
+use vm_memory::bitmap::Bitmap;
+use vm_memory::{GuestAddress, GuestMemoryBackend, VolatileMemory, VolatileSlice};
+
+use super::dma::GpuMemory;
+use super::mmu::{Mem, MmuFault, PageMapping};
+
+/// One compute unit's view of a context's memory.
+#[derive(Debug)]
+pub struct KernelMemory<'a> {
+    gm: RefCell<GpuMemory<'a>>,
+    mem: &'a Mem,
+    fault: Cell<Option<MmuFault>>,
+}
+
+fn isa_access(a: Access) -> vgpu_isa::mem::Access {
+    match a {
+        Access::Write => vgpu_isa::mem::Access::Write,
+        Access::Atomic => vgpu_isa::mem::Access::Atomic,
+        Access::Read | Access::Execute => vgpu_isa::mem::Access::Read,
+    }
+}
+
+impl<'a> KernelMemory<'a> {
+    /// Kernel accesses through `gm`.
+    pub fn new(gm: GpuMemory<'a>, mem: &'a Mem) -> Self {
+        KernelMemory {
+            gm: RefCell::new(gm),
+            mem,
+            fault: Cell::new(None),
+        }
+    }
+
+    /// The translation fault behind the last [`MemFault`] returned, taken
+    /// out.
+    pub fn take_fault(&self) -> Option<MmuFault> {
+        self.fault.take()
+    }
+
+    fn fail(&self, f: MmuFault, size: u8) -> MemFault {
+        self.fault.set(Some(f));
+        MemFault {
+            va: f.va,
+            access: isa_access(f.access),
+            size,
+            reason: match f.reason {
+                FaultReason::Permission => MemFaultReason::Permission,
+                FaultReason::BadPhysical => MemFaultReason::Bus,
+                _ => MemFaultReason::NotMapped,
+            },
+        }
+    }
+
+    fn translate(&self, va: u64, access: Access, size: u8) -> Result<PageMapping, MemFault> {
+        let r = self.gm.borrow_mut().translate(va, access);
+        r.map_err(|f| self.fail(f, size))
+    }
+
+    /// The host mapping of `len` bytes at `va` in page `map`.
+    fn slice(
+        &self,
+        map: &PageMapping,
+        va: u64,
+        len: usize,
+        access: Access,
+        size: u8,
+    ) -> Result<VolatileSlice<'a, vm_memory::bitmap::MS<'a, Mem>>, MemFault> {
+        self.mem
+            .get_slice(GuestAddress(map.pa(va)), len)
+            .map_err(|_| {
+                self.fail(
+                    MmuFault {
+                        va,
+                        access,
+                        reason: FaultReason::BadPhysical,
+                        level: map.level(),
+                    },
+                    size,
+                )
+            })
+    }
+
+    /// Lowest and highest address of the lanes in `mask` (non-zero).
+    #[inline(always)]
+    fn span(va: &[u64; WARP_SIZE], mask: u32) -> (u64, u64) {
+        let mut lo = u64::MAX;
+        let mut hi = 0u64;
+        for (l, &a) in va.iter().enumerate() {
+            let on = mask >> l & 1 != 0;
+            lo = if on { lo.min(a) } else { lo };
+            hi = if on { hi.max(a) } else { hi };
+        }
+        (lo, hi)
+    }
+
+    /// Whether the 32 lanes access consecutive 32-bit words from `va[0]`.
+    #[inline(always)]
+    fn consecutive_words(va: &[u64; WARP_SIZE]) -> bool {
+        let mut differ = 0u64;
+        for (l, &a) in va.iter().enumerate() {
+            differ |= a ^ va[0].wrapping_add(4 * l as u64);
+        }
+        differ == 0
+    }
+
+    /// The mapping of the page holding every lane of `mask` for a
+    /// `size`-byte access, if they share one and it allows `access`.
+    #[inline(always)]
+    fn one_page(
+        &self,
+        va: &[u64; WARP_SIZE],
+        mask: u32,
+        size: u8,
+        access: Access,
+    ) -> Option<(VolatileSlice<'a, vm_memory::bitmap::MS<'a, Mem>>, u64)> {
+        if mask == 0 {
+            return None;
+        }
+        let (lo, hi) = Self::span(va, mask);
+        let map = self.translate(lo, access, size).ok()?;
+        if !map.contains(hi) {
+            return None;
+        }
+        let len = usize::try_from(hi - lo).ok()? + usize::from(size);
+        let s = self.slice(&map, lo, len, access, size).ok()?;
+        Some((s, lo))
+    }
+}
+
+/// Reads the `size`-byte value at byte `off` of `base`.
+///
+/// # Safety
+/// `base + off` must be valid for a `size`-byte read of guest memory for
+/// the duration of the call and aligned to `size`.
+#[inline(always)]
+unsafe fn read_at(base: *const u8, off: usize, size: u8) -> u64 {
+    // SAFETY: the caller guarantees validity and alignment; guest memory is
+    // shared, so it is only accessed atomically.
+    unsafe {
+        let p = base.add(off);
+        match size {
+            1 => u64::from(AtomicU8::from_ptr(p.cast_mut()).load(Ordering::Relaxed)),
+            2 => u64::from(u16::from_le(
+                AtomicU16::from_ptr(p.cast_mut().cast()).load(Ordering::Relaxed),
+            )),
+            4 => u64::from(u32::from_le(
+                AtomicU32::from_ptr(p.cast_mut().cast()).load(Ordering::Relaxed),
+            )),
+            _ => u64::from_le(AtomicU64::from_ptr(p.cast_mut().cast()).load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// Writes the low `size` bytes of `v` at byte `off` of `base`.
+///
+/// # Safety
+/// As [`read_at`], for a write.
+#[inline(always)]
+unsafe fn write_at(base: *mut u8, off: usize, size: u8, v: u64) {
+    // SAFETY: see `read_at`.
+    unsafe {
+        let p = base.add(off);
+        match size {
+            1 => AtomicU8::from_ptr(p).store(v as u8, Ordering::Relaxed),
+            2 => AtomicU16::from_ptr(p.cast()).store((v as u16).to_le(), Ordering::Relaxed),
+            4 => AtomicU32::from_ptr(p.cast()).store((v as u32).to_le(), Ordering::Relaxed),
+            _ => AtomicU64::from_ptr(p.cast()).store(v.to_le(), Ordering::Relaxed),
+        }
+    }
+}
+
+impl GlobalMemory for KernelMemory<'_> {
+    fn load(&self, va: u64, size: u8) -> Result<u64, MemFault> {
+        let map = self.translate(va, Access::Read, size)?;
+        let s = self.slice(&map, va, usize::from(size), Access::Read, size)?;
+        let g = s.ptr_guard();
+        // SAFETY: the slice covers `size` bytes at `va`, which is naturally
+        // aligned (the interpreter checks), and so is its host address
+        // (guest pages are page-aligned in the host mapping).
+        Ok(unsafe { read_at(g.as_ptr(), 0, size) })
+    }
+
+    fn store(&self, va: u64, size: u8, value: u64) -> Result<(), MemFault> {
+        let map = self.translate(va, Access::Write, size)?;
+        let s = self.slice(&map, va, usize::from(size), Access::Write, size)?;
+        let g = s.ptr_guard_mut();
+        // SAFETY: as in `load`.
+        unsafe { write_at(g.as_ptr(), 0, size, value) };
+        s.bitmap().mark_dirty(0, usize::from(size));
+        Ok(())
+    }
+
+    fn atomic32(&self, va: u64, op: AtomOp, b: u32, c: u32) -> Result<u32, MemFault> {
+        let map = self.translate(va, Access::Atomic, 4)?;
+        let s = self.slice(&map, va, 4, Access::Atomic, 4)?;
+        let bad = MmuFault {
+            va,
+            access: Access::Atomic,
+            reason: FaultReason::BadPhysical,
+            level: map.level(),
+        };
+        let w = s
+            .get_atomic_ref::<AtomicU32>(0)
+            .map_err(|_| self.fail(bad, 4))?;
+        s.bitmap().mark_dirty(0, 4);
+        let o = Ordering::AcqRel;
+        // Little-endian host: the word's value is the integer's.
+        Ok(match op {
+            AtomOp::Add => w.fetch_add(b, o),
+            AtomOp::MinU => w.fetch_min(b, o),
+            AtomOp::MaxU => w.fetch_max(b, o),
+            AtomOp::Exch => w.swap(b, o),
+            AtomOp::And => w.fetch_and(b, o),
+            AtomOp::Or => w.fetch_or(b, o),
+            AtomOp::Xor => w.fetch_xor(b, o),
+            AtomOp::Cas => match w.compare_exchange(b, c, o, Ordering::Acquire) {
+                Ok(v) | Err(v) => v,
+            },
+            AtomOp::MinS | AtomOp::MaxS => {
+                match w.fetch_update(o, Ordering::Acquire, |old| Some(op.apply(old, b, c))) {
+                    Ok(v) | Err(v) => v,
+                }
+            }
+        })
+    }
+
+    fn load_warp(
+        &self,
+        size: u8,
+        va: &[u64; WARP_SIZE],
+        mask: u32,
+        lo: &mut [u32; WARP_SIZE],
+        hi: &mut [u32; WARP_SIZE],
+    ) -> Result<(), LaneFault> {
+        if let Some((s, base)) = self.one_page(va, mask, size, Access::Read) {
+            if size == 4 && mask == u32::MAX && Self::consecutive_words(va) {
+                s.copy_to(&mut lo[..]);
+                for v in lo.iter_mut() {
+                    *v = u32::from_le(*v);
+                }
+                return Ok(());
+            }
+            let g = s.ptr_guard();
+            let p = g.as_ptr();
+            for l in lanes(mask) {
+                // SAFETY: every active lane lies in the slice (`one_page`
+                // spans the lowest to the highest plus `size`) and is
+                // naturally aligned.
+                let v = unsafe { read_at(p, (va[l] - base) as usize, size) };
+                lo[l] = v as u32;
+                hi[l] = (v >> 32) as u32;
+            }
+            return Ok(());
+        }
+        for lane in lanes(mask) {
+            let v = self.load(va[lane], size).map_err(|fault| LaneFault {
+                lane: lane as u32,
+                fault,
+            })?;
+            lo[lane] = v as u32;
+            hi[lane] = (v >> 32) as u32;
+        }
+        Ok(())
+    }
+
+    fn store_warp(
+        &self,
+        size: u8,
+        va: &[u64; WARP_SIZE],
+        mask: u32,
+        lo: &[u32; WARP_SIZE],
+        hi: &[u32; WARP_SIZE],
+    ) -> Result<(), LaneFault> {
+        if let Some((s, base)) = self.one_page(va, mask, size, Access::Write) {
+            if size == 4 && mask == u32::MAX && Self::consecutive_words(va) {
+                let mut le = *lo;
+                for v in le.iter_mut() {
+                    *v = v.to_le();
+                }
+                s.copy_from(&le[..]);
+                return Ok(());
+            }
+            let g = s.ptr_guard_mut();
+            let p = g.as_ptr();
+            for l in lanes(mask) {
+                let v = u64::from(lo[l]) | u64::from(hi[l]) << 32;
+                // SAFETY: as in `load_warp`.
+                unsafe { write_at(p, (va[l] - base) as usize, size, v) };
+            }
+            s.bitmap().mark_dirty(0, s.len());
+            return Ok(());
+        }
+        for lane in lanes(mask) {
+            let v = u64::from(lo[lane]) | u64::from(hi[lane]) << 32;
+            self.store(va[lane], size, v).map_err(|fault| LaneFault {
+                lane: lane as u32,
+                fault,
+            })?;
+        }
+        Ok(())
+    }
+}

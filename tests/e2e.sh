@@ -141,5 +141,18 @@ if selected "$name"; then
     else result "$name" 1; fi
 fi
 
+# --- The UMD API end to end: memory and pools (no reuse before the fence), copies, memsets, batching, events and
+#     cross-stream semaphore waits, invalid arguments and use after destroy, threads and streams, sticky loss on a
+#     page fault and on a hang, launches.
+for g in 1 2; do
+    name=umd-api-gen$g
+    selected "$name" || continue
+    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=1000" run 'vgpu-umd-test'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^umd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
+    else result "$name" 1; fi
+done
+
 echo "e2e: $passed passed, $failed failed"
 [ $failed -eq 0 ]

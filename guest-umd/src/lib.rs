@@ -1,12 +1,31 @@
-//! The vgpu user-mode driver: the library guest programs use to reach the GPU
-//! through the KMD's render node.
+//! The vgpu user-mode driver: the library guest programs use to program the
+//! GPU through the KMD's render node (see `docs/umd.md`).
 //!
-//! Today it opens the device, reads its identity ([`Device::identity`]) and
-//! runs a `PING` round trip through the device's control and event queues
-//! ([`Device::ping`]).
+//! * [`Device`]: enumeration ([`devices`]), identity and properties.
+//! * [`Context`]: an address space with memory pools ([`Buffer`]), the
+//!   command-buffer pool and the sticky lost state ([`LostReason`]).
+//! * [`Stream`]: ordered work (copies, memsets, launches), batched into
+//!   command buffers; [`Event`]: markers, timing and cross-stream waits.
+//! * [`Module`] / [`Kernel`] / [`Arg`]: compute modules and launches.
+//! * [`capi`]: the C ABI of `include/vgpu.h`.
+
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod capi;
+pub mod cmdbuf;
+pub mod config;
+pub mod context;
+pub mod fence;
+pub mod kmd;
+pub mod memory;
+pub mod module;
+pub mod stream;
 pub mod uapi;
+
+pub use config::Config;
+pub use context::{Buffer, Context, LostReason, MemKind};
+pub use module::{Arg, Kernel, LaunchError, Module};
+pub use stream::{Event, Priority, Stream, ENGINE_COMPUTE, ENGINE_COPY};
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -37,6 +56,61 @@ pub enum Error {
         call: &'static str,
         /// The OS error (errno) the KMD returned.
         source: std::io::Error,
+    },
+    /// A tunable is malformed.
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    /// The KMD refused a request of an API call.
+    #[error("{call} (context {ctx}): {source}")]
+    Kmd {
+        /// The API call.
+        call: &'static str,
+        /// The KMD context involved (0: none).
+        ctx: u32,
+        /// The ioctl and errno.
+        source: kmd::KmdError,
+    },
+    /// Memory could not be allocated or accessed.
+    #[error("{call}: {source}")]
+    Mem {
+        /// The API call.
+        call: &'static str,
+        /// Why.
+        source: memory::MemError,
+    },
+    /// A packet could not be encoded.
+    #[error("{call}: {source}")]
+    Cmd {
+        /// The API call.
+        call: &'static str,
+        /// Why.
+        source: cmdbuf::CmdError,
+    },
+    /// A module or launch problem.
+    #[error("{call}: {source}")]
+    Launch {
+        /// The API call.
+        call: &'static str,
+        /// Why.
+        source: module::LaunchError,
+    },
+    /// An invalid argument or object state.
+    #[error("{call}: invalid argument: {what}")]
+    Invalid {
+        /// The API call.
+        call: &'static str,
+        /// What is wrong.
+        what: String,
+    },
+    /// The context was lost (sticky): a fault, hang, reset or device loss.
+    #[error("{call} (context {ctx}): {reason}")]
+    Lost {
+        /// The API call.
+        call: &'static str,
+        /// The KMD context whose work was lost.
+        ctx: u32,
+        /// The device's reason.
+        reason: context::LostReason,
     },
 }
 
@@ -134,7 +208,27 @@ pub fn driver_name(file: &File) -> Result<String> {
     Ok(String::from_utf8_lossy(&name[..n]).into_owned())
 }
 
+/// Every render node driven by vgpu, in name order.
+pub fn devices() -> Vec<Device> {
+    let mut nodes: Vec<PathBuf> = match std::fs::read_dir("/dev/dri") {
+        Ok(d) => d.filter_map(|e| e.ok().map(|e| e.path())).collect(),
+        Err(_) => return Vec::new(),
+    };
+    nodes.retain(|p| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("renderD"))
+    });
+    nodes.sort();
+    nodes.iter().filter_map(|p| Device::open(p).ok()).collect()
+}
+
 impl Device {
+    /// The open file (for the library's own KMD wrappers).
+    pub fn into_file(self) -> File {
+        self.file
+    }
+
     /// Opens the first render node whose driver is vgpu.
     pub fn open_first() -> Result<Device> {
         let mut nodes: Vec<PathBuf> = std::fs::read_dir("/dev/dri")

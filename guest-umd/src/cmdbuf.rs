@@ -1,0 +1,517 @@
+//! Command buffers: packet encoding for the device's generation (gen 2's
+//! 64-byte alignment of copy packets, padded with `NOP`s), a pool of
+//! command buffers recycled once the fence of the batch that used them
+//! signalled, and the `VGPU_DUMP` file format.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use vgpu_hwif::packet::{self, Packet, GEN2_ENGINE_PACKET_ALIGN};
+
+use crate::fence::SyncPoint;
+use crate::kmd::Kmd;
+use crate::memory::{Bo, MemError, VaAllocator};
+use crate::uapi;
+
+/// Encoding errors.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum CmdError {
+    /// The packet does not fit in the rest of the buffer.
+    #[error("command buffer full")]
+    Full,
+    /// The packet cannot be encoded (operands out of range).
+    #[error("packet {0:?} cannot be encoded")]
+    Unencodable(Packet),
+}
+
+/// Words a packet needs, including gen-2 alignment padding, when the next
+/// free word is at GPU VA `va`.
+pub fn padding_words(generation: u32, opcode: u8, va: u64) -> u32 {
+    if generation >= 2 && packet::is_copy_engine_packet(opcode) {
+        let rem = va % GEN2_ENGINE_PACKET_ALIGN;
+        if rem != 0 {
+            return ((GEN2_ENGINE_PACKET_ALIGN - rem) / 4) as u32;
+        }
+    }
+    0
+}
+
+/// Writes packets into a word slice that the device reads at `base_va`.
+#[derive(Debug)]
+pub struct Writer<'a> {
+    generation: u32,
+    base_va: u64,
+    words: &'a mut [u32],
+    len: usize,
+}
+
+impl<'a> Writer<'a> {
+    /// A writer over `words` (the device sees word 0 at `base_va`), starting
+    /// at word `len`.
+    pub fn new(generation: u32, base_va: u64, words: &'a mut [u32], len: usize) -> Writer<'a> {
+        Writer {
+            generation,
+            base_va,
+            words,
+            len,
+        }
+    }
+
+    /// Words written so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing is written.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn nop(&mut self, words: u32) {
+        let n = Packet::Nop { words }
+            .encode(self.generation, &mut self.words[self.len..])
+            .expect("room checked");
+        self.len += n;
+    }
+
+    /// Appends `p`, preceded by `NOP` padding where gen 2 requires it.
+    pub fn push(&mut self, p: &Packet) -> Result<(), CmdError> {
+        let va = self.base_va + 4 * self.len as u64;
+        let pad = padding_words(self.generation, p.opcode(), va) as usize;
+        let mut tmp = [0u32; 64];
+        let n = p
+            .encode(self.generation, &mut tmp)
+            .ok_or(CmdError::Unencodable(*p))?;
+        if self.len + pad + n > self.words.len() {
+            return Err(CmdError::Full);
+        }
+        if pad > 0 {
+            self.nop(pad as u32);
+        }
+        self.words[self.len..self.len + n].copy_from_slice(&tmp[..n]);
+        self.len += n;
+        Ok(())
+    }
+
+    /// Pads to a multiple of 8 bytes (SUBMIT's command-buffer size rule).
+    /// There is always room: buffers hold an even number of words.
+    pub fn finish(&mut self) -> usize {
+        if self.len % 2 == 1 {
+            self.nop(1);
+        }
+        self.len
+    }
+}
+
+/// One command buffer: a BO bound READ|EXEC.
+#[derive(Debug)]
+pub struct CmdBuf {
+    pub(crate) bo: Arc<Bo>,
+    /// Words written.
+    pub(crate) len: usize,
+}
+
+impl CmdBuf {
+    /// The buffer's words.
+    fn words(&mut self) -> &mut [u32] {
+        let n = (self.bo.size() / 4) as usize;
+        // SAFETY: the BO's mapping is `size` bytes, page aligned, and only
+        // this `CmdBuf` writes it (the pool hands a buffer to one batch at
+        // a time and takes it back only after the device finished it).
+        unsafe { std::slice::from_raw_parts_mut(self.bo.ptr(0).cast::<u32>(), n) }
+    }
+
+    /// Appends `p`.
+    pub fn push(&mut self, generation: u32, p: &Packet) -> Result<(), CmdError> {
+        let va = self.bo.va();
+        let len = self.len;
+        let mut w = Writer::new(generation, va, self.words(), len);
+        w.push(p)?;
+        self.len = w.len();
+        Ok(())
+    }
+
+    /// Pads to 8 bytes; the `SUBMIT` entry.
+    pub fn finish(&mut self, generation: u32) -> uapi::DrmVgpuCmd {
+        let va = self.bo.va();
+        let len = self.len;
+        let mut w = Writer::new(generation, va, self.words(), len);
+        self.len = w.finish();
+        uapi::DrmVgpuCmd {
+            va,
+            size: 4 * self.len as u64,
+        }
+    }
+
+    /// The words written.
+    pub fn written(&mut self) -> Vec<u32> {
+        let n = self.len;
+        self.words()[..n].to_vec()
+    }
+}
+
+/// Command-buffer pool statistics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CmdPoolStats {
+    /// Buffers created.
+    pub created: u64,
+    /// Buffers waiting for their batch's fence.
+    pub in_flight: u64,
+    /// Buffers ready.
+    pub free: u64,
+    /// Batches that needed more than one buffer (chained).
+    pub chained: u64,
+}
+
+/// The pool of command buffers.
+#[derive(Debug)]
+pub struct CmdPool {
+    kmd: Arc<Kmd>,
+    vas: Arc<Mutex<VaAllocator>>,
+    size: u64,
+    free: Vec<CmdBuf>,
+    in_flight: Vec<(CmdBuf, SyncPoint)>,
+    pub(crate) stats: CmdPoolStats,
+}
+
+impl CmdPool {
+    /// Buffers of `size` bytes.
+    pub fn new(kmd: Arc<Kmd>, vas: Arc<Mutex<VaAllocator>>, size: u64) -> CmdPool {
+        CmdPool {
+            kmd,
+            vas,
+            size,
+            free: Vec::new(),
+            in_flight: Vec::new(),
+            stats: CmdPoolStats::default(),
+        }
+    }
+
+    /// Moves buffers whose batch completed to the free list.
+    pub fn reclaim(&mut self) {
+        let mut i = 0;
+        while i < self.in_flight.len() {
+            if self.in_flight[i].1.is_done(&self.kmd) {
+                let (b, _) = self.in_flight.swap_remove(i);
+                self.free.push(b);
+            } else {
+                i += 1;
+            }
+        }
+        self.stats.in_flight = self.in_flight.len() as u64;
+        self.stats.free = self.free.len() as u64;
+    }
+
+    /// An empty buffer.
+    pub fn get(&mut self) -> Result<CmdBuf, MemError> {
+        if self.free.is_empty() {
+            self.reclaim();
+        }
+        let b = match self.free.pop() {
+            Some(mut b) => {
+                b.len = 0;
+                b
+            }
+            None => {
+                let bo = Bo::new(
+                    &self.kmd,
+                    &self.vas,
+                    self.size,
+                    uapi::VM_BIND_READ | uapi::VM_BIND_EXEC,
+                )?;
+                self.stats.created += 1;
+                CmdBuf {
+                    bo: Arc::new(bo),
+                    len: 0,
+                }
+            }
+        };
+        self.stats.free = self.free.len() as u64;
+        Ok(b)
+    }
+
+    /// Returns a buffer that was never submitted.
+    pub fn put(&mut self, b: CmdBuf) {
+        self.free.push(b);
+    }
+
+    /// Returns a submitted buffer; reused once `sp` signalled.
+    pub fn retire(&mut self, b: CmdBuf, sp: SyncPoint) {
+        self.in_flight.push((b, sp));
+        self.stats.in_flight = self.in_flight.len() as u64;
+    }
+}
+
+/// Magic of a dump file.
+pub const DUMP_MAGIC: &[u8; 8] = b"VGPUDUMP";
+/// Magic of one record.
+pub const DUMP_RECORD: u32 = 0x4244_4d43; // "CMDB"
+
+/// One dumped command buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DumpRecord {
+    /// Device generation the packets are encoded for.
+    pub generation: u32,
+    /// KMD context.
+    pub ctx_id: u32,
+    /// Engine.
+    pub engine: u32,
+    /// Index of the buffer in its SUBMIT.
+    pub index: u32,
+    /// GPU VA.
+    pub va: u64,
+    /// The words.
+    pub words: Vec<u32>,
+}
+
+impl DumpRecord {
+    /// Serialises (little endian): magic, generation, ctx, engine, index,
+    /// va, word count (u64), words.
+    pub fn write_to(&self, w: &mut impl Write) -> std::io::Result<()> {
+        let mut b = Vec::with_capacity(40 + 4 * self.words.len());
+        for v in [
+            DUMP_RECORD,
+            self.generation,
+            self.ctx_id,
+            self.engine,
+            self.index,
+        ] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&[0; 4]);
+        b.extend_from_slice(&self.va.to_le_bytes());
+        b.extend_from_slice(&(self.words.len() as u64).to_le_bytes());
+        for x in &self.words {
+            b.extend_from_slice(&x.to_le_bytes());
+        }
+        w.write_all(&b)
+    }
+
+    /// Parses the records following the file magic.
+    pub fn parse_all(bytes: &[u8]) -> Result<Vec<DumpRecord>, String> {
+        let rest = bytes
+            .strip_prefix(DUMP_MAGIC)
+            .ok_or("not a vgpu dump (bad magic)")?;
+        let mut out = Vec::new();
+        let mut p = rest;
+        let u32_at = |b: &[u8], i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+        let u64_at = |b: &[u8], i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        while !p.is_empty() {
+            if p.len() < 40 || u32_at(p, 0) != DUMP_RECORD {
+                return Err(format!("corrupt record at byte {}", bytes.len() - p.len()));
+            }
+            let n = u64_at(p, 32) as usize;
+            if p.len() < 40 + 4 * n {
+                return Err(format!(
+                    "truncated record at byte {}",
+                    bytes.len() - p.len()
+                ));
+            }
+            out.push(DumpRecord {
+                generation: u32_at(p, 4),
+                ctx_id: u32_at(p, 8),
+                engine: u32_at(p, 12),
+                index: u32_at(p, 16),
+                va: u64_at(p, 24),
+                words: (0..n).map(|i| u32_at(p, 40 + 4 * i)).collect(),
+            });
+            p = &p[40 + 4 * n..];
+        }
+        Ok(out)
+    }
+}
+
+/// Decodes `words` (read by the device at `va`) packet by packet into
+/// lines `va: PACKET operands`.
+pub fn disassemble(generation: u32, va: u64, words: &[u32]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < words.len() {
+        let at = va + 4 * i as u64;
+        let hdr = match packet::decode_header(generation, words[i]) {
+            Ok(h) => h,
+            Err(e) => {
+                out.push(format!(
+                    "{at:#014x}: {:#010x} invalid header ({})",
+                    words[i],
+                    e.name()
+                ));
+                break;
+            }
+        };
+        let end = i + hdr.words as usize;
+        if end > words.len() {
+            out.push(format!(
+                "{at:#014x}: packet of {} words runs past the end (TRUNCATED)",
+                hdr.words
+            ));
+            break;
+        }
+        match Packet::decode(hdr, &words[i..end]) {
+            Ok(p) => out.push(format!("{at:#014x}: {}", describe(&p))),
+            Err(e) => out.push(format!(
+                "{at:#014x}: opcode {:#04x}: {}",
+                hdr.opcode,
+                e.name()
+            )),
+        }
+        i = end;
+    }
+    out
+}
+
+/// One packet as text.
+pub fn describe(p: &Packet) -> String {
+    match *p {
+        Packet::Nop { words } => format!("NOP words={words}"),
+        Packet::Indirect { va, size } => format!("INDIRECT va={va:#x} size={size}"),
+        Packet::Fence { va, seqno, flags } => format!(
+            "FENCE va={va:#x} seqno={seqno}{}",
+            if flags & packet::FENCE_NO_EVENT != 0 { " NO_EVENT" } else { "" }
+        ),
+        Packet::SemWait { va, value, op } => format!(
+            "SEM_WAIT va={va:#x} {} {value}",
+            match op {
+                packet::SEM_WAIT_GEQ => ">=",
+                packet::SEM_WAIT_EQ => "==",
+                _ => "!=",
+            }
+        ),
+        Packet::SemSignal { va, value, op } => format!(
+            "SEM_SIGNAL va={va:#x} {} {value}",
+            if op == packet::SEM_SIGNAL_ADD { "+=" } else { "=" }
+        ),
+        Packet::Timestamp { va } => format!("TIMESTAMP va={va:#x}"),
+        Packet::Copy { src, dst, size } => format!("COPY src={src:#x} dst={dst:#x} size={size}"),
+        Packet::Copy2d {
+            src,
+            dst,
+            src_pitch,
+            dst_pitch,
+            width,
+            height,
+        } => format!(
+            "COPY_2D src={src:#x} dst={dst:#x} src_pitch={src_pitch} dst_pitch={dst_pitch} width={width} height={height}"
+        ),
+        Packet::Fill { dst, size, pattern } => format!("FILL dst={dst:#x} size={size} pattern={pattern:#010x}"),
+        Packet::Dispatch {
+            module_va,
+            module_size,
+            kernel,
+            args_va,
+            args_size,
+            grid,
+            wg,
+            shared_size,
+        } => format!(
+            "DISPATCH module={module_va:#x}+{module_size} kernel={kernel} args={args_va:#x}+{args_size} grid={}x{}x{} wg={}x{}x{} shared={shared_size}",
+            grid[0], grid[1], grid[2], wg[0], wg[1], wg[2]
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fill(dst: u64) -> Packet {
+        Packet::Fill {
+            dst,
+            size: 64,
+            pattern: 0xdead_beef,
+        }
+    }
+
+    #[test]
+    fn gen2_pads_copy_packets_to_64_bytes() {
+        let mut words = [0u32; 64];
+        let base = 0x10_0000;
+        let mut w = Writer::new(2, base, &mut words, 0);
+        w.push(&Packet::Timestamp { va: 0x2000 }).unwrap(); // 3 words
+        w.push(&fill(0x3000)).unwrap();
+        // The FILL starts at word 16 (64 bytes), after a 13-word NOP.
+        let n = w.finish();
+        let lines = disassemble(2, base, &words[..n]);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[1].ends_with("NOP words=13"), "{lines:?}");
+        assert!(
+            lines[2].starts_with(&format!("{:#014x}: FILL", base + 64)),
+            "{lines:?}"
+        );
+        assert_eq!(n % 2, 0);
+    }
+
+    #[test]
+    fn gen1_does_not_pad_and_uses_gen1_headers() {
+        let mut words = [0u32; 64];
+        let mut w = Writer::new(1, 0x10_0000, &mut words, 0);
+        w.push(&Packet::Timestamp { va: 0x2000 }).unwrap();
+        w.push(&fill(0x3000)).unwrap();
+        let n = w.finish();
+        assert_eq!(n, 3 + 6 + 1, "no alignment padding, one NOP to 8 bytes");
+        assert_eq!(words[0], 0x305);
+        assert_eq!(words[3], 0x612);
+        assert!(disassemble(2, 0x10_0000, &words[..n])[0].contains("invalid header"));
+    }
+
+    #[test]
+    fn gen2_already_aligned_needs_no_nop() {
+        assert_eq!(padding_words(2, packet::OP_COPY, 0x1000), 0);
+        assert_eq!(padding_words(2, packet::OP_COPY, 0x1004), 15);
+        assert_eq!(padding_words(2, packet::OP_TIMESTAMP, 0x1004), 0);
+        assert_eq!(padding_words(1, packet::OP_COPY, 0x1004), 0);
+    }
+
+    #[test]
+    fn full_buffer_is_reported_and_left_intact() {
+        let mut words = [0u32; 20];
+        let mut w = Writer::new(2, 0x1000, &mut words, 0);
+        w.push(&Packet::Timestamp { va: 0x2000 }).unwrap();
+        // FILL needs 13 padding + 6 words from word 3: 22 > 20.
+        assert_eq!(w.push(&fill(0x3000)), Err(CmdError::Full));
+        assert_eq!(w.len(), 3);
+    }
+
+    #[test]
+    fn dispatch_encodes_and_decodes() {
+        let d = Packet::Dispatch {
+            module_va: 0x40_0000,
+            module_size: 512,
+            kernel: 1,
+            args_va: 0x50_0000,
+            args_size: 24,
+            grid: [4, 1, 1],
+            wg: [256, 1, 1],
+            shared_size: 0,
+        };
+        for gen in [1, 2] {
+            let mut words = [0u32; 64];
+            let mut w = Writer::new(gen, 0x1000, &mut words, 0);
+            w.push(&d).unwrap();
+            let n = w.finish();
+            let l = disassemble(gen, 0x1000, &words[..n]);
+            assert_eq!(
+                l[0],
+                "0x000000001000: DISPATCH module=0x400000+512 kernel=1 args=0x500000+24 grid=4x1x1 wg=256x1x1 shared=0"
+            );
+        }
+    }
+
+    #[test]
+    fn dump_round_trip() {
+        let r = DumpRecord {
+            generation: 2,
+            ctx_id: 3,
+            engine: 1,
+            index: 0,
+            va: 0xabc000,
+            words: vec![1, 2, 3, 4],
+        };
+        let mut b = DUMP_MAGIC.to_vec();
+        r.write_to(&mut b).unwrap();
+        r.write_to(&mut b).unwrap();
+        assert_eq!(DumpRecord::parse_all(&b).unwrap(), vec![r.clone(), r]);
+        assert!(DumpRecord::parse_all(&b[..b.len() - 1]).is_err());
+        assert!(DumpRecord::parse_all(b"nope").is_err());
+    }
+}

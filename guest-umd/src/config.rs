@@ -1,0 +1,199 @@
+//! Tunables, read once from the environment when a [`crate::Context`] is
+//! created. Every field has a documented default (see `docs/umd.md`), so a
+//! hypothesis can be tested without rebuilding.
+
+use std::path::PathBuf;
+
+/// A malformed environment variable.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// Not a number (with an optional K/M/G suffix for sizes).
+    #[error("environment variable {var}={value:?}: not a number")]
+    NotANumber {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// Outside the accepted range.
+    #[error("environment variable {var}={value}: must be in {min}..={max}")]
+    OutOfRange {
+        /// The variable.
+        var: &'static str,
+        /// The parsed value.
+        value: u64,
+        /// Smallest accepted value.
+        min: u64,
+        /// Largest accepted value.
+        max: u64,
+    },
+}
+
+/// The UMD's tunables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// `VGPU_CMDBUF_SIZE` (default 128 KiB, 4 KiB..=1 MiB, rounded up to
+    /// 4 KiB): bytes of one command buffer. A batch that fills one chains
+    /// into the next (another command-buffer entry of the same SUBMIT).
+    pub cmdbuf_size: u64,
+    /// `VGPU_BATCH_OPS` (default 256, 1..=65536): operations a stream batches
+    /// before it submits on its own; sync points submit earlier.
+    pub batch_ops: u32,
+    /// `VGPU_SPIN_US` (default 20, 0..=1000000): a fence wait first spins on
+    /// the fence's memory for this long.
+    pub spin_us: u64,
+    /// `VGPU_POLL_US` (default 2000, 0..=10000000): then polls with
+    /// exponential backoff sleeps for this long.
+    pub poll_us: u64,
+    /// `VGPU_POLL_MAX_SLEEP_US` (default 200, 1..=100000): longest single
+    /// backoff sleep.
+    pub poll_max_sleep_us: u64,
+    /// `VGPU_POOL_CACHE` (default 64 MiB, 0..=16 GiB): bytes of freed large
+    /// (> 64 KiB) buffers kept for reuse; beyond it they are released.
+    pub pool_cache: u64,
+    /// `VGPU_DUMP`: `1` dumps every submitted command buffer to
+    /// `/tmp/vgpu-dump.<pid>`, any other non-empty value names the file.
+    /// `0` or unset: off.
+    pub dump: Option<PathBuf>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            cmdbuf_size: 128 << 10,
+            batch_ops: 256,
+            spin_us: 20,
+            poll_us: 2000,
+            poll_max_sleep_us: 200,
+            pool_cache: 64 << 20,
+            dump: None,
+        }
+    }
+}
+
+/// Parses `123`, `4K`, `2M`, `1G` (binary multiples), or `0x..`.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mul) = match s.chars().last()? {
+        'k' | 'K' => (&s[..s.len() - 1], 1u64 << 10),
+        'm' | 'M' => (&s[..s.len() - 1], 1 << 20),
+        'g' | 'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    let v = if let Some(h) = num.strip_prefix("0x") {
+        u64::from_str_radix(h, 16).ok()?
+    } else {
+        num.parse::<u64>().ok()?
+    };
+    v.checked_mul(mul)
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Config::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads variables through `get` (the environment, or a test's map).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let d = Config::default();
+        let num = |var: &'static str, def: u64, min: u64, max: u64| -> Result<u64, ConfigError> {
+            let Some(raw) = get(var).filter(|v| !v.trim().is_empty()) else {
+                return Ok(def);
+            };
+            let value = parse_size(&raw).ok_or(ConfigError::NotANumber { var, value: raw })?;
+            if value < min || value > max {
+                return Err(ConfigError::OutOfRange {
+                    var,
+                    value,
+                    min,
+                    max,
+                });
+            }
+            Ok(value)
+        };
+        let cmdbuf_size =
+            num("VGPU_CMDBUF_SIZE", d.cmdbuf_size, 4 << 10, 1 << 20)?.div_ceil(4096) * 4096;
+        let dump = match get("VGPU_DUMP").as_deref().map(str::trim) {
+            None | Some("") | Some("0") => None,
+            Some("1") => Some(PathBuf::from(format!(
+                "/tmp/vgpu-dump.{}",
+                std::process::id()
+            ))),
+            Some(p) => Some(PathBuf::from(p)),
+        };
+        Ok(Config {
+            cmdbuf_size,
+            batch_ops: num("VGPU_BATCH_OPS", u64::from(d.batch_ops), 1, 65536)? as u32,
+            spin_us: num("VGPU_SPIN_US", d.spin_us, 0, 1_000_000)?,
+            poll_us: num("VGPU_POLL_US", d.poll_us, 0, 10_000_000)?,
+            poll_max_sleep_us: num("VGPU_POLL_MAX_SLEEP_US", d.poll_max_sleep_us, 1, 100_000)?,
+            pool_cache: num("VGPU_POOL_CACHE", d.pool_cache, 0, 16 << 30)?,
+            dump,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_when_unset() {
+        assert_eq!(cfg(&[]).unwrap(), Config::default());
+        assert_eq!(cfg(&[("VGPU_SPIN_US", " ")]).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn sizes_and_suffixes() {
+        assert_eq!(parse_size("64K"), Some(65536));
+        assert_eq!(parse_size("2m"), Some(2 << 20));
+        assert_eq!(parse_size("0x10"), Some(16));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size(""), None);
+        let c = cfg(&[("VGPU_CMDBUF_SIZE", "65K"), ("VGPU_SPIN_US", "0")]).unwrap();
+        assert_eq!(c.cmdbuf_size, 68 << 10, "rounded up to 4 KiB");
+        assert_eq!(c.spin_us, 0);
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        assert_eq!(
+            cfg(&[("VGPU_CMDBUF_SIZE", "1K")]),
+            Err(ConfigError::OutOfRange {
+                var: "VGPU_CMDBUF_SIZE",
+                value: 1024,
+                min: 4096,
+                max: 1 << 20
+            })
+        );
+        assert!(matches!(
+            cfg(&[("VGPU_BATCH_OPS", "many")]),
+            Err(ConfigError::NotANumber {
+                var: "VGPU_BATCH_OPS",
+                ..
+            })
+        ));
+        let e = cfg(&[("VGPU_BATCH_OPS", "0")]).unwrap_err().to_string();
+        assert!(e.contains("VGPU_BATCH_OPS=0"), "{e}");
+    }
+
+    #[test]
+    fn dump_path() {
+        assert_eq!(cfg(&[("VGPU_DUMP", "0")]).unwrap().dump, None);
+        assert_eq!(
+            cfg(&[("VGPU_DUMP", "/tmp/x")]).unwrap().dump,
+            Some(PathBuf::from("/tmp/x"))
+        );
+        assert!(cfg(&[("VGPU_DUMP", "1")]).unwrap().dump.is_some());
+    }
+}

@@ -1,0 +1,120 @@
+//! Fences and the adaptive wait: spin on the fence's memory, then poll it
+//! with exponential backoff, then block in the KMD's `WAIT`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::kmd::{Kmd, KmdError};
+use crate::memory::Bo;
+use crate::uapi::DrmVgpuFence;
+
+/// A point on a stream's timeline: the KMD fence of one submitted batch,
+/// plus the 64-bit word the batch's own `FENCE` packet writes when it
+/// completes (so a waiter can spin on memory without a system call).
+#[derive(Clone, Debug)]
+pub struct SyncPoint {
+    pub(crate) kmd: DrmVgpuFence,
+    pub(crate) mem: Option<(Arc<Bo>, u64, u64)>,
+}
+
+impl SyncPoint {
+    /// The KMD fence.
+    pub fn fence(&self) -> DrmVgpuFence {
+        self.kmd
+    }
+
+    /// Whether the batch completed, from memory only (no system call).
+    /// `None` when the fence has no memory word.
+    pub(crate) fn mem_signalled(&self) -> Option<bool> {
+        let (bo, off, value) = self.mem.as_ref()?;
+        Some(bo.read_u64(*off) >= *value)
+    }
+
+    /// Whether the batch completed (memory, else a zero-timeout `WAIT`).
+    /// A job lost to an error counts as done here; [`wait`] reports it.
+    pub(crate) fn is_done(&self, kmd: &Kmd) -> bool {
+        if self.mem_signalled() == Some(true) {
+            return true;
+        }
+        match kmd.wait(&[self.kmd], true, 0) {
+            Ok(_) => true,
+            Err(e) => e.errno != libc::ETIME && e.errno != libc::ETIMEDOUT,
+        }
+    }
+}
+
+/// Reads a 64-bit word the device writes.
+pub(crate) fn load_u64(ptr: *const u8) -> u64 {
+    // SAFETY: callers pass an 8-byte aligned address inside a live mapping
+    // (a `Bo` kept alive by the caller); the device writes it with one
+    // 64-bit store, so an atomic load sees either value.
+    unsafe { (*ptr.cast::<AtomicU64>()).load(Ordering::Acquire) }
+}
+
+/// How a wait ended (for statistics and tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitPath {
+    /// Done while spinning.
+    Spin,
+    /// Done while polling with backoff.
+    Poll,
+    /// Done after blocking in the kernel.
+    Block,
+}
+
+/// Waits for every sync point: spin for `spin_us`, poll with backoff for
+/// `poll_us`, then block in `WAIT` (with `timeout`, or forever).
+pub fn wait_all(
+    kmd: &Kmd,
+    cfg: &Config,
+    sps: &[SyncPoint],
+    timeout: Option<Duration>,
+) -> Result<WaitPath, KmdError> {
+    if sps.is_empty() {
+        return Ok(WaitPath::Spin);
+    }
+    let all_mem = || sps.iter().all(|s| s.mem_signalled() == Some(true));
+    let t0 = Instant::now();
+    let spin = Duration::from_micros(cfg.spin_us);
+    while t0.elapsed() < spin {
+        if all_mem() {
+            return Ok(WaitPath::Spin);
+        }
+        std::hint::spin_loop();
+    }
+    if all_mem() {
+        return Ok(WaitPath::Spin);
+    }
+    let poll_end = spin + Duration::from_micros(cfg.poll_us);
+    let mut sleep = Duration::from_micros(1);
+    let max_sleep = Duration::from_micros(cfg.poll_max_sleep_us);
+    while t0.elapsed() < poll_end && timeout.is_none_or(|t| t0.elapsed() < t) {
+        std::thread::sleep(sleep);
+        if all_mem() {
+            return Ok(WaitPath::Poll);
+        }
+        sleep = (sleep * 2).min(max_sleep);
+    }
+    let fences: Vec<DrmVgpuFence> = sps.iter().map(|s| s.kmd).collect();
+    for chunk in fences.chunks(crate::uapi::WAIT_MAX_FENCES as usize) {
+        let left = match timeout {
+            Some(t) => t.saturating_sub(t0.elapsed()).as_nanos() as u64,
+            None => 3600 * 1_000_000_000,
+        };
+        loop {
+            match kmd.wait(chunk, true, left) {
+                Ok(_) => break,
+                Err(e)
+                    if timeout.is_none()
+                        && (e.errno == libc::ETIME || e.errno == libc::ETIMEDOUT) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(WaitPath::Block)
+}

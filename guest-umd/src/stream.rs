@@ -1,0 +1,746 @@
+//! Streams (ordered queues of GPU work) and events.
+//!
+//! A stream owns a KMD context with a copy and a compute ring. Work is
+//! encoded into command buffers and batched; a batch is submitted when it
+//! switches engine, reaches `VGPU_BATCH_OPS` operations, or at a sync point
+//! (synchronize, event query/synchronize, a stream waiting on the event,
+//! freeing memory). A batch on one engine starts only after the stream's
+//! last batch on the other (KMD input fence), so a stream stays ordered.
+//! Separate streams are separate device contexts and run concurrently.
+//!
+//! Each batch ends with a `FENCE` (no event) that writes its seqno into the
+//! stream's timeline word, which waits spin on before they block.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use vgpu_hwif::packet::{self, Packet};
+
+use crate::cmdbuf::{CmdBuf, CmdError};
+use crate::context::{Buffer, Context, CtxInner};
+use crate::fence::{wait_all, SyncPoint, WaitPath};
+use crate::memory::Block;
+use crate::{uapi, Error, Result};
+
+/// Engine a packet runs on.
+pub const ENGINE_COPY: u32 = uapi::ENGINE_COPY;
+/// The compute engine.
+pub const ENGINE_COMPUTE: u32 = uapi::ENGINE_COMPUTE;
+
+type Notify = Arc<Mutex<Option<SyncPoint>>>;
+
+struct Batch {
+    engine: u32,
+    bufs: Vec<CmdBuf>,
+    ops: u32,
+    deferred: Vec<Block>,
+    notify: Vec<Notify>,
+    in_fences: Vec<uapi::DrmVgpuFence>,
+}
+
+struct StreamState {
+    batch: Option<Batch>,
+    last: [Option<SyncPoint>; 2],
+    next_seq: [u64; 2],
+    engine: u32,
+    destroyed: bool,
+    submits: u64,
+    waits: [u64; 3],
+}
+
+pub(crate) struct StreamShared {
+    pub(crate) ctx: Arc<CtxInner>,
+    pub(crate) ctx_id: u32,
+    timeline: Option<Block>,
+    st: Mutex<StreamState>,
+}
+
+impl StreamShared {
+    fn timeline_sp(&self, engine: u32, seqno: u64, predicted: u64) -> SyncPoint {
+        let t = self.timeline.as_ref().expect("live stream");
+        SyncPoint {
+            kmd: uapi::DrmVgpuFence {
+                ctx_id: self.ctx_id,
+                engine,
+                seqno,
+            },
+            mem: (seqno == predicted)
+                .then(|| (t.bo.clone(), t.offset + 8 * u64::from(engine), seqno)),
+        }
+    }
+
+    /// Submits the pending batch, if any.
+    fn flush_locked(&self, st: &mut StreamState, call: &'static str) -> Result<()> {
+        let Some(mut b) = st.batch.take() else {
+            return Ok(());
+        };
+        let ctx = &*self.ctx;
+        let gen = ctx.identity.generation;
+        let e = b.engine as usize;
+        let predicted = st.next_seq[e];
+        let tl = self.timeline.as_ref().expect("live stream").va() + 8 * u64::from(b.engine);
+        let fence = Packet::Fence {
+            va: tl,
+            seqno: predicted,
+            flags: packet::FENCE_NO_EVENT,
+        };
+        let last = b.bufs.last_mut().expect("a batch has a buffer");
+        if last.push(gen, &fence) == Err(CmdError::Full) {
+            let mut nb = ctx
+                .cmds
+                .lock()
+                .unwrap()
+                .get()
+                .map_err(|source| Error::Mem { call, source })?;
+            nb.push(gen, &fence)
+                .map_err(|source| Error::Cmd { call, source })?;
+            b.bufs.push(nb);
+        }
+        let cmds: Vec<uapi::DrmVgpuCmd> = b.bufs.iter_mut().map(|c| c.finish(gen)).collect();
+        if ctx.dump.is_some() {
+            let d: Vec<(u64, Vec<u32>)> = b
+                .bufs
+                .iter_mut()
+                .map(|c| (c.bo.va(), c.written()))
+                .collect();
+            ctx.dump(self.ctx_id, b.engine, &d);
+        }
+        if b.bufs.len() > 1 {
+            ctx.cmds.lock().unwrap().stats.chained += 1;
+        }
+        let mut tries = 0u32;
+        let seqno = loop {
+            match ctx.kmd.submit(self.ctx_id, b.engine, &cmds, &b.in_fences) {
+                Ok(s) => break s,
+                Err(err)
+                    if (err.errno == libc::EAGAIN || err.errno == libc::EBUSY)
+                        && tries < 10_000 =>
+                {
+                    // Ring full: wait for this ring's previous batch.
+                    tries += 1;
+                    if let Some(sp) = &st.last[e] {
+                        let _ = wait_all(
+                            &ctx.kmd,
+                            &ctx.cfg,
+                            std::slice::from_ref(sp),
+                            Some(Duration::from_millis(100)),
+                        );
+                    }
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                Err(err) => {
+                    let mut cp = ctx.cmds.lock().unwrap();
+                    for c in b.bufs {
+                        cp.put(c);
+                    }
+                    drop(cp);
+                    ctx.retired.lock().unwrap().extend(b.deferred);
+                    return Err(ctx.fail(call, self.ctx_id, err));
+                }
+            }
+        };
+        st.submits += 1;
+        st.next_seq[e] = seqno + 1;
+        let sp = self.timeline_sp(b.engine, seqno, predicted);
+        {
+            let mut cp = ctx.cmds.lock().unwrap();
+            for c in b.bufs {
+                cp.retire(c, sp.clone());
+            }
+        }
+        {
+            let mut pool = ctx.pool.lock().unwrap();
+            for d in b.deferred {
+                pool.free(d, vec![sp.clone()]);
+            }
+        }
+        for n in b.notify {
+            *n.lock().unwrap() = Some(sp.clone());
+        }
+        st.last[e] = Some(sp);
+        Ok(())
+    }
+
+    /// Submits the pending batch and returns the stream's latest fences.
+    pub(crate) fn flush_all(&self, _ctx: &CtxInner, call: &'static str) -> Result<Vec<SyncPoint>> {
+        let mut st = self.st.lock().unwrap();
+        self.flush_locked(&mut st, call)?;
+        Ok(st.last.iter().flatten().cloned().collect())
+    }
+
+    /// Appends packets for `engine`, chaining command buffers as they fill.
+    fn push(
+        &self,
+        call: &'static str,
+        engine: Option<u32>,
+        packets: &[Packet],
+        deferred: Vec<Block>,
+        notify: Option<Notify>,
+    ) -> Result<()> {
+        self.ctx.check(call)?;
+        let ctx = &*self.ctx;
+        let gen = ctx.identity.generation;
+        let mut st = self.st.lock().unwrap();
+        if st.destroyed {
+            return Err(Error::Invalid {
+                call,
+                what: "the stream was destroyed".into(),
+            });
+        }
+        let engine = engine.unwrap_or(st.batch.as_ref().map_or(st.engine, |b| b.engine));
+        if st.batch.as_ref().is_some_and(|b| b.engine != engine) {
+            self.flush_locked(&mut st, call)?;
+        }
+        if st.batch.is_none() {
+            let buf = ctx
+                .cmds
+                .lock()
+                .unwrap()
+                .get()
+                .map_err(|source| Error::Mem { call, source })?;
+            let other = 1 - engine as usize;
+            let in_fences = st.last[other]
+                .as_ref()
+                .filter(|sp| sp.mem_signalled() != Some(true))
+                .map(|sp| vec![sp.kmd])
+                .unwrap_or_default();
+            st.batch = Some(Batch {
+                engine,
+                bufs: vec![buf],
+                ops: 0,
+                deferred: Vec::new(),
+                notify: Vec::new(),
+                in_fences,
+            });
+        }
+        st.engine = engine;
+        for p in packets {
+            let b = st.batch.as_mut().expect("batch");
+            match b.bufs.last_mut().expect("buffer").push(gen, p) {
+                Ok(()) => continue,
+                Err(CmdError::Full) => {}
+                Err(source) => return Err(Error::Cmd { call, source }),
+            }
+            // Leave room for the closing FENCE: chain into a new buffer, or
+            // submit when the SUBMIT has no room for another one.
+            if b.bufs.len() as u32 >= uapi::SUBMIT_MAX_CMDS - 1 {
+                self.flush_locked(&mut st, call)?;
+                let buf = ctx
+                    .cmds
+                    .lock()
+                    .unwrap()
+                    .get()
+                    .map_err(|source| Error::Mem { call, source })?;
+                st.batch = Some(Batch {
+                    engine,
+                    bufs: vec![buf],
+                    ops: 0,
+                    deferred: Vec::new(),
+                    notify: Vec::new(),
+                    in_fences: Vec::new(),
+                });
+            } else {
+                let buf = ctx
+                    .cmds
+                    .lock()
+                    .unwrap()
+                    .get()
+                    .map_err(|source| Error::Mem { call, source })?;
+                b.bufs.push(buf);
+            }
+            let b = st.batch.as_mut().expect("batch");
+            b.bufs
+                .last_mut()
+                .expect("buffer")
+                .push(gen, p)
+                .map_err(|source| Error::Cmd { call, source })?;
+        }
+        let b = st.batch.as_mut().expect("batch");
+        b.ops += 1;
+        b.deferred.extend(deferred);
+        b.notify.extend(notify);
+        if b.ops >= ctx.cfg.batch_ops {
+            self.flush_locked(&mut st, call)?;
+        }
+        Ok(())
+    }
+
+    fn synchronize(&self, call: &'static str) -> Result<WaitPath> {
+        self.ctx.check(call)?;
+        let sps = self.flush_all(&self.ctx, call)?;
+        let r = wait_all(&self.ctx.kmd, &self.ctx.cfg, &sps, None)
+            .map_err(|e| self.ctx.fail(call, self.ctx_id, e))?;
+        self.st.lock().unwrap().waits[r as usize] += 1;
+        Ok(r)
+    }
+}
+
+impl Drop for StreamShared {
+    fn drop(&mut self) {
+        let destroyed = self.st.lock().unwrap().destroyed;
+        if !destroyed {
+            let _ = self.synchronize("Stream::drop");
+            let _ = self.ctx.kmd.ctx_destroy(self.ctx_id);
+        }
+        if let Some(t) = self.timeline.take() {
+            self.ctx.retired.lock().unwrap().push(t);
+        }
+    }
+}
+
+/// Counters of a stream.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamStats {
+    /// SUBMIT ioctls.
+    pub submits: u64,
+    /// Synchronizes that finished while spinning, polling, blocking.
+    pub waits: [u64; 3],
+}
+
+/// An ordered queue of GPU work. Clones share the stream.
+#[derive(Clone)]
+pub struct Stream {
+    pub(crate) s: Arc<StreamShared>,
+}
+
+impl fmt::Debug for Stream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Stream")
+            .field("ctx_id", &self.s.ctx_id)
+            .finish()
+    }
+}
+
+/// Stream priority (the device schedules higher first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Priority {
+    /// Background.
+    Low = 0,
+    /// Default.
+    Normal = 1,
+    /// Interactive.
+    High = 2,
+    /// Highest.
+    Realtime = 3,
+}
+
+impl Stream {
+    /// A stream of normal priority.
+    pub fn new(ctx: &Context) -> Result<Stream> {
+        Stream::with_priority(ctx, Priority::Normal)
+    }
+
+    /// A stream of the given priority.
+    pub fn with_priority(ctx: &Context, prio: Priority) -> Result<Stream> {
+        let call = "Stream::new";
+        let inner = &ctx.inner;
+        inner.check(call)?;
+        let mask = (inner.identity.engine_mask & 3) as u32;
+        let ctx_id = inner
+            .kmd
+            .ctx_create(prio as u32, mask, 0)
+            .map_err(|e| inner.fail(call, 0, e))?;
+        let timeline = match inner.pool.lock().unwrap().alloc(16) {
+            Ok(t) => t,
+            Err(source) => {
+                let _ = inner.kmd.ctx_destroy(ctx_id);
+                return Err(Error::Mem { call, source });
+            }
+        };
+        timeline.bo.write(timeline.offset, &[0u8; 16]);
+        let s = Arc::new(StreamShared {
+            ctx: inner.clone(),
+            ctx_id,
+            timeline: Some(timeline),
+            st: Mutex::new(StreamState {
+                batch: None,
+                last: [None, None],
+                next_seq: [1, 1],
+                engine: ENGINE_COPY,
+                destroyed: false,
+                submits: 0,
+                waits: [0; 3],
+            }),
+        });
+        inner.streams.lock().unwrap().push(Arc::downgrade(&s));
+        Ok(Stream { s })
+    }
+
+    pub(crate) fn s_ctx(&self) -> Arc<CtxInner> {
+        self.s.ctx.clone()
+    }
+
+    /// The KMD context id behind the stream (shown by vgpu-smi and in errors).
+    pub fn kmd_context(&self) -> u32 {
+        self.s.ctx_id
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> StreamStats {
+        let st = self.s.st.lock().unwrap();
+        StreamStats {
+            submits: st.submits,
+            waits: st.waits,
+        }
+    }
+
+    /// Appends raw packets for `engine` (for tools and tests; the packets
+    /// are encoded for the device's generation).
+    pub fn push_packets(&self, engine: u32, packets: &[Packet]) -> Result<()> {
+        if engine > ENGINE_COMPUTE {
+            return Err(Error::Invalid {
+                call: "Stream::push_packets",
+                what: format!("engine {engine}"),
+            });
+        }
+        self.s
+            .push("Stream::push_packets", Some(engine), packets, vec![], None)
+    }
+
+    pub(crate) fn push_dispatch(
+        &self,
+        call: &'static str,
+        p: Packet,
+        args: Option<Block>,
+    ) -> Result<()> {
+        self.s.push(
+            call,
+            Some(ENGINE_COMPUTE),
+            &[p],
+            args.into_iter().collect(),
+            None,
+        )
+    }
+
+    /// Submits the batched work now.
+    pub fn flush(&self) -> Result<()> {
+        let call = "Stream::flush";
+        self.s.ctx.check(call)?;
+        self.s.flush_all(&self.s.ctx, call).map(|_| ())
+    }
+
+    /// Waits for all work queued so far (adaptive wait).
+    pub fn synchronize(&self) -> Result<()> {
+        self.s.synchronize("Stream::synchronize").map(|_| ())
+    }
+
+    /// Waits for the stream's work, then destroys its device context. Later
+    /// calls on any clone fail.
+    pub fn destroy(&self) -> Result<()> {
+        let call = "Stream::destroy";
+        if self.s.st.lock().unwrap().destroyed {
+            return Err(Error::Invalid {
+                call,
+                what: "the stream was already destroyed".into(),
+            });
+        }
+        let r = self.s.synchronize(call);
+        self.s.st.lock().unwrap().destroyed = true;
+        let d = self.s.ctx.kmd.ctx_destroy(self.s.ctx_id);
+        r?;
+        d.map_err(|e| self.s.ctx.fail(call, self.s.ctx_id, e))
+    }
+
+    fn check_buf(&self, call: &'static str, b: &Buffer, off: u64, len: u64) -> Result<()> {
+        if !Arc::ptr_eq(&b.ctx, &self.s.ctx) {
+            return Err(Error::Invalid {
+                call,
+                what: "buffer belongs to another context".into(),
+            });
+        }
+        if len == 0 {
+            return Err(Error::Invalid {
+                call,
+                what: "zero length".into(),
+            });
+        }
+        b.check_range(off, len)
+            .map_err(|source| Error::Mem { call, source })
+    }
+
+    /// Sets `len` bytes at `off` to `value` (asynchronous).
+    pub fn memset(&self, buf: &Buffer, off: u64, value: u8, len: u64) -> Result<()> {
+        self.memset32(buf, off, u32::from_ne_bytes([value; 4]), len)
+    }
+
+    /// Repeats the 32-bit little-endian `pattern` over `len` bytes.
+    pub fn memset32(&self, buf: &Buffer, off: u64, pattern: u32, len: u64) -> Result<()> {
+        let call = "Stream::memset";
+        self.check_buf(call, buf, off, len)?;
+        let p = Packet::Fill {
+            dst: buf.va() + off,
+            size: len,
+            pattern,
+        };
+        self.s.push(call, Some(ENGINE_COPY), &[p], vec![], None)
+    }
+
+    /// Device-to-device copy of `len` bytes (asynchronous).
+    pub fn copy(
+        &self,
+        dst: &Buffer,
+        dst_off: u64,
+        src: &Buffer,
+        src_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        let call = "Stream::copy";
+        self.check_buf(call, dst, dst_off, len)?;
+        self.check_buf(call, src, src_off, len)?;
+        let p = Packet::Copy {
+            src: src.va() + src_off,
+            dst: dst.va() + dst_off,
+            size: len,
+        };
+        self.s.push(call, Some(ENGINE_COPY), &[p], vec![], None)
+    }
+
+    /// Host-to-device copy (asynchronous: `data` is staged at once, so it
+    /// may be reused as soon as this returns).
+    pub fn write(&self, dst: &Buffer, off: u64, data: &[u8]) -> Result<()> {
+        let call = "Stream::write";
+        self.check_buf(call, dst, off, data.len() as u64)?;
+        let ctx = &self.s.ctx;
+        let staging = ctx
+            .pool
+            .lock()
+            .unwrap()
+            .alloc(data.len() as u64)
+            .map_err(|source| Error::Mem { call, source })?;
+        staging.bo.write(staging.offset, data);
+        let p = Packet::Copy {
+            src: staging.va(),
+            dst: dst.va() + off,
+            size: data.len() as u64,
+        };
+        self.s
+            .push(call, Some(ENGINE_COPY), &[p], vec![staging], None)
+    }
+
+    /// Device-to-host copy; returns when `out` holds the data (waits for
+    /// the stream's earlier work too).
+    pub fn read(&self, src: &Buffer, off: u64, out: &mut [u8]) -> Result<()> {
+        let call = "Stream::read";
+        self.check_buf(call, src, off, out.len() as u64)?;
+        let ctx = &self.s.ctx;
+        let staging = ctx
+            .pool
+            .lock()
+            .unwrap()
+            .alloc(out.len() as u64)
+            .map_err(|source| Error::Mem { call, source })?;
+        let p = Packet::Copy {
+            src: src.va() + off,
+            dst: staging.va(),
+            size: out.len() as u64,
+        };
+        let r = self
+            .s
+            .push(call, Some(ENGINE_COPY), &[p], vec![], None)
+            .and_then(|()| self.s.synchronize(call));
+        if r.is_ok() {
+            staging.bo.read(staging.offset, out);
+        }
+        let fences = self
+            .s
+            .st
+            .lock()
+            .unwrap()
+            .last
+            .iter()
+            .flatten()
+            .cloned()
+            .collect();
+        ctx.pool.lock().unwrap().free(staging, fences);
+        r.map(|_| ())
+    }
+
+    /// Records `ev` at the current end of the stream.
+    pub fn record(&self, ev: &Event) -> Result<()> {
+        let call = "Event::record";
+        if !Arc::ptr_eq(&ev.ctx, &self.s.ctx) {
+            return Err(Error::Invalid {
+                call,
+                what: "event belongs to another context".into(),
+            });
+        }
+        let mut r = ev.rec.lock().unwrap();
+        let slot = ev.slot.as_ref().expect("live event");
+        let value = r.as_ref().map_or(1, |x| x.value + 1);
+        let notify: Notify = Arc::new(Mutex::new(None));
+        let packets = [
+            Packet::Timestamp { va: slot.va() + 8 },
+            Packet::SemSignal {
+                va: slot.va(),
+                value,
+                op: packet::SEM_SIGNAL_WRITE,
+            },
+        ];
+        self.s
+            .push(call, None, &packets, vec![], Some(notify.clone()))?;
+        *r = Some(Recorded {
+            stream: self.s.clone(),
+            value,
+            sp: notify,
+        });
+        Ok(())
+    }
+
+    /// Makes later work of this stream wait until `ev` completed (a
+    /// semaphore wait on the device; the CPU does not block).
+    pub fn wait_event(&self, ev: &Event) -> Result<()> {
+        let call = "Stream::wait_event";
+        let (va, value) = ev.submitted(call)?;
+        let p = Packet::SemWait {
+            va,
+            value,
+            op: packet::SEM_WAIT_GEQ,
+        };
+        self.s.push(call, None, &[p], vec![], None)
+    }
+}
+
+struct Recorded {
+    stream: Arc<StreamShared>,
+    value: u64,
+    sp: Notify,
+}
+
+/// A marker in a stream: query, synchronize, elapsed time between two
+/// events from the device's timestamps, and cross-stream waits.
+pub struct Event {
+    ctx: Arc<CtxInner>,
+    slot: Option<Block>,
+    rec: Mutex<Option<Recorded>>,
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Event")
+            .field("va", &self.slot.as_ref().map(Block::va))
+            .finish()
+    }
+}
+
+impl Event {
+    /// A new, unrecorded event.
+    pub fn new(ctx: &Context) -> Result<Event> {
+        let call = "Event::new";
+        ctx.inner.check(call)?;
+        let slot = ctx
+            .inner
+            .pool
+            .lock()
+            .unwrap()
+            .alloc(16)
+            .map_err(|source| Error::Mem { call, source })?;
+        slot.bo.write(slot.offset, &[0u8; 16]);
+        Ok(Event {
+            ctx: ctx.inner.clone(),
+            slot: Some(slot),
+            rec: Mutex::new(None),
+        })
+    }
+
+    /// Submits the batch holding the record, if needed; the semaphore word
+    /// and the value it reaches.
+    fn submitted(&self, call: &'static str) -> Result<(u64, u64)> {
+        self.ctx.check(call)?;
+        let r = self.rec.lock().unwrap();
+        let Some(rec) = r.as_ref() else {
+            return Err(Error::Invalid {
+                call,
+                what: "the event was never recorded".into(),
+            });
+        };
+        if rec.sp.lock().unwrap().is_none() {
+            rec.stream.flush_all(&self.ctx, call)?;
+        }
+        Ok((self.slot.as_ref().expect("live event").va(), rec.value))
+    }
+
+    fn sync_point(&self) -> Option<SyncPoint> {
+        self.rec
+            .lock()
+            .unwrap()
+            .as_ref()
+            .and_then(|r| r.sp.lock().unwrap().clone())
+    }
+
+    /// Whether the work before the record completed (never blocks).
+    pub fn query(&self) -> Result<bool> {
+        let call = "Event::query";
+        let (_, value) = self.submitted(call)?;
+        let slot = self.slot.as_ref().expect("live event");
+        if slot.bo.read_u64(slot.offset) >= value {
+            return Ok(true);
+        }
+        let sp = self.sync_point().expect("submitted");
+        match self.ctx.kmd.wait(&[sp.kmd], true, 0) {
+            Ok(_) => Ok(true),
+            Err(e) if e.errno == libc::ETIME || e.errno == libc::ETIMEDOUT => Ok(false),
+            Err(e) => Err(self.ctx.fail(call, sp.kmd.ctx_id, e)),
+        }
+    }
+
+    /// Waits until the work before the record completed.
+    pub fn synchronize(&self) -> Result<()> {
+        let call = "Event::synchronize";
+        self.submitted(call)?;
+        let sp = self.sync_point().expect("submitted");
+        wait_all(
+            &self.ctx.kmd,
+            &self.ctx.cfg,
+            std::slice::from_ref(&sp),
+            None,
+        )
+        .map_err(|e| self.ctx.fail(call, sp.kmd.ctx_id, e))?;
+        Ok(())
+    }
+
+    /// The device time at which the event completed (ns since device start).
+    pub fn timestamp_ns(&self) -> Result<u64> {
+        let call = "Event::timestamp";
+        if !self.query()? {
+            return Err(Error::Invalid {
+                call,
+                what: "the event has not completed".into(),
+            });
+        }
+        let slot = self.slot.as_ref().expect("live event");
+        Ok(slot.bo.read_u64(slot.offset + 8))
+    }
+
+    /// Device time from `start` to `self`, both completed.
+    pub fn elapsed_since(&self, start: &Event) -> Result<Duration> {
+        let a = start.timestamp_ns()?;
+        let b = self.timestamp_ns()?;
+        Ok(Duration::from_nanos(b.saturating_sub(a)))
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        let Some(slot) = self.slot.take() else { return };
+        let rec = self.rec.lock().unwrap().take();
+        let after = match rec {
+            None => vec![],
+            Some(r) => {
+                if r.sp.lock().unwrap().is_none() {
+                    let _ = r.stream.flush_all(&self.ctx, "Event::drop");
+                }
+                let sp = r.sp.lock().unwrap().clone();
+                match sp {
+                    Some(sp) => vec![sp],
+                    None => {
+                        // The record never reached the device.
+                        self.ctx.retired.lock().unwrap().push(slot);
+                        return;
+                    }
+                }
+            }
+        };
+        self.ctx.pool.lock().unwrap().free(slot, after);
+    }
+}

@@ -50,8 +50,8 @@
 //! 3. If that fails, the device is wedged: every waiter wakes with `EIO`,
 //!    new submissions fail with `EIO`, and a `WEDGED=` uevent is sent.
 //!
-//! A context that caused `ban_hangs` hangs is banned (`SUBMIT` fails with
-//! `EIO`).
+//! A context that caused `ban_hangs` hangs within `ban_window_ms` is banned
+//! (`SUBMIT` fails with `EIO`).
 
 use crate::{
     control::{
@@ -328,6 +328,8 @@ struct Ctx {
     fault_access: u32,
     fault_reason: u32,
     hangs: u32,
+    /// When the most recent hangs (at most `ban_hangs`) happened.
+    hang_times: KVec<Instant<Monotonic>>,
     faults: u32,
     rings: [RingSw; ENGINES],
 }
@@ -644,6 +646,7 @@ impl Vgpu {
             fault_access: 0,
             fault_reason: 0,
             hangs: 0,
+            hang_times: KVec::new(),
             faults: 0,
             rings: [RingSw::new(engine_mask & 1 != 0), RingSw::new(engine_mask & 2 != 0)],
         };
@@ -1334,9 +1337,23 @@ impl Vgpu {
         if let Some(c) = g.slots.get_mut(hw as usize).and_then(Option::as_mut) {
             c.hangs += 1;
             c.reset_status = uapi::VGPU_CTX_RESET_GUILTY;
-            if c.hangs >= crate::param_ban_hangs() {
+            // Banned after `ban_hangs` hangs within `ban_window_ms`.
+            let window_ns = u64::from(crate::param_ban_window_ms()) * 1_000_000;
+            let limit = crate::param_ban_hangs() as usize;
+            c.hang_times.retain(|t| elapsed_ns(t) <= window_ns);
+            if c.hang_times.len() >= limit {
+                let _ = c.hang_times.remove(0);
+            }
+            let _ = c.hang_times.push(Instant::now(), GFP_KERNEL);
+            if c.hang_times.len() >= limit {
                 c.banned = true;
-                dev_warn!(self.pdev, "context {} banned after {} hangs\n", hw, c.hangs);
+                dev_warn!(
+                    self.pdev,
+                    "context {} banned: {} hangs within {} ms\n",
+                    hw,
+                    c.hang_times.len(),
+                    window_ns / 1_000_000
+                );
             }
         }
         // 1. Engine reset.

@@ -107,7 +107,11 @@ module! {
         },
         ban_hangs: u32 {
             default: 3,
-            description: "Hangs after which a context is banned (1..=1000)",
+            description: "Hangs within ban_window_ms after which a context is banned (1..=1000)",
+        },
+        ban_window_ms: u32 {
+            default: 60000,
+            description: "Window in which ban_hangs hangs ban a context (ms, 1000..=3600000)",
         },
         force_intx: u32 {
             default: 0,
@@ -196,6 +200,11 @@ fn param_job_timeout_ms() -> u32 {
 /// Reads the `ban_hangs` module parameter, clamped to 1..=1000.
 fn param_ban_hangs() -> u32 {
     (*module_parameters::ban_hangs.value()).clamp(1, 1000)
+}
+
+/// Reads the `ban_window_ms` module parameter, clamped to 1000..=3600000.
+fn param_ban_window_ms() -> u32 {
+    (*module_parameters::ban_window_ms.value()).clamp(1000, 3_600_000)
 }
 
 /// Reads the `force_intx` module parameter.

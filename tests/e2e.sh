@@ -93,16 +93,18 @@ done
 
 # --- Contexts, SUBMIT (copy, fill), fences, WAIT, input-fence ordering, backpressure, faults (aborted and
 #     demand-paged), hangs (SEM_WAIT never satisfied) -> reset ladder -> guilty/innocent -> ban, destroy, close
-#     with work in flight, concurrent submitters on two files; then every object count back to zero.
+#     with work in flight, concurrent submitters on two files; then every object count back to zero. (Event FIFO
+#     overflows under fence bursts are expected and covered by the fence-value fallback; a sequence going
+#     backwards is not.)
 for g in 1 2; do
     name=kmd-submit-gen$g
     selected "$name" || continue
-    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=1000" run 'vgpu-kmd-test submit concurrent leaks; grep -E "^(contexts|bos|mappings|pt_pool_used) " /sys/kernel/debug/vgpu/*/objects; dmesg | grep -v "Kernel command line\|vgpurun=\|vgpukmd=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:|event sequence" | sed "s/^/dmesg-problems /"'
+    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=1000" run 'vgpu-kmd-test submit concurrent leaks; grep -E "^(contexts|bos|mappings|pt_pool_used) " /sys/kernel/debug/vgpu/*/objects; dmesg | grep -v "Kernel command line\|vgpurun=\|vgpukmd=" | grep -E "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:|event sequence went" | sed "s/^/dmesg-problem: /"; echo dmesg-checked'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
     elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
     elif want "^(contexts|bos|mappings|pt_pool_used) [1-9]"; then result "$name" 0 "objects left after close"
-    elif ! want "^dmesg-problems 0$"; then result "$name" 0 "warnings in dmesg"
+    elif ! want "^dmesg-checked$" || want "^dmesg-problem:"; then result "$name" 0 "warnings in dmesg"
     else result "$name" 1; fi
 done
 

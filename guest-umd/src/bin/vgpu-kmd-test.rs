@@ -290,7 +290,7 @@ impl Cmds {
         for (i, w) in words.iter().enumerate() {
             let q = (base + i) / 2;
             let old = self.map.read(q);
-            let v = if (base + i) % 2 == 0 {
+            let v = if (base + i).is_multiple_of(2) {
                 (old & !0xffff_ffff) | u64::from(*w)
             } else {
                 (old & 0xffff_ffff) | (u64::from(*w) << 32)

@@ -358,8 +358,9 @@ struct drm_vgpu_submit {
  * and its pending jobs fail (EIO here); other contexts' queued jobs survive
  * the engine or device reset and still signal (a context whose queued work
  * was carried through a device reset reports VGPU_CTX_RESET_INNOCENT). A
- * context that caused ban_hangs hangs is banned. If recovery fails the
- * device is wedged: every ioctl that needs the GPU fails with EIO.
+ * context that caused ban_hangs hangs within ban_window_ms is banned. If
+ * recovery fails the device is wedged: every ioctl that needs the GPU fails
+ * with EIO.
  */
 struct drm_vgpu_wait {
 	__u64 fences;

@@ -8,29 +8,47 @@
 //! never crosses a page.
 //!
 //! A warp-wide load or store whose active lanes all fall in one page is
-//! translated once; the page's host mapping is then accessed directly, and
-//! 32 consecutive 32-bit lanes move as one block copy. Other warps go lane
-//! by lane (each translation a TLB hit after the first). Lanes access guest
-//! memory with relaxed atomic loads and stores of their own size, so racing
-//! compute units never tear a naturally aligned value; atomics are real
+//! translated once and then accesses the page's host mapping directly.
+//! Each unit keeps the host mappings of the last [`PAGE_CACHE`] pages it
+//! translated for the duration of one step (a small L1 in front of the
+//! unit's TLB: like the TLB it is not coherent with page-table writes, and
+//! invalidations and resets only happen between steps, when it is gone), so
+//! a warp access to a recently used page costs neither a TLB lookup nor a
+//! guest-memory region lookup. Warps whose lanes span pages go lane by lane
+//! (each translation a TLB hit after the first). Lanes access guest memory
+//! with relaxed atomic loads and stores of their own size, so racing compute
+//! units never tear a naturally aligned value; atomics are real
 //! read-modify-write atomics on guest memory, coherent across compute units
-//! and with the guest's CPUs.
+//! and with the guest's CPUs. (Guest memory has no dirty bitmap in this
+//! device, so direct stores need no dirty marking.)
 //!
 //! A failed translation is kept as the [`MmuFault`] the `FAULT` event
 //! reports (reason, level); the interpreter sees the matching
 //! [`MemFault`].
 
 use std::cell::{Cell, RefCell};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use vgpu_hwif::mmu::{Access, FaultReason};
 use vgpu_isa::inst::{AtomOp, WARP_SIZE};
 use vgpu_isa::mem::{lanes, GlobalMemory, LaneFault, MemFault, MemFaultReason};
-use vm_memory::bitmap::Bitmap;
 use vm_memory::{GuestAddress, GuestMemoryBackend, VolatileMemory, VolatileSlice};
 
 use super::dma::GpuMemory;
 use super::mmu::{Mem, MmuFault, PageMapping};
+
+/// Pages whose host mappings a compute unit keeps during a step.
+pub const PAGE_CACHE: usize = 4;
+
+/// A translated page and where it is in the host's mapping of guest memory.
+#[derive(Clone, Copy, Debug)]
+struct CachedPage {
+    va_base: u64,
+    shift: u32,
+    perms: u64,
+    host: NonNull<u8>,
+}
 
 /// One compute unit's view of a context's memory.
 #[derive(Debug)]
@@ -38,6 +56,8 @@ pub struct KernelMemory<'a> {
     gm: RefCell<GpuMemory<'a>>,
     mem: &'a Mem,
     fault: Cell<Option<MmuFault>>,
+    pages: Cell<[Option<CachedPage>; PAGE_CACHE]>,
+    victim: Cell<usize>,
 }
 
 fn isa_access(a: Access) -> vgpu_isa::mem::Access {
@@ -55,6 +75,8 @@ impl<'a> KernelMemory<'a> {
             gm: RefCell::new(gm),
             mem,
             fault: Cell::new(None),
+            pages: Cell::new([None; PAGE_CACHE]),
+            victim: Cell::new(0),
         }
     }
 
@@ -130,8 +152,45 @@ impl<'a> KernelMemory<'a> {
         differ == 0
     }
 
-    /// The mapping of the page holding every lane of `mask` for a
-    /// `size`-byte access, if they share one and it allows `access`.
+    /// The host address of `lo` if `lo..=hi` lies in one page that allows
+    /// `access`: from the page cache, else translated (and cached).
+    #[inline(always)]
+    fn host_span(&self, lo: u64, hi: u64, size: u8, access: Access) -> Option<NonNull<u8>> {
+        let need = access.required_perms();
+        for p in self.pages.get().iter().flatten() {
+            if lo >> p.shift == p.va_base >> p.shift
+                && hi >> p.shift == p.va_base >> p.shift
+                && p.perms & need == need
+            {
+                // The offset is below the page size, inside the mapping.
+                return Some(unsafe_offset(p.host, lo - p.va_base));
+            }
+        }
+        let map = self.translate(lo, access, size).ok()?;
+        if !map.contains(hi) {
+            return None;
+        }
+        let len = usize::try_from(map.page_size()).ok()?;
+        let page = self.slice(&map, map.va_base, len, access, size).ok()?;
+        let host = NonNull::new(page.ptr_guard_mut().as_ptr())?;
+        let mut pages = self.pages.get();
+        let v = self.victim.get() % PAGE_CACHE;
+        if let Some(slot) = pages.get_mut(v) {
+            *slot = Some(CachedPage {
+                va_base: map.va_base,
+                shift: map.shift,
+                perms: map.perms,
+                host,
+            });
+        }
+        self.pages.set(pages);
+        self.victim.set(v + 1);
+        Some(unsafe_offset(host, lo - map.va_base))
+    }
+
+    /// The host address of the lowest active lane's address, and that
+    /// address, if every lane of `mask` (non-empty) falls in one page that
+    /// allows `access`.
     #[inline(always)]
     fn one_page(
         &self,
@@ -139,19 +198,22 @@ impl<'a> KernelMemory<'a> {
         mask: u32,
         size: u8,
         access: Access,
-    ) -> Option<(VolatileSlice<'a, vm_memory::bitmap::MS<'a, Mem>>, u64)> {
+    ) -> Option<(NonNull<u8>, u64)> {
         if mask == 0 {
             return None;
         }
         let (lo, hi) = Self::span(va, mask);
-        let map = self.translate(lo, access, size).ok()?;
-        if !map.contains(hi) {
-            return None;
-        }
-        let len = usize::try_from(hi - lo).ok()? + usize::from(size);
-        let s = self.slice(&map, lo, len, access, size).ok()?;
-        Some((s, lo))
+        Some((self.host_span(lo, hi, size, access)?, lo))
     }
+}
+
+/// `base + off` for an offset inside the page `base` maps.
+#[inline(always)]
+fn unsafe_offset(base: NonNull<u8>, off: u64) -> NonNull<u8> {
+    // SAFETY: callers pass an offset below the size of the page whose host
+    // mapping starts at `base`, so the result stays inside that mapping
+    // (and is not null).
+    unsafe { base.add(off as usize) }
 }
 
 /// Reads the `size`-byte value at byte `off` of `base`.
@@ -198,6 +260,11 @@ unsafe fn write_at(base: *mut u8, off: usize, size: u8, v: u64) {
 
 impl GlobalMemory for KernelMemory<'_> {
     fn load(&self, va: u64, size: u8) -> Result<u64, MemFault> {
+        if let Some(h) = self.host_span(va, va, size, Access::Read) {
+            // SAFETY: `host_span` maps the naturally aligned `va` inside
+            // one page.
+            return Ok(unsafe { read_at(h.as_ptr(), 0, size) });
+        }
         let map = self.translate(va, Access::Read, size)?;
         let s = self.slice(&map, va, usize::from(size), Access::Read, size)?;
         let g = s.ptr_guard();
@@ -208,12 +275,16 @@ impl GlobalMemory for KernelMemory<'_> {
     }
 
     fn store(&self, va: u64, size: u8, value: u64) -> Result<(), MemFault> {
+        if let Some(h) = self.host_span(va, va, size, Access::Write) {
+            // SAFETY: as in `load`.
+            unsafe { write_at(h.as_ptr(), 0, size, value) };
+            return Ok(());
+        }
         let map = self.translate(va, Access::Write, size)?;
         let s = self.slice(&map, va, usize::from(size), Access::Write, size)?;
         let g = s.ptr_guard_mut();
         // SAFETY: as in `load`.
         unsafe { write_at(g.as_ptr(), 0, size, value) };
-        s.bitmap().mark_dirty(0, usize::from(size));
         Ok(())
     }
 
@@ -229,7 +300,6 @@ impl GlobalMemory for KernelMemory<'_> {
         let w = s
             .get_atomic_ref::<AtomicU32>(0)
             .map_err(|_| self.fail(bad, 4))?;
-        s.bitmap().mark_dirty(0, 4);
         let o = Ordering::AcqRel;
         // Little-endian host: the word's value is the integer's.
         Ok(match op {
@@ -259,20 +329,21 @@ impl GlobalMemory for KernelMemory<'_> {
         lo: &mut [u32; WARP_SIZE],
         hi: &mut [u32; WARP_SIZE],
     ) -> Result<(), LaneFault> {
-        if let Some((s, base)) = self.one_page(va, mask, size, Access::Read) {
+        if let Some((host, base)) = self.one_page(va, mask, size, Access::Read) {
+            let p = host.as_ptr().cast_const();
             if size == 4 && mask == u32::MAX && Self::consecutive_words(va) {
-                s.copy_to(&mut lo[..]);
-                for v in lo.iter_mut() {
-                    *v = u32::from_le(*v);
+                for (l, out) in lo.iter_mut().enumerate() {
+                    // SAFETY: the 32 words lie in one page (`one_page`
+                    // checked the lowest and highest address), naturally
+                    // aligned.
+                    *out = unsafe { read_at(p, 4 * l, 4) } as u32;
                 }
                 return Ok(());
             }
-            let g = s.ptr_guard();
-            let p = g.as_ptr();
             for l in lanes(mask) {
-                // SAFETY: every active lane lies in the slice (`one_page`
-                // spans the lowest to the highest plus `size`) and is
-                // naturally aligned.
+                // SAFETY: every active lane lies in the page (`one_page`
+                // checked the lowest and highest address) and is naturally
+                // aligned.
                 let v = unsafe { read_at(p, (va[l] - base) as usize, size) };
                 lo[l] = v as u32;
                 hi[l] = (v >> 32) as u32;
@@ -298,23 +369,20 @@ impl GlobalMemory for KernelMemory<'_> {
         lo: &[u32; WARP_SIZE],
         hi: &[u32; WARP_SIZE],
     ) -> Result<(), LaneFault> {
-        if let Some((s, base)) = self.one_page(va, mask, size, Access::Write) {
+        if let Some((host, base)) = self.one_page(va, mask, size, Access::Write) {
+            let p = host.as_ptr();
             if size == 4 && mask == u32::MAX && Self::consecutive_words(va) {
-                let mut le = *lo;
-                for v in le.iter_mut() {
-                    *v = v.to_le();
+                for (l, &v) in lo.iter().enumerate() {
+                    // SAFETY: as in `load_warp`.
+                    unsafe { write_at(p, 4 * l, 4, u64::from(v)) };
                 }
-                s.copy_from(&le[..]);
                 return Ok(());
             }
-            let g = s.ptr_guard_mut();
-            let p = g.as_ptr();
             for l in lanes(mask) {
                 let v = u64::from(lo[l]) | u64::from(hi[l]) << 32;
                 // SAFETY: as in `load_warp`.
                 unsafe { write_at(p, (va[l] - base) as usize, size, v) };
             }
-            s.bitmap().mark_dirty(0, s.len());
             return Ok(());
         }
         for lane in lanes(mask) {

@@ -152,6 +152,8 @@ pub(crate) struct EventStats {
     pub(crate) pings_unclaimed: u64,
     /// Records of a kind this driver does not know.
     pub(crate) unknown_kind: u64,
+    /// `ECC_ERROR` records (uncorrectable memory errors).
+    pub(crate) ecc_errors: u64,
     /// Records of a known kind this driver does not act on yet.
     pub(crate) unhandled: u64,
     /// Buffers returned with a used length that cannot hold a record.
@@ -260,6 +262,21 @@ impl Tracker {
                     );
                 }
                 self.on_lost(first_seq, count)
+            }
+            // Uncorrectable memory error: counted and logged; the page's
+            // owner is not told yet.
+            Ok(Event::EccError { ctx_id, engine, va, .. }) => {
+                self.stats.ecc_errors += 1;
+                if self.may_warn() {
+                    dev_err!(
+                        pdev,
+                        "uncorrectable ECC error: context {} engine {} page {:#x}\n",
+                        ctx_id,
+                        engine,
+                        va
+                    );
+                }
+                false
             }
             // Fence, fault, engine-error and reset records belong to the GPU
             // blocks (`gpu.rs`). The batch has room for a whole queue.

@@ -181,6 +181,11 @@ impl VgpuBackend {
         self.device.write_trace(out)
     }
 
+    /// The GPU model (for the fault-injection control socket).
+    pub fn gpu(&self) -> Arc<crate::core::gpu::Gpu> {
+        self.device.gpu().clone()
+    }
+
     /// The device's counters.
     pub fn counters(&self) -> Counters {
         self.device.counters()

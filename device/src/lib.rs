@@ -12,6 +12,7 @@
 //! * [`daemon`] — listens on the socket, serves one frontend, stops on
 //!   request.
 //! * [`config`] — per-instance configuration.
+//! * [`inject_ctl`] — the fault-injection control socket.
 //! * [`testkit`] — driver-side helpers (page tables, packet writers) for
 //!   tests, benchmarks and tools.
 
@@ -19,5 +20,6 @@ pub mod backend;
 pub mod config;
 pub mod core;
 pub mod daemon;
+pub mod inject_ctl;
 pub mod testkit;
 pub mod virtq;

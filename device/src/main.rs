@@ -9,6 +9,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use vgpu_device::config::{DeviceConfig, Generation, COMPUTE_UNITS_RANGE, DEFAULT_COMPUTE_UNITS};
+use vgpu_device::core::inject::Spec;
 use vgpu_device::daemon::Daemon;
 
 const EXAMPLES: &str = "\
@@ -27,6 +28,11 @@ Examples:
 
   # Record a timeline of every packet; open it in https://ui.perfetto.dev:
   vgpu-device --socket /tmp/vgpu.sock --trace /tmp/vgpu-trace.json
+
+  # Hang the copy engine on the 3rd FENCE, reproducibly, and accept more
+  # faults at run time through a control socket (see vgpu-inject --help):
+  vgpu-device --socket /tmp/vgpu.sock --inject 'hang:engine=copy,packet=FENCE,after=3' \
+      --inject-seed 42 --control /tmp/vgpu-inject.sock
 
 The process serves one QEMU connection and exits 0 when QEMU disconnects,
 or on SIGTERM/SIGINT; the socket file is removed on exit.";
@@ -56,9 +62,28 @@ struct Cli {
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
 
+    /// Arm a fault at startup: CLASS[:key=val,...] (repeatable). Keys:
+    /// after, at_ms, p, count, ctx, engine, packet, delay_ms, va, bits,
+    /// attempts, events. Classes: see `vgpu-inject list` or
+    /// docs/fault-injection.md.
+    #[arg(long, value_name = "SPEC", value_parser = parse_spec)]
+    inject: Vec<Spec>,
+
+    /// Seed of the fault injector's random draws.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    inject_seed: u64,
+
+    /// Serve the fault-injection control socket at PATH.
+    #[arg(long, value_name = "PATH")]
+    control: Option<PathBuf>,
+
     /// Log level: error, warn, info, debug or trace (overrides RUST_LOG).
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<log::LevelFilter>,
+}
+
+fn parse_spec(s: &str) -> Result<Spec, String> {
+    Spec::parse(s).map_err(|e| e.to_string())
 }
 
 fn parse_generation(s: &str) -> Result<Generation, String> {
@@ -103,6 +128,22 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+
+    let gpu = daemon
+        .backend()
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .gpu();
+    gpu.inject.set_seed(cli.inject_seed);
+    for spec in cli.inject.iter().cloned() {
+        gpu.inject.arm(spec, gpu.clock.now_ns());
+    }
+    if let Some(path) = cli.control.as_ref() {
+        if let Err(e) = vgpu_device::inject_ctl::spawn(path, gpu.clone()) {
+            eprintln!("vgpu-device: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
 
     let mut signals = match Signals::new([SIGTERM, SIGINT]) {
         Ok(s) => s,

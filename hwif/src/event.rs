@@ -48,6 +48,11 @@ pub enum EventKind {
     /// ([`super::proto::CTX_NONE`] if idle), `data[1]` = that ring's read
     /// pointer.
     ResetDone = 6,
+    /// An uncorrectable memory error: the page is poisoned and data read
+    /// from it is lost. `data[0]` = context | engine << 32 of the job that
+    /// touched it, `data[1]` = GPU VA of the poisoned page (page aligned),
+    /// `data[2]` = GPU VA of the packet being executed.
+    EccError = 7,
 }
 
 impl EventKind {
@@ -60,6 +65,7 @@ impl EventKind {
             4 => Some(EventKind::Fault),
             5 => Some(EventKind::EngineError),
             6 => Some(EventKind::ResetDone),
+            7 => Some(EventKind::EccError),
             _ => None,
         }
     }
@@ -73,6 +79,7 @@ impl EventKind {
             EventKind::Fault => "FAULT",
             EventKind::EngineError => "ENGINE_ERROR",
             EventKind::ResetDone => "RESET_DONE",
+            EventKind::EccError => "ECC_ERROR",
         }
     }
 }
@@ -207,6 +214,17 @@ pub enum Event {
         /// That ring's read pointer.
         rptr: u32,
     },
+    /// [`EventKind::EccError`].
+    EccError {
+        /// Context of the job that touched the page.
+        ctx_id: u32,
+        /// Engine.
+        engine: u32,
+        /// GPU VA of the poisoned page.
+        va: u64,
+        /// VA of the packet being executed.
+        packet_va: u64,
+    },
 }
 
 /// Why an event record could not be decoded.
@@ -232,6 +250,7 @@ impl Event {
             Event::Fault { .. } => EventKind::Fault,
             Event::EngineError { .. } => EventKind::EngineError,
             Event::ResetDone { .. } => EventKind::ResetDone,
+            Event::EccError { .. } => EventKind::EccError,
         }
     }
 
@@ -279,6 +298,12 @@ impl Event {
                 ctx_id,
                 rptr,
             } => data[..2].copy_from_slice(&[pair(engine, ctx_id), u64::from(rptr)]),
+            Event::EccError {
+                ctx_id,
+                engine,
+                va,
+                packet_va,
+            } => data[..3].copy_from_slice(&[pair(ctx_id, engine), va, packet_va]),
         }
         EventRecord {
             kind: self.kind() as u32,
@@ -325,6 +350,12 @@ impl Event {
                 engine: rec.data[0] as u32,
                 ctx_id: (rec.data[0] >> 32) as u32,
                 rptr: rec.data[1] as u32,
+            }),
+            Some(EventKind::EccError) => Ok(Event::EccError {
+                ctx_id: rec.data[0] as u32,
+                engine: (rec.data[0] >> 32) as u32,
+                va: rec.data[1],
+                packet_va: rec.data[2],
             }),
             None => Err(EventDecodeError::UnknownKind(rec.kind)),
         }

@@ -95,6 +95,12 @@ fn event_records_round_trip() {
             count: 9,
             first_seq: 100,
         },
+        Event::EccError {
+            ctx_id: 3,
+            engine: 1,
+            va: 0x7000,
+            packet_va: 0x1_0040,
+        },
     ] {
         let rec = ev.to_record(42, 1000);
         let bytes = rec.as_bytes();

@@ -211,6 +211,21 @@ impl ControlProcessor {
             );
             return Reply::error(Some(&hdr), Status::BadDescriptor);
         }
+        let (ctx, eng) = command_target(&cmd);
+        if let Some(status) = self
+            .gpu
+            .inject
+            .on_command(self.gpu.clock.now_ns(), op, ctx, eng)
+        {
+            self.counters.count_error(status);
+            log::debug!(
+                "control: {} tag {:#x} -> {} (injected)",
+                op.name(),
+                hdr.tag,
+                status.name()
+            );
+            return Reply::error(Some(&hdr), status);
+        }
         match self.execute(cmd, ReplyHeader::for_command(Some(&hdr), Status::Ok)) {
             Ok(reply) => {
                 self.counters.count_command(op);
@@ -470,6 +485,23 @@ impl ControlProcessor {
     /// not kept here and read 0).
     pub fn counters(&self) -> Counters {
         self.counters
+    }
+}
+
+/// The context and engine a command names (`u32::MAX` for none), for
+/// fault-injection filters.
+fn command_target(cmd: &Command) -> (u32, u32) {
+    match *cmd {
+        Command::ContextCreate { ctx_id, .. }
+        | Command::ContextDestroy { ctx_id, .. }
+        | Command::ContextQuery { ctx_id }
+        | Command::TlbInvalidate { ctx_id, .. }
+        | Command::FaultResume { ctx_id, .. } => (ctx_id, u32::MAX),
+        Command::RingCreate { ctx_id, engine, .. }
+        | Command::RingDestroy { ctx_id, engine }
+        | Command::Doorbell { ctx_id, engine, .. } => (ctx_id, engine),
+        Command::EngineReset { engine } => (u32::MAX, engine),
+        _ => (u32::MAX, u32::MAX),
     }
 }
 

@@ -49,6 +49,7 @@ use vgpu_hwif::proto::{engine, ring_state, RingStatus};
 use super::compute_engine::{self, Dispatch, DispatchOp, LoadError, StepEnd};
 use super::copy_engine::{self, CopyOp, Step};
 use super::dma::GpuMemory;
+use super::inject::StepVerdict;
 use super::mmu::{AddressSpace, Mem, MmuFault, Tlb};
 use super::ring::{Cursor, Frame, InFlight, Op};
 use super::telemetry::{Stats, TraceKind, TraceRecord};
@@ -73,6 +74,10 @@ pub trait Host {
     fn semaphores_changed(&self);
     /// Posts an event.
     fn post(&self, event: Event);
+    /// The fault injector, if faults may be injected.
+    fn injector(&self) -> Option<&super::inject::Injector> {
+        None
+    }
 }
 
 /// A ring checked out to an engine for one slice.
@@ -549,6 +554,12 @@ impl CommandProcessor {
                 }
             }
             if let Some(mut fl) = job.cursor.pending {
+                if let Some(end) = self.inject_step(host, job, &mut fl, stats) {
+                    return end;
+                }
+                if job.cursor.pending.is_none() {
+                    continue;
+                }
                 let r = if let Op::Dispatch(d) = &mut fl.op {
                     // A step is long next to a packet: look at the clock
                     // after each.
@@ -562,6 +573,12 @@ impl CommandProcessor {
                 match r {
                     Exec::Progress => {}
                     Exec::Done => {
+                        if let Some(inj) = host.injector() {
+                            let mut post = Vec::new();
+                            let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space);
+                            inj.on_done(host.now_ns(), job, &fl, &mut gm, &mut post);
+                            post.into_iter().for_each(|ev| host.post(ev));
+                        }
                         if let Some(end) = self.complete(host, mem, job, stats) {
                             return end;
                         }
@@ -596,6 +613,36 @@ impl CommandProcessor {
         }
     }
 
+    /// Asks the fault injector about the next step of `fl`: the slice's
+    /// end if the packet is held or faults; a skipped packet is retired
+    /// (`job.cursor.pending` cleared).
+    fn inject_step(
+        &mut self,
+        host: &dyn Host,
+        job: &mut Job,
+        fl: &mut InFlight,
+        stats: &mut Stats,
+    ) -> Option<SliceEnd> {
+        let inj = host.injector()?;
+        let mut post = Vec::new();
+        let verdict = inj.on_step(host.now_ns(), job, fl, &mut post);
+        post.into_iter().for_each(|ev| host.post(ev));
+        match verdict {
+            StepVerdict::Go => None,
+            StepVerdict::Hold => Some(SliceEnd::Yield),
+            StepVerdict::Skip => {
+                job.cursor.pending = None;
+                advance(job, fl.words);
+                count_packet(job, stats);
+                None
+            }
+            StepVerdict::Fault(fault) => Some(SliceEnd::Fault {
+                fault,
+                packet_va: fl.packet_va,
+            }),
+        }
+    }
+
     /// The in-flight packet finished: advance past it, count it, and for a
     /// fence update the status block and post the event.
     fn complete(
@@ -624,6 +671,9 @@ impl CommandProcessor {
         }
         if let Op::Fence { va, seqno, flags } = fl.op {
             job.cursor.last_fence = seqno;
+            if let Some(inj) = host.injector() {
+                inj.on_fence(host.now_ns(), job.ctx, job.engine, seqno);
+            }
             stats.fences += 1;
             self.record_instant(TraceKind::Fence, "fence", job, now, fl.packet_va, seqno);
             if !job.status_broken {

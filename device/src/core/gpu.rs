@@ -30,6 +30,7 @@ use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard};
 use super::clock::Clock;
 use super::context::ContextTable;
 use super::events::EventUnit;
+use super::inject::Injector;
 use super::mmu::Mem;
 use super::telemetry::{Stats, Trace};
 
@@ -196,6 +197,8 @@ pub struct Gpu {
     mem: Mutex<GuestMemoryAtomic<Mem>>,
     /// The packet trace, if recording.
     pub trace: Option<Mutex<Trace>>,
+    /// The fault injector.
+    pub inject: Injector,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -227,6 +230,7 @@ impl Gpu {
             notifier: RwLock::new(None),
             mem: Mutex::new(GuestMemoryAtomic::new(Mem::new())),
             trace: cfg.trace.then(|| Mutex::new(Trace::new())),
+            inject: Injector::new(),
         }
     }
 

@@ -14,6 +14,7 @@
 //! | scheduler | [`scheduler`] | per-engine loop: mailbox → doorbells → select → slice → retire |
 //! | resets | [`reset`] | engine reset, device reset |
 //! | events | [`events`] | numbered FIFO with loss accounting |
+//! | fault injection | [`inject`] | armed → fired (logged) → cleared by reset |
 //! | telemetry | [`telemetry`], [`counters`] | counters and the packet trace |
 //! | time | [`clock`] | device clock |
 //!
@@ -30,6 +31,7 @@ pub mod cp;
 pub mod dma;
 pub mod events;
 pub mod gpu;
+pub mod inject;
 pub mod kernel_mem;
 pub mod mmu;
 pub mod reset;

@@ -156,6 +156,7 @@ pub fn reset_device(gpu: &Gpu, announce: bool) -> Result<(), ResetError> {
         es.interrupted = None;
     }
     gpu.events().reset();
+    gpu.inject.on_reset(gpu.clock.now_ns(), None);
     if announce {
         gpu.events().post(
             Event::ResetDone {

@@ -447,6 +447,7 @@ pub fn serve_requests(gpu: &Gpu, st: &mut GpuState, e: u32, cp: &mut CommandProc
                 if applies {
                     let report = engine_reset(st, e, in_flight, !silent);
                     cp.flush_tlbs();
+                    gpu.inject.on_reset(gpu.clock.now_ns(), Some(e));
                     if !silent {
                         let now = gpu.clock.now_ns();
                         if let Some(t) = gpu.trace.as_ref() {
@@ -476,7 +477,9 @@ pub fn serve_requests(gpu: &Gpu, st: &mut GpuState, e: u32, cp: &mut CommandProc
                 }
             }
             Request::Invalidate { asid, va, size } => {
-                cp.invalidate_tlbs(asid, va, size);
+                if !gpu.inject.on_invalidate(gpu.clock.now_ns(), e, asid) {
+                    cp.invalidate_tlbs(asid, va, size);
+                }
             }
         }
         if let Some(es) = st.engines.get_mut(ei) {
@@ -545,6 +548,9 @@ impl Host for EngineHost<'_> {
     }
     fn post(&self, event: Event) {
         self.gpu.post(event);
+    }
+    fn injector(&self) -> Option<&super::inject::Injector> {
+        Some(&self.gpu.inject)
     }
 }
 

@@ -1,0 +1,374 @@
+//! Each fault class through the whole model (in-process driver), and the
+//! trigger rules.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vgpu_hwif::event::Event;
+use vgpu_hwif::mmu::{PTE_READ, PTE_WRITE};
+use vgpu_hwif::packet::Packet;
+use vgpu_hwif::proto::{engine, Command, Status};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+use super::*;
+use crate::config::{DeviceConfig, Generation};
+use crate::core::gpu::Gpu;
+use crate::core::Device;
+use crate::testkit::{read_u64, Driver, GpuContext, InProcess, PhysAlloc};
+
+const T: Duration = Duration::from_secs(5);
+const QUIET: Duration = Duration::from_millis(150);
+const DATA: u64 = 0x20_0000;
+
+struct Rig {
+    d: Driver<InProcess>,
+    c: GpuContext,
+    pa: u64,
+    gpu: Arc<Gpu>,
+    mem: GuestMemoryMmap,
+}
+
+fn rig(specs: &[&str]) -> Rig {
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 32 << 20)]).unwrap();
+    let dev = Device::new(DeviceConfig::new(Generation::Gen2, 4).unwrap());
+    let gpu = dev.gpu().clone();
+    gpu.inject.set_seed(1);
+    for s in specs {
+        gpu.inject.arm(Spec::parse(s).unwrap(), 0);
+    }
+    let mut d = Driver::new(
+        InProcess::with_device(dev, &mem),
+        mem.clone(),
+        PhysAlloc::new(0x10_0000, 30 << 20),
+    )
+    .unwrap();
+    let mut c = d.context(1, 1, 0).unwrap();
+    d.ring(&mut c, engine::COPY).unwrap();
+    let pa = d
+        .buffer(&mut c, DATA, 0x1_0000, PTE_READ | PTE_WRITE)
+        .unwrap();
+    Rig { d, c, pa, gpu, mem }
+}
+
+fn fence(va: u64, seqno: u64) -> Packet {
+    Packet::Fence {
+        va,
+        seqno,
+        flags: 0,
+    }
+}
+
+/// Events until none arrives for `QUIET`.
+fn events(d: &mut Driver<InProcess>) -> Vec<Event> {
+    let mut out = Vec::new();
+    while let Ok(e) = d.event(QUIET) {
+        out.push(e);
+    }
+    out
+}
+
+fn fences(ev: &[Event]) -> Vec<u64> {
+    ev.iter()
+        .filter_map(|e| match e {
+            Event::Fence { seqno, .. } => Some(*seqno),
+            _ => None,
+        })
+        .collect()
+}
+
+fn injected(gpu: &Gpu) -> Vec<LogEntry> {
+    gpu.inject
+        .log(0)
+        .into_iter()
+        .filter(|e| e.kind == "inject")
+        .collect()
+}
+
+#[test]
+fn specs_parse_render_and_reject() {
+    let s = Spec::parse("hang:engine=copy,packet=fence,after=3,p=0.5,count=2,ctx=4").unwrap();
+    assert_eq!(s.class, Class::Hang);
+    assert_eq!(s.trigger.engine, Some(0));
+    assert_eq!(s.trigger.packet.as_deref(), Some("FENCE"));
+    assert_eq!((s.trigger.after, s.trigger.count), (3, 2));
+    assert_eq!(Spec::parse(&s.render()).unwrap(), s);
+    assert_eq!(
+        Spec::parse("reset-fail:attempts=3").unwrap().trigger.count,
+        3
+    );
+    assert!(matches!(
+        Spec::parse("melt"),
+        Err(InjectError::UnknownClass(_))
+    ));
+    assert!(matches!(
+        Spec::parse("hang:bogus=1"),
+        Err(InjectError::UnknownKey(_))
+    ));
+    assert!(matches!(
+        Spec::parse("hang:p=2"),
+        Err(InjectError::BadValue { .. })
+    ));
+    for c in Class::ALL {
+        assert_eq!(Class::from_name(c.name()), Some(c));
+    }
+}
+
+#[test]
+fn same_seed_same_injections() {
+    let pattern = |seed: u64| {
+        let mut g = Inner {
+            seed,
+            ..Inner::default()
+        };
+        g.armed.push(Armed {
+            id: 1,
+            spec: Spec::parse("throttle:p=0.3,count=0,after=2").unwrap(),
+            armed_ns: 0,
+            seen: 0,
+            fired: 0,
+            rng: Rng::new(seed),
+        });
+        (0..200).map(|_| g.opportunity(0, 0)).collect::<Vec<_>>()
+    };
+    let a = pattern(7);
+    assert_eq!(a, pattern(7));
+    assert_ne!(a, pattern(8));
+    assert!(!a[0], "after=2: the first opportunity never fires");
+    let n = a.iter().filter(|&&f| f).count();
+    assert!((30..90).contains(&n), "{n} of 200 at p=0.3");
+}
+
+#[test]
+fn count_limits_injections() {
+    let mut r = rig(&["fence-event-drop:count=2"]);
+    let packets: Vec<Packet> = (1..=4).map(|i| fence(DATA + 8 * i, i)).collect();
+    r.d.submit(&mut r.c, engine::COPY, &packets).unwrap();
+    assert_eq!(fences(&events(&mut r.d)), vec![3, 4]);
+    assert_eq!(injected(&r.gpu).len(), 2);
+}
+
+#[test]
+fn hang_holds_the_ring_until_engine_reset() {
+    let mut r = rig(&["hang:packet=FENCE,after=2"]);
+    r.d.submit(
+        &mut r.c,
+        engine::COPY,
+        &[fence(DATA, 1), fence(DATA + 8, 2)],
+    )
+    .unwrap();
+    assert_eq!(fences(&events(&mut r.d)), vec![1]);
+    assert_eq!(read_u64(&r.mem, r.pa + 8).unwrap(), 0);
+    assert_eq!(r.d.status(Command::EngineReset { engine: 0 }), Status::Ok);
+    let log = r.gpu.inject.log(0);
+    assert!(log.iter().any(|e| e.what == "ENGINE_RESET"), "{log:?}");
+    assert!(log.iter().any(|e| e.what == "engine-reset-done"), "{log:?}");
+    // The engine serves again.
+    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA + 16, 3)])
+        .unwrap();
+    let ev = events(&mut r.d);
+    assert!(fences(&ev).contains(&3), "{ev:?}");
+}
+
+#[test]
+fn fence_never_skips_value_and_event() {
+    let mut r = rig(&["fence-never"]);
+    r.d.submit(
+        &mut r.c,
+        engine::COPY,
+        &[fence(DATA, 1), fence(DATA + 8, 2)],
+    )
+    .unwrap();
+    assert_eq!(fences(&events(&mut r.d)), vec![2]);
+    assert_eq!(read_u64(&r.mem, r.pa).unwrap(), 0);
+    assert_eq!(read_u64(&r.mem, r.pa + 8).unwrap(), 2);
+}
+
+#[test]
+fn fence_late_and_throttle_delay() {
+    for spec in ["fence-late:delay_ms=200", "throttle:delay_ms=200"] {
+        let mut r = rig(&[spec]);
+        let t0 = Instant::now();
+        r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 1)])
+            .unwrap();
+        assert!(matches!(
+            r.d.event(T).unwrap(),
+            Event::Fence { seqno: 1, .. }
+        ));
+        assert!(t0.elapsed() >= Duration::from_millis(200), "{spec}");
+        assert_eq!(injected(&r.gpu).len(), 1, "{spec}");
+    }
+}
+
+#[test]
+fn fence_event_drop_writes_the_value() {
+    let mut r = rig(&["fence-event-drop"]);
+    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 5)])
+        .unwrap();
+    assert_eq!(fences(&events(&mut r.d)), Vec::<u64>::new());
+    assert_eq!(read_u64(&r.mem, r.pa).unwrap(), 5);
+}
+
+#[test]
+fn duplicate_and_spurious_events() {
+    let mut r = rig(&["event-duplicate"]);
+    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 5)])
+        .unwrap();
+    assert_eq!(fences(&events(&mut r.d)), vec![5, 5]);
+    let mut r = rig(&["event-spurious"]);
+    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 6)])
+        .unwrap();
+    assert_eq!(fences(&events(&mut r.d)), vec![6, 6]);
+}
+
+#[test]
+fn dma_corruption_flips_bits_in_the_destination() {
+    let mut r = rig(&["dma-corrupt:bits=1"]);
+    r.d.submit(
+        &mut r.c,
+        engine::COPY,
+        &[
+            Packet::Fill {
+                dst: DATA,
+                size: 4096,
+                pattern: 0x5a5a_5a5a,
+            },
+            fence(DATA + 8192, 1),
+        ],
+    )
+    .unwrap();
+    assert_eq!(fences(&events(&mut r.d)), vec![1]);
+    let mut buf = vec![0u8; 4096];
+    r.mem.read_slice(&mut buf, GuestAddress(r.pa)).unwrap();
+    let flipped: u32 = buf.iter().map(|b| (b ^ 0x5a).count_ones()).sum();
+    assert_eq!(flipped, 1);
+}
+
+#[test]
+fn mmu_fault_at_a_chosen_va() {
+    let mut r = rig(&["mmu-fault:va=0x7770000"]);
+    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 1)])
+        .unwrap();
+    let ev = events(&mut r.d);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::Fault { va: 0x777_0000, .. })),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn stale_tlb_skips_one_invalidation() {
+    let mut r = rig(&["stale-tlb"]);
+    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 1)])
+        .unwrap();
+    assert_eq!(fences(&events(&mut r.d)), vec![1]);
+    let inv = Command::TlbInvalidate {
+        ctx_id: 1,
+        engine_mask: 0,
+        va: 0,
+        size: 0,
+    };
+    assert_eq!(r.d.status(inv), Status::Ok);
+    let log = injected(&r.gpu);
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].detail, "invalidation skipped");
+    assert_eq!(r.d.status(inv), Status::Ok);
+    assert_eq!(injected(&r.gpu).len(), 1);
+}
+
+#[test]
+fn ecc_event_names_a_page() {
+    let mut r = rig(&["ecc"]);
+    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 1)])
+        .unwrap();
+    let ev = events(&mut r.d);
+    assert!(
+        ev.iter().any(
+            |e| matches!(e, Event::EccError { ctx_id: 1, engine: 0, va, .. } if va % 4096 == 0)
+        ),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn event_overflow_loses_events() {
+    let mut r = rig(&["event-overflow:events=300"]);
+    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 1)])
+        .unwrap();
+    std::thread::sleep(QUIET);
+    let ev = events(&mut r.d);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::EventsLost { .. })),
+        "{} events",
+        ev.len()
+    );
+}
+
+#[test]
+fn lost_device_answers_device_lost_until_reset() {
+    let mut r = rig(&["lost"]);
+    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 1)])
+        .unwrap();
+    assert_eq!(fences(&events(&mut r.d)), Vec::<u64>::new());
+    assert_eq!(r.d.status(Command::Ping { cookie: 1 }), Status::DeviceLost);
+    assert_eq!(r.d.status(Command::DeviceReset), Status::Ok);
+    assert!(!r.gpu.inject.is_lost());
+    assert_eq!(r.d.status(Command::Ping { cookie: 2 }), Status::Ok);
+}
+
+#[test]
+fn reset_fails_its_first_attempts() {
+    let mut r = rig(&["reset-fail:attempts=2"]);
+    let reset = Command::EngineReset { engine: 0 };
+    assert_eq!(r.d.status(reset), Status::DeviceLost);
+    assert_eq!(r.d.status(Command::DeviceReset), Status::DeviceLost);
+    assert_eq!(r.d.status(reset), Status::Ok);
+}
+
+#[test]
+fn control_busy_answers_busy() {
+    let mut r = rig(&["control-busy:packet=PING"]);
+    assert_eq!(r.d.status(Command::Ping { cookie: 1 }), Status::Busy);
+    assert_eq!(r.d.status(Command::Ping { cookie: 2 }), Status::Ok);
+    assert_eq!(injected(&r.gpu)[0].detail, "command=PING");
+}
+
+#[test]
+fn control_socket_protocol() {
+    let r = rig(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ctl.sock");
+    crate::inject_ctl::spawn(&path, r.gpu.clone()).unwrap();
+    let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    let mut rd = std::io::BufReader::new(s.try_clone().unwrap());
+    let mut ask = |line: &str| {
+        use std::io::{BufRead, Write};
+        writeln!(s, "{line}").unwrap();
+        let mut reply = String::new();
+        rd.read_line(&mut reply).unwrap();
+        reply
+    };
+    let list = ask("list");
+    assert!(list.contains("\"name\":\"stale-tlb\""), "{list}");
+    assert_eq!(ask("seed 9"), "{\"ok\":true}\n");
+    assert_eq!(
+        ask("arm control-busy:packet=PING"),
+        "{\"ok\":true,\"id\":1}\n"
+    );
+    assert!(ask("arm nope").starts_with("{\"ok\":false"));
+    let st = ask("status");
+    assert!(
+        st.contains("\"seed\":9") && st.contains("control-busy"),
+        "{st}"
+    );
+    let mut d = r.d;
+    assert_eq!(d.status(Command::Ping { cookie: 1 }), Status::Busy);
+    let log = ask("log");
+    assert!(
+        log.contains("\"what\":\"control-busy\"") && log.contains("\"wall_ns\":"),
+        "{log}"
+    );
+    assert_eq!(ask("disarm 1"), "{\"ok\":true}\n");
+    assert!(ask("disarm 1").starts_with("{\"ok\":false"));
+    assert!(ask("status").contains("\"armed\":[]"));
+}

@@ -261,6 +261,9 @@ impl Tracker {
                         first_seq
                     );
                 }
+                // Fence records may be among the lost: the GPU blocks
+                // re-read the fence values.
+                let _ = gpu.push_within_capacity(Event::EventsLost { count, first_seq });
                 self.on_lost(first_seq, count)
             }
             // Uncorrectable memory error: counted and logged; the page's
@@ -278,12 +281,10 @@ impl Tracker {
                 }
                 false
             }
-            // Fence, fault, engine-error and reset records belong to the GPU
-            // blocks (`gpu.rs`). The batch has room for a whole queue.
-            Ok(ev @ (Event::Fence { .. }
-            | Event::Fault { .. }
-            | Event::EngineError { .. }
-            | Event::ResetDone { .. })) => {
+            // Every other record (fences, faults, engine errors, resets,
+            // kinds this driver does not act on) goes to the GPU blocks
+            // (`gpu.rs`). The batch has room for a whole queue.
+            Ok(ev) => {
                 if gpu.push_within_capacity(ev).is_err() {
                     self.stats.unhandled += 1;
                     if self.may_warn() {
@@ -463,6 +464,11 @@ impl Events {
     }
 
     /// Wakes every waiter so that it re-checks the device state.
+    /// Counts an event record no block acted on.
+    pub(crate) fn count_unhandled(&self) {
+        self.state.lock().tracker.stats.unhandled += 1;
+    }
+
     /// Announces a `DEVICE_RESET`: event numbering restarts at 1.
     pub(crate) fn expect_restart(&self) {
         self.state.lock().tracker.restart_pending = true;

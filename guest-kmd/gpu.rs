@@ -1073,7 +1073,8 @@ impl Vgpu {
         }
     }
 
-    /// Handles a GPU event (interrupt thread, no lock held).
+    /// Handles a GPU event (interrupt thread, no lock held): fences,
+    /// faults, engine errors, and lost events (which may have been fences).
     pub(crate) fn gpu_event(&self, ev: Event) {
         match ev {
             Event::Fence { ctx_id, engine, seqno, .. } => {
@@ -1109,7 +1110,14 @@ impl Vgpu {
                 drop(g);
                 self.gpu.wake();
             }
-            _ => {}
+            // Lost records may have been fences: waiters re-read the fence
+            // values now rather than at their next periodic check.
+            Event::EventsLost { .. } => self.gpu.wake(),
+            // Recovery reads the reset results from the command replies.
+            Event::ResetDone { .. } => {}
+            // Kinds this driver does not act on: counted (debugfs
+            // `status`, "unhandled").
+            _ => self.events.count_unhandled(),
         }
     }
 

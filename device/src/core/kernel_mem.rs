@@ -329,17 +329,22 @@ impl GlobalMemory for KernelMemory<'_> {
         lo: &mut [u32; WARP_SIZE],
         hi: &mut [u32; WARP_SIZE],
     ) -> Result<(), LaneFault> {
-        if let Some((host, base)) = self.one_page(va, mask, size, Access::Read) {
-            let p = host.as_ptr().cast_const();
-            if size == 4 && mask == u32::MAX && Self::consecutive_words(va) {
-                for (l, out) in lo.iter_mut().enumerate() {
-                    // SAFETY: the 32 words lie in one page (`one_page`
-                    // checked the lowest and highest address), naturally
-                    // aligned.
-                    *out = unsafe { read_at(p, 4 * l, 4) } as u32;
+        if size == 4 && mask == u32::MAX && Self::consecutive_words(va) {
+            let last = va[0].wrapping_add(4 * (WARP_SIZE as u64 - 1));
+            if last > va[0] {
+                if let Some(host) = self.host_span(va[0], last, 4, Access::Read) {
+                    let p = host.as_ptr().cast_const();
+                    for (l, out) in lo.iter_mut().enumerate() {
+                        // SAFETY: the 32 words lie in one page
+                        // (`host_span` checked the first and the last),
+                        // naturally aligned.
+                        *out = unsafe { read_at(p, 4 * l, 4) } as u32;
+                    }
+                    return Ok(());
                 }
-                return Ok(());
             }
+        } else if let Some((host, base)) = self.one_page(va, mask, size, Access::Read) {
+            let p = host.as_ptr().cast_const();
             for l in lanes(mask) {
                 // SAFETY: every active lane lies in the page (`one_page`
                 // checked the lowest and highest address) and is naturally
@@ -369,15 +374,20 @@ impl GlobalMemory for KernelMemory<'_> {
         lo: &[u32; WARP_SIZE],
         hi: &[u32; WARP_SIZE],
     ) -> Result<(), LaneFault> {
-        if let Some((host, base)) = self.one_page(va, mask, size, Access::Write) {
-            let p = host.as_ptr();
-            if size == 4 && mask == u32::MAX && Self::consecutive_words(va) {
-                for (l, &v) in lo.iter().enumerate() {
-                    // SAFETY: as in `load_warp`.
-                    unsafe { write_at(p, 4 * l, 4, u64::from(v)) };
+        if size == 4 && mask == u32::MAX && Self::consecutive_words(va) {
+            let last = va[0].wrapping_add(4 * (WARP_SIZE as u64 - 1));
+            if last > va[0] {
+                if let Some(host) = self.host_span(va[0], last, 4, Access::Write) {
+                    let p = host.as_ptr();
+                    for (l, &v) in lo.iter().enumerate() {
+                        // SAFETY: as in `load_warp`.
+                        unsafe { write_at(p, 4 * l, 4, u64::from(v)) };
+                    }
+                    return Ok(());
                 }
-                return Ok(());
             }
+        } else if let Some((host, base)) = self.one_page(va, mask, size, Access::Write) {
+            let p = host.as_ptr();
             for l in lanes(mask) {
                 let v = u64::from(lo[l]) | u64::from(hi[l]) << 32;
                 // SAFETY: as in `load_warp`.
@@ -393,5 +403,114 @@ impl GlobalMemory for KernelMemory<'_> {
             })?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::mmu::{AddressSpace, Tlb};
+    use vgpu_hwif::mmu::{leaf_entry, level_index, table_entry, CachePolicy, PTE_READ, PTE_WRITE};
+    use vm_memory::Bytes;
+
+    const BASE: u64 = 0x10_0000;
+
+    /// 1 MiB of RAM; VA pages BASE + i (i < 4) map scattered physical
+    /// pages; page 2 is read-only, page 3 is not mapped.
+    fn setup() -> (Mem, AddressSpace) {
+        let mem = Mem::from_ranges(&[(GuestAddress(0), 0x10_0000)]).unwrap();
+        let w = |pa: u64, v: u64| mem.write_obj(v, GuestAddress(pa)).unwrap();
+        w(
+            0x1000 + 8 * level_index(BASE, 3) as u64,
+            table_entry(0x2000),
+        );
+        w(
+            0x2000 + 8 * level_index(BASE, 2) as u64,
+            table_entry(0x3000),
+        );
+        w(
+            0x3000 + 8 * level_index(BASE, 1) as u64,
+            table_entry(0x4000),
+        );
+        for (i, perms) in [
+            (0u64, PTE_READ | PTE_WRITE),
+            (1, PTE_READ | PTE_WRITE),
+            (2, PTE_READ),
+        ] {
+            let va = BASE + i * 0x1000;
+            w(
+                0x4000 + 8 * level_index(va, 0) as u64,
+                leaf_entry(pa_of(i), perms, CachePolicy::Cached),
+            );
+        }
+        let space = AddressSpace {
+            asid: 1,
+            root: 0x1000,
+            va_bits: 48,
+        };
+        (mem, space)
+    }
+
+    fn pa_of(i: u64) -> u64 {
+        0x20000 + (3 - i) * 0x1000
+    }
+
+    #[test]
+    fn warps_within_across_and_off_pages() {
+        let (mem, space) = setup();
+        let mut tlb = Tlb::new();
+        let km = KernelMemory::new(GpuMemory::new(&mem, &mut tlb, space), &mem);
+        // 32 consecutive words straddling pages 0 and 1 (physically apart).
+        let va: [u64; WARP_SIZE] = std::array::from_fn(|l| BASE + 0xfc0 + 4 * l as u64);
+        let lo: [u32; WARP_SIZE] = std::array::from_fn(|l| 100 + l as u32);
+        km.store_warp(4, &va, u32::MAX, &lo, &[0; WARP_SIZE])
+            .unwrap();
+        assert_eq!(
+            mem.read_obj::<u32>(GuestAddress(pa_of(0) + 0xfc0)).unwrap(),
+            100
+        );
+        assert_eq!(mem.read_obj::<u32>(GuestAddress(pa_of(1))).unwrap(), 116);
+        let (mut got, mut hi) = ([0u32; WARP_SIZE], [0u32; WARP_SIZE]);
+        km.load_warp(4, &va, u32::MAX, &mut got, &mut hi).unwrap();
+        assert_eq!(got, lo);
+        // Bytes and 64-bit values inside one page, some lanes inactive.
+        let va8: [u64; WARP_SIZE] = std::array::from_fn(|l| BASE + 0x100 + 8 * l as u64);
+        let hi8: [u32; WARP_SIZE] = std::array::from_fn(|l| l as u32);
+        km.store_warp(8, &va8, 0x5555_5555, &lo, &hi8).unwrap();
+        km.load_warp(8, &va8, u32::MAX, &mut got, &mut hi).unwrap();
+        assert_eq!((got[2], hi[2], got[3], hi[3]), (102, 2, 0, 0));
+        km.store(BASE + 0x1003, 1, 0xab).unwrap();
+        assert_eq!(km.load(BASE + 0x1000, 4).unwrap(), 0xab00_0000 | 116);
+        // A store to the read-only page faults at its first lane there.
+        let f = km
+            .store_warp(4, &va.map(|a| a + 0x1000), u32::MAX, &lo, &[0; WARP_SIZE])
+            .unwrap_err();
+        assert_eq!((f.lane, f.fault.va), (16, BASE + 0x2000));
+        assert_eq!(f.fault.reason, MemFaultReason::Permission);
+        let m = km.take_fault().unwrap();
+        assert_eq!(
+            (m.va, m.access, m.reason),
+            (BASE + 0x2000, Access::Write, FaultReason::Permission)
+        );
+        // Loads from it work; past it nothing is mapped.
+        km.load_warp(4, &va.map(|a| a + 0x1040), 1, &mut got, &mut hi)
+            .unwrap();
+        let f = km
+            .load_warp(4, &va.map(|a| a + 0x2000), u32::MAX, &mut got, &mut hi)
+            .unwrap_err();
+        assert_eq!((f.lane, f.fault.va), (16, BASE + 0x3000));
+        assert_eq!(km.take_fault().unwrap().reason, FaultReason::NotPresent);
+        // Atomics need read and write; they are real read-modify-writes.
+        assert_eq!(
+            km.atomic32(BASE + 0x1000, AtomOp::Add, 5, 0).unwrap(),
+            0xab00_0000 | 116
+        );
+        assert_eq!(km.load(BASE + 0x1000, 4).unwrap(), 0xab00_0000 | 121);
+        assert_eq!(
+            km.atomic32(BASE + 0x2000, AtomOp::Add, 1, 0)
+                .unwrap_err()
+                .reason,
+            MemFaultReason::Permission
+        );
     }
 }

@@ -19,7 +19,7 @@ use vgpu_hwif::packet::{EngineError, Packet};
 use vgpu_hwif::pod::Pod;
 use vgpu_hwif::proto::{
     ctx_state, engine, ring_state, Command, EngineResetReply, CTX_FLAG_REPLAYABLE_FAULTS,
-    PRIORITY_HIGH, PRIORITY_NORMAL,
+    DESTROY_FLAG_FORCE, PRIORITY_HIGH, PRIORITY_NORMAL,
 };
 use vgpu_isa::{assemble, Module};
 
@@ -611,4 +611,55 @@ fn a_generation_1_device_refuses_a_generation_2_module() {
     let p = dispatch(&d, &c, &m, "vecadd", &argv, [1, 1, 1], [32, 1, 1]);
     run(&mut d, &mut c, p, 1);
     assert_eq!(to_f32s(&read_va(&d, &c, buf(0) + 8, 8)), [1.0, 3.0]);
+}
+
+#[test]
+fn a_forced_destroy_and_a_device_reset_also_end_an_endless_kernel() {
+    let mut d = rig(2, 32);
+    let mut c = setup(&mut d, 1, PRIORITY_NORMAL, 0, 0);
+    let spin = sample("spin", 2);
+    let p = dispatch(&d, &c, &spin, "spin", &[], [8, 1, 1], [64, 1, 1]);
+    d.submit(&mut c, COMPUTE, &[p, fence(1)]).unwrap();
+    wait_running(&mut d, &c);
+    d.command(Command::ContextDestroy {
+        ctx_id: 1,
+        flags: DESTROY_FLAG_FORCE,
+    })
+    .unwrap();
+    assert_eq!(
+        d.event(T).unwrap(),
+        Event::ResetDone {
+            engine: COMPUTE,
+            ctx_id: 1,
+            rptr: 0
+        }
+    );
+    // The same id, a new context: its kernel runs on the engine.
+    let mut c = setup(&mut d, 1, PRIORITY_NORMAL, 0, 1);
+    let m = sample("vecadd", 2);
+    write_va(&d, &c, buf(0), &f32s(&[4.0]));
+    let argv = args(
+        &m,
+        "vecadd",
+        &[("n", 1), ("a", buf(0)), ("b", buf(0)), ("c", buf(0) + 4)],
+    );
+    let p = dispatch(&d, &c, &m, "vecadd", &argv, [1, 1, 1], [32, 1, 1]);
+    run(&mut d, &mut c, p, 2);
+    assert_eq!(to_f32s(&read_va(&d, &c, buf(0) + 4, 4)), [8.0]);
+    // Spinning again, then a device reset: everything is gone and the
+    // device answers.
+    let p = dispatch(&d, &c, &spin, "spin", &[], [8, 1, 1], [64, 1, 1]);
+    d.submit(&mut c, COMPUTE, &[p]).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    d.command(Command::DeviceReset).unwrap();
+    loop {
+        if let Event::ResetDone { engine, .. } = d.event(T).unwrap() {
+            assert_eq!(engine, engine::ALL);
+            break;
+        }
+    }
+    assert_eq!(
+        d.status(Command::ContextQuery { ctx_id: 1 }),
+        vgpu_hwif::proto::Status::NotFound
+    );
 }

@@ -1,0 +1,283 @@
+//! `vgpu-campaign`: fault-injection campaigns against the vgpu stack.
+//!
+//! Boots a fresh VM per run through `scripts/vm`, arms the scenario's fault
+//! in the device with `--inject`, runs the workload, and classifies what
+//! happened from the guest's output, the kernel log and the device's
+//! injection log.
+
+mod report;
+mod run;
+mod spec;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use report::Results;
+use run::Runner;
+use spec::{Campaign, Shard};
+
+const EXAMPLES: &str = "\
+Examples:
+  # The smoke campaign (what CI runs), results in target/campaign/smoke:
+  vgpu-campaign run campaigns/smoke.toml --out target/campaign/smoke
+
+  # Every fault class several times:
+  vgpu-campaign run campaigns/default.toml --out target/campaign/default
+
+  # Replay one run exactly (seed and scenario from the report):
+  vgpu-campaign run campaigns/default.toml --only copy-hang --rep 2 --seed 7
+
+  # Split across 4 machines, then merge the JSON results:
+  vgpu-campaign run campaigns/default.toml --shard 1/4 --out shard1
+  vgpu-campaign merge shard*/results.json --out merged
+
+  # What a campaign would run, without running it:
+  vgpu-campaign list campaigns/default.toml --shard 2/4
+
+Each output directory gets results.json, junit.xml and report.html; the
+last line printed is 'campaign: N passed, N failed' and the exit status is
+1 if any run failed its expectations.";
+
+/// Runs fault-injection campaigns against vgpu in QEMU and reports.
+#[derive(Debug, Parser)]
+#[command(name = "vgpu-campaign", version, about, after_help = EXAMPLES)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Run a campaign (or a shard or a part of it).
+    Run {
+        /// The campaign file (TOML).
+        campaign: String,
+        /// Base seed (replaces the file's; every run's seed derives from it).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Run only shard I of N (round-robin over the campaign's runs).
+        #[arg(long, value_name = "I/N")]
+        shard: Option<Shard>,
+        /// Run only this scenario.
+        #[arg(long, value_name = "NAME")]
+        only: Option<String>,
+        /// Run only this repetition (with --only).
+        #[arg(long, value_name = "N")]
+        rep: Option<u64>,
+        /// Output directory.
+        #[arg(long, default_value = "target/campaign")]
+        out: PathBuf,
+        /// Do not build the guest and device before the first run.
+        #[arg(long)]
+        no_build: bool,
+    },
+    /// List the runs a campaign (or shard) would make.
+    List {
+        /// The campaign file (TOML).
+        campaign: String,
+        /// Base seed.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Only shard I of N.
+        #[arg(long, value_name = "I/N")]
+        shard: Option<Shard>,
+    },
+    /// Merge JSON results of shards into one result set and report.
+    Merge {
+        /// results.json files.
+        #[arg(required = true)]
+        inputs: Vec<String>,
+        /// Output directory.
+        #[arg(long, default_value = "target/campaign/merged")]
+        out: PathBuf,
+    },
+}
+
+fn summary_lines(r: &Results) {
+    eprintln!(
+        "{:<18} {:>4} {:>8} {:>8} {:>9} {:>6} {:>6} {:>7} {:>10} {:>10}",
+        "class",
+        "runs",
+        "injected",
+        "detected",
+        "recovered",
+        "silent",
+        "panics",
+        "crashes",
+        "rec.med ms",
+        "rec.max ms"
+    );
+    let f = |v: Option<f64>| v.map_or("-".to_owned(), |x| format!("{x:.0}"));
+    for (class, s) in r.summary() {
+        eprintln!(
+            "{:<18} {:>4} {:>8} {:>8} {:>9} {:>6} {:>6} {:>7} {:>10} {:>10}",
+            class,
+            s.runs,
+            s.injected,
+            s.detected,
+            s.recovered,
+            s.silent,
+            s.panics,
+            s.crashes,
+            f(s.recover_median_ms),
+            f(s.recover_max_ms)
+        );
+    }
+}
+
+fn finish(r: &Results, out: &std::path::Path) -> ExitCode {
+    if let Err(e) = r.write_all(out) {
+        eprintln!("vgpu-campaign: {e}");
+        return ExitCode::from(2);
+    }
+    summary_lines(r);
+    eprintln!(
+        "results: {}/results.json, junit.xml, report.html",
+        out.display()
+    );
+    let (p, f) = r.counts();
+    println!("campaign: {p} passed, {f} failed");
+    if f == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::List {
+            campaign,
+            seed,
+            shard,
+        } => {
+            let c = match Campaign::load(&campaign) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("vgpu-campaign: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            for r in c.runs(seed) {
+                if shard.is_none_or(|s| s.takes(r.index)) {
+                    let fault = c
+                        .scenario(&r.scenario)
+                        .and_then(|s| s.fault.clone())
+                        .unwrap_or_else(|| "none".into());
+                    println!(
+                        "{:4} {}#{} seed={} fault={fault}",
+                        r.index, r.scenario, r.rep, r.seed
+                    );
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Cmd::Merge { inputs, out } => {
+            let mut parts = Vec::new();
+            for p in inputs {
+                match Results::read(&p) {
+                    Ok(r) => parts.push((p, r)),
+                    Err(e) => {
+                        eprintln!("vgpu-campaign: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            match Results::merge(parts) {
+                Ok(r) => finish(&r, &out),
+                Err(e) => {
+                    eprintln!("vgpu-campaign: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Cmd::Run {
+            campaign,
+            seed,
+            shard,
+            only,
+            rep,
+            out,
+            no_build,
+        } => {
+            let c = match Campaign::load(&campaign) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("vgpu-campaign: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let Some(repo) = run::find_repo() else {
+                eprintln!("vgpu-campaign: no scripts/vm here or above (set VGPU_REPO)");
+                return ExitCode::from(2);
+            };
+            if let Some(o) = &only {
+                if c.scenario(o).is_none() {
+                    eprintln!("vgpu-campaign: no scenario '{o}' in {campaign}");
+                    return ExitCode::from(2);
+                }
+            }
+            let runs: Vec<_> = c
+                .runs(seed)
+                .into_iter()
+                .filter(|r| shard.is_none_or(|s| s.takes(r.index)))
+                .filter(|r| only.as_ref().is_none_or(|o| *o == r.scenario))
+                .filter(|r| rep.is_none_or(|n| n == r.rep))
+                .collect();
+            let runner = Runner {
+                repo,
+                log_dir: out.join("runs"),
+                build: !no_build,
+                campaign_path: campaign.clone(),
+                seed,
+            };
+            let mut results = Results {
+                campaign: c.campaign.name.clone(),
+                seed,
+                shards: shard
+                    .map(|s| vec![format!("{}/{}", s.i, s.n)])
+                    .unwrap_or_default(),
+                runs: Vec::new(),
+            };
+            let total = runs.len();
+            let t0 = std::time::Instant::now();
+            for (k, id) in runs.iter().enumerate() {
+                eprint!(
+                    "[{}/{total}] {}#{} (seed {}) ... ",
+                    k + 1,
+                    id.scenario,
+                    id.rep,
+                    id.seed
+                );
+                match runner.run(&c, id, k == 0) {
+                    Ok(r) => {
+                        eprintln!(
+                            "{} {} ({:.1} s{}{})",
+                            if r.passed { "PASS" } else { "FAIL" },
+                            r.outcome,
+                            r.duration_s,
+                            r.detect_ms
+                                .map_or(String::new(), |d| format!(", detected in {d:.0} ms")),
+                            if r.reasons.is_empty() {
+                                String::new()
+                            } else {
+                                format!("; {}", r.reasons.join("; "))
+                            }
+                        );
+                        results.runs.push(r);
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            eprintln!("{total} runs in {:.0} s", t0.elapsed().as_secs_f64());
+            finish(&results, &out)
+        }
+    }
+}

@@ -1,0 +1,485 @@
+//! Running one scenario run in a fresh VM and classifying what happened.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::{Campaign, RunId, Scenario};
+
+/// Why a run could not be carried out (as opposed to a fault outcome).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// `scripts/vm` could not be started or its logs written.
+    #[error("{0}: {1}")]
+    Io(String, std::io::Error),
+}
+
+/// The result of one run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunResult {
+    /// Which run.
+    #[serde(flatten)]
+    pub id: RunId,
+    /// The fault specification, if any.
+    pub fault: Option<String>,
+    /// The fault class (`none` for a baseline).
+    pub class: String,
+    /// The outcome (see [`crate::spec::OUTCOMES`]).
+    pub outcome: String,
+    /// Whether the outcome met the scenario's expectations.
+    pub passed: bool,
+    /// Why it did not, or notes.
+    pub reasons: Vec<String>,
+    /// `scripts/vm` exit status.
+    pub vm_status: i32,
+    /// The workload's exit status.
+    pub workload_status: Option<i32>,
+    /// The innocent workload's exit status.
+    pub innocent_status: Option<i32>,
+    /// The health check's exit status.
+    pub health_status: Option<i32>,
+    /// Injections the device logged.
+    pub injections: u64,
+    /// What detected the fault (driver reactions at the device, kernel
+    /// messages, the application).
+    pub detected_by: Vec<String>,
+    /// First injection to the driver's first reaction seen by the device.
+    pub detect_ms: Option<f64>,
+    /// First injection to the device completing a fence after that
+    /// reaction.
+    pub recover_ms: Option<f64>,
+    /// Wall time of the run.
+    pub duration_s: f64,
+    /// Command that replays this run.
+    pub replay: String,
+}
+
+/// How to run VMs.
+#[derive(Debug, Clone)]
+pub struct Runner {
+    /// Repository root (holds `scripts/vm`).
+    pub repo: PathBuf,
+    /// Where each run's logs go (`<dir>/<index>-<scenario>-<rep>/`).
+    pub log_dir: PathBuf,
+    /// Build the guest and device before the first run.
+    pub build: bool,
+    /// The campaign file's path (for replay commands).
+    pub campaign_path: String,
+    /// The `--seed` given, if any (for replay commands).
+    pub seed: Option<u64>,
+}
+
+/// Kernel messages that show the driver noticed something.
+const DMESG_SIGNS: [(&str, &str); 10] = [
+    ("hang: context", "kmd-hang-check"),
+    ("resetting the device", "kmd-device-reset"),
+    ("device wedged", "kmd-wedged"),
+    ("stopped context", "kmd-engine-error"),
+    ("fault", "kmd-fault"),
+    ("uncorrectable ECC", "kmd-ecc"),
+    ("dropped", "kmd-events-lost"),
+    ("event sequence", "kmd-event-sequence"),
+    ("bad reply", "kmd-bad-reply"),
+    ("failed", "kmd-command-failed"),
+];
+
+/// Device-side observations of driver reactions.
+const REACTIONS: [&str; 3] = ["ENGINE_RESET", "DEVICE_RESET", "FAULT_RESUME"];
+
+fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+}
+
+/// Parsed `inject:` and `inject-observe:` lines of a device log.
+#[derive(Debug, Default, PartialEq)]
+pub struct DeviceLog {
+    /// Wall-clock ns of each injection.
+    pub injections: Vec<u64>,
+    /// (what, wall-clock ns) of each observation.
+    pub observations: Vec<(String, u64)>,
+    /// The device process panicked.
+    pub panicked: bool,
+}
+
+/// Reads a device log.
+pub fn parse_device_log(text: &str) -> DeviceLog {
+    let mut d = DeviceLog::default();
+    for line in text.lines() {
+        if line.contains("panicked at") {
+            d.panicked = true;
+        }
+        if let Some(i) = line.find("inject-observe: ") {
+            let l = &line[i..];
+            if let (Some(w), Some(t)) = (field(l, "what"), field(l, "wall_ns")) {
+                if let Ok(t) = t.parse() {
+                    d.observations.push((w.to_owned(), t));
+                }
+            }
+        } else if let Some(i) = line.find("inject: id=") {
+            if let Some(t) = field(&line[i..], "wall_ns").and_then(|t| t.parse().ok()) {
+                d.injections.push(t);
+            }
+        }
+    }
+    d
+}
+
+/// What the guest printed.
+#[derive(Debug, Default, PartialEq)]
+pub struct GuestOutput {
+    /// Workload status.
+    pub workload: Option<i32>,
+    /// Innocent workload status.
+    pub innocent: Option<i32>,
+    /// Health check status.
+    pub health: Option<i32>,
+    /// Kernel messages.
+    pub dmesg: Vec<String>,
+    /// Workload output.
+    pub output: Vec<String>,
+}
+
+/// Reads the guest's output.
+pub fn parse_guest(text: &str) -> GuestOutput {
+    let mut g = GuestOutput::default();
+    for line in text.lines() {
+        let num = |p: &str| line.strip_prefix(p).and_then(|v| v.trim().parse().ok());
+        if let Some(v) = num("campaign-workload=") {
+            g.workload = Some(v);
+        } else if let Some(v) = num("campaign-innocent=") {
+            g.innocent = Some(v);
+        } else if let Some(v) = num("campaign-health=") {
+            g.health = Some(v);
+        } else if let Some(m) = line.strip_prefix("dmesg: ") {
+            g.dmesg.push(m.to_owned());
+        } else {
+            g.output.push(line.to_owned());
+        }
+    }
+    g
+}
+
+/// The guest command of a scenario.
+pub fn guest_script(s: &Scenario, health: &str) -> String {
+    let mut sh = String::new();
+    if let Some(inn) = &s.innocent {
+        sh += &format!("( {inn} ) >/tmp/innocent.log 2>&1 & IP=$!; ");
+    }
+    sh += &format!("( {} ); echo campaign-workload=$?; ", s.workload);
+    if s.innocent.is_some() {
+        sh += "wait $IP; echo campaign-innocent=$?; sed 's/^/innocent: /' /tmp/innocent.log; ";
+    }
+    sh += &format!("( {health} ) >/dev/null 2>&1; echo campaign-health=$?; ");
+    sh += "dmesg | grep -i vgpu | grep -v 'command line' | sed 's/^/dmesg: /'; true";
+    sh
+}
+
+fn ms(from: u64, to: u64) -> f64 {
+    to.saturating_sub(from) as f64 / 1e6
+}
+
+/// Classifies a run from its evidence. Returns (outcome, detected_by,
+/// detect_ms, recover_ms, notes).
+pub fn classify(
+    s: &Scenario,
+    vm_status: i32,
+    g: &GuestOutput,
+    d: &DeviceLog,
+) -> (String, Vec<String>, Option<f64>, Option<f64>, Vec<String>) {
+    let mut notes = Vec::new();
+    let first = d.injections.first().copied();
+    let mut detected_by: Vec<String> = Vec::new();
+    let mut detect_ms = None;
+    let mut recover_ms = None;
+    if let Some(t0) = first {
+        let mut reacted_at = None;
+        for (what, t) in &d.observations {
+            if REACTIONS.contains(&what.as_str()) && *t >= t0 {
+                if reacted_at.is_none() {
+                    reacted_at = Some(*t);
+                    detect_ms = Some(ms(t0, *t));
+                }
+                let tag = format!("device-saw-{}", what.to_ascii_lowercase());
+                if !detected_by.contains(&tag) {
+                    detected_by.push(tag);
+                }
+            }
+            if what == "fence" && reacted_at.is_some() && recover_ms.is_none() {
+                recover_ms = Some(ms(t0, *t));
+            }
+        }
+        for (sign, tag) in DMESG_SIGNS {
+            if g.dmesg.iter().any(|l| l.contains(sign)) && !detected_by.iter().any(|t| t == tag) {
+                detected_by.push(tag.to_owned());
+            }
+        }
+        // The application was told (an error, not a wrong result).
+        let app_error = g.output.iter().any(|l| {
+            let l = l.to_ascii_lowercase();
+            (l.contains("reset")
+                || l.contains("lost")
+                || l.contains("fault")
+                || l.contains("timed out"))
+                && !l.contains("verified")
+        });
+        if app_error {
+            detected_by.push("application-error".to_owned());
+        }
+    }
+    let outcome = if vm_status >= 128 || d.panicked {
+        "device-crash"
+    } else if vm_status == 125 {
+        "guest-panic"
+    } else if first.is_none() {
+        if s.fault.is_some() {
+            notes.push("the trigger never fired".to_owned());
+        }
+        "not-injected"
+    } else if detected_by.is_empty() {
+        "silent"
+    } else {
+        let health_ok = g.health == Some(0);
+        let innocent_ok = s.innocent.is_none() || g.innocent == Some(0);
+        if !health_ok {
+            notes.push(format!("health check status {:?}", g.health));
+        }
+        if !innocent_ok {
+            notes.push(format!("innocent workload status {:?}", g.innocent));
+        }
+        if vm_status == 124 {
+            notes.push("VM timed out".to_owned());
+        }
+        if health_ok && innocent_ok && vm_status != 124 {
+            "detected-recovered"
+        } else {
+            "detected-not-recovered"
+        }
+    };
+    if vm_status == 124 && outcome != "detected-not-recovered" {
+        notes.push("VM timed out".to_owned());
+    }
+    (
+        outcome.to_owned(),
+        detected_by,
+        detect_ms,
+        recover_ms,
+        notes,
+    )
+}
+
+/// Checks `outcome` against the scenario's expectations.
+fn judge(s: &Scenario, r: &mut RunResult) {
+    let mut ok = s.expect.contains(&r.outcome);
+    if !ok {
+        r.reasons.push(format!(
+            "outcome {} not in expected {:?}",
+            r.outcome, s.expect
+        ));
+    }
+    if let (Some(limit), Some(dt)) = (s.detect_within_ms, r.detect_ms) {
+        if dt > limit as f64 {
+            ok = false;
+            r.reasons
+                .push(format!("detected after {dt:.0} ms, limit {limit} ms"));
+        }
+    }
+    match s.workload_status.as_deref() {
+        Some("ok") if r.workload_status != Some(0) => {
+            ok = false;
+            r.reasons.push(format!(
+                "workload status {:?}, expected 0",
+                r.workload_status
+            ));
+        }
+        Some("error") if matches!(r.workload_status, Some(0) | None) => {
+            ok = false;
+            r.reasons.push(format!(
+                "workload status {:?}, expected an error",
+                r.workload_status
+            ));
+        }
+        _ => {}
+    }
+    r.passed = ok;
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+impl Runner {
+    /// Runs `id` of campaign `c` in a fresh VM.
+    pub fn run(&self, c: &Campaign, id: &RunId, first: bool) -> Result<RunResult, RunError> {
+        let s = c
+            .scenario(&id.scenario)
+            .expect("runs come from the campaign's scenarios");
+        let dir = self
+            .log_dir
+            .join(format!("{:04}-{}-{}", id.index, id.scenario, id.rep));
+        std::fs::create_dir_all(&dir).map_err(|e| RunError::Io(dir.display().to_string(), e))?;
+        let kmd = s.kmd_args.as_ref().unwrap_or(&c.campaign.kmd_args);
+        let script = guest_script(s, &c.campaign.health);
+        let mut cmd = Command::new(self.repo.join("scripts/vm"));
+        cmd.arg("--gen")
+            .arg(c.campaign.generation.to_string())
+            .arg("--timeout")
+            .arg(c.campaign.timeout_s.to_string())
+            .arg("--keep-logs")
+            .arg(&dir);
+        if !(self.build && first) {
+            cmd.arg("--no-build");
+        }
+        if !kmd.is_empty() {
+            cmd.arg("--kmd-args").arg(kmd);
+        }
+        if let Some(f) = &s.fault {
+            for spec in f.split(';').map(str::trim).filter(|x| !x.is_empty()) {
+                cmd.arg("--device-arg").arg(format!("--inject={spec}"));
+            }
+            cmd.arg("--device-arg")
+                .arg(format!("--inject-seed={}", id.seed));
+        }
+        cmd.arg("run").arg(&script);
+        let t0 = Instant::now();
+        let out = cmd
+            .output()
+            .map_err(|e| RunError::Io("scripts/vm".into(), e))?;
+        let duration_s = t0.elapsed().as_secs_f64();
+        let vm_status = out.status.code().unwrap_or(128 + 9);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let write = |name: &str, data: &[u8]| {
+            let p = dir.join(name);
+            std::fs::write(&p, data).map_err(|e| RunError::Io(p.display().to_string(), e))
+        };
+        write("guest.log", &out.stdout)?;
+        write("vm.log", &out.stderr)?;
+        let device_log = std::fs::read_to_string(dir.join("device.log")).unwrap_or_default();
+        let g = parse_guest(&stdout);
+        let d = parse_device_log(&device_log);
+        let (outcome, detected_by, detect_ms, recover_ms, notes) = classify(s, vm_status, &g, &d);
+        let class = s.class.clone().unwrap_or_else(|| {
+            s.fault
+                .as_deref()
+                .map_or("none", |f| f.split([':', ';']).next().unwrap_or(f))
+                .trim()
+                .to_owned()
+        });
+        let mut replay = format!(
+            "vgpu-campaign run {} --only {} --rep {}",
+            shell_quote(&self.campaign_path),
+            shell_quote(&id.scenario),
+            id.rep
+        );
+        if let Some(seed) = self.seed {
+            replay += &format!(" --seed {seed}");
+        }
+        let mut r = RunResult {
+            id: id.clone(),
+            fault: s.fault.clone(),
+            class,
+            outcome,
+            passed: false,
+            reasons: notes,
+            vm_status,
+            workload_status: g.workload,
+            innocent_status: g.innocent,
+            health_status: g.health,
+            injections: d.injections.len() as u64,
+            detected_by,
+            detect_ms,
+            recover_ms,
+            duration_s,
+            replay,
+        };
+        judge(s, &mut r);
+        Ok(r)
+    }
+}
+
+/// The repository root: `VGPU_REPO`, else the nearest ancestor of the
+/// current directory with `scripts/vm`.
+pub fn find_repo() -> Option<PathBuf> {
+    if let Some(r) = std::env::var_os("VGPU_REPO") {
+        return Some(PathBuf::from(r));
+    }
+    let mut d = std::env::current_dir().ok()?;
+    loop {
+        if d.join("scripts/vm").is_file() {
+            return Some(d);
+        }
+        if !d.pop() {
+            return None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scenario(fault: Option<&str>, innocent: bool) -> Scenario {
+        Scenario {
+            name: "s".into(),
+            workload: "w".into(),
+            innocent: innocent.then(|| "i".into()),
+            fault: fault.map(Into::into),
+            class: None,
+            repeat: 1,
+            expect: vec!["detected-recovered".into()],
+            detect_within_ms: Some(3000),
+            workload_status: None,
+            kmd_args: None,
+        }
+    }
+
+    const DEVICE: &str = "\
+[WARN vgpu_device::core::inject] inject: id=1 fault=1 class=hang ctx=1 engine=0 device_ns=5 wall_ns=1000000000 packet=FENCE
+[WARN vgpu_device::core::inject] inject-observe: id=2 what=ENGINE_RESET ctx=-1 engine=0 device_ns=9 wall_ns=2000000000
+[WARN vgpu_device::core::inject] inject-observe: id=3 what=fence ctx=2 engine=0 device_ns=9 wall_ns=2500000000 seqno=4
+";
+
+    #[test]
+    fn hang_detected_and_recovered_with_latencies() {
+        let s = scenario(Some("hang"), true);
+        let g = parse_guest(
+            "x\ncampaign-workload=1\ncampaign-innocent=0\ncampaign-health=0\ndmesg: vgpu 0000:00:03.0: hang: context 1 engine 0\n",
+        );
+        let d = parse_device_log(DEVICE);
+        assert_eq!(d.injections, vec![1_000_000_000]);
+        let (o, by, det, rec, _) = classify(&s, 0, &g, &d);
+        assert_eq!(o, "detected-recovered");
+        assert!(by.contains(&"device-saw-engine_reset".to_owned()));
+        assert!(by.contains(&"kmd-hang-check".to_owned()));
+        assert_eq!((det, rec), (Some(1000.0), Some(1500.0)));
+    }
+
+    #[test]
+    fn outcomes_from_evidence() {
+        let s = scenario(Some("fence-event-drop"), false);
+        let ok = parse_guest("campaign-workload=0\ncampaign-health=0\n");
+        let inj = parse_device_log(DEVICE.lines().next().unwrap());
+        assert_eq!(classify(&s, 0, &ok, &inj).0, "silent");
+        assert_eq!(classify(&s, 125, &ok, &inj).0, "guest-panic");
+        assert_eq!(classify(&s, 134, &ok, &inj).0, "device-crash");
+        assert_eq!(
+            classify(&s, 0, &ok, &DeviceLog::default()).0,
+            "not-injected"
+        );
+        let bad = parse_guest(
+            "campaign-workload=1\ncampaign-health=1\ndmesg: vgpu: device wedged: recovery failed\n",
+        );
+        assert_eq!(classify(&s, 0, &bad, &inj).0, "detected-not-recovered");
+    }
+
+    #[test]
+    fn script_runs_workload_innocent_health_and_dmesg() {
+        let sh = guest_script(&scenario(None, true), "h");
+        assert!(sh.starts_with(
+            "( i ) >/tmp/innocent.log 2>&1 & IP=$!; ( w ); echo campaign-workload=$?;"
+        ));
+        assert!(sh.contains("( h ) >/dev/null 2>&1; echo campaign-health=$?"));
+    }
+}

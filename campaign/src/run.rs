@@ -162,18 +162,25 @@ pub fn parse_guest(text: &str) -> GuestOutput {
     g
 }
 
-/// The guest command of a scenario.
+/// The guest command of a scenario. With an innocent workload, the
+/// workload starts first (so its context is the first the driver creates:
+/// device context 0 on a fresh VM) and the innocent one 0.3 s later.
 pub fn guest_script(s: &Scenario, health: &str) -> String {
     let mut sh = String::new();
-    if let Some(inn) = &s.innocent {
-        sh += &format!("( {inn} ) >/tmp/innocent.log 2>&1 & IP=$!; ");
-    }
-    sh += &format!("( {} ); echo campaign-workload=$?; ", s.workload);
-    if s.innocent.is_some() {
-        sh += "wait $IP; echo campaign-innocent=$?; sed 's/^/innocent: /' /tmp/innocent.log; ";
+    match &s.innocent {
+        Some(inn) => {
+            sh += &format!(
+                "( {} ) >/tmp/workload.log 2>&1 & WP=$!; sleep 0.3; ",
+                s.workload
+            );
+            sh += &format!("( {inn} ) >/tmp/innocent.log 2>&1; echo campaign-innocent=$?; ");
+            sh += "wait $WP; echo campaign-workload=$?; ";
+            sh += "sed 's/^/workload: /' /tmp/workload.log; sed 's/^/innocent: /' /tmp/innocent.log; ";
+        }
+        None => sh += &format!("( {} ); echo campaign-workload=$?; ", s.workload),
     }
     sh += &format!("( {health} ) >/dev/null 2>&1; echo campaign-health=$?; ");
-    sh += "dmesg | grep -i vgpu | grep -v 'command line' | sed 's/^/dmesg: /'; true";
+    sh += "dmesg | grep -i vgpu | grep -v -e 'command line' -e vgpurun= -e vgpukmd= | sed 's/^/dmesg: /'; true";
     sh
 }
 
@@ -478,7 +485,7 @@ mod tests {
     fn script_runs_workload_innocent_health_and_dmesg() {
         let sh = guest_script(&scenario(None, true), "h");
         assert!(sh.starts_with(
-            "( i ) >/tmp/innocent.log 2>&1 & IP=$!; ( w ); echo campaign-workload=$?;"
+            "( w ) >/tmp/workload.log 2>&1 & WP=$!; sleep 0.3; ( i ) >/tmp/innocent.log"
         ));
         assert!(sh.contains("( h ) >/dev/null 2>&1; echo campaign-health=$?"));
     }

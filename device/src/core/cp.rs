@@ -554,11 +554,10 @@ impl CommandProcessor {
                 }
             }
             if let Some(mut fl) = job.cursor.pending {
-                if let Some(end) = self.inject_step(host, job, &mut fl, stats) {
-                    return end;
-                }
-                if job.cursor.pending.is_none() {
-                    continue;
+                match self.inject_step(host, job, &mut fl, stats) {
+                    Injected::Go => {}
+                    Injected::Again => continue,
+                    Injected::End(end) => return end,
                 }
                 let r = if let Op::Dispatch(d) = &mut fl.op {
                     // A step is long next to a packet: look at the clock
@@ -613,30 +612,34 @@ impl CommandProcessor {
         }
     }
 
-    /// Asks the fault injector about the next step of `fl`: the slice's
-    /// end if the packet is held or faults; a skipped packet is retired
-    /// (`job.cursor.pending` cleared).
+    /// Asks the fault injector about the next step of `fl`. A held packet
+    /// keeps the engine busy (the slice goes on, interruptible, until it is
+    /// over); a skipped packet is retired without executing; an injected
+    /// fault ends the slice.
     fn inject_step(
         &mut self,
         host: &dyn Host,
         job: &mut Job,
         fl: &mut InFlight,
         stats: &mut Stats,
-    ) -> Option<SliceEnd> {
-        let inj = host.injector()?;
+    ) -> Injected {
+        let Some(inj) = host.injector() else {
+            return Injected::Go;
+        };
         let mut post = Vec::new();
         let verdict = inj.on_step(host.now_ns(), job, fl, &mut post);
         post.into_iter().for_each(|ev| host.post(ev));
         match verdict {
-            StepVerdict::Go => None,
-            StepVerdict::Hold => Some(SliceEnd::Yield),
+            StepVerdict::Go => Injected::Go,
+            StepVerdict::Hold if host.slice_over() => Injected::End(SliceEnd::Yield),
+            StepVerdict::Hold => Injected::Again,
             StepVerdict::Skip => {
                 job.cursor.pending = None;
                 advance(job, fl.words);
                 count_packet(job, stats);
-                None
+                Injected::Again
             }
-            StepVerdict::Fault(fault) => Some(SliceEnd::Fault {
+            StepVerdict::Fault(fault) => Injected::End(SliceEnd::Fault {
                 fault,
                 packet_va: fl.packet_va,
             }),
@@ -822,6 +825,16 @@ impl CommandProcessor {
         });
         None
     }
+}
+
+/// What the fault injector made of a step.
+enum Injected {
+    /// Execute the step.
+    Go,
+    /// Back to the top of the loop (attention and slice checks first).
+    Again,
+    /// The slice ends.
+    End(SliceEnd),
 }
 
 /// Counts a completed packet on the ring and in the slice's counters.

@@ -156,5 +156,47 @@ for g in 1 2; do
     else result "$name" 1; fi
 done
 
+# --- The UMD's C API (vgpu.h, libvgpu_umd.a) in static C programs: every call, stale handles, cross-stream waits.
+name=umd-capi
+if selected "$name"; then
+    run_vm "$name" --gen 2 run c-capi_test
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^capi-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
+    else result "$name" 1; fi
+fi
+
+# --- Compute through the UMD: the six sample kernels in Rust, saxpy in C, vgpu-run, each verified.
+for g in 1 2; do
+    name=umd-compute-gen$g
+    selected "$name" || continue
+    run_vm "$name" --gen "$g" run 'for s in vecadd saxpy reduce matmul histogram scan; do vgpu-samples $s || echo "FAIL $s"; done; c-saxpy 5000 || echo "FAIL c-saxpy"; vgpu-run sample:saxpy saxpy --grid 1 u32:4 f32:2 buf:16:f32=1 buf:16:f32=10 --show 4'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a sample failed"
+    elif [ "$(grep -cE '^(vecadd|saxpy|reduce|matmul|histogram|scan): ok' <<<"$case_out")" != 7 ]; then result "$name" 0 "not every sample verified"
+    elif ! want "^saxpy: ok, 5000 elements verified$"; then result "$name" 0 "C saxpy not verified"
+    elif ! want "^arg 3 \(16 bytes\): 0x41400000 0x41400000 0x41400000 0x41400000$"; then result "$name" 0 "vgpu-run result wrong"
+    else result "$name" 1; fi
+done
+
+# --- UMD samples: copies verified; a command-buffer dump decoded; the failure modes an application sees;
+#     vgpu-smi's state view.
+name=umd-failure-modes
+if selected "$name"; then
+    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=1000" run 'VGPU_DUMP=/tmp/d vgpu-samples copy 300000 && vgpu-dump /tmp/d; vgpu-samples fault; echo "fault-rc $?"; vgpu-samples hang; echo "hang-rc $?"; vgpu-samples device-lost; echo "lost-rc $?"; vgpu-smi --status | grep -c "^  " | sed "s/^/smi-lines /"'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif ! want "^copy: ok, 300000 values verified$"; then result "$name" 0 "copy not verified"
+    elif ! want "^  0x[0-9a-f]+: COPY src=0x[0-9a-f]+ dst=0x[0-9a-f]+ size=300000$"; then result "$name" 0 "dump lacks the COPY"
+    elif ! want "FENCE va=0x[0-9a-f]+ seqno=[0-9]+ NO_EVENT"; then result "$name" 0 "dump lacks the timeline FENCE"
+    elif ! want "^fault: the application sees: .*GPU page fault, write at 0x"; then result "$name" 0 "fault not reported"
+    elif ! want "^fault-rc 0$"; then result "$name" 0 "fault sample failed"
+    elif ! want "^hang: the application sees: .*GPU hang"; then result "$name" 0 "hang not reported"
+    elif ! want "^hang-rc 0$"; then result "$name" 0 "hang sample failed"
+    elif ! want "^device-lost: the application sees: .*device lost: removed"; then result "$name" 0 "device loss not reported"
+    elif ! want "^device-lost: rebound; a new context works: true$"; then result "$name" 0 "no recovery after rebind"
+    elif ! want "^smi-lines [1-9][0-9]+$"; then result "$name" 0 "vgpu-smi --status shows nothing"
+    else result "$name" 1; fi
+fi
+
 echo "e2e: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -210,7 +210,11 @@ macro_rules! get {
                 return fail(
                     $call,
                     VGPU_ERROR_INVALID_HANDLE,
-                    format!("handle {:#x} is not a live {}", $h, stringify!($variant).to_lowercase()),
+                    format!(
+                        "handle {:#x} is not a live {}",
+                        $h,
+                        stringify!($variant).to_lowercase()
+                    ),
                 )
             }
         }
@@ -220,7 +224,11 @@ macro_rules! get {
 macro_rules! out {
     ($call:expr, $p:expr) => {{
         if $p.is_null() {
-            return fail($call, VGPU_ERROR_INVALID_ARGUMENT, "null output pointer".into());
+            return fail(
+                $call,
+                VGPU_ERROR_INVALID_ARGUMENT,
+                "null output pointer".into(),
+            );
         }
         $p
     }};
@@ -270,11 +278,18 @@ pub unsafe extern "C" fn vgpu_device_count(count: *mut u32) -> Status {
 /// # Safety
 /// `out` is null or valid for writes.
 #[no_mangle]
-pub unsafe extern "C" fn vgpu_device_properties_get(index: u32, out: *mut VgpuDeviceProperties) -> Status {
+pub unsafe extern "C" fn vgpu_device_properties_get(
+    index: u32,
+    out: *mut VgpuDeviceProperties,
+) -> Status {
     let call = "vgpu_device_properties_get";
     let out = out!(call, out);
     let Some(d) = devices().into_iter().nth(index as usize) else {
-        return fail(call, VGPU_ERROR_NO_DEVICE, format!("no vgpu device {index}"));
+        return fail(
+            call,
+            VGPU_ERROR_NO_DEVICE,
+            format!("no vgpu device {index}"),
+        );
     };
     match d.identity() {
         Ok(id) => {
@@ -307,7 +322,11 @@ pub unsafe extern "C" fn vgpu_context_create(device_index: u32, out: *mut u64) -
     let call = "vgpu_context_create";
     let out = out!(call, out);
     let Some(d) = devices().into_iter().nth(device_index as usize) else {
-        return fail(call, VGPU_ERROR_NO_DEVICE, format!("no vgpu device {device_index}"));
+        return fail(
+            call,
+            VGPU_ERROR_NO_DEVICE,
+            format!("no vgpu device {device_index}"),
+        );
     };
     match Context::on(&d) {
         Ok(c) => {
@@ -328,7 +347,12 @@ pub extern "C" fn vgpu_context_destroy(ctx: u64) -> Status {
     let r = c.synchronize();
     let removed: Vec<(Obj, u64)> = {
         let mut t = table().lock().unwrap();
-        let ids: Vec<u64> = t.objs.iter().filter(|(_, (_, o))| *o == ctx).map(|(h, _)| *h).collect();
+        let ids: Vec<u64> = t
+            .objs
+            .iter()
+            .filter(|(_, (_, o))| *o == ctx)
+            .map(|(h, _)| *h)
+            .collect();
         let mut v: Vec<(Obj, u64)> = ids.iter().filter_map(|h| t.objs.remove(h)).collect();
         v.extend(t.objs.remove(&ctx));
         v
@@ -393,7 +417,13 @@ pub unsafe extern "C" fn vgpu_mem_alloc(ctx: u64, size: u64, kind: u32, out: *mu
     let kind = match kind {
         0 => MemKind::DeviceLocal,
         1 => MemKind::HostVisible,
-        k => return fail(call, VGPU_ERROR_INVALID_ARGUMENT, format!("memory kind {k}")),
+        k => {
+            return fail(
+                call,
+                VGPU_ERROR_INVALID_ARGUMENT,
+                format!("memory kind {k}"),
+            )
+        }
     };
     match c.alloc(size, kind) {
         Ok(b) => {
@@ -410,7 +440,11 @@ fn remove(call: &str, h: u64, ty: u64) -> Result<Obj, Status> {
     let mut t = table().lock().unwrap();
     if h >> 56 != ty || !t.objs.contains_key(&h) {
         drop(t);
-        return Err(fail(call, VGPU_ERROR_INVALID_HANDLE, format!("handle {h:#x} is not live")));
+        return Err(fail(
+            call,
+            VGPU_ERROR_INVALID_HANDLE,
+            format!("handle {h:#x} is not live"),
+        ));
     }
     Ok(t.objs.remove(&h).expect("checked").0)
 }
@@ -517,7 +551,11 @@ pub extern "C" fn vgpu_memset_async(s: u64, dst: u64, offset: u64, value: u8, le
 
 fn host_slice<'a>(call: &str, p: *const c_void, len: u64) -> Result<&'a [u8], Status> {
     if p.is_null() || len > isize::MAX as u64 {
-        return Err(fail(call, VGPU_ERROR_INVALID_ARGUMENT, "null host pointer".into()));
+        return Err(fail(
+            call,
+            VGPU_ERROR_INVALID_ARGUMENT,
+            "null host pointer".into(),
+        ));
     }
     // SAFETY: the caller passes `len` readable bytes at `p` (the API
     // contract of every copy function); null was rejected above.
@@ -529,7 +567,13 @@ fn host_slice<'a>(call: &str, p: *const c_void, len: u64) -> Result<&'a [u8], St
 /// # Safety
 /// `src` points to `len` readable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn vgpu_memcpy_htod_async(s: u64, dst: u64, offset: u64, src: *const c_void, len: u64) -> Status {
+pub unsafe extern "C" fn vgpu_memcpy_htod_async(
+    s: u64,
+    dst: u64,
+    offset: u64,
+    src: *const c_void,
+    len: u64,
+) -> Status {
     let call = "vgpu_memcpy_htod_async";
     let (s, _) = get!(call, s, Stream);
     let (b, _) = get!(call, dst, Buffer);
@@ -545,7 +589,13 @@ pub unsafe extern "C" fn vgpu_memcpy_htod_async(s: u64, dst: u64, offset: u64, s
 /// # Safety
 /// `src` points to `len` readable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn vgpu_memcpy_htod(s: u64, dst: u64, offset: u64, src: *const c_void, len: u64) -> Status {
+pub unsafe extern "C" fn vgpu_memcpy_htod(
+    s: u64,
+    dst: u64,
+    offset: u64,
+    src: *const c_void,
+    len: u64,
+) -> Status {
     // SAFETY: forwarded contract.
     let st = unsafe { vgpu_memcpy_htod_async(s, dst, offset, src, len) };
     if st != VGPU_SUCCESS {
@@ -559,12 +609,22 @@ pub unsafe extern "C" fn vgpu_memcpy_htod(s: u64, dst: u64, offset: u64, src: *c
 /// # Safety
 /// `dst` points to `len` writable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn vgpu_memcpy_dtoh(s: u64, dst: *mut c_void, src: u64, offset: u64, len: u64) -> Status {
+pub unsafe extern "C" fn vgpu_memcpy_dtoh(
+    s: u64,
+    dst: *mut c_void,
+    src: u64,
+    offset: u64,
+    len: u64,
+) -> Status {
     let call = "vgpu_memcpy_dtoh";
     let (s, _) = get!(call, s, Stream);
     let (b, _) = get!(call, src, Buffer);
     if dst.is_null() || len > isize::MAX as u64 {
-        return fail(call, VGPU_ERROR_INVALID_ARGUMENT, "null host pointer".into());
+        return fail(
+            call,
+            VGPU_ERROR_INVALID_ARGUMENT,
+            "null host pointer".into(),
+        );
     }
     // SAFETY: the caller passes `len` writable bytes at `dst`.
     let out = unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), len as usize) };
@@ -573,7 +633,14 @@ pub unsafe extern "C" fn vgpu_memcpy_dtoh(s: u64, dst: *mut c_void, src: u64, of
 
 /// `vgpu_memcpy_dtod_async`.
 #[no_mangle]
-pub extern "C" fn vgpu_memcpy_dtod_async(s: u64, dst: u64, dst_offset: u64, src: u64, src_offset: u64, len: u64) -> Status {
+pub extern "C" fn vgpu_memcpy_dtod_async(
+    s: u64,
+    dst: u64,
+    dst_offset: u64,
+    src: u64,
+    src_offset: u64,
+    len: u64,
+) -> Status {
     let call = "vgpu_memcpy_dtod_async";
     let (s, _) = get!(call, s, Stream);
     let (d, _) = get!(call, dst, Buffer);
@@ -677,7 +744,12 @@ fn add_module(ctx: u64, r: crate::Result<Module>, out: *mut u64) -> Status {
 /// # Safety
 /// `image` points to `size` readable bytes; `out` is null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn vgpu_module_load(ctx: u64, image: *const c_void, size: usize, out: *mut u64) -> Status {
+pub unsafe extern "C" fn vgpu_module_load(
+    ctx: u64,
+    image: *const c_void,
+    size: usize,
+    out: *mut u64,
+) -> Status {
     let call = "vgpu_module_load";
     let out = out!(call, out);
     let (c, _) = get!(call, ctx, Context);
@@ -693,7 +765,11 @@ pub unsafe extern "C" fn vgpu_module_load(ctx: u64, image: *const c_void, size: 
 /// # Safety
 /// `source` is null or a NUL-terminated string; `out` is null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn vgpu_module_assemble(ctx: u64, source: *const c_char, out: *mut u64) -> Status {
+pub unsafe extern "C" fn vgpu_module_assemble(
+    ctx: u64,
+    source: *const c_char,
+    out: *mut u64,
+) -> Status {
     let call = "vgpu_module_assemble";
     let out = out!(call, out);
     let (c, _) = get!(call, ctx, Context);
@@ -722,7 +798,11 @@ pub extern "C" fn vgpu_module_unload(m: u64) -> Status {
 /// # Safety
 /// `name` is null or NUL-terminated; `kernel` is null or writable.
 #[no_mangle]
-pub unsafe extern "C" fn vgpu_module_kernel(m: u64, name: *const c_char, kernel: *mut u32) -> Status {
+pub unsafe extern "C" fn vgpu_module_kernel(
+    m: u64,
+    name: *const c_char,
+    kernel: *mut u32,
+) -> Status {
     let call = "vgpu_module_kernel";
     let kernel = out!(call, kernel);
     let (m, _) = get!(call, m, Module);
@@ -733,7 +813,11 @@ pub unsafe extern "C" fn vgpu_module_kernel(m: u64, name: *const c_char, kernel:
     let n = unsafe { CStr::from_ptr(name) }.to_string_lossy();
     match m.kernel(&n) {
         Ok(k) => {
-            let idx = m.kernel_names().iter().position(|x| *x == k.info().name).unwrap_or(0);
+            let idx = m
+                .kernel_names()
+                .iter()
+                .position(|x| *x == k.info().name)
+                .unwrap_or(0);
             // SAFETY: non-null and writable per the contract.
             unsafe { *kernel = idx as u32 };
             VGPU_SUCCESS
@@ -782,11 +866,19 @@ pub unsafe extern "C" fn vgpu_launch(
     let (s, _) = get!(call, s, Stream);
     let (m, _) = get!(call, m, Module);
     if grid.is_null() || (args.is_null() && num_args > 0) {
-        return fail(call, VGPU_ERROR_INVALID_ARGUMENT, "null grid or arguments".into());
+        return fail(
+            call,
+            VGPU_ERROR_INVALID_ARGUMENT,
+            "null grid or arguments".into(),
+        );
     }
     let names = m.kernel_names();
     let Some(name) = names.get(kernel as usize) else {
-        return fail(call, VGPU_ERROR_NOT_FOUND, format!("kernel index {kernel} (module has {})", names.len()));
+        return fail(
+            call,
+            VGPU_ERROR_NOT_FOUND,
+            format!("kernel index {kernel} (module has {})", names.len()),
+        );
     };
     let k = match m.kernel(name) {
         Ok(k) => k,
@@ -816,31 +908,72 @@ mod tests {
     #[test]
     fn stale_and_mistyped_handles_are_rejected() {
         assert_eq!(vgpu_mem_free(0), VGPU_ERROR_INVALID_HANDLE);
-        assert_eq!(vgpu_stream_synchronize(T_BUFFER << 56 | 1), VGPU_ERROR_INVALID_HANDLE);
+        assert_eq!(
+            vgpu_stream_synchronize(T_BUFFER << 56 | 1),
+            VGPU_ERROR_INVALID_HANDLE
+        );
         // SAFETY: reads the thread's NUL-terminated message.
-        let msg = unsafe { CStr::from_ptr(vgpu_last_error()) }.to_string_lossy().into_owned();
-        assert!(msg.starts_with("vgpu_stream_synchronize: handle 0x200000000000001"), "{msg}");
+        let msg = unsafe { CStr::from_ptr(vgpu_last_error()) }
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            msg.starts_with("vgpu_stream_synchronize: handle 0x200000000000001"),
+            "{msg}"
+        );
         let mut x = 0u64;
         // SAFETY: `x` is writable.
-        assert_eq!(unsafe { vgpu_mem_alloc(12345, 64, 0, &mut x) }, VGPU_ERROR_INVALID_HANDLE);
-        // SAFETY: null is allowed and rejected.
-        assert_eq!(unsafe { vgpu_mem_va(1, std::ptr::null_mut()) }, VGPU_ERROR_INVALID_ARGUMENT);
+        let st = unsafe { vgpu_mem_alloc(12345, 64, 0, &mut x) };
+        assert_eq!(st, VGPU_ERROR_INVALID_HANDLE);
+        // SAFETY: a null output pointer is allowed and rejected.
+        let st = unsafe { vgpu_mem_va(1, std::ptr::null_mut()) };
+        assert_eq!(st, VGPU_ERROR_INVALID_ARGUMENT);
     }
 
     #[test]
     fn c_arguments_convert() {
         let a = [
-            VgpuArg { kind: 1, pad: 0, bits: 7 },
-            VgpuArg { kind: 3, pad: 0, bits: u64::from(2.5f32.to_bits()) },
-            VgpuArg { kind: 2, pad: 0, bits: u64::from((-3i32) as u32) },
-            VgpuArg { kind: 5, pad: 0, bits: 0x1234_5678_9abc },
+            VgpuArg {
+                kind: 1,
+                pad: 0,
+                bits: 7,
+            },
+            VgpuArg {
+                kind: 3,
+                pad: 0,
+                bits: u64::from(2.5f32.to_bits()),
+            },
+            VgpuArg {
+                kind: 2,
+                pad: 0,
+                bits: u64::from((-3i32) as u32),
+            },
+            VgpuArg {
+                kind: 5,
+                pad: 0,
+                bits: 0x1234_5678_9abc,
+            },
         ];
         assert_eq!(
             convert_args(&a).unwrap(),
-            vec![Arg::U32(7), Arg::F32(2.5), Arg::I32(-3), Arg::Ptr(0x1234_5678_9abc)]
+            vec![
+                Arg::U32(7),
+                Arg::F32(2.5),
+                Arg::I32(-3),
+                Arg::Ptr(0x1234_5678_9abc)
+            ]
         );
-        assert!(convert_args(&[VgpuArg { kind: 9, pad: 0, bits: 0 }]).is_err());
-        assert!(convert_args(&[VgpuArg { kind: 1, pad: 1, bits: 0 }]).is_err());
+        assert!(convert_args(&[VgpuArg {
+            kind: 9,
+            pad: 0,
+            bits: 0
+        }])
+        .is_err());
+        assert!(convert_args(&[VgpuArg {
+            kind: 1,
+            pad: 1,
+            bits: 0
+        }])
+        .is_err());
     }
 
     #[test]

@@ -39,13 +39,13 @@ pub struct Config {
     /// `VGPU_BATCH_OPS` (default 256, 1..=65536): operations a stream batches
     /// before it submits on its own; sync points submit earlier.
     pub batch_ops: u32,
-    /// `VGPU_SPIN_US` (default 20, 0..=1000000): a fence wait first spins on
+    /// `VGPU_SPIN_US` (default 200, 0..=1000000): a fence wait first spins on
     /// the fence's memory for this long.
     pub spin_us: u64,
     /// `VGPU_POLL_US` (default 2000, 0..=10000000): then polls with
     /// exponential backoff sleeps for this long.
     pub poll_us: u64,
-    /// `VGPU_POLL_MAX_SLEEP_US` (default 200, 1..=100000): longest single
+    /// `VGPU_POLL_MAX_SLEEP_US` (default 100, 1..=100000): longest single
     /// backoff sleep.
     pub poll_max_sleep_us: u64,
     /// `VGPU_POOL_CACHE` (default 64 MiB, 0..=16 GiB): bytes of freed large
@@ -62,9 +62,9 @@ impl Default for Config {
         Config {
             cmdbuf_size: 128 << 10,
             batch_ops: 256,
-            spin_us: 20,
+            spin_us: 200,
             poll_us: 2000,
-            poll_max_sleep_us: 200,
+            poll_max_sleep_us: 100,
             pool_cache: 64 << 20,
             dump: None,
         }

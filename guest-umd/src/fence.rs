@@ -32,11 +32,12 @@ impl SyncPoint {
         Some(bo.read_u64(*off) >= *value)
     }
 
-    /// Whether the batch completed (memory, else a zero-timeout `WAIT`).
-    /// A job lost to an error counts as done here; [`wait`] reports it.
+    /// Whether the batch completed: from its memory word when it has one
+    /// (no system call; a job lost to an error never completes here, so
+    /// what waits on it is never reused), else a zero-timeout `WAIT`.
     pub(crate) fn is_done(&self, kmd: &Kmd) -> bool {
-        if self.mem_signalled() == Some(true) {
-            return true;
+        if let Some(done) = self.mem_signalled() {
+            return done;
         }
         match kmd.wait(&[self.kmd], true, 0) {
             Ok(_) => true,

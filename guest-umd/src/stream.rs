@@ -117,17 +117,19 @@ impl StreamShared {
                     if (err.errno == libc::EAGAIN || err.errno == libc::EBUSY)
                         && tries < 10_000 =>
                 {
-                    // Ring full: wait for this ring's previous batch.
+                    // Ring full or too many jobs pending: block in the KMD
+                    // until half of the pending window retired, so the ring
+                    // stays busy while this batch waits for room.
                     tries += 1;
-                    if let Some(sp) = &st.last[e] {
-                        let _ = wait_all(
-                            &ctx.kmd,
-                            &ctx.cfg,
-                            std::slice::from_ref(sp),
-                            Some(Duration::from_millis(100)),
-                        );
+                    match &st.last[e] {
+                        Some(sp) => {
+                            let mut f = sp.kmd;
+                            let back = u64::from(uapi::CTX_MAX_PENDING / 2);
+                            f.seqno = f.seqno.saturating_sub(back).max(1);
+                            let _ = ctx.kmd.wait(&[f], true, 100_000_000);
+                        }
+                        None => std::thread::sleep(Duration::from_micros(100)),
                     }
-                    std::thread::sleep(Duration::from_micros(100));
                 }
                 Err(err) => {
                     let mut cp = ctx.cmds.lock().unwrap();

@@ -246,6 +246,11 @@ pub fn classify(
         }
         "not-injected"
     } else if detected_by.is_empty() {
+        if g.workload.is_some_and(|w| w != 0) {
+            notes.push(
+                "the workload failed its own result check; the stack reported nothing".to_owned(),
+            );
+        }
         "silent"
     } else {
         let health_ok = g.health == Some(0);

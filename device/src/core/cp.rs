@@ -557,6 +557,11 @@ impl CommandProcessor {
                 match self.inject_step(host, job, &mut fl, stats) {
                     Injected::Go => {}
                     Injected::Again => continue,
+                    Injected::Stall => {
+                        // A held packet owns its engine: no slice end.
+                        until_clock = CLOCK_EVERY;
+                        continue;
+                    }
                     Injected::End(end) => return end,
                 }
                 let r = if let Op::Dispatch(d) = &mut fl.op {
@@ -613,8 +618,8 @@ impl CommandProcessor {
     }
 
     /// Asks the fault injector about the next step of `fl`. A held packet
-    /// keeps the engine busy (the slice goes on, interruptible, until it is
-    /// over); a skipped packet is retired without executing; an injected
+    /// keeps the engine busy (the slice goes on until a mailbox request
+    /// interrupts it, as a stuck engine would); a skipped packet is retired without executing; an injected
     /// fault ends the slice.
     fn inject_step(
         &mut self,
@@ -631,8 +636,7 @@ impl CommandProcessor {
         post.into_iter().for_each(|ev| host.post(ev));
         match verdict {
             StepVerdict::Go => Injected::Go,
-            StepVerdict::Hold if host.slice_over() => Injected::End(SliceEnd::Yield),
-            StepVerdict::Hold => Injected::Again,
+            StepVerdict::Hold => Injected::Stall,
             StepVerdict::Skip => {
                 job.cursor.pending = None;
                 advance(job, fl.words);
@@ -833,6 +837,8 @@ enum Injected {
     Go,
     /// Back to the top of the loop (attention and slice checks first).
     Again,
+    /// Held: back to the top of the loop without ending the slice.
+    Stall,
     /// The slice ends.
     End(SliceEnd),
 }

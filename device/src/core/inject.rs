@@ -471,7 +471,7 @@ struct Inner {
 /// Entries kept in the log.
 pub const LOG_DEPTH: usize = 4096;
 /// Driver reactions logged after each injection.
-const OBSERVATIONS: u32 = 16;
+const OBSERVATIONS: u32 = 32;
 
 /// The injector (see the module documentation).
 #[derive(Debug, Default)]
@@ -578,7 +578,12 @@ impl Inner {
             return;
         }
         self.observe -= 1;
-        self.reacted = true;
+        if matches!(
+            what,
+            "ENGINE_RESET" | "DEVICE_RESET" | "FAULT_RESUME" | "CONTEXT_DESTROY"
+        ) {
+            self.reacted = true;
+        }
         self.next_log += 1;
         let e = LogEntry {
             seq: self.next_log,
@@ -1011,8 +1016,8 @@ impl Injector {
             return;
         }
         g.observed(now_ns, "fence", ctx, engine, format!("seqno={seqno}"));
-        // One fence is enough to show the device serves again.
-        g.observe = 0;
+        // One fence per reaction is enough to show the device serves again.
+        g.reacted = false;
     }
 }
 

@@ -103,12 +103,18 @@ impl<'a> Writer<'a> {
     }
 }
 
-/// One command buffer: a BO bound READ|EXEC.
+/// One command buffer: a BO bound READ|EXEC. Batches are appended one
+/// after another (`start` is where the current one begins), so a buffer
+/// serves many small submissions before it is recycled.
 #[derive(Debug)]
 pub struct CmdBuf {
     pub(crate) bo: Arc<Bo>,
     /// Words written.
     pub(crate) len: usize,
+    /// First word of the current batch.
+    pub(crate) start: usize,
+    /// Fences of the submitted batches in this buffer.
+    pub(crate) uses: Vec<SyncPoint>,
 }
 
 impl CmdBuf {
@@ -131,22 +137,37 @@ impl CmdBuf {
         Ok(())
     }
 
-    /// Pads to 8 bytes; the `SUBMIT` entry.
+    /// Pads to 8 bytes; the `SUBMIT` entry of the current batch.
     pub fn finish(&mut self, generation: u32) -> uapi::DrmVgpuCmd {
         let va = self.bo.va();
         let len = self.len;
         let mut w = Writer::new(generation, va, self.words(), len);
         self.len = w.finish();
         uapi::DrmVgpuCmd {
-            va,
-            size: 4 * self.len as u64,
+            va: va + 4 * self.start as u64,
+            size: 4 * (self.len - self.start) as u64,
         }
     }
 
-    /// The words written.
+    /// Whether the current batch wrote nothing here.
+    pub fn batch_is_empty(&self) -> bool {
+        self.len == self.start
+    }
+
+    /// Words left.
+    pub fn room(&self) -> usize {
+        (self.bo.size() / 4) as usize - self.len
+    }
+
+    /// The current batch's words.
     pub fn written(&mut self) -> Vec<u32> {
-        let n = self.len;
-        self.words()[..n].to_vec()
+        let (a, n) = (self.start, self.len);
+        self.words()[a..n].to_vec()
+    }
+
+    /// GPU VA of the current batch.
+    pub fn batch_va(&self) -> u64 {
+        self.bo.va() + 4 * self.start as u64
     }
 }
 
@@ -170,7 +191,7 @@ pub struct CmdPool {
     vas: Arc<Mutex<VaAllocator>>,
     size: u64,
     free: Vec<CmdBuf>,
-    in_flight: Vec<(CmdBuf, SyncPoint)>,
+    in_flight: Vec<CmdBuf>,
     pub(crate) stats: CmdPoolStats,
 }
 
@@ -191,8 +212,9 @@ impl CmdPool {
     pub fn reclaim(&mut self) {
         let mut i = 0;
         while i < self.in_flight.len() {
-            if self.in_flight[i].1.is_done(&self.kmd) {
-                let (b, _) = self.in_flight.swap_remove(i);
+            if self.in_flight[i].uses.iter().all(|s| s.is_done(&self.kmd)) {
+                let mut b = self.in_flight.swap_remove(i);
+                b.uses.clear();
                 self.free.push(b);
             } else {
                 i += 1;
@@ -210,6 +232,7 @@ impl CmdPool {
         let b = match self.free.pop() {
             Some(mut b) => {
                 b.len = 0;
+                b.start = 0;
                 b
             }
             None => {
@@ -223,6 +246,8 @@ impl CmdPool {
                 CmdBuf {
                     bo: Arc::new(bo),
                     len: 0,
+                    start: 0,
+                    uses: Vec::new(),
                 }
             }
         };
@@ -230,14 +255,20 @@ impl CmdPool {
         Ok(b)
     }
 
-    /// Returns a buffer that was never submitted.
+    /// Returns a buffer whose current batch was not submitted; reused once
+    /// its earlier batches (if any) completed.
     pub fn put(&mut self, b: CmdBuf) {
-        self.free.push(b);
+        if b.uses.is_empty() {
+            self.free.push(b);
+        } else {
+            self.in_flight.push(b);
+        }
     }
 
-    /// Returns a submitted buffer; reused once `sp` signalled.
-    pub fn retire(&mut self, b: CmdBuf, sp: SyncPoint) {
-        self.in_flight.push((b, sp));
+    /// Returns a submitted buffer; reused once all its batches completed.
+    pub fn retire(&mut self, mut b: CmdBuf, sp: SyncPoint) {
+        b.uses.push(sp);
+        self.in_flight.push(b);
         self.stats.in_flight = self.in_flight.len() as u64;
     }
 }

@@ -47,6 +47,9 @@ struct StreamState {
     destroyed: bool,
     submits: u64,
     waits: [u64; 3],
+    /// The last batch's buffer while it has room: the next batch continues
+    /// in it.
+    spare: Option<CmdBuf>,
 }
 
 pub(crate) struct StreamShared {
@@ -97,12 +100,18 @@ impl StreamShared {
                 .map_err(|source| Error::Cmd { call, source })?;
             b.bufs.push(nb);
         }
-        let cmds: Vec<uapi::DrmVgpuCmd> = b.bufs.iter_mut().map(|c| c.finish(gen)).collect();
+        let cmds: Vec<uapi::DrmVgpuCmd> = b
+            .bufs
+            .iter_mut()
+            .filter(|c| !c.batch_is_empty())
+            .map(|c| c.finish(gen))
+            .collect();
         if ctx.dump.is_some() {
             let d: Vec<(u64, Vec<u32>)> = b
                 .bufs
                 .iter_mut()
-                .map(|c| (c.bo.va(), c.written()))
+                .filter(|c| !c.batch_is_empty())
+                .map(|c| (c.batch_va(), c.written()))
                 .collect();
             ctx.dump(self.ctx_id, b.engine, &d);
         }
@@ -147,8 +156,18 @@ impl StreamShared {
         let sp = self.timeline_sp(b.engine, seqno, predicted);
         {
             let mut cp = ctx.cmds.lock().unwrap();
+            let keep = b.bufs.pop().expect("a batch has a buffer");
             for c in b.bufs {
                 cp.retire(c, sp.clone());
+            }
+            // Keep the last buffer for the next batch while a quarter of it
+            // is free; its batches are all waited for before it is recycled.
+            if keep.room() >= (ctx.cfg.cmdbuf_size / 16) as usize {
+                let mut keep = keep;
+                keep.uses.push(sp.clone());
+                st.spare = Some(keep);
+            } else {
+                cp.retire(keep, sp.clone());
             }
         }
         {
@@ -195,12 +214,19 @@ impl StreamShared {
             self.flush_locked(&mut st, call)?;
         }
         if st.batch.is_none() {
-            let buf = ctx
-                .cmds
-                .lock()
-                .unwrap()
-                .get()
-                .map_err(|source| Error::Mem { call, source })?;
+            let spare = st.spare.take().map(|mut b| {
+                b.start = b.len;
+                b
+            });
+            let buf = match spare {
+                Some(b) => b,
+                None => ctx
+                    .cmds
+                    .lock()
+                    .unwrap()
+                    .get()
+                    .map_err(|source| Error::Mem { call, source })?,
+            };
             let other = 1 - engine as usize;
             let in_fences = st.last[other]
                 .as_ref()
@@ -285,6 +311,9 @@ impl Drop for StreamShared {
             let _ = self.synchronize("Stream::drop");
             let _ = self.ctx.kmd.ctx_destroy(self.ctx_id);
         }
+        if let Some(b) = self.st.lock().unwrap().spare.take() {
+            self.ctx.cmds.lock().unwrap().put(b);
+        }
         if let Some(t) = self.timeline.take() {
             self.ctx.retired.lock().unwrap().push(t);
         }
@@ -361,6 +390,7 @@ impl Stream {
                 next_seq: [1, 1],
                 engine: ENGINE_COPY,
                 destroyed: false,
+                spare: None,
                 submits: 0,
                 waits: [0; 3],
             }),

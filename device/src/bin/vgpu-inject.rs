@@ -33,7 +33,7 @@ answers {\"ok\":false,...}.";
 
 /// Arms, disarms and inspects faults of a running vgpu-device.
 #[derive(Debug, Parser)]
-#[command(name = "vgpu-inject", version, about, after_help = EXAMPLES)]
+#[command(name = "vgpu-inject", version, after_help = EXAMPLES)]
 struct Cli {
     /// The device's control socket (vgpu-device --control PATH).
     #[arg(long, value_name = "PATH")]

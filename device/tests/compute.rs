@@ -494,8 +494,14 @@ fn an_out_of_bounds_store_faults_with_the_lane_and_pc() {
             (ring_state::STOPPED, EngineError::PageFault as u32, 0)
         );
         assert_eq!(d.query(3).unwrap().state, ctx_state::ERRORED);
+        // Workgroups still running on other compute units when the fault
+        // stops the dispatch are abandoned where they stand, so how much of
+        // the page was written depends on timing; what was written is right.
         let got = bytes_to_u32s(&read_va(&d, &c, out, 4096));
-        assert_eq!(got, (0..1024).collect::<Vec<u32>>());
+        for (i, v) in got.iter().enumerate() {
+            assert!(*v == 0 || *v == i as u32, "out[{i}] = {v}");
+        }
+        assert!(got.iter().any(|v| *v != 0), "the kernel ran before faulting");
     }
 }
 

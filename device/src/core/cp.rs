@@ -544,7 +544,13 @@ impl CommandProcessor {
         let mut until_clock = CLOCK_EVERY;
         loop {
             if host.attention() {
-                return SliceEnd::Interrupted;
+                // A ring with nothing left was not interrupted: a reset
+                // arriving right after its last packet finds the engine idle.
+                return if drained(job) {
+                    SliceEnd::Idle
+                } else {
+                    SliceEnd::Interrupted
+                };
             }
             until_clock -= 1;
             if until_clock == 0 {
@@ -950,3 +956,12 @@ impl Host for TestHost {
 
 #[cfg(test)]
 mod tests;
+
+/// Whether `job` has no packet in progress and nothing left to fetch.
+fn drained(job: &Job) -> bool {
+    if job.cursor.pending.is_some() || job.cursor.depth != 0 {
+        return false;
+    }
+    let (stream, pos) = Stream::of(job);
+    stream.avail(pos) == 0
+}

@@ -501,7 +501,10 @@ fn an_out_of_bounds_store_faults_with_the_lane_and_pc() {
         for (i, v) in got.iter().enumerate() {
             assert!(*v == 0 || *v == i as u32, "out[{i}] = {v}");
         }
-        assert!(got.iter().any(|v| *v != 0), "the kernel ran before faulting");
+        assert!(
+            got.iter().any(|v| *v != 0),
+            "the kernel ran before faulting"
+        );
     }
 }
 

@@ -166,14 +166,14 @@ if selected "$name"; then
     else result "$name" 1; fi
 fi
 
-# --- Compute through the UMD: the six sample kernels in Rust, saxpy in C, vgpu-run, each verified.
+# --- Compute through the UMD: the six sample kernels in Rust and in C, vgpu-run, each verified.
 for g in 1 2; do
     name=umd-compute-gen$g
     selected "$name" || continue
-    run_vm "$name" --gen "$g" run 'for s in vecadd saxpy reduce matmul histogram scan; do vgpu-samples $s || echo "FAIL $s"; done; c-saxpy 5000 || echo "FAIL c-saxpy"; vgpu-run sample:saxpy saxpy --grid 1 u32:4 f32:2 buf:16:f32=1 buf:16:f32=10 --show 4'
+    run_vm "$name" --gen "$g" run 'for s in vecadd saxpy reduce matmul histogram scan; do vgpu-samples $s || echo "FAIL $s"; done; c-saxpy 5000 || echo "FAIL c-saxpy"; c-compute || echo "FAIL c-compute"; vgpu-run sample:saxpy saxpy --grid 1 u32:4 f32:2 buf:16:f32=1 buf:16:f32=10 --show 4'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a sample failed"
-    elif [ "$(grep -cE '^(vecadd|saxpy|reduce|matmul|histogram|scan): ok' <<<"$case_out")" != 7 ]; then result "$name" 0 "not every sample verified"
+    elif [ "$(grep -cE '^(vecadd|saxpy|reduce|matmul|histogram|scan): ok' <<<"$case_out")" != 12 ]; then result "$name" 0 "not every sample verified"
     elif ! want "^saxpy: ok, 5000 elements verified$"; then result "$name" 0 "C saxpy not verified"
     elif ! want "^arg 3 \(16 bytes\): 0x41400000 0x41400000 0x41400000 0x41400000$"; then result "$name" 0 "vgpu-run result wrong"
     else result "$name" 1; fi

@@ -457,7 +457,7 @@ fn rust_mirror_matches_c_header() {
         ("DRM_IOCTL_GEM_CLOSE", u64::from(uapi::DRM_IOCTL_GEM_CLOSE)),
         ("VGPU_GEM_CREATE_LAZY", u64::from(uapi::GEM_CREATE_LAZY)),
         ("VGPU_GEM_CREATE_FLAGS", u64::from(uapi::GEM_CREATE_FLAGS)),
-        ("VGPU_GEM_MAX_SIZE", u64::from(uapi::GEM_MAX_SIZE)),
+        ("VGPU_GEM_MAX_SIZE", uapi::GEM_MAX_SIZE),
         ("VGPU_VM_BIND_READ", u64::from(uapi::VM_BIND_READ)),
         ("VGPU_VM_BIND_WRITE", u64::from(uapi::VM_BIND_WRITE)),
         ("VGPU_VM_BIND_EXEC", u64::from(uapi::VM_BIND_EXEC)),

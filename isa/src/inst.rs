@@ -381,6 +381,32 @@ impl AtomOp {
             AtomOp::Xor => old ^ b,
         }
     }
+
+    /// Performs the operation atomically on `w` (acquire-release) and
+    /// returns the old value: the one place both the host-side test memory
+    /// and the device's guest memory implement 32-bit atomics.
+    #[inline]
+    pub fn apply_atomic(self, w: &std::sync::atomic::AtomicU32, b: u32, c: u32) -> u32 {
+        use std::sync::atomic::Ordering;
+        let o = Ordering::AcqRel;
+        match self {
+            AtomOp::Add => w.fetch_add(b, o),
+            AtomOp::MinU => w.fetch_min(b, o),
+            AtomOp::MaxU => w.fetch_max(b, o),
+            AtomOp::Exch => w.swap(b, o),
+            AtomOp::And => w.fetch_and(b, o),
+            AtomOp::Or => w.fetch_or(b, o),
+            AtomOp::Xor => w.fetch_xor(b, o),
+            AtomOp::Cas => match w.compare_exchange(b, c, o, Ordering::Acquire) {
+                Ok(v) | Err(v) => v,
+            },
+            AtomOp::MinS | AtomOp::MaxS => {
+                match w.fetch_update(o, Ordering::Acquire, |old| Some(self.apply(old, b, c))) {
+                    Ok(v) | Err(v) => v,
+                }
+            }
+        }
+    }
 }
 
 /// Special registers read with `s2r`.

@@ -402,24 +402,7 @@ impl GlobalMemory for SparseMemory {
 
     fn atomic32(&self, va: u64, op: AtomOp, b: u32, c: u32) -> Result<u32, MemFault> {
         let w = self.page(va, Access::Atomic, 4)?.word(va);
-        let o = Ordering::AcqRel;
-        Ok(match op {
-            AtomOp::Add => w.fetch_add(b, o),
-            AtomOp::MinU => w.fetch_min(b, o),
-            AtomOp::MaxU => w.fetch_max(b, o),
-            AtomOp::Exch => w.swap(b, o),
-            AtomOp::And => w.fetch_and(b, o),
-            AtomOp::Or => w.fetch_or(b, o),
-            AtomOp::Xor => w.fetch_xor(b, o),
-            AtomOp::Cas => match w.compare_exchange(b, c, o, Ordering::Acquire) {
-                Ok(v) | Err(v) => v,
-            },
-            AtomOp::MinS | AtomOp::MaxS => {
-                match w.fetch_update(o, Ordering::Acquire, |old| Some(op.apply(old, b, c))) {
-                    Ok(v) | Err(v) => v,
-                }
-            }
-        })
+        Ok(op.apply_atomic(w, b, c))
     }
 
     fn load_warp(

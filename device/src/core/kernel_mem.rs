@@ -300,25 +300,8 @@ impl GlobalMemory for KernelMemory<'_> {
         let w = s
             .get_atomic_ref::<AtomicU32>(0)
             .map_err(|_| self.fail(bad, 4))?;
-        let o = Ordering::AcqRel;
         // Little-endian host: the word's value is the integer's.
-        Ok(match op {
-            AtomOp::Add => w.fetch_add(b, o),
-            AtomOp::MinU => w.fetch_min(b, o),
-            AtomOp::MaxU => w.fetch_max(b, o),
-            AtomOp::Exch => w.swap(b, o),
-            AtomOp::And => w.fetch_and(b, o),
-            AtomOp::Or => w.fetch_or(b, o),
-            AtomOp::Xor => w.fetch_xor(b, o),
-            AtomOp::Cas => match w.compare_exchange(b, c, o, Ordering::Acquire) {
-                Ok(v) | Err(v) => v,
-            },
-            AtomOp::MinS | AtomOp::MaxS => {
-                match w.fetch_update(o, Ordering::Acquire, |old| Some(op.apply(old, b, c))) {
-                    Ok(v) | Err(v) => v,
-                }
-            }
-        })
+        Ok(op.apply_atomic(w, b, c))
     }
 
     fn load_warp(

@@ -327,7 +327,7 @@ impl VgpuFile {
         args.fault_reason = q.fault_reason;
         args.hangs = q.hangs;
         args.faults = q.faults;
-        args.pad = 0;
+        args.engine_error = 0;
         Ok(0)
     }
 

@@ -229,8 +229,8 @@ pub struct DrmVgpuCtxQuery {
     pub hangs: u32,
     /// Out: GPU page faults.
     pub faults: u32,
-    /// Zero.
-    pub pad: u32,
+    /// Out: `packet::EngineError` number of the first engine error (0: none).
+    pub engine_error: u32,
 }
 
 /// `struct drm_vgpu_fence`.

@@ -74,7 +74,7 @@ int main(void) {
     P("ctx_query.fault_reason", offsetof(struct drm_vgpu_ctx_query, fault_reason));
     P("ctx_query.hangs", offsetof(struct drm_vgpu_ctx_query, hangs));
     P("ctx_query.faults", offsetof(struct drm_vgpu_ctx_query, faults));
-    P("ctx_query.pad", offsetof(struct drm_vgpu_ctx_query, pad));
+    P("ctx_query.engine_error", offsetof(struct drm_vgpu_ctx_query, engine_error));
     P("sizeof.fence", sizeof(struct drm_vgpu_fence));
     P("fence.ctx_id", offsetof(struct drm_vgpu_fence, ctx_id));
     P("fence.engine", offsetof(struct drm_vgpu_fence, engine));
@@ -358,8 +358,8 @@ fn rust_mirror_matches_c_header() {
             offset_of!(uapi::DrmVgpuCtxQuery, faults) as u64,
         ),
         (
-            "ctx_query.pad",
-            offset_of!(uapi::DrmVgpuCtxQuery, pad) as u64,
+            "ctx_query.engine_error",
+            offset_of!(uapi::DrmVgpuCtxQuery, engine_error) as u64,
         ),
         ("sizeof.fence", size_of::<uapi::DrmVgpuFence>() as u64),
         (

@@ -248,7 +248,8 @@ struct drm_vgpu_ctx_destroy {
  * @fault_reason:  out, hwif mmu::FaultReason of that fault (0: none).
  * @hangs:         out, hangs this context caused.
  * @faults:        out, GPU page faults (served and unrecoverable).
- * @pad:           zero.
+ * @engine_error:  out, hwif packet::EngineError number of the first engine
+ *                 error that stopped the context (0: none); ignored on input.
  */
 struct drm_vgpu_ctx_query {
 	__u32 ctx_id;
@@ -259,7 +260,7 @@ struct drm_vgpu_ctx_query {
 	__u32 fault_reason;
 	__u32 hangs;
 	__u32 faults;
-	__u32 pad;
+	__u32 engine_error;
 };
 
 /**
@@ -371,6 +372,113 @@ struct drm_vgpu_wait {
 	__u32 pad;
 };
 
+/* Number of engines QUERY_STATS reports (indexed by VGPU_ENGINE_*). */
+#define VGPU_STATS_ENGINES           2
+
+/**
+ * struct drm_vgpu_counters - device activity counters (hwif StatsReply)
+ * @busy_ns:    nanoseconds an engine ran work, on the device clock.
+ * @packets:    packets executed.
+ * @bytes:      bytes copied or filled.
+ * @faults:     GPU page faults.
+ * @errors:     engine errors.
+ * @resets:     resets.
+ * @fences:     fences written.
+ * @tlb_hits:   TLB hits.
+ * @tlb_misses: TLB misses (page-table walks).
+ *
+ * Device and engine counters count since the device powered on, a
+ * context's since the context was created. Utilisation over an interval is
+ * the growth of busy_ns divided by the growth of sample_ns.
+ */
+struct drm_vgpu_counters {
+	__u64 busy_ns;
+	__u64 packets;
+	__u64 bytes;
+	__u64 faults;
+	__u64 errors;
+	__u64 resets;
+	__u64 fences;
+	__u64 tlb_hits;
+	__u64 tlb_misses;
+};
+
+/**
+ * struct drm_vgpu_ctx_stats - one context, as QUERY_STATS lists it
+ * @ctx_id:       the device context id.
+ * @pid:          thread-group id of the process that created it.
+ * @priority:     VGPU_CTX_PRIORITY_*.
+ * @engines:      bit VGPU_ENGINE_* set: the context has a ring on it.
+ * @reset_status: VGPU_CTX_RESET_*.
+ * @state:        VGPU_CTX_STATE_* bits.
+ * @hangs:        hangs it caused.
+ * @faults:       GPU page faults it took.
+ * @mem_bytes:    bytes of GEM objects held by the file that owns it.
+ * @submitted:    last seqno submitted per engine (0: none).
+ * @completed:    last seqno signalled per engine.
+ * @counters:     the device's counters for this context.
+ */
+struct drm_vgpu_ctx_stats {
+	__u32 ctx_id;
+	__u32 pid;
+	__u32 priority;
+	__u32 engines;
+	__u32 reset_status;
+	__u32 state;
+	__u32 hangs;
+	__u32 faults;
+	__u64 mem_bytes;
+	__u64 submitted[VGPU_STATS_ENGINES];
+	__u64 completed[VGPU_STATS_ENGINES];
+	struct drm_vgpu_counters counters;
+};
+
+/* Largest context array a QUERY_STATS fills. */
+#define VGPU_STATS_MAX_CONTEXTS      64
+
+/**
+ * struct drm_vgpu_query_stats - device-wide status for tools (vgpu-smi)
+ * @sample_ns:     out, the guest's monotonic clock when the sample was taken.
+ * @device:        out, the whole device's counters.
+ * @engines:       out, each engine's counters.
+ * @mem_bytes:     out, bytes of all GEM objects of all files.
+ * @mem_objects:   out, number of GEM objects.
+ * @pt_bytes:      out, bytes of GPU page tables in use.
+ * @engine_resets: out, engine resets the KMD performed.
+ * @device_resets: out, device resets the KMD performed.
+ * @hangs:         out, hangs detected.
+ * @faults:        out, fault events received.
+ * @wedged:        out, 1 when the device is wedged.
+ * @num_contexts:  in, capacity of @contexts (0..VGPU_STATS_MAX_CONTEXTS,
+ *                 EINVAL above); out, number of contexts that exist on the
+ *                 device (all files), which may exceed what was filled.
+ * @contexts:      in, user pointer to @num_contexts struct
+ *                 drm_vgpu_ctx_stats (may be 0 when @num_contexts is 0).
+ * @flags:         in, zero.
+ * @pad:           zero.
+ *
+ * Contexts of every file are listed, so a status tool sees the whole GPU.
+ * Counters come from the device (QUERY_STATS control commands); a device
+ * that does not answer makes the call fail with EIO (ENODEV once removed).
+ */
+struct drm_vgpu_query_stats {
+	__u64 sample_ns;
+	struct drm_vgpu_counters device;
+	struct drm_vgpu_counters engines[VGPU_STATS_ENGINES];
+	__u64 mem_bytes;
+	__u64 mem_objects;
+	__u64 pt_bytes;
+	__u64 engine_resets;
+	__u64 device_resets;
+	__u64 hangs;
+	__u64 faults;
+	__u32 wedged;
+	__u32 num_contexts;
+	__u64 contexts;
+	__u32 flags;
+	__u32 pad;
+};
+
 #define DRM_VGPU_GET_PARAM      0x00
 #define DRM_VGPU_PING           0x01
 #define DRM_VGPU_GEM_CREATE     0x02
@@ -382,6 +490,7 @@ struct drm_vgpu_wait {
 #define DRM_VGPU_CTX_QUERY      0x08
 #define DRM_VGPU_SUBMIT         0x09
 #define DRM_VGPU_WAIT           0x0a
+#define DRM_VGPU_QUERY_STATS    0x0b
 
 /* Note: enum members, not #defines, so that bindgen can resolve them. */
 enum {
@@ -407,6 +516,8 @@ enum {
 					    struct drm_vgpu_submit),
 	DRM_IOCTL_VGPU_WAIT      = DRM_IOWR(DRM_COMMAND_BASE + DRM_VGPU_WAIT,
 					    struct drm_vgpu_wait),
+	DRM_IOCTL_VGPU_QUERY_STATS = DRM_IOWR(DRM_COMMAND_BASE + DRM_VGPU_QUERY_STATS,
+					      struct drm_vgpu_query_stats),
 };
 
 #if defined(__cplusplus)

@@ -417,7 +417,12 @@ fn an_infinite_loop_runs_until_an_engine_reset_and_others_run_meanwhile() {
         (ring_state::RUNNING, 0, 0)
     );
 
-    let r = d.command(Command::EngineReset { engine: COMPUTE }).unwrap();
+    let r = d
+        .command(Command::EngineReset {
+            engine: COMPUTE,
+            hung_ctx: vgpu_hwif::proto::CTX_NONE,
+        })
+        .unwrap();
     let r = EngineResetReply::read_from(&r).unwrap();
     assert_eq!((r.ctx_id, r.rptr), (1, 0));
     assert_eq!(

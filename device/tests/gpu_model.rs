@@ -369,6 +369,7 @@ fn non_replayable_fault_stops_the_ring_and_others_keep_running() {
     let r = d
         .command(Command::EngineReset {
             engine: engine::COPY,
+            hung_ctx: CTX_NONE,
         })
         .unwrap();
     let r = EngineResetReply::read_from(&r).unwrap();
@@ -620,6 +621,7 @@ fn engine_reset_in_the_middle_of_a_copy() {
     let r = d
         .command(Command::EngineReset {
             engine: engine::COPY,
+            hung_ctx: CTX_NONE,
         })
         .unwrap();
     let r = EngineResetReply::read_from(&r).unwrap();

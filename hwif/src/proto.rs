@@ -546,8 +546,10 @@ pod_struct! {
         pub hdr: CommandHeader,
         /// Engine.
         pub engine: u32,
-        /// Zero.
-        pub reserved: u32,
+        /// A context whose ring on this engine is cleared as well, whatever
+        /// its state — the ring the driver found hung, which may be blocked
+        /// in `SEM_WAIT` rather than in flight. [`CTX_NONE`]: none.
+        pub hung_ctx: u32,
     }
 
     /// Reply to `ENGINE_RESET`.
@@ -740,6 +742,9 @@ pub enum Command {
     EngineReset {
         /// Engine.
         engine: u32,
+        /// Context whose ring on the engine is cleared too (`CTX_NONE`:
+        /// none).
+        hung_ctx: u32,
     },
     /// `DEVICE_RESET`.
     DeviceReset,
@@ -864,8 +869,10 @@ impl Command {
             }
             Opcode::EngineReset => {
                 let c: EngineResetCmd = read(bytes, op)?;
-                zero(c.reserved, op)?;
-                Command::EngineReset { engine: c.engine }
+                Command::EngineReset {
+                    engine: c.engine,
+                    hung_ctx: c.hung_ctx,
+                }
             }
             Opcode::QueryStats => {
                 let c: QueryStatsCmd = read(bytes, op)?;
@@ -988,10 +995,10 @@ impl Command {
                 fault_id,
             }
             .write_to(out),
-            Command::EngineReset { engine } => EngineResetCmd {
+            Command::EngineReset { engine, hung_ctx } => EngineResetCmd {
                 hdr,
                 engine,
-                reserved: 0,
+                hung_ctx,
             }
             .write_to(out),
             Command::QueryStats { kind, id } => QueryStatsCmd { hdr, kind, id }.write_to(out),

@@ -26,7 +26,7 @@ use vgpu_hwif::packet::EngineError;
 use vgpu_hwif::pod::Pod;
 use vgpu_hwif::proto::{
     engine, stats_kind, Command, CommandHeader, EngineResetReply, IdentifyReply, Opcode, PingReply,
-    ReplyHeader, Status, DESTROY_FLAG_FORCE, FAULT_RESUME_ABORT, FAULT_RESUME_RETRY,
+    ReplyHeader, Status, CTX_NONE, DESTROY_FLAG_FORCE, FAULT_RESUME_ABORT, FAULT_RESUME_RETRY,
     IDENTIFY_MAGIC, MAX_COMMAND_SIZE, MAX_CONTEXTS, MAX_RING_SIZE, MIN_RING_SIZE, PAGE_SIZE_2M,
     PAGE_SIZE_4K, PROTOCOL_VERSION,
 };
@@ -437,8 +437,15 @@ impl ControlProcessor {
                 gpu.wake_engine(e);
                 Ok(header_only)
             }
-            Command::EngineReset { engine: e } => {
-                let report = reset::reset_engine(gpu, e)?;
+            Command::EngineReset {
+                engine: e,
+                hung_ctx,
+            } => {
+                let hung = (hung_ctx != CTX_NONE).then_some(hung_ctx);
+                if hung.is_some_and(|id| id >= MAX_CONTEXTS) {
+                    return Err(CommandError::Invalid("hung_ctx is not a context id"));
+                }
+                let report = reset::reset_engine(gpu, e, hung)?;
                 Ok(Reply::from_pod(&EngineResetReply {
                     hdr: ok,
                     engine: e,
@@ -500,7 +507,7 @@ fn command_target(cmd: &Command) -> (u32, u32) {
         Command::RingCreate { ctx_id, engine, .. }
         | Command::RingDestroy { ctx_id, engine }
         | Command::Doorbell { ctx_id, engine, .. } => (ctx_id, engine),
-        Command::EngineReset { engine } => (u32::MAX, engine),
+        Command::EngineReset { engine, .. } => (u32::MAX, engine),
         _ => (u32::MAX, u32::MAX),
     }
 }
@@ -528,6 +535,7 @@ pub fn destroy_context(gpu: &Gpu, id: u32, force: bool) -> Result<(), CommandErr
                 e,
                 Request::Reset {
                     only_ctx: Some(id),
+                    hung_ctx: None,
                     silent: false,
                 },
             );

@@ -90,6 +90,9 @@ pub enum Request {
     Reset {
         /// Reset only if this context is in flight.
         only_ctx: Option<u32>,
+        /// Also clear this context's ring on the engine, whatever its
+        /// state (the ring the driver found hung).
+        hung_ctx: Option<u32>,
         /// No `RESET_DONE` event, no counters.
         silent: bool,
     },

@@ -210,7 +210,10 @@ fn command_operands_are_checked() {
         ),
         (
             "reset engine 2",
-            Command::EngineReset { engine: 2 },
+            Command::EngineReset {
+                engine: 2,
+                hung_ctx: CTX_NONE,
+            },
             Status::InvalidArgument,
         ),
         (
@@ -495,6 +498,7 @@ fn engine_reset_of_an_idle_engine_reports_no_context() {
     let r = d
         .command(Command::EngineReset {
             engine: engine::COMPUTE,
+            hung_ctx: CTX_NONE,
         })
         .unwrap();
     let r = EngineResetReply::read_from(&r).unwrap();
@@ -805,7 +809,12 @@ fn random_rings_tables_and_commands_never_hurt_the_device() {
                     });
                 }
                 23 => {
-                    let r = d.command(Command::EngineReset { engine: e }).unwrap();
+                    let r = d
+                        .command(Command::EngineReset {
+                            engine: e,
+                            hung_ctx: CTX_NONE,
+                        })
+                        .unwrap();
                     assert_eq!(EngineResetReply::read_from(&r).unwrap().engine, e);
                     // The driver resumes at the ring's new read pointer
                     // (if this ring was the one reset).
@@ -876,8 +885,11 @@ fn random_rings_tables_and_commands_never_hurt_the_device() {
             }
             for (e, r) in resets.into_iter().enumerate() {
                 if r && rng.below(2) == 0 {
-                    d.command(Command::EngineReset { engine: e as u32 })
-                        .unwrap();
+                    d.command(Command::EngineReset {
+                        engine: e as u32,
+                        hung_ctx: CTX_NONE,
+                    })
+                    .unwrap();
                 }
             }
         }
@@ -948,4 +960,79 @@ fn virtio_reset_returns_to_power_on_without_an_event() {
     // Event numbering restarted.
     d.command(Command::Ping { cookie: 1 }).unwrap();
     assert_eq!(d.event_record(T).unwrap().seq, 1);
+}
+
+#[test]
+fn engine_reset_clears_the_hung_ring_blocked_on_a_semaphore() {
+    use vgpu_hwif::packet::SEM_WAIT_GEQ;
+    let mut d = driver(Generation::Gen2);
+    let (mut waiter, wpa) = setup(&mut d, 1);
+    let (mut other, _) = setup(&mut d, 2);
+    let fence = |seqno| Packet::Fence {
+        va: DATA + 0x100,
+        seqno,
+        flags: 0,
+    };
+    // Context 1 waits on a semaphore nobody will ever release, then would
+    // write a fence; context 2 also has a semaphore wait queued on the same
+    // engine, whose semaphore is then released.
+    d.submit(
+        &mut waiter,
+        engine::COPY,
+        &[
+            Packet::SemWait {
+                va: DATA,
+                value: 1,
+                op: SEM_WAIT_GEQ,
+            },
+            fence(7),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        d.settle(&waiter, engine::COPY, T).unwrap().state,
+        ring_state::SEM_WAIT
+    );
+    // Without naming it, an engine reset leaves the blocked ring alone: it
+    // was not in flight.
+    let r = d
+        .command(Command::EngineReset {
+            engine: engine::COPY,
+            hung_ctx: CTX_NONE,
+        })
+        .unwrap();
+    assert_eq!(EngineResetReply::read_from(&r).unwrap().ctx_id, CTX_NONE);
+    assert!(matches!(d.event(T).unwrap(), Event::ResetDone { .. }));
+    assert_eq!(
+        d.settle(&waiter, engine::COPY, T).unwrap().state,
+        ring_state::SEM_WAIT
+    );
+    // A context id out of range is refused.
+    assert_eq!(
+        d.status(Command::EngineReset {
+            engine: engine::COPY,
+            hung_ctx: MAX_CONTEXTS,
+        }),
+        Status::InvalidArgument
+    );
+    // Naming the hung context clears its ring: read pointer at the write
+    // pointer, idle, and the fence behind the wait never written.
+    d.command(Command::EngineReset {
+        engine: engine::COPY,
+        hung_ctx: 1,
+    })
+    .unwrap();
+    assert!(matches!(d.event(T).unwrap(), Event::ResetDone { .. }));
+    let st = d.settle(&waiter, engine::COPY, T).unwrap();
+    assert_eq!(st.state, ring_state::IDLE);
+    assert_eq!(st.rptr, waiter.ring(engine::COPY).unwrap().writer.wptr());
+    // Releasing the semaphore now changes nothing for context 1 ...
+    crate::testkit::write_u64(&d.mem, wpa, 1).unwrap();
+    // ... while context 2 still runs on the engine.
+    d.submit(&mut other, engine::COPY, &[fence(9)]).unwrap();
+    match d.event(T).unwrap() {
+        Event::Fence { ctx_id, seqno, .. } => assert_eq!((ctx_id, seqno), (2, 9)),
+        e => panic!("expected context 2's fence, got {e:?}"),
+    }
+    assert_eq!(read_u64(&d.mem, wpa + 0x100).unwrap(), 0);
 }

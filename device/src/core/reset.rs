@@ -14,7 +14,10 @@
 //!    everything up to the write pointer: its read pointer jumps to the
 //!    write pointer and it becomes `IDLE`;
 //! 2. every `STOPPED` or `FAULT_STALLED` ring of the engine is cleared the
-//!    same way (pending faults are forgotten);
+//!    same way (pending faults are forgotten), and so is the ring of the
+//!    command's `hung_ctx` on this engine whatever its state — a ring the
+//!    driver found hung may be blocked in `SEM_WAIT` or waiting its turn
+//!    rather than in flight;
 //! 3. other rings keep their queued packets and run again after the reset;
 //! 4. the engine's TLB is flushed;
 //! 5. a `RESET_DONE` event names the engine, the context in flight
@@ -51,7 +54,13 @@ pub enum ResetError {
 /// thread, state lock held). `in_flight` is the context whose ring the
 /// engine was executing. With `count`, the engine's and that context's
 /// reset counters move.
-pub fn engine_reset(st: &mut GpuState, e: u32, in_flight: Option<u32>, count: bool) -> ResetReport {
+pub fn engine_reset(
+    st: &mut GpuState,
+    e: u32,
+    in_flight: Option<u32>,
+    hung_ctx: Option<u32>,
+    count: bool,
+) -> ResetReport {
     let mut report = ResetReport {
         ctx_id: CTX_NONE,
         rptr: 0,
@@ -66,6 +75,13 @@ pub fn engine_reset(st: &mut GpuState, e: u32, in_flight: Option<u32>, count: bo
                     ctx_id: id,
                     rptr: r.cursor.rptr,
                 };
+                r.discard_work();
+            }
+        }
+    }
+    if let Some(id) = hung_ctx.filter(|&h| Some(h) != in_flight) {
+        if let Ok(c) = st.contexts.get_mut(id) {
+            if let Some(r) = c.ring_mut(e) {
                 r.discard_work();
             }
         }
@@ -90,7 +106,7 @@ pub fn engine_reset(st: &mut GpuState, e: u32, in_flight: Option<u32>, count: bo
 
 /// Resets engine `e` on behalf of the control side: queues the request,
 /// waits until the engine has applied it, returns what was in flight.
-pub fn reset_engine(gpu: &Gpu, e: u32) -> Result<ResetReport, ResetError> {
+pub fn reset_engine(gpu: &Gpu, e: u32, hung_ctx: Option<u32>) -> Result<ResetReport, ResetError> {
     if e >= engine::COUNT {
         return Err(ResetError::BadEngine(e));
     }
@@ -101,6 +117,7 @@ pub fn reset_engine(gpu: &Gpu, e: u32) -> Result<ResetReport, ResetError> {
         ei,
         Request::Reset {
             only_ctx: None,
+            hung_ctx,
             silent: false,
         },
     );
@@ -135,6 +152,7 @@ pub fn reset_device(gpu: &Gpu, announce: bool) -> Result<(), ResetError> {
             e,
             Request::Reset {
                 only_ctx: None,
+                hung_ctx: None,
                 silent: true,
             },
         );
@@ -206,7 +224,7 @@ mod tests {
     #[test]
     fn engine_reset_drops_in_flight_and_clears_stopped_rings() {
         let mut st = state_with_rings();
-        let rep = engine_reset(&mut st, 0, Some(0), true);
+        let rep = engine_reset(&mut st, 0, Some(0), None, true);
         assert_eq!(
             rep,
             ResetReport {
@@ -232,7 +250,7 @@ mod tests {
     #[test]
     fn idle_engine_reset_reports_no_context() {
         let mut st = state_with_rings();
-        let rep = engine_reset(&mut st, 1, None, false);
+        let rep = engine_reset(&mut st, 1, None, None, false);
         assert_eq!(
             rep,
             ResetReport {

@@ -441,11 +441,15 @@ pub fn serve_requests(gpu: &Gpu, st: &mut GpuState, e: u32, cp: &mut CommandProc
             break;
         };
         match req {
-            Request::Reset { only_ctx, silent } => {
+            Request::Reset {
+                only_ctx,
+                hung_ctx,
+                silent,
+            } => {
                 let in_flight = es.interrupted.take();
                 let applies = only_ctx.is_none() || only_ctx == in_flight;
                 if applies {
-                    let report = engine_reset(st, e, in_flight, !silent);
+                    let report = engine_reset(st, e, in_flight, hung_ctx, !silent);
                     cp.flush_tlbs();
                     gpu.inject.on_reset(gpu.clock.now_ns(), Some(e));
                     if !silent {

@@ -158,7 +158,13 @@ fn hang_holds_the_ring_until_engine_reset() {
     .unwrap();
     assert_eq!(fences(&events(&mut r.d)), vec![1]);
     assert_eq!(read_u64(&r.mem, r.pa + 8).unwrap(), 0);
-    assert_eq!(r.d.status(Command::EngineReset { engine: 0 }), Status::Ok);
+    assert_eq!(
+        r.d.status(Command::EngineReset {
+            engine: 0,
+            hung_ctx: vgpu_hwif::proto::CTX_NONE
+        }),
+        Status::Ok
+    );
     let log = r.gpu.inject.log(0);
     assert!(log.iter().any(|e| e.what == "ENGINE_RESET"), "{log:?}");
     assert!(log.iter().any(|e| e.what == "engine-reset-done"), "{log:?}");
@@ -319,7 +325,10 @@ fn lost_device_answers_device_lost_until_reset() {
 #[test]
 fn reset_fails_its_first_attempts() {
     let mut r = rig(&["reset-fail:attempts=2"]);
-    let reset = Command::EngineReset { engine: 0 };
+    let reset = Command::EngineReset {
+        engine: 0,
+        hung_ctx: vgpu_hwif::proto::CTX_NONE,
+    };
     assert_eq!(r.d.status(reset), Status::DeviceLost);
     assert_eq!(r.d.status(Command::DeviceReset), Status::DeviceLost);
     assert_eq!(r.d.status(reset), Status::Ok);

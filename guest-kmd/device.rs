@@ -39,6 +39,7 @@ use crate::{
     },
     layout,
     ptpool::PtPool,
+    watchdog::WatchdogHandle,
     proto::{
         Command,
         IdentifyReply,
@@ -158,6 +159,9 @@ pub(crate) struct Vgpu {
     /// Contexts, rings, fences, faults, resets.
     #[pin]
     pub(crate) gpu: GpuState,
+    /// The periodic hang check, from probe until shutdown.
+    #[pin]
+    watchdog: Mutex<Option<WatchdogHandle>>,
 }
 
 impl Vgpu {
@@ -181,7 +185,13 @@ impl Vgpu {
             zombies <- new_mutex!(KVec::new()),
             slot_mem: SetOnce::new(),
             gpu <- GpuState::new(),
+            watchdog <- new_mutex!(None),
         })
+    }
+
+    /// The watchdog's (timer expiries, checks run, period in ms), while it runs.
+    pub(crate) fn watchdog_counts(&self) -> Option<(u64, u64, i64)> {
+        self.watchdog.lock().as_ref().map(|w| w.counts())
     }
 
     /// A new, empty GPU address space in the device's format.
@@ -304,6 +314,11 @@ impl Vgpu {
     pub(crate) fn shutdown(&self) {
         if self.unbound.xchg(true, Relaxed) {
             return;
+        }
+        // No hang check may run from here on: it would race the reset.
+        let watchdog = self.watchdog.lock().take();
+        if let Some(mut w) = watchdog {
+            w.stop();
         }
         self.running.store(false, Relaxed);
         let reset = self.transport.reset();
@@ -496,7 +511,11 @@ impl Binding {
         let transport = Transport::new(pdev)?;
         let vgpu = Arc::pin_init(Vgpu::new(pdev.into(), transport), GFP_KERNEL)?;
         let mut irqs = irq::Registrations::new();
-        match Self::bring_up(pdev, &vgpu, &mut irqs) {
+        match Self::bring_up(pdev, &vgpu, &mut irqs).and_then(|d| {
+            let w = WatchdogHandle::start(vgpu.clone())?;
+            *vgpu.watchdog.lock() = Some(w);
+            Ok(d)
+        }) {
             Ok(debugfs) => Ok(Binding {
                 vgpu,
                 _irqs: irqs,

@@ -42,6 +42,7 @@ mod ptpool;
 mod virtio;
 mod virtqueue;
 mod vm;
+mod watchdog;
 
 // The hardware interface, shared with the device and userspace. The files
 // refer to each other as `super::<module>`, so they are siblings here. They

@@ -81,6 +81,7 @@ pub(crate) fn create(
         dir.read_callback_file(c"objects", v, &show_objects);
         dir.read_callback_file(c"contexts", v, &show_contexts);
         dir.write_only_callback_file(c"hangcheck", v, &write_hangcheck);
+        dir.write_only_callback_file(c"reset_device", v, &write_reset_device);
         dir.read_callback_file(c"hang_dump", v, &show_hang_dump);
     });
     Ok(Some(KBox::pin_init(scope, GFP_KERNEL)?))
@@ -133,6 +134,20 @@ fn show_hang_dump(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 fn write_hangcheck(v: &Arc<Vgpu>, _r: &mut kernel::uaccess::UserSliceReader) -> Result {
     v.hang_check();
     Ok(())
+}
+
+/// Writing `1` resets the device the way the reset ladder's second rung
+/// does, with no guilty context: every context's unfinished jobs are
+/// written again and those contexts report innocent. For exercising the
+/// device-reset path without making an engine reset fail.
+fn write_reset_device(v: &Arc<Vgpu>, r: &mut kernel::uaccess::UserSliceReader) -> Result {
+    let mut buf = [0u8; 2];
+    let n = r.len().min(buf.len());
+    r.read_slice(&mut buf[..n])?;
+    if n == 0 || buf[0] != b'1' {
+        return Err(EINVAL);
+    }
+    v.reset_device_now()
 }
 
 fn show_layout(_vgpu: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {

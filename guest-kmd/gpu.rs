@@ -36,9 +36,10 @@
 //! # Hangs and the reset ladder
 //!
 //! A ring with pending jobs that has not completed one for `job_timeout_ms`
-//! is hung. Hang checks run whenever a `WAIT` sleeps (at least every
-//! quarter timeout), at each `SUBMIT` and `CTX_QUERY`, and on writes to
-//! debugfs `hangcheck`. Recovery:
+//! is hung. Hang checks run from a periodic watchdog (every tenth of the
+//! timeout, see [`crate::watchdog`]), and also whenever a `WAIT` sleeps (at
+//! least every quarter timeout), at each `SUBMIT` and `CTX_QUERY`, and on
+//! writes to debugfs `hangcheck`. Recovery:
 //!
 //! 1. `ENGINE_RESET` of the ring's engine: the hung ring's pending jobs
 //!    fail, its context is guilty; an innocent context whose job was in
@@ -1244,6 +1245,36 @@ impl Vgpu {
         }
     }
 
+    /// debugfs `reset_device`: the ladder's device reset with no guilty
+    /// context. `EIO` if it failed (the device is then wedged).
+    pub(crate) fn reset_device_now(&self) -> Result {
+        let slots = self.slots()?;
+        self.check_usable()?;
+        let start = Instant::<Monotonic>::now();
+        let mut g = self.gpu.state.lock();
+        if g.wedged {
+            return Err(EIO);
+        }
+        dev_warn!(self.pdev, "device reset requested through debugfs\n");
+        g.device_resets += 1;
+        let ok = self.device_reset(&mut g, slots, CTX_NONE);
+        push_log(
+            &mut g.resets_log,
+            ResetLog { hw: CTX_NONE, engine: engine::ALL, kind: "device", ok, ms: elapsed_ns(&start) / 1_000_000 },
+        );
+        if !ok {
+            self.wedge(&mut g);
+        }
+        Self::release_failed(&g, slots);
+        drop(g);
+        self.gpu.wake();
+        if ok {
+            Ok(())
+        } else {
+            Err(EIO)
+        }
+    }
+
     /// Captures ring `e` of slot `hw` for debugfs `hang_dump`.
     fn capture(&self, g: &mut Gpu, slots: &SlotMemory, hw: u32, e: usize) {
         let status = slots.status(hw, e);
@@ -1366,7 +1397,10 @@ impl Vgpu {
         }
         // 1. Engine reset.
         let reply = self
-            .cmd(Command::EngineReset { engine: e as u32 })
+            .cmd(Command::EngineReset {
+                engine: e as u32,
+                hung_ctx: hw,
+            })
             .and_then(|r| r.get::<EngineResetReply>());
         g.engine_resets += 1;
         // The device's view decides whether the hung context still has
@@ -1469,21 +1503,24 @@ impl Vgpu {
             }
         }
         dev_err!(self.pdev, "device wedged: recovery failed; rebind the driver\n");
+        // DRM's convention: a KOBJ_CHANGE uevent with WEDGED=<recovery> on
+        // the DRM device nodes, which are children of the PCI device.
         let dev: &kernel::device::Device = self.pdev.as_ref();
         // `Device` is a transparent wrapper of `struct device`.
         let raw = core::ptr::from_ref(dev).cast::<bindings::device>().cast_mut();
-        let mut env: [*mut kernel::ffi::c_char; 2] =
-            [c"WEDGED=rebind".as_char_ptr().cast_mut(), core::ptr::null_mut()];
         // SAFETY: `raw` is the PCI device's `struct device`, alive while
-        // `self.pdev` is; `env` is a NULL-terminated array of C strings that
-        // outlives the call (the kernel copies them).
-        unsafe { bindings::kobject_uevent_env(&raw mut (*raw).kobj, bindings::kobject_action_KOBJ_CHANGE, env.as_mut_ptr()) };
+        // `self.pdev` is; `device_for_each_child` holds the children while
+        // it calls `wedged_uevent`, which takes no data.
+        unsafe { bindings::device_for_each_child(raw, core::ptr::null_mut(), Some(wedged_uevent)) };
     }
 
     /// debugfs `contexts`: every context, its rings and fences, and the
     /// fault and reset logs.
     pub(crate) fn show_gpu(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let Ok(slots) = self.slots() else { return Ok(()) };
+        // Before the state lock: stopping the watchdog waits for a hang
+        // check, which takes the state lock.
+        let watchdog = self.watchdog_counts();
         let g = self.gpu.state.lock();
         writeln!(
             f,
@@ -1495,6 +1532,9 @@ impl Vgpu {
             g.engine_resets,
             g.device_resets
         )?;
+        if let Some((ticks, checks, period)) = watchdog {
+            writeln!(f, "watchdog period_ms {} ticks {} checks {}", period, ticks, checks)?;
+        }
         for (i, s) in g.slots.iter().enumerate() {
             let Some(c) = s else { continue };
             writeln!(
@@ -1543,3 +1583,27 @@ impl Vgpu {
 // Every slot's memory fits the KMD range of an address space.
 const _: () = assert!(SLOT_VA_STRIDE * crate::proto::MAX_CONTEXTS as u64 <= vm::VA_KMD_RESERVED);
 const _: () = assert!(SLOT_BYTES as u64 <= SLOT_VA_STRIDE);
+
+/// Sends `WEDGED=rebind` on a DRM device node (`card*`, `renderD*`).
+///
+/// # Safety
+///
+/// `dev` is a live `struct device` (as `device_for_each_child` passes).
+unsafe extern "C" fn wedged_uevent(dev: *mut bindings::device, _data: *mut kernel::ffi::c_void) -> kernel::ffi::c_int {
+    // SAFETY: the caller passes a live device; its kobject name is a
+    // NUL-terminated string or NULL.
+    let name = unsafe { (*dev).kobj.name };
+    if name.is_null() {
+        return 0;
+    }
+    // SAFETY: `name` is non-NULL and NUL-terminated (see above).
+    let name = unsafe { kernel::str::CStr::from_char_ptr(name) };
+    let n = name.to_bytes();
+    if n.starts_with(b"card") || n.starts_with(b"renderD") {
+        let mut env: [*mut kernel::ffi::c_char; 2] = [c"WEDGED=rebind".as_char_ptr().cast_mut(), core::ptr::null_mut()];
+        // SAFETY: `dev` is live (see above); `env` is a NULL-terminated
+        // array of C strings that outlives the call (the kernel copies them).
+        unsafe { bindings::kobject_uevent_env(&raw mut (*dev).kobj, bindings::kobject_action_KOBJ_CHANGE, env.as_mut_ptr()) };
+    }
+    0
+}

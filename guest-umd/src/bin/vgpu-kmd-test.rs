@@ -378,6 +378,14 @@ fn debugfs(name: &str) -> String {
     String::new()
 }
 
+/// Path of debugfs file `name` of the (first) device.
+fn debugfs_path(name: &str) -> PathBuf {
+    std::fs::read_dir("/sys/kernel/debug/vgpu")
+        .ok()
+        .and_then(|d| d.flatten().next())
+        .map_or_else(|| PathBuf::from("/nonexistent"), |e| e.path().join(name))
+}
+
 /// The debugfs `vms` line of the mapping at `va`, if any.
 fn vm_line(va: u64) -> Option<String> {
     let key = format!("map va {:#x} ", va);
@@ -724,9 +732,13 @@ fn test_vm(t: &mut T, path: &PathBuf) {
         || l.clone(),
     );
 
-    // A larger BO: report how many 2 MiB pages were possible.
+    // A larger BO: the guest kernel backs shmem with 2 MiB folios where
+    // the object is large enough, so a 2 MiB-aligned bind of it maps with
+    // 2 MiB GPU pages (when the device offers them); an offset that breaks
+    // the alignment falls back to 4 KiB pages.
     if let Ok(hb) = n.gem_create(4 << 20, 0) {
-        let vb = start + (64 << 20);
+        let huge = n.param(param::PAGE_SIZES).unwrap_or(0) & (2 << 20) != 0;
+        let vb = (start + (64 << 20)).next_multiple_of(2 << 20);
         t.ok(
             "vm: bind 4 MiB at a 2 MiB boundary",
             n.bind(hb, 0, vb, 4 << 20, rw),
@@ -737,10 +749,32 @@ fn test_vm(t: &mut T, path: &PathBuf) {
             field(&l, "check").as_deref() == Some("ok"),
             || l.clone(),
         );
+        let (p4, p2) = (field(&l, "pages_4k"), field(&l, "pages_2m"));
         println!(
             "info 4 MiB bind: pages_4k {} pages_2m {}",
-            field(&l, "pages_4k").unwrap_or_default(),
-            field(&l, "pages_2m").unwrap_or_default()
+            p4.as_deref().unwrap_or_default(),
+            p2.as_deref().unwrap_or_default()
+        );
+        let want = if huge { ("0", "2") } else { ("1024", "0") };
+        t.check(
+            "vm: 4 MiB at 2 MiB alignment uses 2 MiB pages",
+            p4.as_deref() == Some(want.0)
+                && p2.as_deref() == Some(want.1)
+                && field(&l, "walk_2m").as_deref() == Some(want.1),
+            || l.clone(),
+        );
+        let vo = start + (72 << 20) + PAGE;
+        t.ok(
+            "vm: bind 2 MiB at a 4 KiB offset",
+            n.bind(hb, 0, vo, 2 << 20, rw),
+        );
+        let l = vm_line(vo).unwrap_or_default();
+        t.check(
+            "vm: unaligned bind uses 4 KiB pages",
+            field(&l, "pages_4k").as_deref() == Some("512")
+                && field(&l, "pages_2m").as_deref() == Some("0")
+                && field(&l, "check").as_deref() == Some("ok"),
+            || l.clone(),
         );
     }
 }
@@ -1267,13 +1301,36 @@ fn test_submit(t: &mut T, path: &PathBuf) {
             "hang: innocent context's fence signals",
             n.wait(&[fence(b, 0, sb)], true, 5_000 * MS),
         );
+        let before = debugfs("contexts");
+        let r = n.wait(&[fence(h, 0, sh)], true, 30_000 * MS);
+        println!("info hang detected and recovered after {:?}", t0.elapsed());
+        // The engine reset names the hung ring, so a ring blocked in
+        // SEM_WAIT is cleared without a device reset.
+        let after = debugfs("contexts");
+        let dev_resets = |s: &str| field(s.lines().next().unwrap_or(""), "device_resets");
+        t.check(
+            "hang: engine reset clears a ring blocked on a semaphore",
+            dev_resets(&after).is_some() && dev_resets(&after) == dev_resets(&before),
+            || after.clone(),
+        );
+        // A job queued (behind a semaphore the CPU releases later) when the
+        // device is reset: the ladder's device-reset rung, here with no
+        // guilty context, writes it again on the new rings and its context
+        // becomes innocent.
         let queued = [
             cmds.program(12, &[sem_wait_eq(semva + 24, 1)]),
             cmds.program(13, &[fill(dva + 128, 8, 0x1111_2222)]),
         ];
         let si = n.submit(inno, 0, &queued, &[]).unwrap_or(0);
-        let r = n.wait(&[fence(h, 0, sh)], true, 30_000 * MS);
-        println!("info hang detected and recovered after {:?}", t0.elapsed());
+        t.err(
+            "hang: queued job pending",
+            n.wait(&[fence(inno, 0, si)], true, 0),
+            libc::ETIME,
+        );
+        let reset = std::fs::write(debugfs_path("reset_device"), "1");
+        t.check("hang: device reset through debugfs", reset.is_ok(), || {
+            format!("{reset:?}")
+        });
         sem.write(3, 1);
         t.ok(
             "hang: innocent queued job resubmitted and completes",
@@ -1502,6 +1559,107 @@ fn test_hang_inflight(t: &mut T, path: &PathBuf) {
     t.ok(
         "inflight: guilty context runs again",
         n.wait(&[fence(x, 0, sx2)], true, 5_000 * MS),
+    );
+
+    // An innocent context's job in flight when the engine is reset for
+    // another context's hung ring (blocked on a semaphore): the innocent
+    // job is cut off, written again by the driver, and completes.
+    let put = |page: usize, words: &[u32]| {
+        for (i, pair) in words.chunks(2).enumerate() {
+            let hi = pair.get(1).copied().unwrap_or(0);
+            m.write(page * 512 + i, u64::from(pair[0]) | (u64::from(hi) << 32));
+        }
+    };
+    let busy_job = |fills: usize| {
+        let mut w = Vec::new();
+        for _ in 0..fills {
+            let (op, p) = fill(base, 256 << 20, 0x77);
+            w.push(vgpu_hwif::packet::encode_header(generation, op, 6));
+            w.extend_from_slice(&p);
+            w.push(vgpu_hwif::packet::encode_header(
+                generation,
+                vgpu_hwif::packet::OP_NOP,
+                10,
+            ));
+            w.extend_from_slice(&[0; 9]);
+        }
+        w
+    };
+    let (op, p) = sem_wait_eq(cva + 4 * PAGE, 0xdead);
+    let mut wait = vec![vgpu_hwif::packet::encode_header(generation, op, 6)];
+    wait.extend_from_slice(&p);
+    wait.push(vgpu_hwif::packet::encode_header(
+        generation,
+        vgpu_hwif::packet::OP_NOP,
+        2,
+    ));
+    wait.push(0);
+    put(3, &wait);
+    let wait_cmd = uapi::DrmVgpuCmd {
+        va: cva + 3 * PAGE,
+        size: (wait.len() * 4) as u64,
+    };
+    let w = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    let z = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    // Size the innocent jobs: one 256 MiB fill timed, then jobs of about
+    // 150 ms (well inside the job timeout) for about 3 s in all.
+    put(2, &busy_job(1));
+    let one = uapi::DrmVgpuCmd {
+        va: cva + 2 * PAGE,
+        size: 64,
+    };
+    let t1 = std::time::Instant::now();
+    let s1 = n.submit(w, 0, &[one], &[]).unwrap_or(0);
+    let _ = n.wait(&[fence(w, 0, s1)], true, 10_000 * MS);
+    let per_fill = t1.elapsed().max(std::time::Duration::from_millis(1));
+    let fills = (150 / per_fill.as_millis().max(1)).clamp(1, 64) as usize;
+    let jobs = (3000 / (per_fill.as_millis().max(1) * fills as u128)).clamp(4, 200) as usize;
+    println!("info inflight-innocent: 256 MiB fill {per_fill:?}, {jobs} jobs of {fills} fills");
+    put(2, &busy_job(fills));
+    let job = uapi::DrmVgpuCmd {
+        va: cva + 2 * PAGE,
+        size: (fills * 64) as u64,
+    };
+    let mut seqnos = Vec::new();
+    for _ in 0..jobs {
+        match n.submit(w, 0, &[job], &[]) {
+            Ok(s) => seqnos.push(s),
+            Err(e) => {
+                t.check("inflight-innocent: submit", false, || errname(e).into());
+                return;
+            }
+        }
+    }
+    let resets_before = debugfs("contexts");
+    let sz = n.submit(z, 0, &[wait_cmd], &[]).unwrap_or(0);
+    let rz = n.wait(&[fence(z, 0, sz)], true, 30_000 * MS);
+    t.check(
+        "inflight-innocent: hung ring's fence fails",
+        rz == Err(libc::EIO),
+        || format!("{rz:?}"),
+    );
+    let last = *seqnos.last().unwrap_or(&0);
+    t.ok(
+        "inflight-innocent: every innocent job completes",
+        n.wait(&[fence(w, 0, last)], true, 60_000 * MS),
+    );
+    let qw = n.ctx_query(w).unwrap_or_default();
+    t.check(
+        "inflight-innocent: in-flight context reported innocent",
+        qw.reset_status == uapi::CTX_RESET_INNOCENT && qw.state == 0,
+        || format!("{qw:?} {}", debugfs("contexts")),
+    );
+    let qz = n.ctx_query(z).unwrap_or_default();
+    t.check(
+        "inflight-innocent: hung context guilty",
+        qz.reset_status == uapi::CTX_RESET_GUILTY,
+        || format!("{qz:?}"),
+    );
+    let after = debugfs("contexts");
+    t.check(
+        "inflight-innocent: engine reset only",
+        dev_resets(&after).is_some() && dev_resets(&after) == dev_resets(&resets_before),
+        || after.clone(),
     );
 }
 

@@ -1663,6 +1663,78 @@ fn test_hang_inflight(t: &mut T, path: &PathBuf) {
     );
 }
 
+/// A hang nobody waits on: the watchdog finds and recovers it without any
+/// ioctl. Watches debugfs `contexts` (reading it runs no hang check).
+fn test_watchdog(t: &mut T, path: &PathBuf) {
+    let n = Node::open(path);
+    let start = n.param(param::VA_START).unwrap_or(0);
+    let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
+    let hc = n.gem_create(4 * PAGE, 0).unwrap_or(0);
+    let cva = start + 0x200_0000;
+    let _ = n.bind(
+        hc,
+        0,
+        cva,
+        4 * PAGE,
+        uapi::VM_BIND_READ | uapi::VM_BIND_EXEC,
+    );
+    let m = n.mmap(hc, 4 * PAGE).expect("mmap");
+    let cmds = Cmds {
+        map: m,
+        va: cva,
+        generation,
+    };
+    let hang = cmds.program(0, &[sem_wait_eq(cva + 2 * PAGE, 0xdead)]);
+    let c = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    let first = debugfs("contexts");
+    let line = |s: &str| s.lines().next().unwrap_or("").to_string();
+    let hangs = |s: &str| field(&line(s), "hangs").and_then(|v| v.parse::<u64>().ok());
+    let wd = |s: &str| {
+        s.lines()
+            .find(|l| l.starts_with("watchdog "))
+            .map(str::to_string)
+            .unwrap_or_default()
+    };
+    t.check(
+        "watchdog: running",
+        field(&wd(&first), "period_ms").is_some(),
+        || first.clone(),
+    );
+    let before = hangs(&first);
+    let t0 = std::time::Instant::now();
+    let Some(seq) = t.ok("watchdog: submit a hang", n.submit(c, 0, &[hang], &[])) else {
+        return;
+    };
+    let mut after = before;
+    while t0.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        after = hangs(&debugfs("contexts"));
+        if after != before {
+            break;
+        }
+    }
+    let detected = t0.elapsed();
+    println!("info watchdog: hang detected {detected:?} after submit, no ioctl in between");
+    t.check(
+        "watchdog: hang detected with nobody waiting",
+        before.is_some() && after == before.map(|h| h + 1),
+        || format!("{before:?} -> {after:?}"),
+    );
+    t.err(
+        "watchdog: the hung job already failed",
+        n.wait(&[fence(c, 0, seq)], true, 0),
+        libc::EIO,
+    );
+    let last = debugfs("contexts");
+    t.check(
+        "watchdog: checks counted",
+        field(&wd(&last), "checks")
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|v| v > 0),
+        || wd(&last),
+    );
+}
+
 /// Several threads submit and wait at once, on contexts of one file and of
 /// a second file, while another thread binds and unbinds.
 fn test_concurrent(t: &mut T, path: &PathBuf) {
@@ -1847,6 +1919,9 @@ fn main() {
     }
     if args.iter().any(|a| a == "inflight") {
         test_hang_inflight(&mut t, &path);
+    }
+    if args.iter().any(|a| a == "watchdog") {
+        test_watchdog(&mut t, &path);
     }
     if args.iter().any(|a| a == "unbind") {
         drop(dev);

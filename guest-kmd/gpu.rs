@@ -240,6 +240,10 @@ impl SlotMemory {
     }
 }
 
+/// How long a written fence value may stay ahead of its `FENCE` event
+/// before the interrupt counts as lost.
+const MISSED_EVENT_NS: u64 = 200_000_000;
+
 /// One submitted job.
 struct Job {
     seqno: u64,
@@ -255,6 +259,13 @@ struct RingSw {
     next_seqno: u64,
     /// Seqnos known complete (events or fence value).
     completed: u64,
+    /// Highest seqno a `FENCE` event announced.
+    evt_seqno: u64,
+    /// A fence value a hang check found ahead of the events (0: none), and
+    /// when; events still behind it [`MISSED_EVENT_NS`] later means the
+    /// interrupt was lost.
+    ahead_of_events: u64,
+    ahead_since: Instant<Monotonic>,
     /// Seqnos up to which jobs were discarded or completed.
     done_upto: u64,
     failed: KVec<(u64, u64)>,
@@ -269,6 +280,9 @@ impl RingSw {
             wptr: 0,
             next_seqno: 1,
             completed: 0,
+            evt_seqno: 0,
+            ahead_of_events: 0,
+            ahead_since: Instant::now(),
             done_upto: 0,
             failed: KVec::new(),
             jobs: KVec::new(),
@@ -389,6 +403,12 @@ pub(crate) struct Gpu {
     faults_log: KVec<FaultLog>,
     resets_log: KVec<ResetLog>,
     fences_signalled: u64,
+    /// Fence values found written with no `FENCE` event (lost interrupts).
+    missed_fence_events: u64,
+    /// `FENCE` events ahead of the fence value in memory (not believed).
+    early_fence_events: u64,
+    /// `FENCE` events for seqnos already announced.
+    duplicate_fence_events: u64,
     fault_count: u64,
     hang_count: u64,
     engine_resets: u64,
@@ -415,6 +435,9 @@ impl GpuState {
                 faults_log: KVec::new(),
                 resets_log: KVec::new(),
                 fences_signalled: 0,
+                missed_fence_events: 0,
+                early_fence_events: 0,
+                duplicate_fence_events: 0,
                 fault_count: 0,
                 hang_count: 0,
                 engine_resets: 0,
@@ -1079,18 +1102,62 @@ impl Vgpu {
     pub(crate) fn gpu_event(&self, ev: Event) {
         match ev {
             Event::Fence { ctx_id, engine, seqno, .. } => {
+                // The fence value in memory is the truth (the device writes
+                // it before posting the event); the event is a wake-up.
+                let Ok(slots) = self.slots() else { return };
                 let mut g = self.gpu.state.lock();
                 let e = engine as usize;
+                let mem = slots.fence_value(ctx_id, e);
+                let mut verdict = None;
                 if let Some(r) = g
                     .slots
                     .get_mut(ctx_id as usize)
                     .and_then(Option::as_mut)
                     .and_then(|c| c.rings.get_mut(e))
                 {
-                    r.retire(seqno);
+                    if seqno > mem {
+                        verdict = Some("ahead of the fence value in memory: not believed");
+                    } else if seqno <= r.evt_seqno {
+                        verdict = Some("already announced");
+                    } else {
+                        r.evt_seqno = seqno;
+                    }
+                    r.retire(seqno.min(mem));
                 }
-                g.fences_signalled += 1;
-                drop(g);
+                match verdict {
+                    Some(v) if seqno > mem => {
+                        g.early_fence_events += 1;
+                        drop(g);
+                        dev_warn!(
+                            self.pdev,
+                            "FENCE event context {} engine {} seqno {} {} (memory {})\n",
+                            ctx_id,
+                            engine,
+                            seqno,
+                            v,
+                            mem
+                        );
+                    }
+                    Some(_) => {
+                        g.duplicate_fence_events += 1;
+                        let n = g.duplicate_fence_events;
+                        drop(g);
+                        if n <= 10 || n.is_power_of_two() {
+                            dev_info!(
+                                self.pdev,
+                                "duplicate FENCE event: context {} engine {} seqno {} ({} so far)\n",
+                                ctx_id,
+                                engine,
+                                seqno,
+                                n
+                            );
+                        }
+                    }
+                    None => {
+                        g.fences_signalled += 1;
+                        drop(g);
+                    }
+                }
                 self.gpu.wake();
             }
             Event::Fault { va, info, fault_id, .. } => self.on_fault(va, info, fault_id),
@@ -1214,6 +1281,7 @@ impl Vgpu {
         if g.wedged || self.check_usable().is_err() {
             return;
         }
+        let mut missed = KVec::new();
         let mut hung = None;
         for (i, s) in g.slots.iter_mut().enumerate() {
             let Some(c) = s else { continue };
@@ -1224,7 +1292,24 @@ impl Vgpu {
                 if !r.present {
                     continue;
                 }
-                r.retire(slots.fence_value(i as u32, e));
+                let mem = slots.fence_value(i as u32, e);
+                // A fence value ahead of the events (and of what the KMD
+                // itself wrote for discarded jobs) over two checks: the
+                // device wrote the fence but its interrupt never came.
+                let announced = r.evt_seqno.max(r.done_upto);
+                if mem > announced {
+                    if r.ahead_of_events == 0 || announced >= r.ahead_of_events {
+                        r.ahead_of_events = mem;
+                        r.ahead_since = Instant::now();
+                    } else if elapsed_ns(&r.ahead_since) >= MISSED_EVENT_NS {
+                        let _ = missed.push((i as u32, e, announced, mem), GFP_KERNEL);
+                        r.evt_seqno = mem;
+                        r.ahead_of_events = 0;
+                    }
+                } else {
+                    r.ahead_of_events = 0;
+                }
+                r.retire(mem);
                 if r.jobs.is_empty() {
                     continue;
                 }
@@ -1237,10 +1322,23 @@ impl Vgpu {
                 }
             }
         }
+        g.missed_fence_events += missed.len() as u64;
         if let Some((hw, e)) = hung {
             self.recover(&mut g, slots, hw, e);
             Self::release_failed(&g, slots);
-            drop(g);
+        }
+        drop(g);
+        for &(hw, e, announced, mem) in missed.iter() {
+            dev_warn!(
+                self.pdev,
+                "missed fence interrupt: context {} engine {} fence value {} written, events announced {}\n",
+                hw,
+                e,
+                mem,
+                announced
+            );
+        }
+        if hung.is_some() || !missed.is_empty() {
             self.gpu.wake();
         }
     }
@@ -1524,13 +1622,16 @@ impl Vgpu {
         let g = self.gpu.state.lock();
         writeln!(
             f,
-            "wedged {} fences_signalled {} faults {} hangs {} engine_resets {} device_resets {}",
+            "wedged {} fences_signalled {} faults {} hangs {} engine_resets {} device_resets {} missed_fence_events {} early_fence_events {} duplicate_fence_events {}",
             u8::from(g.wedged),
             g.fences_signalled,
             g.fault_count,
             g.hang_count,
             g.engine_resets,
-            g.device_resets
+            g.device_resets,
+            g.missed_fence_events,
+            g.early_fence_events,
+            g.duplicate_fence_events
         )?;
         if let Some((ticks, checks, period)) = watchdog {
             writeln!(f, "watchdog period_ms {} ticks {} checks {}", period, ticks, checks)?;

@@ -1735,6 +1735,108 @@ fn test_watchdog(t: &mut T, path: &PathBuf) {
     );
 }
 
+/// Fence interrupts that go wrong, injected by the device (run with
+/// `--inject fence-event-drop:after=1,count=1 --inject
+/// event-duplicate:after=1,count=1 --inject event-spurious:after=3,count=1`;
+/// duplicates count only FENCE packets that post an event, so each class
+/// hits its own job):
+/// the KMD trusts the fence value in memory, reports a lost interrupt while
+/// the ring lives on, and does not believe or double-count the others.
+fn test_injected_events(t: &mut T, path: &PathBuf) {
+    let n = Node::open(path);
+    let start = n.param(param::VA_START).unwrap_or(0);
+    let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
+    let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
+    let hc = n.gem_create(4 * PAGE, 0).unwrap_or(0);
+    let hd = n.gem_create(PAGE, 0).unwrap_or(0);
+    let cva = start + 0x300_0000;
+    let dva = start + 0x310_0000;
+    let _ = n.bind(
+        hc,
+        0,
+        cva,
+        4 * PAGE,
+        uapi::VM_BIND_READ | uapi::VM_BIND_EXEC,
+    );
+    let _ = n.bind(hd, 0, dva, PAGE, rw);
+    let cmds = Cmds {
+        map: n.mmap(hc, 4 * PAGE).expect("mmap"),
+        va: cva,
+        generation,
+    };
+    let c = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    let counter = |name: &str| {
+        field(debugfs("contexts").lines().next().unwrap_or(""), name)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(u64::MAX)
+    };
+    let job = |i: usize| {
+        let cmd = cmds.program(i, &[fill(dva + 64 * i as u64, 8, i as u32)]);
+        n.submit(c, 0, &[cmd], &[])
+    };
+    // 1: the interrupt is dropped. WAIT still completes (the value is in
+    // memory); with the ring alive the watchdog reports the lost interrupt.
+    let s1 = job(1).unwrap_or(0);
+    let t0 = std::time::Instant::now();
+    t.ok(
+        "events: fence with a dropped interrupt completes",
+        n.wait(&[fence(c, 0, s1)], true, 5_000 * MS),
+    );
+    println!(
+        "info events: dropped-interrupt fence waited {:?}",
+        t0.elapsed()
+    );
+    let mut missed = 0;
+    while t0.elapsed() < std::time::Duration::from_secs(5) {
+        missed = counter("missed_fence_events");
+        if missed == 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    println!(
+        "info events: lost interrupt reported after {:?}",
+        t0.elapsed()
+    );
+    t.check("events: lost interrupt reported", missed == 1, || {
+        debugfs("contexts")
+    });
+    // 2: the event comes twice: counted once, noted as a duplicate.
+    let signalled = counter("fences_signalled");
+    let s2 = job(2).unwrap_or(0);
+    t.ok(
+        "events: duplicated event's fence completes",
+        n.wait(&[fence(c, 0, s2)], true, 5_000 * MS),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    t.check(
+        "events: duplicate not counted twice",
+        counter("duplicate_fence_events") == 1 && counter("fences_signalled") == signalled + 1,
+        || debugfs("contexts"),
+    );
+    // 3: an event before the value is written: never believed ahead of
+    // memory (seen as early, or as a duplicate once the value landed).
+    let s3 = job(3).unwrap_or(0);
+    t.ok(
+        "events: early event's fence completes",
+        n.wait(&[fence(c, 0, s3)], true, 5_000 * MS),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let odd = counter("early_fence_events") + counter("duplicate_fence_events");
+    t.check("events: early event not believed twice", odd == 2, || {
+        debugfs("contexts")
+    });
+    // The data of every job landed.
+    let m = n.mmap(hd, PAGE).expect("mmap");
+    let ok = (1..=3u64).all(|i| m.read(8 * i as usize) == i | (i << 32));
+    t.check("events: every job's data landed", ok, || {
+        format!("{:#x} {:#x} {:#x}", m.read(8), m.read(16), m.read(24))
+    });
+    t.check("events: no hang", counter("hangs") == 0, || {
+        debugfs("contexts")
+    });
+}
+
 /// Several threads submit and wait at once, on contexts of one file and of
 /// a second file, while another thread binds and unbinds.
 fn test_concurrent(t: &mut T, path: &PathBuf) {
@@ -1922,6 +2024,9 @@ fn main() {
     }
     if args.iter().any(|a| a == "watchdog") {
         test_watchdog(&mut t, &path);
+    }
+    if args.iter().any(|a| a == "events") {
+        test_injected_events(&mut t, &path);
     }
     if args.iter().any(|a| a == "unbind") {
         drop(dev);

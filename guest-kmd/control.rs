@@ -17,6 +17,15 @@
 //!
 //! A reply is copied out of DMA memory once and only the copy is validated:
 //! used length, opcode and tag echo, status, exact reply size.
+//!
+//! Doorbells are *posted* ([`Vgpu::post_doorbell`]): like a doorbell
+//! register write on real hardware, the submitter does not wait for the
+//! device to take it. The slot stays the device's until the reply comes
+//! back; whoever reaps the queue next validates it. A doorbell the device
+//! refused is remembered ([`Vgpu::take_failed_doorbells`]) and rung again by
+//! the hang check: doorbells are latched write pointers, so ringing again
+//! is harmless. When the device holds every slot, the next doorbell waits
+//! for one (the control-queue interrupt wakes it).
 
 use crate::{
     errno,
@@ -72,7 +81,9 @@ pub(crate) const REPLY_AREA: usize = 256;
 /// DMA bytes per slot.
 const SLOT_BYTES: usize = CMD_AREA + REPLY_AREA;
 /// Largest control queue this driver sets up (descriptors; two per slot).
-pub(crate) const CONTROL_QUEUE_MAX: u16 = 16;
+pub(crate) const CONTROL_QUEUE_MAX: u16 = 64;
+/// Failed posted doorbells remembered for the hang check to ring again.
+const FAILED_DOORBELLS: usize = 64;
 
 // Every command and every successful reply fits its area.
 const _: () = {
@@ -98,6 +109,16 @@ pub(crate) const fn largest_command() -> usize {
     max
 }
 
+/// A posted doorbell, as remembered until its reply is reaped.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PostedDoorbell {
+    tag: u64,
+    /// Device context id.
+    pub(crate) ctx_id: u32,
+    /// Engine.
+    pub(crate) engine: u32,
+}
+
 /// Who owns a slot.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Slot {
@@ -107,6 +128,8 @@ enum Slot {
     InFlight,
     /// The device; nobody waits (timed out or interrupted).
     Abandoned,
+    /// The device; a posted doorbell whose reply the next reaper checks.
+    Posted(PostedDoorbell),
     /// The driver again: the device returned it with this used length.
     Done(u32),
 }
@@ -117,6 +140,8 @@ pub(crate) struct ControlQueue {
     bufs: DmaBytes,
     slots: KVec<Slot>,
     notify_off: u16,
+    /// Posted doorbells the device refused, to ring again.
+    failed_doorbells: KVec<PostedDoorbell>,
 }
 
 impl ControlQueue {
@@ -135,6 +160,7 @@ impl ControlQueue {
             bufs: DmaBytes::new(dev, nslots * SLOT_BYTES)?,
             slots,
             notify_off: 0,
+            failed_doorbells: KVec::new(),
         })
     }
 
@@ -201,25 +227,63 @@ impl ControlQueue {
         }
     }
 
-    /// Applies one used-ring entry. Returns whether it completed an
-    /// abandoned command, or `Err` if the device returned a chain it does
-    /// not own.
-    fn complete(&mut self, e: UsedElem) -> Result<bool, ()> {
+    /// Applies one used-ring entry, or `Err` if the device returned a chain
+    /// it does not own.
+    fn complete(&mut self, e: UsedElem, stats: &ControlStats) -> Result<(), ()> {
         let id = usize::try_from(e.id).map_err(|_| ())?;
         if id % 2 != 0 {
             return Err(());
         }
-        let slot = self.slots.get_mut(id / 2).ok_or(())?;
+        let s = id / 2;
+        let slot = self.slots.get_mut(s).ok_or(())?;
         match *slot {
             Slot::InFlight => {
                 *slot = Slot::Done(e.len);
-                Ok(false)
             }
             Slot::Abandoned => {
                 *slot = Slot::Free;
-                Ok(true)
+                stats.late.add(1, Relaxed);
             }
-            Slot::Free | Slot::Done(_) => Err(()),
+            Slot::Posted(p) => {
+                *slot = Slot::Free;
+                self.check_posted(s, e.len, p, stats);
+            }
+            Slot::Free | Slot::Done(_) => return Err(()),
+        }
+        Ok(())
+    }
+
+    /// Validates the reply of posted doorbell `p` (slot `s`); remembers a
+    /// refused one for the hang check to ring again.
+    fn check_posted(&mut self, s: usize, used_len: u32, p: PostedDoorbell, stats: &ControlStats) {
+        let mut bytes = [0u8; REPLY_AREA];
+        let len = usize::try_from(used_len).unwrap_or(usize::MAX).min(REPLY_AREA);
+        let hdr = self
+            .bufs
+            .read(s * SLOT_BYTES + CMD_AREA, &mut bytes[..len])
+            .ok()
+            .and_then(|()| ReplyHeader::read_from(&bytes[..len]));
+        let ok = match hdr {
+            Some(h) if h.opcode == Opcode::Doorbell as u32 && h.tag == p.tag => {
+                h.status == Status::Ok as u32
+            }
+            _ => {
+                stats.protocol_errors.add(1, Relaxed);
+                false
+            }
+        };
+        if ok {
+            stats.ok.add(1, Relaxed);
+        } else {
+            stats.failed.add(1, Relaxed);
+            stats.posted_failed.add(1, Relaxed);
+            let known = self
+                .failed_doorbells
+                .iter()
+                .any(|f| f.ctx_id == p.ctx_id && f.engine == p.engine);
+            if !known && self.failed_doorbells.len() < FAILED_DOORBELLS {
+                let _ = self.failed_doorbells.push(p, GFP_KERNEL);
+            }
         }
     }
 
@@ -232,12 +296,8 @@ impl ControlQueue {
                 Ok(None) => return Ok(()),
                 Err(_) => return Err("control queue: used index beyond the posted commands"),
             };
-            match self.complete(e) {
-                Ok(true) => stats.late.add(1, Relaxed),
-                Ok(false) => {}
-                Err(()) => {
-                    return Err("control queue: device returned a descriptor it does not own")
-                }
+            if self.complete(e, stats).is_err() {
+                return Err("control queue: device returned a descriptor it does not own");
             }
         }
     }
@@ -273,6 +333,10 @@ pub(crate) struct ControlStats {
     pub(crate) late: Atomic<u64>,
     /// Replies that broke the protocol.
     pub(crate) protocol_errors: Atomic<u64>,
+    /// Doorbells posted without waiting for the reply.
+    pub(crate) posted: Atomic<u64>,
+    /// Posted doorbells the device refused (rung again later).
+    pub(crate) posted_failed: Atomic<u64>,
 }
 
 /// The control path: serialisation, the queue, and its wake-up.
@@ -313,6 +377,8 @@ impl Control {
                 interrupted: Atomic::new(0),
                 late: Atomic::new(0),
                 protocol_errors: Atomic::new(0),
+                posted: Atomic::new(0),
+                posted_failed: Atomic::new(0),
             },
         })
     }
@@ -405,6 +471,70 @@ pub(crate) fn elapsed_ns(start: &Instant<Monotonic>) -> u64 {
 }
 
 impl Vgpu {
+    /// Rings the doorbell of `ctx_id`'s ring on `engine` at `wptr` without
+    /// waiting for the device to take it (see the module documentation).
+    /// With no free slot it waits like any command.
+    pub(crate) fn post_doorbell(&self, ctx_id: u32, engine: u32, wptr: u32) -> Result {
+        self.check_usable()?;
+        let cmd = Command::Doorbell { ctx_id, engine, wptr };
+        let timeout_ns = u64::from(self.control.timeout_ms) * 1_000_000;
+        let start = Instant::<Monotonic>::now();
+        let mut guard = self.control.state.lock();
+        // A free slot; while the device still holds them all (a burst of
+        // doorbells faster than it answers), wait for one like a command
+        // waits for its reply.
+        let slot = loop {
+            let q = guard.queue.as_mut().ok_or(ENODEV)?;
+            if let Err(why) = q.reap(&self.control.stats) {
+                drop(guard);
+                self.mark_broken(why);
+                self.wake_all();
+                return Err(EIO);
+            }
+            if let Some(slot) = q.free_slot() {
+                break slot;
+            }
+            self.check_usable()?;
+            let spent = elapsed_ns(&start);
+            if spent >= timeout_ns {
+                self.control.stats.timeouts.add(1, Relaxed);
+                return Err(ETIMEDOUT);
+            }
+            let res = self
+                .control
+                .completed
+                .wait_interruptible_timeout(&mut guard, ns_to_jiffies(timeout_ns - spent));
+            if let CondVarTimeoutResult::Signal { .. } = res {
+                return Err(ERESTARTSYS);
+            }
+        };
+        let tag = guard.next_tag;
+        guard.next_tag = guard.next_tag.wrapping_add(1).max(1);
+        let q = guard.queue.as_mut().ok_or(ENODEV)?;
+        let mut bytes = [0u8; CMD_AREA];
+        let len = cmd.encode(tag, &mut bytes).ok_or(EINVAL)?;
+        q.post(slot, &bytes[..len])?;
+        q.slots[slot] = Slot::Posted(PostedDoorbell { tag, ctx_id, engine });
+        q.ring.publish()?;
+        let notify_off = q.notify_off;
+        self.control.stats.sent.add(1, Relaxed);
+        self.control.stats.posted.add(1, Relaxed);
+        self.transport.notify(QUEUE_CONTROL, notify_off)
+    }
+
+    /// Posted doorbells the device refused since the last call (each ring
+    /// once).
+    pub(crate) fn take_failed_doorbells(&self) -> KVec<PostedDoorbell> {
+        let mut guard = self.control.state.lock();
+        match guard.queue.as_mut() {
+            Some(q) => {
+                let _ = q.reap(&self.control.stats);
+                core::mem::take(&mut q.failed_doorbells)
+            }
+            None => KVec::new(),
+        }
+    }
+
     /// Sends `cmd` and waits for its reply.
     pub(crate) fn command(&self, cmd: Command) -> Result<Reply> {
         let serial = self.control.serialise();

@@ -214,7 +214,7 @@ fn show_status(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let c = &v.control.stats;
     writeln!(
         f,
-        "commands: sent {} ok {} failed {} timeouts {} interrupted {} late {} protocol_errors {} (timeout {} ms)",
+        "commands: sent {} ok {} failed {} timeouts {} interrupted {} late {} protocol_errors {} posted {} posted_failed {} (timeout {} ms)",
         c.sent.load(Relaxed),
         c.ok.load(Relaxed),
         c.failed.load(Relaxed),
@@ -222,6 +222,8 @@ fn show_status(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         c.interrupted.load(Relaxed),
         c.late.load(Relaxed),
         c.protocol_errors.load(Relaxed),
+        c.posted.load(Relaxed),
+        c.posted_failed.load(Relaxed),
         v.control.timeout_ms()
     )?;
     if let Some((slots, abandoned, outstanding)) = v

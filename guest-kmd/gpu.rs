@@ -409,6 +409,8 @@ pub(crate) struct Gpu {
     early_fence_events: u64,
     /// `FENCE` events for seqnos already announced.
     duplicate_fence_events: u64,
+    /// Refused posted doorbells rung again.
+    doorbells_rung_again: u64,
     fault_count: u64,
     hang_count: u64,
     engine_resets: u64,
@@ -438,6 +440,7 @@ impl GpuState {
                 missed_fence_events: 0,
                 early_fence_events: 0,
                 duplicate_fence_events: 0,
+                doorbells_rung_again: 0,
                 fault_count: 0,
                 hang_count: 0,
                 engine_resets: 0,
@@ -1000,11 +1003,9 @@ impl Vgpu {
         ring.jobs.push(Job { seqno, words }, GFP_KERNEL)?;
         ring.next_seqno += 1;
         ring.wptr = wptr;
-        let r = self.cmd(Command::Doorbell {
-            ctx_id: hw,
-            engine: a.engine,
-            wptr,
-        });
+        // Posted: the submitter does not wait for the device to take it; a
+        // doorbell the device refuses is rung again by the hang check.
+        let r = self.post_doorbell(hw, a.engine, wptr);
         if let Err(err) = r {
             // The device state is unknown: the job is treated as lost.
             if let Some(c) = g.slots.get_mut(hw as usize).and_then(Option::as_mut) {
@@ -1277,9 +1278,34 @@ impl Vgpu {
     pub(crate) fn hang_check(&self) {
         let timeout_ns = u64::from(crate::param_job_timeout_ms()) * 1_000_000;
         let Ok(slots) = self.slots() else { return };
+        let refused = self.take_failed_doorbells();
         let mut g = self.gpu.state.lock();
         if g.wedged || self.check_usable().is_err() {
             return;
+        }
+        // Doorbells the device refused (posted, so nobody saw the error):
+        // ring them again at the ring's current write pointer.
+        for p in refused.iter() {
+            let Some(r) = g
+                .slots
+                .get(p.ctx_id as usize)
+                .and_then(Option::as_ref)
+                .and_then(|c| c.rings.get(p.engine as usize))
+                .filter(|r| r.present && !r.jobs.is_empty())
+            else {
+                continue;
+            };
+            let wptr = r.wptr;
+            g.doorbells_rung_again += 1;
+            if let Err(e) = self.cmd(Command::Doorbell { ctx_id: p.ctx_id, engine: p.engine, wptr }) {
+                dev_warn!(
+                    self.pdev,
+                    "doorbell of context {} engine {} refused again: error {}\n",
+                    p.ctx_id,
+                    p.engine,
+                    e.to_errno()
+                );
+            }
         }
         let mut missed = KVec::new();
         let mut hung = None;
@@ -1622,7 +1648,7 @@ impl Vgpu {
         let g = self.gpu.state.lock();
         writeln!(
             f,
-            "wedged {} fences_signalled {} faults {} hangs {} engine_resets {} device_resets {} missed_fence_events {} early_fence_events {} duplicate_fence_events {}",
+            "wedged {} fences_signalled {} faults {} hangs {} engine_resets {} device_resets {} missed_fence_events {} early_fence_events {} duplicate_fence_events {} doorbells_rung_again {}",
             u8::from(g.wedged),
             g.fences_signalled,
             g.fault_count,
@@ -1631,7 +1657,8 @@ impl Vgpu {
             g.device_resets,
             g.missed_fence_events,
             g.early_fence_events,
-            g.duplicate_fence_events
+            g.duplicate_fence_events,
+            g.doorbells_rung_again
         )?;
         if let Some((ticks, checks, period)) = watchdog {
             writeln!(f, "watchdog period_ms {} ticks {} checks {}", period, ticks, checks)?;

@@ -1737,11 +1737,13 @@ fn test_watchdog(t: &mut T, path: &PathBuf) {
 
 /// Fence interrupts that go wrong, injected by the device (run with
 /// `--inject fence-event-drop:after=1,count=1 --inject
-/// event-duplicate:after=1,count=1 --inject event-spurious:after=3,count=1`;
+/// event-duplicate:after=1,count=1 --inject event-spurious:after=3,count=1
+/// --inject control-busy:packet=DOORBELL,after=4,count=1`;
 /// duplicates count only FENCE packets that post an event, so each class
 /// hits its own job):
 /// the KMD trusts the fence value in memory, reports a lost interrupt while
-/// the ring lives on, and does not believe or double-count the others.
+/// the ring lives on, does not believe or double-count the others, and
+/// rings a refused doorbell again.
 fn test_injected_events(t: &mut T, path: &PathBuf) {
     let n = Node::open(path);
     let start = n.param(param::VA_START).unwrap_or(0);
@@ -1826,11 +1828,40 @@ fn test_injected_events(t: &mut T, path: &PathBuf) {
     t.check("events: early event not believed twice", odd == 2, || {
         debugfs("contexts")
     });
+    // 4: the device answers the (posted) doorbell BUSY: SUBMIT already
+    // returned; the hang check rings it again and the job runs.
+    let again = counter("doorbells_rung_again");
+    let t4 = std::time::Instant::now();
+    let s4 = job(4);
+    t.check(
+        "events: submit with a refused doorbell succeeds",
+        s4.is_ok(),
+        || format!("{s4:?}"),
+    );
+    t.ok(
+        "events: job behind a refused doorbell completes",
+        n.wait(&[fence(c, 0, s4.unwrap_or(0))], true, 10_000 * MS),
+    );
+    println!(
+        "info events: refused doorbell's job completed after {:?}",
+        t4.elapsed()
+    );
+    t.check(
+        "events: refused doorbell rung again once",
+        counter("doorbells_rung_again") == again + 1,
+        || debugfs("contexts"),
+    );
     // The data of every job landed.
     let m = n.mmap(hd, PAGE).expect("mmap");
-    let ok = (1..=3u64).all(|i| m.read(8 * i as usize) == i | (i << 32));
+    let ok = (1..=4u64).all(|i| m.read(8 * i as usize) == i | (i << 32));
     t.check("events: every job's data landed", ok, || {
-        format!("{:#x} {:#x} {:#x}", m.read(8), m.read(16), m.read(24))
+        format!(
+            "{:#x} {:#x} {:#x} {:#x}",
+            m.read(8),
+            m.read(16),
+            m.read(24),
+            m.read(32)
+        )
     });
     t.check("events: no hang", counter("hangs") == 0, || {
         debugfs("contexts")

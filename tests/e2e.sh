@@ -136,6 +136,21 @@ if selected "$name"; then
     else result "$name" 1; fi
 fi
 
+# --- The bottom of the reset ladder: a hang whose engine reset and device reset both fail (injected) wedges
+#     the device: EIO everywhere, a WEDGED=rebind uevent on the DRM nodes; unbind + bind brings it back.
+name=kmd-wedged
+if selected "$name"; then
+    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=1000" \
+        --device-arg --inject --device-arg "hang:engine=copy,packet=COPY,count=1" \
+        --device-arg --inject --device-arg "reset-fail:attempts=2" \
+        run 'printf "#!/bin/sh\nenv > /tmp/uevent.\$\$\n" > /tmp/ue; chmod +x /tmp/ue; echo /tmp/ue > /proc/sys/kernel/hotplug; vgpu-kmd-test wedged; d=$(basename $(readlink /sys/class/drm/renderD128/device)); echo $d > /sys/bus/pci/drivers/vgpu/unbind; echo $d > /sys/bus/pci/drivers/vgpu/bind; vgpu-samples copy && echo rebind-ok'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
+    elif ! want "^rebind-ok$"; then result "$name" 0 "not serving after rebind"
+    else result "$name" 1; fi
+fi
+
 # --- Unbind with a waiter asleep on a job that never ends; rebind; then rmmod with a file open is refused.
 name=kmd-unbind-under-load
 if selected "$name"; then

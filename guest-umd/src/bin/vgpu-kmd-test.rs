@@ -1868,6 +1868,106 @@ fn test_injected_events(t: &mut T, path: &PathBuf) {
     });
 }
 
+/// The bottom of the reset ladder (run with `--inject
+/// hang:engine=copy,packet=COPY,count=1 --inject reset-fail:attempts=2`, and
+/// a uevent helper writing each uevent's environment to /tmp/uevent.<pid>):
+/// the engine reset and the device
+/// reset both fail, the device is wedged, every waiter and submitter gets
+/// EIO, and a WEDGED= uevent goes out on the DRM device nodes.
+fn test_wedged(t: &mut T, path: &PathBuf) {
+    let n = Node::open(path);
+    let start = n.param(param::VA_START).unwrap_or(0);
+    let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
+    let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
+    let hc = n.gem_create(4 * PAGE, 0).unwrap_or(0);
+    let hd = n.gem_create(4 * PAGE, 0).unwrap_or(0);
+    let cva = start + 0x400_0000;
+    let dva = start + 0x410_0000;
+    let _ = n.bind(
+        hc,
+        0,
+        cva,
+        4 * PAGE,
+        uapi::VM_BIND_READ | uapi::VM_BIND_EXEC,
+    );
+    let _ = n.bind(hd, 0, dva, 4 * PAGE, rw);
+    let cmds = Cmds {
+        map: n.mmap(hc, 4 * PAGE).expect("mmap"),
+        va: cva,
+        generation,
+    };
+    let c = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    let d = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    let hang = cmds.program(0, &[copy(dva, dva + 2 * PAGE, PAGE)]);
+    let other = cmds.program(1, &[fill(dva + PAGE, 64, 5)]);
+    let t0 = std::time::Instant::now();
+    let sc = n.submit(c, 0, &[hang], &[]).unwrap_or(0);
+    let sd = n.submit(d, 0, &[other], &[]).unwrap_or(0);
+    let rc = n.wait(&[fence(c, 0, sc)], true, 60_000 * MS);
+    println!("info wedged: hang to wedged {:?}", t0.elapsed());
+    t.check(
+        "wedged: hung job fails with EIO",
+        rc == Err(libc::EIO),
+        || format!("{rc:?}"),
+    );
+    let first = debugfs("contexts");
+    let first = first.lines().next().unwrap_or("").to_string();
+    t.check(
+        "wedged: debugfs says wedged",
+        field(&first, "wedged").as_deref() == Some("1"),
+        || first.clone(),
+    );
+    let rd = n.wait(&[fence(d, 0, sd)], true, 0);
+    t.check(
+        "wedged: the other context's fence reports the loss",
+        rd == Ok(0) || rd == Err(libc::EIO),
+        || format!("{rd:?}"),
+    );
+    t.err(
+        "wedged: new submissions fail with EIO",
+        n.submit(d, 0, &[other], &[]),
+        libc::EIO,
+    );
+    t.err(
+        "wedged: new contexts fail with EIO",
+        n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0),
+        libc::EIO,
+    );
+    // The helper runs asynchronously: give it a moment.
+    // One file per uevent: /tmp/uevent.<pid>, the helper's environment.
+    let read_events = || -> Vec<String> {
+        std::fs::read_dir("/tmp")
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("uevent."))
+                    .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut events = Vec::new();
+    for _ in 0..100 {
+        events = read_events();
+        if events.iter().any(|e| e.contains("WEDGED=rebind")) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let ev = events.join("\n");
+    let wedged: Vec<&String> = events
+        .iter()
+        .filter(|e| e.contains("WEDGED=rebind"))
+        .collect();
+    t.check(
+        "wedged: WEDGED=rebind uevent on the DRM nodes",
+        !wedged.is_empty()
+            && wedged
+                .iter()
+                .all(|e| e.contains("ACTION=change") && e.contains("SUBSYSTEM=drm")),
+        || ev.clone(),
+    );
+}
+
 /// Several threads submit and wait at once, on contexts of one file and of
 /// a second file, while another thread binds and unbinds.
 fn test_concurrent(t: &mut T, path: &PathBuf) {
@@ -2058,6 +2158,9 @@ fn main() {
     }
     if args.iter().any(|a| a == "events") {
         test_injected_events(&mut t, &path);
+    }
+    if args.iter().any(|a| a == "wedged") {
+        test_wedged(&mut t, &path);
     }
     if args.iter().any(|a| a == "unbind") {
         drop(dev);

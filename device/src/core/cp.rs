@@ -50,7 +50,7 @@ use super::compute_engine::{self, Dispatch, DispatchOp, LoadError, StepEnd};
 use super::copy_engine::{self, CopyOp, Step};
 use super::dma::GpuMemory;
 use super::inject::StepVerdict;
-use super::mmu::{AddressSpace, Mem, MmuFault, Tlb};
+use super::mmu::{AddressSpace, Mem, MmuFault, PageMapping, Tlb};
 use super::ring::{Cursor, Frame, InFlight, Op};
 use super::telemetry::{Stats, TraceKind, TraceRecord};
 
@@ -398,6 +398,29 @@ impl CommandProcessor {
         for t in &mut self.cu_tlbs {
             t.invalidate(asid, va, size);
         }
+    }
+
+    /// [`CommandProcessor::invalidate_tlbs`], except that one translation
+    /// in the range survives as a stale entry served once (fault
+    /// injection): the `pick`-th of the engine TLB's translations in the
+    /// range, else of the first compute unit's TLB that has one. Returns
+    /// it, or `None` if no TLB of the engine held a translation there.
+    pub fn invalidate_tlbs_keep_one(
+        &mut self,
+        asid: u32,
+        va: u64,
+        size: u64,
+        pick: u64,
+    ) -> Option<PageMapping> {
+        let mut kept = self.tlb.invalidate_keep_one(asid, va, size, pick);
+        for t in &mut self.cu_tlbs {
+            if kept.is_none() {
+                kept = t.invalidate_keep_one(asid, va, size, pick);
+            } else {
+                t.invalidate(asid, va, size);
+            }
+        }
+        kept
     }
 
     /// Drops the loaded dispatches for which `live(ctx, token)` is false

@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | [`Injector::on_step`] | the command processor, before each step of an in-flight packet | hang, fence-never, fence-late, fence-event-drop, event-spurious, mmu-fault, ecc, event-overflow, lost, throttle |
 //! | [`Injector::on_done`] | the command processor, when a packet finished executing | dma-corrupt, event-duplicate |
-//! | [`Injector::on_invalidate`] | the engine serving a TLB invalidation | stale-tlb |
+//! | [`Injector::on_invalidate`] | the engine serving a TLB invalidation | stale-tlb (one stale translation) |
 //! | [`Injector::on_command`] | the control processor, before executing a command | control-busy, reset-fail, lost |
 //! | [`Injector::on_reset`] | engine and device resets | clears hangs (and `lost` on device reset) |
 //!
@@ -32,7 +32,7 @@ use vgpu_hwif::proto::{Opcode, Status};
 
 use super::cp::{opcode_name, Job};
 use super::dma::GpuMemory;
-use super::mmu::MmuFault;
+use super::mmu::{MmuFault, PageMapping};
 use super::ring::{InFlight, Op};
 
 /// Why a fault specification was refused.
@@ -77,8 +77,9 @@ pub enum Class {
     DmaCorrupt,
     /// The packet faults at `va` (or a random VA) as a not-present page.
     MmuFault,
-    /// The next TLB invalidation on the engine is not applied: cached
-    /// translations from before it stay in use.
+    /// At the engine's next TLB invalidation one translation of the range
+    /// survives; the next access to its page uses the old physical address
+    /// once.
     StaleTlb,
     /// An uncorrectable ECC error event naming a poisoned page.
     Ecc,
@@ -147,7 +148,7 @@ impl Class {
             Class::EventSpurious => "FENCE event for a value not written yet",
             Class::DmaCorrupt => "bits (default 1) bit flips in a finished copy's destination",
             Class::MmuFault => "packet faults (not present) at va=ADDR or a random VA",
-            Class::StaleTlb => "next TLB invalidation on the engine not applied",
+            Class::StaleTlb => "one translation served once from before a TLB invalidation",
             Class::Ecc => "uncorrectable ECC event naming a poisoned page",
             Class::EventOverflow => "events (default 300) spurious PING events flood the FIFO",
             Class::Lost => "device unresponsive (DEVICE_LOST, no progress) until DEVICE_RESET",
@@ -447,8 +448,9 @@ struct EngineHold {
     hung: Option<(u32, u64, u64)>,
     /// Held until this device time.
     until_ns: u64,
-    /// Skip the next invalidation.
-    stale_tlb: bool,
+    /// The next invalidation keeps one translation stale: (armed fault
+    /// id, random draw choosing which).
+    stale_tlb: Option<(u64, u64)>,
 }
 
 #[derive(Debug, Default)]
@@ -642,6 +644,12 @@ impl Injector {
     /// hung engine, a lost device) stay until reset.
     pub fn disarm(&self, id: u64) -> Result<(), InjectError> {
         let mut g = self.lock();
+        // A stale translation not yet chosen is not an injection yet.
+        for h in &mut g.engines {
+            if h.stale_tlb.is_some_and(|(f, _)| id == 0 || f == id) {
+                h.stale_tlb = None;
+            }
+        }
         if id == 0 {
             g.armed.clear();
             return Ok(());
@@ -754,8 +762,9 @@ impl Injector {
             if class == Class::StaleTlb {
                 // Armed per engine: the next invalidation is skipped.
                 if g.opportunity(i, now_ns) {
+                    let (id, pick) = g.armed.get_mut(i).map_or((0, 0), |a| (a.id, a.rng.next()));
                     if let Some(h) = g.engines.get_mut(e) {
-                        h.stale_tlb = true;
+                        h.stale_tlb = Some((id, pick));
                     }
                 }
                 continue;
@@ -914,24 +923,43 @@ impl Injector {
         }
     }
 
-    /// Engine `engine` is asked to invalidate its TLB; `true` if the
-    /// invalidation must be skipped.
-    pub fn on_invalidate(&self, now_ns: u64, engine: u32, asid: u32) -> bool {
+    /// Engine `engine` is asked to invalidate part of its TLB for `asid`:
+    /// `invalidate(None)` does it normally; when `stale-tlb` fired on the
+    /// engine, `invalidate(Some(pick))` keeps one translation of the range
+    /// (chosen by the seeded draw `pick`) stale, and returns it. The
+    /// injection is logged with the VA, the stale PA and the context; if
+    /// the range held no translation, the next invalidation tries again.
+    pub fn on_invalidate(
+        &self,
+        now_ns: u64,
+        engine: u32,
+        asid: u32,
+        invalidate: impl FnOnce(Option<u64>) -> Option<PageMapping>,
+    ) {
         let mut g = self.lock();
-        let Some(h) = g.engines.get_mut(engine as usize) else {
-            return false;
+        let Some((id, pick)) = g.engines.get(engine as usize).and_then(|h| h.stale_tlb) else {
+            drop(g);
+            invalidate(None);
+            return;
         };
-        if !h.stale_tlb {
-            return false;
+        let Some(map) = invalidate(Some(pick)) else {
+            return;
+        };
+        if let Some(h) = g.engines.get_mut(engine as usize) {
+            h.stale_tlb = None;
         }
-        h.stale_tlb = false;
         let i = g
             .armed
             .iter()
-            .position(|a| a.spec.class == Class::StaleTlb)
+            .position(|a| a.id == id)
             .unwrap_or(usize::MAX);
-        g.injected(i, now_ns, asid, engine, "invalidation skipped".to_owned());
-        true
+        let d = format!(
+            "va={:#x} stale_pa={:#x} page_size={:#x}",
+            map.va_base,
+            map.pa_base,
+            map.page_size()
+        );
+        g.injected(i, now_ns, asid, engine, d);
     }
 
     /// Before the control processor executes `op`: the status to answer

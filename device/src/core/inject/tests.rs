@@ -256,24 +256,134 @@ fn mmu_fault_at_a_chosen_va() {
     );
 }
 
-#[test]
-fn stale_tlb_skips_one_invalidation() {
-    let mut r = rig(&["stale-tlb"]);
-    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 1)])
+/// Copies `pages` pages from `DATA` to `dst` and waits for fence `seqno`.
+fn copy_pages(r: &mut Rig, dst: u64, pages: u64, seqno: u64) {
+    let copy = Packet::Copy {
+        src: DATA,
+        dst,
+        size: pages * 4096,
+    };
+    r.d.submit(&mut r.c, engine::COPY, &[copy, fence(DATA + 0xf000, seqno)])
         .unwrap();
-    assert_eq!(fences(&events(&mut r.d)), vec![1]);
+    assert!(fences(&events(&mut r.d)).contains(&seqno));
+}
+
+/// The first byte of each 4 KiB page of `pages` pages at `pa`.
+fn page_marks(mem: &GuestMemoryMmap, pa: u64, pages: u64) -> Vec<u8> {
+    (0..pages)
+        .map(|i| mem.read_obj::<u8>(GuestAddress(pa + i * 4096)).unwrap())
+        .collect()
+}
+
+#[test]
+fn stale_tlb_serves_one_old_translation_once() {
+    let mut r = rig(&["stale-tlb"]);
+    const PAGES: u64 = 4;
+    const DST: u64 = 0x80_0000;
+    let dst_pa =
+        r.d.buffer(&mut r.c, DST, PAGES * 4096, PTE_READ | PTE_WRITE)
+            .unwrap();
+    // Old pages: 0x10 + i; new pages (same VAs, after the remap): 0xa0 + i.
+    let fresh =
+        r.d.buffer(&mut r.c, 0x100_0000, PAGES * 4096, PTE_READ | PTE_WRITE)
+            .unwrap();
+    let mut new_pa = Vec::new();
+    for i in 0..PAGES {
+        r.mem
+            .write_slice(&[0x10 + i as u8; 4096], GuestAddress(r.pa + i * 4096))
+            .unwrap();
+        let pa = fresh + i * 4096;
+        r.mem
+            .write_slice(&[0xa0 + i as u8; 4096], GuestAddress(pa))
+            .unwrap();
+        new_pa.push(pa);
+    }
+    // Caches the translations of the old pages.
+    copy_pages(&mut r, DST, PAGES, 1);
+    assert_eq!(
+        page_marks(&r.mem, dst_pa, PAGES),
+        vec![0x10, 0x11, 0x12, 0x13]
+    );
+    for (i, pa) in new_pa.iter().enumerate() {
+        r.c.pt
+            .map_4k(&r.mem, DATA + i as u64 * 4096, *pa, PTE_READ | PTE_WRITE)
+            .unwrap();
+    }
     let inv = Command::TlbInvalidate {
         ctx_id: 1,
         engine_mask: 0,
-        va: 0,
-        size: 0,
+        va: DATA,
+        size: PAGES * 4096,
     };
     assert_eq!(r.d.status(inv), Status::Ok);
     let log = injected(&r.gpu);
-    assert_eq!(log.len(), 1);
-    assert_eq!(log[0].detail, "invalidation skipped");
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(log[0].what, "stale-tlb");
+    assert_eq!(log[0].ctx, 1);
+    let va = u64::from_str_radix(
+        log[0]
+            .detail
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("va=0x"))
+            .unwrap(),
+        16,
+    )
+    .unwrap();
+    let k = (va - DATA) / 4096;
+    assert!(k < PAGES, "{}", log[0].detail);
+    assert!(
+        log[0]
+            .detail
+            .contains(&format!("stale_pa={:#x}", r.pa + k * 4096)),
+        "{}",
+        log[0].detail
+    );
+    // First access after the invalidation: page k is read from the old
+    // page, every other page from its new one.
+    copy_pages(&mut r, DST, PAGES, 2);
+    let want: Vec<u8> = (0..PAGES)
+        .map(|i| {
+            if i == k {
+                0x10 + i as u8
+            } else {
+                0xa0 + i as u8
+            }
+        })
+        .collect();
+    assert_eq!(page_marks(&r.mem, dst_pa, PAGES), want);
+    // Second access: the stale translation is gone.
+    copy_pages(&mut r, DST, PAGES, 3);
+    assert_eq!(
+        page_marks(&r.mem, dst_pa, PAGES),
+        vec![0xa0, 0xa1, 0xa2, 0xa3]
+    );
+    // count=1: later invalidations are complete.
     assert_eq!(r.d.status(inv), Status::Ok);
     assert_eq!(injected(&r.gpu).len(), 1);
+}
+
+#[test]
+fn stale_tlb_choice_follows_the_seed() {
+    let mut tlb = crate::core::mmu::Tlb::new();
+    for i in 0..8u64 {
+        tlb.insert(
+            1,
+            crate::core::mmu::PageMapping {
+                va_base: DATA + i * 4096,
+                pa_base: 0x40_0000 + i * 4096,
+                shift: 12,
+                perms: PTE_READ,
+                cache: 0,
+            },
+        );
+    }
+    let order = tlb.cached_in(1, DATA, 8 * 4096);
+    assert_eq!(order.len(), 8);
+    let kept = tlb.invalidate_keep_one(1, DATA, 8 * 4096, 11).unwrap();
+    assert_eq!(kept, order[11 % 8]);
+    assert!(tlb.cached_in(1, DATA, 8 * 4096).is_empty());
+    // Nothing cached in the range: nothing kept.
+    assert_eq!(tlb.invalidate_keep_one(1, 0x1000_0000, 4096, 3), None);
 }
 
 #[test]

@@ -9,6 +9,8 @@
 //! | `status` | `{"ok":true,"seed":N,"lost":B,"armed":[{"id":..,"spec":..,"seen":..,"fired":..}]}` |
 //! | `log [SINCE]` | `{"ok":true,"entries":[{"seq":..,"fault":..,"kind":..,"what":..,"device_ns":..,"wall_ns":..,"ctx":..,"engine":..,"detail":..}]}` |
 //! | `seed N` | `{"ok":true}` (seeds faults armed afterwards) |
+//! | `poisoned` | `{"ok":true,"pages":[PA,..]}` (pages poisoned by `ecc`) |
+//! | `unpoison PA` / `unpoison all` | `{"ok":true,"cleared":N}` (forgets poison, as if the memory were replaced: resets do not) |
 //!
 //! Errors reply `{"ok":false,"error":"..."}`. A connection may send any
 //! number of requests; the server handles one connection at a time.
@@ -177,8 +179,23 @@ pub fn handle_line(gpu: &Gpu, line: &str) -> String {
                 value: arg.to_owned(),
             }),
         },
+        "poisoned" => {
+            let pages: Vec<String> = inj.poison().pages().iter().map(|p| p.to_string()).collect();
+            format!("{{\"ok\":true,\"pages\":[{}]}}", pages.join(","))
+        }
+        "unpoison" => {
+            let pa = if arg == "all" {
+                Ok(None)
+            } else {
+                crate::core::inject::parse_num("pa", arg).map(Some)
+            };
+            match pa {
+                Ok(pa) => format!("{{\"ok\":true,\"cleared\":{}}}", inj.poison().clear(pa)),
+                Err(e) => err(e),
+            }
+        }
         _ => err(format!(
-            "unknown request '{verb}' (list, arm, disarm, status, log, seed)"
+            "unknown request '{verb}' (list, arm, disarm, status, log, seed, poisoned, unpoison)"
         )),
     }
 }

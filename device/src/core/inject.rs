@@ -26,13 +26,14 @@ use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use vgpu_hwif::event::{Event, EVENT_FIFO_DEPTH};
+use vgpu_hwif::event::{Event, ECC_PA_UNKNOWN, EVENT_FIFO_DEPTH};
 use vgpu_hwif::mmu::{Access, FaultReason, LEVEL_NONE};
 use vgpu_hwif::proto::{Opcode, Status};
 
 use super::cp::{opcode_name, Job};
 use super::dma::GpuMemory;
 use super::mmu::{MmuFault, PageMapping};
+use super::poison::Poison;
 use super::ring::{InFlight, Op};
 
 /// Why a fault specification was refused.
@@ -81,7 +82,8 @@ pub enum Class {
     /// survives; the next access to its page uses the old physical address
     /// once.
     StaleTlb,
-    /// An uncorrectable ECC error event naming a poisoned page.
+    /// A guest-physical page is poisoned (uncorrectable ECC error) and an
+    /// `ECC_ERROR` event names it; engine reads of it then fail.
     Ecc,
     /// `events` spurious `PING` events flood the event FIFO.
     EventOverflow,
@@ -149,7 +151,9 @@ impl Class {
             Class::DmaCorrupt => "bits (default 1) bit flips in a finished copy's destination",
             Class::MmuFault => "packet faults (not present) at va=ADDR or a random VA",
             Class::StaleTlb => "one translation served once from before a TLB invalidation",
-            Class::Ecc => "uncorrectable ECC event naming a poisoned page",
+            Class::Ecc => {
+                "poisons a page (va=, pa= or the packet's next read): reads fail ECC_UNCORRECTABLE"
+            }
             Class::EventOverflow => "events (default 300) spurious PING events flood the FIFO",
             Class::Lost => "device unresponsive (DEVICE_LOST, no progress) until DEVICE_RESET",
             Class::ResetFail => "first attempts (default 1) reset commands fail",
@@ -223,8 +227,11 @@ pub struct Spec {
     pub trigger: Trigger,
     /// `delay_ms` (fence-late, throttle).
     pub delay_ms: u64,
-    /// `va` (mmu-fault); random if `None`.
+    /// `va` (mmu-fault: random if `None`; ecc: the page to poison, else
+    /// the one the packet reads next).
     pub va: Option<u64>,
+    /// `pa` (ecc): the guest-physical page to poison.
+    pub pa: Option<u64>,
     /// `bits` (dma-corrupt).
     pub bits: u32,
     /// `attempts` (reset-fail).
@@ -233,7 +240,8 @@ pub struct Spec {
     pub events: u32,
 }
 
-fn parse_num(key: &str, v: &str) -> Result<u64, InjectError> {
+/// A decimal or `0x` hexadecimal number for `key`.
+pub fn parse_num(key: &str, v: &str) -> Result<u64, InjectError> {
     let bad = || InjectError::BadValue {
         key: key.to_owned(),
         value: v.to_owned(),
@@ -247,7 +255,7 @@ fn parse_num(key: &str, v: &str) -> Result<u64, InjectError> {
 impl Spec {
     /// Parses `CLASS[:key=val,...]`. Keys: `after`, `at_ms`, `p`, `count`,
     /// `ctx`, `engine` (`copy`, `compute` or a number), `packet`,
-    /// `delay_ms`, `va`, `bits`, `attempts`, `events`.
+    /// `delay_ms`, `va`, `pa`, `bits`, `attempts`, `events`.
     pub fn parse(s: &str) -> Result<Spec, InjectError> {
         let s = s.trim();
         let (name, rest) = s.split_once(':').unwrap_or((s, ""));
@@ -258,6 +266,7 @@ impl Spec {
             trigger: Trigger::default(),
             delay_ms: if class == Class::Throttle { 20 } else { 500 },
             va: None,
+            pa: None,
             bits: 1,
             attempts: 1,
             events: (EVENT_FIFO_DEPTH + 44) as u32,
@@ -303,6 +312,7 @@ impl Spec {
                 "packet" => t.packet = Some(v.to_ascii_uppercase()),
                 "delay_ms" => spec.delay_ms = parse_num(k, v)?,
                 "va" => spec.va = Some(parse_num(k, v)?),
+                "pa" => spec.pa = Some(parse_num(k, v)?),
                 "bits" => spec.bits = small(parse_num(k, v)?)?.clamp(1, 64),
                 "attempts" => spec.attempts = small(parse_num(k, v)?)?,
                 "events" => spec.events = small(parse_num(k, v)?)?.min(65536),
@@ -337,9 +347,12 @@ impl Spec {
         }
         match self.class {
             Class::FenceLate | Class::Throttle => s += &format!(",delay_ms={}", self.delay_ms),
-            Class::MmuFault => {
+            Class::MmuFault | Class::Ecc => {
                 if let Some(va) = self.va {
                     s += &format!(",va={va:#x}");
+                }
+                if let Some(pa) = self.pa {
+                    s += &format!(",pa={pa:#x}");
                 }
             }
             Class::DmaCorrupt => s += &format!(",bits={}", self.bits),
@@ -479,6 +492,9 @@ const OBSERVATIONS: u32 = 32;
 #[derive(Debug, Default)]
 pub struct Injector {
     inner: Mutex<Inner>,
+    /// Pages poisoned by `ecc` (the memory's state: not cleared by
+    /// resets or `disarm`).
+    poison: Poison,
 }
 
 fn wall_ns() -> u64 {
@@ -612,6 +628,11 @@ impl Injector {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The poisoned pages engines check their reads against.
+    pub fn poison(&self) -> &Poison {
+        &self.poison
+    }
+
     /// Seeds the generator of faults armed from now on.
     pub fn set_seed(&self, seed: u64) {
         self.lock().seed = seed;
@@ -703,11 +724,14 @@ impl Injector {
 
     /// Before a step of packet `fl` of `job` at device time `now_ns`.
     /// Events to post are appended to `post`.
+    /// `translate` gives the guest-physical address of a VA of the job's
+    /// address space (without touching the engine's TLB).
     pub fn on_step(
         &self,
         now_ns: u64,
         job: &Job,
         fl: &mut InFlight,
+        translate: &dyn Fn(u64) -> Option<u64>,
         post: &mut Vec<Event>,
     ) -> StepVerdict {
         let mut g = self.lock();
@@ -832,14 +856,25 @@ impl Injector {
                     });
                 }
                 Class::Ecc => {
-                    let page = fl.packet_va & !0xfff;
+                    // The page given, else the one the packet reads next.
+                    let va = spec.va.unwrap_or_else(|| next_read(fl));
+                    let (va, pa) = match spec.pa {
+                        Some(pa) => (ECC_PA_UNKNOWN, Some(pa)),
+                        None => (va & !0xfff, translate(va)),
+                    };
+                    let pa = pa.map(|pa| self.poison.poison(pa));
                     post.push(Event::EccError {
                         ctx_id: job.ctx,
                         engine: job.engine,
-                        va: page,
+                        va,
                         packet_va: fl.packet_va,
+                        pa: pa.unwrap_or(ECC_PA_UNKNOWN),
                     });
-                    let d = format!("{at} page={page:#x}");
+                    let d = match pa {
+                        Some(pa) if spec.pa.is_some() => format!("{at} pa={pa:#x}"),
+                        Some(pa) => format!("{at} va={va:#x} pa={pa:#x}"),
+                        None => format!("{at} va={va:#x} pa=unmapped"),
+                    };
                     g.injected(i, now_ns, job.ctx, job.engine, d);
                 }
                 Class::EventOverflow => {
@@ -1046,6 +1081,26 @@ impl Injector {
         g.observed(now_ns, "fence", ctx, engine, format!("seqno={seqno}"));
         // One fence per reaction is enough to show the device serves again.
         g.reacted = false;
+    }
+}
+
+/// The VA packet `fl` reads next: a copy's source at its progress, a
+/// dispatch's module, a semaphore wait's value; else the packet itself
+/// (the command processor fetches the following packets from there).
+fn next_read(fl: &InFlight) -> u64 {
+    use super::copy_engine::CopyOp;
+    match fl.op {
+        Op::Copy(CopyOp::Linear { src, done, .. }) => src.wrapping_add(done),
+        Op::Copy(CopyOp::TwoD {
+            src,
+            src_pitch,
+            row,
+            col,
+            ..
+        }) => src.wrapping_add(u64::from(row) * u64::from(src_pitch) + u64::from(col)),
+        Op::Dispatch(d) => d.module_va,
+        Op::SemWait { va, .. } => va,
+        _ => fl.packet_va,
     }
 }
 

@@ -74,6 +74,29 @@ pub struct MmuFault {
     pub level: u8,
 }
 
+/// [`MmuFault::level`] of an access that translated but touched a poisoned
+/// page (an uncorrectable ECC error, [`super::poison`]): not a page fault,
+/// the command processor reports it as the engine error
+/// `ECC_UNCORRECTABLE`.
+pub const LEVEL_ECC: u8 = 0xec;
+
+impl MmuFault {
+    /// The access to `va` touched a poisoned page.
+    pub const fn ecc(va: u64, access: Access) -> MmuFault {
+        MmuFault {
+            va,
+            access,
+            reason: FaultReason::BadPhysical,
+            level: LEVEL_ECC,
+        }
+    }
+
+    /// Whether this is an uncorrectable ECC error rather than a fault.
+    pub const fn is_ecc(&self) -> bool {
+        self.level == LEVEL_ECC
+    }
+}
+
 /// One address space: a context's page-table root and the VA width of the
 /// device's generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

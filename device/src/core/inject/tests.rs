@@ -386,18 +386,224 @@ fn stale_tlb_choice_follows_the_seed() {
     assert_eq!(tlb.invalidate_keep_one(1, 0x1000_0000, 4096, 3), None);
 }
 
+const ECC: u32 = vgpu_hwif::packet::EngineError::EccUncorrectable as u32;
+
+fn engine_errors(ev: &[Event]) -> Vec<u32> {
+    ev.iter()
+        .filter_map(|e| match e {
+            Event::EngineError { code, .. } => Some(*code),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A second buffer of the rig's context, filled with `byte`.
+fn dst_buffer(r: &mut Rig, va: u64, byte: u8) -> u64 {
+    let pa =
+        r.d.buffer(&mut r.c, va, 0x4000, PTE_READ | PTE_WRITE)
+            .unwrap();
+    r.mem
+        .write_slice(&[byte; 0x4000], GuestAddress(pa))
+        .unwrap();
+    pa
+}
+
 #[test]
-fn ecc_event_names_a_page() {
-    let mut r = rig(&["ecc"]);
+fn ecc_poisons_the_copy_source_and_the_copy_stops() {
+    let mut r = rig(&["ecc:packet=COPY"]);
+    const DST: u64 = 0x80_0000;
+    let dst_pa = dst_buffer(&mut r, DST, 0x77);
+    r.mem
+        .write_slice(&[0x5a; 4096], GuestAddress(r.pa))
+        .unwrap();
+    let copy = Packet::Copy {
+        src: DATA,
+        dst: DST,
+        size: 4096,
+    };
+    r.d.submit(&mut r.c, engine::COPY, &[copy, fence(DATA + 0x8000, 1)])
+        .unwrap();
+    let ev = events(&mut r.d);
+    assert!(
+        ev.iter().any(|e| matches!(
+            e,
+            Event::EccError { ctx_id: 1, engine: 0, va: DATA, pa, .. } if *pa == r.pa
+        )),
+        "{ev:?}"
+    );
+    assert_eq!(engine_errors(&ev), vec![ECC], "{ev:?}");
+    assert_eq!(fences(&ev), Vec::<u64>::new(), "the ring stopped");
+    let mut got = vec![0u8; 4096];
+    r.mem.read_slice(&mut got, GuestAddress(dst_pa)).unwrap();
+    assert!(got.iter().all(|&b| b == 0x77), "destination untouched");
+    assert_eq!(r.gpu.inject.poison().pages(), vec![r.pa]);
+    let log = injected(&r.gpu);
+    assert!(
+        log[0]
+            .detail
+            .contains(&format!("va={DATA:#x} pa={:#x}", r.pa)),
+        "{}",
+        log[0].detail
+    );
+    // Memory is not reset with the device.
+    assert_eq!(r.d.status(Command::DeviceReset), Status::Ok);
+    assert_eq!(r.gpu.inject.poison().pages(), vec![r.pa]);
+}
+
+#[test]
+fn a_full_page_write_scrubs_the_poison_a_partial_one_does_not() {
+    let mut r = rig(&[]);
+    const DST: u64 = 0x80_0000;
+    let dst_pa = dst_buffer(&mut r, DST, 0x77);
+    let poison = r.gpu.inject.poison();
+    poison.poison(r.pa);
+    poison.poison(r.pa + 0x1000);
+    let fill = |va: u64, size: u64| Packet::Fill {
+        dst: va,
+        size,
+        pattern: 0x1122_3344,
+    };
+    let copy = |src: u64| Packet::Copy {
+        src,
+        dst: DST,
+        size: 4096,
+    };
+    // Page 0: a full-page fill scrubs it, the copy then reads the fill.
+    r.d.submit(
+        &mut r.c,
+        engine::COPY,
+        &[fill(DATA, 4096), copy(DATA), fence(DATA + 0x8000, 1)],
+    )
+    .unwrap();
+    let ev = events(&mut r.d);
+    assert_eq!(
+        (fences(&ev), engine_errors(&ev)),
+        (vec![1], vec![]),
+        "{ev:?}"
+    );
+    assert_eq!(read_u64(&r.mem, dst_pa).unwrap(), 0x1122_3344_1122_3344);
+    assert_eq!(r.gpu.inject.poison().pages(), vec![r.pa + 0x1000]);
+    // Page 1: half a page written, still poisoned.
+    r.d.submit(
+        &mut r.c,
+        engine::COPY,
+        &[
+            fill(DATA + 0x1000, 2048),
+            copy(DATA + 0x1000),
+            fence(DATA + 0x8000, 2),
+        ],
+    )
+    .unwrap();
+    let ev = events(&mut r.d);
+    assert_eq!(
+        (fences(&ev), engine_errors(&ev)),
+        (vec![], vec![ECC]),
+        "{ev:?}"
+    );
+    assert_eq!(r.gpu.inject.poison().pages(), vec![r.pa + 0x1000]);
+}
+
+#[test]
+fn a_kernel_load_from_a_poisoned_page_is_an_ecc_engine_error() {
+    use vgpu_hwif::mmu::PTE_EXEC;
+    let mut r = rig(&[]);
+    const CODE: u64 = 0x100_0000;
+    const ARGS: u64 = 0x108_0000;
+    const IN: u64 = 0x110_0000;
+    const OUT: u64 = 0x118_0000;
+    r.d.ring(&mut r.c, engine::COMPUTE).unwrap();
+    let code_pa =
+        r.d.buffer(&mut r.c, CODE, 0x1_0000, PTE_READ | PTE_EXEC)
+            .unwrap();
+    let args_pa = r.d.buffer(&mut r.c, ARGS, 0x1000, PTE_READ).unwrap();
+    let in_pa =
+        r.d.buffer(&mut r.c, IN, 0x1000, PTE_READ | PTE_WRITE)
+            .unwrap();
+    let out_pa =
+        r.d.buffer(&mut r.c, OUT, 0x1000, PTE_READ | PTE_WRITE)
+            .unwrap();
+    let m = vgpu_isa::assemble(
+        ".kernel k\n.arg a ptr\n.arg b ptr\n    ldarg d0, [a]\n    ld.32 r2, [d0]\n    ldarg d4, [b]\n    st.32 [d4], r2\n    exit\n.end\n",
+        2,
+    )
+    .unwrap();
+    let image = m.to_bytes().unwrap();
+    r.mem.write_slice(&image, GuestAddress(code_pa)).unwrap();
+    let mut argv = Vec::new();
+    argv.extend_from_slice(&IN.to_le_bytes());
+    argv.extend_from_slice(&OUT.to_le_bytes());
+    r.mem.write_slice(&argv, GuestAddress(args_pa)).unwrap();
+    r.mem.write_obj(0xabcd_u32, GuestAddress(in_pa)).unwrap();
+    let dispatch = Packet::Dispatch {
+        module_va: CODE,
+        module_size: image.len() as u32,
+        kernel: 0,
+        args_va: ARGS,
+        args_size: argv.len() as u32,
+        grid: [1, 1, 1],
+        wg: [32, 1, 1],
+        shared_size: 0,
+    };
+    // Unpoisoned: the kernel copies the word.
+    r.d.submit(&mut r.c, engine::COMPUTE, &[dispatch, fence(DATA, 1)])
+        .unwrap();
+    assert_eq!(fences(&events(&mut r.d)), vec![1]);
+    assert_eq!(r.mem.read_obj::<u32>(GuestAddress(out_pa)).unwrap(), 0xabcd);
+    r.mem.write_obj(0_u32, GuestAddress(out_pa)).unwrap();
+    r.gpu.inject.poison().poison(in_pa);
+    r.d.submit(&mut r.c, engine::COMPUTE, &[dispatch, fence(DATA, 2)])
+        .unwrap();
+    let ev = events(&mut r.d);
+    assert_eq!(
+        (fences(&ev), engine_errors(&ev)),
+        (vec![], vec![ECC]),
+        "{ev:?}"
+    );
+    assert_eq!(r.mem.read_obj::<u32>(GuestAddress(out_pa)).unwrap(), 0);
+}
+
+#[test]
+fn ecc_on_a_fence_poisons_the_ring_page_and_the_next_fetch_fails() {
+    let mut r = rig(&["ecc:packet=FENCE"]);
+    let vas =
+        r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 1)])
+            .unwrap();
+    let ev = events(&mut r.d);
+    // The fence itself was fetched before the poison: it completes.
+    assert_eq!(fences(&ev), vec![1], "{ev:?}");
+    assert!(
+        ev.iter().any(|e| matches!(
+            e,
+            Event::EccError { va, packet_va, .. } if *va == vas[0] & !0xfff && *packet_va == vas[0]
+        )),
+        "{ev:?}"
+    );
+    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 2)])
+        .unwrap();
+    let ev = events(&mut r.d);
+    assert_eq!(
+        (fences(&ev), engine_errors(&ev)),
+        (vec![], vec![ECC]),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn ecc_at_a_given_pa_and_the_control_socket_lists_and_clears_it() {
+    let mut r = rig(&["ecc:pa=0x12345"]);
     r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 1)])
         .unwrap();
     let ev = events(&mut r.d);
     assert!(
-        ev.iter().any(
-            |e| matches!(e, Event::EccError { ctx_id: 1, engine: 0, va, .. } if va % 4096 == 0)
-        ),
+        ev.iter()
+            .any(|e| matches!(e, Event::EccError { pa: 0x12000, .. })),
         "{ev:?}"
     );
+    let reply = crate::inject_ctl::handle_line(&r.gpu, "poisoned");
+    assert_eq!(reply, format!("{{\"ok\":true,\"pages\":[{}]}}", 0x12000));
+    let reply = crate::inject_ctl::handle_line(&r.gpu, "unpoison all");
+    assert_eq!(reply, "{\"ok\":true,\"cleared\":1}");
+    assert!(r.gpu.inject.poison().is_empty());
 }
 
 #[test]

@@ -138,12 +138,19 @@ fn main() -> ExitCode {
     for spec in cli.inject.iter().cloned() {
         gpu.inject.arm(spec, gpu.clock.now_ns());
     }
-    if let Some(path) = cli.control.as_ref() {
-        if let Err(e) = vgpu_device::inject_ctl::spawn(path, gpu.clone()) {
-            eprintln!("vgpu-device: {e}");
-            return ExitCode::FAILURE;
-        }
-    }
+    // Removed (by its drop) on every return from here on; the signal
+    // thread removes it itself when it exits the process.
+    let control = match cli.control.as_ref() {
+        Some(path) => match vgpu_device::inject_ctl::spawn(path, gpu.clone()) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("vgpu-device: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
+    let control_path = control.as_ref().map(|c| c.path().to_path_buf());
 
     let mut signals = match Signals::new([SIGTERM, SIGINT]) {
         Ok(s) => s,
@@ -166,6 +173,9 @@ fn main() -> ExitCode {
                 // A second signal while stopping: leave at once.
                 log::warn!("signal {sig} again: exiting now");
                 let _ = std::fs::remove_file(&socket);
+                if let Some(p) = &control_path {
+                    let _ = std::fs::remove_file(p);
+                }
                 std::process::exit(0);
             }
         }
@@ -188,6 +198,7 @@ fn main() -> ExitCode {
             log::info!("trace written to {}", path.display());
         }
     }
+    drop(control);
     match result {
         Ok(summary) => {
             log::info!(

@@ -114,6 +114,25 @@ fn specs_parse_render_and_reject() {
 }
 
 #[test]
+fn reseeding_replays_the_draws_of_a_fresh_injector() {
+    let draws = |inj: &Injector| {
+        inj.arm(Spec::parse("throttle:p=0.5,count=0").unwrap(), 0);
+        let mut g = inj.lock();
+        let a = g.armed.last_mut().unwrap();
+        (0..16).map(|_| a.rng.next()).collect::<Vec<_>>()
+    };
+    let fresh = Injector::new();
+    fresh.set_seed(9);
+    let want = draws(&fresh);
+    let reused = Injector::new();
+    reused.set_seed(3);
+    draws(&reused);
+    reused.disarm(0).unwrap();
+    reused.set_seed(9);
+    assert_eq!(draws(&reused), want);
+}
+
+#[test]
 fn same_seed_same_injections() {
     let pattern = |seed: u64| {
         let mut g = Inner {
@@ -654,7 +673,7 @@ fn control_socket_protocol() {
     let r = rig(&[]);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ctl.sock");
-    crate::inject_ctl::spawn(&path, r.gpu.clone()).unwrap();
+    let _ctl = crate::inject_ctl::spawn(&path, r.gpu.clone()).unwrap();
     let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
     let mut rd = std::io::BufReader::new(s.try_clone().unwrap());
     let mut ask = |line: &str| {

@@ -470,6 +470,8 @@ struct EngineHold {
 struct Inner {
     seed: u64,
     next_id: u64,
+    /// Faults armed since the seed was last set.
+    armed_since_seed: u64,
     armed: Vec<Armed>,
     engines: [EngineHold; 2],
     lost: bool,
@@ -633,9 +635,14 @@ impl Injector {
         &self.poison
     }
 
-    /// Seeds the generator of faults armed from now on.
+    /// Seeds the generator of faults armed from now on, and restarts their
+    /// arming order: the n-th fault armed after `set_seed(s)` draws the
+    /// same numbers whatever was armed before (a reused device replays a
+    /// run like a fresh one).
     pub fn set_seed(&self, seed: u64) {
-        self.lock().seed = seed;
+        let mut g = self.lock();
+        g.seed = seed;
+        g.armed_since_seed = 0;
     }
 
     /// The seed.
@@ -647,8 +654,10 @@ impl Injector {
     pub fn arm(&self, spec: Spec, now_ns: u64) -> u64 {
         let mut g = self.lock();
         g.next_id += 1;
+        g.armed_since_seed += 1;
         let id = g.next_id;
-        let rng = Rng::new(g.seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        // On a fresh device (seeded before arming) the order is the id.
+        let rng = Rng::new(g.seed ^ g.armed_since_seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         log::info!("inject: armed {id}: {}", spec.render());
         g.armed.push(Armed {
             id,

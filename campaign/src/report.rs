@@ -402,6 +402,9 @@ mod tests {
             recover_ms: rec,
             duration_s: 8.0,
             replay: "r".into(),
+            vm: "fresh".into(),
+            vm_boot: 0,
+            vm_replaced: None,
         }
     }
 

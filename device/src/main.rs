@@ -63,7 +63,7 @@ struct Cli {
     trace: Option<PathBuf>,
 
     /// Arm a fault at startup: CLASS[:key=val,...] (repeatable). Keys:
-    /// after, at_ms, p, count, ctx, engine, packet, delay_ms, va, bits,
+    /// after, at_ms, p, count, ctx, engine, packet, delay_ms, va, pa, bits,
     /// attempts, events. Classes: see `vgpu-inject list` or
     /// docs/fault-injection.md.
     #[arg(long, value_name = "SPEC", value_parser = parse_spec)]

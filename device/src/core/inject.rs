@@ -1010,6 +1010,15 @@ impl Injector {
     /// instead, if any. Also logs the driver's reactions to an injection.
     pub fn on_command(&self, now_ns: u64, op: Opcode, ctx: u32, engine: u32) -> Option<Status> {
         let mut g = self.lock();
+        if matches!(op, Opcode::ContextCreate | Opcode::ContextDestroy) {
+            // A new context with this id may lay its ring out the same way:
+            // its first packet is a new opportunity, not the last one seen.
+            for h in &mut g.engines {
+                if h.hung.is_none() && h.last.is_some_and(|l| l.0 == ctx) {
+                    h.last = None;
+                }
+            }
+        }
         if matches!(
             op,
             Opcode::EngineReset

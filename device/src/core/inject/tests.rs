@@ -133,6 +133,28 @@ fn reseeding_replays_the_draws_of_a_fresh_injector() {
 }
 
 #[test]
+fn a_recreated_context_replaying_the_same_ring_is_counted_again() {
+    let mut r = rig(&["event-spurious:p=0,count=0"]);
+    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 1)])
+        .unwrap();
+    assert_eq!(fences(&events(&mut r.d)), vec![1]);
+    assert_eq!(r.gpu.inject.status()[0].seen, 1);
+    let destroy = Command::ContextDestroy {
+        ctx_id: 1,
+        flags: 0,
+    };
+    assert_eq!(r.d.status(destroy), Status::Ok);
+    // Same id, same ring VA, same first packet: a new opportunity.
+    let mut c = r.d.context(1, 1, 0).unwrap();
+    r.d.ring(&mut c, engine::COPY).unwrap();
+    r.d.buffer(&mut c, DATA, 0x1000, PTE_READ | PTE_WRITE)
+        .unwrap();
+    r.d.submit(&mut c, engine::COPY, &[fence(DATA, 1)]).unwrap();
+    assert_eq!(fences(&events(&mut r.d)), vec![1]);
+    assert_eq!(r.gpu.inject.status()[0].seen, 2);
+}
+
+#[test]
 fn same_seed_same_injections() {
     let pattern = |seed: u64| {
         let mut g = Inner {

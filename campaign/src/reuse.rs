@@ -425,6 +425,9 @@ impl<'a> ReuseRunner<'a> {
             && control(&vm.control, "status")
                 .is_ok_and(|v| v["lost"] == serde_json::Value::Bool(true));
         let vm_status = match out.status {
+            // The device died under a guest that went on: as scripts/vm
+            // reports a device that did not exit cleanly.
+            Some(_) if !alive => 128 + 9,
             Some(st) => st,
             None if out.eof => {
                 // The VM ended: scripts/vm says whether the device died.

@@ -113,6 +113,17 @@ fn main() -> ExitCode {
     }
     logger.init();
 
+    // Before any socket exists: a signal from then on stops the device
+    // through its normal exit path, which removes the sockets (signals
+    // that arrive before the handling thread starts wait for it).
+    let mut signals = match Signals::new([SIGTERM, SIGINT]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("vgpu-device: cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+
     let config = match DeviceConfig::new(cli.generation, cli.compute_units) {
         Ok(c) => c.with_trace(cli.trace.is_some()),
         Err(e) => {
@@ -152,13 +163,6 @@ fn main() -> ExitCode {
     };
     let control_path = control.as_ref().map(|c| c.path().to_path_buf());
 
-    let mut signals = match Signals::new([SIGTERM, SIGINT]) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("vgpu-device: cannot install signal handlers: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
     let stop = daemon.stop_handle();
     let backend = daemon.backend();
     let socket = cli.socket.clone();

@@ -1,11 +1,13 @@
 //! `vgpu-campaign`: fault-injection campaigns against the vgpu stack.
 //!
-//! Boots a fresh VM per run through `scripts/vm`, arms the scenario's fault
-//! in the device with `--inject`, runs the workload, and classifies what
+//! Boots a fresh VM per run through `scripts/vm` (or, with `vm = "reuse"`,
+//! runs the runs in sequence in one VM, see `reuse.rs`), arms the
+//! scenario's fault in the device, runs the workload, and classifies what
 //! happened from the guest's output, the kernel log and the device's
 //! injection log.
 
 mod report;
+mod reuse;
 mod run;
 mod spec;
 
@@ -28,6 +30,9 @@ Examples:
 
   # Replay one run exactly (seed and scenario from the report):
   vgpu-campaign run campaigns/default.toml --only copy-hang --rep 2 --seed 7
+
+  # One VM for all runs (a fresh one after a run that broke it):
+  vgpu-campaign run campaigns/smoke.toml --vm reuse
 
   # Split across 4 machines, then merge the JSON results:
   vgpu-campaign run campaigns/default.toml --shard 1/4 --out shard1
@@ -72,6 +77,11 @@ enum Cmd {
         /// Do not build the guest and device before the first run.
         #[arg(long)]
         no_build: bool,
+        /// `fresh`: boot a VM per run; `reuse`: run the runs in sequence in
+        /// one VM (replaced after a run that broke it). Default: the
+        /// campaign's `vm` setting, else fresh.
+        #[arg(long, value_name = "MODE", value_parser = ["fresh", "reuse"])]
+        vm: Option<String>,
     },
     /// List the runs a campaign (or shard) would make.
     List {
@@ -203,6 +213,7 @@ fn main() -> ExitCode {
             rep,
             out,
             no_build,
+            vm,
         } => {
             let c = match Campaign::load(&campaign) {
                 Ok(c) => c,
@@ -244,6 +255,8 @@ fn main() -> ExitCode {
                 runs: Vec::new(),
             };
             let total = runs.len();
+            let vm = vm.unwrap_or_else(|| c.campaign.vm.clone());
+            let mut reuse = (vm == "reuse").then(|| reuse::ReuseRunner::new(&runner));
             let t0 = std::time::Instant::now();
             for (k, id) in runs.iter().enumerate() {
                 eprint!(
@@ -253,10 +266,14 @@ fn main() -> ExitCode {
                     id.rep,
                     id.seed
                 );
-                match runner.run(&c, id, k == 0) {
+                let result = match reuse.as_mut() {
+                    Some(rr) => rr.run(&c, id, k == 0),
+                    None => runner.run(&c, id, k == 0),
+                };
+                match result {
                     Ok(r) => {
                         eprintln!(
-                            "{} {} ({:.1} s{}{})",
+                            "{} {} ({:.1} s{}{}{})",
                             if r.passed { "PASS" } else { "FAIL" },
                             r.outcome,
                             r.duration_s,
@@ -266,7 +283,10 @@ fn main() -> ExitCode {
                                 String::new()
                             } else {
                                 format!("; {}", r.reasons.join("; "))
-                            }
+                            },
+                            r.vm_replaced
+                                .as_ref()
+                                .map_or(String::new(), |w| format!("; new VM: {w}"))
                         );
                         results.runs.push(r);
                     }
@@ -276,7 +296,18 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            eprintln!("{total} runs in {:.0} s", t0.elapsed().as_secs_f64());
+            let boots = match reuse.as_mut() {
+                Some(rr) => {
+                    rr.shutdown();
+                    rr.boots()
+                }
+                None => total as u64,
+            };
+            drop(reuse);
+            eprintln!(
+                "{total} runs in {:.0} s ({vm} VMs: {boots} booted)",
+                t0.elapsed().as_secs_f64()
+            );
             finish(&results, &out)
         }
     }

@@ -302,7 +302,13 @@ impl Results {
                 st(r.innocent_status),
                 st(r.health_status),
                 r.duration_s,
-                esc(&r.reasons.join("; ")),
+                esc(&r
+                    .reasons
+                    .iter()
+                    .cloned()
+                    .chain(r.vm_replaced.iter().map(|w| format!("VM {} replaced: {w}", r.vm_boot)))
+                    .collect::<Vec<_>>()
+                    .join("; ")),
                 esc(&r.replay)
             );
         }
@@ -402,6 +408,9 @@ mod tests {
             recover_ms: rec,
             duration_s: 8.0,
             replay: "r".into(),
+            vm: "fresh".into(),
+            vm_boot: 0,
+            vm_replaced: None,
         }
     }
 

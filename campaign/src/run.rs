@@ -1,4 +1,5 @@
-//! Running one scenario run in a fresh VM and classifying what happened.
+//! Running one scenario run in a fresh VM and classifying what happened
+//! (for runs in a reused VM see [`crate::reuse`]).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -54,6 +55,34 @@ pub struct RunResult {
     pub duration_s: f64,
     /// Command that replays this run.
     pub replay: String,
+    /// How its VM was used: `fresh` (booted for this run) or `reuse`
+    /// (one VM serving runs in sequence).
+    #[serde(default = "fresh")]
+    pub vm: String,
+    /// Reuse mode: which VM of the campaign (1 = the first booted).
+    #[serde(default)]
+    pub vm_boot: u64,
+    /// Reuse mode: why the VM was replaced by a fresh one after this run.
+    #[serde(default)]
+    pub vm_replaced: Option<String>,
+}
+
+fn fresh() -> String {
+    "fresh".to_owned()
+}
+
+/// What a run left behind, however its VM was run.
+#[derive(Debug, Clone, Default)]
+pub struct Evidence {
+    /// `scripts/vm`'s exit status (fresh) or its equivalent (reuse: the
+    /// command's status, 124 timeout, 125 guest died, ≥ 128 device died).
+    pub vm_status: i32,
+    /// The guest's output of the run.
+    pub guest: String,
+    /// The device's log during the run.
+    pub device_log: String,
+    /// Wall time of the run.
+    pub duration_s: f64,
 }
 
 /// How to run VMs.
@@ -180,7 +209,8 @@ pub fn guest_script(s: &Scenario, health: &str) -> String {
         None => sh += &format!("( {} ); echo campaign-workload=$?; ", s.workload),
     }
     sh += &format!("( {health} ) >/dev/null 2>&1; echo campaign-health=$?; ");
-    sh += "dmesg | grep -i vgpu | grep -v -e 'command line' -e vgpurun= -e vgpukmd= | sed 's/^/dmesg: /'; true";
+    // `-c`: a reused VM shows each run only the messages since the last.
+    sh += "dmesg -c | grep -i vgpu | grep -v -e 'command line' -e vgpurun= -e vgpukmd= | sed 's/^/dmesg: /'; true";
     sh
 }
 
@@ -323,15 +353,21 @@ fn shell_quote(s: &str) -> String {
 }
 
 impl Runner {
+    /// The log directory of run `id` (created).
+    pub fn run_dir(&self, id: &RunId) -> Result<PathBuf, RunError> {
+        let dir = self
+            .log_dir
+            .join(format!("{:04}-{}-{}", id.index, id.scenario, id.rep));
+        std::fs::create_dir_all(&dir).map_err(|e| RunError::Io(dir.display().to_string(), e))?;
+        Ok(dir)
+    }
+
     /// Runs `id` of campaign `c` in a fresh VM.
     pub fn run(&self, c: &Campaign, id: &RunId, first: bool) -> Result<RunResult, RunError> {
         let s = c
             .scenario(&id.scenario)
             .expect("runs come from the campaign's scenarios");
-        let dir = self
-            .log_dir
-            .join(format!("{:04}-{}-{}", id.index, id.scenario, id.rep));
-        std::fs::create_dir_all(&dir).map_err(|e| RunError::Io(dir.display().to_string(), e))?;
+        let dir = self.run_dir(id)?;
         let kmd = s.kmd_args.as_ref().unwrap_or(&c.campaign.kmd_args);
         let script = guest_script(s, &c.campaign.health);
         let mut cmd = Command::new(self.repo.join("scripts/vm"));
@@ -348,7 +384,7 @@ impl Runner {
             cmd.arg("--kmd-args").arg(kmd);
         }
         if let Some(f) = &s.fault {
-            for spec in f.split(';').map(str::trim).filter(|x| !x.is_empty()) {
+            for spec in fault_specs(f) {
                 cmd.arg("--device-arg").arg(format!("--inject={spec}"));
             }
             cmd.arg("--device-arg")
@@ -360,17 +396,27 @@ impl Runner {
             .output()
             .map_err(|e| RunError::Io("scripts/vm".into(), e))?;
         let duration_s = t0.elapsed().as_secs_f64();
-        let vm_status = out.status.code().unwrap_or(128 + 9);
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let write = |name: &str, data: &[u8]| {
             let p = dir.join(name);
             std::fs::write(&p, data).map_err(|e| RunError::Io(p.display().to_string(), e))
         };
         write("guest.log", &out.stdout)?;
         write("vm.log", &out.stderr)?;
-        let device_log = std::fs::read_to_string(dir.join("device.log")).unwrap_or_default();
-        let g = parse_guest(&stdout);
-        let d = parse_device_log(&device_log);
+        let ev = Evidence {
+            vm_status: out.status.code().unwrap_or(128 + 9),
+            guest: String::from_utf8_lossy(&out.stdout).into_owned(),
+            device_log: std::fs::read_to_string(dir.join("device.log")).unwrap_or_default(),
+            duration_s,
+        };
+        Ok(self.result(s, id, &ev, "fresh"))
+    }
+
+    /// Classifies run `id` of scenario `s` from its evidence and judges it
+    /// against the scenario's expectations; `vm` is `fresh` or `reuse`.
+    pub fn result(&self, s: &Scenario, id: &RunId, ev: &Evidence, vm: &str) -> RunResult {
+        let vm_status = ev.vm_status;
+        let g = parse_guest(&ev.guest);
+        let d = parse_device_log(&ev.device_log);
         let (outcome, detected_by, detect_ms, recover_ms, notes) = classify(s, vm_status, &g, &d);
         let class = s.class.clone().unwrap_or_else(|| {
             s.fault
@@ -388,6 +434,9 @@ impl Runner {
         if let Some(seed) = self.seed {
             replay += &format!(" --seed {seed}");
         }
+        if vm != "fresh" {
+            replay += &format!(" --vm {vm}");
+        }
         let mut r = RunResult {
             id: id.clone(),
             fault: s.fault.clone(),
@@ -403,12 +452,20 @@ impl Runner {
             detected_by,
             detect_ms,
             recover_ms,
-            duration_s,
+            duration_s: ev.duration_s,
             replay,
+            vm: vm.to_owned(),
+            vm_boot: 0,
+            vm_replaced: None,
         };
         judge(s, &mut r);
-        Ok(r)
+        r
     }
+}
+
+/// The `;`-separated fault specifications of a scenario's `fault`.
+pub fn fault_specs(f: &str) -> impl Iterator<Item = &str> {
+    f.split(';').map(str::trim).filter(|x| !x.is_empty())
 }
 
 /// The repository root: `VGPU_REPO`, else the nearest ancestor of the

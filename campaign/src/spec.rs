@@ -48,6 +48,18 @@ pub struct Settings {
     /// still serves.
     #[serde(default = "health")]
     pub health: String,
+    /// How runs use VMs: `fresh` (a VM booted per run) or `reuse` (one VM
+    /// and device serve the runs in sequence; replaced after a run that
+    /// broke it). `--vm` overrides.
+    #[serde(default = "fresh")]
+    pub vm: String,
+}
+
+/// VM modes (`[campaign] vm`, `--vm`).
+pub const VM_MODES: [&str; 2] = ["fresh", "reuse"];
+
+fn fresh() -> String {
+    "fresh".to_owned()
 }
 
 fn one() -> u64 {
@@ -141,6 +153,12 @@ impl Campaign {
     /// Parses and checks campaign text.
     pub fn parse(path: &str, text: &str) -> Result<Campaign, SpecError> {
         let c: Campaign = toml::from_str(text).map_err(|e| SpecError::Parse(path.into(), e))?;
+        if !VM_MODES.contains(&c.campaign.vm.as_str()) {
+            return Err(SpecError::Invalid(
+                "[campaign]".into(),
+                format!("vm '{}' is not fresh or reuse", c.campaign.vm),
+            ));
+        }
         let mut names = std::collections::HashSet::new();
         for s in &c.scenario {
             if !names.insert(s.name.clone()) {
@@ -268,6 +286,14 @@ expect = ["silent"]
             Campaign::parse("t", &bad),
             Err(SpecError::Invalid(..))
         ));
+        let bad = TEXT.replace("seed = 5", "seed = 5\nvm = \"recycle\"");
+        assert!(matches!(
+            Campaign::parse("t", &bad),
+            Err(SpecError::Invalid(..))
+        ));
+        let reuse = TEXT.replace("seed = 5", "seed = 5\nvm = \"reuse\"");
+        assert_eq!(Campaign::parse("t", &reuse).unwrap().campaign.vm, "reuse");
+        assert_eq!(Campaign::parse("t", TEXT).unwrap().campaign.vm, "fresh");
         let bad = TEXT.replace("repeat = 3", "repeat = 3\ncolour = 1");
         assert!(matches!(
             Campaign::parse("t", &bad),

@@ -9,15 +9,16 @@
 //! | `status` | `{"ok":true,"seed":N,"lost":B,"armed":[{"id":..,"spec":..,"seen":..,"fired":..}]}` |
 //! | `log [SINCE]` | `{"ok":true,"entries":[{"seq":..,"fault":..,"kind":..,"what":..,"device_ns":..,"wall_ns":..,"ctx":..,"engine":..,"detail":..}]}` |
 //! | `seed N` | `{"ok":true}` (seeds faults armed afterwards) |
+//! | `poisoned` | `{"ok":true,"pages":[PA,..]}` (pages poisoned by `ecc`) |
+//! | `unpoison PA` / `unpoison all` | `{"ok":true,"cleared":N}` (forgets poison, as if the memory were replaced: resets do not) |
 //!
 //! Errors reply `{"ok":false,"error":"..."}`. A connection may send any
 //! number of requests; the server handles one connection at a time.
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use crate::core::gpu::Gpu;
 use crate::core::inject::{Class, InjectError, Spec};
@@ -177,8 +178,23 @@ pub fn handle_line(gpu: &Gpu, line: &str) -> String {
                 value: arg.to_owned(),
             }),
         },
+        "poisoned" => {
+            let pages: Vec<String> = inj.poison().pages().iter().map(|p| p.to_string()).collect();
+            format!("{{\"ok\":true,\"pages\":[{}]}}", pages.join(","))
+        }
+        "unpoison" => {
+            let pa = if arg == "all" {
+                Ok(None)
+            } else {
+                crate::core::inject::parse_num("pa", arg).map(Some)
+            };
+            match pa {
+                Ok(pa) => format!("{{\"ok\":true,\"cleared\":{}}}", inj.poison().clear(pa)),
+                Err(e) => err(e),
+            }
+        }
         _ => err(format!(
-            "unknown request '{verb}' (list, arm, disarm, status, log, seed)"
+            "unknown request '{verb}' (list, arm, disarm, status, log, seed, poisoned, unpoison)"
         )),
     }
 }
@@ -197,14 +213,54 @@ fn serve_client(gpu: &Gpu, stream: UnixStream) -> io::Result<()> {
     Ok(())
 }
 
+/// The control socket's file: removed when this is dropped (the device
+/// exiting), unless something else has replaced it meanwhile.
+#[derive(Debug)]
+pub struct ControlSocket {
+    path: PathBuf,
+    id: Option<(u64, u64)>,
+}
+
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+impl ControlSocket {
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Removes the socket file now if it is still the one bound.
+    pub fn remove(&self) {
+        if self.id.is_some() && file_id(&self.path) == self.id {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+impl Drop for ControlSocket {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
 /// Listens on `path` (a stale socket there is replaced) and serves
-/// requests on a thread for the life of the process.
-pub fn spawn(path: &Path, gpu: Arc<Gpu>) -> Result<JoinHandle<()>, ControlError> {
+/// requests on a thread for the life of the process. The socket file is
+/// removed when the returned handle is dropped.
+pub fn spawn(path: &Path, gpu: Arc<Gpu>) -> Result<ControlSocket, ControlError> {
     let _ = std::fs::remove_file(path);
     let listener = UnixListener::bind(path).map_err(|source| ControlError::Bind {
         path: path.display().to_string(),
         source,
     })?;
+    let guard = ControlSocket {
+        path: path.to_path_buf(),
+        id: file_id(path),
+    };
     std::thread::Builder::new()
         .name("vgpu-inject-ctl".to_owned())
         .spawn(move || {
@@ -219,5 +275,36 @@ pub fn spawn(path: &Path, gpu: Arc<Gpu>) -> Result<JoinHandle<()>, ControlError>
                 }
             }
         })
-        .map_err(ControlError::Thread)
+        .map_err(ControlError::Thread)?;
+    Ok(guard)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{DeviceConfig, Generation};
+    use crate::core::Device;
+
+    #[test]
+    fn the_socket_file_goes_with_its_handle_but_not_a_replacement() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ctl.sock");
+        let gpu = Device::new(DeviceConfig::new(Generation::Gen2, 1).unwrap())
+            .gpu()
+            .clone();
+        let guard = spawn(&path, gpu.clone()).unwrap();
+        let mut c = UnixStream::connect(&path).unwrap();
+        c.write_all(b"status\n").unwrap();
+        let mut line = String::new();
+        BufReader::new(&c).read_line(&mut line).unwrap();
+        assert!(line.starts_with("{\"ok\":true"), "{line}");
+        drop(guard);
+        assert!(!path.exists());
+        // A socket bound again at the path by someone else stays.
+        let guard = spawn(&path, gpu).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let _other = UnixListener::bind(&path).unwrap();
+        drop(guard);
+        assert!(path.exists());
+    }
 }

@@ -63,7 +63,7 @@ struct Cli {
     trace: Option<PathBuf>,
 
     /// Arm a fault at startup: CLASS[:key=val,...] (repeatable). Keys:
-    /// after, at_ms, p, count, ctx, engine, packet, delay_ms, va, bits,
+    /// after, at_ms, p, count, ctx, engine, packet, delay_ms, va, pa, bits,
     /// attempts, events. Classes: see `vgpu-inject list` or
     /// docs/fault-injection.md.
     #[arg(long, value_name = "SPEC", value_parser = parse_spec)]
@@ -113,6 +113,17 @@ fn main() -> ExitCode {
     }
     logger.init();
 
+    // Before any socket exists: a signal from then on stops the device
+    // through its normal exit path, which removes the sockets (signals
+    // that arrive before the handling thread starts wait for it).
+    let mut signals = match Signals::new([SIGTERM, SIGINT]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("vgpu-device: cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+
     let config = match DeviceConfig::new(cli.generation, cli.compute_units) {
         Ok(c) => c.with_trace(cli.trace.is_some()),
         Err(e) => {
@@ -138,20 +149,20 @@ fn main() -> ExitCode {
     for spec in cli.inject.iter().cloned() {
         gpu.inject.arm(spec, gpu.clock.now_ns());
     }
-    if let Some(path) = cli.control.as_ref() {
-        if let Err(e) = vgpu_device::inject_ctl::spawn(path, gpu.clone()) {
-            eprintln!("vgpu-device: {e}");
-            return ExitCode::FAILURE;
-        }
-    }
-
-    let mut signals = match Signals::new([SIGTERM, SIGINT]) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("vgpu-device: cannot install signal handlers: {e}");
-            return ExitCode::FAILURE;
-        }
+    // Removed (by its drop) on every return from here on; the signal
+    // thread removes it itself when it exits the process.
+    let control = match cli.control.as_ref() {
+        Some(path) => match vgpu_device::inject_ctl::spawn(path, gpu.clone()) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("vgpu-device: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
     };
+    let control_path = control.as_ref().map(|c| c.path().to_path_buf());
+
     let stop = daemon.stop_handle();
     let backend = daemon.backend();
     let socket = cli.socket.clone();
@@ -166,6 +177,9 @@ fn main() -> ExitCode {
                 // A second signal while stopping: leave at once.
                 log::warn!("signal {sig} again: exiting now");
                 let _ = std::fs::remove_file(&socket);
+                if let Some(p) = &control_path {
+                    let _ = std::fs::remove_file(p);
+                }
                 std::process::exit(0);
             }
         }
@@ -188,6 +202,7 @@ fn main() -> ExitCode {
             log::info!("trace written to {}", path.display());
         }
     }
+    drop(control);
     match result {
         Ok(summary) => {
             log::info!(

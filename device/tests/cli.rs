@@ -18,11 +18,14 @@ fn trace_flag_writes_a_perfetto_timeline_on_exit() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("vgpu.sock");
     let trace = dir.path().join("trace.json");
+    let control = dir.path().join("inject.sock");
     let mut child = Process::new(env!("CARGO_BIN_EXE_vgpu-device"))
         .args(["--gen", "2", "--log-level", "warn", "--socket"])
         .arg(&sock)
         .arg("--trace")
         .arg(&trace)
+        .arg("--control")
+        .arg(&control)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -98,4 +101,40 @@ fn trace_flag_writes_a_perfetto_timeline_on_exit() {
         assert!(json.contains(needle), "{needle} missing from {json}");
     }
     assert!(!sock.exists(), "socket left behind");
+    assert!(!control.exists(), "control socket left behind");
+}
+
+#[test]
+fn sigterm_removes_both_sockets() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("vgpu.sock");
+    let control = dir.path().join("inject.sock");
+    let mut child = Process::new(env!("CARGO_BIN_EXE_vgpu-device"))
+        .args(["--gen", "2", "--log-level", "warn", "--socket"])
+        .arg(&sock)
+        .arg("--control")
+        .arg(&control)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(sock.exists() && control.exists()) {
+        assert!(Instant::now() < deadline, "the device never listened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the device did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "{status}");
+    assert!(!sock.exists(), "socket left behind");
+    assert!(!control.exists(), "control socket left behind");
 }

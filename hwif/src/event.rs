@@ -84,6 +84,10 @@ impl EventKind {
     }
 }
 
+/// `pa` of an [`Event::EccError`] whose page has no known guest-physical
+/// address.
+pub const ECC_PA_UNKNOWN: u64 = u64::MAX;
+
 pod_struct! {
     /// One event record, exactly [`EVENT_RECORD_SIZE`] bytes.
     pub struct EventRecord {
@@ -224,6 +228,9 @@ pub enum Event {
         va: u64,
         /// VA of the packet being executed.
         packet_va: u64,
+        /// Guest-physical address of the poisoned 4 KiB page
+        /// ([`ECC_PA_UNKNOWN`] if the VA did not translate).
+        pa: u64,
     },
 }
 
@@ -303,7 +310,8 @@ impl Event {
                 engine,
                 va,
                 packet_va,
-            } => data[..3].copy_from_slice(&[pair(ctx_id, engine), va, packet_va]),
+                pa,
+            } => data[..4].copy_from_slice(&[pair(ctx_id, engine), va, packet_va, pa]),
         }
         EventRecord {
             kind: self.kind() as u32,
@@ -356,6 +364,7 @@ impl Event {
                 engine: (rec.data[0] >> 32) as u32,
                 va: rec.data[1],
                 packet_va: rec.data[2],
+                pa: rec.data[3],
             }),
             None => Err(EventDecodeError::UnknownKind(rec.kind)),
         }

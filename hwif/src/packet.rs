@@ -136,6 +136,10 @@ pub enum EngineError {
     /// `FAULT_RESUME` abort. Only the ring status block carries this code;
     /// the `FAULT` event describes the fault.
     PageFault = 13,
+    /// An engine read (copy source, kernel load or atomic, packet or module
+    /// fetch) touched a page with an uncorrectable ECC error (poisoned):
+    /// the data is not returned and the ring stops.
+    EccUncorrectable = 14,
 }
 
 impl EngineError {
@@ -155,6 +159,7 @@ impl EngineError {
             11 => EngineError::Unsupported,
             12 => EngineError::Trap,
             13 => EngineError::PageFault,
+            14 => EngineError::EccUncorrectable,
             _ => return None,
         })
     }
@@ -175,6 +180,7 @@ impl EngineError {
             EngineError::Unsupported => "UNSUPPORTED",
             EngineError::Trap => "TRAP",
             EngineError::PageFault => "PAGE_FAULT",
+            EngineError::EccUncorrectable => "ECC_UNCORRECTABLE",
         }
     }
 }

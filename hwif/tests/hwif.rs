@@ -100,6 +100,7 @@ fn event_records_round_trip() {
             engine: 1,
             va: 0x7000,
             packet_va: 0x1_0040,
+            pa: 0x12_3000,
         },
     ] {
         let rec = ev.to_record(42, 1000);
@@ -151,17 +152,22 @@ fn fingerprint_sees_every_field() {
 fn engine_errors_round_trip() {
     use vgpu_hwif::packet::EngineError;
     let mut names = Vec::new();
-    for v in 1..=13 {
+    for v in 1..=14 {
         let e = EngineError::from_u32(v).unwrap();
         assert_eq!(e as u32, v);
         names.push(e.name());
     }
     assert_eq!(EngineError::from_u32(13), Some(EngineError::PageFault));
     assert_eq!(EngineError::PageFault.name(), "PAGE_FAULT");
-    assert!(EngineError::from_u32(0).is_none() && EngineError::from_u32(14).is_none());
+    assert_eq!(
+        EngineError::from_u32(14),
+        Some(EngineError::EccUncorrectable)
+    );
+    assert_eq!(EngineError::EccUncorrectable.name(), "ECC_UNCORRECTABLE");
+    assert!(EngineError::from_u32(0).is_none() && EngineError::from_u32(15).is_none());
     names.sort_unstable();
     names.dedup();
-    assert_eq!(names.len(), 13, "names are distinct");
+    assert_eq!(names.len(), 14, "names are distinct");
 }
 
 #[test]

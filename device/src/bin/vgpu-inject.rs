@@ -28,6 +28,11 @@ Examples:
   vgpu-inject --control /tmp/vgpu-inject.sock disarm 1
   vgpu-inject --control /tmp/vgpu-inject.sock disarm all
 
+  # Poison the page a copy reads next; list and forget poisoned pages:
+  vgpu-inject --control /tmp/vgpu-inject.sock arm 'ecc:engine=copy,packet=COPY'
+  vgpu-inject --control /tmp/vgpu-inject.sock poisoned
+  vgpu-inject --control /tmp/vgpu-inject.sock unpoison all
+
 Each reply is one line of JSON; the exit status is 1 when the device
 answers {\"ok\":false,...}.";
 
@@ -70,6 +75,13 @@ enum Cmd {
         /// The seed.
         n: u64,
     },
+    /// Guest-physical pages poisoned by `ecc`.
+    Poisoned,
+    /// Forget the poison of page PA, or of `all` pages.
+    Unpoison {
+        /// Guest-physical address (decimal or 0x hex) or `all`.
+        pa: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -81,6 +93,8 @@ fn main() -> ExitCode {
         Cmd::Status => "status".to_owned(),
         Cmd::Log { since } => format!("log {since}"),
         Cmd::Seed { n } => format!("seed {n}"),
+        Cmd::Poisoned => "poisoned".to_owned(),
+        Cmd::Unpoison { pa } => format!("unpoison {pa}"),
     };
     let run = || -> std::io::Result<String> {
         let mut s = UnixStream::connect(&cli.control)?;

@@ -66,6 +66,7 @@ use vgpu_isa::{Fault, FaultKind, Launch, Limits, MemFaultReason, Module, Outcome
 use super::dma::GpuMemory;
 use super::kernel_mem::KernelMemory;
 use super::mmu::{AddressSpace, Mem, MmuFault, Tlb};
+use super::poison::Poison;
 
 /// Warp instructions each compute unit executes per step at most.
 pub const STEP_BUDGET: u64 = 1 << 15;
@@ -248,12 +249,14 @@ impl Dispatch {
     }
 
     /// Runs one step on the compute units, compute unit `i` translating
-    /// through `tlbs[i]` (there must be one TLB per unit).
+    /// through `tlbs[i]` (there must be one TLB per unit); loads and
+    /// atomics touching a page of `poison` fail with an ECC error.
     pub fn step(
         &mut self,
         mem: &Mem,
         space: AddressSpace,
         tlbs: &mut [Tlb],
+        poison: Option<&Poison>,
     ) -> (StepEnd, StepStats) {
         let next = AtomicU64::new(self.next);
         let stop = AtomicBool::new(false);
@@ -261,7 +264,7 @@ impl Dispatch {
         let total = self.total;
         let (module, launch) = (&self.module, &self.launch);
         let work = |slot: &mut Slot, tlb: &mut Tlb| {
-            let km = KernelMemory::new(GpuMemory::new(mem, tlb, space), mem);
+            let km = KernelMemory::new(GpuMemory::new(mem, tlb, space).with_poison(poison), mem);
             run_unit(slot, &km, module, launch, total, &next, &stop, &stops)
         };
         let mut stats = StepStats::default();

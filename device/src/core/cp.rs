@@ -49,8 +49,9 @@ use vgpu_hwif::proto::{engine, ring_state, RingStatus};
 use super::compute_engine::{self, Dispatch, DispatchOp, LoadError, StepEnd};
 use super::copy_engine::{self, CopyOp, Step};
 use super::dma::GpuMemory;
-use super::inject::StepVerdict;
-use super::mmu::{AddressSpace, Mem, MmuFault, Tlb};
+use super::inject::{Injector, StepVerdict};
+use super::mmu::{AddressSpace, Mem, MmuFault, PageMapping, Tlb};
+use super::poison::Poison;
 use super::ring::{Cursor, Frame, InFlight, Op};
 use super::telemetry::{Stats, TraceKind, TraceRecord};
 
@@ -400,6 +401,29 @@ impl CommandProcessor {
         }
     }
 
+    /// [`CommandProcessor::invalidate_tlbs`], except that one translation
+    /// in the range survives as a stale entry served once (fault
+    /// injection): the `pick`-th of the engine TLB's translations in the
+    /// range, else of the first compute unit's TLB that has one. Returns
+    /// it, or `None` if no TLB of the engine held a translation there.
+    pub fn invalidate_tlbs_keep_one(
+        &mut self,
+        asid: u32,
+        va: u64,
+        size: u64,
+        pick: u64,
+    ) -> Option<PageMapping> {
+        let mut kept = self.tlb.invalidate_keep_one(asid, va, size, pick);
+        for t in &mut self.cu_tlbs {
+            if kept.is_none() {
+                kept = t.invalidate_keep_one(asid, va, size, pick);
+            } else {
+                t.invalidate(asid, va, size);
+            }
+        }
+        kept
+    }
+
     /// Drops the loaded dispatches for which `live(ctx, token)` is false
     /// (their ring was reset, destroyed or moved on).
     pub fn retain_dispatches(&mut self, mut live: impl FnMut(u32, u64) -> bool) {
@@ -415,6 +439,7 @@ impl CommandProcessor {
     fn dispatch_step(
         &mut self,
         mem: &Mem,
+        poison: Option<&Poison>,
         job: &Job,
         op: &mut DispatchOp,
         stats: &mut Stats,
@@ -427,7 +452,7 @@ impl CommandProcessor {
         let idx = match found {
             Some(i) => i,
             None => {
-                let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space);
+                let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space).with_poison(poison);
                 let d = match Dispatch::load(op, &mut gm, self.generation, self.cu_tlbs.len()) {
                     Ok(d) => d,
                     Err(LoadError::Fault(f)) => return Exec::Fault(f),
@@ -443,7 +468,7 @@ impl CommandProcessor {
         let Some((_, _, d)) = self.dispatches.get_mut(idx) else {
             return Exec::Error(EngineError::BadOperand, None);
         };
-        let (end, st) = d.step(mem, job.space, &mut self.cu_tlbs);
+        let (end, st) = d.step(mem, job.space, &mut self.cu_tlbs, poison);
         stats.workgroups += st.workgroups;
         stats.lane_ops += st.lane_ops;
         let r = match end {
@@ -560,7 +585,7 @@ impl CommandProcessor {
                 }
             }
             if let Some(mut fl) = job.cursor.pending {
-                match self.inject_step(host, job, &mut fl, stats) {
+                match self.inject_step(host, mem, job, &mut fl, stats) {
                     Injected::Go => {}
                     Injected::Again => continue,
                     Injected::Stall => {
@@ -570,13 +595,14 @@ impl CommandProcessor {
                     }
                     Injected::End(end) => return end,
                 }
+                let poison = host.injector().map(Injector::poison);
                 let r = if let Op::Dispatch(d) = &mut fl.op {
                     // A step is long next to a packet: look at the clock
                     // after each.
                     until_clock = 1;
-                    self.dispatch_step(mem, job, d, stats)
+                    self.dispatch_step(mem, poison, job, d, stats)
                 } else {
-                    let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space);
+                    let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space).with_poison(poison);
                     execute(host, &mut gm, &mut fl.op, stats)
                 };
                 job.cursor.pending = Some(fl);
@@ -594,6 +620,21 @@ impl CommandProcessor {
                         }
                     }
                     Exec::Blocked(epoch) => return SliceEnd::SemWait { epoch },
+                    Exec::Fault(fault) if fault.is_ecc() => {
+                        return SliceEnd::Error {
+                            code: EngineError::EccUncorrectable,
+                            packet_va: fl.packet_va,
+                            header: fl.header,
+                        }
+                    }
+                    Exec::KernelFault(fault, lane_pc) if fault.is_ecc() => {
+                        // As for other errors of a kernel instruction: its pc.
+                        return SliceEnd::Error {
+                            code: EngineError::EccUncorrectable,
+                            packet_va: fl.packet_va,
+                            header: (lane_pc >> 32) as u32,
+                        };
+                    }
                     Exec::Fault(fault) => {
                         return SliceEnd::Fault {
                             fault,
@@ -630,6 +671,7 @@ impl CommandProcessor {
     fn inject_step(
         &mut self,
         host: &dyn Host,
+        mem: &Mem,
         job: &mut Job,
         fl: &mut InFlight,
         stats: &mut Stats,
@@ -638,7 +680,14 @@ impl CommandProcessor {
             return Injected::Go;
         };
         let mut post = Vec::new();
-        let verdict = inj.on_step(host.now_ns(), job, fl, &mut post);
+        // A walk that leaves the TLB as it is: the injector's own look-up.
+        let space = job.space;
+        let translate = |va: u64| {
+            super::mmu::walk(mem, &space, va, Access::Read)
+                .ok()
+                .map(|m| m.pa(va))
+        };
+        let verdict = inj.on_step(host.now_ns(), job, fl, &translate, &mut post);
         post.into_iter().for_each(|ev| host.post(ev));
         match verdict {
             StepVerdict::Go => Injected::Go,
@@ -742,9 +791,11 @@ impl CommandProcessor {
                 header,
             })
         };
-        let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space);
+        let poison = host.injector().map(Injector::poison);
+        let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space).with_poison(poison);
         let header = match self.fetch.words(&mut gm, stream, pos, 1) {
             Ok(w) => w.first().copied().unwrap_or(0),
+            Err(fault) if fault.is_ecc() => return error(EngineError::EccUncorrectable, 0),
             Err(fault) => return Some(SliceEnd::Fault { fault, packet_va }),
         };
         let hdr = match decode_header(self.generation, header) {
@@ -756,6 +807,7 @@ impl CommandProcessor {
         }
         let words = match self.fetch.words(&mut gm, stream, pos, hdr.words as usize) {
             Ok(w) => w,
+            Err(fault) if fault.is_ecc() => return error(EngineError::EccUncorrectable, header),
             Err(fault) => return Some(SliceEnd::Fault { fault, packet_va }),
         };
         let decoded = Packet::decode(hdr, words);

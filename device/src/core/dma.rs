@@ -10,6 +10,11 @@
 //! for example after the guest memory map changed under a cached
 //! translation, faults as `BAD_PHYSICAL`).
 //!
+//! With a [`Poison`] set attached ([`GpuMemory::with_poison`]), reads that
+//! touch a poisoned page fail with an ECC error ([`MmuFault::is_ecc`])
+//! before any byte moves, and a write chunk covering a whole poisoned page
+//! scrubs it.
+//!
 //! This is the layer the compute engine's `GlobalMemory` is built on.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +23,7 @@ use vgpu_hwif::mmu::{Access, FaultReason};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, VolatileMemory};
 
 use super::mmu::{AddressSpace, Mem, Mmu, MmuFault, PageMapping, Tlb};
+use super::poison::Poison;
 
 /// Largest number of bytes one [`GpuMemory::copy_chunk`] or
 /// [`GpuMemory::fill_chunk`] call moves.
@@ -30,6 +36,7 @@ const FILL_BUF: usize = 4096;
 #[derive(Debug)]
 pub struct GpuMemory<'a> {
     mmu: Mmu<'a>,
+    poison: Option<&'a Poison>,
 }
 
 impl<'a> GpuMemory<'a> {
@@ -37,6 +44,42 @@ impl<'a> GpuMemory<'a> {
     pub fn new(mem: &'a Mem, tlb: &'a mut Tlb, space: AddressSpace) -> Self {
         GpuMemory {
             mmu: Mmu { mem, tlb, space },
+            poison: None,
+        }
+    }
+
+    /// The same, checking reads against (and scrubbing writes from)
+    /// `poison`.
+    pub fn with_poison(mut self, poison: Option<&'a Poison>) -> Self {
+        self.poison = poison;
+        self
+    }
+
+    /// The poisoned-page set checked, if any.
+    pub fn poison(&self) -> Option<&'a Poison> {
+        self.poison
+    }
+
+    /// Fails with an ECC error if `len` bytes at `va` (in `map`) touch a
+    /// poisoned page.
+    fn check_poison(
+        &self,
+        map: &PageMapping,
+        va: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<(), MmuFault> {
+        match self.poison {
+            Some(p) if p.hit(map.pa(va), len).is_some() => Err(MmuFault::ecc(va, access)),
+            _ => Ok(()),
+        }
+    }
+
+    /// `len` bytes were written at `va` (in `map`): scrubs the poisoned
+    /// pages they cover.
+    fn scrub(&self, map: &PageMapping, va: u64, len: u64) {
+        if let Some(p) = self.poison {
+            p.written(map.pa(va), len);
         }
     }
 
@@ -68,6 +111,7 @@ impl<'a> GpuMemory<'a> {
     /// Reads the 64-bit value at the 8-byte aligned `va` (one atomic load).
     pub fn read_u64(&mut self, va: u64, access: Access) -> Result<u64, MmuFault> {
         let (map, pa) = self.pa8(va, access)?;
+        self.check_poison(&map, va, 8, access)?;
         self.mmu
             .mem
             .load::<u64>(pa, Ordering::Acquire)
@@ -88,6 +132,7 @@ impl<'a> GpuMemory<'a> {
     /// `va`; returns the old value.
     pub fn atomic_add_u64(&mut self, va: u64, value: u64) -> Result<u64, MmuFault> {
         let (map, pa) = self.pa8(va, Access::Atomic)?;
+        self.check_poison(&map, va, 8, Access::Atomic)?;
         let bad = || Self::bad_physical(&map, va, Access::Atomic);
         let slice = self.mmu.mem.get_slice(pa, 8).map_err(|_| bad())?;
         let cell = slice.get_atomic_ref::<AtomicU64>(0).map_err(|_| bad())?;
@@ -127,6 +172,9 @@ impl<'a> GpuMemory<'a> {
                 Err(f) => return (done, Some(f)),
             };
             let n = ((map.bytes_left(cur) / 4) as usize).min(out.len() - done);
+            if let Err(f) = self.check_poison(&map, cur, n as u64 * 4, access) {
+                return (done, Some(f));
+            }
             let Some(dst) = out.get_mut(done..done + n) else {
                 break;
             };
@@ -157,6 +205,7 @@ impl<'a> GpuMemory<'a> {
             .min(MAX_CHUNK)
             .min(s.bytes_left(src))
             .min(d.bytes_left(dst));
+        self.check_poison(&s, src, n, Access::Read)?;
         let mem = self.mmu.mem;
         let from = mem
             .get_slice(GuestAddress(s.pa(src)), n as usize)
@@ -165,6 +214,7 @@ impl<'a> GpuMemory<'a> {
             .get_slice(GuestAddress(d.pa(dst)), n as usize)
             .map_err(|_| Self::bad_physical(&d, dst, Access::Write))?;
         from.copy_to_volatile_slice(to);
+        self.scrub(&d, dst, n);
         Ok(n)
     }
 
@@ -202,6 +252,7 @@ impl<'a> GpuMemory<'a> {
             part.copy_from(buf.get(..m).unwrap_or(&[]));
             off += m;
         }
+        self.scrub(&d, dst, n);
         Ok(n)
     }
 }

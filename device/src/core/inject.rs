@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | [`Injector::on_step`] | the command processor, before each step of an in-flight packet | hang, fence-never, fence-late, fence-event-drop, event-spurious, mmu-fault, ecc, event-overflow, lost, throttle |
 //! | [`Injector::on_done`] | the command processor, when a packet finished executing | dma-corrupt, event-duplicate |
-//! | [`Injector::on_invalidate`] | the engine serving a TLB invalidation | stale-tlb |
+//! | [`Injector::on_invalidate`] | the engine serving a TLB invalidation | stale-tlb (one stale translation) |
 //! | [`Injector::on_command`] | the control processor, before executing a command | control-busy, reset-fail, lost |
 //! | [`Injector::on_reset`] | engine and device resets | clears hangs (and `lost` on device reset) |
 //!
@@ -26,13 +26,14 @@ use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use vgpu_hwif::event::{Event, EVENT_FIFO_DEPTH};
+use vgpu_hwif::event::{Event, ECC_PA_UNKNOWN, EVENT_FIFO_DEPTH};
 use vgpu_hwif::mmu::{Access, FaultReason, LEVEL_NONE};
 use vgpu_hwif::proto::{Opcode, Status};
 
 use super::cp::{opcode_name, Job};
 use super::dma::GpuMemory;
-use super::mmu::MmuFault;
+use super::mmu::{MmuFault, PageMapping};
+use super::poison::Poison;
 use super::ring::{InFlight, Op};
 
 /// Why a fault specification was refused.
@@ -77,10 +78,12 @@ pub enum Class {
     DmaCorrupt,
     /// The packet faults at `va` (or a random VA) as a not-present page.
     MmuFault,
-    /// The next TLB invalidation on the engine is not applied: cached
-    /// translations from before it stay in use.
+    /// At the engine's next TLB invalidation one translation of the range
+    /// survives; the next access to its page uses the old physical address
+    /// once.
     StaleTlb,
-    /// An uncorrectable ECC error event naming a poisoned page.
+    /// A guest-physical page is poisoned (uncorrectable ECC error) and an
+    /// `ECC_ERROR` event names it; engine reads of it then fail.
     Ecc,
     /// `events` spurious `PING` events flood the event FIFO.
     EventOverflow,
@@ -147,8 +150,10 @@ impl Class {
             Class::EventSpurious => "FENCE event for a value not written yet",
             Class::DmaCorrupt => "bits (default 1) bit flips in a finished copy's destination",
             Class::MmuFault => "packet faults (not present) at va=ADDR or a random VA",
-            Class::StaleTlb => "next TLB invalidation on the engine not applied",
-            Class::Ecc => "uncorrectable ECC event naming a poisoned page",
+            Class::StaleTlb => "one translation served once from before a TLB invalidation",
+            Class::Ecc => {
+                "poisons a page (va=, pa= or the packet's next read): reads fail ECC_UNCORRECTABLE"
+            }
             Class::EventOverflow => "events (default 300) spurious PING events flood the FIFO",
             Class::Lost => "device unresponsive (DEVICE_LOST, no progress) until DEVICE_RESET",
             Class::ResetFail => "first attempts (default 1) reset commands fail",
@@ -222,8 +227,11 @@ pub struct Spec {
     pub trigger: Trigger,
     /// `delay_ms` (fence-late, throttle).
     pub delay_ms: u64,
-    /// `va` (mmu-fault); random if `None`.
+    /// `va` (mmu-fault: random if `None`; ecc: the page to poison, else
+    /// the one the packet reads next).
     pub va: Option<u64>,
+    /// `pa` (ecc): the guest-physical page to poison.
+    pub pa: Option<u64>,
     /// `bits` (dma-corrupt).
     pub bits: u32,
     /// `attempts` (reset-fail).
@@ -232,7 +240,8 @@ pub struct Spec {
     pub events: u32,
 }
 
-fn parse_num(key: &str, v: &str) -> Result<u64, InjectError> {
+/// A decimal or `0x` hexadecimal number for `key`.
+pub fn parse_num(key: &str, v: &str) -> Result<u64, InjectError> {
     let bad = || InjectError::BadValue {
         key: key.to_owned(),
         value: v.to_owned(),
@@ -246,7 +255,7 @@ fn parse_num(key: &str, v: &str) -> Result<u64, InjectError> {
 impl Spec {
     /// Parses `CLASS[:key=val,...]`. Keys: `after`, `at_ms`, `p`, `count`,
     /// `ctx`, `engine` (`copy`, `compute` or a number), `packet`,
-    /// `delay_ms`, `va`, `bits`, `attempts`, `events`.
+    /// `delay_ms`, `va`, `pa`, `bits`, `attempts`, `events`.
     pub fn parse(s: &str) -> Result<Spec, InjectError> {
         let s = s.trim();
         let (name, rest) = s.split_once(':').unwrap_or((s, ""));
@@ -257,6 +266,7 @@ impl Spec {
             trigger: Trigger::default(),
             delay_ms: if class == Class::Throttle { 20 } else { 500 },
             va: None,
+            pa: None,
             bits: 1,
             attempts: 1,
             events: (EVENT_FIFO_DEPTH + 44) as u32,
@@ -302,6 +312,7 @@ impl Spec {
                 "packet" => t.packet = Some(v.to_ascii_uppercase()),
                 "delay_ms" => spec.delay_ms = parse_num(k, v)?,
                 "va" => spec.va = Some(parse_num(k, v)?),
+                "pa" => spec.pa = Some(parse_num(k, v)?),
                 "bits" => spec.bits = small(parse_num(k, v)?)?.clamp(1, 64),
                 "attempts" => spec.attempts = small(parse_num(k, v)?)?,
                 "events" => spec.events = small(parse_num(k, v)?)?.min(65536),
@@ -336,9 +347,12 @@ impl Spec {
         }
         match self.class {
             Class::FenceLate | Class::Throttle => s += &format!(",delay_ms={}", self.delay_ms),
-            Class::MmuFault => {
+            Class::MmuFault | Class::Ecc => {
                 if let Some(va) = self.va {
                     s += &format!(",va={va:#x}");
+                }
+                if let Some(pa) = self.pa {
+                    s += &format!(",pa={pa:#x}");
                 }
             }
             Class::DmaCorrupt => s += &format!(",bits={}", self.bits),
@@ -447,14 +461,17 @@ struct EngineHold {
     hung: Option<(u32, u64, u64)>,
     /// Held until this device time.
     until_ns: u64,
-    /// Skip the next invalidation.
-    stale_tlb: bool,
+    /// The next invalidation keeps one translation stale: (armed fault
+    /// id, random draw choosing which).
+    stale_tlb: Option<(u64, u64)>,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
     seed: u64,
     next_id: u64,
+    /// Faults armed since the seed was last set.
+    armed_since_seed: u64,
     armed: Vec<Armed>,
     engines: [EngineHold; 2],
     lost: bool,
@@ -477,6 +494,9 @@ const OBSERVATIONS: u32 = 32;
 #[derive(Debug, Default)]
 pub struct Injector {
     inner: Mutex<Inner>,
+    /// Pages poisoned by `ecc` (the memory's state: not cleared by
+    /// resets or `disarm`).
+    poison: Poison,
 }
 
 fn wall_ns() -> u64 {
@@ -610,9 +630,19 @@ impl Injector {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Seeds the generator of faults armed from now on.
+    /// The poisoned pages engines check their reads against.
+    pub fn poison(&self) -> &Poison {
+        &self.poison
+    }
+
+    /// Seeds the generator of faults armed from now on, and restarts their
+    /// arming order: the n-th fault armed after `set_seed(s)` draws the
+    /// same numbers whatever was armed before (a reused device replays a
+    /// run like a fresh one).
     pub fn set_seed(&self, seed: u64) {
-        self.lock().seed = seed;
+        let mut g = self.lock();
+        g.seed = seed;
+        g.armed_since_seed = 0;
     }
 
     /// The seed.
@@ -624,8 +654,10 @@ impl Injector {
     pub fn arm(&self, spec: Spec, now_ns: u64) -> u64 {
         let mut g = self.lock();
         g.next_id += 1;
+        g.armed_since_seed += 1;
         let id = g.next_id;
-        let rng = Rng::new(g.seed ^ id.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        // On a fresh device (seeded before arming) the order is the id.
+        let rng = Rng::new(g.seed ^ g.armed_since_seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         log::info!("inject: armed {id}: {}", spec.render());
         g.armed.push(Armed {
             id,
@@ -642,6 +674,12 @@ impl Injector {
     /// hung engine, a lost device) stay until reset.
     pub fn disarm(&self, id: u64) -> Result<(), InjectError> {
         let mut g = self.lock();
+        // A stale translation not yet chosen is not an injection yet.
+        for h in &mut g.engines {
+            if h.stale_tlb.is_some_and(|(f, _)| id == 0 || f == id) {
+                h.stale_tlb = None;
+            }
+        }
         if id == 0 {
             g.armed.clear();
             return Ok(());
@@ -695,11 +733,14 @@ impl Injector {
 
     /// Before a step of packet `fl` of `job` at device time `now_ns`.
     /// Events to post are appended to `post`.
+    /// `translate` gives the guest-physical address of a VA of the job's
+    /// address space (without touching the engine's TLB).
     pub fn on_step(
         &self,
         now_ns: u64,
         job: &Job,
         fl: &mut InFlight,
+        translate: &dyn Fn(u64) -> Option<u64>,
         post: &mut Vec<Event>,
     ) -> StepVerdict {
         let mut g = self.lock();
@@ -754,8 +795,9 @@ impl Injector {
             if class == Class::StaleTlb {
                 // Armed per engine: the next invalidation is skipped.
                 if g.opportunity(i, now_ns) {
+                    let (id, pick) = g.armed.get_mut(i).map_or((0, 0), |a| (a.id, a.rng.next()));
                     if let Some(h) = g.engines.get_mut(e) {
-                        h.stale_tlb = true;
+                        h.stale_tlb = Some((id, pick));
                     }
                 }
                 continue;
@@ -823,14 +865,25 @@ impl Injector {
                     });
                 }
                 Class::Ecc => {
-                    let page = fl.packet_va & !0xfff;
+                    // The page given, else the one the packet reads next.
+                    let va = spec.va.unwrap_or_else(|| next_read(fl));
+                    let (va, pa) = match spec.pa {
+                        Some(pa) => (ECC_PA_UNKNOWN, Some(pa)),
+                        None => (va & !0xfff, translate(va)),
+                    };
+                    let pa = pa.map(|pa| self.poison.poison(pa));
                     post.push(Event::EccError {
                         ctx_id: job.ctx,
                         engine: job.engine,
-                        va: page,
+                        va,
                         packet_va: fl.packet_va,
+                        pa: pa.unwrap_or(ECC_PA_UNKNOWN),
                     });
-                    let d = format!("{at} page={page:#x}");
+                    let d = match pa {
+                        Some(pa) if spec.pa.is_some() => format!("{at} pa={pa:#x}"),
+                        Some(pa) => format!("{at} va={va:#x} pa={pa:#x}"),
+                        None => format!("{at} va={va:#x} pa=unmapped"),
+                    };
                     g.injected(i, now_ns, job.ctx, job.engine, d);
                 }
                 Class::EventOverflow => {
@@ -914,30 +967,58 @@ impl Injector {
         }
     }
 
-    /// Engine `engine` is asked to invalidate its TLB; `true` if the
-    /// invalidation must be skipped.
-    pub fn on_invalidate(&self, now_ns: u64, engine: u32, asid: u32) -> bool {
+    /// Engine `engine` is asked to invalidate part of its TLB for `asid`:
+    /// `invalidate(None)` does it normally; when `stale-tlb` fired on the
+    /// engine, `invalidate(Some(pick))` keeps one translation of the range
+    /// (chosen by the seeded draw `pick`) stale, and returns it. The
+    /// injection is logged with the VA, the stale PA and the context; if
+    /// the range held no translation, the next invalidation tries again.
+    pub fn on_invalidate(
+        &self,
+        now_ns: u64,
+        engine: u32,
+        asid: u32,
+        invalidate: impl FnOnce(Option<u64>) -> Option<PageMapping>,
+    ) {
         let mut g = self.lock();
-        let Some(h) = g.engines.get_mut(engine as usize) else {
-            return false;
+        let Some((id, pick)) = g.engines.get(engine as usize).and_then(|h| h.stale_tlb) else {
+            drop(g);
+            invalidate(None);
+            return;
         };
-        if !h.stale_tlb {
-            return false;
+        let Some(map) = invalidate(Some(pick)) else {
+            return;
+        };
+        if let Some(h) = g.engines.get_mut(engine as usize) {
+            h.stale_tlb = None;
         }
-        h.stale_tlb = false;
         let i = g
             .armed
             .iter()
-            .position(|a| a.spec.class == Class::StaleTlb)
+            .position(|a| a.id == id)
             .unwrap_or(usize::MAX);
-        g.injected(i, now_ns, asid, engine, "invalidation skipped".to_owned());
-        true
+        let d = format!(
+            "va={:#x} stale_pa={:#x} page_size={:#x}",
+            map.va_base,
+            map.pa_base,
+            map.page_size()
+        );
+        g.injected(i, now_ns, asid, engine, d);
     }
 
     /// Before the control processor executes `op`: the status to answer
     /// instead, if any. Also logs the driver's reactions to an injection.
     pub fn on_command(&self, now_ns: u64, op: Opcode, ctx: u32, engine: u32) -> Option<Status> {
         let mut g = self.lock();
+        if matches!(op, Opcode::ContextCreate | Opcode::ContextDestroy) {
+            // A new context with this id may lay its ring out the same way:
+            // its first packet is a new opportunity, not the last one seen.
+            for h in &mut g.engines {
+                if h.hung.is_none() && h.last.is_some_and(|l| l.0 == ctx) {
+                    h.last = None;
+                }
+            }
+        }
         if matches!(
             op,
             Opcode::EngineReset
@@ -1018,6 +1099,26 @@ impl Injector {
         g.observed(now_ns, "fence", ctx, engine, format!("seqno={seqno}"));
         // One fence per reaction is enough to show the device serves again.
         g.reacted = false;
+    }
+}
+
+/// The VA packet `fl` reads next: a copy's source at its progress, a
+/// dispatch's module, a semaphore wait's value; else the packet itself
+/// (the command processor fetches the following packets from there).
+fn next_read(fl: &InFlight) -> u64 {
+    use super::copy_engine::CopyOp;
+    match fl.op {
+        Op::Copy(CopyOp::Linear { src, done, .. }) => src.wrapping_add(done),
+        Op::Copy(CopyOp::TwoD {
+            src,
+            src_pitch,
+            row,
+            col,
+            ..
+        }) => src.wrapping_add(u64::from(row) * u64::from(src_pitch) + u64::from(col)),
+        Op::Dispatch(d) => d.module_va,
+        Op::SemWait { va, .. } => va,
+        _ => fl.packet_va,
     }
 }
 

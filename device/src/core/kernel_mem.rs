@@ -37,6 +37,7 @@ use vm_memory::{GuestAddress, GuestMemoryBackend, VolatileMemory, VolatileSlice}
 
 use super::dma::GpuMemory;
 use super::mmu::{Mem, MmuFault, PageMapping};
+use super::poison::Poison;
 
 /// Pages whose host mappings a compute unit keeps during a step.
 pub const PAGE_CACHE: usize = 4;
@@ -45,6 +46,7 @@ pub const PAGE_CACHE: usize = 4;
 #[derive(Clone, Copy, Debug)]
 struct CachedPage {
     va_base: u64,
+    pa_base: u64,
     shift: u32,
     perms: u64,
     host: NonNull<u8>,
@@ -55,6 +57,7 @@ struct CachedPage {
 pub struct KernelMemory<'a> {
     gm: RefCell<GpuMemory<'a>>,
     mem: &'a Mem,
+    poison: Option<&'a Poison>,
     fault: Cell<Option<MmuFault>>,
     pages: Cell<[Option<CachedPage>; PAGE_CACHE]>,
     victim: Cell<usize>,
@@ -72,6 +75,7 @@ impl<'a> KernelMemory<'a> {
     /// Kernel accesses through `gm`.
     pub fn new(gm: GpuMemory<'a>, mem: &'a Mem) -> Self {
         KernelMemory {
+            poison: gm.poison(),
             gm: RefCell::new(gm),
             mem,
             fault: Cell::new(None),
@@ -103,6 +107,27 @@ impl<'a> KernelMemory<'a> {
     fn translate(&self, va: u64, access: Access, size: u8) -> Result<PageMapping, MemFault> {
         let r = self.gm.borrow_mut().translate(va, access);
         r.map_err(|f| self.fail(f, size))
+    }
+
+    /// Whether a read of `pa..pa + len` touches a poisoned page.
+    #[inline(always)]
+    fn poisoned(&self, access: Access, pa: u64, len: u64) -> bool {
+        access != Access::Write && self.poison.is_some_and(|p| p.hit(pa, len).is_some())
+    }
+
+    /// Fails a read of `size` bytes at `va` (in `map`) that touches a
+    /// poisoned page with an ECC error.
+    fn check_poison(
+        &self,
+        map: &PageMapping,
+        va: u64,
+        access: Access,
+        size: u8,
+    ) -> Result<(), MemFault> {
+        if self.poisoned(access, map.pa(va), u64::from(size)) {
+            return Err(self.fail(MmuFault::ecc(va, access), size));
+        }
+        Ok(())
     }
 
     /// The host mapping of `len` bytes at `va` in page `map`.
@@ -162,12 +187,20 @@ impl<'a> KernelMemory<'a> {
                 && hi >> p.shift == p.va_base >> p.shift
                 && p.perms & need == need
             {
+                if self.poisoned(
+                    access,
+                    p.pa_base + (lo - p.va_base),
+                    hi - lo + u64::from(size),
+                ) {
+                    // The lane-by-lane path reports it.
+                    return None;
+                }
                 // The offset is below the page size, inside the mapping.
                 return Some(unsafe_offset(p.host, lo - p.va_base));
             }
         }
         let map = self.translate(lo, access, size).ok()?;
-        if !map.contains(hi) {
+        if !map.contains(hi) || self.poisoned(access, map.pa(lo), hi - lo + u64::from(size)) {
             return None;
         }
         let len = usize::try_from(map.page_size()).ok()?;
@@ -178,6 +211,7 @@ impl<'a> KernelMemory<'a> {
         if let Some(slot) = pages.get_mut(v) {
             *slot = Some(CachedPage {
                 va_base: map.va_base,
+                pa_base: map.pa_base,
                 shift: map.shift,
                 perms: map.perms,
                 host,
@@ -266,6 +300,7 @@ impl GlobalMemory for KernelMemory<'_> {
             return Ok(unsafe { read_at(h.as_ptr(), 0, size) });
         }
         let map = self.translate(va, Access::Read, size)?;
+        self.check_poison(&map, va, Access::Read, size)?;
         let s = self.slice(&map, va, usize::from(size), Access::Read, size)?;
         let g = s.ptr_guard();
         // SAFETY: the slice covers `size` bytes at `va`, which is naturally
@@ -290,6 +325,7 @@ impl GlobalMemory for KernelMemory<'_> {
 
     fn atomic32(&self, va: u64, op: AtomOp, b: u32, c: u32) -> Result<u32, MemFault> {
         let map = self.translate(va, Access::Atomic, 4)?;
+        self.check_poison(&map, va, Access::Atomic, 4)?;
         let s = self.slice(&map, va, 4, Access::Atomic, 4)?;
         let bad = MmuFault {
             va,

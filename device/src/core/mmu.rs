@@ -35,6 +35,13 @@
 //! the TLB may hold translations of pages that were never accessed: a
 //! driver must invalidate after changing any valid entry.
 //!
+//! A TLB also has one *stale* slot, used only by fault injection
+//! (`stale-tlb`): [`Tlb::invalidate_keep_one`] invalidates a range but
+//! moves one of its translations to that slot, and the next translation
+//! of that page is served from it once (the old physical address) before
+//! the page walks again. A later invalidation covering it, or a flush,
+//! drops it.
+//!
 //! [`Mmu::translate`] combines both and counts hits and misses.
 
 use vgpu_hwif::mmu::{
@@ -65,6 +72,29 @@ pub struct MmuFault {
     /// The page-table level where the walk failed (3 = root), or
     /// [`LEVEL_NONE`].
     pub level: u8,
+}
+
+/// [`MmuFault::level`] of an access that translated but touched a poisoned
+/// page (an uncorrectable ECC error, [`super::poison`]): not a page fault,
+/// the command processor reports it as the engine error
+/// `ECC_UNCORRECTABLE`.
+pub const LEVEL_ECC: u8 = 0xec;
+
+impl MmuFault {
+    /// The access to `va` touched a poisoned page.
+    pub const fn ecc(va: u64, access: Access) -> MmuFault {
+        MmuFault {
+            va,
+            access,
+            reason: FaultReason::BadPhysical,
+            level: LEVEL_ECC,
+        }
+    }
+
+    /// Whether this is an uncorrectable ECC error rather than a fault.
+    pub const fn is_ecc(&self) -> bool {
+        self.level == LEVEL_ECC
+    }
 }
 
 /// One address space: a context's page-table root and the VA width of the
@@ -397,6 +427,9 @@ pub struct Tlb {
     small: Array,
     huge: Array,
     stats: TlbStats,
+    /// A translation kept past its invalidation (fault injection), served
+    /// once.
+    stale: Option<Entry>,
 }
 
 impl Default for Tlb {
@@ -412,6 +445,7 @@ impl Tlb {
             small: Array::new(TLB_SETS, PAGE_SHIFT),
             huge: Array::new(TLB_HUGE_SETS, HUGE_SHIFT),
             stats: TlbStats::default(),
+            stale: None,
         }
     }
 
@@ -436,22 +470,58 @@ impl Tlb {
     /// `va..va + size` (`size` 0: the whole address space). Returns how
     /// many were dropped.
     pub fn invalidate(&mut self, asid: u32, va: u64, size: u64) -> u64 {
-        let end = va.saturating_add(size);
-        self.retain_all(|e| {
-            if e.asid != asid {
-                return true;
-            }
-            if size == 0 {
-                return false;
-            }
-            let page_end = e.map.va_base.saturating_add(e.map.page_size());
-            // Keep pages entirely outside the range.
-            page_end <= va || e.map.va_base >= end
-        })
+        if self.stale.is_some_and(|e| in_range(&e, asid, va, size)) {
+            self.stale = None;
+        }
+        self.retain_all(|e| !in_range(e, asid, va, size))
+    }
+
+    /// Translations of `asid` cached for pages overlapping `va..va + size`
+    /// (`size` 0: the whole address space), in a fixed order.
+    pub fn cached_in(&self, asid: u32, va: u64, size: u64) -> Vec<PageMapping> {
+        self.small
+            .entries
+            .iter()
+            .chain(self.huge.entries.iter())
+            .flatten()
+            .filter(|e| in_range(e, asid, va, size))
+            .map(|e| e.map)
+            .collect()
+    }
+
+    /// [`Tlb::invalidate`], except that the `pick % n`-th of the `n`
+    /// translations in the range (in [`Tlb::cached_in`] order) is kept as
+    /// the stale entry, served once by the next translation of its page.
+    /// Returns it, or `None` (and invalidates normally) if the range holds
+    /// no translation.
+    pub fn invalidate_keep_one(
+        &mut self,
+        asid: u32,
+        va: u64,
+        size: u64,
+        pick: u64,
+    ) -> Option<PageMapping> {
+        let found = self.cached_in(asid, va, size);
+        self.invalidate(asid, va, size);
+        let n = found.len() as u64;
+        let map = *found.get(usize::try_from(pick % n.max(1)).ok()?)?;
+        self.stale = Some(Entry { asid, map });
+        Some(map)
+    }
+
+    /// The stale entry for `va` of `asid`, taken out.
+    fn take_stale(&mut self, asid: u32, va: u64) -> Option<PageMapping> {
+        let e = self.stale?;
+        if e.asid != asid || !e.map.contains(va) {
+            return None;
+        }
+        self.stale = None;
+        Some(e.map)
     }
 
     /// Drops every entry.
     pub fn flush(&mut self) -> u64 {
+        self.stale = None;
         self.retain_all(|_| false)
     }
 
@@ -482,6 +552,20 @@ impl Tlb {
     }
 }
 
+/// Whether `e` is a translation of `asid` overlapping `va..va + size`
+/// (`size` 0: any page of `asid`).
+fn in_range(e: &Entry, asid: u32, va: u64, size: u64) -> bool {
+    if e.asid != asid {
+        return false;
+    }
+    if size == 0 {
+        return true;
+    }
+    let end = va.saturating_add(size);
+    let page_end = e.map.va_base.saturating_add(e.map.page_size());
+    page_end > va && e.map.va_base < end
+}
+
 /// Translation through a TLB: what an engine's memory accesses use.
 #[derive(Debug)]
 pub struct Mmu<'a> {
@@ -499,6 +583,11 @@ impl Mmu<'_> {
     /// page, so that a retry walks again.
     pub fn translate(&mut self, va: u64, access: Access) -> Result<PageMapping, MmuFault> {
         let asid = self.space.asid;
+        if let Some(map) = self.tlb.take_stale(asid, va) {
+            // Served once from before an invalidation (fault injection).
+            self.tlb.stats.hits += 1;
+            return map.check(va, access).map(|()| map);
+        }
         if let Some(map) = self.tlb.lookup(asid, va) {
             self.tlb.stats.hits += 1;
             return match map.check(va, access) {

@@ -34,6 +34,7 @@ pub mod gpu;
 pub mod inject;
 pub mod kernel_mem;
 pub mod mmu;
+pub mod poison;
 pub mod reset;
 pub mod ring;
 pub mod scheduler;

@@ -481,9 +481,14 @@ pub fn serve_requests(gpu: &Gpu, st: &mut GpuState, e: u32, cp: &mut CommandProc
                 }
             }
             Request::Invalidate { asid, va, size } => {
-                if !gpu.inject.on_invalidate(gpu.clock.now_ns(), e, asid) {
-                    cp.invalidate_tlbs(asid, va, size);
-                }
+                gpu.inject
+                    .on_invalidate(gpu.clock.now_ns(), e, asid, |pick| match pick {
+                        Some(pick) => cp.invalidate_tlbs_keep_one(asid, va, size, pick),
+                        None => {
+                            cp.invalidate_tlbs(asid, va, size);
+                            None
+                        }
+                    });
             }
         }
         if let Some(es) = st.engines.get_mut(ei) {

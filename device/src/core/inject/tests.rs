@@ -114,6 +114,47 @@ fn specs_parse_render_and_reject() {
 }
 
 #[test]
+fn reseeding_replays_the_draws_of_a_fresh_injector() {
+    let draws = |inj: &Injector| {
+        inj.arm(Spec::parse("throttle:p=0.5,count=0").unwrap(), 0);
+        let mut g = inj.lock();
+        let a = g.armed.last_mut().unwrap();
+        (0..16).map(|_| a.rng.next()).collect::<Vec<_>>()
+    };
+    let fresh = Injector::new();
+    fresh.set_seed(9);
+    let want = draws(&fresh);
+    let reused = Injector::new();
+    reused.set_seed(3);
+    draws(&reused);
+    reused.disarm(0).unwrap();
+    reused.set_seed(9);
+    assert_eq!(draws(&reused), want);
+}
+
+#[test]
+fn a_recreated_context_replaying_the_same_ring_is_counted_again() {
+    let mut r = rig(&["event-spurious:p=0,count=0"]);
+    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 1)])
+        .unwrap();
+    assert_eq!(fences(&events(&mut r.d)), vec![1]);
+    assert_eq!(r.gpu.inject.status()[0].seen, 1);
+    let destroy = Command::ContextDestroy {
+        ctx_id: 1,
+        flags: 0,
+    };
+    assert_eq!(r.d.status(destroy), Status::Ok);
+    // Same id, same ring VA, same first packet: a new opportunity.
+    let mut c = r.d.context(1, 1, 0).unwrap();
+    r.d.ring(&mut c, engine::COPY).unwrap();
+    r.d.buffer(&mut c, DATA, 0x1000, PTE_READ | PTE_WRITE)
+        .unwrap();
+    r.d.submit(&mut c, engine::COPY, &[fence(DATA, 1)]).unwrap();
+    assert_eq!(fences(&events(&mut r.d)), vec![1]);
+    assert_eq!(r.gpu.inject.status()[0].seen, 2);
+}
+
+#[test]
 fn same_seed_same_injections() {
     let pattern = |seed: u64| {
         let mut g = Inner {
@@ -262,38 +303,354 @@ fn mmu_fault_at_a_chosen_va() {
     );
 }
 
-#[test]
-fn stale_tlb_skips_one_invalidation() {
-    let mut r = rig(&["stale-tlb"]);
-    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 1)])
+/// Copies `pages` pages from `DATA` to `dst` and waits for fence `seqno`.
+fn copy_pages(r: &mut Rig, dst: u64, pages: u64, seqno: u64) {
+    let copy = Packet::Copy {
+        src: DATA,
+        dst,
+        size: pages * 4096,
+    };
+    r.d.submit(&mut r.c, engine::COPY, &[copy, fence(DATA + 0xf000, seqno)])
         .unwrap();
-    assert_eq!(fences(&events(&mut r.d)), vec![1]);
+    assert!(fences(&events(&mut r.d)).contains(&seqno));
+}
+
+/// The first byte of each 4 KiB page of `pages` pages at `pa`.
+fn page_marks(mem: &GuestMemoryMmap, pa: u64, pages: u64) -> Vec<u8> {
+    (0..pages)
+        .map(|i| mem.read_obj::<u8>(GuestAddress(pa + i * 4096)).unwrap())
+        .collect()
+}
+
+#[test]
+fn stale_tlb_serves_one_old_translation_once() {
+    let mut r = rig(&["stale-tlb"]);
+    const PAGES: u64 = 4;
+    const DST: u64 = 0x80_0000;
+    let dst_pa =
+        r.d.buffer(&mut r.c, DST, PAGES * 4096, PTE_READ | PTE_WRITE)
+            .unwrap();
+    // Old pages: 0x10 + i; new pages (same VAs, after the remap): 0xa0 + i.
+    let fresh =
+        r.d.buffer(&mut r.c, 0x100_0000, PAGES * 4096, PTE_READ | PTE_WRITE)
+            .unwrap();
+    let mut new_pa = Vec::new();
+    for i in 0..PAGES {
+        r.mem
+            .write_slice(&[0x10 + i as u8; 4096], GuestAddress(r.pa + i * 4096))
+            .unwrap();
+        let pa = fresh + i * 4096;
+        r.mem
+            .write_slice(&[0xa0 + i as u8; 4096], GuestAddress(pa))
+            .unwrap();
+        new_pa.push(pa);
+    }
+    // Caches the translations of the old pages.
+    copy_pages(&mut r, DST, PAGES, 1);
+    assert_eq!(
+        page_marks(&r.mem, dst_pa, PAGES),
+        vec![0x10, 0x11, 0x12, 0x13]
+    );
+    for (i, pa) in new_pa.iter().enumerate() {
+        r.c.pt
+            .map_4k(&r.mem, DATA + i as u64 * 4096, *pa, PTE_READ | PTE_WRITE)
+            .unwrap();
+    }
     let inv = Command::TlbInvalidate {
         ctx_id: 1,
         engine_mask: 0,
-        va: 0,
-        size: 0,
+        va: DATA,
+        size: PAGES * 4096,
     };
     assert_eq!(r.d.status(inv), Status::Ok);
     let log = injected(&r.gpu);
-    assert_eq!(log.len(), 1);
-    assert_eq!(log[0].detail, "invalidation skipped");
+    assert_eq!(log.len(), 1, "{log:?}");
+    assert_eq!(log[0].what, "stale-tlb");
+    assert_eq!(log[0].ctx, 1);
+    let va = u64::from_str_radix(
+        log[0]
+            .detail
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("va=0x"))
+            .unwrap(),
+        16,
+    )
+    .unwrap();
+    let k = (va - DATA) / 4096;
+    assert!(k < PAGES, "{}", log[0].detail);
+    assert!(
+        log[0]
+            .detail
+            .contains(&format!("stale_pa={:#x}", r.pa + k * 4096)),
+        "{}",
+        log[0].detail
+    );
+    // First access after the invalidation: page k is read from the old
+    // page, every other page from its new one.
+    copy_pages(&mut r, DST, PAGES, 2);
+    let want: Vec<u8> = (0..PAGES)
+        .map(|i| {
+            if i == k {
+                0x10 + i as u8
+            } else {
+                0xa0 + i as u8
+            }
+        })
+        .collect();
+    assert_eq!(page_marks(&r.mem, dst_pa, PAGES), want);
+    // Second access: the stale translation is gone.
+    copy_pages(&mut r, DST, PAGES, 3);
+    assert_eq!(
+        page_marks(&r.mem, dst_pa, PAGES),
+        vec![0xa0, 0xa1, 0xa2, 0xa3]
+    );
+    // count=1: later invalidations are complete.
     assert_eq!(r.d.status(inv), Status::Ok);
     assert_eq!(injected(&r.gpu).len(), 1);
 }
 
 #[test]
-fn ecc_event_names_a_page() {
-    let mut r = rig(&["ecc"]);
+fn stale_tlb_choice_follows_the_seed() {
+    let mut tlb = crate::core::mmu::Tlb::new();
+    for i in 0..8u64 {
+        tlb.insert(
+            1,
+            crate::core::mmu::PageMapping {
+                va_base: DATA + i * 4096,
+                pa_base: 0x40_0000 + i * 4096,
+                shift: 12,
+                perms: PTE_READ,
+                cache: 0,
+            },
+        );
+    }
+    let order = tlb.cached_in(1, DATA, 8 * 4096);
+    assert_eq!(order.len(), 8);
+    let kept = tlb.invalidate_keep_one(1, DATA, 8 * 4096, 11).unwrap();
+    assert_eq!(kept, order[11 % 8]);
+    assert!(tlb.cached_in(1, DATA, 8 * 4096).is_empty());
+    // Nothing cached in the range: nothing kept.
+    assert_eq!(tlb.invalidate_keep_one(1, 0x1000_0000, 4096, 3), None);
+}
+
+const ECC: u32 = vgpu_hwif::packet::EngineError::EccUncorrectable as u32;
+
+fn engine_errors(ev: &[Event]) -> Vec<u32> {
+    ev.iter()
+        .filter_map(|e| match e {
+            Event::EngineError { code, .. } => Some(*code),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A second buffer of the rig's context, filled with `byte`.
+fn dst_buffer(r: &mut Rig, va: u64, byte: u8) -> u64 {
+    let pa =
+        r.d.buffer(&mut r.c, va, 0x4000, PTE_READ | PTE_WRITE)
+            .unwrap();
+    r.mem
+        .write_slice(&[byte; 0x4000], GuestAddress(pa))
+        .unwrap();
+    pa
+}
+
+#[test]
+fn ecc_poisons_the_copy_source_and_the_copy_stops() {
+    let mut r = rig(&["ecc:packet=COPY"]);
+    const DST: u64 = 0x80_0000;
+    let dst_pa = dst_buffer(&mut r, DST, 0x77);
+    r.mem
+        .write_slice(&[0x5a; 4096], GuestAddress(r.pa))
+        .unwrap();
+    let copy = Packet::Copy {
+        src: DATA,
+        dst: DST,
+        size: 4096,
+    };
+    r.d.submit(&mut r.c, engine::COPY, &[copy, fence(DATA + 0x8000, 1)])
+        .unwrap();
+    let ev = events(&mut r.d);
+    assert!(
+        ev.iter().any(|e| matches!(
+            e,
+            Event::EccError { ctx_id: 1, engine: 0, va: DATA, pa, .. } if *pa == r.pa
+        )),
+        "{ev:?}"
+    );
+    assert_eq!(engine_errors(&ev), vec![ECC], "{ev:?}");
+    assert_eq!(fences(&ev), Vec::<u64>::new(), "the ring stopped");
+    let mut got = vec![0u8; 4096];
+    r.mem.read_slice(&mut got, GuestAddress(dst_pa)).unwrap();
+    assert!(got.iter().all(|&b| b == 0x77), "destination untouched");
+    assert_eq!(r.gpu.inject.poison().pages(), vec![r.pa]);
+    let log = injected(&r.gpu);
+    assert!(
+        log[0]
+            .detail
+            .contains(&format!("va={DATA:#x} pa={:#x}", r.pa)),
+        "{}",
+        log[0].detail
+    );
+    // Memory is not reset with the device.
+    assert_eq!(r.d.status(Command::DeviceReset), Status::Ok);
+    assert_eq!(r.gpu.inject.poison().pages(), vec![r.pa]);
+}
+
+#[test]
+fn a_full_page_write_scrubs_the_poison_a_partial_one_does_not() {
+    let mut r = rig(&[]);
+    const DST: u64 = 0x80_0000;
+    let dst_pa = dst_buffer(&mut r, DST, 0x77);
+    let poison = r.gpu.inject.poison();
+    poison.poison(r.pa);
+    poison.poison(r.pa + 0x1000);
+    let fill = |va: u64, size: u64| Packet::Fill {
+        dst: va,
+        size,
+        pattern: 0x1122_3344,
+    };
+    let copy = |src: u64| Packet::Copy {
+        src,
+        dst: DST,
+        size: 4096,
+    };
+    // Page 0: a full-page fill scrubs it, the copy then reads the fill.
+    r.d.submit(
+        &mut r.c,
+        engine::COPY,
+        &[fill(DATA, 4096), copy(DATA), fence(DATA + 0x8000, 1)],
+    )
+    .unwrap();
+    let ev = events(&mut r.d);
+    assert_eq!(
+        (fences(&ev), engine_errors(&ev)),
+        (vec![1], vec![]),
+        "{ev:?}"
+    );
+    assert_eq!(read_u64(&r.mem, dst_pa).unwrap(), 0x1122_3344_1122_3344);
+    assert_eq!(r.gpu.inject.poison().pages(), vec![r.pa + 0x1000]);
+    // Page 1: half a page written, still poisoned.
+    r.d.submit(
+        &mut r.c,
+        engine::COPY,
+        &[
+            fill(DATA + 0x1000, 2048),
+            copy(DATA + 0x1000),
+            fence(DATA + 0x8000, 2),
+        ],
+    )
+    .unwrap();
+    let ev = events(&mut r.d);
+    assert_eq!(
+        (fences(&ev), engine_errors(&ev)),
+        (vec![], vec![ECC]),
+        "{ev:?}"
+    );
+    assert_eq!(r.gpu.inject.poison().pages(), vec![r.pa + 0x1000]);
+}
+
+#[test]
+fn a_kernel_load_from_a_poisoned_page_is_an_ecc_engine_error() {
+    use vgpu_hwif::mmu::PTE_EXEC;
+    let mut r = rig(&[]);
+    const CODE: u64 = 0x100_0000;
+    const ARGS: u64 = 0x108_0000;
+    const IN: u64 = 0x110_0000;
+    const OUT: u64 = 0x118_0000;
+    r.d.ring(&mut r.c, engine::COMPUTE).unwrap();
+    let code_pa =
+        r.d.buffer(&mut r.c, CODE, 0x1_0000, PTE_READ | PTE_EXEC)
+            .unwrap();
+    let args_pa = r.d.buffer(&mut r.c, ARGS, 0x1000, PTE_READ).unwrap();
+    let in_pa =
+        r.d.buffer(&mut r.c, IN, 0x1000, PTE_READ | PTE_WRITE)
+            .unwrap();
+    let out_pa =
+        r.d.buffer(&mut r.c, OUT, 0x1000, PTE_READ | PTE_WRITE)
+            .unwrap();
+    let m = vgpu_isa::assemble(
+        ".kernel k\n.arg a ptr\n.arg b ptr\n    ldarg d0, [a]\n    ld.32 r2, [d0]\n    ldarg d4, [b]\n    st.32 [d4], r2\n    exit\n.end\n",
+        2,
+    )
+    .unwrap();
+    let image = m.to_bytes().unwrap();
+    r.mem.write_slice(&image, GuestAddress(code_pa)).unwrap();
+    let mut argv = Vec::new();
+    argv.extend_from_slice(&IN.to_le_bytes());
+    argv.extend_from_slice(&OUT.to_le_bytes());
+    r.mem.write_slice(&argv, GuestAddress(args_pa)).unwrap();
+    r.mem.write_obj(0xabcd_u32, GuestAddress(in_pa)).unwrap();
+    let dispatch = Packet::Dispatch {
+        module_va: CODE,
+        module_size: image.len() as u32,
+        kernel: 0,
+        args_va: ARGS,
+        args_size: argv.len() as u32,
+        grid: [1, 1, 1],
+        wg: [32, 1, 1],
+        shared_size: 0,
+    };
+    // Unpoisoned: the kernel copies the word.
+    r.d.submit(&mut r.c, engine::COMPUTE, &[dispatch, fence(DATA, 1)])
+        .unwrap();
+    assert_eq!(fences(&events(&mut r.d)), vec![1]);
+    assert_eq!(r.mem.read_obj::<u32>(GuestAddress(out_pa)).unwrap(), 0xabcd);
+    r.mem.write_obj(0_u32, GuestAddress(out_pa)).unwrap();
+    r.gpu.inject.poison().poison(in_pa);
+    r.d.submit(&mut r.c, engine::COMPUTE, &[dispatch, fence(DATA, 2)])
+        .unwrap();
+    let ev = events(&mut r.d);
+    assert_eq!(
+        (fences(&ev), engine_errors(&ev)),
+        (vec![], vec![ECC]),
+        "{ev:?}"
+    );
+    assert_eq!(r.mem.read_obj::<u32>(GuestAddress(out_pa)).unwrap(), 0);
+}
+
+#[test]
+fn ecc_on_a_fence_poisons_the_ring_page_and_the_next_fetch_fails() {
+    let mut r = rig(&["ecc:packet=FENCE"]);
+    let vas =
+        r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 1)])
+            .unwrap();
+    let ev = events(&mut r.d);
+    // The fence itself was fetched before the poison: it completes.
+    assert_eq!(fences(&ev), vec![1], "{ev:?}");
+    assert!(
+        ev.iter().any(|e| matches!(
+            e,
+            Event::EccError { va, packet_va, .. } if *va == vas[0] & !0xfff && *packet_va == vas[0]
+        )),
+        "{ev:?}"
+    );
+    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 2)])
+        .unwrap();
+    let ev = events(&mut r.d);
+    assert_eq!(
+        (fences(&ev), engine_errors(&ev)),
+        (vec![], vec![ECC]),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn ecc_at_a_given_pa_and_the_control_socket_lists_and_clears_it() {
+    let mut r = rig(&["ecc:pa=0x12345"]);
     r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 1)])
         .unwrap();
     let ev = events(&mut r.d);
     assert!(
-        ev.iter().any(
-            |e| matches!(e, Event::EccError { ctx_id: 1, engine: 0, va, .. } if va % 4096 == 0)
-        ),
+        ev.iter()
+            .any(|e| matches!(e, Event::EccError { pa: 0x12000, .. })),
         "{ev:?}"
     );
+    let reply = crate::inject_ctl::handle_line(&r.gpu, "poisoned");
+    assert_eq!(reply, format!("{{\"ok\":true,\"pages\":[{}]}}", 0x12000));
+    let reply = crate::inject_ctl::handle_line(&r.gpu, "unpoison all");
+    assert_eq!(reply, "{\"ok\":true,\"cleared\":1}");
+    assert!(r.gpu.inject.poison().is_empty());
 }
 
 #[test]
@@ -347,7 +704,7 @@ fn control_socket_protocol() {
     let r = rig(&[]);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ctl.sock");
-    crate::inject_ctl::spawn(&path, r.gpu.clone()).unwrap();
+    let _ctl = crate::inject_ctl::spawn(&path, r.gpu.clone()).unwrap();
     let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
     let mut rd = std::io::BufReader::new(s.try_clone().unwrap());
     let mut ask = |line: &str| {

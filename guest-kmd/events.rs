@@ -70,9 +70,12 @@ const PING_WAITERS: usize = 16;
 const PING_HISTORY: usize = 16;
 /// `EVENTS_LOST` ranges remembered for waiters that have not registered yet.
 const LOST_HISTORY: usize = 4;
-/// Warnings about lost, skipped or malformed events logged per device; later
-/// ones are only counted (see debugfs `status`).
+/// Warnings about lost, skipped or malformed events logged per
+/// [`WARN_WINDOW_NS`]; the rest are counted (debugfs `status`) and their
+/// number logged when the next window opens.
 const WARN_BUDGET: u32 = 16;
+/// The warning rate-limit window: 5 s.
+const WARN_WINDOW_NS: u64 = 5_000_000_000;
 
 /// The event virtqueue and its buffers.
 pub(crate) struct EventQueue {
@@ -194,7 +197,11 @@ pub(crate) struct Tracker {
     history_next: usize,
     lost: [Option<(u64, u64)>; LOST_HISTORY],
     lost_next: usize,
+    /// Warnings left in the current rate-limit window, and when it began.
     warn_budget: u32,
+    warn_window: Instant<Monotonic>,
+    /// Warnings suppressed since the last one printed.
+    warn_suppressed: u64,
     /// A `DEVICE_RESET` was sent: the device numbers events from 1 again,
     /// so a record numbered 1 starts a new sequence.
     restart_pending: bool,
@@ -210,12 +217,26 @@ impl Tracker {
             lost: [None; LOST_HISTORY],
             lost_next: 0,
             warn_budget: WARN_BUDGET,
+            warn_window: Instant::now(),
+            warn_suppressed: 0,
             restart_pending: false,
         }
     }
 
-    fn may_warn(&mut self) -> bool {
+    /// Rate limit for event warnings: [`WARN_BUDGET`] per
+    /// [`WARN_WINDOW_NS`]; the first warning of a new window says how many
+    /// were suppressed.
+    fn may_warn(&mut self, pdev: &pci::Device) -> bool {
+        if u64::try_from(self.warn_window.elapsed().as_nanos()).unwrap_or(0) >= WARN_WINDOW_NS {
+            self.warn_window = Instant::now();
+            self.warn_budget = WARN_BUDGET;
+            if self.warn_suppressed != 0 {
+                dev_warn!(pdev, "{} event warnings suppressed\n", self.warn_suppressed);
+                self.warn_suppressed = 0;
+            }
+        }
         if self.warn_budget == 0 {
+            self.warn_suppressed += 1;
             return false;
         }
         self.warn_budget -= 1;
@@ -236,7 +257,7 @@ impl Tracker {
             Ok(r) => r,
             Err(e) => {
                 self.stats.malformed += 1;
-                if self.may_warn() {
+                if self.may_warn(pdev) {
                     dev_warn!(pdev, "malformed event buffer: {:?}\n", e);
                 }
                 return false;
@@ -253,7 +274,7 @@ impl Tracker {
             Ok(Event::EventsLost { count, first_seq }) => {
                 self.stats.lost_records += 1;
                 self.stats.lost_events = self.stats.lost_events.saturating_add(count);
-                if self.may_warn() {
+                if self.may_warn(pdev) {
                     dev_warn!(
                         pdev,
                         "device dropped {} events starting at sequence number {}\n",
@@ -270,7 +291,7 @@ impl Tracker {
             // owner is not told yet.
             Ok(Event::EccError { ctx_id, engine, va, .. }) => {
                 self.stats.ecc_errors += 1;
-                if self.may_warn() {
+                if self.may_warn(pdev) {
                     dev_err!(
                         pdev,
                         "uncorrectable ECC error: context {} engine {} page {:#x}\n",
@@ -287,7 +308,7 @@ impl Tracker {
             Ok(ev) => {
                 if gpu.push_within_capacity(ev).is_err() {
                     self.stats.unhandled += 1;
-                    if self.may_warn() {
+                    if self.may_warn(pdev) {
                         dev_warn!(pdev, "event {}: {:?} not handled\n", rec.seq, ev);
                     }
                 }
@@ -295,7 +316,7 @@ impl Tracker {
             }
             Err(e) => {
                 self.stats.unknown_kind += 1;
-                if self.may_warn() {
+                if self.may_warn(pdev) {
                     dev_warn!(pdev, "event {}: {:?}\n", rec.seq, e);
                 }
                 false
@@ -319,7 +340,7 @@ impl Tracker {
         }
         if seq <= last {
             self.stats.seq_backwards += 1;
-            if self.may_warn() {
+            if self.may_warn(pdev) {
                 dev_warn!(pdev, "event sequence went from {} to {}\n", last, seq);
             }
             return;
@@ -328,7 +349,7 @@ impl Tracker {
             let missing = seq - last - 1;
             self.stats.seq_gaps += 1;
             self.stats.seq_missing = self.stats.seq_missing.saturating_add(missing);
-            if self.may_warn() {
+            if self.may_warn(pdev) {
                 dev_warn!(
                     pdev,
                     "event sequence gap: {} -> {} ({} missing)\n",

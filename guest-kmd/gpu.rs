@@ -1293,9 +1293,22 @@ impl Vgpu {
                 .and_then(|c| c.rings.get(p.engine as usize))
                 .filter(|r| r.present && !r.jobs.is_empty())
             else {
+                dev_info!(
+                    self.pdev,
+                    "the device refused a doorbell of context {} engine {}: no job left behind it\n",
+                    p.ctx_id,
+                    p.engine
+                );
                 continue;
             };
             let wptr = r.wptr;
+            dev_info!(
+                self.pdev,
+                "the device refused a doorbell of context {} engine {}: ringing it again at {:#x}\n",
+                p.ctx_id,
+                p.engine,
+                wptr
+            );
             g.doorbells_rung_again += 1;
             if let Err(e) = self.cmd(Command::Doorbell { ctx_id: p.ctx_id, engine: p.engine, wptr }) {
                 dev_warn!(

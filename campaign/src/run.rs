@@ -101,8 +101,12 @@ pub struct Runner {
 }
 
 /// Kernel messages that show the driver noticed something.
-const DMESG_SIGNS: [(&str, &str); 10] = [
+const DMESG_SIGNS: [(&str, &str); 14] = [
     ("hang: context", "kmd-hang-check"),
+    ("missed fence interrupt", "kmd-missed-interrupt"),
+    ("duplicate FENCE event", "kmd-duplicate-event"),
+    ("ahead of the fence value in memory", "kmd-early-event"),
+    ("refused a doorbell", "kmd-doorbell-refused"),
     ("resetting the device", "kmd-device-reset"),
     ("device wedged", "kmd-wedged"),
     ("stopped context", "kmd-engine-error"),

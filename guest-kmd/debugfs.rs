@@ -82,6 +82,7 @@ pub(crate) fn create(
         dir.read_callback_file(c"contexts", v, &show_contexts);
         dir.write_only_callback_file(c"hangcheck", v, &write_hangcheck);
         dir.read_callback_file(c"hang_dump", v, &show_hang_dump);
+        dir.read_callback_file(c"stats", v, &show_stats);
     });
     Ok(Some(KBox::pin_init(scope, GFP_KERNEL)?))
 }
@@ -127,6 +128,11 @@ fn show_contexts(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 /// pointer, context and device state.
 fn show_hang_dump(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     v.show_hang(f)
+}
+
+/// The `QUERY_STATS` summary: memory, counters, every context.
+fn show_stats(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    v.show_stats(f)
 }
 
 /// Any write runs a hang check now.

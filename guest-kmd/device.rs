@@ -158,6 +158,8 @@ pub(crate) struct Vgpu {
     /// Contexts, rings, fences, faults, resets.
     #[pin]
     pub(crate) gpu: GpuState,
+    /// GEM objects of every file (set when the render node is registered).
+    pub(crate) mem: SetOnce<Arc<crate::stats::MemAccount>>,
 }
 
 impl Vgpu {
@@ -181,6 +183,7 @@ impl Vgpu {
             zombies <- new_mutex!(KVec::new()),
             slot_mem: SetOnce::new(),
             gpu <- GpuState::new(),
+            mem: SetOnce::new(),
         })
     }
 

@@ -39,6 +39,7 @@ mod gem;
 mod gpu;
 mod irq;
 mod ptpool;
+mod stats;
 mod virtio;
 mod virtqueue;
 mod vm;

@@ -93,7 +93,8 @@ done
 
 # --- Contexts, SUBMIT (copy, fill), fences, WAIT, input-fence ordering, backpressure, faults (aborted and
 #     demand-paged), hangs (SEM_WAIT never satisfied) -> reset ladder -> guilty/innocent -> ban, destroy, close
-#     with work in flight, concurrent submitters on two files; then every object count back to zero. (Event FIFO
+#     with work in flight, QUERY_STATS (bad arguments, memory and counters following the work, engine_error),
+#     concurrent submitters on two files; then every object count back to zero. (Event FIFO
 #     overflows under fence bursts are expected and covered by the fence-value fallback; a sequence going
 #     backwards is not.)
 for g in 1 2; do
@@ -101,7 +102,7 @@ for g in 1 2; do
     selected "$name" || continue
     # 3 s per job: long enough that the backpressure checks, which hold a
     # blocked job while they fill the queue, finish before the hang check.
-    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=3000" run 'vgpu-kmd-test submit concurrent leaks; grep -E "^(contexts|bos|mappings|pt_pool_used) " /sys/kernel/debug/vgpu/*/objects; dmesg | grep -v "Kernel command line\|vgpurun=\|vgpukmd=" | grep -E "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:|event sequence went" | sed "s/^/dmesg-problem: /"; echo dmesg-checked'
+    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=3000" run 'vgpu-kmd-test submit stats concurrent leaks; grep -E "^(contexts|bos|mappings|pt_pool_used) " /sys/kernel/debug/vgpu/*/objects; dmesg | grep -v "Kernel command line\|vgpurun=\|vgpukmd=" | grep -E "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:|event sequence went" | sed "s/^/dmesg-problem: /"; echo dmesg-checked'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
     elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"

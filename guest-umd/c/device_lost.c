@@ -9,6 +9,7 @@
  *
  *   c-device_lost      exit status 0 when the loss is reported and the rebind works
  */
+#include <dirent.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
@@ -33,21 +34,52 @@ static int write_sysfs(const char *path, const char *value)
 	return rc;
 }
 
+/* The PCI name of the first render node the vgpu driver drives (the node
+ * number changes when the device is bound again). */
+static int vgpu_pci_name(char *out, size_t len)
+{
+	DIR *d = opendir("/sys/class/drm");
+	struct dirent *e;
+	int rc = -1;
+
+	if (!d)
+		return -1;
+	while (rc && (e = readdir(d))) {
+		char path[PATH_MAX], link[PATH_MAX];
+		ssize_t n;
+
+		if (strncmp(e->d_name, "renderD", 7))
+			continue;
+		snprintf(path, sizeof(path), "/sys/class/drm/%s/device/driver", e->d_name);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = 0;
+		if (strcmp(basename(link), "vgpu"))
+			continue;
+		snprintf(path, sizeof(path), "/sys/class/drm/%s/device", e->d_name);
+		n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = 0;
+		snprintf(out, len, "%s", basename(link));
+		rc = 0;
+	}
+	closedir(d);
+	return rc;
+}
+
 int main(void)
 {
 	vgpu_context_t ctx, ctx2;
 	vgpu_stream_t s;
 	vgpu_buffer_t b, later_buf;
-	char link[PATH_MAX];
 
-	ssize_t n = readlink("/sys/class/drm/renderD128/device", link, sizeof(link) - 1);
-	if (n <= 0) {
-		printf("device-lost: FAIL no /sys/class/drm/renderD128/device\n");
+	char pci[64];
+	if (vgpu_pci_name(pci, sizeof(pci))) {
+		printf("device-lost: FAIL no render node driven by vgpu under /sys/class/drm\n");
 		return 1;
 	}
-	link[n] = 0;
-	char pci[64];
-	snprintf(pci, sizeof(pci), "%s", basename(link));
 
 	if (vgpu_context_create(0, &ctx))
 		return setup_failed("vgpu_context_create");

@@ -461,7 +461,7 @@ pub unsafe extern "C" fn vgpu_context_status(ctx: u64, out: *mut VgpuContextStat
             }
             LostReason::Banned => lost::BANNED,
             LostReason::Innocent => lost::INNOCENT,
-            LostReason::EngineError => lost::ENGINE_ERROR,
+            LostReason::EngineError { .. } => lost::ENGINE_ERROR,
             LostReason::Wedged => lost::WEDGED,
             LostReason::Removed => lost::REMOVED,
         };

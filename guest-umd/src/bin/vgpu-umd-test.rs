@@ -719,19 +719,26 @@ fn test_stats(t: &mut T) {
         s.memset(&b, 0, i, big).unwrap();
     }
     t.ok("stats: work", s.synchronize());
-    let s2 = dev.stats().unwrap_or_default();
-    let (c1, c2) = (
-        s1.contexts
+    // The stream's own timeline fence (which synchronize waits for) comes
+    // before the KMD's job fence: poll until the KMD saw the job complete.
+    let find = |s: &vgpu_umd::Stats| {
+        s.contexts
             .iter()
             .find(|c| c.ctx_id == kctx)
             .copied()
-            .unwrap_or_default(),
-        s2.contexts
-            .iter()
-            .find(|c| c.ctx_id == kctx)
-            .copied()
-            .unwrap_or_default(),
-    );
+            .unwrap_or_default()
+    };
+    let c1 = find(&s1);
+    let mut s2 = dev.stats().unwrap_or_default();
+    for _ in 0..100 {
+        let c = find(&s2);
+        if c.submitted[0] > 0 && c.completed[0] == c.submitted[0] {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        s2 = dev.stats().unwrap_or_default();
+    }
+    let c2 = find(&s2);
     t.check(
         "stats: fences and counters follow the work",
         c2.submitted[0] > c1.submitted[0]

@@ -83,6 +83,7 @@ pub(crate) fn create(
         dir.write_only_callback_file(c"hangcheck", v, &write_hangcheck);
         dir.write_only_callback_file(c"reset_device", v, &write_reset_device);
         dir.read_callback_file(c"hang_dump", v, &show_hang_dump);
+        dir.read_callback_file(c"stats", v, &show_stats);
     });
     Ok(Some(KBox::pin_init(scope, GFP_KERNEL)?))
 }
@@ -128,6 +129,11 @@ fn show_contexts(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 /// pointer, context and device state.
 fn show_hang_dump(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     v.show_hang(f)
+}
+
+/// The `QUERY_STATS` summary: memory, counters, every context.
+fn show_stats(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    v.show_stats(f)
 }
 
 /// Any write runs a hang check now.

@@ -162,6 +162,8 @@ pub(crate) struct Vgpu {
     /// The periodic hang check, from probe until shutdown.
     #[pin]
     watchdog: Mutex<Option<WatchdogHandle>>,
+    /// GEM objects of every file (set when the render node is registered).
+    pub(crate) mem: SetOnce<Arc<crate::stats::MemAccount>>,
 }
 
 impl Vgpu {
@@ -186,6 +188,7 @@ impl Vgpu {
             slot_mem: SetOnce::new(),
             gpu <- GpuState::new(),
             watchdog <- new_mutex!(None),
+            mem: SetOnce::new(),
         })
     }
 

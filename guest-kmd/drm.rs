@@ -25,6 +25,10 @@ use crate::{
         BindArgs,
         Vm, //
     },
+    stats::{
+        MemAccount,
+        MemCharge, //
+    },
     Vgpu,
 };
 use kernel::{
@@ -79,6 +83,8 @@ pub(crate) struct Client {
     /// The file's GPU address space.
     #[pin]
     pub(crate) vm: Mutex<Vm>,
+    /// GEM objects created through this file.
+    pub(crate) mem: Arc<MemAccount>,
 }
 
 /// Source of [`Client::id`].
@@ -147,6 +153,7 @@ impl drm::Driver for VgpuDrm {
         (VGPU_CTX_QUERY, drm_vgpu_ctx_query, ioctl::RENDER_ALLOW, VgpuFile::ctx_query),
         (VGPU_SUBMIT, drm_vgpu_submit, ioctl::RENDER_ALLOW, VgpuFile::submit),
         (VGPU_WAIT, drm_vgpu_wait, ioctl::RENDER_ALLOW, VgpuFile::wait),
+        (VGPU_QUERY_STATS, drm_vgpu_query_stats, ioctl::RENDER_ALLOW, VgpuFile::query_stats),
     }
 }
 
@@ -158,10 +165,12 @@ impl drm::file::DriverFile for VgpuFile {
         let vgpu = dev.vgpu.clone();
         vgpu.check_usable()?;
         let vm = vgpu.new_vm()?;
+        let mem = MemAccount::new()?;
         let client = Arc::pin_init(
             pin_init!(Client {
                 id: NEXT_CLIENT.fetch_add(1, Relaxed),
                 vm <- new_mutex!(vm),
+                mem,
             }),
             GFP_KERNEL,
         )?;
@@ -226,7 +235,8 @@ impl VgpuFile {
             map_wc: false,
             parent_resv_obj: None,
         };
-        let bo = Bo::new(dev, size, config, BoArgs { flags: args.flags })?;
+        let charge = MemCharge::new(size, dev.vgpu.mem.as_ref().ok_or(ENODEV)?.clone(), file.inner().client.mem.clone());
+        let bo = Bo::new(dev, size, config, BoArgs { flags: args.flags, charge })?;
         args.handle = bo.create_handle(file)?;
         Ok(0)
     }
@@ -327,7 +337,7 @@ impl VgpuFile {
         args.fault_reason = q.fault_reason;
         args.hangs = q.hangs;
         args.faults = q.faults;
-        args.engine_error = 0;
+        args.engine_error = q.engine_error;
         Ok(0)
     }
 
@@ -338,6 +348,16 @@ impl VgpuFile {
         file: &drm::File<VgpuFile>,
     ) -> Result<u32> {
         dev.vgpu.submit(&file.inner().client, args)?;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_VGPU_QUERY_STATS` ([`crate::stats`]).
+    fn query_stats(
+        dev: &VgpuDrmDevice,
+        args: &mut uapi::drm_vgpu_query_stats,
+        _file: &drm::File<VgpuFile>,
+    ) -> Result<u32> {
+        dev.vgpu.query_stats(args)?;
         Ok(0)
     }
 
@@ -355,6 +375,7 @@ impl VgpuFile {
 /// Creates and registers the device's render node. It is unregistered
 /// automatically when the PCI device is unbound.
 pub(crate) fn register(pdev: &pci::Device<Core<'_>>, vgpu: &Arc<Vgpu>) -> Result {
+    let _ = vgpu.mem.populate(MemAccount::new()?);
     let data = Ok::<_, Error>(DrmData { vgpu: vgpu.clone() });
     let drm = drm::UnregisteredDevice::<VgpuDrm>::new(pdev.as_ref(), data)?;
     drm::Registration::new_foreign_owned(drm, pdev.as_ref(), 0)?;

@@ -64,6 +64,7 @@ impl Drop for LiveCount {
 pub(crate) struct VgpuObject {
     flags: u32,
     _live: LiveCount,
+    _charge: crate::stats::MemCharge,
 }
 
 impl VgpuObject {
@@ -77,6 +78,8 @@ impl VgpuObject {
 pub(crate) struct BoArgs {
     /// `VGPU_GEM_CREATE_*`.
     pub(crate) flags: u32,
+    /// Memory accounting, from creation until the object is freed.
+    pub(crate) charge: crate::stats::MemCharge,
 }
 
 impl gem::DriverObject for VgpuObject {
@@ -91,6 +94,7 @@ impl gem::DriverObject for VgpuObject {
         try_pin_init!(VgpuObject {
             flags: args.flags,
             _live: LiveCount::new(),
+            _charge: args.charge,
         })
     }
 }

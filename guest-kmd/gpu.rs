@@ -347,6 +347,10 @@ struct Ctx {
     hang_times: KVec<Instant<Monotonic>>,
     faults: u32,
     rings: [RingSw; ENGINES],
+    /// Thread-group id of the creating process.
+    pid: u32,
+    /// `EngineError` code of the first engine error that stopped it (0: none).
+    engine_error: u32,
 }
 
 /// A logged fault.
@@ -538,6 +542,7 @@ pub(crate) struct CtxQuery {
     pub(crate) fault_reason: u32,
     pub(crate) hangs: u32,
     pub(crate) faults: u32,
+    pub(crate) engine_error: u32,
 }
 
 impl Vgpu {
@@ -676,6 +681,8 @@ impl Vgpu {
             hang_times: KVec::new(),
             faults: 0,
             rings: [RingSw::new(engine_mask & 1 != 0), RingSw::new(engine_mask & 2 != 0)],
+            pid: crate::stats::current_tgid(),
+            engine_error: 0,
         };
         if let Some(s) = g.slots.get_mut(hw as usize) {
             *s = Some(ctx);
@@ -870,6 +877,7 @@ impl Vgpu {
             fault_reason: c.fault_reason,
             hangs: c.hangs,
             faults: c.faults,
+            engine_error: c.engine_error,
         })
     }
 
@@ -1169,6 +1177,9 @@ impl Vgpu {
                 if let Some(c) = g.slots.get_mut(ctx_id as usize).and_then(Option::as_mut) {
                     c.errored = true;
                     c.reset_status = uapi::VGPU_CTX_RESET_GUILTY;
+                    if c.engine_error == 0 {
+                        c.engine_error = code;
+                    }
                     if let Some(r) = c.rings.get_mut(engine as usize) {
                         r.fail_pending();
                     }
@@ -1747,4 +1758,94 @@ unsafe extern "C" fn wedged_uevent(dev: *mut bindings::device, _data: *mut kerne
         unsafe { bindings::kobject_uevent_env(&raw mut (*dev).kobj, bindings::kobject_action_KOBJ_CHANGE, env.as_mut_ptr()) };
     }
     0
+}
+
+/// A context as `QUERY_STATS` and debugfs `stats` list it ([`crate::stats`]).
+pub(crate) struct CtxSnapshot {
+    /// Device slot.
+    pub(crate) hw: u32,
+    /// The id `CTX_CREATE` returned.
+    pub(crate) handle: u32,
+    pub(crate) client: Arc<Client>,
+    pub(crate) pid: u32,
+    pub(crate) priority: u32,
+    pub(crate) engines: u32,
+    pub(crate) reset_status: u32,
+    pub(crate) state: u32,
+    pub(crate) hangs: u32,
+    pub(crate) faults: u32,
+    pub(crate) engine_error: u32,
+    /// Last seqno submitted per engine (0: none).
+    pub(crate) submitted: [u64; ENGINES],
+    /// Last seqno signalled per engine.
+    pub(crate) completed: [u64; ENGINES],
+}
+
+/// The KMD's device-wide counters.
+pub(crate) struct KmdCounters {
+    pub(crate) engine_resets: u64,
+    pub(crate) device_resets: u64,
+    pub(crate) hangs: u64,
+    pub(crate) faults: u64,
+    pub(crate) wedged: bool,
+}
+
+impl Vgpu {
+    /// Every context of every file (appended to `out`, by device slot) and
+    /// the KMD's counters, read under the GPU lock.
+    pub(crate) fn stats_snapshot(&self, out: &mut KVec<CtxSnapshot>) -> Result<KmdCounters> {
+        let slots = self.slots().ok();
+        let g = self.gpu.state.lock();
+        for (i, s) in g.slots.iter().enumerate() {
+            let Some(c) = s else { continue };
+            if c.destroying {
+                continue;
+            }
+            let mut state = 0;
+            if c.errored {
+                state |= uapi::VGPU_CTX_STATE_ERRORED;
+            }
+            if c.banned {
+                state |= uapi::VGPU_CTX_STATE_BANNED;
+            }
+            if c.fault_access != 0 {
+                state |= uapi::VGPU_CTX_STATE_FAULTED;
+            }
+            let mut submitted = [0; ENGINES];
+            let mut completed = [0; ENGINES];
+            for (e, r) in c.rings.iter().enumerate() {
+                if !r.present {
+                    continue;
+                }
+                let fence = slots.map_or(0, |m| m.fence_value(i as u32, e));
+                submitted[e] = r.next_seqno - 1;
+                completed[e] = r.completed.max(fence.min(submitted[e]));
+            }
+            out.push(
+                CtxSnapshot {
+                    hw: i as u32,
+                    handle: c.handle,
+                    client: c.client.clone(),
+                    pid: c.pid,
+                    priority: c.priority,
+                    engines: c.engine_mask,
+                    reset_status: c.reset_status,
+                    state,
+                    hangs: c.hangs,
+                    faults: c.faults,
+                    engine_error: c.engine_error,
+                    submitted,
+                    completed,
+                },
+                GFP_KERNEL,
+            )?;
+        }
+        Ok(KmdCounters {
+            engine_resets: g.engine_resets,
+            device_resets: g.device_resets,
+            hangs: g.hang_count,
+            faults: g.fault_count,
+            wedged: g.wedged,
+        })
+    }
 }

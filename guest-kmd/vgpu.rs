@@ -16,6 +16,7 @@
 //! * [`irq`]: MSI-X / INTx interrupt handlers.
 //! * [`device`]: the shared device state, probe bring-up and teardown.
 //! * [`drm`]: the DRM driver and its ioctls.
+//! * [`stats`]: GEM memory accounting and `QUERY_STATS` (status for tools).
 //! * [`debugfs`]: the `layout` and `status` files in
 //!   `/sys/kernel/debug/vgpu/<pci-name>/`.
 //!
@@ -39,6 +40,7 @@ mod gem;
 mod gpu;
 mod irq;
 mod ptpool;
+mod stats;
 mod virtio;
 mod virtqueue;
 mod vm;

@@ -93,7 +93,8 @@ done
 
 # --- Contexts, SUBMIT (copy, fill), fences, WAIT, input-fence ordering, backpressure, faults (aborted and
 #     demand-paged), hangs (SEM_WAIT never satisfied) -> reset ladder -> guilty/innocent -> ban, destroy, close
-#     with work in flight, concurrent submitters on two files; then every object count back to zero. (Event FIFO
+#     with work in flight, QUERY_STATS (bad arguments, memory and counters following the work, engine_error),
+#     concurrent submitters on two files; then every object count back to zero. (Event FIFO
 #     overflows under fence bursts are expected and covered by the fence-value fallback; a sequence going
 #     backwards is not.)
 for g in 1 2; do
@@ -101,7 +102,7 @@ for g in 1 2; do
     selected "$name" || continue
     # 3 s per job: long enough that the backpressure checks, which hold a
     # blocked job while they fill the queue, finish before the hang check.
-    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=3000" run 'vgpu-kmd-test submit concurrent leaks; grep -E "^(contexts|bos|mappings|pt_pool_used) " /sys/kernel/debug/vgpu/*/objects; dmesg | grep -v "Kernel command line\|vgpurun=\|vgpukmd=" | grep -E "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:|event sequence went" | sed "s/^/dmesg-problem: /"; echo dmesg-checked'
+    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=3000" run 'vgpu-kmd-test submit stats concurrent leaks; grep -E "^(contexts|bos|mappings|pt_pool_used) " /sys/kernel/debug/vgpu/*/objects; dmesg | grep -v "Kernel command line\|vgpurun=\|vgpukmd=" | grep -E "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:|event sequence went" | sed "s/^/dmesg-problem: /"; echo dmesg-checked'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
     elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
@@ -215,7 +216,7 @@ done
 #     vgpu-smi's state view.
 name=umd-failure-modes
 if selected "$name"; then
-    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=1000" run 'VGPU_DUMP=/tmp/d vgpu-samples copy 300000 && vgpu-dump /tmp/d; vgpu-samples fault; echo "fault-rc $?"; vgpu-samples hang; echo "hang-rc $?"; vgpu-samples device-lost; echo "lost-rc $?"; vgpu-smi --status | grep -c "^  " | sed "s/^/smi-lines /"'
+    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=1000" run 'VGPU_DUMP=/tmp/d vgpu-samples copy 300000 && vgpu-dump /tmp/d; vgpu-samples fault; echo "fault-rc $?"; vgpu-samples hang; echo "hang-rc $?"; vgpu-samples device-lost; echo "lost-rc $?"; c-fault; echo "c-fault-rc $?"; c-hang; echo "c-hang-rc $?"; c-device_lost; echo "c-lost-rc $?"; vgpu-smi --status | grep -c "^  " | sed "s/^/smi-lines /"'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif ! want "^copy: ok, 300000 values verified$"; then result "$name" 0 "copy not verified"
     elif ! want "^  0x[0-9a-f]+: COPY src=0x[0-9a-f]+ dst=0x[0-9a-f]+ size=300000$"; then result "$name" 0 "dump lacks the COPY"
@@ -226,7 +227,31 @@ if selected "$name"; then
     elif ! want "^hang-rc 0$"; then result "$name" 0 "hang sample failed"
     elif ! want "^device-lost: the application sees: .*device lost: removed"; then result "$name" 0 "device loss not reported"
     elif ! want "^device-lost: rebound; a new context works: true$"; then result "$name" 0 "no recovery after rebind"
+    elif ! want "^fault: vgpu_context_status: reason 1, kmd context [0-9]+, write at 0x"; then result "$name" 0 "C fault not reported"
+    elif ! want "^c-fault-rc 0$"; then result "$name" 0 "C fault sample failed"
+    elif ! want "^hang: vgpu_context_status: reason 2, kmd context [0-9]+, hangs [1-9]"; then result "$name" 0 "C hang not reported"
+    elif ! want "^c-hang-rc 0$"; then result "$name" 0 "C hang sample failed"
+    elif ! want "^device-lost: vgpu_context_status: reason 7"; then result "$name" 0 "C device loss not reported"
+    elif ! want "^c-lost-rc 0$"; then result "$name" 0 "C device-lost sample failed"
     elif ! want "^smi-lines [1-9][0-9]+$"; then result "$name" 0 "vgpu-smi --status shows nothing"
+    else result "$name" 1; fi
+fi
+
+# --- vgpu-smi as a status tool: while a workload keeps the compute engine busy (a kernel that spins until the
+#     hang check resets it), the compute engine's utilisation is non-zero and the workload's context is listed
+#     with its pid; memory and recovery lines present; --json and --watch work.
+name=smi-status
+if selected "$name"; then
+    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=4000" run 'vgpu-samples hang > /tmp/hang.out 2>&1 & echo "workload-pid $!"; sleep 1; vgpu-smi --interval 1000; echo "smi-rc $?"; vgpu-smi --json --interval 300 | head -c 200000 > /tmp/smi.json; grep -c "\"contexts\":\[{" /tmp/smi.json | sed "s/^/json-contexts /"; wait; vgpu-smi --watch 0.2 --count 2 --interval 0 | grep -c "^engines" | sed "s/^/watch-views /"'
+    pid=$(sed -n 's/^workload-pid \([0-9]*\)$/\1/p' <<<"$case_out")
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif ! want "^smi-rc 0$"; then result "$name" 0 "vgpu-smi failed"
+    elif ! want "^  compute +([1-9][0-9]*\.[0-9]|0\.[1-9])%"; then result "$name" 0 "compute utilisation not above 0"
+    elif [ -z "$pid" ] || ! want "^ +[0-9]+ +$pid +vgpu-samples +normal +copy\+compute +ok "; then result "$name" 0 "workload context (pid $pid) not listed"
+    elif ! want "^memory +gem [0-9.]+ [KMG]iB in [1-9][0-9]* objects, page tables"; then result "$name" 0 "memory line missing"
+    elif ! want "^recovery +faults [0-9]+ +hangs [0-9]+ +engine resets"; then result "$name" 0 "recovery line missing"
+    elif ! want "^json-contexts 1$"; then result "$name" 0 "--json lacks the contexts"
+    elif ! want "^watch-views 2$"; then result "$name" 0 "--watch did not refresh"
     else result "$name" 1; fi
 fi
 

@@ -58,6 +58,18 @@ int main(void)
 
 	OK("htod", vgpu_memcpy_htod(s1, a, 0, src, N));
 	OK("dtod", vgpu_memcpy_dtod_async(s1, b, 0, a, 0, N));
+	/* Device status: this process's contexts and memory are counted. */
+	vgpu_device_stats st0, st1;
+	OK("device stats", vgpu_device_stats_get(0, &st0));
+	OK("stream synchronize before stats", vgpu_stream_synchronize(s1));
+	OK("device stats again", vgpu_device_stats_get(0, &st1));
+	check("stats: our two streams' contexts counted", st0.num_contexts >= 2);
+	check("stats: our buffers counted", st0.mem_bytes >= 2 * N && st0.mem_objects >= 3);
+	check("stats: copy engine busy time grows", st1.engine_busy_ns[0] > 0 &&
+	      st1.engine_busy_ns[0] >= st0.engine_busy_ns[0]);
+	check("stats: sample time grows", st1.sample_ns > st0.sample_ns && !st1.wedged);
+	IS("stats of a missing device", vgpu_device_stats_get(99, &st0), VGPU_ERROR_NO_DEVICE);
+	IS("stats null output", vgpu_device_stats_get(0, NULL), VGPU_ERROR_INVALID_ARGUMENT);
 	OK("dtoh", vgpu_memcpy_dtoh(s1, back, b, 0, N));
 	check("round trip data", memcmp(src, back, N) == 0);
 	IS("copy out of range", vgpu_memcpy_dtod_async(s1, b, N - 10, a, 0, 20), VGPU_ERROR_INVALID_ARGUMENT);

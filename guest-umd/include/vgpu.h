@@ -97,6 +97,21 @@ typedef struct vgpu_device_properties {
 	uint32_t pad;
 } vgpu_device_properties;
 
+/* A status sample of the whole device (every process): vgpu_device_stats_get. */
+typedef struct vgpu_device_stats {
+	uint64_t sample_ns;             /* guest monotonic clock of the sample */
+	uint64_t engine_busy_ns[2];     /* busy time per engine (copy, compute), device clock */
+	uint64_t mem_bytes;             /* GEM memory of all processes */
+	uint64_t mem_objects;
+	uint64_t pt_bytes;              /* GPU page tables in use */
+	uint64_t engine_resets;
+	uint64_t device_resets;
+	uint64_t hangs;
+	uint64_t faults;
+	uint32_t wedged;                /* 1: the device is wedged */
+	uint32_t num_contexts;          /* contexts on the device */
+} vgpu_device_stats;
+
 typedef struct vgpu_context_state {
 	uint32_t reason;                /* vgpu_lost_reason */
 	uint32_t kmd_context;           /* KMD context whose work was lost */
@@ -111,6 +126,8 @@ const char *vgpu_last_error(void);
 /* Devices. */
 vgpu_status vgpu_device_count(uint32_t *count);
 vgpu_status vgpu_device_properties_get(uint32_t index, vgpu_device_properties *out);
+/* Utilisation: growth of engine_busy_ns between two samples / growth of sample_ns. */
+vgpu_status vgpu_device_stats_get(uint32_t index, vgpu_device_stats *out);
 
 /* Contexts. */
 vgpu_status vgpu_context_create(uint32_t device_index, vgpu_context_t *out);

@@ -75,6 +75,34 @@ pub struct VgpuArg {
     pub bits: u64,
 }
 
+/// `vgpu_device_stats`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct VgpuDeviceStats {
+    /// Guest monotonic clock of the sample, ns.
+    pub sample_ns: u64,
+    /// Busy time per engine, ns.
+    pub engine_busy_ns: [u64; 2],
+    /// GEM bytes of all processes.
+    pub mem_bytes: u64,
+    /// GEM objects.
+    pub mem_objects: u64,
+    /// Page-table bytes.
+    pub pt_bytes: u64,
+    /// Engine resets.
+    pub engine_resets: u64,
+    /// Device resets.
+    pub device_resets: u64,
+    /// Hangs.
+    pub hangs: u64,
+    /// Faults.
+    pub faults: u64,
+    /// 1: wedged.
+    pub wedged: u32,
+    /// Contexts on the device.
+    pub num_contexts: u32,
+}
+
 /// `vgpu_device_properties`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -313,6 +341,44 @@ pub unsafe extern "C" fn vgpu_device_properties_get(
     }
 }
 
+/// `vgpu_device_stats_get`.
+///
+/// # Safety
+/// `out` is null or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn vgpu_device_stats_get(index: u32, out: *mut VgpuDeviceStats) -> Status {
+    let call = "vgpu_device_stats_get";
+    let out = out!(call, out);
+    let Some(d) = devices().into_iter().nth(index as usize) else {
+        return fail(
+            call,
+            VGPU_ERROR_NO_DEVICE,
+            format!("no vgpu device {index}"),
+        );
+    };
+    match d.stats() {
+        Ok(s) => {
+            let p = VgpuDeviceStats {
+                sample_ns: s.sample_ns,
+                engine_busy_ns: [s.engines[0].busy_ns, s.engines[1].busy_ns],
+                mem_bytes: s.mem_bytes,
+                mem_objects: s.mem_objects,
+                pt_bytes: s.pt_bytes,
+                engine_resets: s.engine_resets,
+                device_resets: s.device_resets,
+                hangs: s.hangs,
+                faults: s.faults,
+                wedged: u32::from(s.wedged),
+                num_contexts: s.total_contexts,
+            };
+            // SAFETY: non-null and valid for writes per the contract.
+            unsafe { *out = p };
+            VGPU_SUCCESS
+        }
+        Err(e) => err(e),
+    }
+}
+
 /// `vgpu_context_create`.
 ///
 /// # Safety
@@ -395,7 +461,7 @@ pub unsafe extern "C" fn vgpu_context_status(ctx: u64, out: *mut VgpuContextStat
             }
             LostReason::Banned => lost::BANNED,
             LostReason::Innocent => lost::INNOCENT,
-            LostReason::EngineError => lost::ENGINE_ERROR,
+            LostReason::EngineError { .. } => lost::ENGINE_ERROR,
             LostReason::Wedged => lost::WEDGED,
             LostReason::Removed => lost::REMOVED,
         };

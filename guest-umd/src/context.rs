@@ -35,9 +35,12 @@ pub enum LostReason {
     Banned,
     /// A reset caused by another context destroyed this context's work.
     Innocent,
-    /// The engine stopped the ring (bad packet, or an operation the device
-    /// does not support).
-    EngineError,
+    /// The engine stopped the ring (bad packet, an operation the device
+    /// does not support, a kernel `TRAP`).
+    EngineError {
+        /// hwif `packet::EngineError` number from `CTX_QUERY` (0: unknown).
+        code: u32,
+    },
     /// The device is wedged or broken (`EIO` with no context state).
     Wedged,
     /// The device was removed (`ENODEV`).
@@ -66,7 +69,14 @@ impl fmt::Display for LostReason {
                 f,
                 "context reset (innocent): another context's reset lost this work"
             ),
-            LostReason::EngineError => write!(f, "context errored: the engine rejected a command"),
+            LostReason::EngineError { code } => {
+                write!(f, "context errored: the engine rejected a command")?;
+                match vgpu_hwif::packet::EngineError::from_u32(code) {
+                    Some(e) => write!(f, ": {} (engine error {code})", e.name()),
+                    None if code != 0 => write!(f, " (engine error {code})"),
+                    None => Ok(()),
+                }
+            }
             LostReason::Wedged => write!(f, "device lost: wedged"),
             LostReason::Removed => write!(f, "device lost: removed"),
         }
@@ -139,7 +149,9 @@ impl CtxInner {
         } else if q.reset_status == uapi::CTX_RESET_INNOCENT {
             LostReason::Innocent
         } else if q.state & uapi::CTX_STATE_ERRORED != 0 {
-            LostReason::EngineError
+            LostReason::EngineError {
+                code: q.engine_error,
+            }
         } else {
             LostReason::Wedged
         }
@@ -440,5 +452,20 @@ impl Context {
             self.inner.fail(call, ctx, e)
         })?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LostReason;
+
+    #[test]
+    fn engine_error_is_named() {
+        let s = LostReason::EngineError { code: 6 }.to_string();
+        assert!(s.ends_with(": BAD_OPERAND (engine error 6)"), "{s}");
+        let s = LostReason::EngineError { code: 99 }.to_string();
+        assert!(s.ends_with(" (engine error 99)"), "{s}");
+        let s = LostReason::EngineError { code: 0 }.to_string();
+        assert!(s.ends_with("rejected a command"), "{s}");
     }
 }

@@ -19,12 +19,14 @@ pub mod fence;
 pub mod kmd;
 pub mod memory;
 pub mod module;
+pub mod stats;
 pub mod stream;
 pub mod uapi;
 
 pub use config::Config;
 pub use context::{Buffer, Context, LostReason, MemKind};
 pub use module::{Arg, Kernel, LaunchError, Module};
+pub use stats::Stats;
 pub use stream::{Event, Priority, Stream, ENGINE_COMPUTE, ENGINE_COPY};
 
 use std::fs::{File, OpenOptions};
@@ -308,6 +310,27 @@ impl Device {
             kmd_fingerprint: g(p::HWIF_FINGERPRINT)?,
             device_fingerprint: g(p::DEVICE_FINGERPRINT)?,
         })
+    }
+
+    /// One `QUERY_STATS` sample: device, engine and per-context counters
+    /// of the whole GPU (every process), memory in use, resets, hangs,
+    /// faults.
+    pub fn stats(&self) -> Result<Stats> {
+        let mut ctxs = vec![uapi::DrmVgpuCtxStats::default(); uapi::STATS_MAX_CONTEXTS as usize];
+        let mut a = uapi::DrmVgpuQueryStats {
+            num_contexts: uapi::STATS_MAX_CONTEXTS,
+            contexts: ctxs.as_mut_ptr() as u64,
+            ..Default::default()
+        };
+        ioctl(
+            &self.file,
+            "DRM_IOCTL_VGPU_QUERY_STATS",
+            uapi::DRM_IOCTL_VGPU_QUERY_STATS,
+            &mut a,
+        )?;
+        let filled = a.num_contexts.min(uapi::STATS_MAX_CONTEXTS) as usize;
+        ctxs.truncate(filled);
+        Ok(Stats::from_raw(&a, ctxs))
     }
 
     /// Sends `PING(cookie)` and waits (up to `timeout`, 0 = driver default)

@@ -297,6 +297,101 @@ pub struct DrmVgpuWait {
     pub pad: u32,
 }
 
+/// `VGPU_STATS_ENGINES`: engines `QUERY_STATS` reports (indexed by engine).
+pub const STATS_ENGINES: usize = 2;
+/// `VGPU_STATS_MAX_CONTEXTS`: largest context array a `QUERY_STATS` fills.
+pub const STATS_MAX_CONTEXTS: u32 = 64;
+
+/// `struct drm_vgpu_counters`: device activity counters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuCounters {
+    /// Nanoseconds an engine ran work (device clock).
+    pub busy_ns: u64,
+    /// Packets executed.
+    pub packets: u64,
+    /// Bytes copied or filled.
+    pub bytes: u64,
+    /// GPU page faults.
+    pub faults: u64,
+    /// Engine errors.
+    pub errors: u64,
+    /// Resets.
+    pub resets: u64,
+    /// Fences written.
+    pub fences: u64,
+    /// TLB hits.
+    pub tlb_hits: u64,
+    /// TLB misses (page-table walks).
+    pub tlb_misses: u64,
+}
+
+/// `struct drm_vgpu_ctx_stats`: one context as `QUERY_STATS` lists it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuCtxStats {
+    /// The context's id (as `CTX_CREATE` returned it).
+    pub ctx_id: u32,
+    /// Thread-group id of the creating process.
+    pub pid: u32,
+    /// `CTX_PRIORITY_*`.
+    pub priority: u32,
+    /// Bit `ENGINE_*` set: the context has a ring on that engine.
+    pub engines: u32,
+    /// `CTX_RESET_*`.
+    pub reset_status: u32,
+    /// `CTX_STATE_*` bits.
+    pub state: u32,
+    /// Hangs it caused.
+    pub hangs: u32,
+    /// GPU page faults it took.
+    pub faults: u32,
+    /// Bytes of GEM objects of the file that owns it.
+    pub mem_bytes: u64,
+    /// Last seqno submitted per engine (0: none).
+    pub submitted: [u64; STATS_ENGINES],
+    /// Last seqno signalled per engine.
+    pub completed: [u64; STATS_ENGINES],
+    /// The device's counters for this context.
+    pub counters: DrmVgpuCounters,
+}
+
+/// `struct drm_vgpu_query_stats`: device-wide status for tools.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuQueryStats {
+    /// Out: guest monotonic clock when sampled.
+    pub sample_ns: u64,
+    /// Out: the whole device's counters.
+    pub device: DrmVgpuCounters,
+    /// Out: each engine's counters.
+    pub engines: [DrmVgpuCounters; STATS_ENGINES],
+    /// Out: bytes of all GEM objects.
+    pub mem_bytes: u64,
+    /// Out: number of GEM objects.
+    pub mem_objects: u64,
+    /// Out: bytes of GPU page tables in use.
+    pub pt_bytes: u64,
+    /// Out: engine resets the KMD performed.
+    pub engine_resets: u64,
+    /// Out: device resets the KMD performed.
+    pub device_resets: u64,
+    /// Out: hangs detected.
+    pub hangs: u64,
+    /// Out: fault events received.
+    pub faults: u64,
+    /// Out: 1 when the device is wedged.
+    pub wedged: u32,
+    /// In: capacity of `contexts`; out: contexts that exist.
+    pub num_contexts: u32,
+    /// In: pointer to `num_contexts` [`DrmVgpuCtxStats`].
+    pub contexts: u64,
+    /// In: zero.
+    pub flags: u32,
+    /// Zero.
+    pub pad: u32,
+}
+
 /// `DRM_COMMAND_BASE` from drm.h.
 pub const DRM_COMMAND_BASE: u32 = 0x40;
 /// `DRM_VGPU_GET_PARAM`.
@@ -322,6 +417,8 @@ pub const DRM_VGPU_CTX_QUERY: u32 = 0x08;
 pub const DRM_VGPU_SUBMIT: u32 = 0x09;
 /// `DRM_VGPU_WAIT`.
 pub const DRM_VGPU_WAIT: u32 = 0x0a;
+/// `DRM_VGPU_QUERY_STATS`.
+pub const DRM_VGPU_QUERY_STATS: u32 = 0x0b;
 
 const IOC_WRITE: u32 = 1;
 const IOC_READ: u32 = 2;
@@ -373,6 +470,9 @@ pub const DRM_IOCTL_VGPU_SUBMIT: u32 =
     drm_iowr::<DrmVgpuSubmit>(DRM_COMMAND_BASE + DRM_VGPU_SUBMIT);
 /// `DRM_IOCTL_VGPU_WAIT`.
 pub const DRM_IOCTL_VGPU_WAIT: u32 = drm_iowr::<DrmVgpuWait>(DRM_COMMAND_BASE + DRM_VGPU_WAIT);
+/// `DRM_IOCTL_VGPU_QUERY_STATS`.
+pub const DRM_IOCTL_VGPU_QUERY_STATS: u32 =
+    drm_iowr::<DrmVgpuQueryStats>(DRM_COMMAND_BASE + DRM_VGPU_QUERY_STATS);
 /// `DRM_IOCTL_GEM_CLOSE` from drm.h.
 pub const DRM_IOCTL_GEM_CLOSE: u32 = drm_iow::<DrmGemClose>(0x09);
 

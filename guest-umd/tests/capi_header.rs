@@ -21,6 +21,7 @@ int main(void) {
     O(vgpu_device_properties, engine_mask); O(vgpu_device_properties, page_sizes); O(vgpu_device_properties, va_bits);
     O(vgpu_device_properties, max_contexts); O(vgpu_device_properties, protocol_version);
     O(vgpu_device_properties, firmware_version); O(vgpu_device_properties, device_id); O(vgpu_device_properties, pad);
+    S(vgpu_device_stats); O(vgpu_device_stats, sample_ns); O(vgpu_device_stats, engine_busy_ns); O(vgpu_device_stats, mem_bytes); O(vgpu_device_stats, mem_objects); O(vgpu_device_stats, pt_bytes); O(vgpu_device_stats, engine_resets); O(vgpu_device_stats, device_resets); O(vgpu_device_stats, hangs); O(vgpu_device_stats, faults); O(vgpu_device_stats, wedged); O(vgpu_device_stats, num_contexts);
     S(vgpu_context_state); O(vgpu_context_state, reason); O(vgpu_context_state, kmd_context);
     O(vgpu_context_state, fault_va); O(vgpu_context_state, fault_access); O(vgpu_context_state, hangs);
     S(vgpu_status); S(vgpu_context_t);
@@ -92,6 +93,23 @@ fn header_matches_rust() {
         ("pad", offset_of!(P, pad)),
     ] {
         assert_eq!(off("vgpu_device_properties", f), o, "{f}");
+    }
+    type D = capi::VgpuDeviceStats;
+    assert_eq!(sz("vgpu_device_stats"), size_of::<D>());
+    for (f, o) in [
+        ("sample_ns", offset_of!(D, sample_ns)),
+        ("engine_busy_ns", offset_of!(D, engine_busy_ns)),
+        ("mem_bytes", offset_of!(D, mem_bytes)),
+        ("mem_objects", offset_of!(D, mem_objects)),
+        ("pt_bytes", offset_of!(D, pt_bytes)),
+        ("engine_resets", offset_of!(D, engine_resets)),
+        ("device_resets", offset_of!(D, device_resets)),
+        ("hangs", offset_of!(D, hangs)),
+        ("faults", offset_of!(D, faults)),
+        ("wedged", offset_of!(D, wedged)),
+        ("num_contexts", offset_of!(D, num_contexts)),
+    ] {
+        assert_eq!(off("vgpu_device_stats", f), o, "{f}");
     }
     type S = VgpuContextState;
     assert_eq!(sz("vgpu_context_state"), size_of::<S>());

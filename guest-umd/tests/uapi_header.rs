@@ -145,6 +145,48 @@ int main(void) {
     P("VGPU_PARAM_VA_START", VGPU_PARAM_VA_START);
     P("VGPU_PARAM_VA_END", VGPU_PARAM_VA_END);
     P("VGPU_PARAM_COUNT", VGPU_PARAM_COUNT);
+    P("sizeof.counters", sizeof(struct drm_vgpu_counters));
+    P("counters.busy_ns", offsetof(struct drm_vgpu_counters, busy_ns));
+    P("counters.packets", offsetof(struct drm_vgpu_counters, packets));
+    P("counters.bytes", offsetof(struct drm_vgpu_counters, bytes));
+    P("counters.faults", offsetof(struct drm_vgpu_counters, faults));
+    P("counters.errors", offsetof(struct drm_vgpu_counters, errors));
+    P("counters.resets", offsetof(struct drm_vgpu_counters, resets));
+    P("counters.fences", offsetof(struct drm_vgpu_counters, fences));
+    P("counters.tlb_hits", offsetof(struct drm_vgpu_counters, tlb_hits));
+    P("counters.tlb_misses", offsetof(struct drm_vgpu_counters, tlb_misses));
+    P("sizeof.ctx_stats", sizeof(struct drm_vgpu_ctx_stats));
+    P("ctx_stats.ctx_id", offsetof(struct drm_vgpu_ctx_stats, ctx_id));
+    P("ctx_stats.pid", offsetof(struct drm_vgpu_ctx_stats, pid));
+    P("ctx_stats.priority", offsetof(struct drm_vgpu_ctx_stats, priority));
+    P("ctx_stats.engines", offsetof(struct drm_vgpu_ctx_stats, engines));
+    P("ctx_stats.reset_status", offsetof(struct drm_vgpu_ctx_stats, reset_status));
+    P("ctx_stats.state", offsetof(struct drm_vgpu_ctx_stats, state));
+    P("ctx_stats.hangs", offsetof(struct drm_vgpu_ctx_stats, hangs));
+    P("ctx_stats.faults", offsetof(struct drm_vgpu_ctx_stats, faults));
+    P("ctx_stats.mem_bytes", offsetof(struct drm_vgpu_ctx_stats, mem_bytes));
+    P("ctx_stats.submitted", offsetof(struct drm_vgpu_ctx_stats, submitted));
+    P("ctx_stats.completed", offsetof(struct drm_vgpu_ctx_stats, completed));
+    P("ctx_stats.counters", offsetof(struct drm_vgpu_ctx_stats, counters));
+    P("sizeof.query_stats", sizeof(struct drm_vgpu_query_stats));
+    P("query_stats.sample_ns", offsetof(struct drm_vgpu_query_stats, sample_ns));
+    P("query_stats.device", offsetof(struct drm_vgpu_query_stats, device));
+    P("query_stats.engines", offsetof(struct drm_vgpu_query_stats, engines));
+    P("query_stats.mem_bytes", offsetof(struct drm_vgpu_query_stats, mem_bytes));
+    P("query_stats.mem_objects", offsetof(struct drm_vgpu_query_stats, mem_objects));
+    P("query_stats.pt_bytes", offsetof(struct drm_vgpu_query_stats, pt_bytes));
+    P("query_stats.engine_resets", offsetof(struct drm_vgpu_query_stats, engine_resets));
+    P("query_stats.device_resets", offsetof(struct drm_vgpu_query_stats, device_resets));
+    P("query_stats.hangs", offsetof(struct drm_vgpu_query_stats, hangs));
+    P("query_stats.faults", offsetof(struct drm_vgpu_query_stats, faults));
+    P("query_stats.wedged", offsetof(struct drm_vgpu_query_stats, wedged));
+    P("query_stats.num_contexts", offsetof(struct drm_vgpu_query_stats, num_contexts));
+    P("query_stats.contexts", offsetof(struct drm_vgpu_query_stats, contexts));
+    P("query_stats.flags", offsetof(struct drm_vgpu_query_stats, flags));
+    P("query_stats.pad", offsetof(struct drm_vgpu_query_stats, pad));
+    P("DRM_IOCTL_VGPU_QUERY_STATS", (unsigned int)DRM_IOCTL_VGPU_QUERY_STATS);
+    P("VGPU_STATS_ENGINES", VGPU_STATS_ENGINES);
+    P("VGPU_STATS_MAX_CONTEXTS", VGPU_STATS_MAX_CONTEXTS);
     return 0;
 }
 "#;
@@ -509,6 +551,168 @@ fn rust_mirror_matches_c_header() {
         ("VGPU_PARAM_VA_START", param::VA_START.into()),
         ("VGPU_PARAM_VA_END", param::VA_END.into()),
         ("VGPU_PARAM_COUNT", param::COUNT.into()),
+        ("sizeof.counters", size_of::<uapi::DrmVgpuCounters>() as u64),
+        (
+            "counters.busy_ns",
+            offset_of!(uapi::DrmVgpuCounters, busy_ns) as u64,
+        ),
+        (
+            "counters.packets",
+            offset_of!(uapi::DrmVgpuCounters, packets) as u64,
+        ),
+        (
+            "counters.bytes",
+            offset_of!(uapi::DrmVgpuCounters, bytes) as u64,
+        ),
+        (
+            "counters.faults",
+            offset_of!(uapi::DrmVgpuCounters, faults) as u64,
+        ),
+        (
+            "counters.errors",
+            offset_of!(uapi::DrmVgpuCounters, errors) as u64,
+        ),
+        (
+            "counters.resets",
+            offset_of!(uapi::DrmVgpuCounters, resets) as u64,
+        ),
+        (
+            "counters.fences",
+            offset_of!(uapi::DrmVgpuCounters, fences) as u64,
+        ),
+        (
+            "counters.tlb_hits",
+            offset_of!(uapi::DrmVgpuCounters, tlb_hits) as u64,
+        ),
+        (
+            "counters.tlb_misses",
+            offset_of!(uapi::DrmVgpuCounters, tlb_misses) as u64,
+        ),
+        (
+            "sizeof.ctx_stats",
+            size_of::<uapi::DrmVgpuCtxStats>() as u64,
+        ),
+        (
+            "ctx_stats.ctx_id",
+            offset_of!(uapi::DrmVgpuCtxStats, ctx_id) as u64,
+        ),
+        (
+            "ctx_stats.pid",
+            offset_of!(uapi::DrmVgpuCtxStats, pid) as u64,
+        ),
+        (
+            "ctx_stats.priority",
+            offset_of!(uapi::DrmVgpuCtxStats, priority) as u64,
+        ),
+        (
+            "ctx_stats.engines",
+            offset_of!(uapi::DrmVgpuCtxStats, engines) as u64,
+        ),
+        (
+            "ctx_stats.reset_status",
+            offset_of!(uapi::DrmVgpuCtxStats, reset_status) as u64,
+        ),
+        (
+            "ctx_stats.state",
+            offset_of!(uapi::DrmVgpuCtxStats, state) as u64,
+        ),
+        (
+            "ctx_stats.hangs",
+            offset_of!(uapi::DrmVgpuCtxStats, hangs) as u64,
+        ),
+        (
+            "ctx_stats.faults",
+            offset_of!(uapi::DrmVgpuCtxStats, faults) as u64,
+        ),
+        (
+            "ctx_stats.mem_bytes",
+            offset_of!(uapi::DrmVgpuCtxStats, mem_bytes) as u64,
+        ),
+        (
+            "ctx_stats.submitted",
+            offset_of!(uapi::DrmVgpuCtxStats, submitted) as u64,
+        ),
+        (
+            "ctx_stats.completed",
+            offset_of!(uapi::DrmVgpuCtxStats, completed) as u64,
+        ),
+        (
+            "ctx_stats.counters",
+            offset_of!(uapi::DrmVgpuCtxStats, counters) as u64,
+        ),
+        (
+            "sizeof.query_stats",
+            size_of::<uapi::DrmVgpuQueryStats>() as u64,
+        ),
+        (
+            "query_stats.sample_ns",
+            offset_of!(uapi::DrmVgpuQueryStats, sample_ns) as u64,
+        ),
+        (
+            "query_stats.device",
+            offset_of!(uapi::DrmVgpuQueryStats, device) as u64,
+        ),
+        (
+            "query_stats.engines",
+            offset_of!(uapi::DrmVgpuQueryStats, engines) as u64,
+        ),
+        (
+            "query_stats.mem_bytes",
+            offset_of!(uapi::DrmVgpuQueryStats, mem_bytes) as u64,
+        ),
+        (
+            "query_stats.mem_objects",
+            offset_of!(uapi::DrmVgpuQueryStats, mem_objects) as u64,
+        ),
+        (
+            "query_stats.pt_bytes",
+            offset_of!(uapi::DrmVgpuQueryStats, pt_bytes) as u64,
+        ),
+        (
+            "query_stats.engine_resets",
+            offset_of!(uapi::DrmVgpuQueryStats, engine_resets) as u64,
+        ),
+        (
+            "query_stats.device_resets",
+            offset_of!(uapi::DrmVgpuQueryStats, device_resets) as u64,
+        ),
+        (
+            "query_stats.hangs",
+            offset_of!(uapi::DrmVgpuQueryStats, hangs) as u64,
+        ),
+        (
+            "query_stats.faults",
+            offset_of!(uapi::DrmVgpuQueryStats, faults) as u64,
+        ),
+        (
+            "query_stats.wedged",
+            offset_of!(uapi::DrmVgpuQueryStats, wedged) as u64,
+        ),
+        (
+            "query_stats.num_contexts",
+            offset_of!(uapi::DrmVgpuQueryStats, num_contexts) as u64,
+        ),
+        (
+            "query_stats.contexts",
+            offset_of!(uapi::DrmVgpuQueryStats, contexts) as u64,
+        ),
+        (
+            "query_stats.flags",
+            offset_of!(uapi::DrmVgpuQueryStats, flags) as u64,
+        ),
+        (
+            "query_stats.pad",
+            offset_of!(uapi::DrmVgpuQueryStats, pad) as u64,
+        ),
+        (
+            "DRM_IOCTL_VGPU_QUERY_STATS",
+            u64::from(uapi::DRM_IOCTL_VGPU_QUERY_STATS),
+        ),
+        ("VGPU_STATS_ENGINES", uapi::STATS_ENGINES as u64),
+        (
+            "VGPU_STATS_MAX_CONTEXTS",
+            u64::from(uapi::STATS_MAX_CONTEXTS),
+        ),
     ];
     let c = c_values();
     assert_eq!(c.len(), rust.len(), "probe and mirror list differ");

@@ -1,19 +1,32 @@
-//! `vgpu-smi`: the vgpu device's identity, and its state as the KMD exposes
-//! it (GET_PARAM, debugfs `status`, `objects`, `contexts`: engines, contexts
-//! with their rings, fences, faults and resets, memory objects); `--watch`
-//! repeats the state view.
+//! `vgpu-smi`: the vgpu device's identity and status: per-engine and
+//! per-context utilisation (two `QUERY_STATS` samples an interval apart),
+//! memory in use, faults, resets, hangs, fence progress of every context of
+//! every process; `--watch` refreshes, `--json` prints one object per view
+//! for scripts; `--status` adds the KMD's debugfs view (rings, fault and
+//! reset logs).
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use vgpu_umd::{fmt_firmware, fmt_page_sizes, fmt_protocol, Device};
+use vgpu_umd::uapi::{self, DrmVgpuCounters};
+use vgpu_umd::{fmt_firmware, fmt_page_sizes, fmt_protocol, Device, Identity, Stats};
 
 #[derive(Parser, Debug)]
 #[command(
     name = "vgpu-smi",
-    about = "Show the vgpu device's identity and check that it answers",
-    after_help = "Examples:\n  vgpu-smi                      identity of the first vgpu device\n  vgpu-smi --ping 10            also run 10 PING round trips\n  vgpu-smi --status             engines, contexts, fences, faults, resets, memory\n  vgpu-smi --watch 1 --count 5  the state every second, five times\n  vgpu-smi --device /dev/dri/renderD128"
+    about = "Show the vgpu device's identity and status: utilisation, contexts, memory, faults, resets",
+    after_help = "Examples:\n  \
+        vgpu-smi                        identity, engine and context utilisation over 200 ms\n  \
+        vgpu-smi --interval 1000        utilisation sampled over one second\n  \
+        vgpu-smi --watch 1 --count 5    refresh every second, five times\n  \
+        vgpu-smi --json                 one JSON object (with --watch: one per line)\n  \
+        vgpu-smi --ping 10              also run 10 PING round trips\n  \
+        vgpu-smi --status               also the driver's debugfs view (rings, fault and reset logs)\n  \
+        vgpu-smi --device /dev/dri/renderD128\n\n\
+        Utilisation is the growth of the device's busy time of an engine (or a\n\
+        context) between two samples, over the time between them."
 )]
 struct Args {
     /// Render node to open (default: the first one driven by vgpu).
@@ -25,16 +38,27 @@ struct Args {
     /// Timeout of one PING, in milliseconds.
     #[arg(long, default_value_t = 2000)]
     ping_timeout_ms: u64,
-    /// Also show the driver's state: engines, contexts (rings, fence
-    /// progress, faults, resets), memory objects.
+    /// Sampling interval for utilisation, in milliseconds (0: no
+    /// utilisation, one sample).
+    #[arg(long, value_name = "MS", default_value_t = 200)]
+    interval: u64,
+    /// Also show the driver's debugfs view: rings, fence values, fault and
+    /// reset logs, memory objects (needs root and debugfs).
     #[arg(long)]
     status: bool,
-    /// Show the state every SECS seconds (implies --status).
+    /// Refresh every SECS seconds (utilisation over the time since the
+    /// previous view).
     #[arg(long, value_name = "SECS")]
     watch: Option<f64>,
     /// With --watch: stop after this many views (0: forever).
     #[arg(long, default_value_t = 0)]
     count: u32,
+    /// Print JSON instead of text (identity and status; one object per line).
+    #[arg(long)]
+    json: bool,
+    /// Only the identity (and pings): no status.
+    #[arg(long, conflicts_with_all = ["watch", "json"])]
+    identity: bool,
 }
 
 /// The debugfs directory of the device behind `dev` (by PCI name).
@@ -45,18 +69,10 @@ fn debugfs_dir(dev: &Device) -> Option<PathBuf> {
     d.is_dir().then_some(d)
 }
 
-/// One view of the driver's state.
-fn show_state(dev: &Device) -> bool {
-    let events = dev.get_param(vgpu_umd::uapi::param::EVENTS_RECEIVED);
-    match events {
-        Ok(n) => println!("  events received   {n}"),
-        Err(e) => {
-            println!("  events received   unavailable: {e}");
-            return false;
-        }
-    }
+/// The KMD's debugfs view.
+fn show_debugfs(dev: &Device) -> bool {
     let Some(dir) = debugfs_dir(dev) else {
-        println!("  driver state      unavailable (debugfs not mounted, or not root)");
+        println!("driver state: unavailable (debugfs not mounted, or not root)");
         return true;
     };
     for (file, title) in [
@@ -77,13 +93,294 @@ fn show_state(dev: &Device) -> bool {
     true
 }
 
-fn run(args: &Args) -> Result<bool, vgpu_umd::Error> {
-    let started = std::time::Instant::now();
-    let dev = match &args.device {
-        Some(p) => Device::open(p)?,
-        None => Device::open_first()?,
+const ENGINE_NAMES: [&str; uapi::STATS_ENGINES] = ["copy", "compute"];
+
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn priority_name(p: u32) -> &'static str {
+    match p {
+        uapi::CTX_PRIORITY_LOW => "low",
+        uapi::CTX_PRIORITY_NORMAL => "normal",
+        uapi::CTX_PRIORITY_HIGH => "high",
+        uapi::CTX_PRIORITY_REALTIME => "realtime",
+        _ => "?",
+    }
+}
+
+fn engines_name(mask: u32) -> String {
+    let v: Vec<&str> = ENGINE_NAMES
+        .iter()
+        .enumerate()
+        .filter(|(e, _)| mask & (1 << e) != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    if v.is_empty() {
+        "-".into()
+    } else {
+        v.join("+")
+    }
+}
+
+fn state_name(state: u32) -> String {
+    let mut v = Vec::new();
+    if state & uapi::CTX_STATE_ERRORED != 0 {
+        v.push("errored");
+    }
+    if state & uapi::CTX_STATE_BANNED != 0 {
+        v.push("banned");
+    }
+    if state & uapi::CTX_STATE_FAULTED != 0 {
+        v.push("faulted");
+    }
+    if v.is_empty() {
+        "ok".into()
+    } else {
+        v.join("+")
+    }
+}
+
+fn reset_name(r: u32) -> &'static str {
+    match r {
+        uapi::CTX_RESET_NONE => "none",
+        uapi::CTX_RESET_GUILTY => "guilty",
+        uapi::CTX_RESET_INNOCENT => "innocent",
+        _ => "?",
+    }
+}
+
+/// The process name of `pid` (`/proc/PID/comm`), `-` when gone.
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "-".into())
+}
+
+/// Utilisation (percent) between two samples; `None` without a baseline.
+fn util_engine(prev: Option<&Stats>, cur: &Stats, e: usize) -> Option<f64> {
+    prev.map(|p| cur.engine_utilisation(p, e))
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.1}%"))
+}
+
+fn print_text(prev: Option<&Stats>, s: &Stats) {
+    let dt_ms = prev.map(|p| s.sample_ns.saturating_sub(p.sample_ns) as f64 / 1e6);
+    match dt_ms {
+        Some(ms) => println!("engines (utilisation over {ms:.0} ms)"),
+        None => println!("engines"),
+    }
+    println!(
+        "  {:<8} {:>7} {:>12} {:>10} {:>12} {:>8} {:>7} {:>7} {:>7}",
+        "ENGINE", "UTIL", "BUSY_MS", "PACKETS", "BYTES", "FENCES", "FAULTS", "ERRORS", "RESETS"
+    );
+    let row = |name: &str, util: Option<f64>, k: &DrmVgpuCounters| {
+        println!(
+            "  {:<8} {:>7} {:>12.1} {:>10} {:>12} {:>8} {:>7} {:>7} {:>7}",
+            name,
+            pct(util),
+            k.busy_ns as f64 / 1e6,
+            k.packets,
+            k.bytes,
+            k.fences,
+            k.faults,
+            k.errors,
+            k.resets
+        );
     };
-    let id = dev.identity()?;
+    for (e, name) in ENGINE_NAMES.iter().enumerate() {
+        row(name, util_engine(prev, s, e), &s.engines[e]);
+    }
+    row("device", None, &s.device);
+    println!(
+        "memory    gem {} in {} objects, page tables {}",
+        bytes(s.mem_bytes),
+        s.mem_objects,
+        bytes(s.pt_bytes)
+    );
+    println!(
+        "recovery  faults {}  hangs {}  engine resets {}  device resets {}  wedged {}",
+        s.faults,
+        s.hangs,
+        s.engine_resets,
+        s.device_resets,
+        if s.wedged { "YES" } else { "no" }
+    );
+    if s.wedged {
+        println!("          the device is wedged: rebind the driver (device counters not read)");
+    }
+    let shown = s.contexts.len();
+    if s.total_contexts as usize > shown {
+        println!(
+            "contexts  {} (all processes; {shown} shown)",
+            s.total_contexts
+        );
+    } else {
+        println!("contexts  {} (all processes)", s.total_contexts);
+    }
+    if shown == 0 {
+        return;
+    }
+    println!(
+        "  {:>5} {:>6} {:<14} {:<8} {:<12} {:<16} {:<8} {:>7} {:>10} {:>13} {:>13} {:>6} {:>5}",
+        "CTX",
+        "PID",
+        "COMMAND",
+        "PRIO",
+        "ENGINES",
+        "STATE",
+        "RESET",
+        "UTIL",
+        "MEM",
+        "COPY_FENCES",
+        "COMP_FENCES",
+        "FAULTS",
+        "HANGS"
+    );
+    for c in &s.contexts {
+        let fences = |e: usize| {
+            if c.engines & (1 << e) == 0 {
+                "-".to_string()
+            } else {
+                format!("{}/{}", c.completed[e], c.submitted[e])
+            }
+        };
+        let mut name = comm(c.pid);
+        name.truncate(14);
+        println!(
+            "  {:>5} {:>6} {:<14} {:<8} {:<12} {:<16} {:<8} {:>7} {:>10} {:>13} {:>13} {:>6} {:>5}",
+            c.ctx_id,
+            c.pid,
+            name,
+            priority_name(c.priority),
+            engines_name(c.engines),
+            state_name(c.state),
+            reset_name(c.reset_status),
+            pct(prev.map(|p| s.ctx_utilisation(p, c.ctx_id))),
+            bytes(c.mem_bytes),
+            fences(0),
+            fences(1),
+            c.faults,
+            c.hangs
+        );
+    }
+    println!("  (fences: completed/submitted; MEM: GEM memory of the context's file)");
+}
+
+fn json_str(s: &str) -> String {
+    let mut o = String::from("\"");
+    for ch in s.chars() {
+        match ch {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn json_counters(k: &DrmVgpuCounters) -> String {
+    format!(
+        "{{\"busy_ns\":{},\"packets\":{},\"bytes\":{},\"faults\":{},\"errors\":{},\"resets\":{},\"fences\":{},\"tlb_hits\":{},\"tlb_misses\":{}}}",
+        k.busy_ns, k.packets, k.bytes, k.faults, k.errors, k.resets, k.fences, k.tlb_hits, k.tlb_misses
+    )
+}
+
+fn json_opt(v: Option<f64>) -> String {
+    v.map_or("null".into(), |v| format!("{v:.2}"))
+}
+
+fn json_view(dev: &Device, id: &Identity, prev: Option<&Stats>, s: &Stats) -> String {
+    let mut o = String::new();
+    let _ = write!(
+        o,
+        "{{\"device\":{},\"generation\":{},\"pci_device_id\":{},\"engine_mask\":{},\"compute_units\":{},",
+        json_str(&dev.path().display().to_string()),
+        id.generation,
+        id.device_id,
+        id.engine_mask,
+        id.compute_units
+    );
+    let interval = prev.map(|p| s.sample_ns.saturating_sub(p.sample_ns));
+    let _ = write!(
+        o,
+        "\"sample_ns\":{},\"interval_ns\":{},\"engines\":[",
+        s.sample_ns,
+        interval.map_or("null".into(), |v| v.to_string())
+    );
+    for (e, name) in ENGINE_NAMES.iter().enumerate() {
+        if e > 0 {
+            o.push(',');
+        }
+        let _ = write!(
+            o,
+            "{{\"name\":{},\"utilisation\":{},\"counters\":{}}}",
+            json_str(name),
+            json_opt(util_engine(prev, s, e)),
+            json_counters(&s.engines[e])
+        );
+    }
+    let _ = write!(
+        o,
+        "],\"device_counters\":{},\"mem_bytes\":{},\"mem_objects\":{},\"pt_bytes\":{},\"faults\":{},\"hangs\":{},\"engine_resets\":{},\"device_resets\":{},\"wedged\":{},\"num_contexts\":{},\"contexts\":[",
+        json_counters(&s.device),
+        s.mem_bytes,
+        s.mem_objects,
+        s.pt_bytes,
+        s.faults,
+        s.hangs,
+        s.engine_resets,
+        s.device_resets,
+        s.wedged,
+        s.total_contexts
+    );
+    for (i, c) in s.contexts.iter().enumerate() {
+        if i > 0 {
+            o.push(',');
+        }
+        let _ = write!(
+            o,
+            "{{\"ctx_id\":{},\"pid\":{},\"command\":{},\"priority\":{},\"engines\":{},\"state\":{},\"reset_status\":{},\"hangs\":{},\"faults\":{},\"mem_bytes\":{},\"submitted\":[{},{}],\"completed\":[{},{}],\"utilisation\":{},\"counters\":{}}}",
+            c.ctx_id,
+            c.pid,
+            json_str(&comm(c.pid)),
+            c.priority,
+            c.engines,
+            c.state,
+            c.reset_status,
+            c.hangs,
+            c.faults,
+            c.mem_bytes,
+            c.submitted[0],
+            c.submitted[1],
+            c.completed[0],
+            c.completed[1],
+            json_opt(prev.map(|p| s.ctx_utilisation(p, c.ctx_id))),
+            json_counters(&c.counters)
+        );
+    }
+    o.push_str("]}");
+    o
+}
+
+fn print_identity(dev: &Device, id: &Identity) -> bool {
     let own = vgpu_hwif::layout::FINGERPRINT;
     println!("vgpu device {}", dev.path().display());
     println!("  generation        {}", id.generation);
@@ -106,32 +403,67 @@ fn run(args: &Args) -> Result<bool, vgpu_umd::Error> {
         id.device_fingerprint,
         if agree { "match" } else { "MISMATCH" }
     );
-    let mut ok = agree;
+    agree
+}
+
+fn run(args: &Args) -> Result<bool, vgpu_umd::Error> {
+    let dev = match &args.device {
+        Some(p) => Device::open(p)?,
+        None => Device::open_first()?,
+    };
+    let id = dev.identity()?;
+    let own = vgpu_hwif::layout::FINGERPRINT;
+    let mut ok = id.kmd_fingerprint == own && id.device_fingerprint == own;
+    if !args.json {
+        ok = print_identity(&dev, &id);
+    }
     for i in 0..args.ping {
         let cookie = 0x5049_4e47_0000_0000 | u64::from(i);
         match dev.ping(cookie, Duration::from_millis(args.ping_timeout_ms)) {
-            Ok(p) => println!(
+            Ok(p) if !args.json => println!(
                 "  ping {i}: event seq {} latency {} us",
                 p.event_seq,
                 p.latency.as_micros()
             ),
+            Ok(_) => {}
             Err(e) => {
-                println!("  ping {i}: FAILED: {e}");
+                eprintln!("  ping {i}: FAILED: {e}");
                 ok = false;
             }
         }
     }
-    if args.status || args.watch.is_some() {
-        ok &= show_state(&dev);
+    if args.identity {
+        return Ok(ok);
     }
-    if let Some(secs) = args.watch {
-        let mut n = 1;
-        while args.count == 0 || n < args.count {
-            std::thread::sleep(Duration::from_secs_f64(secs.max(0.05)));
-            println!("--- {:?} since start", std::time::Instant::now() - started);
-            ok &= show_state(&dev);
-            n += 1;
+    // The first view: a baseline sample `interval` before it.
+    let mut prev = if args.interval > 0 {
+        let s = dev.stats()?;
+        std::thread::sleep(Duration::from_millis(args.interval));
+        Some(s)
+    } else {
+        None
+    };
+    let mut n = 0u32;
+    loop {
+        let s = dev.stats()?;
+        if args.json {
+            println!("{}", json_view(&dev, &id, prev.as_ref(), &s));
+        } else {
+            if args.watch.is_some() {
+                println!("--- view {}", n + 1);
+            }
+            print_text(prev.as_ref(), &s);
+            if args.status {
+                ok &= show_debugfs(&dev);
+            }
         }
+        n += 1;
+        let Some(secs) = args.watch else { break };
+        if args.count != 0 && n >= args.count {
+            break;
+        }
+        prev = Some(s);
+        std::thread::sleep(Duration::from_secs_f64(secs.max(0.05)));
     }
     Ok(ok)
 }

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use vgpu_hwif::packet::{self, Packet};
 use vgpu_umd::{
-    devices, Arg, Buffer, Context, Error, Event, LostReason, MemKind, Module, Stream, ENGINE_COPY,
+    devices, Arg, Buffer, Context, Device, Error, Event, LostReason, MemKind, Module, Stream,
+    ENGINE_COPY,
 };
 
 struct T {
@@ -686,6 +687,103 @@ fn test_launch(t: &mut T) {
     }
 }
 
+/// `Device::stats`: the stream's KMD context is listed with this process's
+/// pid, memory follows an allocation, fences and counters follow work; an
+/// engine error is named in the error message.
+fn test_stats(t: &mut T) {
+    let Ok(dev) = Device::open_first() else {
+        t.check("stats: open device", false, || "no device".into());
+        return;
+    };
+    let ctx = Context::new().unwrap();
+    let s = Stream::new(&ctx).unwrap();
+    let kctx = s.kmd_context();
+    let Some(s0) = t.ok("stats: sample", dev.stats()) else {
+        return;
+    };
+    let me = s0.contexts.iter().find(|c| c.ctx_id == kctx).copied();
+    t.check(
+        "stats: the stream's context is listed with our pid",
+        me.is_some_and(|c| c.pid == std::process::id() && c.engines == 3),
+        || format!("context {kctx}: {me:?}"),
+    );
+    let big = 4u64 << 20;
+    let b = ctx.alloc(big, MemKind::DeviceLocal).unwrap();
+    let s1 = dev.stats().unwrap_or_default();
+    t.check(
+        "stats: memory grows with an allocation",
+        s1.mem_bytes >= s0.mem_bytes + big,
+        || format!("{} -> {}", s0.mem_bytes, s1.mem_bytes),
+    );
+    for i in 0..8u8 {
+        s.memset(&b, 0, i, big).unwrap();
+    }
+    t.ok("stats: work", s.synchronize());
+    // The stream's own timeline fence (which synchronize waits for) comes
+    // before the KMD's job fence: poll until the KMD saw the job complete.
+    let find = |s: &vgpu_umd::Stats| {
+        s.contexts
+            .iter()
+            .find(|c| c.ctx_id == kctx)
+            .copied()
+            .unwrap_or_default()
+    };
+    let c1 = find(&s1);
+    let mut s2 = dev.stats().unwrap_or_default();
+    for _ in 0..100 {
+        let c = find(&s2);
+        if c.submitted[0] > 0 && c.completed[0] == c.submitted[0] {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        s2 = dev.stats().unwrap_or_default();
+    }
+    let c2 = find(&s2);
+    t.check(
+        "stats: fences and counters follow the work",
+        c2.submitted[0] > c1.submitted[0]
+            && c2.completed[0] == c2.submitted[0]
+            && c2.counters.bytes > c1.counters.bytes
+            && c2.counters.busy_ns > c1.counters.busy_ns,
+        || format!("before {c1:?} after {c2:?}"),
+    );
+    t.check(
+        "stats: utilisation between samples is within 0..=100",
+        (0.0..=100.0).contains(&s2.engine_utilisation(&s1, 0))
+            && (0.0..=100.0).contains(&s2.ctx_utilisation(&s1, kctx)),
+        String::new,
+    );
+
+    // An engine error (FILL of 0 bytes) is named in the message.
+    let ctx = Context::new().unwrap();
+    let s = Stream::new(&ctx).unwrap();
+    let b = ctx.alloc(4096, MemKind::DeviceLocal).unwrap();
+    let r = s
+        .push_packets(
+            ENGINE_COPY,
+            &[Packet::Fill {
+                dst: b.va(),
+                size: 0,
+                pattern: 0,
+            }],
+        )
+        .and_then(|()| s.synchronize());
+    if let Err(e) = &r {
+        println!("info engine error: {e}");
+    }
+    t.check(
+        "stats: engine error code in the lost reason",
+        matches!(
+            &r,
+            Err(e @ Error::Lost {
+                reason: LostReason::EngineError { code: 6 },
+                ..
+            }) if e.to_string().contains("BAD_OPERAND")
+        ),
+        || format!("{r:?}"),
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let want = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
@@ -733,6 +831,9 @@ fn main() {
     }
     if want("hang") {
         test_hang(&mut t);
+    }
+    if want("stats") {
+        test_stats(&mut t);
     }
     println!("umd-test: {} passed, {} failed", t.passed, t.failed);
     std::process::exit(i32::from(t.failed > 0));

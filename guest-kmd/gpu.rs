@@ -1321,10 +1321,11 @@ impl Vgpu {
                 wptr
             );
             g.doorbells_rung_again += 1;
-            if let Err(e) = self.cmd(Command::Doorbell { ctx_id: p.ctx_id, engine: p.engine, wptr }) {
+            // Posted again: refused again, it comes back at the next check.
+            if let Err(e) = self.post_doorbell(p.ctx_id, p.engine, wptr) {
                 dev_warn!(
                     self.pdev,
-                    "doorbell of context {} engine {} refused again: error {}\n",
+                    "doorbell of context {} engine {} could not be rung again: error {}\n",
                     p.ctx_id,
                     p.engine,
                     e.to_errno()

@@ -81,7 +81,6 @@ use crate::{
         SEM_WAIT_GEQ, //
     },
     proto::{
-        ctx_state,
         engine,
         ring_state,
         Command,
@@ -1552,13 +1551,12 @@ impl Vgpu {
             })
             .and_then(|r| r.get::<EngineResetReply>());
         g.engine_resets += 1;
-        // The device's view decides whether the hung context still has
-        // work (the status block is rewritten lazily).
-        let drained = reply.is_ok()
-            && matches!(
-                self.cmd(Command::ContextQuery { ctx_id: hw }).and_then(|r| r.get::<ContextQueryReply>()),
-                Ok(q) if q.state & (ctx_state::BUSY | ctx_state::SEM_WAIT) == 0
-            );
+        // An engine reset that names the hung context clears its ring on
+        // that engine whatever the ring's state, so success means drained.
+        // (The context's other rings may legitimately be busy or waiting —
+        // e.g. a copy ring in SEM_WAIT on the hung compute job's fence,
+        // which `release_failed` lets go.)
+        let drained = reply.is_ok();
         if let Ok(r) = &reply {
             if let Some(c) = g.slots.get_mut(hw as usize).and_then(Option::as_mut) {
                 c.rings[e].fail_pending();

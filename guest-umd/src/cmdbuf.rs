@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use vgpu_hwif::packet::{self, Packet, GEN2_ENGINE_PACKET_ALIGN};
 
-use crate::fence::SyncPoint;
+use crate::config::Config;
+use crate::fence::{self, SyncPoint};
 use crate::kmd::Kmd;
 use crate::memory::{Bo, MemError, VaAllocator};
 use crate::uapi;
@@ -180,6 +181,9 @@ pub struct CmdPoolStats {
     pub in_flight: u64,
     /// Buffers ready.
     pub free: u64,
+    /// Times a buffer was taken by waiting for the oldest in flight
+    /// (`VGPU_CMDBUF_MAX` reached).
+    pub waited: u64,
     /// Batches that needed more than one buffer (chained).
     pub chained: u64,
 }
@@ -190,18 +194,25 @@ pub struct CmdPool {
     kmd: Arc<Kmd>,
     vas: Arc<Mutex<VaAllocator>>,
     size: u64,
+    /// Most buffers the pool creates.
+    max: u64,
+    /// Fence-wait thresholds for waiting on a buffer in flight.
+    wait_cfg: Config,
     free: Vec<CmdBuf>,
+    /// In submission order (oldest first).
     in_flight: Vec<CmdBuf>,
     pub(crate) stats: CmdPoolStats,
 }
 
 impl CmdPool {
-    /// Buffers of `size` bytes.
-    pub fn new(kmd: Arc<Kmd>, vas: Arc<Mutex<VaAllocator>>, size: u64) -> CmdPool {
+    /// Buffers of `cfg.cmdbuf_size` bytes, at most `cfg.cmdbuf_max` of them.
+    pub fn new(kmd: Arc<Kmd>, vas: Arc<Mutex<VaAllocator>>, cfg: &Config) -> CmdPool {
         CmdPool {
             kmd,
             vas,
-            size,
+            size: cfg.cmdbuf_size,
+            max: u64::from(cfg.cmdbuf_max.max(2)),
+            wait_cfg: cfg.clone(),
             free: Vec::new(),
             in_flight: Vec::new(),
             stats: CmdPoolStats::default(),
@@ -213,7 +224,7 @@ impl CmdPool {
         let mut i = 0;
         while i < self.in_flight.len() {
             if self.in_flight[i].uses.iter().all(|s| s.is_done(&self.kmd)) {
-                let mut b = self.in_flight.swap_remove(i);
+                let mut b = self.in_flight.remove(i);
                 b.uses.clear();
                 self.free.push(b);
             } else {
@@ -224,10 +235,25 @@ impl CmdPool {
         self.stats.free = self.free.len() as u64;
     }
 
-    /// An empty buffer.
+    /// An empty buffer. At the cap, waits for the buffer submitted longest
+    /// ago; a batch that failed (its fence completed with an error) frees
+    /// its buffer too, since the device no longer reads it.
     pub fn get(&mut self) -> Result<CmdBuf, MemError> {
         if self.free.is_empty() {
             self.reclaim();
+        }
+        if self.free.is_empty() && self.stats.created >= self.max && !self.in_flight.is_empty() {
+            let uses = self.in_flight[0].uses.clone();
+            match fence::wait_all(&self.kmd, &self.wait_cfg, &uses, None) {
+                Ok(_) => {}
+                Err(e) if e.errno == libc::EIO => {}
+                Err(e) => return Err(MemError::Kmd(e)),
+            }
+            let mut b = self.in_flight.remove(0);
+            b.uses.clear();
+            self.free.push(b);
+            self.stats.waited += 1;
+            self.stats.in_flight = self.in_flight.len() as u64;
         }
         let b = match self.free.pop() {
             Some(mut b) => {

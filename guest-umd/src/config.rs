@@ -36,6 +36,10 @@ pub struct Config {
     /// 4 KiB): bytes of one command buffer. A batch that fills one chains
     /// into the next (another command-buffer entry of the same SUBMIT).
     pub cmdbuf_size: u64,
+    /// `VGPU_CMDBUF_MAX` (default 64, 2..=4096): command buffers a context
+    /// keeps at most. When every one is in flight, taking another waits for
+    /// the fence of the one submitted longest ago instead of allocating.
+    pub cmdbuf_max: u32,
     /// `VGPU_BATCH_OPS` (default 256, 1..=65536): operations a stream batches
     /// before it submits on its own; sync points submit earlier.
     pub batch_ops: u32,
@@ -61,6 +65,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             cmdbuf_size: 128 << 10,
+            cmdbuf_max: 64,
             batch_ops: 256,
             spin_us: 200,
             poll_us: 2000,
@@ -124,6 +129,7 @@ impl Config {
         };
         Ok(Config {
             cmdbuf_size,
+            cmdbuf_max: num("VGPU_CMDBUF_MAX", u64::from(d.cmdbuf_max), 2, 4096)? as u32,
             batch_ops: num("VGPU_BATCH_OPS", u64::from(d.batch_ops), 1, 65536)? as u32,
             spin_us: num("VGPU_SPIN_US", d.spin_us, 0, 1_000_000)?,
             poll_us: num("VGPU_POLL_US", d.poll_us, 0, 10_000_000)?,

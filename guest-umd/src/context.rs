@@ -382,7 +382,7 @@ impl Context {
             inner: Arc::new(CtxInner {
                 pool: Mutex::new(Pool::new(kmd.clone(), vas.clone(), rw, cfg.pool_cache)),
                 code_pool: Mutex::new(Pool::new(kmd.clone(), vas.clone(), rx, 0)),
-                cmds: Mutex::new(CmdPool::new(kmd.clone(), vas.clone(), cfg.cmdbuf_size)),
+                cmds: Mutex::new(CmdPool::new(kmd.clone(), vas.clone(), &cfg)),
                 kmd,
                 cfg,
                 identity,

@@ -253,6 +253,44 @@ fn test_batching(t: &mut T, ctx: &Context) {
     );
 }
 
+/// `VGPU_CMDBUF_MAX=2` with small buffers: many batches in flight never
+/// create a third buffer; taking one waits for the oldest, and every result
+/// is right.
+fn test_cmdbuf_cap(t: &mut T, dev: &Device) {
+    let cfg = vgpu_umd::Config {
+        cmdbuf_size: 4096,
+        cmdbuf_max: 2,
+        batch_ops: 16,
+        ..vgpu_umd::Config::default()
+    };
+    let Some(ctx) = t.ok("cmdbuf cap: context", Context::with_config(dev, cfg)) else {
+        return;
+    };
+    let s = Stream::new(&ctx).unwrap();
+    let b = ctx.alloc(4 * 1000, MemKind::HostVisible).unwrap();
+    for i in 0..1000u32 {
+        s.memset32(&b, 4 * u64::from(i), i ^ 0x5a5a, 4).unwrap();
+    }
+    t.ok("cmdbuf cap: 1000 memsets", s.synchronize());
+    let mut v = vec![0u8; 4000];
+    b.read(0, &mut v).unwrap();
+    let ok =
+        (0..1000u32).all(|i| v[4 * i as usize..4 * i as usize + 4] == (i ^ 0x5a5a).to_le_bytes());
+    t.check("cmdbuf cap: contents", ok, String::new);
+    let cs = ctx.cmdbuf_stats();
+    println!(
+        "info cmdbuf cap: {} submits, created {} waited {}",
+        s.stats().submits,
+        cs.created,
+        cs.waited
+    );
+    t.check(
+        "cmdbuf cap: never more than 2 buffers",
+        cs.created <= 2 && s.stats().submits > 2,
+        || format!("{cs:?}"),
+    );
+}
+
 fn test_events(t: &mut T, ctx: &Context) {
     let s = Stream::new(ctx).unwrap();
     let e0 = Event::new(ctx).unwrap();
@@ -810,6 +848,7 @@ fn main() {
     }
     if want("batch") {
         test_batching(&mut t, &ctx);
+        test_cmdbuf_cap(&mut t, &Device::open_first().expect("device"));
     }
     if want("events") {
         test_events(&mut t, &ctx);

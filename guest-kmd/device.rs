@@ -342,6 +342,7 @@ impl Vgpu {
                 core::mem::forget(events);
             }
         }
+        self.cancel_exported();
         self.wake_all();
     }
 

@@ -154,6 +154,7 @@ impl drm::Driver for VgpuDrm {
         (VGPU_SUBMIT, drm_vgpu_submit, ioctl::RENDER_ALLOW, VgpuFile::submit),
         (VGPU_WAIT, drm_vgpu_wait, ioctl::RENDER_ALLOW, VgpuFile::wait),
         (VGPU_QUERY_STATS, drm_vgpu_query_stats, ioctl::RENDER_ALLOW, VgpuFile::query_stats),
+        (VGPU_FENCE_EXPORT, drm_vgpu_fence_export, ioctl::RENDER_ALLOW, VgpuFile::fence_export),
     }
 }
 
@@ -338,6 +339,16 @@ impl VgpuFile {
         args.hangs = q.hangs;
         args.faults = q.faults;
         args.engine_error = q.engine_error;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_VGPU_FENCE_EXPORT`.
+    fn fence_export(
+        dev: &VgpuDrmDevice,
+        args: &mut uapi::drm_vgpu_fence_export,
+        file: &drm::File<VgpuFile>,
+    ) -> Result<u32> {
+        dev.vgpu.fence_export(&file.inner().client, args)?;
         Ok(0)
     }
 

@@ -55,6 +55,7 @@
 //! (`SUBMIT` fails with `EIO`).
 
 use crate::{
+    fence::ExportedFence,
     control::{
         elapsed_ns,
         ns_to_jiffies, //
@@ -270,6 +271,10 @@ struct RingSw {
     failed: KVec<(u64, u64)>,
     jobs: KVec<Job>,
     progress_at: Instant<Monotonic>,
+    /// dma_fence context of the ring's exported fences (0: none yet).
+    fence_ctx: u64,
+    /// Fences exported as sync_files, unsignalled, by seqno.
+    exported: KVec<ExportedFence>,
 }
 
 impl RingSw {
@@ -286,6 +291,8 @@ impl RingSw {
             failed: KVec::new(),
             jobs: KVec::new(),
             progress_at: Instant::now(),
+            fence_ctx: 0,
+            exported: KVec::new(),
         }
     }
 
@@ -297,6 +304,12 @@ impl RingSw {
         }
         let c = self.completed;
         self.jobs.retain(|j| j.seqno > c);
+        self.exported.retain(|f| {
+            if f.seqno <= c {
+                f.signal(0);
+            }
+            !f.is_signalled()
+        });
     }
 
     /// Discards every pending job: their fences complete with an error.
@@ -309,6 +322,12 @@ impl RingSw {
             }
             let _ = self.failed.push(r, GFP_KERNEL);
             self.done_upto = self.done_upto.max(r.1);
+            self.exported.retain(|f| {
+                if (r.0..=r.1).contains(&f.seqno) {
+                    f.signal(-(bindings::EIO as i32));
+                }
+                !f.is_signalled()
+            });
         }
         self.jobs.clear();
         self.progress_at = Instant::now();
@@ -807,6 +826,8 @@ impl Vgpu {
         };
         if let Some(c) = slot.as_mut() {
             for r in c.rings.iter_mut() {
+                // Destroyed, not failed: exported fences say cancelled.
+                r.exported.clear();
                 r.fail_pending();
             }
         }
@@ -1035,6 +1056,53 @@ impl Vgpu {
             w = w.wrapping_add(4);
         }
         w
+    }
+
+    /// Cancels every exported fence (device going away): sync_file users
+    /// see `-ECANCELED` rather than waiting for the files to close.
+    pub(crate) fn cancel_exported(&self) {
+        let mut g = self.gpu.state.lock();
+        for c in g.slots.iter_mut().flatten() {
+            for r in c.rings.iter_mut() {
+                r.exported.clear();
+            }
+        }
+    }
+
+    /// `FENCE_EXPORT`: a sync_file fd for a fence of one of the file's
+    /// contexts.
+    pub(crate) fn fence_export(&self, client: &Arc<Client>, a: &mut uapi::drm_vgpu_fence_export) -> Result {
+        if a.flags != 0 {
+            return Err(EINVAL);
+        }
+        let slots = self.slots()?;
+        let mut g = self.lock_gpu()?;
+        let (hw, c) = Self::find_ctx(&mut g, client, a.fence.ctx_id)?;
+        let e = a.fence.engine as usize;
+        let r = c.rings.get_mut(e).filter(|r| r.present).ok_or(EINVAL)?;
+        let seqno = a.fence.seqno;
+        if seqno == 0 || seqno >= r.next_seqno {
+            return Err(EINVAL);
+        }
+        r.retire(slots.fence_value(hw, e));
+        if r.fence_ctx == 0 {
+            r.fence_ctx = crate::fence::new_context();
+        }
+        let mut f = ExportedFence::new(r.fence_ctx, seqno)?;
+        match r.fence_state(seqno) {
+            Some(Ok(())) => f.signal(0),
+            Some(Err(_)) => f.signal(-(bindings::EIO as i32)),
+            None => {}
+        }
+        if !f.is_signalled() {
+            r.exported.reserve(1, GFP_KERNEL)?;
+        }
+        a.fd = f.export_fd()?;
+        if !f.is_signalled() {
+            // Room was reserved above: this push does not fail.
+            let _ = r.exported.push(f, GFP_KERNEL);
+        }
+        Ok(())
     }
 
     /// `WAIT`.

@@ -36,6 +36,7 @@ mod debugfs;
 mod device;
 mod drm;
 mod events;
+mod fence;
 mod gem;
 mod gpu;
 mod irq;

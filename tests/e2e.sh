@@ -102,7 +102,7 @@ for g in 1 2; do
     selected "$name" || continue
     # 3 s per job: long enough that the backpressure checks, which hold a
     # blocked job while they fill the queue, finish before the hang check.
-    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=3000" run 'vgpu-kmd-test submit stats concurrent leaks; grep -E "^(contexts|bos|mappings|pt_pool_used) " /sys/kernel/debug/vgpu/*/objects; dmesg | grep -v "Kernel command line\|vgpurun=\|vgpukmd=" | grep -E "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:|event sequence went" | sed "s/^/dmesg-problem: /"; echo dmesg-checked'
+    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=3000" run 'vgpu-kmd-test submit stats export concurrent leaks; grep -E "^(contexts|bos|mappings|pt_pool_used) " /sys/kernel/debug/vgpu/*/objects; dmesg | grep -v "Kernel command line\|vgpurun=\|vgpukmd=" | grep -E "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:|event sequence went" | sed "s/^/dmesg-problem: /"; echo dmesg-checked'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
     elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"

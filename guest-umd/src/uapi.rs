@@ -419,6 +419,20 @@ pub const DRM_VGPU_SUBMIT: u32 = 0x09;
 pub const DRM_VGPU_WAIT: u32 = 0x0a;
 /// `DRM_VGPU_QUERY_STATS`.
 pub const DRM_VGPU_QUERY_STATS: u32 = 0x0b;
+/// `DRM_VGPU_FENCE_EXPORT`.
+pub const DRM_VGPU_FENCE_EXPORT: u32 = 0x0c;
+
+/// `struct drm_vgpu_fence_export`: a fence as a sync_file fd.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuFenceExport {
+    /// In: the fence.
+    pub fence: DrmVgpuFence,
+    /// In: zero.
+    pub flags: u32,
+    /// Out: the sync_file fd.
+    pub fd: i32,
+}
 
 const IOC_WRITE: u32 = 1;
 const IOC_READ: u32 = 2;
@@ -470,6 +484,9 @@ pub const DRM_IOCTL_VGPU_SUBMIT: u32 =
     drm_iowr::<DrmVgpuSubmit>(DRM_COMMAND_BASE + DRM_VGPU_SUBMIT);
 /// `DRM_IOCTL_VGPU_WAIT`.
 pub const DRM_IOCTL_VGPU_WAIT: u32 = drm_iowr::<DrmVgpuWait>(DRM_COMMAND_BASE + DRM_VGPU_WAIT);
+/// `DRM_IOCTL_VGPU_FENCE_EXPORT`.
+pub const DRM_IOCTL_VGPU_FENCE_EXPORT: u32 =
+    drm_iowr::<DrmVgpuFenceExport>(DRM_COMMAND_BASE + DRM_VGPU_FENCE_EXPORT);
 /// `DRM_IOCTL_VGPU_QUERY_STATS`.
 pub const DRM_IOCTL_VGPU_QUERY_STATS: u32 =
     drm_iowr::<DrmVgpuQueryStats>(DRM_COMMAND_BASE + DRM_VGPU_QUERY_STATS);

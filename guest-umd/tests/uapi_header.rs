@@ -185,6 +185,11 @@ int main(void) {
     P("query_stats.flags", offsetof(struct drm_vgpu_query_stats, flags));
     P("query_stats.pad", offsetof(struct drm_vgpu_query_stats, pad));
     P("DRM_IOCTL_VGPU_QUERY_STATS", (unsigned int)DRM_IOCTL_VGPU_QUERY_STATS);
+    P("sizeof.fence_export", sizeof(struct drm_vgpu_fence_export));
+    P("fence_export.fence", offsetof(struct drm_vgpu_fence_export, fence));
+    P("fence_export.flags", offsetof(struct drm_vgpu_fence_export, flags));
+    P("fence_export.fd", offsetof(struct drm_vgpu_fence_export, fd));
+    P("DRM_IOCTL_VGPU_FENCE_EXPORT", (unsigned int)DRM_IOCTL_VGPU_FENCE_EXPORT);
     P("VGPU_STATS_ENGINES", VGPU_STATS_ENGINES);
     P("VGPU_STATS_MAX_CONTEXTS", VGPU_STATS_MAX_CONTEXTS);
     return 0;
@@ -707,6 +712,26 @@ fn rust_mirror_matches_c_header() {
         (
             "DRM_IOCTL_VGPU_QUERY_STATS",
             u64::from(uapi::DRM_IOCTL_VGPU_QUERY_STATS),
+        ),
+        (
+            "sizeof.fence_export",
+            size_of::<uapi::DrmVgpuFenceExport>() as u64,
+        ),
+        (
+            "fence_export.fence",
+            offset_of!(uapi::DrmVgpuFenceExport, fence) as u64,
+        ),
+        (
+            "fence_export.flags",
+            offset_of!(uapi::DrmVgpuFenceExport, flags) as u64,
+        ),
+        (
+            "fence_export.fd",
+            offset_of!(uapi::DrmVgpuFenceExport, fd) as u64,
+        ),
+        (
+            "DRM_IOCTL_VGPU_FENCE_EXPORT",
+            u64::from(uapi::DRM_IOCTL_VGPU_FENCE_EXPORT),
         ),
         ("VGPU_STATS_ENGINES", uapi::STATS_ENGINES as u64),
         (

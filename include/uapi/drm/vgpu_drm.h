@@ -84,9 +84,8 @@ struct drm_vgpu_ping {
  * not own (including one already destroyed); EFAULT for a bad user pointer;
  * ENODEV once the device is unbound; EIO once the device is broken or wedged.
  *
- * Fences are (context, engine, seqno) triples waited for with WAIT; they are
- * not exported as sync_file fds (the pinned kernel has no safe Rust dma_fence
- * abstraction to build them on).
+ * Fences are (context, engine, seqno) triples waited for with WAIT, and can
+ * be exported as sync_file fds with FENCE_EXPORT.
  */
 
 /* DRM_VGPU_GEM_CREATE flags. */
@@ -372,6 +371,28 @@ struct drm_vgpu_wait {
 	__u32 pad;
 };
 
+/**
+ * struct drm_vgpu_fence_export - a fence as a sync_file file descriptor
+ * @fence: in, a fence of a context of this file (ENOENT otherwise), on one
+ *         of its engines, with a seqno already submitted (EINVAL otherwise).
+ * @flags: in, zero.
+ * @fd:    out, a sync_file fd (close-on-exec). It signals when the job
+ *         completes; its status (SYNC_IOC_FILE_INFO) is then 1, or a
+ *         negative errno when the job failed (-EIO: fault, hang, reset) or
+ *         was cancelled (-ECANCELED: context destroyed, file closed, device
+ *         removed). A fence already completed gives a signalled fd.
+ *
+ * The fd works with poll(2), sync_file merging and every kernel consumer of
+ * dma_fences; it stays valid after the render node is closed (the fence is
+ * then cancelled if it had not completed). EMFILE when the process has no
+ * free fd, ENOMEM.
+ */
+struct drm_vgpu_fence_export {
+	struct drm_vgpu_fence fence;
+	__u32 flags;
+	__s32 fd;
+};
+
 /* Number of engines QUERY_STATS reports (indexed by VGPU_ENGINE_*). */
 #define VGPU_STATS_ENGINES           2
 
@@ -491,6 +512,7 @@ struct drm_vgpu_query_stats {
 #define DRM_VGPU_SUBMIT         0x09
 #define DRM_VGPU_WAIT           0x0a
 #define DRM_VGPU_QUERY_STATS    0x0b
+#define DRM_VGPU_FENCE_EXPORT   0x0c
 
 /* Note: enum members, not #defines, so that bindgen can resolve them. */
 enum {
@@ -518,6 +540,8 @@ enum {
 					    struct drm_vgpu_wait),
 	DRM_IOCTL_VGPU_QUERY_STATS = DRM_IOWR(DRM_COMMAND_BASE + DRM_VGPU_QUERY_STATS,
 					      struct drm_vgpu_query_stats),
+	DRM_IOCTL_VGPU_FENCE_EXPORT = DRM_IOWR(DRM_COMMAND_BASE + DRM_VGPU_FENCE_EXPORT,
+					       struct drm_vgpu_fence_export),
 };
 
 #if defined(__cplusplus)

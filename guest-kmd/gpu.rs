@@ -431,6 +431,9 @@ pub(crate) struct Gpu {
     early_fence_events: u64,
     /// `FENCE` events for seqnos already announced.
     duplicate_fence_events: u64,
+    /// Seqnos jumped over by `FENCE` events (lost interrupts or fences
+    /// never written, seen when a later fence's event arrives).
+    skipped_fence_events: u64,
     /// Refused posted doorbells rung again.
     doorbells_rung_again: u64,
     fault_count: u64,
@@ -462,6 +465,7 @@ impl GpuState {
                 missed_fence_events: 0,
                 early_fence_events: 0,
                 duplicate_fence_events: 0,
+                skipped_fence_events: 0,
                 doorbells_rung_again: 0,
                 fault_count: 0,
                 hang_count: 0,
@@ -1177,65 +1181,7 @@ impl Vgpu {
     /// faults, engine errors, and lost events (which may have been fences).
     pub(crate) fn gpu_event(&self, ev: Event) {
         match ev {
-            Event::Fence { ctx_id, engine, seqno, .. } => {
-                // The fence value in memory is the truth (the device writes
-                // it before posting the event); the event is a wake-up.
-                let Ok(slots) = self.slots() else { return };
-                let mut g = self.gpu.state.lock();
-                let e = engine as usize;
-                let mem = slots.fence_value(ctx_id, e);
-                let mut verdict = None;
-                if let Some(r) = g
-                    .slots
-                    .get_mut(ctx_id as usize)
-                    .and_then(Option::as_mut)
-                    .and_then(|c| c.rings.get_mut(e))
-                {
-                    if seqno > mem {
-                        verdict = Some("ahead of the fence value in memory: not believed");
-                    } else if seqno <= r.evt_seqno {
-                        verdict = Some("already announced");
-                    } else {
-                        r.evt_seqno = seqno;
-                    }
-                    r.retire(seqno.min(mem));
-                }
-                match verdict {
-                    Some(v) if seqno > mem => {
-                        g.early_fence_events += 1;
-                        drop(g);
-                        dev_warn!(
-                            self.pdev,
-                            "FENCE event context {} engine {} seqno {} {} (memory {})\n",
-                            ctx_id,
-                            engine,
-                            seqno,
-                            v,
-                            mem
-                        );
-                    }
-                    Some(_) => {
-                        g.duplicate_fence_events += 1;
-                        let n = g.duplicate_fence_events;
-                        drop(g);
-                        if n <= 10 || n.is_power_of_two() {
-                            dev_info!(
-                                self.pdev,
-                                "duplicate FENCE event: context {} engine {} seqno {} ({} so far)\n",
-                                ctx_id,
-                                engine,
-                                seqno,
-                                n
-                            );
-                        }
-                    }
-                    None => {
-                        g.fences_signalled += 1;
-                        drop(g);
-                    }
-                }
-                self.gpu.wake();
-            }
+            Event::Fence { ctx_id, engine, seqno, va } => self.on_fence_event(ctx_id, engine, seqno, va),
             Event::Fault { va, info, fault_id, .. } => self.on_fault(va, info, fault_id),
             Event::EngineError { ctx_id, engine, code, .. } => {
                 let name = EngineError::from_u32(code).map_or("?", |c| c.name());
@@ -1266,6 +1212,95 @@ impl Vgpu {
             // `status`, "unhandled").
             _ => self.events.count_unhandled(),
         }
+    }
+
+    /// A `FENCE` event. Only the KMD's own fence slot of the ring counts
+    /// (fences a command buffer writes elsewhere, with an event, just wake
+    /// waiters). The value in memory is the truth — the device writes it
+    /// before posting the event — and the event a wake-up: an event ahead
+    /// of memory is not believed, a repeated one is counted, and a jump over
+    /// seqnos the driver did not discard means their events were lost or
+    /// their fences never written.
+    fn on_fence_event(&self, ctx_id: u32, engine: u32, seqno: u64, va: u64) {
+        enum Verdict {
+            New,
+            Early(u64),
+            Duplicate,
+            Skipped(u64, u64),
+        }
+        let Ok(slots) = self.slots() else { return };
+        let e = engine as usize;
+        let mut g = self.gpu.state.lock();
+        let Some(c) = g.slots.get_mut(ctx_id as usize).and_then(Option::as_mut) else {
+            drop(g);
+            self.gpu.wake();
+            return;
+        };
+        let own = c.kmd_va + (FENCE_SLOT_OFFSET + 8 * e) as u64;
+        let Some(r) = c.rings.get_mut(e).filter(|r| r.present && va == own) else {
+            drop(g);
+            self.gpu.wake();
+            return;
+        };
+        let mem = slots.fence_value(ctx_id, e);
+        let verdict = if seqno > mem {
+            Verdict::Early(mem)
+        } else if seqno <= r.evt_seqno {
+            Verdict::Duplicate
+        } else {
+            let expected = r.evt_seqno.max(r.done_upto) + 1;
+            r.evt_seqno = seqno;
+            if seqno > expected {
+                Verdict::Skipped(expected, seqno - 1)
+            } else {
+                Verdict::New
+            }
+        };
+        r.retire(seqno.min(mem));
+        match verdict {
+            Verdict::New => g.fences_signalled += 1,
+            Verdict::Early(_) => g.early_fence_events += 1,
+            Verdict::Duplicate => g.duplicate_fence_events += 1,
+            Verdict::Skipped(a, b) => {
+                g.fences_signalled += 1;
+                g.skipped_fence_events += b - a + 1;
+            }
+        }
+        let duplicates = g.duplicate_fence_events;
+        drop(g);
+        match verdict {
+            Verdict::New => {}
+            Verdict::Early(mem) => dev_warn!(
+                self.pdev,
+                "FENCE event context {} engine {} seqno {} ahead of the fence value in memory: not believed (memory {})\n",
+                ctx_id,
+                engine,
+                seqno,
+                mem
+            ),
+            Verdict::Duplicate => {
+                if duplicates <= 10 || duplicates.is_power_of_two() {
+                    dev_info!(
+                        self.pdev,
+                        "duplicate FENCE event: context {} engine {} seqno {} ({} so far)\n",
+                        ctx_id,
+                        engine,
+                        seqno,
+                        duplicates
+                    );
+                }
+            }
+            Verdict::Skipped(a, b) => dev_warn!(
+                self.pdev,
+                "FENCE events skipped: context {} engine {} seqno {}..={} never announced (interrupts lost or fences not written); seqno {} covers them\n",
+                ctx_id,
+                engine,
+                a,
+                b,
+                seqno
+            ),
+        }
+        self.gpu.wake();
     }
 
     /// A `FAULT` event: serve a replayable fault on a lazy mapping, abort
@@ -1739,7 +1774,7 @@ impl Vgpu {
         let g = self.gpu.state.lock();
         writeln!(
             f,
-            "wedged {} fences_signalled {} faults {} hangs {} engine_resets {} device_resets {} missed_fence_events {} early_fence_events {} duplicate_fence_events {} doorbells_rung_again {}",
+            "wedged {} fences_signalled {} faults {} hangs {} engine_resets {} device_resets {} missed_fence_events {} early_fence_events {} duplicate_fence_events {} skipped_fence_events {} doorbells_rung_again {}",
             u8::from(g.wedged),
             g.fences_signalled,
             g.fault_count,
@@ -1749,6 +1784,7 @@ impl Vgpu {
             g.missed_fence_events,
             g.early_fence_events,
             g.duplicate_fence_events,
+            g.skipped_fence_events,
             g.doorbells_rung_again
         )?;
         if let Some((ticks, checks, period)) = watchdog {

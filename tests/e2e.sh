@@ -124,13 +124,14 @@ fi
 
 # --- Fence interrupts that go wrong (injected by the device): a dropped interrupt is reported while the ring
 #     lives on and never blocks a waiter; duplicate and early events are not believed twice; a doorbell the
-#     device refuses is rung again.
+#     device refuses is rung again; a fence never written is reported when a later one's event jumps over it.
 name=kmd-fence-events
 if selected "$name"; then
     run_vm "$name" --gen 1 --device-arg --inject --device-arg "fence-event-drop:after=1,count=1" \
         --device-arg --inject --device-arg "event-duplicate:after=1,count=1" \
         --device-arg --inject --device-arg "event-spurious:after=3,count=1" \
-        --device-arg --inject --device-arg "control-busy:packet=DOORBELL,after=4,count=1" run 'vgpu-kmd-test events'
+        --device-arg --inject --device-arg "control-busy:packet=DOORBELL,after=4,count=1" \
+        --device-arg --inject --device-arg "fence-never:after=5,count=1" run 'vgpu-kmd-test events'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
     elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"

@@ -101,8 +101,9 @@ pub struct Runner {
 }
 
 /// Kernel messages that show the driver noticed something.
-const DMESG_SIGNS: [(&str, &str); 14] = [
+const DMESG_SIGNS: [(&str, &str); 15] = [
     ("hang: context", "kmd-hang-check"),
+    ("FENCE events skipped", "kmd-skipped-events"),
     ("missed fence interrupt", "kmd-missed-interrupt"),
     ("duplicate FENCE event", "kmd-duplicate-event"),
     ("ahead of the fence value in memory", "kmd-early-event"),

@@ -1758,7 +1758,8 @@ fn test_watchdog(t: &mut T, path: &PathBuf) {
 /// Fence interrupts that go wrong, injected by the device (run with
 /// `--inject fence-event-drop:after=1,count=1 --inject
 /// event-duplicate:after=1,count=1 --inject event-spurious:after=3,count=1
-/// --inject control-busy:packet=DOORBELL,after=4,count=1`;
+/// --inject control-busy:packet=DOORBELL,after=4,count=1 --inject
+/// fence-never:after=5,count=1`;
 /// duplicates count only FENCE packets that post an event, so each class
 /// hits its own job):
 /// the KMD trusts the fence value in memory, reports a lost interrupt while
@@ -1871,9 +1872,25 @@ fn test_injected_events(t: &mut T, path: &PathBuf) {
         counter("doorbells_rung_again") == again + 1,
         || debugfs("contexts"),
     );
+    // 5 and 6: job 5's fence is never written; job 6's event jumps over
+    // it: reported as skipped, and job 5 counts as complete (the later
+    // fence value covers it).
+    let skipped = counter("skipped_fence_events");
+    let s5 = job(5).unwrap_or(0);
+    let s6 = job(6).unwrap_or(0);
+    t.ok(
+        "events: both jobs complete",
+        n.wait(&[fence(c, 0, s5), fence(c, 0, s6)], true, 5_000 * MS),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    t.check(
+        "events: the unannounced fence is reported as skipped",
+        counter("skipped_fence_events") == skipped + 1,
+        || debugfs("contexts"),
+    );
     // The data of every job landed.
     let m = n.mmap(hd, PAGE).expect("mmap");
-    let ok = (1..=4u64).all(|i| m.read(8 * i as usize) == i | (i << 32));
+    let ok = (1..=6u64).all(|i| m.read(8 * i as usize) == i | (i << 32));
     t.check("events: every job's data landed", ok, || {
         format!(
             "{:#x} {:#x} {:#x} {:#x}",

@@ -1767,26 +1767,12 @@ fn test_watchdog(t: &mut T, path: &PathBuf) {
 /// rings a refused doorbell again.
 fn test_injected_events(t: &mut T, path: &PathBuf) {
     let n = Node::open(path);
-    let start = n.param(param::VA_START).unwrap_or(0);
-    let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
-    let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
-    let hc = n.gem_create(4 * PAGE, 0).unwrap_or(0);
-    let hd = n.gem_create(PAGE, 0).unwrap_or(0);
-    let cva = start + 0x300_0000;
-    let dva = start + 0x310_0000;
-    let _ = n.bind(
-        hc,
-        0,
-        cva,
-        4 * PAGE,
-        uapi::VM_BIND_READ | uapi::VM_BIND_EXEC,
-    );
-    let _ = n.bind(hd, 0, dva, PAGE, rw);
-    let cmds = Cmds {
-        map: n.mmap(hc, 4 * PAGE).expect("mmap"),
-        va: cva,
-        generation,
-    };
+    let Scratch {
+        cmds,
+        data: hd,
+        dva,
+        start: _,
+    } = scratch(&n, 0x300_0000, 1);
     let c = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let counter = |name: &str| {
         field(debugfs("contexts").lines().next().unwrap_or(""), name)
@@ -1913,26 +1899,12 @@ fn test_injected_events(t: &mut T, path: &PathBuf) {
 /// EIO, and a WEDGED= uevent goes out on the DRM device nodes.
 fn test_wedged(t: &mut T, path: &PathBuf) {
     let n = Node::open(path);
-    let start = n.param(param::VA_START).unwrap_or(0);
-    let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
-    let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
-    let hc = n.gem_create(4 * PAGE, 0).unwrap_or(0);
-    let hd = n.gem_create(4 * PAGE, 0).unwrap_or(0);
-    let cva = start + 0x400_0000;
-    let dva = start + 0x410_0000;
-    let _ = n.bind(
-        hc,
-        0,
-        cva,
-        4 * PAGE,
-        uapi::VM_BIND_READ | uapi::VM_BIND_EXEC,
-    );
-    let _ = n.bind(hd, 0, dva, 4 * PAGE, rw);
-    let cmds = Cmds {
-        map: n.mmap(hc, 4 * PAGE).expect("mmap"),
-        va: cva,
-        generation,
-    };
+    let Scratch {
+        cmds,
+        data: _,
+        dva,
+        start: _,
+    } = scratch(&n, 0x400_0000, 4);
     let c = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let d = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let hang = cmds.program(0, &[copy(dva, dva + 2 * PAGE, PAGE)]);
@@ -2050,26 +2022,12 @@ fn poll_ready(fd: i32, ms: i32) -> bool {
 /// arguments.
 fn test_fence_export(t: &mut T, path: &PathBuf) {
     let n = Node::open(path);
-    let start = n.param(param::VA_START).unwrap_or(0);
-    let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
-    let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
-    let hc = n.gem_create(4 * PAGE, 0).unwrap_or(0);
-    let hd = n.gem_create(PAGE, 0).unwrap_or(0);
-    let cva = start + 0x500_0000;
-    let dva = start + 0x510_0000;
-    let _ = n.bind(
-        hc,
-        0,
-        cva,
-        4 * PAGE,
-        uapi::VM_BIND_READ | uapi::VM_BIND_EXEC,
-    );
-    let _ = n.bind(hd, 0, dva, PAGE, rw);
-    let cmds = Cmds {
-        map: n.mmap(hc, 4 * PAGE).expect("mmap"),
-        va: cva,
-        generation,
-    };
+    let Scratch {
+        cmds,
+        data: hd,
+        dva,
+        start,
+    } = scratch(&n, 0x500_0000, 1);
     let data = n.mmap(hd, PAGE).expect("mmap");
     let export = |n: &Node, ctx: u32, engine: u32, seqno: u64, flags: u32| {
         let mut a = uapi::DrmVgpuFenceExport {
@@ -2199,6 +2157,48 @@ fn test_fence_export(t: &mut T, path: &PathBuf) {
             || format!("{:?}", sync_status(fd)),
         );
         close(fd);
+    }
+}
+
+/// A 4-page command-buffer BO bound READ|EXEC at `VA_START + at` and a
+/// data BO of `data_pages` pages bound READ|WRITE 1 MiB above it.
+struct Scratch {
+    cmds: Cmds,
+    data: u32,
+    dva: u64,
+    start: u64,
+}
+
+fn scratch(n: &Node, at: u64, data_pages: u64) -> Scratch {
+    let start = n.param(param::VA_START).unwrap_or(0);
+    let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
+    let hc = n.gem_create(4 * PAGE, 0).unwrap_or(0);
+    let data = n.gem_create(data_pages * PAGE, 0).unwrap_or(0);
+    let cva = start + at;
+    let dva = cva + 0x10_0000;
+    let _ = n.bind(
+        hc,
+        0,
+        cva,
+        4 * PAGE,
+        uapi::VM_BIND_READ | uapi::VM_BIND_EXEC,
+    );
+    let _ = n.bind(
+        data,
+        0,
+        dva,
+        data_pages * PAGE,
+        uapi::VM_BIND_READ | uapi::VM_BIND_WRITE,
+    );
+    Scratch {
+        cmds: Cmds {
+            map: n.mmap(hc, 4 * PAGE).expect("mmap"),
+            va: cva,
+            generation,
+        },
+        data,
+        dva,
+        start,
     }
 }
 

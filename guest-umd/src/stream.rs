@@ -39,6 +39,11 @@ struct Batch {
     in_fences: Vec<uapi::DrmVgpuFence>,
 }
 
+/// Largest piece of a host-to-device write staged at once.
+const STAGING_CHUNK: u64 = 4 << 20;
+/// Staging bytes of large writes one stream keeps in flight.
+const STAGING_IN_FLIGHT: u64 = 16 << 20;
+
 struct StreamState {
     batch: Option<Batch>,
     last: [Option<SyncPoint>; 2],
@@ -50,6 +55,9 @@ struct StreamState {
     /// The last batch's buffer while it has room: the next batch continues
     /// in it.
     spare: Option<CmdBuf>,
+    /// Staging bytes of large writes still in flight, oldest first, with
+    /// the batch that frees each.
+    staging: std::collections::VecDeque<(u64, SyncPoint)>,
 }
 
 pub(crate) struct StreamShared {
@@ -294,6 +302,18 @@ impl StreamShared {
         Ok(())
     }
 
+    /// The stream's latest sync point per engine.
+    fn last_fences(&self) -> Vec<SyncPoint> {
+        self.st
+            .lock()
+            .unwrap()
+            .last
+            .iter()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+
     fn synchronize(&self, call: &'static str) -> Result<WaitPath> {
         self.ctx.check(call)?;
         let sps = self.flush_all(&self.ctx, call)?;
@@ -391,6 +411,7 @@ impl Stream {
                 engine: ENGINE_COPY,
                 destroyed: false,
                 spare: None,
+                staging: std::collections::VecDeque::new(),
                 submits: 0,
                 waits: [0; 3],
             }),
@@ -533,6 +554,9 @@ impl Stream {
     pub fn write(&self, dst: &Buffer, off: u64, data: &[u8]) -> Result<()> {
         let call = "Stream::write";
         self.check_buf(call, dst, off, data.len() as u64)?;
+        if data.len() as u64 > STAGING_CHUNK {
+            return self.write_chunked(call, dst, off, data);
+        }
         let ctx = &self.s.ctx;
         let staging = ctx
             .pool
@@ -550,11 +574,61 @@ impl Stream {
             .push(call, Some(ENGINE_COPY), &[p], vec![staging], None)
     }
 
+    /// A large host-to-device copy in [`STAGING_CHUNK`] pieces, each
+    /// submitted at once, with at most [`STAGING_IN_FLIGHT`] bytes of staging
+    /// in flight: beyond, the piece waits for the oldest piece's batch, whose
+    /// staging block (already faulted in) the pool then hands out again. The
+    /// CPU fills one piece while the copy engine moves the previous one.
+    fn write_chunked(&self, call: &'static str, dst: &Buffer, off: u64, data: &[u8]) -> Result<()> {
+        let ctx = &self.s.ctx;
+        for (i, piece) in data.chunks(STAGING_CHUNK as usize).enumerate() {
+            let n = piece.len() as u64;
+            loop {
+                let oldest = {
+                    let mut st = self.s.st.lock().unwrap();
+                    let busy: u64 = st.staging.iter().map(|(b, _)| b).sum();
+                    if busy + n <= STAGING_IN_FLIGHT {
+                        break;
+                    }
+                    match st.staging.pop_front() {
+                        Some((_, sp)) => sp,
+                        None => break,
+                    }
+                };
+                wait_all(&ctx.kmd, &ctx.cfg, &[oldest], None)
+                    .map_err(|e| ctx.fail(call, self.s.ctx_id, e))?;
+            }
+            let staging = ctx
+                .pool
+                .lock()
+                .unwrap()
+                .alloc(n)
+                .map_err(|source| Error::Mem { call, source })?;
+            staging.bo.write(staging.offset, piece);
+            let p = Packet::Copy {
+                src: staging.va(),
+                dst: dst.va() + off + i as u64 * STAGING_CHUNK,
+                size: n,
+            };
+            self.s
+                .push(call, Some(ENGINE_COPY), &[p], vec![staging], None)?;
+            let mut st = self.s.st.lock().unwrap();
+            self.s.flush_locked(&mut st, call)?;
+            if let Some(sp) = st.last[ENGINE_COPY as usize].clone() {
+                st.staging.push_back((n, sp));
+            }
+        }
+        Ok(())
+    }
+
     /// Device-to-host copy; returns when `out` holds the data (waits for
     /// the stream's earlier work too).
     pub fn read(&self, src: &Buffer, off: u64, out: &mut [u8]) -> Result<()> {
         let call = "Stream::read";
         self.check_buf(call, src, off, out.len() as u64)?;
+        if out.len() as u64 > STAGING_CHUNK {
+            return self.read_chunked(call, src, off, out);
+        }
         let ctx = &self.s.ctx;
         let staging = ctx
             .pool
@@ -586,6 +660,84 @@ impl Stream {
             .collect();
         ctx.pool.lock().unwrap().free(staging, fences);
         r.map(|_| ())
+    }
+
+    /// A large device-to-host copy in [`STAGING_CHUNK`] pieces with up to
+    /// [`STAGING_IN_FLIGHT`] bytes in flight: the copy engine fills the next
+    /// pieces while the CPU copies out the oldest one that completed.
+    fn read_chunked(
+        &self,
+        call: &'static str,
+        src: &Buffer,
+        off: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let ctx = &self.s.ctx;
+        let chunk = STAGING_CHUNK as usize;
+        let window = (STAGING_IN_FLIGHT / STAGING_CHUNK) as usize;
+        let mut pending: std::collections::VecDeque<(usize, Block, SyncPoint)> = Default::default();
+        let mut next = 0;
+        let mut result = Ok(());
+        while result.is_ok() && (next < out.len() || !pending.is_empty()) {
+            if next < out.len() && pending.len() < window {
+                let n = chunk.min(out.len() - next);
+                let staging = match ctx.pool.lock().unwrap().alloc(n as u64) {
+                    Ok(b) => b,
+                    Err(source) => {
+                        result = Err(Error::Mem { call, source });
+                        break;
+                    }
+                };
+                let p = Packet::Copy {
+                    src: src.va() + off + next as u64,
+                    dst: staging.va(),
+                    size: n as u64,
+                };
+                let submitted = self
+                    .s
+                    .push(call, Some(ENGINE_COPY), &[p], vec![], None)
+                    .and_then(|()| {
+                        let mut st = self.s.st.lock().unwrap();
+                        self.s.flush_locked(&mut st, call)?;
+                        Ok(st.last[ENGINE_COPY as usize].clone())
+                    });
+                match submitted {
+                    Ok(Some(sp)) => pending.push_back((next, staging, sp)),
+                    other => {
+                        ctx.pool.lock().unwrap().free(staging, self.s.last_fences());
+                        result = other.and(Err(Error::Invalid {
+                            call,
+                            what: "the copy left no fence".into(),
+                        }));
+                        break;
+                    }
+                }
+                next += n;
+                continue;
+            }
+            let Some((at, staging, sp)) = pending.pop_front() else {
+                break;
+            };
+            match wait_all(&ctx.kmd, &ctx.cfg, std::slice::from_ref(&sp), None) {
+                Ok(_) => {
+                    let n = chunk.min(out.len() - at);
+                    staging.bo.read(staging.offset, &mut out[at..at + n]);
+                    ctx.pool.lock().unwrap().free(staging, vec![]);
+                }
+                Err(e) => {
+                    ctx.pool.lock().unwrap().free(staging, vec![sp]);
+                    result = Err(ctx.fail(call, self.s.ctx_id, e));
+                }
+            }
+        }
+        // On an error, blocks still in flight go back once the stream's
+        // work is done.
+        for (_, staging, _) in pending {
+            ctx.pool.lock().unwrap().free(staging, self.s.last_fences());
+        }
+        // Like a small read: the stream's earlier work on both engines is
+        // done when this returns.
+        result.and_then(|()| self.s.synchronize(call).map(|_| ()))
     }
 
     /// Records `ev` at the current end of the stream.

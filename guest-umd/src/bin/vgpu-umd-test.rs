@@ -160,6 +160,26 @@ fn test_copy(t: &mut T, ctx: &Context) {
     let Some(s) = t.ok("copy: stream", Stream::new(ctx)) else {
         return;
     };
+    // Large writes go in staged pieces with a bounded amount in flight:
+    // three writes of 10 MiB + 3 bytes at an odd offset, each read back.
+    let size = (10 << 20) + 3;
+    let big = ctx.alloc(size as u64 + 5, MemKind::DeviceLocal).unwrap();
+    for round in 0..3u32 {
+        let data = pattern(size, 0x51 + round);
+        t.ok(
+            &format!("copy: staged write #{round}"),
+            s.write(&big, 5, &data),
+        );
+        let mut back = vec![0u8; size];
+        t.ok(
+            &format!("copy: staged read #{round}"),
+            s.read(&big, 5, &mut back),
+        );
+        t.check(&format!("copy: staged data #{round}"), back == data, || {
+            let i = back.iter().zip(&data).position(|(a, b)| a != b);
+            format!("first difference at {i:?}")
+        });
+    }
     for size in [1usize, 8, 100, 4096, 70_000, 1 << 20] {
         let src = ctx.alloc(size as u64, MemKind::DeviceLocal).unwrap();
         let dst = ctx.alloc(size as u64, MemKind::DeviceLocal).unwrap();

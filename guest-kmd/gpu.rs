@@ -555,6 +555,23 @@ fn parse_fences(b: &[u8], n: usize) -> KVec<FenceRef> {
     v
 }
 
+impl Ctx {
+    /// The `VGPU_CTX_STATE_*` bits of `CTX_QUERY` and `QUERY_STATS`.
+    fn state_bits(&self) -> u32 {
+        let mut state = 0;
+        if self.errored {
+            state |= uapi::VGPU_CTX_STATE_ERRORED;
+        }
+        if self.banned {
+            state |= uapi::VGPU_CTX_STATE_BANNED;
+        }
+        if self.fault_access != 0 {
+            state |= uapi::VGPU_CTX_STATE_FAULTED;
+        }
+        state
+    }
+}
+
 /// What `CTX_QUERY` returns.
 pub(crate) struct CtxQuery {
     pub(crate) reset_status: u32,
@@ -883,19 +900,9 @@ impl Vgpu {
         self.refresh_query(client, handle);
         let mut g = self.lock_gpu()?;
         let (_, c) = Self::find_ctx(&mut g, client, handle)?;
-        let mut state = 0;
-        if c.errored {
-            state |= uapi::VGPU_CTX_STATE_ERRORED;
-        }
-        if c.banned {
-            state |= uapi::VGPU_CTX_STATE_BANNED;
-        }
-        if c.fault_access != 0 {
-            state |= uapi::VGPU_CTX_STATE_FAULTED;
-        }
         Ok(CtxQuery {
             reset_status: c.reset_status,
-            state,
+            state: c.state_bits(),
             fault_access: c.fault_access,
             fault_va: c.fault_va,
             fault_reason: c.fault_reason,
@@ -1904,16 +1911,7 @@ impl Vgpu {
             if c.destroying {
                 continue;
             }
-            let mut state = 0;
-            if c.errored {
-                state |= uapi::VGPU_CTX_STATE_ERRORED;
-            }
-            if c.banned {
-                state |= uapi::VGPU_CTX_STATE_BANNED;
-            }
-            if c.fault_access != 0 {
-                state |= uapi::VGPU_CTX_STATE_FAULTED;
-            }
+            let state = c.state_bits();
             let mut submitted = [0; ENGINES];
             let mut completed = [0; ENGINES];
             for (e, r) in c.rings.iter().enumerate() {

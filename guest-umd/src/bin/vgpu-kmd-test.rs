@@ -1687,24 +1687,9 @@ fn test_hang_inflight(t: &mut T, path: &PathBuf) {
 /// ioctl. Watches debugfs `contexts` (reading it runs no hang check).
 fn test_watchdog(t: &mut T, path: &PathBuf) {
     let n = Node::open(path);
-    let start = n.param(param::VA_START).unwrap_or(0);
-    let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
-    let hc = n.gem_create(4 * PAGE, 0).unwrap_or(0);
-    let cva = start + 0x200_0000;
-    let _ = n.bind(
-        hc,
-        0,
-        cva,
-        4 * PAGE,
-        uapi::VM_BIND_READ | uapi::VM_BIND_EXEC,
-    );
-    let m = n.mmap(hc, 4 * PAGE).expect("mmap");
-    let cmds = Cmds {
-        map: m,
-        va: cva,
-        generation,
-    };
-    let hang = cmds.program(0, &[sem_wait_eq(cva + 2 * PAGE, 0xdead)]);
+    let Scratch { cmds, dva, .. } = scratch(&n, 0x200_0000, 1);
+    // The data page stays zero: the semaphore is never released.
+    let hang = cmds.program(0, &[sem_wait_eq(dva, 0xdead)]);
     let c = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let first = debugfs("contexts");
     let line = |s: &str| s.lines().next().unwrap_or("").to_string();

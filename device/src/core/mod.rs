@@ -62,6 +62,7 @@ pub struct Device {
     control: ControlProcessor,
     threads: Vec<JoinHandle<()>>,
     protocol_errors: u64,
+    rings_broken: u64,
 }
 
 impl Device {
@@ -105,6 +106,7 @@ impl Device {
             gpu,
             threads,
             protocol_errors: 0,
+            rings_broken: 0,
         }
     }
 
@@ -156,6 +158,12 @@ impl Device {
         self.protocol_errors = self.protocol_errors.saturating_add(1);
     }
 
+    /// Records a virtqueue found broken (its ring structures inconsistent)
+    /// and stopped.
+    pub fn count_ring_broken(&mut self) {
+        self.rings_broken = self.rings_broken.saturating_add(1);
+    }
+
     /// Virtio reset: the GPU returns to its power-on state (see
     /// [`reset`]); pending events are discarded and event numbering
     /// restarts. Counters and the clock keep running.
@@ -173,6 +181,7 @@ impl Device {
         c.events_delivered = e.delivered;
         c.events_dropped = e.dropped;
         c.protocol_errors = self.protocol_errors;
+        c.rings_broken = self.rings_broken;
         c
     }
 

@@ -704,7 +704,9 @@ fn control_socket_protocol() {
     let r = rig(&[]);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ctl.sock");
-    let _ctl = crate::inject_ctl::spawn(&path, r.gpu.clone()).unwrap();
+    let _ctl = crate::daemon::control::TestLoop::start(
+        crate::daemon::ControlServer::bind(&path, r.gpu.clone()).unwrap(),
+    );
     let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
     let mut rd = std::io::BufReader::new(s.try_clone().unwrap());
     let mut ask = |line: &str| {

@@ -1,16 +1,10 @@
-//! Readers of the KMD's debugfs files (`vms`, `objects`, `contexts`, ...).
+//! Readers of the KMD's debugfs files of the first device (`vms`,
+//! `objects`, `contexts`, `hang_dump`, ...); empty when debugfs is not
+//! mounted.
 
-#![allow(unused_imports)]
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 
-use vgpu_umd::uapi::{self, param};
-use vgpu_umd::Device;
-
-use crate::node::*;
-use crate::report::*;
-
+/// The text of debugfs file `name` of the (first) device.
 pub fn debugfs(name: &str) -> String {
     let Ok(dir) = std::fs::read_dir("/sys/kernel/debug/vgpu") else {
         return String::new();
@@ -40,6 +34,7 @@ pub fn vm_line(va: u64) -> Option<String> {
         .map(|l| l.trim().to_string())
 }
 
+/// The word after `name` in `line` (`name value` pairs).
 pub fn field(line: &str, name: &str) -> Option<String> {
     let mut it = line.split_whitespace();
     while let Some(w) = it.next() {
@@ -50,6 +45,13 @@ pub fn field(line: &str, name: &str) -> Option<String> {
     None
 }
 
+/// The value of `name` on the first line of a debugfs `contexts` text: the
+/// device's summary (resets, hangs, fence-event counters, wedged).
+pub fn summary_field(contexts: &str, name: &str) -> Option<String> {
+    field(contexts.lines().next().unwrap_or(""), name)
+}
+
+/// Every `name count` line of debugfs `objects`.
 pub fn objects() -> Vec<(String, i64)> {
     debugfs("objects")
         .lines()
@@ -60,6 +62,7 @@ pub fn objects() -> Vec<(String, i64)> {
         .collect()
 }
 
+/// One count of debugfs `objects`; -1 if it is missing.
 pub fn object(name: &str) -> i64 {
     objects()
         .into_iter()

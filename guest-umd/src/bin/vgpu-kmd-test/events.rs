@@ -1,17 +1,13 @@
 //! Fence interrupts that go wrong, injected by the device: dropped,
 //! duplicated, early and skipped fence events, a refused doorbell.
 
-#![allow(unused_imports)]
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::path::Path;
 
-use vgpu_umd::uapi::{self, param};
-use vgpu_umd::Device;
+use vgpu_umd::uapi;
 
-use crate::debugfs::*;
-use crate::node::*;
-use crate::report::*;
+use crate::debugfs::{debugfs, summary_field};
+use crate::node::{fence, fill, open, scratch, Map, Scratch, MS, PAGE};
+use crate::report::T;
 
 /// Fence interrupts that go wrong, injected by the device (run with
 /// `--inject fence-event-drop:after=1,count=1 --inject
@@ -23,17 +19,17 @@ use crate::report::*;
 /// the KMD trusts the fence value in memory, reports a lost interrupt while
 /// the ring lives on, does not believe or double-count the others, and
 /// rings a refused doorbell again.
-pub fn test_injected_events(t: &mut T, path: &PathBuf) {
-    let n = Node::open(path);
+pub fn test_injected_events(t: &mut T, path: &Path) {
+    let n = open(path);
     let Scratch {
         cmds,
         data: hd,
         dva,
-        start: _,
+        ..
     } = scratch(&n, 0x300_0000, 1);
     let c = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let counter = |name: &str| {
-        field(debugfs("contexts").lines().next().unwrap_or(""), name)
+        summary_field(&debugfs("contexts"), name)
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(u64::MAX)
     };
@@ -133,7 +129,7 @@ pub fn test_injected_events(t: &mut T, path: &PathBuf) {
         || debugfs("contexts"),
     );
     // The data of every job landed.
-    let m = n.mmap(hd, PAGE).expect("mmap");
+    let m = Map::new(&n, hd, PAGE).expect("mmap");
     let ok = (1..=6u64).all(|i| m.read(8 * i as usize) == i | (i << 32));
     t.check("events: every job's data landed", ok, || {
         format!(

@@ -1,20 +1,15 @@
 //! `GEM_CREATE`, `GEM_MMAP_OFFSET`, `GEM_CLOSE`: sizes, flags, CPU
 //! mappings, use after close.
 
-#![allow(unused_imports)]
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::path::Path;
 
-use vgpu_umd::uapi::{self, param};
-use vgpu_umd::Device;
+use vgpu_umd::uapi;
 
-use crate::debugfs::*;
-use crate::node::*;
-use crate::report::*;
+use crate::node::{open, Map, PAGE};
+use crate::report::T;
 
-pub fn test_gem(t: &mut T, path: &PathBuf) {
-    let n = Node::open(path);
+pub fn test_gem(t: &mut T, path: &Path) {
+    let n = open(path);
     let h = t
         .ok("gem: create 4 KiB", n.gem_create(PAGE, 0))
         .unwrap_or(0);
@@ -43,19 +38,26 @@ pub fn test_gem(t: &mut T, path: &PathBuf) {
     if let Some(h2) = t.ok("gem: create 5000 bytes", n.gem_create(5000, 0)) {
         t.ok(
             "gem: mmap rounded-up size",
-            n.mmap(h2, 2 * PAGE).map(|_| ()),
+            Map::new(&n, h2, 2 * PAGE).map(|_| ()),
         );
     }
     t.err(
         "gem: mmap_offset bad handle",
-        n.mmap_offset(0xdead, 0),
+        n.gem_mmap_offset(0xdead),
         libc::ENOENT,
     );
-    t.err("gem: mmap_offset pad", n.mmap_offset(h, 1), libc::EINVAL);
+    let mut pad = uapi::DrmVgpuGemMmapOffset {
+        handle: h,
+        pad: 1,
+        offset: 0,
+    };
+    // SAFETY: GEM_MMAP_OFFSET carries no user pointers.
+    let r = unsafe { n.ioctl_raw(&mut pad) };
+    t.err("gem: mmap_offset pad", r, libc::EINVAL);
 
     // Data written through one mapping is seen through another.
     if let Some(h3) = t.ok("gem: create 64 KiB", n.gem_create(16 * PAGE, 0)) {
-        if let Some(m) = t.ok("gem: mmap", n.mmap(h3, 16 * PAGE)) {
+        if let Some(m) = t.ok("gem: mmap", Map::new(&n, h3, 16 * PAGE)) {
             let fresh = (0..16 * 512).all(|i| m.read(i) == 0);
             t.check("gem: new object reads zero", fresh, || {
                 "non-zero data".into()
@@ -64,7 +66,7 @@ pub fn test_gem(t: &mut T, path: &PathBuf) {
                 m.write(i, 0x5eed_0000_0000 + i as u64);
             }
         }
-        if let Some(m) = t.ok("gem: mmap again", n.mmap(h3, 16 * PAGE)) {
+        if let Some(m) = t.ok("gem: mmap again", Map::new(&n, h3, 16 * PAGE)) {
             let same = (0..16 * 512).all(|i| m.read(i) == 0x5eed_0000_0000 + i as u64);
             t.check("gem: data persists across mappings", same, || {
                 "data differs".into()
@@ -73,7 +75,7 @@ pub fn test_gem(t: &mut T, path: &PathBuf) {
         t.ok("gem: close handle", n.gem_close(h3));
         t.err(
             "gem: mmap_offset after close",
-            n.mmap_offset(h3, 0),
+            n.gem_mmap_offset(h3),
             libc::ENOENT,
         );
         t.err("gem: close twice", n.gem_close(h3), libc::EINVAL);

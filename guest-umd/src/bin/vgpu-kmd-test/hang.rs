@@ -3,31 +3,27 @@
 //! finding a hang nobody waits on, and the wedged device at the bottom of
 //! the reset ladder.
 
-#![allow(unused_imports)]
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::path::Path;
 
+use vgpu_hwif::packet::Packet;
 use vgpu_umd::uapi::{self, param};
-use vgpu_umd::Device;
 
-use crate::debugfs::*;
-use crate::node::*;
-use crate::report::*;
+use crate::debugfs::{debugfs, field, summary_field};
+use crate::node::{copy, fence, fill, open, scratch, sem_wait_eq, Cmds, Scratch, MS, PAGE};
+use crate::report::{errname, errno, T};
 
 /// A hang in flight: FILLs of 4 GiB each (one 2 MiB BO bound 2048 times)
 /// keep the copy engine busy past the job timeout; the engine reset
 /// recovers without a device reset. Needs `pt_pool_kib=16384`.
-pub fn test_hang_inflight(t: &mut T, path: &PathBuf) {
-    let n = Node::open(path);
-    let start = n.param(param::VA_START).unwrap_or(0);
-    let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
+pub fn test_hang_inflight(t: &mut T, path: &Path) {
+    let n = open(path);
+    let start = n.get_param(param::VA_START).unwrap_or(0);
     let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
     let hf = n.gem_create(2 << 20, 0).unwrap_or(0);
     let base = start + (1 << 32);
     let mut bound = true;
     for i in 0..2048u64 {
-        if n.bind(hf, 0, base + i * (2 << 20), 2 << 20, rw).is_err() {
+        if n.vm_bind(hf, base + i * (2 << 20), 2 << 20, rw).is_err() {
             bound = false;
             break;
         }
@@ -35,36 +31,12 @@ pub fn test_hang_inflight(t: &mut T, path: &PathBuf) {
     t.check("inflight: 4 GiB of aliases bound", bound, || {
         "bind failed".into()
     });
-    let hc = n.gem_create(16 * PAGE, 0).unwrap_or(0);
     let cva = start + 0x100_0000;
-    let _ = n.bind(
-        hc,
-        0,
-        cva,
-        16 * PAGE,
-        uapi::VM_BIND_READ | uapi::VM_BIND_EXEC,
-    );
-    let m = n.mmap(hc, 16 * PAGE).expect("mmap");
-    // 64 FILLs, each at a 64-byte boundary padded with a NOP.
-    let mut words = Vec::new();
-    for _ in 0..64 {
-        let (op, p) = fill(base, 1 << 32, 0x5a5a_5a5a);
-        words.push(vgpu_hwif::packet::encode_header(generation, op, 6));
-        words.extend_from_slice(&p);
-        words.push(vgpu_hwif::packet::encode_header(
-            generation,
-            vgpu_hwif::packet::OP_NOP,
-            10,
-        ));
-        words.extend_from_slice(&[0; 9]);
-    }
-    for (i, pair) in words.chunks(2).enumerate() {
-        m.write(i, u64::from(pair[0]) | (u64::from(pair[1]) << 32));
-    }
-    let big = uapi::DrmVgpuCmd {
-        va: cva,
-        size: (words.len() * 4) as u64,
-    };
+    let cmds = Cmds::new(&n, cva, 16).expect("mmap");
+    // `count` times `p` in a 64-byte slot of its own (padded with a NOP).
+    let slotted = |p: Packet, count: usize| [p, Packet::Nop { words: 10 }].repeat(count);
+    // 64 FILLs of 4 GiB.
+    let big = cmds.put(0, &slotted(fill(base, 1 << 32, 0x5a5a_5a5a), 64));
     let x = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let y = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let resets_before = debugfs("contexts");
@@ -82,7 +54,7 @@ pub fn test_hang_inflight(t: &mut T, path: &PathBuf) {
     );
     t.check(
         "inflight: hung job's fence fails",
-        r == Err(libc::EIO),
+        errno(&r) == Some(libc::EIO),
         || format!("{r:?}"),
     );
     let q = n.ctx_query(x).unwrap_or_default();
@@ -92,7 +64,7 @@ pub fn test_hang_inflight(t: &mut T, path: &PathBuf) {
         || format!("{q:?}"),
     );
     let after = debugfs("contexts");
-    let dev_resets = |s: &str| field(s.lines().next().unwrap_or(""), "device_resets");
+    let dev_resets = |s: &str| summary_field(s, "device_resets");
     t.check(
         "inflight: engine reset was enough",
         after.contains("reset engine")
@@ -107,22 +79,7 @@ pub fn test_hang_inflight(t: &mut T, path: &PathBuf) {
         || dump.clone(),
     );
     // A small FILL on the second page.
-    let (op, p) = fill(base, 64, 1);
-    let mut small = vec![vgpu_hwif::packet::encode_header(generation, op, 6)];
-    small.extend_from_slice(&p);
-    small.push(vgpu_hwif::packet::encode_header(
-        generation,
-        vgpu_hwif::packet::OP_NOP,
-        2,
-    ));
-    small.push(0);
-    for (i, pair) in small.chunks(2).enumerate() {
-        m.write(512 + i, u64::from(pair[0]) | (u64::from(pair[1]) << 32));
-    }
-    let small = uapi::DrmVgpuCmd {
-        va: cva + PAGE,
-        size: 32,
-    };
+    let small = cmds.put(512, &[fill(base, 64, 1), Packet::Nop { words: 2 }]);
     let sy = n.submit(y, 0, &[small], &[]).unwrap_or(0);
     t.ok(
         "inflight: other context runs",
@@ -137,50 +94,18 @@ pub fn test_hang_inflight(t: &mut T, path: &PathBuf) {
     // An innocent context's job in flight when the engine is reset for
     // another context's hung ring (blocked on a semaphore): the innocent
     // job is cut off, written again by the driver, and completes.
-    let put = |page: usize, words: &[u32]| {
-        for (i, pair) in words.chunks(2).enumerate() {
-            let hi = pair.get(1).copied().unwrap_or(0);
-            m.write(page * 512 + i, u64::from(pair[0]) | (u64::from(hi) << 32));
-        }
-    };
-    let busy_job = |fills: usize| {
-        let mut w = Vec::new();
-        for _ in 0..fills {
-            let (op, p) = fill(base, 256 << 20, 0x77);
-            w.push(vgpu_hwif::packet::encode_header(generation, op, 6));
-            w.extend_from_slice(&p);
-            w.push(vgpu_hwif::packet::encode_header(
-                generation,
-                vgpu_hwif::packet::OP_NOP,
-                10,
-            ));
-            w.extend_from_slice(&[0; 9]);
-        }
-        w
-    };
-    let (op, p) = sem_wait_eq(cva + 4 * PAGE, 0xdead);
-    let mut wait = vec![vgpu_hwif::packet::encode_header(generation, op, 6)];
-    wait.extend_from_slice(&p);
-    wait.push(vgpu_hwif::packet::encode_header(
-        generation,
-        vgpu_hwif::packet::OP_NOP,
-        2,
-    ));
-    wait.push(0);
-    put(3, &wait);
-    let wait_cmd = uapi::DrmVgpuCmd {
-        va: cva + 3 * PAGE,
-        size: (wait.len() * 4) as u64,
-    };
+    let wait_cmd = cmds.put(
+        3 * 512,
+        &[
+            sem_wait_eq(cva + 4 * PAGE, 0xdead),
+            Packet::Nop { words: 2 },
+        ],
+    );
     let w = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let z = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     // Size the innocent jobs: one 256 MiB fill timed, then jobs of about
     // 150 ms (well inside the job timeout) for about 3 s in all.
-    put(2, &busy_job(1));
-    let one = uapi::DrmVgpuCmd {
-        va: cva + 2 * PAGE,
-        size: 64,
-    };
+    let one = cmds.put(2 * 512, &slotted(fill(base, 256 << 20, 0x77), 1));
     let t1 = std::time::Instant::now();
     let s1 = n.submit(w, 0, &[one], &[]).unwrap_or(0);
     let _ = n.wait(&[fence(w, 0, s1)], true, 10_000 * MS);
@@ -188,17 +113,15 @@ pub fn test_hang_inflight(t: &mut T, path: &PathBuf) {
     let fills = (150 / per_fill.as_millis().max(1)).clamp(1, 64) as usize;
     let jobs = (3000 / (per_fill.as_millis().max(1) * fills as u128)).clamp(4, 200) as usize;
     println!("info inflight-innocent: 256 MiB fill {per_fill:?}, {jobs} jobs of {fills} fills");
-    put(2, &busy_job(fills));
-    let job = uapi::DrmVgpuCmd {
-        va: cva + 2 * PAGE,
-        size: (fills * 64) as u64,
-    };
+    let job = cmds.put(2 * 512, &slotted(fill(base, 256 << 20, 0x77), fills));
     let mut seqnos = Vec::new();
     for _ in 0..jobs {
         match n.submit(w, 0, &[job], &[]) {
             Ok(s) => seqnos.push(s),
             Err(e) => {
-                t.check("inflight-innocent: submit", false, || errname(e).into());
+                t.check("inflight-innocent: submit", false, || {
+                    errname(e.errno).into()
+                });
                 return;
             }
         }
@@ -208,7 +131,7 @@ pub fn test_hang_inflight(t: &mut T, path: &PathBuf) {
     let rz = n.wait(&[fence(z, 0, sz)], true, 30_000 * MS);
     t.check(
         "inflight-innocent: hung ring's fence fails",
-        rz == Err(libc::EIO),
+        errno(&rz) == Some(libc::EIO),
         || format!("{rz:?}"),
     );
     let last = *seqnos.last().unwrap_or(&0);
@@ -238,15 +161,14 @@ pub fn test_hang_inflight(t: &mut T, path: &PathBuf) {
 
 /// A hang nobody waits on: the watchdog finds and recovers it without any
 /// ioctl. Watches debugfs `contexts` (reading it runs no hang check).
-pub fn test_watchdog(t: &mut T, path: &PathBuf) {
-    let n = Node::open(path);
+pub fn test_watchdog(t: &mut T, path: &Path) {
+    let n = open(path);
     let Scratch { cmds, dva, .. } = scratch(&n, 0x200_0000, 1);
     // The data page stays zero: the semaphore is never released.
     let hang = cmds.program(0, &[sem_wait_eq(dva, 0xdead)]);
     let c = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let first = debugfs("contexts");
-    let line = |s: &str| s.lines().next().unwrap_or("").to_string();
-    let hangs = |s: &str| field(&line(s), "hangs").and_then(|v| v.parse::<u64>().ok());
+    let hangs = |s: &str| summary_field(s, "hangs").and_then(|v| v.parse::<u64>().ok());
     let wd = |s: &str| {
         s.lines()
             .find(|l| l.starts_with("watchdog "))
@@ -299,14 +221,9 @@ pub fn test_watchdog(t: &mut T, path: &PathBuf) {
 /// the engine reset and the device
 /// reset both fail, the device is wedged, every waiter and submitter gets
 /// EIO, and a WEDGED= uevent goes out on the DRM device nodes.
-pub fn test_wedged(t: &mut T, path: &PathBuf) {
-    let n = Node::open(path);
-    let Scratch {
-        cmds,
-        data: _,
-        dva,
-        start: _,
-    } = scratch(&n, 0x400_0000, 4);
+pub fn test_wedged(t: &mut T, path: &Path) {
+    let n = open(path);
+    let Scratch { cmds, dva, .. } = scratch(&n, 0x400_0000, 4);
     let c = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let d = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let hang = cmds.program(0, &[copy(dva, dva + 2 * PAGE, PAGE)]);
@@ -318,20 +235,19 @@ pub fn test_wedged(t: &mut T, path: &PathBuf) {
     println!("info wedged: hang to wedged {:?}", t0.elapsed());
     t.check(
         "wedged: hung job fails with EIO",
-        rc == Err(libc::EIO),
+        errno(&rc) == Some(libc::EIO),
         || format!("{rc:?}"),
     );
     let first = debugfs("contexts");
-    let first = first.lines().next().unwrap_or("").to_string();
     t.check(
         "wedged: debugfs says wedged",
-        field(&first, "wedged").as_deref() == Some("1"),
-        || first.clone(),
+        summary_field(&first, "wedged").as_deref() == Some("1"),
+        || first.lines().next().unwrap_or("").to_string(),
     );
     let rd = n.wait(&[fence(d, 0, sd)], true, 0);
     t.check(
         "wedged: the other context's fence reports the loss",
-        rd == Ok(0) || rd == Err(libc::EIO),
+        rd == Ok(0) || errno(&rd) == Some(libc::EIO),
         || format!("{rd:?}"),
     );
     t.err(

@@ -1,218 +1,28 @@
-//! The render node and the helpers every area shares: ioctl wrappers, CPU
-//! mappings, command buffers and packets, scratch buffers.
+//! What every area shares: the render node opened as the library's [`Kmd`],
+//! CPU mappings of BOs, command buffers written with hwif's packet encoder
+//! (through the UMD's [`Writer`]), and the scratch buffers several areas set
+//! up.
 
-#![allow(unused_imports)]
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::fs::OpenOptions;
+use std::path::Path;
 
+use vgpu_hwif::packet::{self, Packet};
+use vgpu_umd::cmdbuf::Writer;
+use vgpu_umd::kmd::{Kmd, KmdError};
 use vgpu_umd::uapi::{self, param};
-use vgpu_umd::Device;
-
-use crate::debugfs::*;
-use crate::report::*;
 
 pub const PAGE: u64 = 4096;
+/// One millisecond in the nanoseconds of `WAIT` timeouts.
+pub const MS: u64 = 1_000_000;
 
-/// An open render node.
-pub struct Node {
-    pub file: File,
-}
-
-impl Node {
-    pub fn open(path: &PathBuf) -> Node {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .expect("open render node");
-        Node { file }
-    }
-
-    pub fn ioctl<A>(&self, req: u32, arg: &mut A) -> Result<(), i32> {
-        loop {
-            // SAFETY: `req` is the uAPI ioctl whose argument is an `A` (the
-            // mirror is checked against the C header), `arg` is a valid,
-            // exclusively borrowed `A`.
-            let rc = unsafe {
-                libc::ioctl(
-                    self.file.as_raw_fd(),
-                    req as libc::c_ulong,
-                    std::ptr::from_mut(arg),
-                )
-            };
-            if rc == 0 {
-                return Ok(());
-            }
-            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
-            if e != libc::EINTR {
-                return Err(e);
-            }
-        }
-    }
-
-    pub fn param(&self, p: u32) -> Result<u64, i32> {
-        let mut a = uapi::DrmVgpuGetParam {
-            param: p,
-            ..Default::default()
-        };
-        self.ioctl(uapi::DRM_IOCTL_VGPU_GET_PARAM, &mut a)?;
-        Ok(a.value)
-    }
-
-    pub fn gem_create(&self, size: u64, flags: u32) -> Result<u32, i32> {
-        let mut a = uapi::DrmVgpuGemCreate {
-            size,
-            flags,
-            handle: 0,
-        };
-        self.ioctl(uapi::DRM_IOCTL_VGPU_GEM_CREATE, &mut a)?;
-        Ok(a.handle)
-    }
-
-    pub fn gem_close(&self, handle: u32) -> Result<(), i32> {
-        let mut a = uapi::DrmGemClose { handle, pad: 0 };
-        self.ioctl(uapi::DRM_IOCTL_GEM_CLOSE, &mut a)
-    }
-
-    pub fn mmap_offset(&self, handle: u32, pad: u32) -> Result<u64, i32> {
-        let mut a = uapi::DrmVgpuGemMmapOffset {
-            handle,
-            pad,
-            offset: 0,
-        };
-        self.ioctl(uapi::DRM_IOCTL_VGPU_GEM_MMAP_OFFSET, &mut a)?;
-        Ok(a.offset)
-    }
-
-    pub fn mmap(&self, handle: u32, size: u64) -> Result<Map, i32> {
-        let off = self.mmap_offset(handle, 0)?;
-        // SAFETY: A fresh shared mapping of the render node at the BO's fake
-        // offset; nothing else refers to the returned range.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                size as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                self.file.as_raw_fd(),
-                off as libc::off_t,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
-        }
-        Ok(Map {
-            ptr: p.cast(),
-            len: size as usize,
-        })
-    }
-
-    pub fn bind(
-        &self,
-        handle: u32,
-        bo_offset: u64,
-        va: u64,
-        size: u64,
-        flags: u32,
-    ) -> Result<(), i32> {
-        let mut a = uapi::DrmVgpuVmBind {
-            handle,
-            flags,
-            bo_offset,
-            va,
-            size,
-        };
-        self.ioctl(uapi::DRM_IOCTL_VGPU_VM_BIND, &mut a)
-    }
-
-    pub fn unbind(&self, va: u64, size: u64) -> Result<(), i32> {
-        let mut a = uapi::DrmVgpuVmUnbind { va, size };
-        self.ioctl(uapi::DRM_IOCTL_VGPU_VM_UNBIND, &mut a)
-    }
-
-    pub fn ctx_create(&self, priority: u32, engine_mask: u32, flags: u32) -> Result<u32, i32> {
-        let mut a = uapi::DrmVgpuCtxCreate {
-            priority,
-            engine_mask,
-            flags,
-            ctx_id: 0,
-        };
-        self.ioctl(uapi::DRM_IOCTL_VGPU_CTX_CREATE, &mut a)?;
-        Ok(a.ctx_id)
-    }
-
-    pub fn ctx_destroy(&self, ctx_id: u32) -> Result<(), i32> {
-        let mut a = uapi::DrmVgpuCtxDestroy { ctx_id, pad: 0 };
-        self.ioctl(uapi::DRM_IOCTL_VGPU_CTX_DESTROY, &mut a)
-    }
-
-    pub fn ctx_query(&self, ctx_id: u32) -> Result<uapi::DrmVgpuCtxQuery, i32> {
-        let mut a = uapi::DrmVgpuCtxQuery {
-            ctx_id,
-            ..Default::default()
-        };
-        self.ioctl(uapi::DRM_IOCTL_VGPU_CTX_QUERY, &mut a)?;
-        Ok(a)
-    }
-
-    pub fn query_stats(&self, a: &mut uapi::DrmVgpuQueryStats) -> Result<(), i32> {
-        self.ioctl(uapi::DRM_IOCTL_VGPU_QUERY_STATS, a)
-    }
-
-    /// A `QUERY_STATS` with room for every context.
-    pub fn stats(&self) -> Result<(uapi::DrmVgpuQueryStats, Vec<uapi::DrmVgpuCtxStats>), i32> {
-        let mut v = vec![uapi::DrmVgpuCtxStats::default(); uapi::STATS_MAX_CONTEXTS as usize];
-        let mut a = uapi::DrmVgpuQueryStats {
-            num_contexts: uapi::STATS_MAX_CONTEXTS,
-            contexts: v.as_mut_ptr() as u64,
-            ..Default::default()
-        };
-        self.query_stats(&mut a)?;
-        v.truncate(a.num_contexts.min(uapi::STATS_MAX_CONTEXTS) as usize);
-        Ok((a, v))
-    }
-
-    pub fn submit_raw(&self, a: &mut uapi::DrmVgpuSubmit) -> Result<u64, i32> {
-        self.ioctl(uapi::DRM_IOCTL_VGPU_SUBMIT, a)?;
-        Ok(a.seqno)
-    }
-
-    pub fn submit(
-        &self,
-        ctx: u32,
-        engine: u32,
-        cmds: &[uapi::DrmVgpuCmd],
-        fences: &[uapi::DrmVgpuFence],
-    ) -> Result<u64, i32> {
-        let mut a = uapi::DrmVgpuSubmit {
-            ctx_id: ctx,
-            engine,
-            cmds: cmds.as_ptr() as u64,
-            num_cmds: cmds.len() as u32,
-            num_in_fences: fences.len() as u32,
-            in_fences: fences.as_ptr() as u64,
-            ..Default::default()
-        };
-        self.submit_raw(&mut a)
-    }
-
-    pub fn wait(
-        &self,
-        fences: &[uapi::DrmVgpuFence],
-        all: bool,
-        timeout_ns: u64,
-    ) -> Result<u32, i32> {
-        let mut a = uapi::DrmVgpuWait {
-            fences: fences.as_ptr() as u64,
-            num_fences: fences.len() as u32,
-            flags: if all { uapi::WAIT_ALL } else { 0 },
-            timeout_ns,
-            ..Default::default()
-        };
-        self.ioctl(uapi::DRM_IOCTL_VGPU_WAIT, &mut a)?;
-        Ok(a.first_signaled)
-    }
+/// Opens the render node at `path` (a file of its own: its own VM).
+pub fn open(path: &Path) -> Kmd {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .expect("open render node");
+    Kmd::new(file)
 }
 
 pub fn fence(ctx_id: u32, engine: u32, seqno: u64) -> uapi::DrmVgpuFence {
@@ -223,95 +33,59 @@ pub fn fence(ctx_id: u32, engine: u32, seqno: u64) -> uapi::DrmVgpuFence {
     }
 }
 
-/// A command-buffer BO: programs at 256-byte slots (64-byte aligned, as gen
-/// 2 engine packets require).
-pub struct Cmds {
-    pub map: Map,
-    pub va: u64,
-    pub generation: u32,
+pub fn copy(src: u64, dst: u64, size: u64) -> Packet {
+    Packet::Copy { src, dst, size }
 }
 
-impl Cmds {
-    /// Writes the packets `(opcode, payload)` at slot `slot`, padded with a
-    /// NOP to a multiple of 8 bytes; returns the command buffer.
-    pub fn program(&self, slot: usize, packets: &[(u8, Vec<u32>)]) -> uapi::DrmVgpuCmd {
-        let mut words = Vec::new();
-        for (op, payload) in packets {
-            words.push(vgpu_hwif::packet::encode_header(
-                self.generation,
-                *op,
-                payload.len() as u32 + 1,
-            ));
-            words.extend_from_slice(payload);
-        }
-        if words.len() % 2 == 1 {
-            words.push(vgpu_hwif::packet::encode_header(
-                self.generation,
-                vgpu_hwif::packet::OP_NOP,
-                1,
-            ));
-        }
-        assert!(words.len() <= 64);
-        let base = slot * 64;
-        for (i, w) in words.iter().enumerate() {
-            let q = (base + i) / 2;
-            let old = self.map.read(q);
-            let v = if (base + i).is_multiple_of(2) {
-                (old & !0xffff_ffff) | u64::from(*w)
-            } else {
-                (old & 0xffff_ffff) | (u64::from(*w) << 32)
-            };
-            self.map.write(q, v);
-        }
-        uapi::DrmVgpuCmd {
-            va: self.va + (slot * 256) as u64,
-            size: (words.len() * 4) as u64,
-        }
+pub fn fill(dst: u64, size: u64, pattern: u32) -> Packet {
+    Packet::Fill { dst, size, pattern }
+}
+
+pub fn sem_wait_eq(va: u64, value: u64) -> Packet {
+    Packet::SemWait {
+        va,
+        value,
+        op: packet::SEM_WAIT_EQ,
     }
 }
 
-pub fn lo(v: u64) -> u32 {
-    v as u32
-}
-
-pub fn hi(v: u64) -> u32 {
-    (v >> 32) as u32
-}
-
-pub fn copy(src: u64, dst: u64, size: u64) -> (u8, Vec<u32>) {
-    (
-        vgpu_hwif::packet::OP_COPY,
-        vec![lo(src), hi(src), lo(dst), hi(dst), lo(size), hi(size)],
-    )
-}
-
-pub fn fill(dst: u64, size: u64, pattern: u32) -> (u8, Vec<u32>) {
-    (
-        vgpu_hwif::packet::OP_FILL,
-        vec![lo(dst), hi(dst), lo(size), hi(size), pattern],
-    )
-}
-
-pub fn sem_wait_eq(va: u64, value: u64) -> (u8, Vec<u32>) {
-    (
-        vgpu_hwif::packet::OP_SEM_WAIT,
-        vec![
-            lo(va),
-            hi(va),
-            lo(value),
-            hi(value),
-            vgpu_hwif::packet::SEM_WAIT_EQ,
-        ],
-    )
+/// `packets` encoded for `generation` as the device reads them at `va`
+/// (with gen 2's alignment padding), padded with a NOP to a multiple of 8
+/// bytes.
+pub fn encode(generation: u32, va: u64, packets: &[Packet]) -> Vec<u32> {
+    // Room for each packet and the NOPs that may align it, and the final NOP.
+    let room: usize = packets
+        .iter()
+        .map(|p| match *p {
+            Packet::Nop { words } => words as usize,
+            _ => 32,
+        })
+        .sum();
+    let mut words = vec![0; room + 1];
+    let mut w = Writer::new(generation, va, &mut words, 0);
+    for p in packets {
+        w.push(p).expect("room for the packet");
+    }
+    let len = w.finish();
+    words.truncate(len);
+    words
 }
 
 /// A CPU mapping of a BO.
 pub struct Map {
-    pub ptr: *mut u64,
-    pub len: usize,
+    ptr: *mut u64,
+    len: usize,
 }
 
 impl Map {
+    /// Maps `size` bytes of BO `handle`.
+    pub fn new(n: &Kmd, handle: u32, size: u64) -> Result<Map, KmdError> {
+        Ok(Map {
+            ptr: n.mmap(handle, size)?.cast(),
+            len: size as usize,
+        })
+    }
+
     pub fn write(&self, i: usize, v: u64) {
         assert!(i < self.len / 8);
         // SAFETY: In bounds of the live mapping (asserted).
@@ -323,6 +97,21 @@ impl Map {
         // SAFETY: In bounds of the live mapping (asserted).
         unsafe { self.ptr.add(i).read_volatile() }
     }
+
+    /// Writes `words` from 32-bit word `first` on, leaving the words around
+    /// them as they are.
+    pub fn write_words(&self, first: usize, words: &[u32]) {
+        for (i, w) in words.iter().enumerate() {
+            let k = first + i;
+            let old = self.read(k / 2);
+            let v = if k.is_multiple_of(2) {
+                (old & !0xffff_ffff) | u64::from(*w)
+            } else {
+                (old & 0xffff_ffff) | (u64::from(*w) << 32)
+            };
+            self.write(k / 2, v);
+        }
+    }
 }
 
 impl Drop for Map {
@@ -332,7 +121,63 @@ impl Drop for Map {
     }
 }
 
-pub const MS: u64 = 1_000_000;
+/// Words of one program slot: 256 bytes, so every program starts 64-byte
+/// aligned, as gen 2 engine packets require.
+const SLOT_WORDS: usize = 64;
+
+/// A command-buffer BO bound READ|EXEC and mapped for the CPU: programs at
+/// 256-byte slots, or packets at any word.
+pub struct Cmds {
+    pub map: Map,
+    pub va: u64,
+    pub generation: u32,
+    /// The BO.
+    pub handle: u32,
+}
+
+impl Cmds {
+    /// A BO of `pages` pages bound READ|EXEC at `va`.
+    pub fn new(n: &Kmd, va: u64, pages: u64) -> Result<Cmds, KmdError> {
+        let generation = n.get_param(param::GENERATION)? as u32;
+        let handle = n.gem_create(pages * PAGE, 0)?;
+        n.vm_bind(
+            handle,
+            va,
+            pages * PAGE,
+            uapi::VM_BIND_READ | uapi::VM_BIND_EXEC,
+        )?;
+        Ok(Cmds {
+            map: Map::new(n, handle, pages * PAGE)?,
+            va,
+            generation,
+            handle,
+        })
+    }
+
+    /// Writes `packets` at slot `slot`, padded with a NOP to a multiple of 8
+    /// bytes; returns the command buffer.
+    pub fn program(&self, slot: usize, packets: &[Packet]) -> uapi::DrmVgpuCmd {
+        let first = slot * SLOT_WORDS;
+        let words = encode(self.generation, self.va + 4 * first as u64, packets);
+        assert!(words.len() <= SLOT_WORDS);
+        self.write(first, &words)
+    }
+
+    /// Writes `packets` from word `first` on (any length); returns the
+    /// command buffer.
+    pub fn put(&self, first: usize, packets: &[Packet]) -> uapi::DrmVgpuCmd {
+        let words = encode(self.generation, self.va + 4 * first as u64, packets);
+        self.write(first, &words)
+    }
+
+    fn write(&self, first: usize, words: &[u32]) -> uapi::DrmVgpuCmd {
+        self.map.write_words(first, words);
+        uapi::DrmVgpuCmd {
+            va: self.va + 4 * first as u64,
+            size: 4 * words.len() as u64,
+        }
+    }
+}
 
 /// A 4-page command-buffer BO bound READ|EXEC at `VA_START + at` and a
 /// data BO of `data_pages` pages bound READ|WRITE 1 MiB above it.
@@ -343,35 +188,75 @@ pub struct Scratch {
     pub start: u64,
 }
 
-pub fn scratch(n: &Node, at: u64, data_pages: u64) -> Scratch {
-    let start = n.param(param::VA_START).unwrap_or(0);
-    let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
-    let hc = n.gem_create(4 * PAGE, 0).unwrap_or(0);
-    let data = n.gem_create(data_pages * PAGE, 0).unwrap_or(0);
+pub fn scratch(n: &Kmd, at: u64, data_pages: u64) -> Scratch {
+    let start = n.get_param(param::VA_START).unwrap_or(0);
     let cva = start + at;
     let dva = cva + 0x10_0000;
-    let _ = n.bind(
-        hc,
-        0,
-        cva,
-        4 * PAGE,
-        uapi::VM_BIND_READ | uapi::VM_BIND_EXEC,
-    );
-    let _ = n.bind(
+    let cmds = Cmds::new(n, cva, 4).expect("command buffer");
+    let data = n.gem_create(data_pages * PAGE, 0).unwrap_or(0);
+    let _ = n.vm_bind(
         data,
-        0,
         dva,
         data_pages * PAGE,
         uapi::VM_BIND_READ | uapi::VM_BIND_WRITE,
     );
     Scratch {
-        cmds: Cmds {
-            map: n.mmap(hc, 4 * PAGE).expect("mmap"),
-            va: cva,
-            generation,
-        },
+        cmds,
         data,
         dva,
         start,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vgpu_hwif::packet::{encode_header, OP_COPY, OP_FILL, OP_NOP, OP_SEM_WAIT};
+
+    #[test]
+    fn programs_hold_the_packets_and_an_even_number_of_words() {
+        for generation in [1, 2] {
+            // COPY is 7 words: a one-word NOP makes it a multiple of 8 bytes.
+            let w = encode(generation, 0x10_0000, &[copy(0x1_0000_2000, 0x3000, 0x40)]);
+            let want = [
+                encode_header(generation, OP_COPY, 7),
+                0x2000,
+                1,
+                0x3000,
+                0,
+                0x40,
+                0,
+                encode_header(generation, OP_NOP, 1),
+            ];
+            assert_eq!(w, want);
+            // SEM_WAIT is 6 words: nothing added.
+            let w = encode(generation, 0x10_0000, &[sem_wait_eq(0x2000, 3)]);
+            let want = [
+                encode_header(generation, OP_SEM_WAIT, 6),
+                0x2000,
+                0,
+                3,
+                0,
+                packet::SEM_WAIT_EQ,
+            ];
+            assert_eq!(w, want);
+            // FILLs padded to 64-byte slots by explicit NOPs.
+            let slots = [fill(0x3000, 8, 5), Packet::Nop { words: 10 }].repeat(3);
+            let w = encode(generation, 0x10_0000, &slots);
+            assert_eq!(w.len(), 48);
+            for slot in w.chunks(16) {
+                assert_eq!(slot[0], encode_header(generation, OP_FILL, 6));
+                assert_eq!(slot[6], encode_header(generation, OP_NOP, 10));
+            }
+        }
+    }
+
+    #[test]
+    fn gen2_aligns_copy_engine_packets_that_follow_others() {
+        // A FILL after a SEM_WAIT starts at the next 64-byte boundary.
+        let w = encode(2, 0x10_0000, &[sem_wait_eq(0x2000, 1), fill(0x3000, 8, 5)]);
+        assert_eq!(w.len(), 22);
+        assert_eq!(w[6], encode_header(2, OP_NOP, 10));
+        assert_eq!(w[16], encode_header(2, OP_FILL, 6));
     }
 }

@@ -1,26 +1,20 @@
 //! A VA rebound to another BO after the GPU used it reads the new BO (the
 //! unbind invalidated the TLB).
 
-#![allow(unused_imports)]
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::path::Path;
 
 use vgpu_umd::uapi::{self, param};
-use vgpu_umd::Device;
 
-use crate::debugfs::*;
-use crate::node::*;
-use crate::report::*;
+use crate::node::{copy, fence, open, Cmds, Map, MS, PAGE};
+use crate::report::T;
 
 /// A VA the GPU has read is unbound and bound to another BO; the next GPU
 /// copy from it must read the new BO on every page (the unbind's TLB
 /// invalidation). A stale translation shows up as a page of the old BO.
-pub fn test_remap(t: &mut T, path: &PathBuf) {
+pub fn test_remap(t: &mut T, path: &Path) {
     const PAGES: u64 = 4;
-    let n = Node::open(path);
-    let start = n.param(param::VA_START).unwrap_or(0);
-    let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
+    let n = open(path);
+    let start = n.get_param(param::VA_START).unwrap_or(0);
     let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
     let Some(ctx) = t.ok(
         "remap: create copy context",
@@ -28,20 +22,7 @@ pub fn test_remap(t: &mut T, path: &PathBuf) {
     ) else {
         return;
     };
-    let hc = n.gem_create(16 * PAGE, 0).unwrap_or(0);
-    let cva = start + 0x100_0000;
-    let _ = n.bind(
-        hc,
-        0,
-        cva,
-        16 * PAGE,
-        uapi::VM_BIND_READ | uapi::VM_BIND_EXEC,
-    );
-    let cmds = Cmds {
-        map: n.mmap(hc, 16 * PAGE).expect("mmap cmds"),
-        va: cva,
-        generation,
-    };
+    let cmds = Cmds::new(&n, start + 0x100_0000, 16).expect("mmap cmds");
     let size = PAGES * PAGE;
     let (ha, hb, hd) = (
         n.gem_create(size, 0).unwrap_or(0),
@@ -49,14 +30,14 @@ pub fn test_remap(t: &mut T, path: &PathBuf) {
         n.gem_create(size, 0).unwrap_or(0),
     );
     let (sva, dva) = (start + 0x200_0000, start + 0x300_0000);
-    let a = n.mmap(ha, size).expect("mmap a");
-    let b = n.mmap(hb, size).expect("mmap b");
-    let d = n.mmap(hd, size).expect("mmap dst");
+    let a = Map::new(&n, ha, size).expect("mmap a");
+    let b = Map::new(&n, hb, size).expect("mmap b");
+    let d = Map::new(&n, hd, size).expect("mmap dst");
     for i in 0..(size / 8) as usize {
         a.write(i, 0xaaaa_0000_0000_0000 | i as u64);
         b.write(i, 0xbbbb_0000_0000_0000 | i as u64);
     }
-    let _ = n.bind(hd, 0, dva, size, rw);
+    let _ = n.vm_bind(hd, dva, size, rw);
     // Which pages of dst came from `want`'s BO.
     let pages_from = |tag: u64| -> Vec<u64> {
         (0..PAGES)
@@ -78,7 +59,7 @@ pub fn test_remap(t: &mut T, path: &PathBuf) {
             );
         }
     };
-    t.ok("remap: bind a", n.bind(ha, 0, sva, size, rw));
+    t.ok("remap: bind a", n.vm_bind(ha, sva, size, rw));
     copy_once(t, 0, "copy from a");
     let got = pages_from(0xaaaa_0000_0000_0000);
     t.check(
@@ -86,8 +67,8 @@ pub fn test_remap(t: &mut T, path: &PathBuf) {
         got.len() == PAGES as usize,
         || format!("pages from a: {got:?}"),
     );
-    t.ok("remap: unbind a", n.unbind(sva, size));
-    t.ok("remap: bind b at the same va", n.bind(hb, 0, sva, size, rw));
+    t.ok("remap: unbind a", n.vm_unbind(sva, size));
+    t.ok("remap: bind b at the same va", n.vm_bind(hb, sva, size, rw));
     for round in 1..=2 {
         copy_once(t, round, &format!("copy from b #{round}"));
         let stale = pages_from(0xaaaa_0000_0000_0000);

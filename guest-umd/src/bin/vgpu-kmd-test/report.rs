@@ -1,19 +1,15 @@
-//! The check reporter: `ok NAME` / `FAIL NAME: why` lines and the counts.
+//! The check reporter: one `ok NAME` / `FAIL NAME: why` line per check and
+//! the closing `kmd-test: N passed, M failed` with the exit status.
 
-#![allow(unused_imports)]
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::fmt::Display;
 
-use vgpu_umd::uapi::{self, param};
-use vgpu_umd::Device;
+use vgpu_umd::kmd::{errno_name, KmdError};
 
-use crate::debugfs::*;
-use crate::node::*;
-
+/// Counts the checks and prints each.
+#[derive(Default)]
 pub struct T {
-    pub passed: u32,
-    pub failed: u32,
+    passed: u32,
+    failed: u32,
 }
 
 impl T {
@@ -28,45 +24,47 @@ impl T {
     }
 
     /// Checks that `r` is `Ok`.
-    pub fn ok<V>(&mut self, name: &str, r: Result<V, i32>) -> Option<V> {
+    pub fn ok<V, E: Display>(&mut self, name: &str, r: Result<V, E>) -> Option<V> {
         match r {
             Ok(v) => {
                 self.check(name, true, String::new);
                 Some(v)
             }
             Err(e) => {
-                self.check(name, false, || format!("errno {} ({})", e, errname(e)));
+                self.check(name, false, || e.to_string());
                 None
             }
         }
     }
 
     /// Checks that `r` failed with `want`.
-    pub fn err<V>(&mut self, name: &str, r: Result<V, i32>, want: i32) {
+    pub fn err<V>(&mut self, name: &str, r: Result<V, KmdError>, want: i32) {
         match r {
             Ok(_) => self.check(name, false, || format!("succeeded, want {}", errname(want))),
-            Err(e) => self.check(name, e == want, || {
-                format!("errno {} ({}), want {}", e, errname(e), errname(want))
+            Err(e) => self.check(name, e.errno == want, || {
+                format!(
+                    "errno {} ({}), want {}",
+                    e.errno,
+                    errname(e.errno),
+                    errname(want)
+                )
             }),
         }
     }
+
+    /// Prints the summary and exits: 0 if every check passed, else 1.
+    pub fn finish(&self) -> ! {
+        println!("kmd-test: {} passed, {} failed", self.passed, self.failed);
+        std::process::exit(i32::from(self.failed != 0));
+    }
 }
 
+/// `"EINVAL"`, `"?"` for an errno the KMD does not return.
 pub fn errname(e: i32) -> &'static str {
-    match e {
-        libc::EINVAL => "EINVAL",
-        libc::ENOENT => "ENOENT",
-        libc::EEXIST => "EEXIST",
-        libc::ENOSPC => "ENOSPC",
-        libc::ENOMEM => "ENOMEM",
-        libc::EFAULT => "EFAULT",
-        libc::EIO => "EIO",
-        libc::EBUSY => "EBUSY",
-        libc::EAGAIN => "EAGAIN",
-        libc::ETIME => "ETIME",
-        libc::ENODEV => "ENODEV",
-        libc::EOPNOTSUPP => "EOPNOTSUPP",
-        libc::ETIMEDOUT => "ETIMEDOUT",
-        _ => "?",
-    }
+    errno_name(e).unwrap_or("?")
+}
+
+/// The errno of a failed call; `None` if it succeeded.
+pub fn errno<V>(r: &Result<V, KmdError>) -> Option<i32> {
+    r.as_ref().err().map(|e| e.errno)
 }

@@ -1,28 +1,31 @@
 //! `QUERY_STATS` (and `CTX_QUERY`'s engine error): bad arguments, memory
 //! accounting, every file's contexts, counters growing with work.
 
-#![allow(unused_imports)]
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::path::Path;
 
+use vgpu_umd::kmd::{Kmd, KmdError};
 use vgpu_umd::uapi::{self, param};
-use vgpu_umd::Device;
 
-use crate::debugfs::*;
-use crate::node::*;
-use crate::report::*;
+use crate::node::{fence, fill, open, Cmds, MS};
+use crate::report::T;
+
+/// A `QUERY_STATS` with room for every context: the summary and the
+/// contexts listed.
+fn stats(n: &Kmd) -> Result<(uapi::DrmVgpuQueryStats, Vec<uapi::DrmVgpuCtxStats>), KmdError> {
+    let mut v = vec![uapi::DrmVgpuCtxStats::default(); uapi::STATS_MAX_CONTEXTS as usize];
+    let a = n.query_stats(&mut v)?;
+    v.truncate(a.num_contexts.min(uapi::STATS_MAX_CONTEXTS) as usize);
+    Ok((a, v))
+}
 
 /// `QUERY_STATS`: bad arguments, memory accounting against the BOs created
 /// and freed, every file's contexts listed, counters and fence progress
 /// growing while a context runs work, and the engine error of a stopped
 /// context (also in `CTX_QUERY`).
-pub fn test_stats(t: &mut T, path: &PathBuf) {
-    let n = Node::open(path);
-    let start = n.param(param::VA_START).unwrap_or(0);
-    let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
+pub fn test_stats(t: &mut T, path: &Path) {
+    let n = open(path);
+    let start = n.get_param(param::VA_START).unwrap_or(0);
     let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
-    let rx = uapi::VM_BIND_READ | uapi::VM_BIND_EXEC;
     let copy_only = 1 << uapi::ENGINE_COPY;
     let pid = std::process::id();
 
@@ -32,8 +35,9 @@ pub fn test_stats(t: &mut T, path: &PathBuf) {
     ) else {
         return;
     };
-    // Bad arguments.
-    let mut v = vec![uapi::DrmVgpuCtxStats::default(); 2];
+    // Bad arguments. (The array has room for every context there can be, so
+    // none of them lets the kernel write past it.)
+    let mut v = vec![uapi::DrmVgpuCtxStats::default(); uapi::STATS_MAX_CONTEXTS as usize];
     let good = uapi::DrmVgpuQueryStats {
         num_contexts: 2,
         contexts: v.as_mut_ptr() as u64,
@@ -92,12 +96,13 @@ pub fn test_stats(t: &mut T, path: &PathBuf) {
         ),
     ] {
         let mut a = a;
-        t.err(&format!("stats: {name}"), n.query_stats(&mut a), want);
+        // SAFETY: `contexts` is `v`, exclusively borrowed, with room for
+        // every context that can exist (the most the KMD writes whatever
+        // `num_contexts` says), or an address the kernel cannot write.
+        let r = unsafe { n.ioctl_raw(&mut a) };
+        t.err(&format!("stats: {name}"), r, want);
     }
-    let mut a = uapi::DrmVgpuQueryStats::default();
-    if t.ok("stats: num_contexts 0, no array", n.query_stats(&mut a))
-        .is_some()
-    {
+    if let Some(a) = t.ok("stats: num_contexts 0, no array", n.query_stats(&mut [])) {
         t.check("stats: count without array", a.num_contexts >= 1, || {
             format!("num_contexts {}", a.num_contexts)
         });
@@ -106,11 +111,11 @@ pub fn test_stats(t: &mut T, path: &PathBuf) {
     }
 
     // Every file's contexts: a second file's context is listed too.
-    let n2 = Node::open(path);
+    let n2 = open(path);
     let ctx2 = n2
         .ctx_create(uapi::CTX_PRIORITY_LOW, copy_only, 0)
         .unwrap_or(0);
-    let Some((s0, c0)) = t.ok("stats: query", n.stats()) else {
+    let Some((s0, c0)) = t.ok("stats: query", stats(&n)) else {
         return;
     };
     let mine = c0.iter().find(|c| c.ctx_id == ctx).copied();
@@ -139,12 +144,7 @@ pub fn test_stats(t: &mut T, path: &PathBuf) {
     );
     // Capacity 1: one filled, the count still says how many exist.
     let mut one = [uapi::DrmVgpuCtxStats::default(); 2];
-    let mut a = uapi::DrmVgpuQueryStats {
-        num_contexts: 1,
-        contexts: one.as_mut_ptr() as u64,
-        ..Default::default()
-    };
-    if t.ok("stats: capacity 1", n.query_stats(&mut a)).is_some() {
+    if let Some(a) = t.ok("stats: capacity 1", n.query_stats(&mut one[..1])) {
         t.check(
             "stats: capacity 1 fills one",
             a.num_contexts >= 2 && one[0].ctx_id != 0 && one[1].ctx_id == 0,
@@ -153,7 +153,7 @@ pub fn test_stats(t: &mut T, path: &PathBuf) {
     }
     let _ = n2.ctx_destroy(ctx2);
     drop(n2);
-    if let Ok((_, c)) = n.stats() {
+    if let Ok((_, c)) = stats(&n) {
         t.check(
             "stats: destroyed context gone",
             !c.iter().any(|c| c.ctx_id == ctx2),
@@ -164,7 +164,7 @@ pub fn test_stats(t: &mut T, path: &PathBuf) {
     // Memory: N bytes of BOs.
     let big = 1u64 << 20;
     let hs: Vec<u32> = (0..3).filter_map(|_| n.gem_create(big, 0).ok()).collect();
-    if let Ok((s1, c1)) = n.stats() {
+    if let Ok((s1, c1)) = stats(&n) {
         let want = s0.mem_bytes + 3 * big;
         t.check(
             "stats: mem_bytes grows by the BOs created",
@@ -189,7 +189,7 @@ pub fn test_stats(t: &mut T, path: &PathBuf) {
         for h in &hs {
             let _ = n.gem_close(*h);
         }
-        if let Ok((s2, _)) = n.stats() {
+        if let Ok((s2, _)) = stats(&n) {
             t.check(
                 "stats: mem_bytes back after free",
                 s2.mem_bytes + 3 * big <= s1.mem_bytes && s2.mem_objects + 3 <= s1.mem_objects,
@@ -202,23 +202,15 @@ pub fn test_stats(t: &mut T, path: &PathBuf) {
     // (The device adds work to its counters at the end of each scheduling
     // slice, so they may not yet include all of it when the last fence
     // signals: only growth is checked.)
-    let hc = n.gem_create(16 * PAGE, 0).unwrap_or(0);
-    let cva = start + 0x100_0000;
-    let _ = n.bind(hc, 0, cva, 16 * PAGE, rx);
-    let Ok(map) = n.mmap(hc, 16 * PAGE) else {
+    let Ok(cmds) = Cmds::new(&n, start + 0x100_0000, 16) else {
         t.check("stats: mmap cmds", false, || "mmap failed".into());
         return;
-    };
-    let cmds = Cmds {
-        map,
-        va: cva,
-        generation,
     };
     let size = 4u64 << 20;
     let hd = n.gem_create(size, 0).unwrap_or(0);
     let dva = start + 0x400_0000;
-    let _ = n.bind(hd, 0, dva, size, rw);
-    let before = n.stats().ok();
+    let _ = n.vm_bind(hd, dva, size, rw);
+    let before = stats(&n).ok();
     // One packet per command buffer (gen 2 engine packets are 64-byte
     // aligned).
     let c: Vec<uapi::DrmVgpuCmd> = (0..3)
@@ -234,7 +226,7 @@ pub fn test_stats(t: &mut T, path: &PathBuf) {
         "stats: work done",
         n.wait(&[fence(ctx, 0, last)], true, 10_000 * MS),
     );
-    if let (Some((b, bc)), Ok((a, ac))) = (before, n.stats()) {
+    if let (Some((b, bc)), Ok((a, ac))) = (before, stats(&n)) {
         let cb = bc
             .iter()
             .find(|c| c.ctx_id == ctx)
@@ -297,7 +289,7 @@ pub fn test_stats(t: &mut T, path: &PathBuf) {
             && q.state & uapi::CTX_STATE_ERRORED != 0,
         || format!("{q:?}"),
     );
-    if let Ok((_, c)) = n.stats() {
+    if let Ok((_, c)) = stats(&n) {
         let me = c
             .iter()
             .find(|c| c.ctx_id == ctx)

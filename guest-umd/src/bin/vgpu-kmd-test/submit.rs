@@ -2,26 +2,20 @@
 //! cross-context ordering, backpressure, faults (aborted and demand-paged),
 //! hangs and the reset ladder, bans, destroy and close with work in flight.
 
-#![allow(unused_imports)]
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::path::Path;
 
 use vgpu_umd::uapi::{self, param};
-use vgpu_umd::Device;
 
-use crate::debugfs::*;
-use crate::node::*;
-use crate::report::*;
+use crate::debugfs::{debugfs, debugfs_path, field, summary_field, vm_line};
+use crate::node::{copy, fence, fill, open, sem_wait_eq, Cmds, Map, MS, PAGE};
+use crate::report::{errno, T};
 
 /// Contexts, submission, fences, faults, hangs and resets (needs the device
 /// model; run with a short `job_timeout_ms`).
-pub fn test_submit(t: &mut T, path: &PathBuf) {
-    let n = Node::open(path);
-    let start = n.param(param::VA_START).unwrap_or(0);
-    let generation = n.param(param::GENERATION).unwrap_or(1) as u32;
+pub fn test_submit(t: &mut T, path: &Path) {
+    let n = open(path);
+    let start = n.get_param(param::VA_START).unwrap_or(0);
     let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
-    let rx = uapi::VM_BIND_READ | uapi::VM_BIND_EXEC;
     let copy_only = 1 << uapi::ENGINE_COPY;
 
     // Context arguments.
@@ -52,25 +46,19 @@ pub fn test_submit(t: &mut T, path: &PathBuf) {
     t.err("ctx: query unknown", n.ctx_query(0xbad), libc::ENOENT);
 
     // Memory: cmd buffers (rx), src, dst, semaphore (rw).
-    let hc = n.gem_create(16 * PAGE, 0).unwrap_or(0);
     let cva = start + 0x100_0000;
-    let _ = n.bind(hc, 0, cva, 16 * PAGE, rx);
-    let cmds = Cmds {
-        map: n.mmap(hc, 16 * PAGE).expect("mmap cmds"),
-        va: cva,
-        generation,
-    };
+    let cmds = Cmds::new(&n, cva, 16).expect("mmap cmds");
     let size = 16 * PAGE;
     let hs = n.gem_create(size, 0).unwrap_or(0);
     let hd = n.gem_create(size, 0).unwrap_or(0);
     let hsem = n.gem_create(PAGE, 0).unwrap_or(0);
     let (sva, dva, semva) = (start + 0x200_0000, start + 0x300_0000, start + 0x400_0000);
-    let _ = n.bind(hs, 0, sva, size, rw);
-    let _ = n.bind(hd, 0, dva, size, rw);
-    let _ = n.bind(hsem, 0, semva, PAGE, rw);
-    let src = n.mmap(hs, size).expect("mmap src");
-    let dst = n.mmap(hd, size).expect("mmap dst");
-    let sem = n.mmap(hsem, PAGE).expect("mmap sem");
+    let _ = n.vm_bind(hs, sva, size, rw);
+    let _ = n.vm_bind(hd, dva, size, rw);
+    let _ = n.vm_bind(hsem, semva, PAGE, rw);
+    let src = Map::new(&n, hs, size).expect("mmap src");
+    let dst = Map::new(&n, hd, size).expect("mmap dst");
+    let sem = Map::new(&n, hsem, PAGE).expect("mmap sem");
     for i in 0..(size / 8) as usize {
         src.write(i, 0xc0de_0000_0000_0000 | i as u64);
     }
@@ -176,18 +164,18 @@ pub fn test_submit(t: &mut T, path: &PathBuf) {
         flags: 4,
         ..Default::default()
     };
-    t.err("submit: unknown flag", n.submit_raw(&mut raw), libc::EINVAL);
+    // SAFETY: SUBMIT only reads through its pointers.
+    let r = unsafe { n.ioctl_raw(&mut raw) };
+    t.err("submit: unknown flag", r, libc::EINVAL);
     let mut raw = uapi::DrmVgpuSubmit {
         ctx_id: a,
         cmds: 8,
         num_cmds: 1,
         ..Default::default()
     };
-    t.err(
-        "submit: bad cmds pointer",
-        n.submit_raw(&mut raw),
-        libc::EFAULT,
-    );
+    // SAFETY: SUBMIT only reads through its pointers.
+    let r = unsafe { n.ioctl_raw(&mut raw) };
+    t.err("submit: bad cmds pointer", r, libc::EFAULT);
     t.err("wait: no fences", n.wait(&[], true, 0), libc::EINVAL);
     t.err(
         "wait: unknown context",
@@ -235,26 +223,33 @@ pub fn test_submit(t: &mut T, path: &PathBuf) {
     }
 
     // Backpressure: jobs queued behind a blocked one until EAGAIN.
+    // `queue(job, tries, blk)` submits `job` on A until the KMD refuses one
+    // (at most `tries` times): the jobs queued, the last answer, the last
+    // seqno queued (`blk` if none).
+    let queue = |job: &[uapi::DrmVgpuCmd], tries: usize, blk: u64| {
+        let mut queued = 0;
+        let mut last = Ok(0);
+        let mut seq_last = blk;
+        for _ in 0..tries {
+            last = n.submit(a, 0, job, &[]);
+            match last {
+                Ok(s) => {
+                    queued += 1;
+                    seq_last = s;
+                }
+                Err(_) => break,
+            }
+        }
+        (queued, last, seq_last)
+    };
     sem.write(0, 0);
     let blk = n
         .submit(a, 0, &[cmds.program(5, &[sem_wait_eq(semva, 2)])], &[])
         .unwrap_or(0);
-    let mut queued = 0;
-    let mut last = Ok(0);
-    let mut seq_last = blk;
-    for _ in 0..2000 {
-        last = n.submit(a, 0, &[good], &[]);
-        match last {
-            Ok(s) => {
-                queued += 1;
-                seq_last = s;
-            }
-            Err(_) => break,
-        }
-    }
+    let (queued, last, seq_last) = queue(&[good], 2000, blk);
     t.check(
         "backpressure: ring full gives EAGAIN",
-        last == Err(libc::EAGAIN) && queued > 0,
+        errno(&last) == Some(libc::EAGAIN) && queued > 0,
         || format!("{last:?} after {queued}"),
     );
     let mut raw = uapi::DrmVgpuSubmit {
@@ -264,11 +259,9 @@ pub fn test_submit(t: &mut T, path: &PathBuf) {
         flags: uapi::SUBMIT_BUSY_IS_EBUSY,
         ..Default::default()
     };
-    t.err(
-        "backpressure: EBUSY on request",
-        n.submit_raw(&mut raw),
-        libc::EBUSY,
-    );
+    // SAFETY: SUBMIT only reads through its pointers.
+    let r = unsafe { n.ioctl_raw(&mut raw) };
+    t.err("backpressure: EBUSY on request", r, libc::EBUSY);
     sem.write(0, 2);
     t.ok(
         "backpressure: queue drains",
@@ -281,23 +274,10 @@ pub fn test_submit(t: &mut T, path: &PathBuf) {
     let blk = n
         .submit(a, 0, &[cmds.program(5, &[sem_wait_eq(semva, 4)])], &[])
         .unwrap_or(0);
-    let big = vec![good; 64];
-    let mut queued = 0;
-    let mut last = Ok(0);
-    let mut seq_last = blk;
-    for _ in 0..100 {
-        last = n.submit(a, 0, &big, &[]);
-        match last {
-            Ok(s) => {
-                queued += 1;
-                seq_last = s;
-            }
-            Err(_) => break,
-        }
-    }
+    let (queued, last, seq_last) = queue(&[good; 64], 100, blk);
     t.check(
         "backpressure: full ring gives EAGAIN",
-        last == Err(libc::EAGAIN) && queued > 0 && queued < 20,
+        errno(&last) == Some(libc::EAGAIN) && queued > 0 && queued < 20,
         || format!("{last:?} after {queued}"),
     );
     sem.write(0, 4);
@@ -397,7 +377,7 @@ pub fn test_submit(t: &mut T, path: &PathBuf) {
         .unwrap_or(0);
     let hl = n.gem_create(4 * PAGE, uapi::GEM_CREATE_LAZY).unwrap_or(0);
     let lva = start + 0x500_0000;
-    let _ = n.bind(hl, 0, lva, 4 * PAGE, rw);
+    let _ = n.vm_bind(hl, lva, 4 * PAGE, rw);
     let cl = cmds.program(8, &[copy(sva, lva + PAGE, PAGE)]);
     if let Some(sl) = t.ok(
         "lazy: submit copy into a lazy BO",
@@ -420,7 +400,7 @@ pub fn test_submit(t: &mut T, path: &PathBuf) {
                 && field(&l, "check").as_deref() == Some("ok"),
             || l.clone(),
         );
-        if let Ok(m) = n.mmap(hl, 4 * PAGE) {
+        if let Ok(m) = Map::new(&n, hl, 4 * PAGE) {
             t.check("lazy: data landed", m.read(512) == src.read(0), || {
                 format!("{:#x}", m.read(512))
             });
@@ -453,7 +433,7 @@ pub fn test_submit(t: &mut T, path: &PathBuf) {
         // The engine reset names the hung ring, so a ring blocked in
         // SEM_WAIT is cleared without a device reset.
         let after = debugfs("contexts");
-        let dev_resets = |s: &str| field(s.lines().next().unwrap_or(""), "device_resets");
+        let dev_resets = |s: &str| summary_field(s, "device_resets");
         t.check(
             "hang: engine reset clears a ring blocked on a semaphore",
             dev_resets(&after).is_some() && dev_resets(&after) == dev_resets(&before),
@@ -495,7 +475,7 @@ pub fn test_submit(t: &mut T, path: &PathBuf) {
         );
         t.check(
             "hang: hung job's fence fails with EIO",
-            r == Err(libc::EIO),
+            errno(&r) == Some(libc::EIO),
             || format!("{r:?}"),
         );
         let q = n.ctx_query(h).unwrap_or_default();
@@ -523,7 +503,7 @@ pub fn test_submit(t: &mut T, path: &PathBuf) {
                     let _ = n.wait(&[fence(h, 0, s)], true, 30_000 * MS);
                 }
                 Err(e) => {
-                    banned = e == libc::EIO;
+                    banned = e.errno == libc::EIO;
                     break;
                 }
             }
@@ -551,11 +531,9 @@ pub fn test_submit(t: &mut T, path: &PathBuf) {
     );
     t.err("ctx: query after destroy", n.ctx_query(b), libc::ENOENT);
     let mut raw = uapi::DrmVgpuCtxDestroy { ctx_id: a, pad: 1 };
-    t.err(
-        "ctx: destroy pad",
-        n.ioctl(uapi::DRM_IOCTL_VGPU_CTX_DESTROY, &mut raw),
-        libc::EINVAL,
-    );
+    // SAFETY: CTX_DESTROY carries no user pointers.
+    let r = unsafe { n.ioctl_raw(&mut raw) };
+    t.err("ctx: destroy pad", r, libc::EINVAL);
     // Destroy with work in flight: blocked job, then destroy (BUSY path).
     let d = n
         .ctx_create(uapi::CTX_PRIORITY_LOW, copy_only, 0)
@@ -575,7 +553,7 @@ pub fn test_submit(t: &mut T, path: &PathBuf) {
         );
     }
     // Unbind a buffer a context uses: the TLB is invalidated.
-    t.ok("vm: unbind with live contexts", n.unbind(dva, size));
+    t.ok("vm: unbind with live contexts", n.vm_unbind(dva, size));
     // File closes with contexts and work in flight.
     let e = n
         .ctx_create(uapi::CTX_PRIORITY_LOW, copy_only, 0)

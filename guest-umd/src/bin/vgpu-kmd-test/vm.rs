@@ -1,23 +1,19 @@
 //! `VM_BIND` / `VM_UNBIND`: a table of bad arguments, the page tables the
 //! KMD builds (walked by debugfs `vms`), lazy BOs, 2 MiB pages.
 
-#![allow(unused_imports)]
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::path::Path;
 
 use vgpu_umd::uapi::{self, param};
-use vgpu_umd::Device;
 
-use crate::debugfs::*;
-use crate::node::*;
-use crate::report::*;
+use crate::debugfs::{field, object, vm_line};
+use crate::node::{open, PAGE};
+use crate::report::T;
 
-pub fn test_vm(t: &mut T, path: &PathBuf) {
-    let n = Node::open(path);
-    let start = n.param(param::VA_START).unwrap_or(0);
-    let end = n.param(param::VA_END).unwrap_or(0);
-    let bits = n.param(param::VA_BITS).unwrap_or(0);
+pub fn test_vm(t: &mut T, path: &Path) {
+    let n = open(path);
+    let start = n.get_param(param::VA_START).unwrap_or(0);
+    let end = n.get_param(param::VA_END).unwrap_or(0);
+    let bits = n.get_param(param::VA_BITS).unwrap_or(0);
     t.check(
         "vm: user VA range inside the VA width",
         start >= PAGE && start < end && bits >= 32 && end < (1u64 << bits),
@@ -27,7 +23,7 @@ pub fn test_vm(t: &mut T, path: &PathBuf) {
     let h = n.gem_create(16 * PAGE, 0).unwrap_or(0);
     let va = start + 0x10_0000;
 
-    if t.ok("vm: bind 2 pages rw", n.bind(h, 0, va, 2 * PAGE, rw))
+    if t.ok("vm: bind 2 pages rw", n.vm_bind(h, va, 2 * PAGE, rw))
         .is_some()
     {
         let l = vm_line(va).unwrap_or_default();
@@ -150,27 +146,31 @@ pub fn test_vm(t: &mut T, path: &PathBuf) {
         ),
     ];
     for &(name, hh, off, v, s, fl, want) in bad {
-        t.err(&format!("vm: bind {name}"), n.bind(hh, off, v, s, fl), want);
+        t.err(
+            &format!("vm: bind {name}"),
+            n.vm_bind_range(hh, off, v, s, fl),
+            want,
+        );
     }
     // Unbind needs the exact range.
-    t.err("vm: unbind wrong size", n.unbind(va, PAGE), libc::ENOENT);
+    t.err("vm: unbind wrong size", n.vm_unbind(va, PAGE), libc::ENOENT);
     t.err(
         "vm: unbind wrong start",
-        n.unbind(va + PAGE, PAGE),
+        n.vm_unbind(va + PAGE, PAGE),
         libc::ENOENT,
     );
     t.err(
         "vm: unbind nothing",
-        n.unbind(va + 0x100_0000, PAGE),
+        n.vm_unbind(va + 0x100_0000, PAGE),
         libc::ENOENT,
     );
-    t.ok("vm: unbind", n.unbind(va, 2 * PAGE));
+    t.ok("vm: unbind", n.vm_unbind(va, 2 * PAGE));
     t.check(
         "vm: mapping gone from debugfs",
         vm_line(va).is_none(),
         || "still listed".into(),
     );
-    t.err("vm: unbind twice", n.unbind(va, 2 * PAGE), libc::ENOENT);
+    t.err("vm: unbind twice", n.vm_unbind(va, 2 * PAGE), libc::ENOENT);
 
     // Every level of the table: the top of the user range, and a range
     // crossing a 1 GiB (level-2) and a 512 GiB (level-3, 48-bit only)
@@ -178,14 +178,13 @@ pub fn test_vm(t: &mut T, path: &PathBuf) {
     let top = end - 4 * PAGE;
     t.ok(
         "vm: bind at the top of the range",
-        n.bind(h, 0, top, 4 * PAGE, uapi::VM_BIND_READ),
+        n.vm_bind(h, top, 4 * PAGE, uapi::VM_BIND_READ),
     );
     let gb = (start + (1 << 30)) & !((1u64 << 30) - 1);
     t.ok(
         "vm: bind across a 1 GiB boundary",
-        n.bind(
+        n.vm_bind(
             h,
-            0,
             gb - 2 * PAGE,
             4 * PAGE,
             uapi::VM_BIND_READ | uapi::VM_BIND_EXEC,
@@ -205,7 +204,7 @@ pub fn test_vm(t: &mut T, path: &PathBuf) {
         let tb = 1u64 << 39;
         t.ok(
             "vm: bind across 512 GiB",
-            n.bind(h, 0, tb - 2 * PAGE, 4 * PAGE, rw),
+            n.vm_bind(h, tb - 2 * PAGE, 4 * PAGE, rw),
         );
         let l = vm_line(tb - 2 * PAGE).unwrap_or_default();
         t.check(
@@ -219,7 +218,10 @@ pub fn test_vm(t: &mut T, path: &PathBuf) {
     // A mapping keeps its BO after the handle is closed.
     let h2 = n.gem_create(4 * PAGE, 0).unwrap_or(0);
     let va2 = start + 0x20_0000;
-    t.ok("vm: bind second bo", n.bind(h2, PAGE, va2, 2 * PAGE, rw));
+    t.ok(
+        "vm: bind second bo",
+        n.vm_bind_range(h2, PAGE, va2, 2 * PAGE, rw),
+    );
     let bos = object("bos");
     t.ok("vm: close bound handle", n.gem_close(h2));
     t.check(
@@ -235,10 +237,10 @@ pub fn test_vm(t: &mut T, path: &PathBuf) {
     );
     t.err(
         "vm: bind closed handle",
-        n.bind(h2, 0, va2 + 0x10_0000, PAGE, rw),
+        n.vm_bind(h2, va2 + 0x10_0000, PAGE, rw),
         libc::ENOENT,
     );
-    t.ok("vm: unbind last reference", n.unbind(va2, 2 * PAGE));
+    t.ok("vm: unbind last reference", n.vm_unbind(va2, 2 * PAGE));
     t.check("vm: bo freed at unbind", object("bos") == bos - 1, || {
         format!("bos {} -> {}", bos, object("bos"))
     });
@@ -246,7 +248,7 @@ pub fn test_vm(t: &mut T, path: &PathBuf) {
     // Lazy BOs: nothing is mapped until the GPU faults.
     let hl = n.gem_create(8 * PAGE, uapi::GEM_CREATE_LAZY).unwrap_or(0);
     let val = start + 0x40_0000;
-    t.ok("vm: bind lazy bo", n.bind(hl, 0, val, 8 * PAGE, rw));
+    t.ok("vm: bind lazy bo", n.vm_bind(hl, val, 8 * PAGE, rw));
     let l = vm_line(val).unwrap_or_default();
     t.check(
         "vm: lazy mapping has no entries",
@@ -261,11 +263,11 @@ pub fn test_vm(t: &mut T, path: &PathBuf) {
     // 2 MiB GPU pages (when the device offers them); an offset that breaks
     // the alignment falls back to 4 KiB pages.
     if let Ok(hb) = n.gem_create(4 << 20, 0) {
-        let huge = n.param(param::PAGE_SIZES).unwrap_or(0) & (2 << 20) != 0;
+        let huge = n.get_param(param::PAGE_SIZES).unwrap_or(0) & (2 << 20) != 0;
         let vb = (start + (64 << 20)).next_multiple_of(2 << 20);
         t.ok(
             "vm: bind 4 MiB at a 2 MiB boundary",
-            n.bind(hb, 0, vb, 4 << 20, rw),
+            n.vm_bind(hb, vb, 4 << 20, rw),
         );
         let l = vm_line(vb).unwrap_or_default();
         t.check(
@@ -290,7 +292,7 @@ pub fn test_vm(t: &mut T, path: &PathBuf) {
         let vo = start + (72 << 20) + PAGE;
         t.ok(
             "vm: bind 2 MiB at a 4 KiB offset",
-            n.bind(hb, 0, vo, 2 << 20, rw),
+            n.vm_bind(hb, vo, 2 << 20, rw),
         );
         let l = vm_line(vo).unwrap_or_default();
         t.check(

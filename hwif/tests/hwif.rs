@@ -229,3 +229,128 @@ fn packets_round_trip_on_both_generations() {
         }
     }
 }
+
+fn dispatch() -> vgpu_hwif::packet::DispatchPacket {
+    vgpu_hwif::packet::DispatchPacket {
+        module_va: 0x40_0000,
+        module_size: 512,
+        kernel: 1,
+        args_va: 0x1_0050_0000,
+        args_size: 24,
+        grid: [4, 3, 2],
+        wg: [256, 2, 2],
+        shared_size: 1024,
+    }
+}
+
+#[test]
+fn dispatch_round_trips_through_its_struct() {
+    use vgpu_hwif::packet::{decode_header, Packet, DISPATCH_PAYLOAD_WORDS};
+    let p = Packet::Dispatch(dispatch());
+    for generation in [1, 2] {
+        let mut w = [0u32; 16];
+        let n = p.encode(generation, &mut w).unwrap();
+        assert_eq!(n, 1 + DISPATCH_PAYLOAD_WORDS);
+        assert_eq!(n, p.words());
+        let h = decode_header(generation, w[0]).unwrap();
+        assert_eq!(Packet::decode(h, &w[..n]), Ok(p));
+        // The payload layout is the documented one.
+        assert_eq!(
+            &w[1..n],
+            &[
+                0x40_0000,
+                0,
+                512,
+                1,
+                0x0050_0000,
+                1,
+                24,
+                4,
+                3,
+                2,
+                256,
+                2,
+                2,
+                1024
+            ]
+        );
+    }
+    // Too short a buffer: nothing written.
+    let mut short = [7u32; 14];
+    assert_eq!(p.encode(2, &mut short), None);
+    assert_eq!(short, [7; 14]);
+}
+
+#[test]
+fn dispatch_operands_are_checked_without_wrapping() {
+    use vgpu_hwif::packet::{DispatchPacket, EngineError};
+    let bad = |f: fn(&mut DispatchPacket)| {
+        let mut d = dispatch();
+        f(&mut d);
+        DispatchPacket::decode(&d.payload())
+    };
+    assert_eq!(
+        DispatchPacket::decode(&dispatch().payload()),
+        Ok(dispatch())
+    );
+    // 2^31 × 2^31 × 4 = 2^64 wraps to 0 in 64-bit arithmetic: refused.
+    assert_eq!(
+        bad(|d| d.wg = [1 << 31, 1 << 31, 4]),
+        Err(EngineError::BadOperand)
+    );
+    assert_eq!(bad(|d| d.wg = [u32::MAX; 3]), Err(EngineError::BadOperand));
+    assert_eq!(bad(|d| d.wg = [1025, 1, 1]), Err(EngineError::BadOperand));
+    assert_eq!(
+        bad(|d| d.wg = [32, 32, 1]),
+        Ok(DispatchPacket {
+            wg: [32, 32, 1],
+            ..dispatch()
+        })
+    );
+    assert_eq!(bad(|d| d.grid[1] = 0), Err(EngineError::BadOperand));
+    assert_eq!(bad(|d| d.module_size = 0), Err(EngineError::BadOperand));
+    assert_eq!(bad(|d| d.args_size = 4097), Err(EngineError::BadOperand));
+    assert_eq!(bad(|d| d.shared_size = 65537), Err(EngineError::BadOperand));
+    assert_eq!(bad(|d| d.module_va |= 2), Err(EngineError::Misaligned));
+    assert_eq!(bad(|d| d.args_va |= 1), Err(EngineError::Misaligned));
+    // An unaligned argument VA does not matter without arguments.
+    assert!(bad(|d| {
+        d.args_va |= 1;
+        d.args_size = 0;
+    })
+    .is_ok());
+    // A grid whose workgroup count does not fit 64 bits decodes (the
+    // device refuses it when it loads the dispatch) and says so.
+    let huge = DispatchPacket {
+        grid: [u32::MAX; 3],
+        ..dispatch()
+    };
+    assert_eq!(DispatchPacket::decode(&huge.payload()), Ok(huge));
+    assert_eq!(huge.workgroups(), None);
+    assert_eq!(dispatch().workgroups(), Some(24));
+    assert_eq!(dispatch().workgroup_threads(), Some(1024));
+    assert_eq!(
+        DispatchPacket::decode(&[0; 13]),
+        Err(EngineError::BadLength)
+    );
+}
+
+#[test]
+fn opcode_names_are_hwifs() {
+    use vgpu_hwif::packet::{opcode_name, Packet, OPCODES, OP_COPY_2D, OP_DISPATCH};
+    assert_eq!(opcode_name(OP_COPY_2D), "COPY_2D");
+    assert_eq!(Packet::Dispatch(dispatch()).name(), "DISPATCH");
+    assert_eq!(opcode_name(OP_DISPATCH), "DISPATCH");
+    assert_eq!(opcode_name(0x7f), "UNKNOWN");
+    let mut names: Vec<_> = OPCODES.iter().map(|&o| opcode_name(o)).collect();
+    assert!(!names.contains(&"UNKNOWN"));
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), OPCODES.len(), "names are distinct");
+    // Every opcode with a fixed length is in the table.
+    for op in 0..=255u8 {
+        if vgpu_hwif::packet::payload_words(op).is_some() {
+            assert!(OPCODES.contains(&op), "{op:#x}");
+        }
+    }
+}

@@ -39,7 +39,7 @@ use std::time::Instant;
 use vgpu_hwif::event::Event;
 use vgpu_hwif::mmu::Access;
 use vgpu_hwif::packet::{
-    decode_header, is_copy_engine_packet, EngineError, Packet, FENCE_NO_EVENT,
+    decode_header, is_copy_engine_packet, opcode_name, EngineError, Packet, FENCE_NO_EVENT,
     GEN2_ENGINE_PACKET_ALIGN, MAX_INDIRECT_DEPTH, MAX_PACKET_WORDS, SEM_SIGNAL_ADD, SEM_WAIT_EQ,
     SEM_WAIT_GEQ, SEM_WAIT_NEQ,
 };
@@ -343,24 +343,6 @@ pub struct CommandProcessor {
     /// Loaded dispatches: (context, token, state), at most one per context.
     dispatches: Vec<(u32, u64, Dispatch)>,
     next_token: u64,
-}
-
-/// The name of an opcode for traces.
-pub fn opcode_name(op: u8) -> &'static str {
-    use vgpu_hwif::packet::*;
-    match op {
-        OP_NOP => "NOP",
-        OP_INDIRECT => "INDIRECT",
-        OP_FENCE => "FENCE",
-        OP_SEM_WAIT => "SEM_WAIT",
-        OP_SEM_SIGNAL => "SEM_SIGNAL",
-        OP_TIMESTAMP => "TIMESTAMP",
-        OP_COPY => "COPY",
-        OP_COPY_2D => "COPY_2D",
-        OP_FILL => "FILL",
-        OP_DISPATCH => "DISPATCH",
-        _ => "UNKNOWN",
-    }
 }
 
 impl CommandProcessor {
@@ -872,10 +854,7 @@ impl CommandProcessor {
                     None => return error(EngineError::BadOpcode, header),
                 }
             }
-            Packet::Dispatch { .. } => match DispatchOp::from_packet(&packet) {
-                Some(d) => Op::Dispatch(d),
-                None => return error(EngineError::BadOpcode, header),
-            },
+            Packet::Dispatch(d) => Op::Dispatch(DispatchOp::new(d)),
         };
         job.cursor.pending = Some(InFlight {
             op,

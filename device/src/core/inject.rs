@@ -30,7 +30,9 @@ use vgpu_hwif::event::{Event, ECC_PA_UNKNOWN, EVENT_FIFO_DEPTH};
 use vgpu_hwif::mmu::{Access, FaultReason, LEVEL_NONE};
 use vgpu_hwif::proto::{Opcode, Status};
 
-use super::cp::{opcode_name, Job};
+use vgpu_hwif::packet::{opcode_name, OPCODES};
+
+use super::cp::Job;
 use super::dma::GpuMemory;
 use super::mmu::{MmuFault, PageMapping};
 use super::poison::Poison;
@@ -309,7 +311,18 @@ impl Spec {
                         _ => small(parse_num(k, v)?)?,
                     })
                 }
-                "packet" => t.packet = Some(v.to_ascii_uppercase()),
+                "packet" => {
+                    let name = v.to_ascii_uppercase();
+                    let known = OPCODES.iter().any(|&op| opcode_name(op) == name)
+                        || Opcode::ALL.iter().any(|op| op.name() == name);
+                    if !known {
+                        return Err(InjectError::BadValue {
+                            key: k.to_owned(),
+                            value: v.to_owned(),
+                        });
+                    }
+                    t.packet = Some(name);
+                }
                 "delay_ms" => spec.delay_ms = parse_num(k, v)?,
                 "va" => spec.va = Some(parse_num(k, v)?),
                 "pa" => spec.pa = Some(parse_num(k, v)?),
@@ -1116,7 +1129,7 @@ fn next_read(fl: &InFlight) -> u64 {
             col,
             ..
         }) => src.wrapping_add(u64::from(row) * u64::from(src_pitch) + u64::from(col)),
-        Op::Dispatch(d) => d.module_va,
+        Op::Dispatch(d) => d.packet.module_va,
         Op::SemWait { va, .. } => va,
         _ => fl.packet_va,
     }

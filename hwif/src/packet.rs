@@ -585,7 +585,7 @@ impl Packet {
             }
             OP_COPY_2D => {
                 let (src_pitch, dst_pitch, width, height) = (w[5], w[6], w[7], w[8]);
-                let total = (width as u64) * (height as u64);
+                let total = u64::from(width) * u64::from(height);
                 if width == 0
                     || height == 0
                     || src_pitch < width

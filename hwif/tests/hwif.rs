@@ -354,3 +354,86 @@ fn opcode_names_are_hwifs() {
         }
     }
 }
+
+#[test]
+fn page_table_entries_build_and_decode_once() {
+    use vgpu_hwif::mmu::{
+        huge_entry, leaf_entry, table_entry, Access, CachePolicy, FaultReason, Leaf, Pte, PteKind,
+        PTE_EXEC, PTE_READ, PTE_WRITE,
+    };
+    let t = Pte::table(0x1234_5000);
+    assert_eq!(t.bits(), table_entry(0x1234_5000));
+    assert_eq!(t.decode(3), Ok(PteKind::Table(0x1234_5000)));
+    assert_eq!(t.decode(1), Ok(PteKind::Table(0x1234_5000)));
+    // A table entry read at level 0 is a leaf with no permissions.
+    assert_eq!(
+        t.decode(0),
+        Ok(PteKind::Leaf(Leaf {
+            page: 0x1234_5000,
+            shift: 12,
+            perms: 0,
+            cache: CachePolicy::Cached
+        }))
+    );
+    let l = Pte::leaf(
+        0xabc_d000,
+        PTE_READ | PTE_WRITE | 1 << 40,
+        CachePolicy::Uncached,
+    );
+    assert_eq!(
+        l.bits(),
+        leaf_entry(0xabc_d000, PTE_READ | PTE_WRITE, CachePolicy::Uncached)
+    );
+    assert!(l.is_valid() && !l.is_huge());
+    assert_eq!(
+        (l.address(), l.permissions()),
+        (0xabc_d000, PTE_READ | PTE_WRITE)
+    );
+    assert_eq!(l.cache_policy(), Some(CachePolicy::Uncached));
+    assert!(l.allows(Access::Atomic) && !l.allows(Access::Execute));
+    assert_eq!(l.reserved_bits(), 0);
+    assert_eq!(
+        l.decode(0),
+        Ok(PteKind::Leaf(Leaf {
+            page: 0xabc_d000,
+            shift: 12,
+            perms: PTE_READ | PTE_WRITE,
+            cache: CachePolicy::Uncached
+        }))
+    );
+    // Leaf bits in a table entry are malformed.
+    assert_eq!(l.decode(2), Err(FaultReason::Malformed));
+    let h = Pte::huge(0x4020_0000, PTE_READ | PTE_EXEC, CachePolicy::WriteCombined);
+    assert_eq!(
+        h.bits(),
+        huge_entry(0x4020_0000, PTE_READ | PTE_EXEC, CachePolicy::WriteCombined)
+    );
+    assert!(h.is_huge());
+    assert!(matches!(
+        h.decode(1),
+        Ok(PteKind::Leaf(Leaf { shift: 21, .. }))
+    ));
+    for level in [0, 2, 3] {
+        assert_eq!(
+            h.decode(level),
+            Err(FaultReason::Malformed),
+            "HUGE at {level}"
+        );
+    }
+    // A 2 MiB page that is not 2 MiB aligned.
+    let m = Pte::huge(0x4000_1000, PTE_READ, CachePolicy::Cached);
+    assert_eq!(m.decode(1), Err(FaultReason::Malformed));
+    // Not present wins over everything else.
+    assert_eq!(Pte::INVALID.decode(0), Err(FaultReason::NotPresent));
+    assert_eq!(Pte::from_bits(!1).decode(2), Err(FaultReason::NotPresent));
+    // Reserved bits, cache policy 3, a level past the root.
+    assert_eq!(
+        Pte::from_bits(l.bits() | 1 << 60).decode(0),
+        Err(FaultReason::Malformed)
+    );
+    assert_eq!(Pte::from_bits(l.bits() | 1 << 60).reserved_bits(), 1 << 60);
+    let c3 = Pte::from_bits(l.bits() | 3 << 5);
+    assert_eq!(c3.cache_policy(), None);
+    assert_eq!(c3.decode(0), Err(FaultReason::Malformed));
+    assert_eq!(t.decode(4), Err(FaultReason::Malformed));
+}

@@ -49,7 +49,7 @@ use vgpu_hwif::proto::{engine, ring_state, RingStatus};
 use super::compute_engine::{self, Dispatch, DispatchOp, LoadError, StepEnd};
 use super::copy_engine::{self, CopyOp, Step};
 use super::dma::GpuMemory;
-use super::inject::{Injector, StepVerdict};
+use super::inject::{Injector, Site, StepVerdict};
 use super::mmu::{AddressSpace, Mem, MmuFault, PageMapping, Tlb};
 use super::poison::Poison;
 use super::ring::{Cursor, Frame, InFlight, Op};
@@ -109,6 +109,15 @@ pub struct Job {
 }
 
 impl Job {
+    /// The fault injector's view of the ring.
+    pub fn site(&self) -> Site {
+        Site {
+            ctx: self.ctx,
+            engine: self.engine,
+            ring_packets: self.cursor.packets,
+        }
+    }
+
     /// The status block for a running ring.
     pub fn status(&self) -> RingStatus {
         RingStatus {
@@ -594,7 +603,7 @@ impl CommandProcessor {
                         if let Some(inj) = host.injector() {
                             let mut post = Vec::new();
                             let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space);
-                            inj.on_done(host.now_ns(), job, &fl, &mut gm, &mut post);
+                            inj.on_done(host.now_ns(), &job.site(), &fl, &mut gm, &mut post);
                             post.into_iter().for_each(|ev| host.post(ev));
                         }
                         if let Some(end) = self.complete(host, mem, job, stats) {
@@ -669,7 +678,7 @@ impl CommandProcessor {
                 .ok()
                 .map(|m| m.pa(va))
         };
-        let verdict = inj.on_step(host.now_ns(), job, fl, &translate, &mut post);
+        let verdict = inj.on_step(host.now_ns(), &job.site(), fl, &translate, &mut post);
         post.into_iter().for_each(|ev| host.post(ev));
         match verdict {
             StepVerdict::Go => Injected::Go,

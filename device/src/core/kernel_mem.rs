@@ -7,7 +7,10 @@
 //! interpreter faults misaligned ones before they get here), so an access
 //! never crosses a page.
 //!
-//! A warp-wide load or store whose active lanes all fall in one page is
+//! The memory is a `vgpu_isa::mem::PagedMemory`: this module supplies the
+//! per-access operations (translation, permissions, poison, faults) and
+//! the page lookup ([`HostPage`]); the ISA's warp paths do the rest. A
+//! warp-wide load or store whose active lanes all fall in one page is
 //! translated once and then accesses the page's host mapping directly.
 //! Each unit keeps the host mappings of the last [`PAGE_CACHE`] pages it
 //! translated for the duration of one step (a small L1 in front of the

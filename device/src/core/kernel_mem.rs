@@ -1,5 +1,5 @@
 //! Global memory of a compute kernel: the ISA interpreter's
-//! [`GlobalMemory`] over one context's address space, through one compute
+//! [`GlobalMemory`](vgpu_isa::mem::GlobalMemory) over one context's address space, through one compute
 //! unit's TLB.
 //!
 //! Permissions follow `vgpu_hwif::mmu::Access`: loads need `PTE_READ`,

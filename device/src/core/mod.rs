@@ -10,16 +10,21 @@
 //! | command processor | [`cp`] | fetch → decode → in flight → complete, per packet |
 //! | MMU and TLBs | [`mmu`], [`dma`] | range check → four-level walk → leaf; per-engine TLB |
 //! | copy engine | [`copy_engine`] | transfer progress, one chunk per step |
-//! | compute engine | [`compute_engine`] | common packets; `DISPATCH` reserved |
+//! | compute engine | [`compute_engine`] | `DISPATCH`: load (module, arguments) → steps on the compute units → done, or a fault, trap or error; the common packets as on the copy engine |
+//! | kernel memory | [`kernel_mem`] | a kernel's global memory per compute unit: `vgpu-isa`'s `PagedMemory` over the MMU |
 //! | scheduler | [`scheduler`] | per-engine loop: mailbox → doorbells → select → slice → retire |
 //! | resets | [`reset`] | engine reset, device reset |
 //! | events | [`events`] | numbered FIFO with loss accounting |
-//! | fault injection | [`inject`] | armed → fired (logged) → cleared by reset |
+//! | fault injection | [`inject`] | armed → fired (logged) → cleared by reset; told a [`inject::Site`] by the command processor |
+//! | poisoned pages | [`poison`] | pages with an uncorrectable ECC error that engine reads fail on |
 //! | telemetry | [`telemetry`], [`counters`] | counters and the packet trace |
 //! | time | [`clock`] | device clock |
 //!
 //! [`Device`] ties the blocks together and owns the engine threads; the
-//! virtqueue layer ([`crate::virtq`]) feeds it.
+//! virtqueue layer ([`crate::virtq`]) feeds it. Dependencies between the
+//! blocks point one way (no module imports one that imports it back); the
+//! byte layouts they decode (packets, page-table entries, commands, events)
+//! are `vgpu_hwif`'s.
 
 pub mod clock;
 pub mod compute_engine;

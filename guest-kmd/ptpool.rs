@@ -149,6 +149,12 @@ impl PtPool {
         // SAFETY: As in `read`: in bounds; a volatile aligned u64 store is
         // the kernel's WRITE_ONCE, so the device never sees a torn entry.
         // Each table has one owner, which serialises writes to it.
-        unsafe { chunk.as_mut_ptr().cast::<u64>().add(elem).write_volatile(v.to_le()) }
+        unsafe {
+            chunk
+                .as_mut_ptr()
+                .cast::<u64>()
+                .add(elem)
+                .write_volatile(v.to_le())
+        }
     }
 }

@@ -253,7 +253,9 @@ impl Vm {
             m.segs = gem::segments(&m.bo)?;
             self.populate(&mut m, a.va, va_end)?;
         }
-        self.mappings.insert_within_capacity(i, m).map_err(|_| ENOMEM)?;
+        self.mappings
+            .insert_within_capacity(i, m)
+            .map_err(|_| ENOMEM)?;
         Ok(())
     }
 
@@ -415,7 +417,8 @@ impl Vm {
     /// `va` in the KMD range. Tables first, then leaves.
     pub(crate) fn map_kmd(&mut self, va: u64, pa: u64, size: u64, perms: u64) -> Result {
         let end = va.checked_add(size).ok_or(EINVAL)?;
-        if va < self.user_range().1 || end > 1u64 << self.va_bits || (va | pa | size) % PAGE_4K != 0 {
+        if va < self.user_range().1 || end > 1u64 << self.va_bits || (va | pa | size) % PAGE_4K != 0
+        {
             return Err(EINVAL);
         }
         let mut v = va;
@@ -426,8 +429,11 @@ impl Vm {
         let mut v = va;
         while v < end {
             let t = self.lookup(v, 0).ok_or(EINVAL)?;
-            self.pool
-                .write(t, level_index(v, 0), leaf_entry(pa + (v - va), perms, CachePolicy::Cached));
+            self.pool.write(
+                t,
+                level_index(v, 0),
+                leaf_entry(pa + (v - va), perms, CachePolicy::Cached),
+            );
             v += PAGE_4K;
         }
         self.kmd_pages += size / PAGE_4K;

@@ -122,7 +122,7 @@ impl Vgpu {
     pub(crate) fn init_memory(&self, dev: &Device<Bound>) -> Result {
         let id = self.hw.identity.as_ref().ok_or(ENODEV)?;
         self.pt_pool
-            .populate(PtPool::new(dev, crate::param_pt_pool_kib())?);
+            .populate(PtPool::new(dev, crate::params::pt_pool_kib())?);
         let nslots = id.max_contexts.min(crate::proto::MAX_CONTEXTS);
         self.gpu.init(dev, nslots)
     }
@@ -133,7 +133,7 @@ impl Vgpu {
     ///
     /// `ENOMEM`.
     pub(crate) fn start_watchdog(self: &Arc<Self>) -> Result {
-        let w = WatchdogHandle::start(self.clone(), crate::watchdog::period_ms())?;
+        let w = WatchdogHandle::start(self.clone(), crate::gpu::reset::check_period_ms())?;
         *self.watchdog.lock() = Some(w);
         Ok(())
     }

@@ -17,7 +17,11 @@ use core::ptr::NonNull;
 use kernel::{
     bindings,
     prelude::*,
-    sync::Arc,
+    sync::{
+        Arc,
+        SetOnce, //
+    },
+    ThisModule,
     workqueue::{
         HasWork,
         Work, //
@@ -277,6 +281,15 @@ pub(crate) fn monotonic_ns() -> u64 {
 
 // ---------------------------------------------------------------- modules
 
+/// This module, recorded when it loads ([`set_this_module`]).
+static THIS_MODULE: SetOnce<&'static ThisModule> = SetOnce::new();
+
+/// Records this module (from the module initialiser, before any file can
+/// be opened).
+pub(crate) fn set_this_module(m: &'static ThisModule) {
+    THIS_MODULE.populate(m);
+}
+
 /// A reference on this module, held by every open render-node file.
 ///
 /// The DRM file operations the kernel's Rust DRM abstraction installs have no
@@ -292,9 +305,9 @@ impl ModuleRef {
     ///
     /// `ENODEV` while the module is being unloaded.
     pub(crate) fn get() -> Result<ModuleRef> {
-        // SAFETY: `THIS_MODULE` is this module, which is live while its code
-        // runs.
-        if unsafe { bindings::try_module_get(crate::THIS_MODULE.as_ptr()) } {
+        let m = THIS_MODULE.as_ref().ok_or(ENODEV)?;
+        // SAFETY: `m` is this module, which is live while its code runs.
+        if unsafe { bindings::try_module_get(m.as_ptr()) } {
             Ok(ModuleRef(()))
         } else {
             Err(ENODEV)
@@ -304,7 +317,11 @@ impl ModuleRef {
 
 impl Drop for ModuleRef {
     fn drop(&mut self) {
-        // SAFETY: balances the successful `try_module_get` of `ModuleRef::get`.
-        unsafe { bindings::module_put(crate::THIS_MODULE.as_ptr()) };
+        // A `ModuleRef` exists only if `get` found the module.
+        if let Some(m) = THIS_MODULE.as_ref() {
+            // SAFETY: balances the successful `try_module_get` of
+            // `ModuleRef::get` on the same module.
+            unsafe { bindings::module_put(m.as_ptr()) };
+        }
     }
 }

@@ -144,51 +144,22 @@ const ZERO: uapi::drm_vgpu_counters = uapi::drm_vgpu_counters {
     tlb_misses: 0,
 };
 
-/// Bytes of one `struct drm_vgpu_ctx_stats`.
-const CTX_STATS_SIZE: usize = core::mem::size_of::<uapi::drm_vgpu_ctx_stats>();
-const _: () = assert!(CTX_STATS_SIZE == 32 + 8 + 16 + 16 + 72);
-
-/// Appends `c` in the uAPI layout (little-endian, no padding).
-fn put_ctx(
-    out: &mut KVec<u8>,
-    c: &CtxSnapshot,
-    mem_bytes: u64,
-    k: &uapi::drm_vgpu_counters,
-) -> Result {
-    for v in [
-        c.handle,
-        c.pid,
-        c.priority,
-        c.engines,
-        c.reset_status,
-        c.state,
-        c.hangs,
-        c.faults,
-    ] {
-        out.extend_from_slice(&v.to_le_bytes(), GFP_KERNEL)?;
-    }
-    let words = [
+/// `c` as the uAPI's `struct drm_vgpu_ctx_stats`.
+fn ctx_stats(c: &CtxSnapshot, mem_bytes: u64, counters: uapi::drm_vgpu_counters) -> UCtxStats {
+    UCtxStats(uapi::drm_vgpu_ctx_stats {
+        ctx_id: c.handle,
+        pid: c.pid,
+        priority: c.priority,
+        engines: c.engines,
+        reset_status: c.reset_status,
+        state: c.state,
+        hangs: c.hangs,
+        faults: c.faults,
         mem_bytes,
-        c.submitted[0],
-        c.submitted[1],
-        c.completed[0],
-        c.completed[1],
-    ];
-    let cnt = [
-        k.busy_ns,
-        k.packets,
-        k.bytes,
-        k.faults,
-        k.errors,
-        k.resets,
-        k.fences,
-        k.tlb_hits,
-        k.tlb_misses,
-    ];
-    for v in Iterator::chain(words.iter(), cnt.iter()) {
-        out.extend_from_slice(&v.to_le_bytes(), GFP_KERNEL)?;
-    }
-    Ok(())
+        submitted: c.submitted,
+        completed: c.completed,
+        counters,
+    })
 }
 
 /// One `QUERY_STATS` control command.
@@ -243,14 +214,11 @@ pub(crate) fn query_stats(v: &Vgpu, a: &mut uapi::drm_vgpu_query_stats) -> Resul
     }
 
     if cap > 0 {
-        let mut buf = KVec::with_capacity(cap.min(ctxs.len()) * CTX_STATS_SIZE, GFP_KERNEL)?;
+        let mut out = KVec::with_capacity(cap.min(ctxs.len()), GFP_KERNEL)?;
         for (c, k) in ctxs.iter().zip(per_ctx.iter()) {
-            put_ctx(&mut buf, c, c.client.mem.get().0, k)?;
+            out.push(ctx_stats(c, c.client.mem.get().0, *k), GFP_KERNEL)?;
         }
-        if !buf.is_empty() {
-            let ptr = UserPtr::from_addr(usize::try_from(a.contexts).map_err(|_| EFAULT)?);
-            UserSlice::new(ptr, buf.len()).writer().write_slice(&buf)?;
-        }
+        uarray::write(a.contexts, &out)?;
     }
 
     let (mem_bytes, mem_objects) = v.mem.get();

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Arrays in user memory read as typed structs.
+//! Arrays in user memory read and written as typed structs.
 //!
 //! The uAPI structs (`kernel::uapi`, generated from our header) are foreign
 //! to this crate, so they cannot implement the kernel's `FromBytes`
@@ -19,9 +19,15 @@ pub(crate) struct UFence(pub(crate) uapi::drm_vgpu_fence);
 #[derive(Clone, Copy)]
 pub(crate) struct UCmd(pub(crate) uapi::drm_vgpu_cmd);
 
+/// `struct drm_vgpu_ctx_stats` written to user memory.
+#[repr(transparent)]
+#[derive(Clone, Copy)]
+pub(crate) struct UCtxStats(pub(crate) uapi::drm_vgpu_ctx_stats);
+
 // No padding: every byte belongs to an integer field.
 const _: () = assert!(core::mem::size_of::<uapi::drm_vgpu_fence>() == 4 + 4 + 8);
 const _: () = assert!(core::mem::size_of::<uapi::drm_vgpu_cmd>() == 8 + 8);
+const _: () = assert!(core::mem::size_of::<uapi::drm_vgpu_ctx_stats>() == 8 * 4 + 8 + 2 * 8 + 2 * 8 + 9 * 8);
 
 // SAFETY: `drm_vgpu_fence` is `#[repr(C)]` of `u32, u32, u64` with no
 // padding (asserted above): every bit pattern is a valid value, and it has
@@ -30,6 +36,11 @@ unsafe impl FromBytes for UFence {}
 // SAFETY: `drm_vgpu_cmd` is `#[repr(C)]` of two `u64`s (no padding,
 // asserted above): every bit pattern is valid; no interior mutability.
 unsafe impl FromBytes for UCmd {}
+
+// SAFETY: `drm_vgpu_ctx_stats` is `#[repr(C)]` of eight `u32`s then `u64`s
+// and `u64` arrays (the counters struct is nine `u64`s), with no padding
+// (asserted above): every byte is initialised, so it may be viewed as bytes.
+unsafe impl AsBytes for UCtxStats {}
 
 /// Reads `n` values of `T` from the user array at `addr`.
 ///
@@ -48,4 +59,22 @@ pub(crate) fn read<T: FromBytes>(addr: u64, n: usize) -> Result<KVec<T>> {
         out.push(r.read::<T>()?, GFP_KERNEL)?;
     }
     Ok(out)
+}
+
+/// Writes `items` to the user array at `addr`.
+///
+/// # Errors
+///
+/// `EFAULT` (bad address), `EINVAL` (size overflow).
+pub(crate) fn write<T: AsBytes>(addr: u64, items: &[T]) -> Result {
+    if items.is_empty() {
+        return Ok(());
+    }
+    let len = items.len().checked_mul(core::mem::size_of::<T>()).ok_or(EINVAL)?;
+    let ptr = UserPtr::from_addr(usize::try_from(addr).map_err(|_| EFAULT)?);
+    let mut w = UserSlice::new(ptr, len).writer();
+    for item in items {
+        w.write(item)?;
+    }
+    Ok(())
 }

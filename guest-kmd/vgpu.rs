@@ -24,9 +24,9 @@
 //!   page-table pool.
 //! * [`transport`]: the virtio-pci transport, the control and event queues,
 //!   interrupts.
-//! * [`ffi`], [`ratelimit`], [`uarray`], [`time`], [`errno`]: kernel C APIs
-//!   behind safe wrappers, rate-limited messages, typed user arrays, time
-//!   and errno helpers.
+//! * [`ffi`], [`params`], [`ratelimit`], [`uarray`], [`time`], [`errno`]:
+//!   kernel C APIs behind safe wrappers, the module parameters,
+//!   rate-limited messages, typed user arrays, time and errno helpers.
 //!
 //! The hardware interface ([`pod`], [`proto`], [`event`], [`mmu`],
 //! [`packet`], [`layout`]) is the very same source as the `vgpu-hwif` crate
@@ -48,6 +48,7 @@ mod ffi;
 mod file;
 mod gem;
 mod gpu;
+mod params;
 mod ptpool;
 mod ratelimit;
 mod stats;
@@ -148,6 +149,15 @@ struct VgpuModule {
 
 impl kernel::InPlaceModule for VgpuModule {
     fn init(module: &'static kernel::ThisModule) -> impl PinInit<Self, Error> {
+        ffi::set_this_module(module);
+        params::set(params::Params {
+            cmd_timeout_ms: *module_parameters::cmd_timeout_ms.value(),
+            pt_pool_kib: *module_parameters::pt_pool_kib.value(),
+            job_timeout_ms: *module_parameters::job_timeout_ms.value(),
+            ban_hangs: *module_parameters::ban_hangs.value(),
+            ban_window_ms: *module_parameters::ban_window_ms.value(),
+            force_intx: *module_parameters::force_intx.value(),
+        });
         try_pin_init!(Self {
             _debugfs: debugfs::Root::create(),
             _driver <- kernel::driver::Registration::new(
@@ -226,13 +236,13 @@ impl Binding {
             kernel::dma::Device::dma_set_mask_and_coherent(pdev, kernel::dma::DmaMask::new::<64>())?
         };
 
-        let hw = Hw::new(pdev, param_cmd_timeout_ms())?;
+        let hw = Hw::new(pdev, params::cmd_timeout_ms())?;
         let vgpu = Vgpu::new(hw)?;
         let mut irqs = Registrations::new();
         let up = (|| {
             let id = vgpu
                 .hw
-                .bring_up(pdev, &vgpu, param_force_intx(), &mut irqs)?;
+                .bring_up(pdev, &vgpu, params::force_intx(), &mut irqs)?;
             vgpu.init_memory(pdev.as_ref())?;
             vgpu.start_watchdog()?;
             let dir = debugfs::create(pdev, &vgpu)?;
@@ -277,34 +287,4 @@ impl Binding {
             }
         }
     }
-}
-
-/// Reads the `cmd_timeout_ms` module parameter, clamped to 1..=60000.
-fn param_cmd_timeout_ms() -> u32 {
-    (*module_parameters::cmd_timeout_ms.value()).clamp(1, 60_000)
-}
-
-/// Reads the `pt_pool_kib` module parameter, clamped to 2048..=262144.
-fn param_pt_pool_kib() -> u32 {
-    (*module_parameters::pt_pool_kib.value()).clamp(2048, 262_144)
-}
-
-/// Reads the `job_timeout_ms` module parameter, clamped to 100..=600000.
-fn param_job_timeout_ms() -> u32 {
-    (*module_parameters::job_timeout_ms.value()).clamp(100, 600_000)
-}
-
-/// Reads the `ban_hangs` module parameter, clamped to 1..=1000.
-fn param_ban_hangs() -> u32 {
-    (*module_parameters::ban_hangs.value()).clamp(1, 1000)
-}
-
-/// Reads the `ban_window_ms` module parameter, clamped to 1000..=3600000.
-fn param_ban_window_ms() -> u32 {
-    (*module_parameters::ban_window_ms.value()).clamp(1000, 3_600_000)
-}
-
-/// Reads the `force_intx` module parameter.
-fn param_force_intx() -> bool {
-    *module_parameters::force_intx.value() != 0
 }

@@ -5,8 +5,8 @@
 //! hang check.
 //!
 //! A leaf block: it calls back through [`Periodic`] and knows nothing else.
-//! An hrtimer fires every period (for the hang check [`period_ms`]: a tenth
-//! of `job_timeout_ms`, at least 20 ms) in interrupt context and queues a
+//! An hrtimer fires every period (for the hang check a tenth of
+//! `job_timeout_ms`, at least 20 ms: `gpu::reset::check_period_ms`) in interrupt context and queues a
 //! work item on the system_long workqueue; the work item calls
 //! [`Periodic::tick`] in process context, where it may sleep on control
 //! commands and run the reset ladder. A hang is therefore detected at most
@@ -50,11 +50,6 @@ use kernel::{
         WorkItem, //
     },
 };
-
-/// Hang-check period for the current `job_timeout_ms`.
-pub(crate) fn period_ms() -> u32 {
-    (crate::param_job_timeout_ms() / 10).max(20)
-}
 
 /// What the watchdog runs.
 pub(crate) trait Periodic: Send + Sync + 'static {

@@ -70,7 +70,7 @@ impl Gpu {
         let all = a.flags & uapi::VGPU_WAIT_ALL != 0;
         let start = Instant::<Monotonic>::now();
         let mem = self.slots()?;
-        let step_ns = u64::from(crate::param_job_timeout_ms()) * 250_000;
+        let step_ns = u64::from(crate::params::job_timeout_ms()) * 250_000;
         let mut g = self.lock()?;
         loop {
             let mut done = 0;

@@ -68,6 +68,12 @@ use kernel::{
     },
 };
 
+/// How often the watchdog runs the hang check: a tenth of
+/// `job_timeout_ms`, at least 20 ms.
+pub(crate) fn check_period_ms() -> u32 {
+    (crate::params::job_timeout_ms() / 10).max(20)
+}
+
 /// A hung ring, as the hang check found it.
 struct Hung {
     hw: u32,
@@ -85,7 +91,7 @@ impl Gpu {
         let Some(_ops) = self.ops.try_lock() else {
             return;
         };
-        let timeout_ns = u64::from(crate::param_job_timeout_ms()) * 1_000_000;
+        let timeout_ns = u64::from(crate::params::job_timeout_ms()) * 1_000_000;
         let Ok(mem) = self.slots() else { return };
         let refused = self.hw.take_failed_doorbells();
         // Slots for ringing them again, before the state lock.
@@ -189,8 +195,8 @@ impl Gpu {
         if let Some(h) = &hung {
             g.counters.hangs += 1;
             g.resetting = true;
-            let window_ns = u64::from(crate::param_ban_window_ms()) * 1_000_000;
-            let limit = crate::param_ban_hangs() as usize;
+            let window_ns = u64::from(crate::params::ban_window_ms()) * 1_000_000;
+            let limit = crate::params::ban_hangs() as usize;
             if let Some(c) = g.slot(h.hw) {
                 if c.record_hang(limit, window_ns) {
                     banned = Some(c.recent_hangs());
@@ -217,7 +223,7 @@ impl Gpu {
                     h.handle,
                     h.hw,
                     n,
-                    crate::param_ban_window_ms()
+                    crate::params::ban_window_ms()
                 );
             }
             self.recover(mem, h);

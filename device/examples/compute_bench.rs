@@ -12,7 +12,7 @@ use vgpu_device::core::mmu::Mem;
 use vgpu_device::testkit::{Driver, GpuContext, InProcess, PhysAlloc};
 use vgpu_hwif::event::Event;
 use vgpu_hwif::mmu::{PTE_EXEC, PTE_READ, PTE_WRITE};
-use vgpu_hwif::packet::Packet;
+use vgpu_hwif::packet::{DispatchPacket, Packet};
 use vgpu_hwif::proto::engine;
 use vgpu_isa::{assemble, run_grid, Launch, Module, SparseMemory};
 use vm_memory::{Bytes, GuestAddress};
@@ -94,7 +94,7 @@ fn time_dispatch(
     let image = m.to_bytes().unwrap();
     put(drv, c, CODE, &image);
     put(drv, c, ARGS, argv);
-    let p = Packet::Dispatch {
+    let p = Packet::Dispatch(DispatchPacket {
         module_va: CODE,
         module_size: image.len() as u32,
         kernel: m.kernel_index(kernel).unwrap() as u32,
@@ -103,7 +103,7 @@ fn time_dispatch(
         grid,
         wg,
         shared_size: 0,
-    };
+    });
     let mut seq = 0;
     best(|| {
         prepare(drv);

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost::vhost_user::GpuBackend;
-use vhost_user_backend::{VhostUserBackendMut, VringRwLock, VringT};
+use vhost_user_backend::{VhostUserBackendMut, VringT};
 use virtio_bindings::bindings::virtio_config::{VIRTIO_F_RING_RESET, VIRTIO_F_VERSION_1};
 use virtio_bindings::bindings::virtio_ring::{
     VIRTIO_RING_F_EVENT_IDX, VIRTIO_RING_F_INDIRECT_DESC,
@@ -32,7 +32,8 @@ use crate::config::DeviceConfig;
 use crate::core::counters::Counters;
 use crate::core::gpu::Notify;
 use crate::core::Device;
-use crate::virtq;
+use crate::virtq::{self, QueueOutcome, RingBroken};
+use crate::vring::GpuVring;
 
 /// The epoll event id of the device's event doorbell: engine threads
 /// signal it after posting an event, and the worker thread then delivers
@@ -213,65 +214,79 @@ impl VgpuBackend {
         }
     }
 
-    fn vring_ready(vring: &VringRwLock) -> bool {
+    fn vring_ready(vring: &GpuVring) -> bool {
         let state = vring.get_ref();
         state.get_queue().ready() && state.is_enabled()
     }
 
-    fn signal(vring: &VringRwLock, name: &str) {
+    fn signal(vring: &GpuVring, name: &str) {
         if let Err(e) = vring.signal_used_queue() {
             log::warn!("{name} queue: cannot signal the driver: {e}");
         }
     }
 
-    fn process_control(&mut self, mem: &GuestMemoryMmap, vring: &VringRwLock) {
-        if !Self::vring_ready(vring) {
+    /// Runs `pass` over the queue of `vring` unless the ring is not ready
+    /// or broken; a pass that finds the ring broken stops the queue with
+    /// one report.
+    fn serve_queue(
+        &mut self,
+        mem: &GuestMemoryMmap,
+        vring: &GpuVring,
+        name: &str,
+        pass: fn(
+            &mut virtio_queue::Queue,
+            &GuestMemoryMmap,
+            &mut Device,
+        ) -> Result<QueueOutcome, RingBroken>,
+    ) {
+        if !Self::vring_ready(vring) || vring.is_broken() {
             return;
         }
-        let result = {
+        let (epoch, result) = {
             let mut state = vring.get_mut();
-            virtq::process_control_queue(state.get_queue_mut(), mem, &mut self.device)
+            // Read under the vring's lock: a reconfiguration either
+            // happened before this pass or waits for it.
+            let epoch = vring.epoch();
+            (epoch, pass(state.get_queue_mut(), mem, &mut self.device))
         };
         match result {
             Ok(out) => {
-                log::trace!("control queue: {out:?}");
+                log::trace!("{name} queue: {out:?}");
                 if out.notify {
-                    Self::signal(vring, "control");
+                    Self::signal(vring, name);
                 }
             }
-            Err(e) => {
-                self.device.count_protocol_error();
-                log::warn!("control queue: {e}");
+            Err(broken) => {
+                if vring.mark_broken(epoch) {
+                    self.device.count_ring_broken();
+                    log::error!(
+                        "{name} queue broken: {}; the device stops serving it until the driver \
+                         resets the ring (disables and re-enables it, gives it a new address, \
+                         size or base, or resets the device)",
+                        broken.error
+                    );
+                }
+                // Chains completed before the break still get their
+                // interrupt.
+                if broken.outcome.notify {
+                    Self::signal(vring, name);
+                }
             }
         }
     }
 
-    fn deliver_events(&mut self, mem: &GuestMemoryMmap, vring: &VringRwLock) {
-        if !Self::vring_ready(vring) {
-            return;
-        }
-        let result = {
-            let mut state = vring.get_mut();
-            virtq::deliver_events(state.get_queue_mut(), mem, &mut self.device)
-        };
-        match result {
-            Ok(out) => {
-                log::trace!("event queue: {out:?}");
-                if out.notify {
-                    Self::signal(vring, "event");
-                }
-            }
-            Err(e) => {
-                self.device.count_protocol_error();
-                log::warn!("event queue: {e}");
-            }
-        }
+    fn process_control(&mut self, mem: &GuestMemoryMmap, vring: &GpuVring) {
+        self.serve_queue(mem, vring, "control", virtq::process_control_queue);
+    }
+
+    fn deliver_events(&mut self, mem: &GuestMemoryMmap, vring: &GpuVring) {
+        self.serve_queue(mem, vring, "event", virtq::deliver_events);
     }
 }
 
 impl VhostUserBackendMut for VgpuBackend {
     type Bitmap = ();
-    type Vring = VringRwLock;
+    type Vring = GpuVring;
 
     fn num_queues(&self) -> usize {
         NUM_QUEUES
@@ -375,7 +390,7 @@ impl VhostUserBackendMut for VgpuBackend {
         &mut self,
         device_event: u16,
         evset: EventSet,
-        vrings: &[VringRwLock],
+        vrings: &[GpuVring],
         _thread_id: usize,
     ) -> io::Result<()> {
         if device_event == EVENT_WAKE {

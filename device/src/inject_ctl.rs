@@ -13,12 +13,10 @@
 //! | `unpoison PA` / `unpoison all` | `{"ok":true,"cleared":N}` (forgets poison, as if the memory were replaced: resets do not) |
 //!
 //! Errors reply `{"ok":false,"error":"..."}`. A connection may send any
-//! number of requests; the server handles one connection at a time.
+//! number of requests; they are answered in order. The socket itself is
+//! served by the device's event loop ([`crate::daemon::ControlServer`]).
 
-use std::io::{self, BufRead, BufReader, Write};
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::io;
 
 use crate::core::gpu::Gpu;
 use crate::core::inject::{Class, InjectError, Spec};
@@ -34,9 +32,9 @@ pub enum ControlError {
         /// The cause.
         source: io::Error,
     },
-    /// The server thread could not start.
-    #[error("cannot start the control thread: {0}")]
-    Thread(io::Error),
+    /// The idle timer could not be created.
+    #[error("cannot create the control socket's timer: {0}")]
+    Timer(io::Error),
 }
 
 /// A JSON string literal.
@@ -56,7 +54,8 @@ pub fn json_str(s: &str) -> String {
     out
 }
 
-fn err(e: impl std::fmt::Display) -> String {
+/// The error reply for `e`.
+pub fn error_reply(e: impl std::fmt::Display) -> String {
     format!("{{\"ok\":false,\"error\":{}}}", json_str(&e.to_string()))
 }
 
@@ -94,7 +93,7 @@ pub fn handle_line(gpu: &Gpu, line: &str) -> String {
                 let id = inj.arm(spec, gpu.clock.now_ns());
                 format!("{{\"ok\":true,\"id\":{id}}}")
             }
-            Err(e) => err(e),
+            Err(e) => error_reply(e),
         },
         "disarm" => {
             let id = if arg == "all" {
@@ -110,7 +109,7 @@ pub fn handle_line(gpu: &Gpu, line: &str) -> String {
             };
             match id.and_then(|id| inj.disarm(id)) {
                 Ok(()) => "{\"ok\":true}".to_owned(),
-                Err(e) => err(e),
+                Err(e) => error_reply(e),
             }
         }
         "status" => {
@@ -165,7 +164,7 @@ pub fn handle_line(gpu: &Gpu, line: &str) -> String {
                         .collect();
                     format!("{{\"ok\":true,\"entries\":[{}]}}", entries.join(","))
                 }
-                Err(e) => err(e),
+                Err(e) => error_reply(e),
             }
         }
         "seed" => match arg.parse::<u64>() {
@@ -173,7 +172,7 @@ pub fn handle_line(gpu: &Gpu, line: &str) -> String {
                 inj.set_seed(n);
                 "{\"ok\":true}".to_owned()
             }
-            Err(_) => err(InjectError::BadValue {
+            Err(_) => error_reply(InjectError::BadValue {
                 key: "seed".to_owned(),
                 value: arg.to_owned(),
             }),
@@ -190,121 +189,11 @@ pub fn handle_line(gpu: &Gpu, line: &str) -> String {
             };
             match pa {
                 Ok(pa) => format!("{{\"ok\":true,\"cleared\":{}}}", inj.poison().clear(pa)),
-                Err(e) => err(e),
+                Err(e) => error_reply(e),
             }
         }
-        _ => err(format!(
+        _ => error_reply(format!(
             "unknown request '{verb}' (list, arm, disarm, status, log, seed, poisoned, unpoison)"
         )),
-    }
-}
-
-fn serve_client(gpu: &Gpu, stream: UnixStream) -> io::Result<()> {
-    let mut out = stream.try_clone()?;
-    for line in BufReader::new(stream).lines() {
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let reply = handle_line(gpu, &line);
-        out.write_all(reply.as_bytes())?;
-        out.write_all(b"\n")?;
-    }
-    Ok(())
-}
-
-/// The control socket's file: removed when this is dropped (the device
-/// exiting), unless something else has replaced it meanwhile.
-#[derive(Debug)]
-pub struct ControlSocket {
-    path: PathBuf,
-    id: Option<(u64, u64)>,
-}
-
-fn file_id(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path)
-        .ok()
-        .map(|m| (m.dev(), m.ino()))
-}
-
-impl ControlSocket {
-    /// The socket's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Removes the socket file now if it is still the one bound.
-    pub fn remove(&self) {
-        if self.id.is_some() && file_id(&self.path) == self.id {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
-
-impl Drop for ControlSocket {
-    fn drop(&mut self) {
-        self.remove();
-    }
-}
-
-/// Listens on `path` (a stale socket there is replaced) and serves
-/// requests on a thread for the life of the process. The socket file is
-/// removed when the returned handle is dropped.
-pub fn spawn(path: &Path, gpu: Arc<Gpu>) -> Result<ControlSocket, ControlError> {
-    let _ = std::fs::remove_file(path);
-    let listener = UnixListener::bind(path).map_err(|source| ControlError::Bind {
-        path: path.display().to_string(),
-        source,
-    })?;
-    let guard = ControlSocket {
-        path: path.to_path_buf(),
-        id: file_id(path),
-    };
-    std::thread::Builder::new()
-        .name("vgpu-inject-ctl".to_owned())
-        .spawn(move || {
-            for stream in listener.incoming() {
-                match stream {
-                    Ok(s) => {
-                        if let Err(e) = serve_client(&gpu, s) {
-                            log::debug!("inject control client: {e}");
-                        }
-                    }
-                    Err(e) => log::warn!("inject control socket: {e}"),
-                }
-            }
-        })
-        .map_err(ControlError::Thread)?;
-    Ok(guard)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::{DeviceConfig, Generation};
-    use crate::core::Device;
-
-    #[test]
-    fn the_socket_file_goes_with_its_handle_but_not_a_replacement() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ctl.sock");
-        let gpu = Device::new(DeviceConfig::new(Generation::Gen2, 1).unwrap())
-            .gpu()
-            .clone();
-        let guard = spawn(&path, gpu.clone()).unwrap();
-        let mut c = UnixStream::connect(&path).unwrap();
-        c.write_all(b"status\n").unwrap();
-        let mut line = String::new();
-        BufReader::new(&c).read_line(&mut line).unwrap();
-        assert!(line.starts_with("{\"ok\":true"), "{line}");
-        drop(guard);
-        assert!(!path.exists());
-        // A socket bound again at the path by someone else stays.
-        let guard = spawn(&path, gpu).unwrap();
-        std::fs::remove_file(&path).unwrap();
-        let _other = UnixListener::bind(&path).unwrap();
-        drop(guard);
-        assert!(path.exists());
     }
 }

@@ -8,9 +8,10 @@
 //! * [`virtq`] — moves commands, replies and event records between guest
 //!   memory and the core over split virtqueues.
 //! * [`backend`] — the vhost-user backend (features, config space, queue
-//!   kicks).
-//! * [`daemon`] — listens on the socket, serves one frontend, stops on
-//!   request.
+//!   kicks); [`vring`] — its vrings, which remember a broken ring until the
+//!   frontend resets it.
+//! * [`daemon`] — the control-plane event loop: listens on the socket,
+//!   serves one frontend, the control socket and the stop signals.
 //! * [`config`] — per-instance configuration.
 //! * [`inject_ctl`] — the fault-injection control socket.
 //! * [`testkit`] — driver-side helpers (page tables, packet writers) for
@@ -23,3 +24,4 @@ pub mod daemon;
 pub mod inject_ctl;
 pub mod testkit;
 pub mod virtq;
+pub mod vring;

@@ -6,11 +6,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
 
 use vgpu_device::config::{DeviceConfig, Generation, COMPUTE_UNITS_RANGE, DEFAULT_COMPUTE_UNITS};
 use vgpu_device::core::inject::Spec;
-use vgpu_device::daemon::Daemon;
+use vgpu_device::daemon::{Daemon, SignalSource};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -114,9 +113,9 @@ fn main() -> ExitCode {
     logger.init();
 
     // Before any socket exists: a signal from then on stops the device
-    // through its normal exit path, which removes the sockets (signals
-    // that arrive before the handling thread starts wait for it).
-    let mut signals = match Signals::new([SIGTERM, SIGINT]) {
+    // through its normal exit path, which removes the sockets (a signal
+    // that arrives before the event loop runs waits for it).
+    let signals = match SignalSource::install(&[SIGTERM, SIGINT]) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("vgpu-device: cannot install signal handlers: {e}");
@@ -132,7 +131,7 @@ fn main() -> ExitCode {
         }
     };
 
-    let daemon = match Daemon::bind(&cli.socket, config) {
+    let mut daemon = match Daemon::bind(&cli.socket, config) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("vgpu-device: {e}");
@@ -149,41 +148,14 @@ fn main() -> ExitCode {
     for spec in cli.inject.iter().cloned() {
         gpu.inject.arm(spec, gpu.clock.now_ns());
     }
-    // Removed (by its drop) on every return from here on; the signal
-    // thread removes it itself when it exits the process.
-    let control = match cli.control.as_ref() {
-        Some(path) => match vgpu_device::inject_ctl::spawn(path, gpu.clone()) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                eprintln!("vgpu-device: {e}");
-                return ExitCode::FAILURE;
-            }
-        },
-        None => None,
-    };
-    let control_path = control.as_ref().map(|c| c.path().to_path_buf());
-
-    let stop = daemon.stop_handle();
-    let backend = daemon.backend();
-    let socket = cli.socket.clone();
-    std::thread::spawn(move || {
-        let mut received = 0;
-        for sig in signals.forever() {
-            received += 1;
-            if received == 1 {
-                log::info!("signal {sig}: stopping");
-                stop.stop();
-            } else {
-                // A second signal while stopping: leave at once.
-                log::warn!("signal {sig} again: exiting now");
-                let _ = std::fs::remove_file(&socket);
-                if let Some(p) = &control_path {
-                    let _ = std::fs::remove_file(p);
-                }
-                std::process::exit(0);
-            }
+    if let Some(path) = cli.control.as_ref() {
+        if let Err(e) = daemon.serve_control(path) {
+            eprintln!("vgpu-device: {e}");
+            return ExitCode::FAILURE;
         }
-    });
+    }
+    daemon.handle_signals(signals);
+    let backend = daemon.backend();
 
     eprintln!(
         "vgpu-device: listening on {} ({})",
@@ -202,7 +174,6 @@ fn main() -> ExitCode {
             log::info!("trace written to {}", path.display());
         }
     }
-    drop(control);
     match result {
         Ok(summary) => {
             log::info!(

@@ -47,10 +47,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use vgpu_hwif::event::{Event, EventRecord};
-use vgpu_hwif::mmu::{
-    huge_entry, leaf_entry, level_index, table_entry, CachePolicy, LEVELS, PTE_ADDR_MASK, PTE_HUGE,
-    PTE_VALID,
-};
+use vgpu_hwif::mmu::{level_index, CachePolicy, Pte, LEVELS};
 use vgpu_hwif::packet::{
     encode_header, is_copy_engine_packet, Packet, GEN2_ENGINE_PACKET_ALIGN, OP_NOP,
 };
@@ -178,12 +175,12 @@ impl PageTables {
         }
         let parent = self.table(mem, va, level + 1)?;
         let slot = parent + 8 * level_index(va, level + 1) as u64;
-        let old = read_u64(mem, slot)?;
-        if old & PTE_HUGE != 0 {
+        let old = Pte::from_bits(read_u64(mem, slot)?);
+        if old.is_huge() {
             return Err(KitError::Conflict(va));
         }
         let t = self.alloc.page(mem)?;
-        write_u64(mem, slot, table_entry(t))?;
+        write_u64(mem, slot, Pte::table(t).bits())?;
         self.tables.insert(Self::key(va, level), t);
         Ok(t)
     }
@@ -208,7 +205,7 @@ impl PageTables {
         write_u64(
             mem,
             t + 8 * level_index(va, 0) as u64,
-            leaf_entry(pa, perms, CachePolicy::Cached),
+            Pte::leaf(pa, perms, CachePolicy::Cached).bits(),
         )
     }
 
@@ -227,7 +224,7 @@ impl PageTables {
         write_u64(
             mem,
             t + 8 * level_index(va, 1) as u64,
-            huge_entry(pa, perms, CachePolicy::Cached),
+            Pte::huge(pa, perms, CachePolicy::Cached).bits(),
         )
     }
 
@@ -253,8 +250,8 @@ impl PageTables {
     pub fn unmap(&mut self, mem: &GuestMemoryMmap, va: u64) -> Result<(), KitError> {
         for level in [0, 1] {
             if let Some(slot) = self.entry_addr(va, level) {
-                let e = read_u64(mem, slot)?;
-                if level == 0 || e & PTE_HUGE != 0 {
+                let e = Pte::from_bits(read_u64(mem, slot)?);
+                if level == 0 || e.is_huge() {
                     write_u64(mem, slot, 0)?;
                     return Ok(());
                 }
@@ -283,15 +280,15 @@ impl PageTables {
     pub fn translate(&self, mem: &GuestMemoryMmap, va: u64) -> Option<u64> {
         let mut table = self.root;
         for level in (0..LEVELS).rev() {
-            let e = read_u64(mem, table + 8 * level_index(va, level) as u64).ok()?;
-            if e & PTE_VALID == 0 {
+            let e = Pte::from_bits(read_u64(mem, table + 8 * level_index(va, level) as u64).ok()?);
+            if !e.is_valid() {
                 return None;
             }
-            let addr = e & PTE_ADDR_MASK;
+            let addr = e.address();
             if level == 0 {
                 return Some(addr | (va & 0xfff));
             }
-            if level == 1 && e & PTE_HUGE != 0 {
+            if level == 1 && e.is_huge() {
                 return Some(addr | (va & 0x1f_ffff));
             }
             table = addr;
@@ -802,7 +799,10 @@ mod tests {
         pt.unmap(&m, 0x40_0000).unwrap();
         assert_eq!(pt.translate(&m, 0x45_6789), None);
         let slot = pt.entry_addr(0x7f_0000_1000, 0).unwrap();
-        assert_eq!(read_u64(&m, slot).unwrap() & PTE_ADDR_MASK, 0x20_3000);
+        assert_eq!(
+            Pte::from_bits(read_u64(&m, slot).unwrap()).address(),
+            0x20_3000
+        );
     }
 
     #[test]

@@ -138,3 +138,191 @@ fn sigterm_removes_both_sockets() {
     assert!(!sock.exists(), "socket left behind");
     assert!(!control.exists(), "control socket left behind");
 }
+
+/// A device process, killed if a test fails before it exits.
+struct DeviceProcess(std::process::Child);
+
+impl std::ops::Deref for DeviceProcess {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for DeviceProcess {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for DeviceProcess {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn spawn_device(args: &[&std::ffi::OsStr]) -> DeviceProcess {
+    DeviceProcess(
+        Process::new(env!("CARGO_BIN_EXE_vgpu-device"))
+            .args(["--gen", "2", "--log-level", "warn"])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn wait_exit(child: &mut std::process::Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "the device did not exit");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn sigterm(child: &std::process::Child) {
+    let pid = i32::try_from(child.id()).unwrap();
+    // SAFETY: kill(2) on our own child; no memory is involved.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+}
+
+/// One control connection: requests in, reply lines out.
+struct Control {
+    out: std::os::unix::net::UnixStream,
+    replies: std::io::BufReader<std::os::unix::net::UnixStream>,
+}
+
+impl Control {
+    fn connect(path: &std::path::Path) -> Self {
+        let out = std::os::unix::net::UnixStream::connect(path).unwrap();
+        out.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let replies = std::io::BufReader::new(out.try_clone().unwrap());
+        Control { out, replies }
+    }
+
+    fn send(&mut self, requests: &str) {
+        std::io::Write::write_all(&mut self.out, requests.as_bytes()).unwrap();
+    }
+
+    fn reply(&mut self) -> String {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut self.replies, &mut line).unwrap_or(0);
+        line
+    }
+}
+
+#[test]
+fn control_socket_frontend_and_sigterm_share_one_event_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("vgpu.sock");
+    let control = dir.path().join("inject.sock");
+    let mut child = spawn_device(&[
+        "--socket".as_ref(),
+        sock.as_os_str(),
+        "--control".as_ref(),
+        control.as_os_str(),
+    ]);
+    wait_for("both sockets", || sock.exists() && control.exists());
+
+    // Requests sent in one write are answered in order.
+    let mut a = Control::connect(&control);
+    a.send("seed 3\narm control-busy:packet=PING\n");
+    assert_eq!(a.reply(), "{\"ok\":true}\n");
+    assert_eq!(a.reply(), "{\"ok\":true,\"id\":1}\n");
+    // A second client is served while the first stays connected.
+    let mut b = Control::connect(&control);
+    b.send("status\n");
+    let st = b.reply();
+    assert!(
+        st.contains("\"seed\":3") && st.contains("control-busy"),
+        "{st}"
+    );
+
+    // The frontend is served by the same process meanwhile, and the fault
+    // armed over the control socket reaches it.
+    let mem = guest_memory_of(16 << 20);
+    let t = VhostTransport::connect(&sock, &mem);
+    let mut d = Driver::new(
+        t,
+        mem,
+        PhysAlloc::new(GPU_ALLOC_BASE, (16 << 20) - (GPU_ALLOC_BASE - GUEST_BASE)),
+    )
+    .unwrap();
+    assert_eq!(d.generation(), 2);
+    assert_eq!(
+        d.status(vgpu_hwif::proto::Command::Ping { cookie: 1 }),
+        vgpu_hwif::proto::Status::Busy
+    );
+    assert_eq!(
+        d.status(vgpu_hwif::proto::Command::Ping { cookie: 2 }),
+        vgpu_hwif::proto::Status::Ok
+    );
+    b.send("log\n");
+    let log = b.reply();
+    assert!(log.contains("\"what\":\"control-busy\""), "{log}");
+
+    // SIGTERM with a frontend and two control clients connected: the
+    // device closes them all, removes both sockets and exits 0.
+    sigterm(&child);
+    let status = wait_exit(&mut child, Duration::from_secs(10));
+    assert!(status.success(), "{status}");
+    assert!(!sock.exists(), "socket left behind");
+    assert!(!control.exists(), "control socket left behind");
+    assert_eq!(a.reply(), "", "control connection left open");
+    assert_eq!(b.reply(), "", "control connection left open");
+    drop(d);
+}
+
+#[test]
+fn a_second_signal_leaves_at_once_while_the_teardown_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("vgpu.sock");
+    let control = dir.path().join("inject.sock");
+    // The trace goes to a FIFO nobody reads: writing it at exit blocks.
+    let trace = dir.path().join("trace.fifo");
+    assert!(Process::new("mkfifo")
+        .arg(&trace)
+        .status()
+        .unwrap()
+        .success());
+    let mut child = spawn_device(&[
+        "--socket".as_ref(),
+        sock.as_os_str(),
+        "--control".as_ref(),
+        control.as_os_str(),
+        "--trace".as_ref(),
+        trace.as_os_str(),
+    ]);
+    wait_for("both sockets", || sock.exists() && control.exists());
+    sigterm(&child);
+    // The loop ends and removes the sockets, then the process blocks on
+    // the trace.
+    wait_for("the sockets removed", || {
+        !sock.exists() && !control.exists()
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the device did not block on its trace"
+    );
+    let t0 = Instant::now();
+    sigterm(&child);
+    let status = wait_exit(&mut child, Duration::from_secs(5));
+    assert!(status.success(), "{status}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+}

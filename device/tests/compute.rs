@@ -15,7 +15,7 @@ use vgpu_device::config::{DeviceConfig, Generation};
 use vgpu_device::testkit::GpuContext;
 use vgpu_hwif::event::{Event, FaultInfo};
 use vgpu_hwif::mmu::{Access, FaultReason, PTE_EXEC, PTE_READ, PTE_WRITE};
-use vgpu_hwif::packet::{EngineError, Packet};
+use vgpu_hwif::packet::{DispatchPacket, EngineError, Packet};
 use vgpu_hwif::pod::Pod;
 use vgpu_hwif::proto::{
     ctx_state, engine, ring_state, Command, EngineResetReply, CTX_FLAG_REPLAYABLE_FAULTS,
@@ -148,7 +148,7 @@ fn dispatch(
     let image = m.to_bytes().unwrap();
     write_va(d, c, CODE, &image);
     write_va(d, c, ARGS, argv);
-    Packet::Dispatch {
+    Packet::Dispatch(DispatchPacket {
         module_va: CODE,
         module_size: image.len() as u32,
         kernel: m.kernel_index(kernel).unwrap() as u32,
@@ -157,7 +157,7 @@ fn dispatch(
         grid,
         wg,
         shared_size: 0,
-    }
+    })
 }
 
 fn fence(seqno: u64) -> Packet {
@@ -571,8 +571,8 @@ fn malformed_modules_and_launches_are_refused_before_anything_runs() {
     let cases: &[(&str, Mutation)] = &[
         ("bad magic", |_, img| img[0] ^= 0xff),
         ("truncated image", |p, _| {
-            if let Packet::Dispatch { module_size, .. } = p {
-                *module_size -= 8;
+            if let Packet::Dispatch(d) = p {
+                d.module_size -= 8;
             }
         }),
         ("corrupted code", |_, img| {
@@ -580,13 +580,13 @@ fn malformed_modules_and_launches_are_refused_before_anything_runs() {
             img[n / 2..n / 2 + 8].fill(0xff);
         }),
         ("kernel index past the table", |p, _| {
-            if let Packet::Dispatch { kernel, .. } = p {
-                *kernel = 1;
+            if let Packet::Dispatch(d) = p {
+                d.kernel = 1;
             }
         }),
         ("arguments too short", |p, _| {
-            if let Packet::Dispatch { args_size, .. } = p {
-                *args_size = 4;
+            if let Packet::Dispatch(d) = p {
+                d.args_size = 4;
             }
         }),
     ];

@@ -15,8 +15,8 @@ use vgpu_device::testkit::{read_u64, ring_va, write_u64, GpuContext, PacketWrite
 use vgpu_hwif::event::{Event, FaultInfo, FAULT_FLAG_REPLAYABLE};
 use vgpu_hwif::mmu::{table_entry, Access, FaultReason, LEVEL_NONE, PTE_EXEC, PTE_READ, PTE_WRITE};
 use vgpu_hwif::packet::{
-    encode_header, EngineError, Packet, MAX_INDIRECT_DEPTH, OP_DISPATCH, OP_FENCE, SEM_SIGNAL_ADD,
-    SEM_WAIT_EQ, SEM_WAIT_GEQ,
+    encode_header, DispatchPacket, EngineError, Packet, MAX_INDIRECT_DEPTH, OP_DISPATCH, OP_FENCE,
+    SEM_SIGNAL_ADD, SEM_WAIT_EQ, SEM_WAIT_GEQ,
 };
 use vgpu_hwif::pod::Pod;
 use vgpu_hwif::proto::{
@@ -1079,7 +1079,7 @@ fn malformed_inputs_each_stop_one_ring_and_the_device_keeps_serving() {
                     d,
                     c,
                     1,
-                    Packet::Dispatch {
+                    Packet::Dispatch(DispatchPacket {
                         module_va: DATA,
                         module_size: 64,
                         kernel: 0,
@@ -1088,7 +1088,7 @@ fn malformed_inputs_each_stop_one_ring_and_the_device_keeps_serving() {
                         grid: [1; 3],
                         wg: [32, 1, 1],
                         shared_size: 0,
-                    },
+                    }),
                 )
             },
             Want::Fault {

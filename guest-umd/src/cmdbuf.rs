@@ -417,17 +417,17 @@ pub fn disassemble(generation: u32, va: u64, words: &[u32]) -> Vec<String> {
     out
 }
 
-/// One packet as text.
+/// One packet as text: its name (hwif's) and its operands.
 pub fn describe(p: &Packet) -> String {
-    match *p {
-        Packet::Nop { words } => format!("NOP words={words}"),
-        Packet::Indirect { va, size } => format!("INDIRECT va={va:#x} size={size}"),
+    let operands = match *p {
+        Packet::Nop { words } => format!("words={words}"),
+        Packet::Indirect { va, size } => format!("va={va:#x} size={size}"),
         Packet::Fence { va, seqno, flags } => format!(
-            "FENCE va={va:#x} seqno={seqno}{}",
+            "va={va:#x} seqno={seqno}{}",
             if flags & packet::FENCE_NO_EVENT != 0 { " NO_EVENT" } else { "" }
         ),
         Packet::SemWait { va, value, op } => format!(
-            "SEM_WAIT va={va:#x} {} {value}",
+            "va={va:#x} {} {value}",
             match op {
                 packet::SEM_WAIT_GEQ => ">=",
                 packet::SEM_WAIT_EQ => "==",
@@ -435,11 +435,11 @@ pub fn describe(p: &Packet) -> String {
             }
         ),
         Packet::SemSignal { va, value, op } => format!(
-            "SEM_SIGNAL va={va:#x} {} {value}",
+            "va={va:#x} {} {value}",
             if op == packet::SEM_SIGNAL_ADD { "+=" } else { "=" }
         ),
-        Packet::Timestamp { va } => format!("TIMESTAMP va={va:#x}"),
-        Packet::Copy { src, dst, size } => format!("COPY src={src:#x} dst={dst:#x} size={size}"),
+        Packet::Timestamp { va } => format!("va={va:#x}"),
+        Packet::Copy { src, dst, size } => format!("src={src:#x} dst={dst:#x} size={size}"),
         Packet::Copy2d {
             src,
             dst,
@@ -448,28 +448,25 @@ pub fn describe(p: &Packet) -> String {
             width,
             height,
         } => format!(
-            "COPY_2D src={src:#x} dst={dst:#x} src_pitch={src_pitch} dst_pitch={dst_pitch} width={width} height={height}"
+            "src={src:#x} dst={dst:#x} src_pitch={src_pitch} dst_pitch={dst_pitch} width={width} height={height}"
         ),
-        Packet::Fill { dst, size, pattern } => format!("FILL dst={dst:#x} size={size} pattern={pattern:#010x}"),
-        Packet::Dispatch {
-            module_va,
-            module_size,
-            kernel,
-            args_va,
-            args_size,
-            grid,
-            wg,
-            shared_size,
-        } => format!(
-            "DISPATCH module={module_va:#x}+{module_size} kernel={kernel} args={args_va:#x}+{args_size} grid={}x{}x{} wg={}x{}x{} shared={shared_size}",
-            grid[0], grid[1], grid[2], wg[0], wg[1], wg[2]
-        ),
-    }
+        Packet::Fill { dst, size, pattern } => format!("dst={dst:#x} size={size} pattern={pattern:#010x}"),
+        Packet::Dispatch(d) => {
+            let [gx, gy, gz] = d.grid;
+            let [wx, wy, wz] = d.wg;
+            format!(
+                "module={:#x}+{} kernel={} args={:#x}+{} grid={gx}x{gy}x{gz} wg={wx}x{wy}x{wz} shared={}",
+                d.module_va, d.module_size, d.kernel, d.args_va, d.args_size, d.shared_size
+            )
+        }
+    };
+    format!("{} {operands}", p.name())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vgpu_hwif::packet::DispatchPacket;
 
     fn fill(dst: u64) -> Packet {
         Packet::Fill {
@@ -531,7 +528,7 @@ mod tests {
 
     #[test]
     fn dispatch_encodes_and_decodes() {
-        let d = Packet::Dispatch {
+        let d = Packet::Dispatch(DispatchPacket {
             module_va: 0x40_0000,
             module_size: 512,
             kernel: 1,
@@ -540,7 +537,7 @@ mod tests {
             grid: [4, 1, 1],
             wg: [256, 1, 1],
             shared_size: 0,
-        };
+        });
         for gen in [1, 2] {
             let mut words = [0u32; 64];
             let mut w = Writer::new(gen, 0x1000, &mut words, 0);

@@ -11,7 +11,6 @@ use crate::config::Config;
 use crate::fence::SyncPoint;
 use crate::kmd::{Kmd, KmdError};
 use crate::memory::{Block, MemError, Pool, PoolStats, VaAllocator};
-use crate::stream::StreamShared;
 use crate::{uapi, Device, Error, Identity, Result};
 
 /// Why a context stopped working (sticky: every later call reports it).
@@ -83,15 +82,24 @@ impl fmt::Display for LostReason {
     }
 }
 
+/// Work a context's users queue before submitting it (a stream's pending
+/// batch): what freeing an object must flush first. The streams implement
+/// it, so the context holds them without depending on their module.
+pub(crate) trait PendingWork: Send + Sync {
+    /// Submits what is pending and returns the latest fences of the work
+    /// submitted so far.
+    fn flush_all(&self, ctx: &CtxInner, call: &'static str) -> Result<Vec<SyncPoint>>;
+}
+
 pub(crate) struct CtxInner {
     pub(crate) kmd: Arc<Kmd>,
     pub(crate) cfg: Config,
     pub(crate) identity: Identity,
-    pub(crate) pool: Mutex<Pool>,
-    pub(crate) code_pool: Mutex<Pool>,
+    pub(crate) pool: Mutex<Pool<SyncPoint>>,
+    pub(crate) code_pool: Mutex<Pool<SyncPoint>>,
     pub(crate) cmds: Mutex<CmdPool>,
     pub(crate) lost: Mutex<Option<(u32, LostReason)>>,
-    pub(crate) streams: Mutex<Vec<Weak<StreamShared>>>,
+    pub(crate) streams: Mutex<Vec<Weak<dyn PendingWork>>>,
     pub(crate) dump: Option<Mutex<File>>,
     /// Timeline slots of destroyed streams: never reused, so a stale fence
     /// can never read another user's value.
@@ -178,7 +186,7 @@ impl CtxInner {
     /// Submits every stream's pending batch and returns the latest fence of
     /// every stream (what a freed object must wait for).
     pub(crate) fn quiesce_fences(&self, call: &'static str) -> Result<Vec<SyncPoint>> {
-        let streams: Vec<Arc<StreamShared>> = {
+        let streams: Vec<Arc<dyn PendingWork>> = {
             let mut v = self.streams.lock().unwrap();
             v.retain(|w| w.strong_count() > 0);
             v.iter().filter_map(Weak::upgrade).collect()

@@ -1,13 +1,12 @@
 //! Fences and the adaptive wait: spin on the fence's memory, then poll it
 //! with exponential backoff, then block in the KMD's `WAIT`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::kmd::{Kmd, KmdError};
-use crate::memory::Bo;
+use crate::memory::{Bo, Completion};
 use crate::uapi::DrmVgpuFence;
 
 /// A point on a stream's timeline: the KMD fence of one submitted batch,
@@ -46,12 +45,12 @@ impl SyncPoint {
     }
 }
 
-/// Reads a 64-bit word the device writes.
-pub(crate) fn load_u64(ptr: *const u8) -> u64 {
-    // SAFETY: callers pass an 8-byte aligned address inside a live mapping
-    // (a `Bo` kept alive by the caller); the device writes it with one
-    // 64-bit store, so an atomic load sees either value.
-    unsafe { (*ptr.cast::<AtomicU64>()).load(Ordering::Acquire) }
+impl Completion for SyncPoint {
+    /// What a freed block waits for: the batch completed (on a host-memory
+    /// pool, with no device, at once).
+    fn is_complete(&self, kmd: Option<&Kmd>) -> bool {
+        kmd.is_none_or(|k| self.is_done(k))
+    }
 }
 
 /// How a wait ended (for statistics and tests).

@@ -1,7 +1,12 @@
 //! Thin, typed wrappers of the KMD's ioctls on one open render-node file.
+//!
+//! Each uAPI argument struct is paired with its ioctl number once
+//! ([`IoctlArg`]). The methods of [`Kmd`] build the struct from typed
+//! arguments; [`Kmd::ioctl_raw`] issues an ioctl with a struct the caller
+//! built, for tests that pass deliberately bad arguments and want the errno.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::uapi;
 
@@ -15,9 +20,10 @@ pub struct KmdError {
     pub errno: i32,
 }
 
-/// `"EINVAL (Invalid argument)"`.
-pub fn errno_text(e: i32) -> String {
-    let name = match e {
+/// `"EINVAL"`: the symbolic name of the errnos the KMD returns, `None` for
+/// others.
+pub fn errno_name(e: i32) -> Option<&'static str> {
+    Some(match e {
         libc::EINVAL => "EINVAL",
         libc::ENOENT => "ENOENT",
         libc::EIO => "EIO",
@@ -32,9 +38,64 @@ pub fn errno_text(e: i32) -> String {
         libc::EFAULT => "EFAULT",
         libc::EOPNOTSUPP => "EOPNOTSUPP",
         libc::EPROTO => "EPROTO",
-        _ => "errno",
-    };
-    format!("{name} ({})", std::io::Error::from_raw_os_error(e))
+        libc::EMFILE => "EMFILE",
+        libc::ECANCELED => "ECANCELED",
+        _ => return None,
+    })
+}
+
+/// `"EINVAL (Invalid argument)"`.
+pub fn errno_text(e: i32) -> String {
+    format!(
+        "{} ({})",
+        errno_name(e).unwrap_or("errno"),
+        std::io::Error::from_raw_os_error(e)
+    )
+}
+
+/// A uAPI argument struct and the ioctl that takes it.
+///
+/// # Safety
+///
+/// `REQUEST` is an ioctl whose argument is exactly one `Self`: the size its
+/// number encodes is `size_of::<Self>()` (the tests check it), and `Self`
+/// is a `repr(C)` struct of integers, so any value the kernel writes into
+/// it is a valid `Self`.
+pub unsafe trait IoctlArg {
+    /// The ioctl number.
+    const REQUEST: u32;
+    /// Its name in errors.
+    const NAME: &'static str;
+}
+
+macro_rules! ioctl_args {
+    ($($ty:ident => $req:ident, $name:literal;)*) => {$(
+        // SAFETY: `uapi.rs` builds `$req` from `$ty` (`drm_iowr`/`drm_iow`
+        // take its size), its layout is checked against the C header by
+        // tests/uapi_header.rs, and `$ty` is a `repr(C)` struct of
+        // integers.
+        unsafe impl IoctlArg for uapi::$ty {
+            const REQUEST: u32 = uapi::$req;
+            const NAME: &'static str = $name;
+        }
+    )*};
+}
+
+ioctl_args! {
+    DrmVgpuGetParam => DRM_IOCTL_VGPU_GET_PARAM, "GET_PARAM";
+    DrmVgpuPing => DRM_IOCTL_VGPU_PING, "PING";
+    DrmVgpuGemCreate => DRM_IOCTL_VGPU_GEM_CREATE, "GEM_CREATE";
+    DrmGemClose => DRM_IOCTL_GEM_CLOSE, "GEM_CLOSE";
+    DrmVgpuGemMmapOffset => DRM_IOCTL_VGPU_GEM_MMAP_OFFSET, "GEM_MMAP_OFFSET";
+    DrmVgpuVmBind => DRM_IOCTL_VGPU_VM_BIND, "VM_BIND";
+    DrmVgpuVmUnbind => DRM_IOCTL_VGPU_VM_UNBIND, "VM_UNBIND";
+    DrmVgpuCtxCreate => DRM_IOCTL_VGPU_CTX_CREATE, "CTX_CREATE";
+    DrmVgpuCtxDestroy => DRM_IOCTL_VGPU_CTX_DESTROY, "CTX_DESTROY";
+    DrmVgpuCtxQuery => DRM_IOCTL_VGPU_CTX_QUERY, "CTX_QUERY";
+    DrmVgpuSubmit => DRM_IOCTL_VGPU_SUBMIT, "SUBMIT";
+    DrmVgpuWait => DRM_IOCTL_VGPU_WAIT, "WAIT";
+    DrmVgpuFenceExport => DRM_IOCTL_VGPU_FENCE_EXPORT, "FENCE_EXPORT";
+    DrmVgpuQueryStats => DRM_IOCTL_VGPU_QUERY_STATS, "QUERY_STATS";
 }
 
 /// One open render-node file: its GPU VM, BOs and contexts.
@@ -43,35 +104,61 @@ pub struct Kmd {
     file: File,
 }
 
-fn ioctl<T>(file: &File, call: &'static str, req: u32, arg: &mut T) -> Result<(), KmdError> {
-    loop {
-        // SAFETY: `req` is the ioctl whose argument is a `T` (uapi.rs pairs
-        // them, checked against the C header) and `arg` is a valid,
-        // exclusively borrowed `T` for the duration of the call.
-        let rc = unsafe {
-            libc::ioctl(
-                file.as_raw_fd(),
-                req as libc::c_ulong,
-                std::ptr::from_mut(arg),
-            )
-        };
-        if rc == 0 {
-            return Ok(());
-        }
-        let errno = std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO);
-        if errno == libc::EINTR {
-            continue;
-        }
-        return Err(KmdError { call, errno });
-    }
-}
-
 impl Kmd {
     /// Wraps an open vgpu render node.
     pub fn new(file: File) -> Kmd {
         Kmd { file }
+    }
+
+    /// Issues the ioctl of `arg` with `arg` exactly as the caller built it
+    /// (retried on `EINTR`); the errno if the KMD refused it. What the
+    /// ioctl creates belongs to the caller (a `FENCE_EXPORT`'s `fd`).
+    ///
+    /// # Safety
+    ///
+    /// The kernel writes through the user pointers some arguments carry
+    /// (`QUERY_STATS`: `contexts`, as many entries as `num_contexts` allows
+    /// and contexts exist). Each such pointer must be valid for those
+    /// writes, or an address the kernel cannot write (then it answers
+    /// `EFAULT`). Pointers the ioctl only reads (`SUBMIT`'s command and
+    /// fence arrays, `WAIT`'s fences) may hold any value.
+    pub unsafe fn ioctl_raw<A: IoctlArg>(&self, arg: &mut A) -> Result<(), KmdError> {
+        loop {
+            // SAFETY:
+            // - `A::REQUEST` takes exactly one `A` (the `IoctlArg` contract)
+            //   and `arg` is a valid, exclusively borrowed `A` for the call;
+            // - pointers inside `arg` that the kernel writes through are
+            //   valid or unwritable (this function's contract).
+            let rc = unsafe {
+                libc::ioctl(
+                    self.file.as_raw_fd(),
+                    A::REQUEST as libc::c_ulong,
+                    std::ptr::from_mut(arg),
+                )
+            };
+            if rc == 0 {
+                return Ok(());
+            }
+            let errno = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO);
+            if errno == libc::EINTR {
+                continue;
+            }
+            return Err(KmdError {
+                call: A::NAME,
+                errno,
+            });
+        }
+    }
+
+    /// [`Kmd::ioctl_raw`] for the wrappers below, whose arguments carry no
+    /// pointer the kernel writes through (`query_stats`, which does, calls
+    /// `ioctl_raw` itself).
+    fn call<A: IoctlArg>(&self, arg: &mut A) -> Result<(), KmdError> {
+        // SAFETY: the callers' arguments carry no pointer the kernel writes
+        // through; pointers it only reads may hold any value.
+        unsafe { self.ioctl_raw(arg) }
     }
 
     /// `GET_PARAM`.
@@ -80,12 +167,7 @@ impl Kmd {
             param,
             ..Default::default()
         };
-        ioctl(
-            &self.file,
-            "GET_PARAM",
-            uapi::DRM_IOCTL_VGPU_GET_PARAM,
-            &mut a,
-        )?;
+        self.call(&mut a)?;
         Ok(a.value)
     }
 
@@ -96,33 +178,29 @@ impl Kmd {
             flags,
             handle: 0,
         };
-        ioctl(
-            &self.file,
-            "GEM_CREATE",
-            uapi::DRM_IOCTL_VGPU_GEM_CREATE,
-            &mut a,
-        )?;
+        self.call(&mut a)?;
         Ok(a.handle)
     }
 
     /// `GEM_CLOSE`.
     pub fn gem_close(&self, handle: u32) -> Result<(), KmdError> {
-        let mut a = uapi::DrmGemClose { handle, pad: 0 };
-        ioctl(&self.file, "GEM_CLOSE", uapi::DRM_IOCTL_GEM_CLOSE, &mut a)
+        self.call(&mut uapi::DrmGemClose { handle, pad: 0 })
     }
 
-    /// `GEM_MMAP_OFFSET` + `mmap(2)`: a shared read/write CPU mapping.
-    pub fn mmap(&self, handle: u32, size: u64) -> Result<*mut u8, KmdError> {
+    /// `GEM_MMAP_OFFSET`: the fake offset to `mmap(2)` the BO at.
+    pub fn gem_mmap_offset(&self, handle: u32) -> Result<u64, KmdError> {
         let mut a = uapi::DrmVgpuGemMmapOffset {
             handle,
             ..Default::default()
         };
-        ioctl(
-            &self.file,
-            "GEM_MMAP_OFFSET",
-            uapi::DRM_IOCTL_VGPU_GEM_MMAP_OFFSET,
-            &mut a,
-        )?;
+        self.call(&mut a)?;
+        Ok(a.offset)
+    }
+
+    /// `GEM_MMAP_OFFSET` + `mmap(2)`: a shared read/write CPU mapping of
+    /// `size` bytes; the caller unmaps it (`munmap`).
+    pub fn mmap(&self, handle: u32, size: u64) -> Result<*mut u8, KmdError> {
+        let offset = self.gem_mmap_offset(handle)?;
         // SAFETY: a fresh shared mapping of the node at the BO's fake offset;
         // no Rust object refers to the returned range yet.
         let p = unsafe {
@@ -132,7 +210,7 @@ impl Kmd {
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 self.file.as_raw_fd(),
-                a.offset as libc::off_t,
+                offset as libc::off_t,
             )
         };
         if p == libc::MAP_FAILED {
@@ -147,27 +225,32 @@ impl Kmd {
         Ok(p.cast())
     }
 
-    /// `VM_BIND`.
+    /// `VM_BIND` of the BO from its start.
     pub fn vm_bind(&self, handle: u32, va: u64, size: u64, flags: u32) -> Result<(), KmdError> {
-        let mut a = uapi::DrmVgpuVmBind {
+        self.vm_bind_range(handle, 0, va, size, flags)
+    }
+
+    /// `VM_BIND` of `size` bytes of the BO from `bo_offset` at `va`.
+    pub fn vm_bind_range(
+        &self,
+        handle: u32,
+        bo_offset: u64,
+        va: u64,
+        size: u64,
+        flags: u32,
+    ) -> Result<(), KmdError> {
+        self.call(&mut uapi::DrmVgpuVmBind {
             handle,
             flags,
-            bo_offset: 0,
+            bo_offset,
             va,
             size,
-        };
-        ioctl(&self.file, "VM_BIND", uapi::DRM_IOCTL_VGPU_VM_BIND, &mut a)
+        })
     }
 
     /// `VM_UNBIND`.
     pub fn vm_unbind(&self, va: u64, size: u64) -> Result<(), KmdError> {
-        let mut a = uapi::DrmVgpuVmUnbind { va, size };
-        ioctl(
-            &self.file,
-            "VM_UNBIND",
-            uapi::DRM_IOCTL_VGPU_VM_UNBIND,
-            &mut a,
-        )
+        self.call(&mut uapi::DrmVgpuVmUnbind { va, size })
     }
 
     /// `CTX_CREATE`: the context id.
@@ -178,24 +261,13 @@ impl Kmd {
             flags,
             ctx_id: 0,
         };
-        ioctl(
-            &self.file,
-            "CTX_CREATE",
-            uapi::DRM_IOCTL_VGPU_CTX_CREATE,
-            &mut a,
-        )?;
+        self.call(&mut a)?;
         Ok(a.ctx_id)
     }
 
     /// `CTX_DESTROY`.
     pub fn ctx_destroy(&self, ctx_id: u32) -> Result<(), KmdError> {
-        let mut a = uapi::DrmVgpuCtxDestroy { ctx_id, pad: 0 };
-        ioctl(
-            &self.file,
-            "CTX_DESTROY",
-            uapi::DRM_IOCTL_VGPU_CTX_DESTROY,
-            &mut a,
-        )
+        self.call(&mut uapi::DrmVgpuCtxDestroy { ctx_id, pad: 0 })
     }
 
     /// `CTX_QUERY`.
@@ -204,12 +276,7 @@ impl Kmd {
             ctx_id,
             ..Default::default()
         };
-        ioctl(
-            &self.file,
-            "CTX_QUERY",
-            uapi::DRM_IOCTL_VGPU_CTX_QUERY,
-            &mut a,
-        )?;
+        self.call(&mut a)?;
         Ok(a)
     }
 
@@ -230,7 +297,7 @@ impl Kmd {
             in_fences: in_fences.as_ptr() as u64,
             ..Default::default()
         };
-        ioctl(&self.file, "SUBMIT", uapi::DRM_IOCTL_VGPU_SUBMIT, &mut a)?;
+        self.call(&mut a)?;
         Ok(a.seqno)
     }
 
@@ -248,7 +315,92 @@ impl Kmd {
             timeout_ns,
             ..Default::default()
         };
-        ioctl(&self.file, "WAIT", uapi::DRM_IOCTL_VGPU_WAIT, &mut a)?;
+        self.call(&mut a)?;
         Ok(a.first_signaled)
+    }
+
+    /// `FENCE_EXPORT`: a sync_file fd (close-on-exec) that signals with the
+    /// fence.
+    pub fn fence_export(&self, fence: uapi::DrmVgpuFence) -> Result<OwnedFd, KmdError> {
+        let mut a = uapi::DrmVgpuFenceExport {
+            fence,
+            flags: 0,
+            fd: -1,
+        };
+        self.call(&mut a)?;
+        // SAFETY: on success the KMD installed `fd` in this process's table
+        // for the caller; nothing else owns it.
+        Ok(unsafe { OwnedFd::from_raw_fd(a.fd) })
+    }
+
+    /// `QUERY_STATS` with room for `contexts.len()` contexts (at most
+    /// `STATS_MAX_CONTEXTS`): the filled summary, whose `num_contexts` is
+    /// the number of contexts that exist (the first that fit are written
+    /// to `contexts`). An empty slice passes no array.
+    pub fn query_stats(
+        &self,
+        contexts: &mut [uapi::DrmVgpuCtxStats],
+    ) -> Result<uapi::DrmVgpuQueryStats, KmdError> {
+        let mut a = uapi::DrmVgpuQueryStats {
+            num_contexts: contexts.len().min(uapi::STATS_MAX_CONTEXTS as usize) as u32,
+            contexts: if contexts.is_empty() {
+                0
+            } else {
+                contexts.as_mut_ptr() as u64
+            },
+            ..Default::default()
+        };
+        // SAFETY: `a.contexts` is 0 (no array) or the start of `contexts`,
+        // exclusively borrowed for the call, which holds `a.num_contexts`
+        // entries: the kernel writes at most that many.
+        unsafe { self.ioctl_raw(&mut a) }?;
+        Ok(a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The size an ioctl number encodes (`_IOC_SIZE`).
+    fn encoded_size(req: u32) -> usize {
+        ((req >> 16) & 0x3fff) as usize
+    }
+
+    fn check<A: IoctlArg>() {
+        assert_eq!(
+            encoded_size(A::REQUEST),
+            size_of::<A>(),
+            "{} takes a {}",
+            A::NAME,
+            std::any::type_name::<A>()
+        );
+    }
+
+    #[test]
+    fn every_ioctl_is_paired_with_its_struct() {
+        check::<uapi::DrmVgpuGetParam>();
+        check::<uapi::DrmVgpuPing>();
+        check::<uapi::DrmVgpuGemCreate>();
+        check::<uapi::DrmGemClose>();
+        check::<uapi::DrmVgpuGemMmapOffset>();
+        check::<uapi::DrmVgpuVmBind>();
+        check::<uapi::DrmVgpuVmUnbind>();
+        check::<uapi::DrmVgpuCtxCreate>();
+        check::<uapi::DrmVgpuCtxDestroy>();
+        check::<uapi::DrmVgpuCtxQuery>();
+        check::<uapi::DrmVgpuSubmit>();
+        check::<uapi::DrmVgpuWait>();
+        check::<uapi::DrmVgpuFenceExport>();
+        check::<uapi::DrmVgpuQueryStats>();
+    }
+
+    #[test]
+    fn errno_names() {
+        assert_eq!(errno_name(libc::EINVAL), Some("EINVAL"));
+        assert_eq!(errno_name(libc::ECANCELED), Some("ECANCELED"));
+        assert_eq!(errno_name(libc::EPERM), None);
+        assert!(errno_text(libc::ENOENT).starts_with("ENOENT ("));
+        assert!(errno_text(libc::EPERM).starts_with("errno ("));
     }
 }

@@ -9,9 +9,9 @@
 //! still use it and handed out again only once all of them signalled.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::fence::SyncPoint;
 use crate::kmd::{Kmd, KmdError};
 use crate::uapi;
 
@@ -215,7 +215,11 @@ impl Bo {
     /// Reads the 64-bit word at `off` (8-byte aligned) as the device wrote it.
     pub fn read_u64(&self, off: u64) -> u64 {
         assert!(off.is_multiple_of(8) && off + 8 <= self.size);
-        crate::fence::load_u64(self.ptr(off))
+        let p = self.ptr(off);
+        // SAFETY: `p` is an 8-byte aligned address inside this live mapping
+        // (checked above); the device writes the word with one 64-bit
+        // store, so an atomic load sees either value.
+        unsafe { (*p.cast::<AtomicU64>()).load(Ordering::Acquire) }
     }
 
     /// Copies `src` to byte `off`.
@@ -347,9 +351,18 @@ pub struct PoolStats {
     pub classes: [ClassStats; 3],
 }
 
-/// The size-class pool.
+/// What a freed block waits for before it is reused: the completion of
+/// work submitted while the block was in use (the UMD's fences). The pool
+/// asks; it knows nothing else about them.
+pub trait Completion {
+    /// Whether the work completed. `kmd` is the pool's device (`None` for
+    /// a pool over host memory).
+    fn is_complete(&self, kmd: Option<&Kmd>) -> bool;
+}
+
+/// The size-class pool; freed blocks wait for completions of type `C`.
 #[derive(Debug)]
-pub struct Pool {
+pub struct Pool<C> {
     /// `None`: host memory stands in for BOs (tests).
     kmd: Option<Arc<Kmd>>,
     vas: Arc<Mutex<VaAllocator>>,
@@ -357,14 +370,12 @@ pub struct Pool {
     cache_limit: u64,
     /// Free blocks by reserved size.
     free: BTreeMap<u64, Vec<Block>>,
-    /// Freed blocks with the fences they wait for.
-    pending: Vec<(Block, Vec<SyncPoint>)>,
+    /// Freed blocks with the completions they wait for.
+    pending: Vec<(Block, Vec<C>)>,
     stats: PoolStats,
-    /// Completion test of a sync point (the KMD, or a test's model).
-    done: fn(Option<&Kmd>, &SyncPoint) -> bool,
 }
 
-impl Pool {
+impl<C: Completion> Pool<C> {
     /// A pool binding its BOs with `bind_flags`, keeping up to
     /// `cache_limit` bytes of freed large blocks.
     pub fn new(
@@ -372,7 +383,7 @@ impl Pool {
         vas: Arc<Mutex<VaAllocator>>,
         bind_flags: u32,
         cache_limit: u64,
-    ) -> Pool {
+    ) -> Self {
         Pool {
             kmd: Some(kmd),
             vas,
@@ -381,7 +392,6 @@ impl Pool {
             free: BTreeMap::new(),
             pending: Vec::new(),
             stats: PoolStats::default(),
-            done: |k, s| k.is_none_or(|k| s.is_done(k)),
         }
     }
 
@@ -390,18 +400,18 @@ impl Pool {
         self.stats
     }
 
-    /// Moves pending blocks whose fences all signalled to the free lists.
+    /// Moves pending blocks whose completions all happened to the free
+    /// lists.
     pub fn reclaim(&mut self) {
-        let done = self.done;
         let mut i = 0;
         while i < self.pending.len() {
             if self.pending[i]
                 .1
                 .iter()
-                .all(|s| done(self.kmd.as_deref(), s))
+                .all(|c| c.is_complete(self.kmd.as_deref()))
             {
                 let (b, _) = self.pending.swap_remove(i);
-                let c = &mut self.stats.classes[Pool::class_of_block(&b) as usize];
+                let c = &mut self.stats.classes[b.class as usize];
                 c.pending -= 1;
                 c.pending_bytes -= b.reserved;
                 self.cache(b);
@@ -409,10 +419,6 @@ impl Pool {
                 i += 1;
             }
         }
-    }
-
-    fn class_of_block(b: &Block) -> SizeClass {
-        b.class
     }
 
     fn new_bo(&self, size: u64) -> Result<Arc<Bo>, MemError> {
@@ -423,7 +429,7 @@ impl Pool {
     }
 
     fn cache(&mut self, b: Block) {
-        let class = Pool::class_of_block(&b);
+        let class = b.class;
         let c = &mut self.stats.classes[class as usize];
         if class == SizeClass::Large && c.cached_bytes + b.reserved > self.cache_limit {
             c.bos -= 1;
@@ -499,9 +505,10 @@ impl Pool {
         Ok(block)
     }
 
-    /// Frees `b`; it is reused only after every fence in `after` signalled.
-    pub fn free(&mut self, b: Block, after: Vec<SyncPoint>) {
-        let class = Pool::class_of_block(&b);
+    /// Frees `b`; it is reused only after every completion in `after`
+    /// happened.
+    pub fn free(&mut self, b: Block, after: Vec<C>) {
+        let class = b.class;
         let c = &mut self.stats.classes[class as usize];
         c.live -= 1;
         c.requested -= b.requested;
@@ -515,9 +522,9 @@ impl Pool {
         }
     }
 
-    /// A pool over host memory whose fences complete when `done` says so.
+    /// A pool over host memory.
     #[cfg(test)]
-    fn host(cache_limit: u64, done: fn(Option<&Kmd>, &SyncPoint) -> bool) -> Pool {
+    fn host(cache_limit: u64) -> Self {
         Pool {
             kmd: None,
             vas: Arc::new(Mutex::new(VaAllocator::new(1 << 20, 1 << 40))),
@@ -526,7 +533,6 @@ impl Pool {
             free: BTreeMap::new(),
             pending: Vec::new(),
             stats: PoolStats::default(),
-            done,
         }
     }
 }
@@ -566,26 +572,25 @@ mod tests {
         assert!(v.alloc(0x1000_0000).is_none());
     }
 
-    fn sp(seqno: u64) -> SyncPoint {
-        SyncPoint {
-            kmd: uapi::DrmVgpuFence {
-                ctx_id: 1,
-                engine: 0,
-                seqno,
-            },
-            mem: None,
+    /// A completion that happened once `SIGNALLED` reached its seqno.
+    #[derive(Debug)]
+    struct Seq(u64);
+
+    static SIGNALLED: AtomicU64 = AtomicU64::new(0);
+
+    impl Completion for Seq {
+        fn is_complete(&self, _: Option<&Kmd>) -> bool {
+            self.0 <= SIGNALLED.load(Ordering::SeqCst)
         }
     }
 
-    fn signalled_up_to(s: &SyncPoint, n: &std::sync::atomic::AtomicU64) -> bool {
-        s.kmd.seqno <= n.load(std::sync::atomic::Ordering::SeqCst)
+    fn sp(seqno: u64) -> Seq {
+        Seq(seqno)
     }
 
     #[test]
     fn freed_block_waits_for_its_fence() {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static SIGNALLED: AtomicU64 = AtomicU64::new(0);
-        let mut pool = Pool::host(1 << 20, |_, s| signalled_up_to(s, &SIGNALLED));
+        let mut pool = Pool::host(1 << 20);
         for size in [100u64, 4096, 200 << 10] {
             let class = SizeClass::of(size) as usize;
             SIGNALLED.store(0, Ordering::SeqCst);
@@ -622,7 +627,7 @@ mod tests {
 
     #[test]
     fn small_blocks_share_slabs_and_stats_add_up() {
-        let mut pool = Pool::host(1 << 20, |_, _| true);
+        let mut pool = Pool::<Seq>::host(1 << 20);
         let blocks: Vec<Block> = (0..10).map(|_| pool.alloc(100).unwrap()).collect();
         let s = pool.stats().classes[0];
         assert_eq!(s.bos, 1, "ten 128-byte blocks fit one slab");
@@ -643,7 +648,7 @@ mod tests {
 
     #[test]
     fn large_cache_is_bounded() {
-        let mut pool = Pool::host(256 << 10, |_, _| true);
+        let mut pool = Pool::<Seq>::host(256 << 10);
         let a = pool.alloc(200 << 10).unwrap();
         let b = pool.alloc(200 << 10).unwrap();
         pool.free(a, vec![]);
@@ -658,7 +663,7 @@ mod tests {
 
     #[test]
     fn zero_and_oversized_are_rejected() {
-        let mut pool = Pool::host(0, |_, _| true);
+        let mut pool = Pool::<Seq>::host(0);
         assert_eq!(pool.alloc(0).unwrap_err(), MemError::BadSize(0));
         assert!(pool.alloc(uapi::GEM_MAX_SIZE + 1).is_err());
     }

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use vgpu_hwif::packet::{self, Packet};
+use vgpu_hwif::packet::{self, DispatchPacket, Packet};
 use vgpu_isa::module::{ArgKind, Kernel as KernelInfo, Module as IsaModule};
 
 use crate::context::{Buffer, Context, CtxInner};
@@ -306,7 +306,7 @@ impl Kernel {
         wg: [u32; 3],
         shared: u32,
     ) -> Packet {
-        Packet::Dispatch {
+        Packet::Dispatch(DispatchPacket {
             module_va: self.module.va(),
             module_size: self.module.m.size,
             kernel: self.index,
@@ -315,7 +315,7 @@ impl Kernel {
             grid,
             wg,
             shared_size: shared,
-        }
+        })
     }
 }
 

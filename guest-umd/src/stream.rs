@@ -12,13 +12,13 @@
 //! stream's timeline word, which waits spin on before they block.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use vgpu_hwif::packet::{self, Packet};
 
 use crate::cmdbuf::{CmdBuf, CmdError};
-use crate::context::{Buffer, Context, CtxInner};
+use crate::context::{Buffer, Context, CtxInner, PendingWork};
 use crate::fence::{wait_all, SyncPoint, WaitPath};
 use crate::memory::Block;
 use crate::{uapi, Error, Result};
@@ -191,13 +191,6 @@ impl StreamShared {
         Ok(())
     }
 
-    /// Submits the pending batch and returns the stream's latest fences.
-    pub(crate) fn flush_all(&self, _ctx: &CtxInner, call: &'static str) -> Result<Vec<SyncPoint>> {
-        let mut st = self.st.lock().unwrap();
-        self.flush_locked(&mut st, call)?;
-        Ok(st.last.iter().flatten().cloned().collect())
-    }
-
     /// Appends packets for `engine`, chaining command buffers as they fill.
     fn push(
         &self,
@@ -324,6 +317,15 @@ impl StreamShared {
     }
 }
 
+impl PendingWork for StreamShared {
+    /// Submits the pending batch and returns the stream's latest fences.
+    fn flush_all(&self, _ctx: &CtxInner, call: &'static str) -> Result<Vec<SyncPoint>> {
+        let mut st = self.st.lock().unwrap();
+        self.flush_locked(&mut st, call)?;
+        Ok(st.last.iter().flatten().cloned().collect())
+    }
+}
+
 impl Drop for StreamShared {
     fn drop(&mut self) {
         let destroyed = self.st.lock().unwrap().destroyed;
@@ -416,7 +418,9 @@ impl Stream {
                 waits: [0; 3],
             }),
         });
-        inner.streams.lock().unwrap().push(Arc::downgrade(&s));
+        let weak: Weak<StreamShared> = Arc::downgrade(&s);
+        let pending: Weak<dyn PendingWork> = weak;
+        inner.streams.lock().unwrap().push(pending);
         Ok(Stream { s })
     }
 

@@ -31,6 +31,10 @@
 //! * A **leaf entry** (level 0, or level 1 with HUGE) has V, the permissions
 //!   R/W/X, a cache policy and the page address (2 MiB-aligned for HUGE).
 //!
+//! [`Pte`] builds and decodes entries ([`Pte::decode`] is the walk's check
+//! of one entry); [`table_entry`], [`leaf_entry`] and [`huge_entry`] are
+//! the same constructors returning bits.
+//!
 //! A walk faults with [`FaultReason::Malformed`] on reserved bits, a HUGE bit
 //! outside level 1, a misaligned 2 MiB page, cache policy 3, or a table that
 //! appears twice in one walk (a cycle); with [`FaultReason::BadPhysical`] when
@@ -47,6 +51,8 @@ pub const PTE_WRITE: u64 = 1 << 2;
 pub const PTE_EXEC: u64 = 1 << 3;
 /// Level-1 entry maps a 2 MiB page.
 pub const PTE_HUGE: u64 = 1 << 4;
+/// The permission bits of a leaf.
+pub const PTE_PERMS_MASK: u64 = PTE_READ | PTE_WRITE | PTE_EXEC;
 /// Cache policy field shift (bits 6..5).
 pub const PTE_CACHE_SHIFT: u32 = 5;
 /// Cache policy field mask (after shifting).
@@ -82,6 +88,18 @@ pub enum CachePolicy {
     WriteCombined = 2,
 }
 
+impl CachePolicy {
+    /// The policy with this field value, if any (3 is malformed).
+    pub const fn from_u8(v: u8) -> Option<CachePolicy> {
+        match v {
+            0 => Some(CachePolicy::Cached),
+            1 => Some(CachePolicy::Uncached),
+            2 => Some(CachePolicy::WriteCombined),
+            _ => None,
+        }
+    }
+}
+
 /// GPU virtual address width of a generation.
 pub const fn va_bits(generation: u32) -> u32 {
     if generation >= 2 {
@@ -96,23 +114,176 @@ pub const fn level_index(va: u64, level: u32) -> usize {
     ((va >> (PAGE_SHIFT + 9 * level)) & 0x1ff) as usize
 }
 
-/// A table entry pointing to the table at `table_pa`.
+/// A table entry pointing to the table at `table_pa` ([`Pte::table`] as
+/// bits).
 pub const fn table_entry(table_pa: u64) -> u64 {
-    (table_pa & PTE_ADDR_MASK) | PTE_VALID
+    Pte::table(table_pa).bits()
 }
 
 /// A leaf entry mapping the page at `page_pa` with permission bits
-/// (`PTE_READ | PTE_WRITE | PTE_EXEC` subset) and a cache policy.
+/// (`PTE_READ | PTE_WRITE | PTE_EXEC` subset) and a cache policy
+/// ([`Pte::leaf`] as bits).
 pub const fn leaf_entry(page_pa: u64, perms: u64, cache: CachePolicy) -> u64 {
-    (page_pa & PTE_ADDR_MASK)
-        | PTE_VALID
-        | (perms & (PTE_READ | PTE_WRITE | PTE_EXEC))
-        | ((cache as u64) << PTE_CACHE_SHIFT)
+    Pte::leaf(page_pa, perms, cache).bits()
 }
 
-/// A level-1 leaf entry mapping the 2 MiB page at `page_pa`.
+/// A level-1 leaf entry mapping the 2 MiB page at `page_pa` ([`Pte::huge`]
+/// as bits).
 pub const fn huge_entry(page_pa: u64, perms: u64, cache: CachePolicy) -> u64 {
-    leaf_entry(page_pa, perms, cache) | PTE_HUGE
+    Pte::huge(page_pa, perms, cache).bits()
+}
+
+/// One page-table entry: the 64-bit format above as a type, so that the
+/// device's walker and the driver's table builder build and decode entries
+/// the same way. Any bit pattern is a `Pte`; [`Pte::decode`] says what it
+/// means at a level.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pte(u64);
+
+/// What a valid, well-formed entry is at its level ([`Pte::decode`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PteKind {
+    /// A table entry: the guest-physical address of the next-level table.
+    Table(u64),
+    /// A leaf entry: a mapped page.
+    Leaf(Leaf),
+}
+
+/// A leaf entry, decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Leaf {
+    /// Guest-physical address of the page (aligned to its size).
+    pub page: u64,
+    /// log2 of the page size: [`PAGE_SHIFT`] or [`HUGE_PAGE_SHIFT`].
+    pub shift: u32,
+    /// `PTE_READ | PTE_WRITE | PTE_EXEC` bits.
+    pub perms: u64,
+    /// The cache policy.
+    pub cache: CachePolicy,
+}
+
+impl Pte {
+    /// The all-zero entry: not present.
+    pub const INVALID: Pte = Pte(0);
+
+    /// The entry with these bits (as read from a table).
+    pub const fn from_bits(bits: u64) -> Pte {
+        Pte(bits)
+    }
+
+    /// The entry's bits (as written to a table, little-endian).
+    pub const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// A table entry pointing to the table at `table_pa` (4 KiB aligned;
+    /// lower bits are dropped).
+    pub const fn table(table_pa: u64) -> Pte {
+        Pte((table_pa & PTE_ADDR_MASK) | PTE_VALID)
+    }
+
+    /// A 4 KiB leaf entry mapping the page at `page_pa` with the
+    /// permission bits of `perms` (`PTE_READ | PTE_WRITE | PTE_EXEC`
+    /// subset; other bits are dropped) and `cache`.
+    pub const fn leaf(page_pa: u64, perms: u64, cache: CachePolicy) -> Pte {
+        Pte((page_pa & PTE_ADDR_MASK)
+            | PTE_VALID
+            | (perms & PTE_PERMS_MASK)
+            | ((cache as u64) << PTE_CACHE_SHIFT))
+    }
+
+    /// A level-1 leaf entry mapping the 2 MiB page at `page_pa` (which
+    /// must be 2 MiB aligned for the entry to be well formed).
+    pub const fn huge(page_pa: u64, perms: u64, cache: CachePolicy) -> Pte {
+        Pte(Pte::leaf(page_pa, perms, cache).0 | PTE_HUGE)
+    }
+
+    /// V: the entry is valid.
+    pub const fn is_valid(self) -> bool {
+        self.0 & PTE_VALID != 0
+    }
+
+    /// HUGE: a level-1 entry mapping a 2 MiB page.
+    pub const fn is_huge(self) -> bool {
+        self.0 & PTE_HUGE != 0
+    }
+
+    /// The physical address field (bits 51..12): the next table or the
+    /// page.
+    pub const fn address(self) -> u64 {
+        self.0 & PTE_ADDR_MASK
+    }
+
+    /// The permission bits (`PTE_READ | PTE_WRITE | PTE_EXEC` subset).
+    pub const fn permissions(self) -> u64 {
+        self.0 & PTE_PERMS_MASK
+    }
+
+    /// Whether the permission bits allow `access`.
+    pub const fn allows(self, access: Access) -> bool {
+        let need = access.required_perms();
+        self.0 & need == need
+    }
+
+    /// The raw cache-policy field (0..=3; 3 is malformed).
+    pub const fn cache_bits(self) -> u8 {
+        ((self.0 >> PTE_CACHE_SHIFT) & PTE_CACHE_MASK) as u8
+    }
+
+    /// The cache policy, or `None` for the malformed value 3.
+    pub const fn cache_policy(self) -> Option<CachePolicy> {
+        CachePolicy::from_u8(self.cache_bits())
+    }
+
+    /// Bits set that must be zero in every entry ([`PTE_RESERVED_MASK`]).
+    pub const fn reserved_bits(self) -> u64 {
+        self.0 & PTE_RESERVED_MASK
+    }
+
+    /// What the entry means at `level` (3 = root, 0 = 4 KiB pages), checked
+    /// as the walk checks it: [`FaultReason::NotPresent`] if V is clear;
+    /// [`FaultReason::Malformed`] for reserved bits, HUGE outside level 1,
+    /// a table entry with leaf bits (R, W, X, cache), a leaf with cache
+    /// policy 3, or a 2 MiB page that is not 2 MiB aligned. A level above
+    /// 3 is malformed too. Whether the address lies in guest RAM is the
+    /// walker's check.
+    ///
+    /// # Errors
+    ///
+    /// As listed above.
+    pub const fn decode(self, level: u32) -> Result<PteKind, FaultReason> {
+        if !self.is_valid() {
+            return Err(FaultReason::NotPresent);
+        }
+        if self.reserved_bits() != 0 || level >= LEVELS {
+            return Err(FaultReason::Malformed);
+        }
+        let huge = self.is_huge();
+        if huge && level != 1 {
+            return Err(FaultReason::Malformed);
+        }
+        if level > 0 && !huge {
+            if self.0 & PTE_TABLE_MUST_BE_ZERO != 0 {
+                return Err(FaultReason::Malformed);
+            }
+            return Ok(PteKind::Table(self.address()));
+        }
+        let Some(cache) = self.cache_policy() else {
+            return Err(FaultReason::Malformed);
+        };
+        let shift = if huge { HUGE_PAGE_SHIFT } else { PAGE_SHIFT };
+        let page = self.address();
+        if page & ((1u64 << shift) - 1) != 0 {
+            return Err(FaultReason::Malformed);
+        }
+        Ok(PteKind::Leaf(Leaf {
+            page,
+            shift,
+            perms: self.permissions(),
+            cache,
+        }))
+    }
 }
 
 /// Kinds of memory access, as reported in fault records.

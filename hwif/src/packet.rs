@@ -185,6 +185,39 @@ impl EngineError {
     }
 }
 
+/// The name of opcode `opcode` as traces, dumps, logs and fault-injection
+/// filters spell it (`COPY_2D`), or `"UNKNOWN"` for an opcode this
+/// interface does not define.
+pub const fn opcode_name(opcode: u8) -> &'static str {
+    match opcode {
+        OP_NOP => "NOP",
+        OP_INDIRECT => "INDIRECT",
+        OP_FENCE => "FENCE",
+        OP_SEM_WAIT => "SEM_WAIT",
+        OP_SEM_SIGNAL => "SEM_SIGNAL",
+        OP_TIMESTAMP => "TIMESTAMP",
+        OP_COPY => "COPY",
+        OP_COPY_2D => "COPY_2D",
+        OP_FILL => "FILL",
+        OP_DISPATCH => "DISPATCH",
+        _ => "UNKNOWN",
+    }
+}
+
+/// Every opcode this interface defines, in numeric order.
+pub const OPCODES: [u8; 10] = [
+    OP_NOP,
+    OP_INDIRECT,
+    OP_FENCE,
+    OP_SEM_WAIT,
+    OP_SEM_SIGNAL,
+    OP_TIMESTAMP,
+    OP_COPY,
+    OP_COPY_2D,
+    OP_FILL,
+    OP_DISPATCH,
+];
+
 /// A decoded packet header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
@@ -306,26 +339,142 @@ pub enum Packet {
         pattern: u32,
     },
     /// `DISPATCH`.
-    Dispatch {
-        /// GPU VA of the module image (4-byte aligned).
-        module_va: u64,
-        /// Module image size in bytes (1..=[`MAX_MODULE_SIZE`]).
-        module_size: u32,
-        /// Index into the module's kernel table.
-        kernel: u32,
-        /// GPU VA of the argument buffer (4-byte aligned; ignored if
-        /// `args_size` is 0).
-        args_va: u64,
-        /// Argument bytes (0..=[`MAX_ARGS_SIZE`]).
-        args_size: u32,
-        /// Workgroups per dimension (each ≥ 1).
-        grid: [u32; 3],
-        /// Threads per workgroup per dimension (each ≥ 1, product ≤
-        /// [`MAX_WORKGROUP_THREADS`]).
-        wg: [u32; 3],
-        /// Minimum shared memory per workgroup (≤ [`MAX_SHARED_SIZE`]).
-        shared_size: u32,
-    },
+    Dispatch(DispatchPacket),
+}
+
+/// The operands of a `DISPATCH` packet ([`OP_DISPATCH`]), decoded and
+/// validated in one place ([`DispatchPacket::decode`]) for the device, the
+/// drivers and the tools.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DispatchPacket {
+    /// GPU VA of the module image (4-byte aligned); fetched with execute
+    /// access.
+    pub module_va: u64,
+    /// Module image size in bytes (1..=[`MAX_MODULE_SIZE`]).
+    pub module_size: u32,
+    /// Index into the module's kernel table.
+    pub kernel: u32,
+    /// GPU VA of the argument buffer (4-byte aligned; ignored if
+    /// `args_size` is 0); fetched with read access.
+    pub args_va: u64,
+    /// Argument bytes (0..=[`MAX_ARGS_SIZE`]).
+    pub args_size: u32,
+    /// Workgroups per dimension x, y, z (each ≥ 1).
+    pub grid: [u32; 3],
+    /// Threads per workgroup per dimension x, y, z (each ≥ 1, product ≤
+    /// [`MAX_WORKGROUP_THREADS`]).
+    pub wg: [u32; 3],
+    /// Minimum shared memory per workgroup in bytes (≤
+    /// [`MAX_SHARED_SIZE`]); the kernel's declared size if larger.
+    pub shared_size: u32,
+}
+
+/// Payload words of a `DISPATCH` packet (header excluded).
+pub const DISPATCH_PAYLOAD_WORDS: usize = 14;
+
+/// The product of three dimensions, or `None` if it does not fit 64 bits.
+pub const fn product3(d: [u32; 3]) -> Option<u64> {
+    match (d[0] as u64).checked_mul(d[1] as u64) {
+        Some(xy) => xy.checked_mul(d[2] as u64),
+        None => None,
+    }
+}
+
+impl DispatchPacket {
+    /// Decodes and validates the payload words of a `DISPATCH` (the words
+    /// after the header; exactly [`DISPATCH_PAYLOAD_WORDS`]).
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::BadLength`] for a payload of another length,
+    /// [`EngineError::Misaligned`] for a module or argument VA that is not
+    /// 4-byte aligned, [`EngineError::BadOperand`] for operands out of range
+    /// (see [`DispatchPacket::validate`]).
+    pub fn decode(payload: &[u32]) -> Result<DispatchPacket, EngineError> {
+        let Ok(w) = <&[u32; DISPATCH_PAYLOAD_WORDS]>::try_from(payload) else {
+            return Err(EngineError::BadLength);
+        };
+        let d = DispatchPacket {
+            module_va: u64_at(w, 0),
+            module_size: w[2],
+            kernel: w[3],
+            args_va: u64_at(w, 4),
+            args_size: w[6],
+            grid: [w[7], w[8], w[9]],
+            wg: [w[10], w[11], w[12]],
+            shared_size: w[13],
+        };
+        d.validate()?;
+        Ok(d)
+    }
+
+    /// Checks the operands: module and argument VAs 4-byte aligned
+    /// ([`EngineError::Misaligned`]); module size 1..=[`MAX_MODULE_SIZE`],
+    /// argument size ≤ [`MAX_ARGS_SIZE`], every grid and workgroup
+    /// dimension ≥ 1, at most [`MAX_WORKGROUP_THREADS`] threads per
+    /// workgroup (the product computed without wrapping), shared size ≤
+    /// [`MAX_SHARED_SIZE`] ([`EngineError::BadOperand`]).
+    ///
+    /// # Errors
+    ///
+    /// As listed above.
+    pub const fn validate(&self) -> Result<(), EngineError> {
+        if !self.module_va.is_multiple_of(4)
+            || (self.args_size != 0 && !self.args_va.is_multiple_of(4))
+        {
+            return Err(EngineError::Misaligned);
+        }
+        let threads_ok = match self.workgroup_threads() {
+            Some(t) => t <= MAX_WORKGROUP_THREADS as u64,
+            None => false,
+        };
+        if self.module_size == 0
+            || self.module_size > MAX_MODULE_SIZE
+            || self.args_size > MAX_ARGS_SIZE
+            || self.grid[0] == 0
+            || self.grid[1] == 0
+            || self.grid[2] == 0
+            || self.wg[0] == 0
+            || self.wg[1] == 0
+            || self.wg[2] == 0
+            || !threads_ok
+            || self.shared_size > MAX_SHARED_SIZE
+        {
+            return Err(EngineError::BadOperand);
+        }
+        Ok(())
+    }
+
+    /// Threads per workgroup, or `None` if the product does not fit 64 bits.
+    pub const fn workgroup_threads(&self) -> Option<u64> {
+        product3(self.wg)
+    }
+
+    /// Workgroups in the grid, or `None` if the product does not fit 64
+    /// bits (such a dispatch is refused when it is loaded).
+    pub const fn workgroups(&self) -> Option<u64> {
+        product3(self.grid)
+    }
+
+    /// The payload words (header excluded).
+    pub const fn payload(&self) -> [u32; DISPATCH_PAYLOAD_WORDS] {
+        [
+            self.module_va as u32,
+            (self.module_va >> 32) as u32,
+            self.module_size,
+            self.kernel,
+            self.args_va as u32,
+            (self.args_va >> 32) as u32,
+            self.args_size,
+            self.grid[0],
+            self.grid[1],
+            self.grid[2],
+            self.wg[0],
+            self.wg[1],
+            self.wg[2],
+            self.shared_size,
+        ]
+    }
 }
 
 /// Payload words (header excluded) of each fixed-length opcode.
@@ -337,7 +486,7 @@ pub const fn payload_words(opcode: u8) -> Option<u32> {
         OP_COPY => Some(6),
         OP_COPY_2D => Some(8),
         OP_FILL => Some(5),
-        OP_DISPATCH => Some(14),
+        OP_DISPATCH => Some(DISPATCH_PAYLOAD_WORDS as u32),
         _ => None,
     }
 }
@@ -436,7 +585,7 @@ impl Packet {
             }
             OP_COPY_2D => {
                 let (src_pitch, dst_pitch, width, height) = (w[5], w[6], w[7], w[8]);
-                let total = (width as u64) * (height as u64);
+                let total = u64::from(width) * u64::from(height);
                 if width == 0
                     || height == 0
                     || src_pitch < width
@@ -465,39 +614,7 @@ impl Packet {
                     pattern: w[5],
                 }
             }
-            OP_DISPATCH => {
-                let module_va = u64_at(w, 1);
-                let (module_size, kernel) = (w[3], w[4]);
-                let args_va = u64_at(w, 5);
-                let args_size = w[7];
-                let grid = [w[8], w[9], w[10]];
-                let wg = [w[11], w[12], w[13]];
-                let shared_size = w[14];
-                if !module_va.is_multiple_of(4) || (args_size != 0 && !args_va.is_multiple_of(4)) {
-                    return Err(EngineError::Misaligned);
-                }
-                let threads = (wg[0] as u64) * (wg[1] as u64) * (wg[2] as u64);
-                if module_size == 0
-                    || module_size > MAX_MODULE_SIZE
-                    || args_size > MAX_ARGS_SIZE
-                    || grid.contains(&0)
-                    || wg.contains(&0)
-                    || threads > MAX_WORKGROUP_THREADS as u64
-                    || shared_size > MAX_SHARED_SIZE
-                {
-                    return Err(EngineError::BadOperand);
-                }
-                Packet::Dispatch {
-                    module_va,
-                    module_size,
-                    kernel,
-                    args_va,
-                    args_size,
-                    grid,
-                    wg,
-                    shared_size,
-                }
-            }
+            OP_DISPATCH => Packet::Dispatch(DispatchPacket::decode(&w[1..])?),
             _ => return Err(EngineError::BadOpcode),
         };
         Ok(pkt)
@@ -515,25 +632,55 @@ impl Packet {
             Packet::Copy { .. } => OP_COPY,
             Packet::Copy2d { .. } => OP_COPY_2D,
             Packet::Fill { .. } => OP_FILL,
-            Packet::Dispatch { .. } => OP_DISPATCH,
+            Packet::Dispatch(_) => OP_DISPATCH,
         }
     }
 
-    /// Encodes the packet for `generation` into `out`; returns the number of
-    /// words, or `None` if `out` is too short.
+    /// The packet's name ([`opcode_name`] of its opcode).
+    pub const fn name(&self) -> &'static str {
+        opcode_name(self.opcode())
+    }
+
+    /// The packet's length in words, header included: what
+    /// [`Packet::encode`] writes.
+    pub const fn words(&self) -> usize {
+        match *self {
+            Packet::Nop { words } => {
+                if words == 0 {
+                    1
+                } else if words > MAX_PACKET_WORDS {
+                    MAX_PACKET_WORDS as usize
+                } else {
+                    words as usize
+                }
+            }
+            _ => match payload_words(self.opcode()) {
+                Some(n) => 1 + n as usize,
+                None => 1,
+            },
+        }
+    }
+
+    /// Encodes the packet for `generation` into the start of `out` (a ring
+    /// or command buffer's words; no allocation, usable in the kernel);
+    /// returns the number of words written ([`Packet::words`]), or `None`
+    /// (nothing written) if `out` is shorter. A `NOP`'s length is clamped
+    /// to 1..=[`MAX_PACKET_WORDS`] and its payload zeroed. Operands are not
+    /// validated: [`Packet::decode`] refuses what the device would.
     pub fn encode(&self, generation: u32, out: &mut [u32]) -> Option<usize> {
         let lo = |v: u64| v as u32;
         let hi = |v: u64| (v >> 32) as u32;
-        let mut buf = [0u32; 15];
+        const N: usize = 1 + DISPATCH_PAYLOAD_WORDS;
+        let mut buf = [0u32; N];
         // The payload after the header word.
-        fn fill(buf: &mut [u32; 15], payload: &[u32]) {
+        fn fill(buf: &mut [u32; N], payload: &[u32]) {
             for (b, w) in buf.iter_mut().skip(1).zip(payload) {
                 *b = *w;
             }
         }
         let n: usize = match *self {
-            Packet::Nop { words } => {
-                let words = words.clamp(1, MAX_PACKET_WORDS) as usize;
+            Packet::Nop { .. } => {
+                let words = self.words();
                 let o = out.get_mut(..words)?;
                 o.fill(0);
                 o[0] = encode_header(generation, OP_NOP, words as u32);
@@ -589,36 +736,9 @@ impl Packet {
                 fill(&mut buf, &[lo(dst), hi(dst), lo(size), hi(size), pattern]);
                 6
             }
-            Packet::Dispatch {
-                module_va,
-                module_size,
-                kernel,
-                args_va,
-                args_size,
-                grid,
-                wg,
-                shared_size,
-            } => {
-                fill(
-                    &mut buf,
-                    &[
-                        lo(module_va),
-                        hi(module_va),
-                        module_size,
-                        kernel,
-                        lo(args_va),
-                        hi(args_va),
-                        args_size,
-                        grid[0],
-                        grid[1],
-                        grid[2],
-                        wg[0],
-                        wg[1],
-                        wg[2],
-                        shared_size,
-                    ],
-                );
-                15
+            Packet::Dispatch(d) => {
+                fill(&mut buf, &d.payload());
+                N
             }
         };
         buf[0] = encode_header(generation, self.opcode(), n as u32);

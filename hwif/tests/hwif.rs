@@ -229,3 +229,211 @@ fn packets_round_trip_on_both_generations() {
         }
     }
 }
+
+fn dispatch() -> vgpu_hwif::packet::DispatchPacket {
+    vgpu_hwif::packet::DispatchPacket {
+        module_va: 0x40_0000,
+        module_size: 512,
+        kernel: 1,
+        args_va: 0x1_0050_0000,
+        args_size: 24,
+        grid: [4, 3, 2],
+        wg: [256, 2, 2],
+        shared_size: 1024,
+    }
+}
+
+#[test]
+fn dispatch_round_trips_through_its_struct() {
+    use vgpu_hwif::packet::{decode_header, Packet, DISPATCH_PAYLOAD_WORDS};
+    let p = Packet::Dispatch(dispatch());
+    for generation in [1, 2] {
+        let mut w = [0u32; 16];
+        let n = p.encode(generation, &mut w).unwrap();
+        assert_eq!(n, 1 + DISPATCH_PAYLOAD_WORDS);
+        assert_eq!(n, p.words());
+        let h = decode_header(generation, w[0]).unwrap();
+        assert_eq!(Packet::decode(h, &w[..n]), Ok(p));
+        // The payload layout is the documented one.
+        assert_eq!(
+            &w[1..n],
+            &[
+                0x40_0000,
+                0,
+                512,
+                1,
+                0x0050_0000,
+                1,
+                24,
+                4,
+                3,
+                2,
+                256,
+                2,
+                2,
+                1024
+            ]
+        );
+    }
+    // Too short a buffer: nothing written.
+    let mut short = [7u32; 14];
+    assert_eq!(p.encode(2, &mut short), None);
+    assert_eq!(short, [7; 14]);
+}
+
+#[test]
+fn dispatch_operands_are_checked_without_wrapping() {
+    use vgpu_hwif::packet::{DispatchPacket, EngineError};
+    let bad = |f: fn(&mut DispatchPacket)| {
+        let mut d = dispatch();
+        f(&mut d);
+        DispatchPacket::decode(&d.payload())
+    };
+    assert_eq!(
+        DispatchPacket::decode(&dispatch().payload()),
+        Ok(dispatch())
+    );
+    // 2^31 × 2^31 × 4 = 2^64 wraps to 0 in 64-bit arithmetic: refused.
+    assert_eq!(
+        bad(|d| d.wg = [1 << 31, 1 << 31, 4]),
+        Err(EngineError::BadOperand)
+    );
+    assert_eq!(bad(|d| d.wg = [u32::MAX; 3]), Err(EngineError::BadOperand));
+    assert_eq!(bad(|d| d.wg = [1025, 1, 1]), Err(EngineError::BadOperand));
+    assert_eq!(
+        bad(|d| d.wg = [32, 32, 1]),
+        Ok(DispatchPacket {
+            wg: [32, 32, 1],
+            ..dispatch()
+        })
+    );
+    assert_eq!(bad(|d| d.grid[1] = 0), Err(EngineError::BadOperand));
+    assert_eq!(bad(|d| d.module_size = 0), Err(EngineError::BadOperand));
+    assert_eq!(bad(|d| d.args_size = 4097), Err(EngineError::BadOperand));
+    assert_eq!(bad(|d| d.shared_size = 65537), Err(EngineError::BadOperand));
+    assert_eq!(bad(|d| d.module_va |= 2), Err(EngineError::Misaligned));
+    assert_eq!(bad(|d| d.args_va |= 1), Err(EngineError::Misaligned));
+    // An unaligned argument VA does not matter without arguments.
+    assert!(bad(|d| {
+        d.args_va |= 1;
+        d.args_size = 0;
+    })
+    .is_ok());
+    // A grid whose workgroup count does not fit 64 bits decodes (the
+    // device refuses it when it loads the dispatch) and says so.
+    let huge = DispatchPacket {
+        grid: [u32::MAX; 3],
+        ..dispatch()
+    };
+    assert_eq!(DispatchPacket::decode(&huge.payload()), Ok(huge));
+    assert_eq!(huge.workgroups(), None);
+    assert_eq!(dispatch().workgroups(), Some(24));
+    assert_eq!(dispatch().workgroup_threads(), Some(1024));
+    assert_eq!(
+        DispatchPacket::decode(&[0; 13]),
+        Err(EngineError::BadLength)
+    );
+}
+
+#[test]
+fn opcode_names_are_hwifs() {
+    use vgpu_hwif::packet::{opcode_name, Packet, OPCODES, OP_COPY_2D, OP_DISPATCH};
+    assert_eq!(opcode_name(OP_COPY_2D), "COPY_2D");
+    assert_eq!(Packet::Dispatch(dispatch()).name(), "DISPATCH");
+    assert_eq!(opcode_name(OP_DISPATCH), "DISPATCH");
+    assert_eq!(opcode_name(0x7f), "UNKNOWN");
+    let mut names: Vec<_> = OPCODES.iter().map(|&o| opcode_name(o)).collect();
+    assert!(!names.contains(&"UNKNOWN"));
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), OPCODES.len(), "names are distinct");
+    // Every opcode with a fixed length is in the table.
+    for op in 0..=255u8 {
+        if vgpu_hwif::packet::payload_words(op).is_some() {
+            assert!(OPCODES.contains(&op), "{op:#x}");
+        }
+    }
+}
+
+#[test]
+fn page_table_entries_build_and_decode_once() {
+    use vgpu_hwif::mmu::{
+        huge_entry, leaf_entry, table_entry, Access, CachePolicy, FaultReason, Leaf, Pte, PteKind,
+        PTE_EXEC, PTE_READ, PTE_WRITE,
+    };
+    let t = Pte::table(0x1234_5000);
+    assert_eq!(t.bits(), table_entry(0x1234_5000));
+    assert_eq!(t.decode(3), Ok(PteKind::Table(0x1234_5000)));
+    assert_eq!(t.decode(1), Ok(PteKind::Table(0x1234_5000)));
+    // A table entry read at level 0 is a leaf with no permissions.
+    assert_eq!(
+        t.decode(0),
+        Ok(PteKind::Leaf(Leaf {
+            page: 0x1234_5000,
+            shift: 12,
+            perms: 0,
+            cache: CachePolicy::Cached
+        }))
+    );
+    let l = Pte::leaf(
+        0xabc_d000,
+        PTE_READ | PTE_WRITE | 1 << 40,
+        CachePolicy::Uncached,
+    );
+    assert_eq!(
+        l.bits(),
+        leaf_entry(0xabc_d000, PTE_READ | PTE_WRITE, CachePolicy::Uncached)
+    );
+    assert!(l.is_valid() && !l.is_huge());
+    assert_eq!(
+        (l.address(), l.permissions()),
+        (0xabc_d000, PTE_READ | PTE_WRITE)
+    );
+    assert_eq!(l.cache_policy(), Some(CachePolicy::Uncached));
+    assert!(l.allows(Access::Atomic) && !l.allows(Access::Execute));
+    assert_eq!(l.reserved_bits(), 0);
+    assert_eq!(
+        l.decode(0),
+        Ok(PteKind::Leaf(Leaf {
+            page: 0xabc_d000,
+            shift: 12,
+            perms: PTE_READ | PTE_WRITE,
+            cache: CachePolicy::Uncached
+        }))
+    );
+    // Leaf bits in a table entry are malformed.
+    assert_eq!(l.decode(2), Err(FaultReason::Malformed));
+    let h = Pte::huge(0x4020_0000, PTE_READ | PTE_EXEC, CachePolicy::WriteCombined);
+    assert_eq!(
+        h.bits(),
+        huge_entry(0x4020_0000, PTE_READ | PTE_EXEC, CachePolicy::WriteCombined)
+    );
+    assert!(h.is_huge());
+    assert!(matches!(
+        h.decode(1),
+        Ok(PteKind::Leaf(Leaf { shift: 21, .. }))
+    ));
+    for level in [0, 2, 3] {
+        assert_eq!(
+            h.decode(level),
+            Err(FaultReason::Malformed),
+            "HUGE at {level}"
+        );
+    }
+    // A 2 MiB page that is not 2 MiB aligned.
+    let m = Pte::huge(0x4000_1000, PTE_READ, CachePolicy::Cached);
+    assert_eq!(m.decode(1), Err(FaultReason::Malformed));
+    // Not present wins over everything else.
+    assert_eq!(Pte::INVALID.decode(0), Err(FaultReason::NotPresent));
+    assert_eq!(Pte::from_bits(!1).decode(2), Err(FaultReason::NotPresent));
+    // Reserved bits, cache policy 3, a level past the root.
+    assert_eq!(
+        Pte::from_bits(l.bits() | 1 << 60).decode(0),
+        Err(FaultReason::Malformed)
+    );
+    assert_eq!(Pte::from_bits(l.bits() | 1 << 60).reserved_bits(), 1 << 60);
+    let c3 = Pte::from_bits(l.bits() | 3 << 5);
+    assert_eq!(c3.cache_policy(), None);
+    assert_eq!(c3.decode(0), Err(FaultReason::Malformed));
+    assert_eq!(t.decode(4), Err(FaultReason::Malformed));
+}

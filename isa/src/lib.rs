@@ -26,5 +26,8 @@ pub use exec::{
 };
 pub use grid::{run_grid, GridOutcome, GridReport};
 pub use inst::*;
-pub use mem::{Access, GlobalMemory, LaneFault, MemFault, MemFaultReason, SparseMemory};
+pub use mem::{
+    Access, GlobalMemory, LaneFault, MappedPage, MemFault, MemFaultReason, PagedMemory,
+    SparseMemory,
+};
 pub use module::{ArgInfo, ArgKind, Kernel, Module, ModuleError};

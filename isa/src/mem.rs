@@ -68,10 +68,11 @@ pub struct LaneFault {
 /// happens in the interpreter.
 ///
 /// The warp-wide methods have default implementations in terms of the
-/// per-access ones; an implementation overrides them to translate once per
-/// page instead of once per lane. They process active lanes in ascending
-/// order and report the lowest faulting lane; what the other lanes of a
-/// faulting instruction did to memory is unspecified.
+/// per-access ones. A memory organised in pages implements [`PagedMemory`]
+/// instead and gets this trait with warp accesses that translate once per
+/// warp when the lanes share a page. Warp accesses process active lanes in
+/// ascending order and report the lowest faulting lane; what the other
+/// lanes of a faulting instruction did to memory is unspecified.
 pub trait GlobalMemory {
     /// Reads `size` bytes at `va`.
     fn load(&self, va: u64, size: u8) -> Result<u64, MemFault>;
@@ -91,15 +92,7 @@ pub trait GlobalMemory {
         lo: &mut [u32; WARP_SIZE],
         hi: &mut [u32; WARP_SIZE],
     ) -> Result<(), LaneFault> {
-        for lane in lanes(mask) {
-            let v = self.load(va[lane], size).map_err(|fault| LaneFault {
-                lane: lane as u32,
-                fault,
-            })?;
-            lo[lane] = v as u32;
-            hi[lane] = (v >> 32) as u32;
-        }
-        Ok(())
+        load_lanes(size, va, mask, lo, hi, |va, size| self.load(va, size))
     }
 
     /// Stores for every lane in `mask` the value `lo | hi << 32`, in ascending
@@ -112,14 +105,236 @@ pub trait GlobalMemory {
         lo: &[u32; WARP_SIZE],
         hi: &[u32; WARP_SIZE],
     ) -> Result<(), LaneFault> {
-        for lane in lanes(mask) {
-            let v = lo[lane] as u64 | (hi[lane] as u64) << 32;
-            self.store(va[lane], size, v).map_err(|fault| LaneFault {
-                lane: lane as u32,
-                fault,
-            })?;
+        store_lanes(size, va, mask, lo, hi, |va, size, v| {
+            self.store(va, size, v)
+        })
+    }
+}
+
+/// The lane-by-lane load: `load` for every lane of `mask`, in ascending
+/// order, stopping at the first fault.
+#[inline]
+fn load_lanes(
+    size: u8,
+    va: &[u64; WARP_SIZE],
+    mask: u32,
+    lo: &mut [u32; WARP_SIZE],
+    hi: &mut [u32; WARP_SIZE],
+    load: impl Fn(u64, u8) -> Result<u64, MemFault>,
+) -> Result<(), LaneFault> {
+    for lane in lanes(mask) {
+        let v = load(va[lane], size).map_err(|fault| LaneFault {
+            lane: lane as u32,
+            fault,
+        })?;
+        lo[lane] = v as u32;
+        hi[lane] = (v >> 32) as u32;
+    }
+    Ok(())
+}
+
+/// The lane-by-lane store: `store` for every lane of `mask`, in ascending
+/// order, stopping at the first fault.
+#[inline]
+fn store_lanes(
+    size: u8,
+    va: &[u64; WARP_SIZE],
+    mask: u32,
+    lo: &[u32; WARP_SIZE],
+    hi: &[u32; WARP_SIZE],
+    store: impl Fn(u64, u8, u64) -> Result<(), MemFault>,
+) -> Result<(), LaneFault> {
+    for lane in lanes(mask) {
+        let v = lo[lane] as u64 | (hi[lane] as u64) << 32;
+        store(va[lane], size, v).map_err(|fault| LaneFault {
+            lane: lane as u32,
+            fault,
+        })?;
+    }
+    Ok(())
+}
+
+/// One page of a [`PagedMemory`], reachable without translation, as
+/// [`PagedMemory::page_span`] hands it out.
+pub trait MappedPage {
+    /// Reads `size` bytes at `va`.
+    ///
+    /// # Safety
+    ///
+    /// `va` lies in `lo..=hi` of the [`PagedMemory::page_span`] call that
+    /// returned this page and is aligned to that call's `size`, which
+    /// `size` equals.
+    unsafe fn read(&self, va: u64, size: u8) -> u64;
+
+    /// Writes the low `size` bytes of `value` at `va`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`MappedPage::read`].
+    unsafe fn write(&self, va: u64, size: u8, value: u64);
+
+    /// Reads the 32 consecutive 32-bit words from `va` into `out`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`MappedPage::read`], for every word.
+    #[inline(always)]
+    unsafe fn read_words(&self, va: u64, out: &mut [u32; WARP_SIZE]) {
+        for (l, w) in out.iter_mut().enumerate() {
+            // SAFETY: the caller's guarantee, word by word.
+            *w = unsafe { self.read(va + 4 * l as u64, 4) } as u32;
         }
-        Ok(())
+    }
+
+    /// Writes the 32 consecutive 32-bit words of `words` from `va`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`MappedPage::read`], for every word.
+    #[inline(always)]
+    unsafe fn write_words(&self, va: u64, words: &[u32; WARP_SIZE]) {
+        for (l, &w) in words.iter().enumerate() {
+            // SAFETY: the caller's guarantee, word by word.
+            unsafe { self.write(va + 4 * l as u64, 4, w as u64) };
+        }
+    }
+}
+
+/// Memory organised in pages: the per-access operations (translation and
+/// faults) and a lookup of the page a whole warp's access falls in. Every
+/// `PagedMemory` is a [`GlobalMemory`] whose warp accesses look the page up
+/// once and access it directly when all active lanes share a page that
+/// allows the access, and fall back to the per-access operations lane by
+/// lane otherwise (lanes spanning pages, a fault, misaligned lanes), which
+/// then report the fault.
+pub trait PagedMemory {
+    /// A page handed out by [`PagedMemory::page_span`].
+    type Page<'p>: MappedPage
+    where
+        Self: 'p;
+
+    /// Reads `size` bytes at `va` (one lane's load).
+    fn lane_load(&self, va: u64, size: u8) -> Result<u64, MemFault>;
+    /// Writes the low `size` bytes of `value` at `va` (one lane's store).
+    fn lane_store(&self, va: u64, size: u8, value: u64) -> Result<(), MemFault>;
+    /// [`GlobalMemory::atomic32`].
+    fn lane_atomic32(&self, va: u64, op: AtomOp, b: u32, c: u32) -> Result<u32, MemFault>;
+
+    /// The page holding `lo..hi + size` if that range lies in one page
+    /// that allows `access` and can be reached directly; `None` sends the
+    /// warp lane by lane. Called with `lo <= hi`, both aligned to `size`,
+    /// and `size` 1, 2, 4 or 8.
+    fn page_span(&self, lo: u64, hi: u64, size: u8, access: Access) -> Option<Self::Page<'_>>;
+}
+
+/// `va[0]` if the access is the common one: a full warp of 32-bit words at
+/// consecutive, aligned addresses from `va[0]` upwards (no wrap).
+#[inline(always)]
+fn consecutive_words(size: u8, va: &[u64; WARP_SIZE], mask: u32) -> Option<u64> {
+    if size != 4 || mask != u32::MAX || !va[0].is_multiple_of(4) || va[0] > u64::MAX - 4 * 31 {
+        return None;
+    }
+    let mut differ = 0u64;
+    for (l, &a) in va.iter().enumerate() {
+        differ |= a ^ (va[0] + 4 * l as u64);
+    }
+    (differ == 0).then_some(va[0])
+}
+
+/// Lowest and highest address of the lanes in `mask` (non-zero), if every
+/// one is aligned to `size` (1, 2, 4 or 8).
+#[inline(always)]
+fn aligned_span(va: &[u64; WARP_SIZE], mask: u32, size: u8) -> Option<(u64, u64)> {
+    if mask == 0 || !matches!(size, 1 | 2 | 4 | 8) {
+        return None;
+    }
+    let mut lo = u64::MAX;
+    let mut hi = 0u64;
+    let mut low_bits = 0u64;
+    for (l, &a) in va.iter().enumerate() {
+        let on = mask >> l & 1 != 0;
+        lo = if on { lo.min(a) } else { lo };
+        hi = if on { hi.max(a) } else { hi };
+        low_bits |= if on { a } else { 0 };
+    }
+    (low_bits & (size as u64 - 1) == 0).then_some((lo, hi))
+}
+
+impl<M: PagedMemory + ?Sized> GlobalMemory for M {
+    #[inline]
+    fn load(&self, va: u64, size: u8) -> Result<u64, MemFault> {
+        self.lane_load(va, size)
+    }
+
+    #[inline]
+    fn store(&self, va: u64, size: u8, value: u64) -> Result<(), MemFault> {
+        self.lane_store(va, size, value)
+    }
+
+    #[inline]
+    fn atomic32(&self, va: u64, op: AtomOp, b: u32, c: u32) -> Result<u32, MemFault> {
+        self.lane_atomic32(va, op, b, c)
+    }
+
+    fn load_warp(
+        &self,
+        size: u8,
+        va: &[u64; WARP_SIZE],
+        mask: u32,
+        lo: &mut [u32; WARP_SIZE],
+        hi: &mut [u32; WARP_SIZE],
+    ) -> Result<(), LaneFault> {
+        if let Some(first) = consecutive_words(size, va, mask) {
+            if let Some(p) = self.page_span(first, first + 4 * 31, 4, Access::Read) {
+                // SAFETY: the 32 words `first + 4 * l` lie in
+                // `first..=first + 124` and are aligned to 4, the span `p`
+                // was returned for.
+                unsafe { p.read_words(first, lo) };
+                return Ok(());
+            }
+        } else if let Some((first, last)) = aligned_span(va, mask, size) {
+            if let Some(p) = self.page_span(first, last, size, Access::Read) {
+                for l in lanes(mask) {
+                    // SAFETY: every active lane's address lies in
+                    // `first..=last` and is aligned to `size` (checked by
+                    // `aligned_span`), the span `p` was returned for.
+                    let v = unsafe { p.read(va[l], size) };
+                    lo[l] = v as u32;
+                    hi[l] = (v >> 32) as u32;
+                }
+                return Ok(());
+            }
+        }
+        load_lanes(size, va, mask, lo, hi, |va, size| self.lane_load(va, size))
+    }
+
+    fn store_warp(
+        &self,
+        size: u8,
+        va: &[u64; WARP_SIZE],
+        mask: u32,
+        lo: &[u32; WARP_SIZE],
+        hi: &[u32; WARP_SIZE],
+    ) -> Result<(), LaneFault> {
+        if let Some(first) = consecutive_words(size, va, mask) {
+            if let Some(p) = self.page_span(first, first + 4 * 31, 4, Access::Write) {
+                // SAFETY: as in `load_warp`.
+                unsafe { p.write_words(first, lo) };
+                return Ok(());
+            }
+        } else if let Some((first, last)) = aligned_span(va, mask, size) {
+            if let Some(p) = self.page_span(first, last, size, Access::Write) {
+                for l in lanes(mask) {
+                    let v = lo[l] as u64 | (hi[l] as u64) << 32;
+                    // SAFETY: as in `load_warp`.
+                    unsafe { p.write(va[l], size, v) };
+                }
+                return Ok(());
+            }
+        }
+        store_lanes(size, va, mask, lo, hi, |va, size, v| {
+            self.lane_store(va, size, v)
+        })
     }
 }
 
@@ -144,19 +359,20 @@ pub const PAGE_SIZE: u64 = 1 << PAGE_SHIFT;
 const PAGE_WORDS: usize = (PAGE_SIZE / 4) as usize;
 const PAGE_MASK: u64 = PAGE_SIZE - 1;
 
-struct Page {
+/// One page of a [`SparseMemory`] (what its warp accesses reach directly).
+pub struct SparsePage {
     words: Box<[AtomicU32; PAGE_WORDS]>,
     writable: bool,
 }
 
-impl Page {
-    fn new(writable: bool) -> Page {
+impl SparsePage {
+    fn new(writable: bool) -> SparsePage {
         let v: Vec<AtomicU32> = (0..PAGE_WORDS).map(|_| AtomicU32::new(0)).collect();
         let words = match v.into_boxed_slice().try_into() {
             Ok(b) => b,
             Err(_) => unreachable!("the vector has PAGE_WORDS elements"),
         };
-        Page { words, writable }
+        SparsePage { words, writable }
     }
     #[inline(always)]
     fn word(&self, va: u64) -> &AtomicU32 {
@@ -188,7 +404,7 @@ impl Hasher for PageHasher {
 /// [`map`]: SparseMemory::map
 #[derive(Default)]
 pub struct SparseMemory {
-    pages: HashMap<u64, Page, BuildHasherDefault<PageHasher>>,
+    pages: HashMap<u64, SparsePage, BuildHasherDefault<PageHasher>>,
 }
 
 impl fmt::Debug for SparseMemory {
@@ -216,7 +432,7 @@ impl SparseMemory {
             self.pages
                 .entry(p)
                 .and_modify(|pg| pg.writable = writable)
-                .or_insert_with(|| Page::new(writable));
+                .or_insert_with(|| SparsePage::new(writable));
         }
     }
 
@@ -238,7 +454,7 @@ impl SparseMemory {
     }
 
     #[inline(always)]
-    fn page(&self, va: u64, access: Access, size: u8) -> Result<&Page, MemFault> {
+    fn page(&self, va: u64, access: Access, size: u8) -> Result<&SparsePage, MemFault> {
         let fault = |reason| MemFault {
             va,
             access,
@@ -332,25 +548,6 @@ impl SparseMemory {
             .map(f32::from_bits)
             .collect())
     }
-
-    /// The page all lanes of `mask` fall in, if they share one.
-    #[inline(always)]
-    fn common_page(va: &[u64; WARP_SIZE], mask: u32) -> Option<u64> {
-        if mask == 0 {
-            return None;
-        }
-        let first = va[mask.trailing_zeros() as usize];
-        let mut differ = 0u64;
-        for l in 0..WARP_SIZE {
-            let active = if mask & (1u32 << l) != 0 { u64::MAX } else { 0 };
-            differ |= (va[l] ^ first) & active;
-        }
-        if differ >> PAGE_SHIFT == 0 {
-            Some(first >> PAGE_SHIFT << PAGE_SHIFT)
-        } else {
-            None
-        }
-    }
 }
 
 #[inline(always)]
@@ -365,7 +562,7 @@ fn store_sub(word: &AtomicU32, va: u64, size: u8, value: u32) {
 }
 
 #[inline(always)]
-fn load_in_page(p: &Page, va: u64, size: u8) -> u64 {
+fn load_in_page(p: &SparsePage, va: u64, size: u8) -> u64 {
     let w = p.word(va).load(Ordering::Relaxed);
     match size {
         1 => ((w >> ((va & 3) * 8)) & 0xff) as u64,
@@ -376,7 +573,7 @@ fn load_in_page(p: &Page, va: u64, size: u8) -> u64 {
 }
 
 #[inline(always)]
-fn store_in_page(p: &Page, va: u64, size: u8, value: u64) {
+fn store_in_page(p: &SparsePage, va: u64, size: u8, value: u64) {
     match size {
         1 | 2 => store_sub(p.word(va), va, size, value as u32),
         4 => p.word(va).store(value as u32, Ordering::Relaxed),
@@ -388,99 +585,135 @@ fn store_in_page(p: &Page, va: u64, size: u8, value: u64) {
     }
 }
 
-impl GlobalMemory for SparseMemory {
-    fn load(&self, va: u64, size: u8) -> Result<u64, MemFault> {
+impl MappedPage for &SparsePage {
+    #[inline(always)]
+    unsafe fn read(&self, va: u64, size: u8) -> u64 {
+        load_in_page(self, va, size)
+    }
+
+    #[inline(always)]
+    unsafe fn write(&self, va: u64, size: u8, value: u64) {
+        store_in_page(self, va, size, value);
+    }
+
+    #[inline(always)]
+    unsafe fn read_words(&self, va: u64, out: &mut [u32; WARP_SIZE]) {
+        let first = ((va & PAGE_MASK) >> 2) as usize;
+        for (o, w) in out.iter_mut().zip(&self.words[first..first + WARP_SIZE]) {
+            *o = w.load(Ordering::Relaxed);
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn write_words(&self, va: u64, words: &[u32; WARP_SIZE]) {
+        let first = ((va & PAGE_MASK) >> 2) as usize;
+        for (&v, w) in words.iter().zip(&self.words[first..first + WARP_SIZE]) {
+            w.store(v, Ordering::Relaxed);
+        }
+    }
+}
+
+impl PagedMemory for SparseMemory {
+    type Page<'p> = &'p SparsePage;
+
+    fn lane_load(&self, va: u64, size: u8) -> Result<u64, MemFault> {
         let p = self.page(va, Access::Read, size)?;
         Ok(load_in_page(p, va, size))
     }
 
-    fn store(&self, va: u64, size: u8, value: u64) -> Result<(), MemFault> {
+    fn lane_store(&self, va: u64, size: u8, value: u64) -> Result<(), MemFault> {
         let p = self.page(va, Access::Write, size)?;
         store_in_page(p, va, size, value);
         Ok(())
     }
 
-    fn atomic32(&self, va: u64, op: AtomOp, b: u32, c: u32) -> Result<u32, MemFault> {
+    fn lane_atomic32(&self, va: u64, op: AtomOp, b: u32, c: u32) -> Result<u32, MemFault> {
         let w = self.page(va, Access::Atomic, 4)?.word(va);
         Ok(op.apply_atomic(w, b, c))
     }
 
-    fn load_warp(
-        &self,
-        size: u8,
-        va: &[u64; WARP_SIZE],
-        mask: u32,
-        lo: &mut [u32; WARP_SIZE],
-        hi: &mut [u32; WARP_SIZE],
-    ) -> Result<(), LaneFault> {
-        if let Some(base) = Self::common_page(va, mask) {
-            if let Ok(p) = self.page(base, Access::Read, size) {
-                if size == 4 && mask == u32::MAX {
-                    for l in 0..WARP_SIZE {
-                        lo[l] = p.word(va[l]).load(Ordering::Relaxed);
-                    }
-                } else if size == 4 {
-                    for l in 0..WARP_SIZE {
-                        if mask >> l & 1 != 0 {
-                            lo[l] = p.word(va[l]).load(Ordering::Relaxed);
-                        }
-                    }
-                } else {
-                    for l in lanes(mask) {
-                        let v = load_in_page(p, va[l], size);
-                        lo[l] = v as u32;
-                        hi[l] = (v >> 32) as u32;
-                    }
-                }
-                return Ok(());
-            }
+    #[inline(always)]
+    fn page_span(&self, lo: u64, hi: u64, size: u8, access: Access) -> Option<&SparsePage> {
+        if lo >> PAGE_SHIFT != hi >> PAGE_SHIFT {
+            return None;
         }
-        for lane in lanes(mask) {
-            let v = self.load(va[lane], size).map_err(|fault| LaneFault {
-                lane: lane as u32,
-                fault,
-            })?;
-            lo[lane] = v as u32;
-            hi[lane] = (v >> 32) as u32;
-        }
-        Ok(())
+        self.page(lo, access, size).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RO: u64 = 3 * PAGE_SIZE;
+
+    /// Pages 1 and 2 writable, page 3 read-only, page 4 unmapped.
+    fn mem() -> SparseMemory {
+        let mut m = SparseMemory::new();
+        m.map(PAGE_SIZE, 2 * PAGE_SIZE, true);
+        m.map(RO, PAGE_SIZE, false);
+        m
     }
 
-    fn store_warp(
-        &self,
-        size: u8,
-        va: &[u64; WARP_SIZE],
-        mask: u32,
-        lo: &[u32; WARP_SIZE],
-        hi: &[u32; WARP_SIZE],
-    ) -> Result<(), LaneFault> {
-        if let Some(base) = Self::common_page(va, mask) {
-            if let Ok(p) = self.page(base, Access::Write, size) {
-                if size == 4 && mask == u32::MAX {
-                    for l in 0..WARP_SIZE {
-                        p.word(va[l]).store(lo[l], Ordering::Relaxed);
-                    }
-                } else if size == 4 {
-                    for l in 0..WARP_SIZE {
-                        if mask >> l & 1 != 0 {
-                            p.word(va[l]).store(lo[l], Ordering::Relaxed);
-                        }
-                    }
-                } else {
-                    for l in lanes(mask) {
-                        store_in_page(p, va[l], size, lo[l] as u64 | (hi[l] as u64) << 32);
-                    }
-                }
-                return Ok(());
-            }
+    fn warp(base: u64, stride: u64) -> [u64; WARP_SIZE] {
+        std::array::from_fn(|l| base + stride * l as u64)
+    }
+
+    #[test]
+    fn warp_accesses_in_one_page_across_pages_and_faulting() {
+        let m = mem();
+        let lo: [u32; WARP_SIZE] = std::array::from_fn(|l| 0x100 + l as u32);
+        let hi: [u32; WARP_SIZE] = std::array::from_fn(|l| 0x200 + l as u32);
+        let (mut a, mut b) = ([0u32; WARP_SIZE], [0u32; WARP_SIZE]);
+        // One page, full warp, words.
+        let va = warp(PAGE_SIZE + 0x40, 4);
+        m.store_warp(4, &va, u32::MAX, &lo, &hi).unwrap();
+        m.load_warp(4, &va, u32::MAX, &mut a, &mut b).unwrap();
+        assert_eq!(a, lo);
+        // Straddling pages 1 and 2 (the lane-by-lane path), 8 bytes, half
+        // the lanes.
+        let va = warp(2 * PAGE_SIZE - 64, 8);
+        m.store_warp(8, &va, 0x5555_5555, &lo, &hi).unwrap();
+        let (mut a, mut b) = ([0u32; WARP_SIZE], [0u32; WARP_SIZE]);
+        m.load_warp(8, &va, u32::MAX, &mut a, &mut b).unwrap();
+        for l in 0..WARP_SIZE {
+            let want = if l % 2 == 0 { (lo[l], hi[l]) } else { (0, 0) };
+            assert_eq!((a[l], b[l]), want, "lane {l}");
         }
-        for lane in lanes(mask) {
-            let v = lo[lane] as u64 | (hi[lane] as u64) << 32;
-            self.store(va[lane], size, v).map_err(|fault| LaneFault {
-                lane: lane as u32,
-                fault,
-            })?;
-        }
-        Ok(())
+        // Bytes and halves land in their word.
+        let bytes: [u32; WARP_SIZE] = std::array::from_fn(|l| 0xaa + 0x11 * l as u32);
+        m.store_warp(1, &warp(PAGE_SIZE + 0x1000, 1), 0b11, &bytes, &hi)
+            .unwrap();
+        m.store_warp(2, &[PAGE_SIZE + 0x1002; WARP_SIZE], 1, &[0xbeef; 32], &hi)
+            .unwrap();
+        assert_eq!(m.load(PAGE_SIZE + 0x1000, 4).unwrap(), 0xbeef_bbaa);
+        // A store reaching the read-only page faults at its first lane
+        // there; loads from it work; past it nothing is mapped.
+        let va = warp(RO - 64, 4);
+        let f = m.store_warp(4, &va, u32::MAX, &lo, &hi).unwrap_err();
+        assert_eq!((f.lane, f.fault.va), (16, RO));
+        assert_eq!(f.fault.reason, MemFaultReason::Permission);
+        m.load_warp(4, &va, u32::MAX, &mut a, &mut b).unwrap();
+        let f = m
+            .load_warp(4, &warp(4 * PAGE_SIZE - 8, 4), u32::MAX, &mut a, &mut b)
+            .unwrap_err();
+        assert_eq!((f.lane, f.fault.reason), (2, MemFaultReason::NotMapped));
+        // No active lane: nothing happens.
+        m.load_warp(4, &warp(0, 4), 0, &mut a, &mut b).unwrap();
+    }
+
+    #[test]
+    fn misaligned_lanes_go_lane_by_lane() {
+        let m = mem();
+        let mut va = warp(PAGE_SIZE, 4);
+        va[5] += 2;
+        let (mut a, mut b) = ([0u32; WARP_SIZE], [0u32; WARP_SIZE]);
+        let lo: [u32; WARP_SIZE] = std::array::from_fn(|l| l as u32);
+        m.store_warp(4, &va, u32::MAX, &lo, &lo).unwrap();
+        m.load_warp(4, &va, u32::MAX, &mut a, &mut b).unwrap();
+        assert_eq!(a[6], 6);
+        assert_eq!(aligned_span(&va, u32::MAX, 4), None);
+        assert_eq!(aligned_span(&va, !(1 << 5), 4), Some((va[0], va[31])));
+        assert_eq!(aligned_span(&va, 1, 3), None, "size 3");
     }
 }

@@ -60,7 +60,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use vgpu_hwif::mmu::Access;
-use vgpu_hwif::packet::{EngineError, Packet};
+use vgpu_hwif::packet::{DispatchPacket, EngineError, Packet};
 use vgpu_isa::{Fault, FaultKind, Launch, Limits, MemFaultReason, Module, Outcome, WorkgroupExec};
 
 use super::dma::GpuMemory;
@@ -75,52 +75,16 @@ pub const STEP_BUDGET: u64 = 1 << 15;
 /// its loaded state in the command processor (0 before it is loaded).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DispatchOp {
-    /// Module image VA.
-    pub module_va: u64,
-    /// Module image bytes.
-    pub module_size: u32,
-    /// Kernel index.
-    pub kernel: u32,
-    /// Argument buffer VA.
-    pub args_va: u64,
-    /// Argument bytes.
-    pub args_size: u32,
-    /// Workgroups per dimension.
-    pub grid: [u32; 3],
-    /// Threads per workgroup per dimension.
-    pub wg: [u32; 3],
-    /// Minimum shared memory per workgroup.
-    pub shared_size: u32,
+    /// The packet's operands, as decoded and validated by `hwif`.
+    pub packet: DispatchPacket,
     /// The loaded state's token; 0 until loaded.
     pub token: u64,
 }
 
 impl DispatchOp {
-    /// The operation of a `DISPATCH` packet.
-    pub fn from_packet(p: &Packet) -> Option<DispatchOp> {
-        match *p {
-            Packet::Dispatch {
-                module_va,
-                module_size,
-                kernel,
-                args_va,
-                args_size,
-                grid,
-                wg,
-                shared_size,
-            } => Some(DispatchOp {
-                module_va,
-                module_size,
-                kernel,
-                args_va,
-                args_size,
-                grid,
-                wg,
-                shared_size,
-                token: 0,
-            }),
-            _ => None,
-        }
+    /// The operation of a `DISPATCH` packet, not loaded yet.
+    pub const fn new(packet: DispatchPacket) -> DispatchOp {
+        DispatchOp { packet, token: 0 }
     }
 }
 
@@ -218,21 +182,18 @@ impl Dispatch {
         generation: u32,
         units: usize,
     ) -> Result<Dispatch, LoadError> {
+        let p = &op.packet;
         let image =
-            fetch(gm, op.module_va, op.module_size, Access::Execute).map_err(LoadError::Fault)?;
-        let args = if op.args_size == 0 {
+            fetch(gm, p.module_va, p.module_size, Access::Execute).map_err(LoadError::Fault)?;
+        let args = if p.args_size == 0 {
             Vec::new()
         } else {
-            fetch(gm, op.args_va, op.args_size, Access::Read).map_err(LoadError::Fault)?
+            fetch(gm, p.args_va, p.args_size, Access::Read).map_err(LoadError::Fault)?
         };
         let bad = LoadError::Invalid(EngineError::BadOperand);
         let module = Module::load(&image, generation).map_err(|_| bad)?;
-        let total = op
-            .grid
-            .iter()
-            .try_fold(1u64, |n, &d| n.checked_mul(u64::from(d)))
-            .ok_or(bad)?;
-        let launch = Launch::by_index(&module, op.kernel, op.grid, op.wg, args, op.shared_size)
+        let total = p.workgroups().ok_or(bad)?;
+        let launch = Launch::by_index(&module, p.kernel, p.grid, p.wg, args, p.shared_size)
             .map_err(|_| bad)?;
         Ok(Dispatch {
             module: Arc::new(module),
@@ -429,43 +390,50 @@ pub fn check_packet(p: &Packet) -> Result<(), EngineError> {
 mod tests {
     use super::*;
 
+    /// Which engine runs which packet: the copy engine refuses
+    /// `DISPATCH`, the compute engine the copy packets; both run the rest.
     #[test]
-    fn compute_engine_packets() {
-        assert_eq!(
-            check_packet(&Packet::Dispatch {
-                module_va: 0,
-                module_size: 4,
-                kernel: 0,
-                args_va: 0,
-                args_size: 0,
-                grid: [1; 3],
-                wg: [1; 3],
-                shared_size: 0,
-            }),
-            Ok(())
-        );
-        for p in [
-            Packet::Copy {
-                src: 0,
-                dst: 0,
-                size: 1,
-            },
-            Packet::Fill {
-                dst: 0,
-                size: 4,
-                pattern: 0,
-            },
-            Packet::Copy2d {
-                src: 0,
-                dst: 0,
-                src_pitch: 1,
-                dst_pitch: 1,
-                width: 1,
-                height: 1,
-            },
+    fn each_engine_runs_its_packets() {
+        use super::super::copy_engine;
+        let dispatch = Packet::Dispatch(DispatchPacket {
+            module_va: 0,
+            module_size: 4,
+            kernel: 0,
+            args_va: 0,
+            args_size: 0,
+            grid: [1; 3],
+            wg: [1; 3],
+            shared_size: 0,
+        });
+        let copy = Packet::Copy {
+            src: 0,
+            dst: 0,
+            size: 1,
+        };
+        let fill = Packet::Fill {
+            dst: 0,
+            size: 4,
+            pattern: 0,
+        };
+        let copy_2d = Packet::Copy2d {
+            src: 0,
+            dst: 0,
+            src_pitch: 1,
+            dst_pitch: 1,
+            width: 1,
+            height: 1,
+        };
+        let wrong = Err(EngineError::WrongEngine);
+        for (p, on_copy, on_compute) in [
+            (dispatch, wrong, Ok(())),
+            (copy, Ok(()), wrong),
+            (fill, Ok(()), wrong),
+            (copy_2d, Ok(()), wrong),
+            (Packet::Timestamp { va: 0 }, Ok(()), Ok(())),
+            (Packet::Nop { words: 1 }, Ok(()), Ok(())),
         ] {
-            assert_eq!(check_packet(&p), Err(EngineError::WrongEngine));
+            assert_eq!(copy_engine::check_packet(&p), on_copy, "{p:?}");
+            assert_eq!(check_packet(&p), on_compute, "{p:?}");
         }
-        assert_eq!(check_packet(&Packet::Timestamp { va: 0 }), Ok(()));
     }
 }

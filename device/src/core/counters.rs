@@ -44,6 +44,9 @@ pub struct Counters {
     /// addresses outside guest memory, buffers too small), completed with
     /// used length 0.
     pub protocol_errors: u64,
+    /// Virtqueues found broken (ring structures inconsistent: available
+    /// index, descriptor links) and stopped until the driver reset them.
+    pub rings_broken: u64,
 }
 
 impl Counters {
@@ -97,8 +100,12 @@ impl fmt::Display for Counters {
         }
         write!(
             f,
-            "; events: posted={} delivered={} dropped={}; protocol_errors={}",
-            self.events_posted, self.events_delivered, self.events_dropped, self.protocol_errors
+            "; events: posted={} delivered={} dropped={}; protocol_errors={} rings_broken={}",
+            self.events_posted,
+            self.events_delivered,
+            self.events_dropped,
+            self.protocol_errors,
+            self.rings_broken
         )
     }
 }

@@ -39,7 +39,7 @@ use std::time::Instant;
 use vgpu_hwif::event::Event;
 use vgpu_hwif::mmu::Access;
 use vgpu_hwif::packet::{
-    decode_header, is_copy_engine_packet, EngineError, Packet, FENCE_NO_EVENT,
+    decode_header, is_copy_engine_packet, opcode_name, EngineError, Packet, FENCE_NO_EVENT,
     GEN2_ENGINE_PACKET_ALIGN, MAX_INDIRECT_DEPTH, MAX_PACKET_WORDS, SEM_SIGNAL_ADD, SEM_WAIT_EQ,
     SEM_WAIT_GEQ, SEM_WAIT_NEQ,
 };
@@ -49,7 +49,7 @@ use vgpu_hwif::proto::{engine, ring_state, RingStatus};
 use super::compute_engine::{self, Dispatch, DispatchOp, LoadError, StepEnd};
 use super::copy_engine::{self, CopyOp, Step};
 use super::dma::GpuMemory;
-use super::inject::{Injector, StepVerdict};
+use super::inject::{Injector, Site, StepVerdict};
 use super::mmu::{AddressSpace, Mem, MmuFault, PageMapping, Tlb};
 use super::poison::Poison;
 use super::ring::{Cursor, Frame, InFlight, Op};
@@ -109,6 +109,15 @@ pub struct Job {
 }
 
 impl Job {
+    /// The fault injector's view of the ring.
+    pub fn site(&self) -> Site {
+        Site {
+            ctx: self.ctx,
+            engine: self.engine,
+            ring_packets: self.cursor.packets,
+        }
+    }
+
     /// The status block for a running ring.
     pub fn status(&self) -> RingStatus {
         RingStatus {
@@ -343,24 +352,6 @@ pub struct CommandProcessor {
     /// Loaded dispatches: (context, token, state), at most one per context.
     dispatches: Vec<(u32, u64, Dispatch)>,
     next_token: u64,
-}
-
-/// The name of an opcode for traces.
-pub fn opcode_name(op: u8) -> &'static str {
-    use vgpu_hwif::packet::*;
-    match op {
-        OP_NOP => "NOP",
-        OP_INDIRECT => "INDIRECT",
-        OP_FENCE => "FENCE",
-        OP_SEM_WAIT => "SEM_WAIT",
-        OP_SEM_SIGNAL => "SEM_SIGNAL",
-        OP_TIMESTAMP => "TIMESTAMP",
-        OP_COPY => "COPY",
-        OP_COPY_2D => "COPY_2D",
-        OP_FILL => "FILL",
-        OP_DISPATCH => "DISPATCH",
-        _ => "UNKNOWN",
-    }
 }
 
 impl CommandProcessor {
@@ -612,7 +603,7 @@ impl CommandProcessor {
                         if let Some(inj) = host.injector() {
                             let mut post = Vec::new();
                             let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space);
-                            inj.on_done(host.now_ns(), job, &fl, &mut gm, &mut post);
+                            inj.on_done(host.now_ns(), &job.site(), &fl, &mut gm, &mut post);
                             post.into_iter().for_each(|ev| host.post(ev));
                         }
                         if let Some(end) = self.complete(host, mem, job, stats) {
@@ -687,7 +678,7 @@ impl CommandProcessor {
                 .ok()
                 .map(|m| m.pa(va))
         };
-        let verdict = inj.on_step(host.now_ns(), job, fl, &translate, &mut post);
+        let verdict = inj.on_step(host.now_ns(), &job.site(), fl, &translate, &mut post);
         post.into_iter().for_each(|ev| host.post(ev));
         match verdict {
             StepVerdict::Go => Injected::Go,
@@ -872,10 +863,7 @@ impl CommandProcessor {
                     None => return error(EngineError::BadOpcode, header),
                 }
             }
-            Packet::Dispatch { .. } => match DispatchOp::from_packet(&packet) {
-                Some(d) => Op::Dispatch(d),
-                None => return error(EngineError::BadOpcode, header),
-            },
+            Packet::Dispatch(d) => Op::Dispatch(DispatchOp::new(d)),
         };
         job.cursor.pending = Some(InFlight {
             op,

@@ -30,7 +30,8 @@ use vgpu_hwif::event::{Event, ECC_PA_UNKNOWN, EVENT_FIFO_DEPTH};
 use vgpu_hwif::mmu::{Access, FaultReason, LEVEL_NONE};
 use vgpu_hwif::proto::{Opcode, Status};
 
-use super::cp::{opcode_name, Job};
+use vgpu_hwif::packet::{opcode_name, OPCODES};
+
 use super::dma::GpuMemory;
 use super::mmu::{MmuFault, PageMapping};
 use super::poison::Poison;
@@ -309,7 +310,18 @@ impl Spec {
                         _ => small(parse_num(k, v)?)?,
                     })
                 }
-                "packet" => t.packet = Some(v.to_ascii_uppercase()),
+                "packet" => {
+                    let name = v.to_ascii_uppercase();
+                    let known = OPCODES.iter().any(|&op| opcode_name(op) == name)
+                        || Opcode::ALL.iter().any(|op| op.name() == name);
+                    if !known {
+                        return Err(InjectError::BadValue {
+                            key: k.to_owned(),
+                            value: v.to_owned(),
+                        });
+                    }
+                    t.packet = Some(name);
+                }
                 "delay_ms" => spec.delay_ms = parse_num(k, v)?,
                 "va" => spec.va = Some(parse_num(k, v)?),
                 "pa" => spec.pa = Some(parse_num(k, v)?),
@@ -436,6 +448,21 @@ pub struct LogEntry {
     pub engine: u32,
     /// Details.
     pub detail: String,
+}
+
+/// Where an engine-side opportunity arises: what the command processor
+/// tells the injector about the ring whose packet is in flight (the packet
+/// itself is the `InFlight`). The injector needs nothing else of the
+/// processor's state, so it depends on the ring's types only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Site {
+    /// The ring's context.
+    pub ctx: u32,
+    /// The engine.
+    pub engine: u32,
+    /// Packets the ring completed before this one: with the packet's VA it
+    /// names one packet, counted once however many steps it takes.
+    pub ring_packets: u64,
 }
 
 /// What the command processor does with an in-flight packet's step.
@@ -731,14 +758,14 @@ impl Injector {
             && g.pending_events.is_empty()
     }
 
-    /// Before a step of packet `fl` of `job` at device time `now_ns`.
+    /// Before a step of packet `fl` at `site` at device time `now_ns`.
     /// Events to post are appended to `post`.
     /// `translate` gives the guest-physical address of a VA of the job's
     /// address space (without touching the engine's TLB).
     pub fn on_step(
         &self,
         now_ns: u64,
-        job: &Job,
+        site: &Site,
         fl: &mut InFlight,
         translate: &dyn Fn(u64) -> Option<u64>,
         post: &mut Vec<Event>,
@@ -747,12 +774,12 @@ impl Injector {
         if Self::idle(&g) {
             return StepVerdict::Go;
         }
-        let e = job.engine as usize;
-        let key = (job.ctx, fl.packet_va, job.cursor.packets);
+        let e = site.engine as usize;
+        let key = (site.ctx, fl.packet_va, site.ring_packets);
         let Some(eh) = g.engines.get(e).copied() else {
             return StepVerdict::Go;
         };
-        if g.lost || eh.hung.is_some_and(|h| h.0 == job.ctx) {
+        if g.lost || eh.hung.is_some_and(|h| h.0 == site.ctx) {
             drop(g);
             // Keep a stuck engine from spinning on the host.
             std::thread::sleep(Duration::from_millis(1));
@@ -788,7 +815,7 @@ impl Injector {
                 || class == Class::DmaCorrupt
                 || class == Class::EventDuplicate
                 || (class.fence_only() && !is_fence)
-                || !filter_matches(&spec.trigger, job.ctx, job.engine, name)
+                || !filter_matches(&spec.trigger, site.ctx, site.engine, name)
             {
                 continue;
             }
@@ -811,12 +838,12 @@ impl Injector {
                     if let Some(h) = g.engines.get_mut(e) {
                         h.hung = Some(key);
                     }
-                    g.injected(i, now_ns, job.ctx, job.engine, at);
+                    g.injected(i, now_ns, site.ctx, site.engine, at);
                     verdict = StepVerdict::Hold;
                 }
                 Class::Lost => {
                     g.lost = true;
-                    g.injected(i, now_ns, job.ctx, job.engine, at);
+                    g.injected(i, now_ns, site.ctx, site.engine, at);
                     verdict = StepVerdict::Hold;
                 }
                 Class::FenceLate | Class::Throttle => {
@@ -824,29 +851,29 @@ impl Injector {
                         h.until_ns = now_ns.saturating_add(spec.delay_ms * 1_000_000).max(1);
                     }
                     let d = format!("{at} delay_ms={}", spec.delay_ms);
-                    g.injected(i, now_ns, job.ctx, job.engine, d);
+                    g.injected(i, now_ns, site.ctx, site.engine, d);
                     verdict = StepVerdict::Hold;
                 }
                 Class::FenceNever => {
-                    g.injected(i, now_ns, job.ctx, job.engine, at);
+                    g.injected(i, now_ns, site.ctx, site.engine, at);
                     verdict = StepVerdict::Skip;
                 }
                 Class::FenceEventDrop => {
                     if let Op::Fence { flags, .. } = &mut fl.op {
                         *flags |= vgpu_hwif::packet::FENCE_NO_EVENT;
                     }
-                    g.injected(i, now_ns, job.ctx, job.engine, at);
+                    g.injected(i, now_ns, site.ctx, site.engine, at);
                 }
                 Class::EventSpurious => {
                     if let Op::Fence { va, seqno, .. } = fl.op {
                         post.push(Event::Fence {
-                            ctx_id: job.ctx,
-                            engine: job.engine,
+                            ctx_id: site.ctx,
+                            engine: site.engine,
                             seqno,
                             va,
                         });
                         let d = format!("{at} seqno={seqno}");
-                        g.injected(i, now_ns, job.ctx, job.engine, d);
+                        g.injected(i, now_ns, site.ctx, site.engine, d);
                     }
                 }
                 Class::MmuFault => {
@@ -856,7 +883,7 @@ impl Injector {
                         (0x1_0000 + (r % 0xffff_0000)) & !0xfff
                     });
                     let d = format!("{at} va={va:#x}");
-                    g.injected(i, now_ns, job.ctx, job.engine, d);
+                    g.injected(i, now_ns, site.ctx, site.engine, d);
                     verdict = StepVerdict::Fault(MmuFault {
                         va,
                         access: Access::Read,
@@ -873,8 +900,8 @@ impl Injector {
                     };
                     let pa = pa.map(|pa| self.poison.poison(pa));
                     post.push(Event::EccError {
-                        ctx_id: job.ctx,
-                        engine: job.engine,
+                        ctx_id: site.ctx,
+                        engine: site.engine,
                         va,
                         packet_va: fl.packet_va,
                         pa: pa.unwrap_or(ECC_PA_UNKNOWN),
@@ -884,7 +911,7 @@ impl Injector {
                         Some(pa) => format!("{at} va={va:#x} pa={pa:#x}"),
                         None => format!("{at} va={va:#x} pa=unmapped"),
                     };
-                    g.injected(i, now_ns, job.ctx, job.engine, d);
+                    g.injected(i, now_ns, site.ctx, site.engine, d);
                 }
                 Class::EventOverflow => {
                     for n in 0..spec.events {
@@ -893,7 +920,7 @@ impl Injector {
                         });
                     }
                     let d = format!("{at} events={}", spec.events);
-                    g.injected(i, now_ns, job.ctx, job.engine, d);
+                    g.injected(i, now_ns, site.ctx, site.engine, d);
                 }
                 _ => {}
             }
@@ -901,12 +928,12 @@ impl Injector {
         verdict
     }
 
-    /// Packet `fl` of `job` finished executing (before its fence, if any,
-    /// is completed). `gm` is the job's memory.
+    /// Packet `fl` at `site` finished executing (before its fence, if any,
+    /// is completed). `gm` is the memory of the ring's context.
     pub fn on_done(
         &self,
         now_ns: u64,
-        job: &Job,
+        site: &Site,
         fl: &InFlight,
         gm: &mut GpuMemory<'_>,
         post: &mut Vec<Event>,
@@ -926,7 +953,7 @@ impl Injector {
                 _ => false,
             };
             if !applies
-                || !filter_matches(&spec.trigger, job.ctx, job.engine, name)
+                || !filter_matches(&spec.trigger, site.ctx, site.engine, name)
                 || !g.opportunity(i, now_ns)
             {
                 continue;
@@ -950,17 +977,17 @@ impl Injector {
                         }
                     }
                     let d = format!("{at} flips={}", flips.join("+"));
-                    g.injected(i, now_ns, job.ctx, job.engine, d);
+                    g.injected(i, now_ns, site.ctx, site.engine, d);
                 }
                 Op::Fence { va, seqno, .. } => {
                     post.push(Event::Fence {
-                        ctx_id: job.ctx,
-                        engine: job.engine,
+                        ctx_id: site.ctx,
+                        engine: site.engine,
                         seqno,
                         va,
                     });
                     let d = format!("{at} seqno={seqno}");
-                    g.injected(i, now_ns, job.ctx, job.engine, d);
+                    g.injected(i, now_ns, site.ctx, site.engine, d);
                 }
                 _ => {}
             }
@@ -1116,7 +1143,7 @@ fn next_read(fl: &InFlight) -> u64 {
             col,
             ..
         }) => src.wrapping_add(u64::from(row) * u64::from(src_pitch) + u64::from(col)),
-        Op::Dispatch(d) => d.module_va,
+        Op::Dispatch(d) => d.packet.module_va,
         Op::SemWait { va, .. } => va,
         _ => fl.packet_va,
     }

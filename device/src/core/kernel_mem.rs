@@ -1,5 +1,5 @@
 //! Global memory of a compute kernel: the ISA interpreter's
-//! [`GlobalMemory`] over one context's address space, through one compute
+//! [`GlobalMemory`](vgpu_isa::mem::GlobalMemory) over one context's address space, through one compute
 //! unit's TLB.
 //!
 //! Permissions follow `vgpu_hwif::mmu::Access`: loads need `PTE_READ`,
@@ -7,7 +7,10 @@
 //! interpreter faults misaligned ones before they get here), so an access
 //! never crosses a page.
 //!
-//! A warp-wide load or store whose active lanes all fall in one page is
+//! The memory is a `vgpu_isa::mem::PagedMemory`: this module supplies the
+//! per-access operations (translation, permissions, poison, faults) and
+//! the page lookup ([`HostPage`]); the ISA's warp paths do the rest. A
+//! warp-wide load or store whose active lanes all fall in one page is
 //! translated once and then accesses the page's host mapping directly.
 //! Each unit keeps the host mappings of the last [`PAGE_CACHE`] pages it
 //! translated for the duration of one step (a small L1 in front of the
@@ -27,12 +30,13 @@
 //! [`MemFault`].
 
 use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use vgpu_hwif::mmu::{Access, FaultReason};
 use vgpu_isa::inst::{AtomOp, WARP_SIZE};
-use vgpu_isa::mem::{lanes, GlobalMemory, LaneFault, MemFault, MemFaultReason};
+use vgpu_isa::mem::{MappedPage, MemFault, MemFaultReason, PagedMemory};
 use vm_memory::{GuestAddress, GuestMemoryBackend, VolatileMemory, VolatileSlice};
 
 use super::dma::GpuMemory;
@@ -154,33 +158,11 @@ impl<'a> KernelMemory<'a> {
             })
     }
 
-    /// Lowest and highest address of the lanes in `mask` (non-zero).
+    /// The page holding `lo..=hi` if that range lies in one page that
+    /// allows `access` and touches no poisoned page: from the page cache,
+    /// else translated (and cached).
     #[inline(always)]
-    fn span(va: &[u64; WARP_SIZE], mask: u32) -> (u64, u64) {
-        let mut lo = u64::MAX;
-        let mut hi = 0u64;
-        for (l, &a) in va.iter().enumerate() {
-            let on = mask >> l & 1 != 0;
-            lo = if on { lo.min(a) } else { lo };
-            hi = if on { hi.max(a) } else { hi };
-        }
-        (lo, hi)
-    }
-
-    /// Whether the 32 lanes access consecutive 32-bit words from `va[0]`.
-    #[inline(always)]
-    fn consecutive_words(va: &[u64; WARP_SIZE]) -> bool {
-        let mut differ = 0u64;
-        for (l, &a) in va.iter().enumerate() {
-            differ |= a ^ va[0].wrapping_add(4 * l as u64);
-        }
-        differ == 0
-    }
-
-    /// The host address of `lo` if `lo..=hi` lies in one page that allows
-    /// `access`: from the page cache, else translated (and cached).
-    #[inline(always)]
-    fn host_span(&self, lo: u64, hi: u64, size: u8, access: Access) -> Option<NonNull<u8>> {
+    fn host_span(&self, lo: u64, hi: u64, size: u8, access: Access) -> Option<HostPage<'a>> {
         let need = access.required_perms();
         for p in self.pages.get().iter().flatten() {
             if lo >> p.shift == p.va_base >> p.shift
@@ -195,8 +177,7 @@ impl<'a> KernelMemory<'a> {
                     // The lane-by-lane path reports it.
                     return None;
                 }
-                // The offset is below the page size, inside the mapping.
-                return Some(unsafe_offset(p.host, lo - p.va_base));
+                return Some(HostPage::new(p.host, p.va_base));
             }
         }
         let map = self.translate(lo, access, size).ok()?;
@@ -219,25 +200,69 @@ impl<'a> KernelMemory<'a> {
         }
         self.pages.set(pages);
         self.victim.set(v + 1);
-        Some(unsafe_offset(host, lo - map.va_base))
+        Some(HostPage::new(host, map.va_base))
+    }
+}
+
+/// A translated page as the host maps it: what the warp accesses and
+/// aligned single accesses reach directly.
+#[derive(Clone, Copy, Debug)]
+pub struct HostPage<'a> {
+    host: NonNull<u8>,
+    va_base: u64,
+    _mem: PhantomData<&'a Mem>,
+}
+
+impl HostPage<'_> {
+    /// The page whose first byte, at GPU VA `va_base`, the host maps at
+    /// `host` (for the lifetime of the guest memory mapping).
+    fn new(host: NonNull<u8>, va_base: u64) -> Self {
+        HostPage {
+            host,
+            va_base,
+            _mem: PhantomData,
+        }
     }
 
-    /// The host address of the lowest active lane's address, and that
-    /// address, if every lane of `mask` (non-empty) falls in one page that
-    /// allows `access`.
+    /// The host address of `va` (inside the page).
     #[inline(always)]
-    fn one_page(
-        &self,
-        va: &[u64; WARP_SIZE],
-        mask: u32,
-        size: u8,
-        access: Access,
-    ) -> Option<(NonNull<u8>, u64)> {
-        if mask == 0 {
-            return None;
+    fn at(&self, va: u64) -> *mut u8 {
+        unsafe_offset(self.host, va - self.va_base).as_ptr()
+    }
+}
+
+impl MappedPage for HostPage<'_> {
+    #[inline(always)]
+    unsafe fn read(&self, va: u64, size: u8) -> u64 {
+        // SAFETY: the caller passes a `va` of the span this page was
+        // returned for (inside the page), aligned to `size`; the host
+        // mapping of the page is live for the memory's lifetime.
+        unsafe { read_at(self.at(va), size) }
+    }
+
+    #[inline(always)]
+    unsafe fn write(&self, va: u64, size: u8, value: u64) {
+        // SAFETY: as in `read`.
+        unsafe { write_at(self.at(va), size, value) }
+    }
+
+    #[inline(always)]
+    unsafe fn read_words(&self, va: u64, out: &mut [u32; WARP_SIZE]) {
+        let p = self.at(va).cast_const();
+        for (l, w) in out.iter_mut().enumerate() {
+            // SAFETY: the caller passes 32 aligned words of this page's
+            // span from `va`.
+            *w = unsafe { read_at(p.add(4 * l), 4) } as u32;
         }
-        let (lo, hi) = Self::span(va, mask);
-        Some((self.host_span(lo, hi, size, access)?, lo))
+    }
+
+    #[inline(always)]
+    unsafe fn write_words(&self, va: u64, words: &[u32; WARP_SIZE]) {
+        let p = self.at(va);
+        for (l, &w) in words.iter().enumerate() {
+            // SAFETY: as in `read_words`.
+            unsafe { write_at(p.add(4 * l), 4, u64::from(w)) };
+        }
     }
 }
 
@@ -250,17 +275,16 @@ fn unsafe_offset(base: NonNull<u8>, off: u64) -> NonNull<u8> {
     unsafe { base.add(off as usize) }
 }
 
-/// Reads the `size`-byte value at byte `off` of `base`.
+/// Reads the `size`-byte value (1, 2, 4 or 8 bytes) at `p`.
 ///
 /// # Safety
-/// `base + off` must be valid for a `size`-byte read of guest memory for
-/// the duration of the call and aligned to `size`.
+/// `p` must be valid for a `size`-byte read of guest memory for the
+/// duration of the call and aligned to `size`.
 #[inline(always)]
-unsafe fn read_at(base: *const u8, off: usize, size: u8) -> u64 {
+unsafe fn read_at(p: *const u8, size: u8) -> u64 {
     // SAFETY: the caller guarantees validity and alignment; guest memory is
     // shared, so it is only accessed atomically.
     unsafe {
-        let p = base.add(off);
         match size {
             1 => u64::from(AtomicU8::from_ptr(p.cast_mut()).load(Ordering::Relaxed)),
             2 => u64::from(u16::from_le(
@@ -274,15 +298,14 @@ unsafe fn read_at(base: *const u8, off: usize, size: u8) -> u64 {
     }
 }
 
-/// Writes the low `size` bytes of `v` at byte `off` of `base`.
+/// Writes the low `size` bytes of `v` at `p`.
 ///
 /// # Safety
 /// As [`read_at`], for a write.
 #[inline(always)]
-unsafe fn write_at(base: *mut u8, off: usize, size: u8, v: u64) {
+unsafe fn write_at(p: *mut u8, size: u8, v: u64) {
     // SAFETY: see `read_at`.
     unsafe {
-        let p = base.add(off);
         match size {
             1 => AtomicU8::from_ptr(p).store(v as u8, Ordering::Relaxed),
             2 => AtomicU16::from_ptr(p.cast()).store((v as u16).to_le(), Ordering::Relaxed),
@@ -292,38 +315,61 @@ unsafe fn write_at(base: *mut u8, off: usize, size: u8, v: u64) {
     }
 }
 
-impl GlobalMemory for KernelMemory<'_> {
-    fn load(&self, va: u64, size: u8) -> Result<u64, MemFault> {
-        if let Some(h) = self.host_span(va, va, size, Access::Read) {
-            // SAFETY: `host_span` maps the naturally aligned `va` inside
-            // one page.
-            return Ok(unsafe { read_at(h.as_ptr(), 0, size) });
+/// A fault for an access the interpreter never makes: misaligned, or of
+/// a size other than 1, 2, 4 or 8 (nothing is translated).
+fn misaligned(va: u64, access: Access, size: u8) -> Option<MemFault> {
+    let ok = matches!(size, 1 | 2 | 4 | 8) && va.is_multiple_of(u64::from(size));
+    (!ok).then_some(MemFault {
+        va,
+        access: isa_access(access),
+        size,
+        reason: MemFaultReason::Misaligned,
+    })
+}
+
+impl<'a> PagedMemory for KernelMemory<'a> {
+    type Page<'p>
+        = HostPage<'a>
+    where
+        Self: 'p;
+
+    fn lane_load(&self, va: u64, size: u8) -> Result<u64, MemFault> {
+        if let Some(f) = misaligned(va, Access::Read, size) {
+            return Err(f);
+        }
+        if let Some(p) = self.host_span(va, va, size, Access::Read) {
+            // SAFETY: `host_span` returned the page holding the aligned
+            // `va`.
+            return Ok(unsafe { p.read(va, size) });
         }
         let map = self.translate(va, Access::Read, size)?;
         self.check_poison(&map, va, Access::Read, size)?;
         let s = self.slice(&map, va, usize::from(size), Access::Read, size)?;
         let g = s.ptr_guard();
         // SAFETY: the slice covers `size` bytes at `va`, which is naturally
-        // aligned (the interpreter checks), and so is its host address
-        // (guest pages are page-aligned in the host mapping).
-        Ok(unsafe { read_at(g.as_ptr(), 0, size) })
+        // aligned (checked above), and so is its host address (guest pages
+        // are page-aligned in the host mapping).
+        Ok(unsafe { read_at(g.as_ptr(), size) })
     }
 
-    fn store(&self, va: u64, size: u8, value: u64) -> Result<(), MemFault> {
-        if let Some(h) = self.host_span(va, va, size, Access::Write) {
-            // SAFETY: as in `load`.
-            unsafe { write_at(h.as_ptr(), 0, size, value) };
+    fn lane_store(&self, va: u64, size: u8, value: u64) -> Result<(), MemFault> {
+        if let Some(f) = misaligned(va, Access::Write, size) {
+            return Err(f);
+        }
+        if let Some(p) = self.host_span(va, va, size, Access::Write) {
+            // SAFETY: as in `lane_load`.
+            unsafe { p.write(va, size, value) };
             return Ok(());
         }
         let map = self.translate(va, Access::Write, size)?;
         let s = self.slice(&map, va, usize::from(size), Access::Write, size)?;
         let g = s.ptr_guard_mut();
-        // SAFETY: as in `load`.
-        unsafe { write_at(g.as_ptr(), 0, size, value) };
+        // SAFETY: as in `lane_load`.
+        unsafe { write_at(g.as_ptr(), size, value) };
         Ok(())
     }
 
-    fn atomic32(&self, va: u64, op: AtomOp, b: u32, c: u32) -> Result<u32, MemFault> {
+    fn lane_atomic32(&self, va: u64, op: AtomOp, b: u32, c: u32) -> Result<u32, MemFault> {
         let map = self.translate(va, Access::Atomic, 4)?;
         self.check_poison(&map, va, Access::Atomic, 4)?;
         let s = self.slice(&map, va, 4, Access::Atomic, 4)?;
@@ -340,88 +386,20 @@ impl GlobalMemory for KernelMemory<'_> {
         Ok(op.apply_atomic(w, b, c))
     }
 
-    fn load_warp(
+    #[inline(always)]
+    fn page_span(
         &self,
+        lo: u64,
+        hi: u64,
         size: u8,
-        va: &[u64; WARP_SIZE],
-        mask: u32,
-        lo: &mut [u32; WARP_SIZE],
-        hi: &mut [u32; WARP_SIZE],
-    ) -> Result<(), LaneFault> {
-        if size == 4 && mask == u32::MAX && Self::consecutive_words(va) {
-            let last = va[0].wrapping_add(4 * (WARP_SIZE as u64 - 1));
-            if last > va[0] {
-                if let Some(host) = self.host_span(va[0], last, 4, Access::Read) {
-                    let p = host.as_ptr().cast_const();
-                    for (l, out) in lo.iter_mut().enumerate() {
-                        // SAFETY: the 32 words lie in one page
-                        // (`host_span` checked the first and the last),
-                        // naturally aligned.
-                        *out = unsafe { read_at(p, 4 * l, 4) } as u32;
-                    }
-                    return Ok(());
-                }
-            }
-        } else if let Some((host, base)) = self.one_page(va, mask, size, Access::Read) {
-            let p = host.as_ptr().cast_const();
-            for l in lanes(mask) {
-                // SAFETY: every active lane lies in the page (`one_page`
-                // checked the lowest and highest address) and is naturally
-                // aligned.
-                let v = unsafe { read_at(p, (va[l] - base) as usize, size) };
-                lo[l] = v as u32;
-                hi[l] = (v >> 32) as u32;
-            }
-            return Ok(());
-        }
-        for lane in lanes(mask) {
-            let v = self.load(va[lane], size).map_err(|fault| LaneFault {
-                lane: lane as u32,
-                fault,
-            })?;
-            lo[lane] = v as u32;
-            hi[lane] = (v >> 32) as u32;
-        }
-        Ok(())
-    }
-
-    fn store_warp(
-        &self,
-        size: u8,
-        va: &[u64; WARP_SIZE],
-        mask: u32,
-        lo: &[u32; WARP_SIZE],
-        hi: &[u32; WARP_SIZE],
-    ) -> Result<(), LaneFault> {
-        if size == 4 && mask == u32::MAX && Self::consecutive_words(va) {
-            let last = va[0].wrapping_add(4 * (WARP_SIZE as u64 - 1));
-            if last > va[0] {
-                if let Some(host) = self.host_span(va[0], last, 4, Access::Write) {
-                    let p = host.as_ptr();
-                    for (l, &v) in lo.iter().enumerate() {
-                        // SAFETY: as in `load_warp`.
-                        unsafe { write_at(p, 4 * l, 4, u64::from(v)) };
-                    }
-                    return Ok(());
-                }
-            }
-        } else if let Some((host, base)) = self.one_page(va, mask, size, Access::Write) {
-            let p = host.as_ptr();
-            for l in lanes(mask) {
-                let v = u64::from(lo[l]) | u64::from(hi[l]) << 32;
-                // SAFETY: as in `load_warp`.
-                unsafe { write_at(p, (va[l] - base) as usize, size, v) };
-            }
-            return Ok(());
-        }
-        for lane in lanes(mask) {
-            let v = u64::from(lo[lane]) | u64::from(hi[lane]) << 32;
-            self.store(va[lane], size, v).map_err(|fault| LaneFault {
-                lane: lane as u32,
-                fault,
-            })?;
-        }
-        Ok(())
+        access: vgpu_isa::mem::Access,
+    ) -> Option<HostPage<'a>> {
+        let access = match access {
+            vgpu_isa::mem::Access::Read => Access::Read,
+            vgpu_isa::mem::Access::Write => Access::Write,
+            vgpu_isa::mem::Access::Atomic => Access::Atomic,
+        };
+        self.host_span(lo, hi, size, access)
     }
 }
 
@@ -430,6 +408,7 @@ mod tests {
     use super::*;
     use crate::core::mmu::{AddressSpace, Tlb};
     use vgpu_hwif::mmu::{leaf_entry, level_index, table_entry, CachePolicy, PTE_READ, PTE_WRITE};
+    use vgpu_isa::mem::GlobalMemory;
     use vm_memory::Bytes;
 
     const BASE: u64 = 0x10_0000;
@@ -531,5 +510,29 @@ mod tests {
                 .reason,
             MemFaultReason::Permission
         );
+    }
+
+    /// The interpreter never issues misaligned accesses; called directly,
+    /// they fault instead of touching guest memory unaligned.
+    #[test]
+    fn misaligned_accesses_fault_without_touching_memory() {
+        let (mem, space) = setup();
+        let mut tlb = Tlb::new();
+        let km = KernelMemory::new(GpuMemory::new(&mem, &mut tlb, space), &mem);
+        for (va, size) in [(BASE + 2, 4), (BASE + 4, 8), (BASE + 1, 2), (BASE, 3)] {
+            let f = km.load(va, size).unwrap_err();
+            assert_eq!((f.va, f.reason), (va, MemFaultReason::Misaligned));
+            let f = km.store(va, size, 1).unwrap_err();
+            assert_eq!(f.reason, MemFaultReason::Misaligned);
+        }
+        assert!(km.take_fault().is_none(), "nothing was translated");
+        // A warp with one misaligned lane goes lane by lane and reports it.
+        let mut va: [u64; WARP_SIZE] = std::array::from_fn(|l| BASE + 4 * l as u64);
+        va[7] += 1;
+        let (mut lo, mut hi) = ([0u32; WARP_SIZE], [0u32; WARP_SIZE]);
+        let f = km
+            .load_warp(4, &va, u32::MAX, &mut lo, &mut hi)
+            .unwrap_err();
+        assert_eq!((f.lane, f.fault.reason), (7, MemFaultReason::Misaligned));
     }
 }

@@ -45,9 +45,7 @@
 //! [`Mmu::translate`] combines both and counts hits and misses.
 
 use vgpu_hwif::mmu::{
-    Access, FaultReason, LEVELS, LEVEL_NONE, PAGE_SHIFT, PTE_ADDR_MASK, PTE_CACHE_MASK,
-    PTE_CACHE_SHIFT, PTE_EXEC, PTE_HUGE, PTE_READ, PTE_RESERVED_MASK, PTE_TABLE_MUST_BE_ZERO,
-    PTE_VALID, PTE_WRITE, TABLE_SIZE,
+    Access, FaultReason, Leaf, Pte, PteKind, LEVELS, LEVEL_NONE, PAGE_SHIFT, TABLE_SIZE,
 };
 use vm_memory::{
     GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, VolatileMemory,
@@ -179,37 +177,26 @@ pub fn in_ram(mem: &Mem, pa: u64, len: u64) -> bool {
         .is_some_and(|r| last <= r.last_addr().0)
 }
 
-/// Decodes a valid, reserved-bit-free leaf entry at `level` (0, or 1 with
-/// `PTE_HUGE`) mapping the page that contains `va`; checks the cache policy
-/// and the page alignment, not guest RAM.
-fn leaf(pte: u64, level: u32, va: u64) -> Result<PageMapping, FaultReason> {
-    let cache = ((pte >> PTE_CACHE_SHIFT) & PTE_CACHE_MASK) as u8;
-    if cache == 3 {
-        return Err(FaultReason::Malformed);
-    }
-    let shift = if level == 1 { HUGE_SHIFT } else { PAGE_SHIFT };
-    let size = 1u64 << shift;
-    let addr = pte & PTE_ADDR_MASK;
-    if addr & (size - 1) != 0 {
-        return Err(FaultReason::Malformed);
-    }
-    Ok(PageMapping {
+/// The mapping of the page containing `va` that leaf `l` maps.
+fn mapping(l: &Leaf, va: u64) -> PageMapping {
+    let size = 1u64 << l.shift;
+    PageMapping {
         va_base: va & !(size - 1),
-        pa_base: addr,
-        shift,
-        perms: pte & (PTE_READ | PTE_WRITE | PTE_EXEC),
-        cache,
-    })
+        pa_base: l.page,
+        shift: l.shift,
+        perms: l.perms,
+        cache: l.cache as u8,
+    }
 }
 
 /// Reads entry `index` of the table at `table` (which must lie in one RAM
 /// region).
-fn read_entry(mem: &Mem, table: u64, index: usize) -> Option<u64> {
+fn read_entry(mem: &Mem, table: u64, index: usize) -> Option<Pte> {
     let t = mem
         .get_slice(GuestAddress(table), TABLE_SIZE as usize)
         .ok()?;
     let r = t.get_ref::<u64>(index * 8).ok()?;
-    Some(u64::from_le(r.load()))
+    Some(Pte::from_bits(u64::from_le(r.load())))
 }
 
 /// Walks the page tables of `space` for `va`. The result is not checked
@@ -261,26 +248,19 @@ fn walk_with_table(
             *slot = table;
             seen += 1;
         }
-        if pte & PTE_VALID == 0 {
-            return Err(fault(FaultReason::NotPresent, level));
-        }
-        if pte & PTE_RESERVED_MASK != 0 {
-            return Err(fault(FaultReason::Malformed, level));
-        }
-        let huge = pte & PTE_HUGE != 0;
-        if huge && level != 1 {
-            return Err(fault(FaultReason::Malformed, level));
-        }
-        if level > 0 && !huge {
-            let next = pte & PTE_ADDR_MASK;
-            if pte & PTE_TABLE_MUST_BE_ZERO != 0 || visited.iter().take(seen).any(|&t| t == next) {
-                return Err(fault(FaultReason::Malformed, level));
+        let l = match pte.decode(level) {
+            Err(reason) => return Err(fault(reason, level)),
+            Ok(PteKind::Table(next)) => {
+                if visited.iter().take(seen).any(|&t| t == next) {
+                    return Err(fault(FaultReason::Malformed, level));
+                }
+                table = next;
+                level -= 1;
+                continue;
             }
-            table = next;
-            level -= 1;
-            continue;
-        }
-        let map = leaf(pte, level, va).map_err(|r| fault(r, level))?;
+            Ok(PteKind::Leaf(l)) => l,
+        };
+        let map = mapping(&l, va);
         if !in_ram(mem, map.pa_base, map.page_size()) {
             return Err(fault(FaultReason::BadPhysical, level));
         }
@@ -305,11 +285,9 @@ fn line_neighbours(mem: &Mem, table: u64, va: u64, mut found: impl FnMut(PageMap
         let Ok(r) = t.get_ref::<u64>(i * 8) else {
             continue;
         };
-        let pte = u64::from_le(r.load());
-        if pte & PTE_VALID == 0 || pte & (PTE_RESERVED_MASK | PTE_HUGE) != 0 {
-            continue;
-        }
-        if let Ok(map) = leaf(pte, 0, base + ((i as u64) << PAGE_SHIFT)) {
+        let pte = Pte::from_bits(u64::from_le(r.load()));
+        if let Ok(PteKind::Leaf(l)) = pte.decode(0) {
+            let map = mapping(&l, base + ((i as u64) << PAGE_SHIFT));
             if in_ram(mem, map.pa_base, map.page_size()) {
                 found(map);
             }
@@ -615,7 +593,10 @@ impl Mmu<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vgpu_hwif::mmu::{huge_entry, leaf_entry, table_entry, CachePolicy};
+    use vgpu_hwif::mmu::{
+        huge_entry, leaf_entry, table_entry, CachePolicy, PTE_ADDR_MASK, PTE_EXEC, PTE_HUGE,
+        PTE_READ, PTE_WRITE,
+    };
     use vm_memory::Bytes;
 
     const RAM: u64 = 0x40_0000; // 4 MiB at 0

@@ -10,16 +10,21 @@
 //! | command processor | [`cp`] | fetch → decode → in flight → complete, per packet |
 //! | MMU and TLBs | [`mmu`], [`dma`] | range check → four-level walk → leaf; per-engine TLB |
 //! | copy engine | [`copy_engine`] | transfer progress, one chunk per step |
-//! | compute engine | [`compute_engine`] | common packets; `DISPATCH` reserved |
+//! | compute engine | [`compute_engine`] | `DISPATCH`: load (module, arguments) → steps on the compute units → done, or a fault, trap or error; the common packets as on the copy engine |
+//! | kernel memory | [`kernel_mem`] | a kernel's global memory per compute unit: `vgpu-isa`'s `PagedMemory` over the MMU |
 //! | scheduler | [`scheduler`] | per-engine loop: mailbox → doorbells → select → slice → retire |
 //! | resets | [`reset`] | engine reset, device reset |
 //! | events | [`events`] | numbered FIFO with loss accounting |
-//! | fault injection | [`inject`] | armed → fired (logged) → cleared by reset |
+//! | fault injection | [`inject`] | armed → fired (logged) → cleared by reset; told a [`inject::Site`] by the command processor |
+//! | poisoned pages | [`poison`] | pages with an uncorrectable ECC error that engine reads fail on |
 //! | telemetry | [`telemetry`], [`counters`] | counters and the packet trace |
 //! | time | [`clock`] | device clock |
 //!
 //! [`Device`] ties the blocks together and owns the engine threads; the
-//! virtqueue layer ([`crate::virtq`]) feeds it.
+//! virtqueue layer ([`crate::virtq`]) feeds it. Dependencies between the
+//! blocks point one way (no module imports one that imports it back); the
+//! byte layouts they decode (packets, page-table entries, commands, events)
+//! are `vgpu_hwif`'s.
 
 pub mod clock;
 pub mod compute_engine;
@@ -62,6 +67,7 @@ pub struct Device {
     control: ControlProcessor,
     threads: Vec<JoinHandle<()>>,
     protocol_errors: u64,
+    rings_broken: u64,
 }
 
 impl Device {
@@ -105,6 +111,7 @@ impl Device {
             gpu,
             threads,
             protocol_errors: 0,
+            rings_broken: 0,
         }
     }
 
@@ -156,6 +163,12 @@ impl Device {
         self.protocol_errors = self.protocol_errors.saturating_add(1);
     }
 
+    /// Records a virtqueue found broken (its ring structures inconsistent)
+    /// and stopped.
+    pub fn count_ring_broken(&mut self) {
+        self.rings_broken = self.rings_broken.saturating_add(1);
+    }
+
     /// Virtio reset: the GPU returns to its power-on state (see
     /// [`reset`]); pending events are discarded and event numbering
     /// restarts. Counters and the clock keep running.
@@ -173,6 +186,7 @@ impl Device {
         c.events_delivered = e.delivered;
         c.events_dropped = e.dropped;
         c.protocol_errors = self.protocol_errors;
+        c.rings_broken = self.rings_broken;
         c
     }
 

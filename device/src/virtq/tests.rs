@@ -496,42 +496,180 @@ fn good_chain_after_bad_one_is_served() {
     assert_eq!(rig.ctrl.used(1), (1, size_of::<IdentifyReply>() as u32));
 }
 
+/// A control pass over a ring that must be found broken: nothing is
+/// answered, nothing is counted as a protocol error.
+fn assert_broken(rig: &mut Rig, dev: &mut Device, want: fn(&QueueError) -> bool) -> RingBroken {
+    let before = dev.counters();
+    let broken = process_control_queue(&mut rig.ctrl_q, rig.mem, dev).unwrap_err();
+    assert!(want(&broken.error), "{broken:?}");
+    assert_eq!(broken.outcome.completed, 0, "{broken:?}");
+    assert_eq!(rig.ctrl.used_idx(), 0, "a broken ring gets no used entry");
+    assert!(untouched(rig.mem, REPLY, 64), "reply buffer written");
+    let after = dev.counters();
+    assert_eq!(after.replies(), before.replies(), "a command executed");
+    assert_eq!(after.protocol_errors, before.protocol_errors);
+    broken
+}
+
 #[test]
-fn head_index_beyond_queue_is_rejected_without_panic() {
+fn head_index_beyond_queue_breaks_the_ring() {
     let mem = memory();
     let mut rig = Rig::new(&mem);
     let (mut dev, _) = device();
     // Avail ring entry 0 names descriptor 200 in a 16-entry queue.
     rig.ctrl.push_avail(200);
-    let out = rig.control(&mut dev);
-    assert_eq!(out.rejected, 1);
-    assert_eq!(rig.ctrl.used_idx(), 0, "an invalid head cannot be used");
-    assert_eq!(dev.counters().protocol_errors, 1);
+    let b = assert_broken(&mut rig, &mut dev, |e| {
+        matches!(
+            e,
+            QueueError::HeadOutOfRange {
+                head: 200,
+                size: 16
+            }
+        )
+    });
+    assert_eq!(
+        b.to_string(),
+        "available ring entry names descriptor 200, beyond the queue size 16"
+    );
 }
 
 #[test]
-fn runaway_avail_index_does_not_hang() {
-    let mem = memory();
-    let mut rig = Rig::new(&mem);
-    let (mut dev, _) = device();
-    rig.ctrl.set_avail_idx(1000);
-    let out = rig.control(&mut dev);
-    assert_eq!(out.completed, 0);
-    assert!(!out.notify);
-}
-
-#[test]
-fn descriptor_loop_terminates() {
+fn runaway_avail_index_breaks_the_ring() {
+    for avail in [17u16, 1000, u16::MAX] {
+        let mem = memory();
+        let mut rig = Rig::new(&mem);
+        let (mut dev, _) = device();
+        rig.put_cmd(&cmd_bytes(Command::Identify, 1));
+        for i in 0..4 {
+            rig.ctrl
+                .add_chain(2 * i, &[(CMD, 16, false), (REPLY, 256, true)]);
+        }
+        rig.ctrl.set_avail_idx(avail);
+        let b = assert_broken(&mut rig, &mut dev, |e| {
+            matches!(
+                e,
+                QueueError::AvailIndex {
+                    next: 0,
+                    size: 16,
+                    ..
+                }
+            )
+        });
+        assert!(
+            b.to_string()
+                .starts_with(&format!("available index {avail} is ")),
+            "{b}"
+        );
+    }
+    // Exactly a queue's worth is fine.
     let mem = memory();
     let mut rig = Rig::new(&mem);
     let (mut dev, _) = device();
     rig.put_cmd(&cmd_bytes(Command::Identify, 1));
-    // Descriptor 0 -> 1 -> 0 -> ...: the chain walk stops after the queue
-    // size and the writable part is never reached.
+    for i in 0..QSIZE {
+        rig.ctrl.add_chain(i, &[(CMD, 16, false)]);
+    }
+    assert_eq!(rig.control(&mut dev).completed, u32::from(QSIZE));
+}
+
+#[test]
+fn descriptor_loop_breaks_the_ring() {
+    let mem = memory();
+    let mut rig = Rig::new(&mem);
+    let (mut dev, _) = device();
+    rig.put_cmd(&cmd_bytes(Command::Identify, 1));
+    // Descriptor 0 -> 1 -> 0 -> ...
     let d0 = SplitDescriptor::new(CMD, 16, VRING_DESC_F_NEXT as u16, 1);
-    let d1 = SplitDescriptor::new(CMD, 16, VRING_DESC_F_NEXT as u16, 0);
+    let d1 = SplitDescriptor::new(
+        REPLY,
+        64,
+        (VRING_DESC_F_NEXT | VRING_DESC_F_WRITE) as u16,
+        0,
+    );
     rig.ctrl.mock.desc_table().store(0, d0.into()).unwrap();
     rig.ctrl.mock.desc_table().store(1, d1.into()).unwrap();
+    rig.ctrl.push_avail(0);
+    assert_broken(&mut rig, &mut dev, |e| {
+        matches!(e, QueueError::ChainLoop { head: 0, size: 16 })
+    });
+}
+
+#[test]
+fn link_beyond_queue_breaks_the_ring() {
+    let mem = memory();
+    let mut rig = Rig::new(&mem);
+    let (mut dev, _) = device();
+    rig.put_cmd(&cmd_bytes(Command::Identify, 1));
+    let d0 = SplitDescriptor::new(CMD, 16, VRING_DESC_F_NEXT as u16, 3);
+    let d3 = SplitDescriptor::new(
+        REPLY,
+        64,
+        (VRING_DESC_F_NEXT | VRING_DESC_F_WRITE) as u16,
+        16,
+    );
+    rig.ctrl.mock.desc_table().store(0, d0.into()).unwrap();
+    rig.ctrl.mock.desc_table().store(3, d3.into()).unwrap();
+    rig.ctrl.push_avail(0);
+    assert_broken(&mut rig, &mut dev, |e| {
+        matches!(
+            e,
+            QueueError::NextOutOfRange {
+                head: 0,
+                index: 3,
+                next: 16,
+                size: 16
+            }
+        )
+    });
+}
+
+#[test]
+fn chains_before_the_break_are_answered_and_notified() {
+    let mem = memory();
+    let mut rig = Rig::new(&mem);
+    let (mut dev, _) = device();
+    rig.put_cmd(&cmd_bytes(Command::Identify, 1));
+    rig.ctrl
+        .add_chain(0, &[(CMD, 16, false), (REPLY, 256, true)]);
+    rig.ctrl.push_avail(99);
+    rig.ctrl
+        .add_chain(2, &[(CMD, 16, false), (REPLY, 256, true)]);
+    let b = process_control_queue(&mut rig.ctrl_q, &mem, &mut dev).unwrap_err();
+    assert!(matches!(
+        b.error,
+        QueueError::HeadOutOfRange { head: 99, .. }
+    ));
+    assert_eq!(
+        b.outcome,
+        QueueOutcome {
+            completed: 1,
+            rejected: 0,
+            notify: true
+        }
+    );
+    assert_eq!(rig.ctrl.used_idx(), 1);
+    assert_eq!(rig.ctrl.used(0), (0, size_of::<IdentifyReply>() as u32));
+}
+
+#[test]
+fn a_loop_inside_an_indirect_table_is_a_chain_error_not_a_broken_ring() {
+    let mem = memory();
+    let mut rig = Rig::new(&mem);
+    let (mut dev, _) = device();
+    rig.put_cmd(&cmd_bytes(Command::Identify, 1));
+    let table = [
+        SplitDescriptor::new(CMD, 16, VRING_DESC_F_NEXT as u16, 1),
+        SplitDescriptor::new(CMD, 16, VRING_DESC_F_NEXT as u16, 0),
+    ];
+    for (i, d) in table.iter().enumerate() {
+        mem.write_obj(
+            RawDescriptor::from(*d),
+            GuestAddress(INDIRECT + 16 * i as u64),
+        )
+        .unwrap();
+    }
+    let head = SplitDescriptor::new(INDIRECT, 32, VRING_DESC_F_INDIRECT as u16, 0);
+    rig.ctrl.mock.desc_table().store(0, head.into()).unwrap();
     rig.ctrl.push_avail(0);
     let out = rig.control(&mut dev);
     assert_eq!(out.rejected, 1);
@@ -787,8 +925,10 @@ fn random_chains_never_panic_and_are_always_completed() {
             assert!(len >= 16, "chain {i}: used length {len}");
             assert_eq!(after.replies(), before.replies() + 1);
         }
-        // Event buffers come and go at random too.
-        if rng.below(4) == 0 {
+        // Event buffers come and go at random too (never more posted than
+        // the ring holds).
+        let posted = rig.event.avail_idx.wrapping_sub(rig.event.used_idx());
+        if rng.below(4) == 0 && posted < QSIZE {
             let ev = [
                 (EVBUF, 64, true),
                 (

@@ -288,6 +288,46 @@ impl DriverRing {
         self.next_desc
     }
 
+    /// The driver's available index (what it has published).
+    pub fn avail_idx(&self) -> u16 {
+        self.avail_idx
+    }
+
+    /// Writes `idx` as the available index in guest memory, whatever the
+    /// driver has published (a scribbled ring); [`DriverRing::add`]
+    /// publishes the driver's own index again.
+    pub fn write_avail_idx(&self, idx: u16) {
+        self.mem
+            .write_obj(idx.to_le(), GuestAddress(self.avail_ring() + 2))
+            .unwrap();
+    }
+
+    /// Writes descriptor `index` as given, links and all.
+    pub fn write_desc(&self, index: u16, addr: u64, len: u32, flags: u16, next: u16) {
+        let d = self.desc_table() + 16 * u64::from(index);
+        self.mem.write_obj(addr.to_le(), GuestAddress(d)).unwrap();
+        self.mem
+            .write_obj(len.to_le(), GuestAddress(d + 8))
+            .unwrap();
+        self.mem
+            .write_obj(flags.to_le(), GuestAddress(d + 12))
+            .unwrap();
+        self.mem
+            .write_obj(next.to_le(), GuestAddress(d + 14))
+            .unwrap();
+    }
+
+    /// Publishes `head` (any value) as the next available entry.
+    pub fn push_avail(&mut self, head: u16) {
+        let slot = self.avail_ring() + 4 + 2 * u64::from(self.avail_idx % QSIZE);
+        self.mem
+            .write_obj(head.to_le(), GuestAddress(slot))
+            .unwrap();
+        self.avail_idx = self.avail_idx.wrapping_add(1);
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        self.write_avail_idx(self.avail_idx);
+    }
+
     /// Asserts that nothing is used within a short while.
     pub fn assert_idle(&self) {
         thread::sleep(Duration::from_millis(100));

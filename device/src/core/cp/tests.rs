@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use vgpu_hwif::event::Event;
 use vgpu_hwif::mmu::{Access, FaultReason, PTE_EXEC, PTE_READ, PTE_WRITE};
 use vgpu_hwif::packet::{
-    encode_header, EngineError, Packet, FENCE_NO_EVENT, MAX_INDIRECT_DEPTH, OP_FENCE, OP_NOP,
-    SEM_SIGNAL_ADD, SEM_WAIT_GEQ,
+    encode_header, DispatchPacket, EngineError, Packet, FENCE_NO_EVENT, MAX_INDIRECT_DEPTH,
+    OP_FENCE, OP_NOP, SEM_SIGNAL_ADD, SEM_WAIT_GEQ,
 };
 use vgpu_hwif::pod::Pod;
 use vgpu_hwif::proto::{engine, ring_state, RingStatus};
@@ -499,7 +499,7 @@ fn malformed_packets_stop_with_the_right_error() {
             0,
             |r| {
                 let mut w = [0u32; 15];
-                Packet::Dispatch {
+                Packet::Dispatch(DispatchPacket {
                     module_va: 0x1000,
                     module_size: 64,
                     kernel: 0,
@@ -508,7 +508,7 @@ fn malformed_packets_stop_with_the_right_error() {
                     grid: [1; 3],
                     wg: [32, 1, 1],
                     shared_size: 0,
-                }
+                })
                 .encode(1, &mut w)
                 .unwrap();
                 r.ring.words(&r.mem, &w).unwrap()
@@ -521,7 +521,7 @@ fn malformed_packets_stop_with_the_right_error() {
             1,
             |r| {
                 let mut w = [0u32; 15];
-                Packet::Dispatch {
+                Packet::Dispatch(DispatchPacket {
                     module_va: IB_VA,
                     module_size: 64,
                     kernel: 0,
@@ -530,7 +530,7 @@ fn malformed_packets_stop_with_the_right_error() {
                     grid: [1; 3],
                     wg: [32, 1, 1],
                     shared_size: 0,
-                }
+                })
                 .encode(2, &mut w)
                 .unwrap();
                 r.ring.words(&r.mem, &w).unwrap()

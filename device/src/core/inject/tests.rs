@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use vgpu_hwif::event::Event;
 use vgpu_hwif::mmu::{PTE_READ, PTE_WRITE};
-use vgpu_hwif::packet::Packet;
+use vgpu_hwif::packet::{DispatchPacket, Packet};
 use vgpu_hwif::proto::{engine, Command, Status};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
@@ -106,6 +106,23 @@ fn specs_parse_render_and_reject() {
     ));
     assert!(matches!(
         Spec::parse("hang:p=2"),
+        Err(InjectError::BadValue { .. })
+    ));
+    // Packet and command names are hwif's; a misspelt one is refused
+    // rather than never matching.
+    assert_eq!(
+        Spec::parse("hang:packet=copy_2d").unwrap().trigger.packet,
+        Some("COPY_2D".to_owned())
+    );
+    assert_eq!(
+        Spec::parse("control-busy:packet=doorbell")
+            .unwrap()
+            .trigger
+            .packet,
+        Some("DOORBELL".to_owned())
+    );
+    assert!(matches!(
+        Spec::parse("hang:packet=COPY2D"),
         Err(InjectError::BadValue { .. })
     ));
     for c in Class::ALL {
@@ -581,7 +598,7 @@ fn a_kernel_load_from_a_poisoned_page_is_an_ecc_engine_error() {
     argv.extend_from_slice(&OUT.to_le_bytes());
     r.mem.write_slice(&argv, GuestAddress(args_pa)).unwrap();
     r.mem.write_obj(0xabcd_u32, GuestAddress(in_pa)).unwrap();
-    let dispatch = Packet::Dispatch {
+    let dispatch = Packet::Dispatch(DispatchPacket {
         module_va: CODE,
         module_size: image.len() as u32,
         kernel: 0,
@@ -590,7 +607,7 @@ fn a_kernel_load_from_a_poisoned_page_is_an_ecc_engine_error() {
         grid: [1, 1, 1],
         wg: [32, 1, 1],
         shared_size: 0,
-    };
+    });
     // Unpoisoned: the kernel copies the word.
     r.d.submit(&mut r.c, engine::COMPUTE, &[dispatch, fence(DATA, 1)])
         .unwrap();
@@ -704,7 +721,9 @@ fn control_socket_protocol() {
     let r = rig(&[]);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ctl.sock");
-    let _ctl = crate::inject_ctl::spawn(&path, r.gpu.clone()).unwrap();
+    let _ctl = crate::daemon::control::TestLoop::start(
+        crate::daemon::ControlServer::bind(&path, r.gpu.clone()).unwrap(),
+    );
     let mut s = std::os::unix::net::UnixStream::connect(&path).unwrap();
     let mut rd = std::io::BufReader::new(s.try_clone().unwrap());
     let mut ask = |line: &str| {

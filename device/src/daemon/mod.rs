@@ -1,24 +1,48 @@
-//! The daemon: owns the listening socket, serves exactly one frontend
-//! connection, and ends when the frontend disconnects or a [`StopHandle`]
-//! asks it to. The socket file is removed when the daemon ends.
+//! The device process's control plane: one [`EventManager`] loop on the
+//! thread that calls [`Daemon::run`], with a subscriber per source, each a
+//! small type with its own state:
+//!
+//! | subscriber | watches | does |
+//! |---|---|---|
+//! | [`session`] | the vhost-user listener, the stop doorbell, the session's end | accepts the one frontend, hands the connection to vhost-user-backend, ends the loop when the frontend leaves or a stop is asked |
+//! | [`ControlServer`] | the control socket, its connections, an idle timer | the fault-injection requests (`--control`) |
+//! | [`SignalSource`] | one pipe per signal | SIGTERM/SIGINT: the first stops, a second removes the sockets and leaves at once |
+//!
+//! The data plane stays on vhost-user-backend's threads: its request
+//! thread serves the vhost-user messages and its vring worker thread the
+//! queue kicks and the engines' event doorbell (that worker owns the
+//! vrings, so the doorbell is registered with its epoll loop, not here).
+//!
+//! The socket files are removed on every way out: with their subscribers
+//! when the loop ends, or by the signal subscriber before it exits.
 
+pub(crate) mod control;
+mod session;
+mod signals;
+
+use std::cell::RefCell;
 use std::fs;
 use std::io;
-use std::os::unix::fs::FileTypeExt;
-use std::os::unix::io::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
+use event_manager::{EventManager, EventSet, MutEventSubscriber, SubscriberOps};
 use vhost::vhost_user::{Error as VhostUserError, Listener};
-use vhost_user_backend::{Error as DaemonLibError, ShutdownHandle, VhostUserDaemon};
+use vhost_user_backend::VhostUserDaemon;
 use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
-use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
+
+pub use control::{ControlServer, IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_REQUEST};
+pub use signals::SignalSource;
 
 use crate::backend::{VgpuBackend, EVENT_WAKE};
 use crate::config::DeviceConfig;
 use crate::core::counters::Counters;
+use crate::inject_ctl::ControlError;
+use session::Session;
 
 /// Errors of this module.
 #[derive(Debug, thiserror::Error)]
@@ -45,9 +69,12 @@ pub enum DaemonError {
     /// The backend could not be created.
     #[error("cannot create the backend: {0}")]
     Backend(io::Error),
-    /// Waiting for a connection failed.
-    #[error("waiting for a connection: {0}")]
-    Wait(io::Error),
+    /// The control socket could not be set up.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// The event loop failed.
+    #[error("event loop: {0}")]
+    EventLoop(event_manager::Error),
     /// The vhost-user session failed.
     #[error("vhost-user session: {0}")]
     Session(String),
@@ -76,11 +103,9 @@ pub struct RunSummary {
 struct StopState {
     requested: AtomicBool,
     wake: EventFd,
-    connection: Mutex<Option<ShutdownHandle>>,
 }
 
-/// Asks a running daemon to stop; usable from any thread (for example a
-/// signal handling thread).
+/// Asks a running daemon to stop; usable from any thread.
 #[derive(Clone)]
 pub struct StopHandle(Arc<StopState>);
 
@@ -92,19 +117,45 @@ impl StopHandle {
         if let Err(e) = self.0.wake.write(1) {
             log::warn!("cannot wake the daemon: {e}");
         }
-        let conn = self
-            .0
-            .connection
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(handle) = conn.as_ref() {
-            handle.shutdown();
-        }
     }
 
     /// Whether a stop was requested.
     pub fn is_requested(&self) -> bool {
         self.0.requested.load(Ordering::SeqCst)
+    }
+}
+
+/// A socket file this process bound: removed only while it is still the
+/// one bound (a file put there by someone else since stays).
+#[derive(Debug, Clone)]
+pub struct SocketFile {
+    path: PathBuf,
+    id: Option<(u64, u64)>,
+}
+
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+impl SocketFile {
+    /// The file just bound at `path`.
+    pub fn bound(path: &Path) -> Self {
+        SocketFile {
+            path: path.to_owned(),
+            id: file_id(path),
+        }
+    }
+
+    /// The path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Removes the file if it is still the one bound.
+    pub fn remove(&self) {
+        if self.id.is_some() && file_id(&self.path) == self.id {
+            let _ = fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -133,7 +184,11 @@ pub struct Daemon {
     listener: Listener,
     backend: Arc<RwLock<VgpuBackend>>,
     stop: StopHandle,
+    control: Option<ControlServer>,
+    signals: Option<SignalSource>,
 }
+
+type Subscriber = Rc<RefCell<dyn MutEventSubscriber>>;
 
 impl Daemon {
     /// Listens on `socket` (replacing a stale socket file) for a device
@@ -162,9 +217,32 @@ impl Daemon {
             stop: StopHandle(Arc::new(StopState {
                 requested: AtomicBool::new(false),
                 wake,
-                connection: Mutex::new(None),
             })),
+            control: None,
+            signals: None,
         })
+    }
+
+    /// Serves the fault-injection control socket at `path` while the daemon
+    /// runs; the socket exists from now on and is removed when the daemon
+    /// ends.
+    ///
+    /// # Errors
+    /// The socket cannot be bound.
+    pub fn serve_control(&mut self, path: &Path) -> Result<(), DaemonError> {
+        let gpu = self
+            .backend
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .gpu();
+        self.control = Some(ControlServer::bind(path, gpu)?);
+        Ok(())
+    }
+
+    /// Lets `signals` stop the daemon: the first one stops it, a second
+    /// one removes the sockets and exits the process at once.
+    pub fn handle_signals(&mut self, signals: SignalSource) {
+        self.signals = Some(signals);
     }
 
     /// The socket path.
@@ -182,138 +260,99 @@ impl Daemon {
         self.backend.clone()
     }
 
-    fn counters(&self) -> Counters {
-        self.backend
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .counters()
-    }
-
-    /// Blocks until a frontend connects or a stop is requested; returns
-    /// whether a connection is pending.
-    fn wait_for_frontend(&self) -> Result<bool, DaemonError> {
-        const LISTENER: u64 = 0;
-        const WAKE: u64 = 1;
-        let epoll = Epoll::new().map_err(DaemonError::Wait)?;
-        epoll
-            .ctl(
-                ControlOperation::Add,
-                self.listener.as_raw_fd(),
-                EpollEvent::new(EventSet::IN, LISTENER),
-            )
-            .map_err(DaemonError::Wait)?;
-        epoll
-            .ctl(
-                ControlOperation::Add,
-                self.stop.0.wake.as_raw_fd(),
-                EpollEvent::new(EventSet::IN, WAKE),
-            )
-            .map_err(DaemonError::Wait)?;
-        let mut events = [EpollEvent::default(); 2];
-        loop {
-            if self.stop.is_requested() {
-                return Ok(false);
-            }
-            match epoll.wait(-1, &mut events) {
-                Ok(n) => {
-                    let ready = events.get(..n).unwrap_or(&[]);
-                    if ready.iter().any(|e| e.data() == WAKE) || self.stop.is_requested() {
-                        return Ok(false);
-                    }
-                    if ready.iter().any(|e| e.data() == LISTENER) {
-                        return Ok(true);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(DaemonError::Wait(e)),
-            }
-        }
-    }
-
     /// Serves one frontend until it disconnects or a stop is requested.
-    /// The socket file is removed before this returns.
-    pub fn run(mut self) -> Result<RunSummary, DaemonError> {
-        let mut daemon = VhostUserDaemon::new(
+    /// The socket files are removed before this returns.
+    pub fn run(self) -> Result<RunSummary, DaemonError> {
+        let Daemon {
+            socket,
+            listener,
+            backend,
+            stop,
+            control,
+            signals,
+        } = self;
+        let vhost_file = SocketFile::bound(&socket);
+        let daemon = VhostUserDaemon::new(
             "vgpu-device".to_owned(),
-            self.backend.clone(),
+            backend.clone(),
             GuestMemoryAtomic::new(GuestMemoryMmap::new()),
         )
         .map_err(|e| DaemonError::Session(e.to_string()))?;
         // Engine threads post events asynchronously; their doorbell wakes
         // the worker thread, which delivers them.
-        let wake_fd = self
-            .backend
+        let wake_fd = backend
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .wake_fd();
-        let handlers = daemon.get_epoll_handlers();
-        let handler = handlers
+        daemon
+            .get_epoll_handlers()
             .first()
-            .ok_or_else(|| DaemonError::Session("no worker thread".to_owned()))?;
-        handler
+            .ok_or_else(|| DaemonError::Session("no worker thread".to_owned()))?
             .register_listener(wake_fd, EventSet::IN, u64::from(EVENT_WAKE))
             .map_err(|e| DaemonError::Session(format!("cannot watch the event doorbell: {e}")))?;
 
-        if !self.wait_for_frontend()? {
-            log::info!("stop requested before a frontend connected");
-            return Ok(RunSummary {
-                reason: ExitReason::Stopped,
-                served: false,
-                counters: self.counters(),
-            });
+        let mut em = EventManager::<Subscriber>::new().map_err(DaemonError::EventLoop)?;
+        let session = Rc::new(RefCell::new(Session::new(
+            listener,
+            daemon,
+            stop.clone(),
+            backend.clone(),
+        )));
+        em.add_subscriber(session.clone());
+        let mut files = vec![vhost_file];
+        let control = control.map(|c| Rc::new(RefCell::new(c)));
+        if let Some(c) = &control {
+            files.push(c.borrow().file().clone());
+            em.add_subscriber(c.clone());
+            if let Some(e) = c.borrow_mut().take_init_error() {
+                return Err(DaemonError::EventLoop(e));
+            }
         }
-        daemon
-            .start(&mut self.listener)
-            .map_err(|e| DaemonError::Session(e.to_string()))?;
-        log::info!("frontend connected");
-        {
-            let mut conn = self
-                .stop
-                .0
-                .connection
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            *conn = daemon.shutdown_handle();
-            if self.stop.is_requested() {
-                if let Some(h) = conn.as_ref() {
-                    h.shutdown();
-                }
+        let signals = signals.map(|mut s| {
+            s.attach(stop.clone(), files);
+            Rc::new(RefCell::new(s))
+        });
+        if let Some(s) = &signals {
+            em.add_subscriber(s.clone());
+            if let Some(e) = s.borrow_mut().take_init_error() {
+                return Err(DaemonError::EventLoop(e));
             }
         }
 
-        let result = daemon.wait();
-        self.stop
-            .0
-            .connection
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        self.backend
+        let outcome = loop {
+            if let Some(outcome) = session.borrow_mut().take_outcome() {
+                break outcome;
+            }
+            if let Err(e) = em.run() {
+                break Err(DaemonError::EventLoop(e));
+            }
+        };
+        // The sockets go with their subscribers.
+        drop(em);
+        drop(session);
+        drop(control);
+        if let Some(s) = signals.and_then(|s| Rc::try_unwrap(s).ok()) {
+            s.into_inner().exit_on_second();
+        }
+
+        let counters = backend
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .notify_exit();
-
-        let reason = if self.stop.is_requested() {
-            ExitReason::Stopped
-        } else {
-            ExitReason::Disconnected
-        };
-        let counters = self.counters();
-        match result {
-            Ok(())
-            | Err(DaemonLibError::HandleRequest(
-                VhostUserError::Disconnected | VhostUserError::PartialMessage,
-            )) => {
-                log::info!("frontend gone ({reason:?}); {counters}");
+            .counters();
+        match outcome {
+            Ok((reason, served)) => {
+                if served {
+                    log::info!("frontend gone ({reason:?}); {counters}");
+                }
                 Ok(RunSummary {
                     reason,
-                    served: true,
+                    served,
                     counters,
                 })
             }
             Err(e) => {
-                log::error!("vhost-user session failed: {e}; {counters}");
-                Err(DaemonError::Session(e.to_string()))
+                log::error!("{e}; {counters}");
+                Err(e)
             }
         }
     }

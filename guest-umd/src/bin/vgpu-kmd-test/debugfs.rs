@@ -1,0 +1,71 @@
+//! Readers of the KMD's debugfs files of the first device (`vms`,
+//! `objects`, `contexts`, `hang_dump`, ...); empty when debugfs is not
+//! mounted.
+
+use std::path::PathBuf;
+
+/// The text of debugfs file `name` of the (first) device.
+pub fn debugfs(name: &str) -> String {
+    let Ok(dir) = std::fs::read_dir("/sys/kernel/debug/vgpu") else {
+        return String::new();
+    };
+    for e in dir.flatten() {
+        if let Ok(s) = std::fs::read_to_string(e.path().join(name)) {
+            return s;
+        }
+    }
+    String::new()
+}
+
+/// Path of debugfs file `name` of the (first) device.
+pub fn debugfs_path(name: &str) -> PathBuf {
+    std::fs::read_dir("/sys/kernel/debug/vgpu")
+        .ok()
+        .and_then(|d| d.flatten().next())
+        .map_or_else(|| PathBuf::from("/nonexistent"), |e| e.path().join(name))
+}
+
+/// The debugfs `vms` line of the mapping at `va`, if any.
+pub fn vm_line(va: u64) -> Option<String> {
+    let key = format!("map va {:#x} ", va);
+    debugfs("vms")
+        .lines()
+        .find(|l| l.trim_start().starts_with(&key))
+        .map(|l| l.trim().to_string())
+}
+
+/// The word after `name` in `line` (`name value` pairs).
+pub fn field(line: &str, name: &str) -> Option<String> {
+    let mut it = line.split_whitespace();
+    while let Some(w) = it.next() {
+        if w == name {
+            return it.next().map(str::to_string);
+        }
+    }
+    None
+}
+
+/// The value of `name` on the first line of a debugfs `contexts` text: the
+/// device's summary (resets, hangs, fence-event counters, wedged).
+pub fn summary_field(contexts: &str, name: &str) -> Option<String> {
+    field(contexts.lines().next().unwrap_or(""), name)
+}
+
+/// Every `name count` line of debugfs `objects`.
+pub fn objects() -> Vec<(String, i64)> {
+    debugfs("objects")
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_string(), v.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// One count of debugfs `objects`; -1 if it is missing.
+pub fn object(name: &str) -> i64 {
+    objects()
+        .into_iter()
+        .find(|(k, _)| k == name)
+        .map_or(-1, |(_, v)| v)
+}

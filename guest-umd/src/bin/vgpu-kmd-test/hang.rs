@@ -1,0 +1,296 @@
+//! Hangs beyond the `submit` section: a hang in flight (engine reset while
+//! a job runs, an innocent job cut off and written again), the watchdog
+//! finding a hang nobody waits on, and the wedged device at the bottom of
+//! the reset ladder.
+
+use std::path::Path;
+
+use vgpu_hwif::packet::Packet;
+use vgpu_umd::uapi::{self, param};
+
+use crate::debugfs::{debugfs, field, summary_field};
+use crate::node::{copy, fence, fill, open, scratch, sem_wait_eq, Cmds, Scratch, MS, PAGE};
+use crate::report::{errname, errno, T};
+
+/// A hang in flight: FILLs of 4 GiB each (one 2 MiB BO bound 2048 times)
+/// keep the copy engine busy past the job timeout; the engine reset
+/// recovers without a device reset. Needs `pt_pool_kib=16384`.
+pub fn test_hang_inflight(t: &mut T, path: &Path) {
+    let n = open(path);
+    let start = n.get_param(param::VA_START).unwrap_or(0);
+    let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
+    let hf = n.gem_create(2 << 20, 0).unwrap_or(0);
+    let base = start + (1 << 32);
+    let mut bound = true;
+    for i in 0..2048u64 {
+        if n.vm_bind(hf, base + i * (2 << 20), 2 << 20, rw).is_err() {
+            bound = false;
+            break;
+        }
+    }
+    t.check("inflight: 4 GiB of aliases bound", bound, || {
+        "bind failed".into()
+    });
+    let cva = start + 0x100_0000;
+    let cmds = Cmds::new(&n, cva, 16).expect("mmap");
+    // `count` times `p` in a 64-byte slot of its own (padded with a NOP).
+    let slotted = |p: Packet, count: usize| [p, Packet::Nop { words: 10 }].repeat(count);
+    // 64 FILLs of 4 GiB.
+    let big = cmds.put(0, &slotted(fill(base, 1 << 32, 0x5a5a_5a5a), 64));
+    let x = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    let y = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    let resets_before = debugfs("contexts");
+    let t0 = std::time::Instant::now();
+    let Some(sx) = t.ok(
+        "inflight: submit 256 GiB of fills",
+        n.submit(x, 0, &[big], &[]),
+    ) else {
+        return;
+    };
+    let r = n.wait(&[fence(x, 0, sx)], true, 60_000 * MS);
+    println!(
+        "info in-flight hang detected and recovered after {:?}",
+        t0.elapsed()
+    );
+    t.check(
+        "inflight: hung job's fence fails",
+        errno(&r) == Some(libc::EIO),
+        || format!("{r:?}"),
+    );
+    let q = n.ctx_query(x).unwrap_or_default();
+    t.check(
+        "inflight: context guilty",
+        q.reset_status == uapi::CTX_RESET_GUILTY && q.hangs == 1,
+        || format!("{q:?}"),
+    );
+    let after = debugfs("contexts");
+    let dev_resets = |s: &str| summary_field(s, "device_resets");
+    t.check(
+        "inflight: engine reset was enough",
+        after.contains("reset engine")
+            && after.contains(" ok in ")
+            && dev_resets(&after) == dev_resets(&resets_before),
+        || after.clone(),
+    );
+    let dump = debugfs("hang_dump");
+    t.check(
+        "inflight: hang dump captured",
+        dump.starts_with("hang ctx") && dump.contains("<- rptr"),
+        || dump.clone(),
+    );
+    // A small FILL on the second page.
+    let small = cmds.put(512, &[fill(base, 64, 1), Packet::Nop { words: 2 }]);
+    let sy = n.submit(y, 0, &[small], &[]).unwrap_or(0);
+    t.ok(
+        "inflight: other context runs",
+        n.wait(&[fence(y, 0, sy)], true, 5_000 * MS),
+    );
+    let sx2 = n.submit(x, 0, &[small], &[]).unwrap_or(0);
+    t.ok(
+        "inflight: guilty context runs again",
+        n.wait(&[fence(x, 0, sx2)], true, 5_000 * MS),
+    );
+
+    // An innocent context's job in flight when the engine is reset for
+    // another context's hung ring (blocked on a semaphore): the innocent
+    // job is cut off, written again by the driver, and completes.
+    let wait_cmd = cmds.put(
+        3 * 512,
+        &[
+            sem_wait_eq(cva + 4 * PAGE, 0xdead),
+            Packet::Nop { words: 2 },
+        ],
+    );
+    let w = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    let z = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    // Size the innocent jobs: one 256 MiB fill timed, then jobs of about
+    // 150 ms (well inside the job timeout) for about 3 s in all.
+    let one = cmds.put(2 * 512, &slotted(fill(base, 256 << 20, 0x77), 1));
+    let t1 = std::time::Instant::now();
+    let s1 = n.submit(w, 0, &[one], &[]).unwrap_or(0);
+    let _ = n.wait(&[fence(w, 0, s1)], true, 10_000 * MS);
+    let per_fill = t1.elapsed().max(std::time::Duration::from_millis(1));
+    let fills = (150 / per_fill.as_millis().max(1)).clamp(1, 64) as usize;
+    let jobs = (3000 / (per_fill.as_millis().max(1) * fills as u128)).clamp(4, 200) as usize;
+    println!("info inflight-innocent: 256 MiB fill {per_fill:?}, {jobs} jobs of {fills} fills");
+    let job = cmds.put(2 * 512, &slotted(fill(base, 256 << 20, 0x77), fills));
+    let mut seqnos = Vec::new();
+    for _ in 0..jobs {
+        match n.submit(w, 0, &[job], &[]) {
+            Ok(s) => seqnos.push(s),
+            Err(e) => {
+                t.check("inflight-innocent: submit", false, || {
+                    errname(e.errno).into()
+                });
+                return;
+            }
+        }
+    }
+    let resets_before = debugfs("contexts");
+    let sz = n.submit(z, 0, &[wait_cmd], &[]).unwrap_or(0);
+    let rz = n.wait(&[fence(z, 0, sz)], true, 30_000 * MS);
+    t.check(
+        "inflight-innocent: hung ring's fence fails",
+        errno(&rz) == Some(libc::EIO),
+        || format!("{rz:?}"),
+    );
+    let last = *seqnos.last().unwrap_or(&0);
+    t.ok(
+        "inflight-innocent: every innocent job completes",
+        n.wait(&[fence(w, 0, last)], true, 60_000 * MS),
+    );
+    let qw = n.ctx_query(w).unwrap_or_default();
+    t.check(
+        "inflight-innocent: in-flight context reported innocent",
+        qw.reset_status == uapi::CTX_RESET_INNOCENT && qw.state == 0,
+        || format!("{qw:?} {}", debugfs("contexts")),
+    );
+    let qz = n.ctx_query(z).unwrap_or_default();
+    t.check(
+        "inflight-innocent: hung context guilty",
+        qz.reset_status == uapi::CTX_RESET_GUILTY,
+        || format!("{qz:?}"),
+    );
+    let after = debugfs("contexts");
+    t.check(
+        "inflight-innocent: engine reset only",
+        dev_resets(&after).is_some() && dev_resets(&after) == dev_resets(&resets_before),
+        || after.clone(),
+    );
+}
+
+/// A hang nobody waits on: the watchdog finds and recovers it without any
+/// ioctl. Watches debugfs `contexts` (reading it runs no hang check).
+pub fn test_watchdog(t: &mut T, path: &Path) {
+    let n = open(path);
+    let Scratch { cmds, dva, .. } = scratch(&n, 0x200_0000, 1);
+    // The data page stays zero: the semaphore is never released.
+    let hang = cmds.program(0, &[sem_wait_eq(dva, 0xdead)]);
+    let c = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    let first = debugfs("contexts");
+    let hangs = |s: &str| summary_field(s, "hangs").and_then(|v| v.parse::<u64>().ok());
+    let wd = |s: &str| {
+        s.lines()
+            .find(|l| l.starts_with("watchdog "))
+            .map(str::to_string)
+            .unwrap_or_default()
+    };
+    t.check(
+        "watchdog: running",
+        field(&wd(&first), "period_ms").is_some(),
+        || first.clone(),
+    );
+    let before = hangs(&first);
+    let t0 = std::time::Instant::now();
+    let Some(seq) = t.ok("watchdog: submit a hang", n.submit(c, 0, &[hang], &[])) else {
+        return;
+    };
+    let mut after = before;
+    while t0.elapsed() < std::time::Duration::from_secs(20) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        after = hangs(&debugfs("contexts"));
+        if after != before {
+            break;
+        }
+    }
+    let detected = t0.elapsed();
+    println!("info watchdog: hang detected {detected:?} after submit, no ioctl in between");
+    t.check(
+        "watchdog: hang detected with nobody waiting",
+        before.is_some() && after == before.map(|h| h + 1),
+        || format!("{before:?} -> {after:?}"),
+    );
+    t.err(
+        "watchdog: the hung job already failed",
+        n.wait(&[fence(c, 0, seq)], true, 0),
+        libc::EIO,
+    );
+    let last = debugfs("contexts");
+    t.check(
+        "watchdog: checks counted",
+        field(&wd(&last), "checks")
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|v| v > 0),
+        || wd(&last),
+    );
+}
+
+/// The bottom of the reset ladder (run with `--inject
+/// hang:engine=copy,packet=COPY,count=1 --inject reset-fail:attempts=2`, and
+/// a uevent helper writing each uevent's environment to /tmp/uevent.<pid>):
+/// the engine reset and the device
+/// reset both fail, the device is wedged, every waiter and submitter gets
+/// EIO, and a WEDGED= uevent goes out on the DRM device nodes.
+pub fn test_wedged(t: &mut T, path: &Path) {
+    let n = open(path);
+    let Scratch { cmds, dva, .. } = scratch(&n, 0x400_0000, 4);
+    let c = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    let d = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    let hang = cmds.program(0, &[copy(dva, dva + 2 * PAGE, PAGE)]);
+    let other = cmds.program(1, &[fill(dva + PAGE, 64, 5)]);
+    let t0 = std::time::Instant::now();
+    let sc = n.submit(c, 0, &[hang], &[]).unwrap_or(0);
+    let sd = n.submit(d, 0, &[other], &[]).unwrap_or(0);
+    let rc = n.wait(&[fence(c, 0, sc)], true, 60_000 * MS);
+    println!("info wedged: hang to wedged {:?}", t0.elapsed());
+    t.check(
+        "wedged: hung job fails with EIO",
+        errno(&rc) == Some(libc::EIO),
+        || format!("{rc:?}"),
+    );
+    let first = debugfs("contexts");
+    t.check(
+        "wedged: debugfs says wedged",
+        summary_field(&first, "wedged").as_deref() == Some("1"),
+        || first.lines().next().unwrap_or("").to_string(),
+    );
+    let rd = n.wait(&[fence(d, 0, sd)], true, 0);
+    t.check(
+        "wedged: the other context's fence reports the loss",
+        rd == Ok(0) || errno(&rd) == Some(libc::EIO),
+        || format!("{rd:?}"),
+    );
+    t.err(
+        "wedged: new submissions fail with EIO",
+        n.submit(d, 0, &[other], &[]),
+        libc::EIO,
+    );
+    t.err(
+        "wedged: new contexts fail with EIO",
+        n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0),
+        libc::EIO,
+    );
+    // The helper runs asynchronously: give it a moment.
+    // One file per uevent: /tmp/uevent.<pid>, the helper's environment.
+    let read_events = || -> Vec<String> {
+        std::fs::read_dir("/tmp")
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("uevent."))
+                    .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut events = Vec::new();
+    for _ in 0..100 {
+        events = read_events();
+        if events.iter().any(|e| e.contains("WEDGED=rebind")) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let ev = events.join("\n");
+    let wedged: Vec<&String> = events
+        .iter()
+        .filter(|e| e.contains("WEDGED=rebind"))
+        .collect();
+    t.check(
+        "wedged: WEDGED=rebind uevent on the DRM nodes",
+        !wedged.is_empty()
+            && wedged
+                .iter()
+                .all(|e| e.contains("ACTION=change") && e.contains("SUBSYSTEM=drm")),
+        || ev.clone(),
+    );
+}

@@ -1,0 +1,83 @@
+//! A VA rebound to another BO after the GPU used it reads the new BO (the
+//! unbind invalidated the TLB).
+
+use std::path::Path;
+
+use vgpu_umd::uapi::{self, param};
+
+use crate::node::{copy, fence, open, Cmds, Map, MS, PAGE};
+use crate::report::T;
+
+/// A VA the GPU has read is unbound and bound to another BO; the next GPU
+/// copy from it must read the new BO on every page (the unbind's TLB
+/// invalidation). A stale translation shows up as a page of the old BO.
+pub fn test_remap(t: &mut T, path: &Path) {
+    const PAGES: u64 = 4;
+    let n = open(path);
+    let start = n.get_param(param::VA_START).unwrap_or(0);
+    let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
+    let Some(ctx) = t.ok(
+        "remap: create copy context",
+        n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1 << uapi::ENGINE_COPY, 0),
+    ) else {
+        return;
+    };
+    let cmds = Cmds::new(&n, start + 0x100_0000, 16).expect("mmap cmds");
+    let size = PAGES * PAGE;
+    let (ha, hb, hd) = (
+        n.gem_create(size, 0).unwrap_or(0),
+        n.gem_create(size, 0).unwrap_or(0),
+        n.gem_create(size, 0).unwrap_or(0),
+    );
+    let (sva, dva) = (start + 0x200_0000, start + 0x300_0000);
+    let a = Map::new(&n, ha, size).expect("mmap a");
+    let b = Map::new(&n, hb, size).expect("mmap b");
+    let d = Map::new(&n, hd, size).expect("mmap dst");
+    for i in 0..(size / 8) as usize {
+        a.write(i, 0xaaaa_0000_0000_0000 | i as u64);
+        b.write(i, 0xbbbb_0000_0000_0000 | i as u64);
+    }
+    let _ = n.vm_bind(hd, dva, size, rw);
+    // Which pages of dst came from `want`'s BO.
+    let pages_from = |tag: u64| -> Vec<u64> {
+        (0..PAGES)
+            .filter(|p| {
+                let i = (p * PAGE / 8) as usize;
+                d.read(i) == tag | i as u64
+            })
+            .collect()
+    };
+    let copy_once = |t: &mut T, slot: usize, what: &str| {
+        let c = cmds.program(slot, &[copy(sva, dva, size)]);
+        if let Some(s) = t.ok(
+            &format!("remap: submit {what}"),
+            n.submit(ctx, 0, &[c], &[]),
+        ) {
+            t.ok(
+                &format!("remap: wait {what}"),
+                n.wait(&[fence(ctx, 0, s)], true, 5_000 * MS),
+            );
+        }
+    };
+    t.ok("remap: bind a", n.vm_bind(ha, sva, size, rw));
+    copy_once(t, 0, "copy from a");
+    let got = pages_from(0xaaaa_0000_0000_0000);
+    t.check(
+        "remap: every page read from a",
+        got.len() == PAGES as usize,
+        || format!("pages from a: {got:?}"),
+    );
+    t.ok("remap: unbind a", n.vm_unbind(sva, size));
+    t.ok("remap: bind b at the same va", n.vm_bind(hb, sva, size, rw));
+    for round in 1..=2 {
+        copy_once(t, round, &format!("copy from b #{round}"));
+        let stale = pages_from(0xaaaa_0000_0000_0000);
+        let fresh = pages_from(0xbbbb_0000_0000_0000);
+        t.check(
+            &format!("remap: copy #{round} read every page from b"),
+            fresh.len() == PAGES as usize,
+            || format!("pages still read from a (stale translation): {stale:?}; from b: {fresh:?}"),
+        );
+    }
+    let _ = n.ctx_destroy(ctx);
+}

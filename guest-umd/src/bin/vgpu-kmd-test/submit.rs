@@ -1,0 +1,567 @@
+//! Contexts, `SUBMIT`, `WAIT`: copies and fills, bad submissions,
+//! cross-context ordering, backpressure, faults (aborted and demand-paged),
+//! hangs and the reset ladder, bans, destroy and close with work in flight.
+
+use std::path::Path;
+
+use vgpu_umd::uapi::{self, param};
+
+use crate::debugfs::{debugfs, debugfs_path, field, summary_field, vm_line};
+use crate::node::{copy, fence, fill, open, sem_wait_eq, Cmds, Map, MS, PAGE};
+use crate::report::{errno, T};
+
+/// Contexts, submission, fences, faults, hangs and resets (needs the device
+/// model; run with a short `job_timeout_ms`).
+pub fn test_submit(t: &mut T, path: &Path) {
+    let n = open(path);
+    let start = n.get_param(param::VA_START).unwrap_or(0);
+    let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
+    let copy_only = 1 << uapi::ENGINE_COPY;
+
+    // Context arguments.
+    for (name, prio, mask, flags) in [
+        ("priority 4", 4, copy_only, 0),
+        ("engine mask 0", 1, 0, 0),
+        ("engine mask 4", 1, 4, 0),
+        ("unknown flag", 1, copy_only, 2),
+    ] {
+        t.err(
+            &format!("ctx: create {name}"),
+            n.ctx_create(prio, mask, flags),
+            libc::EINVAL,
+        );
+    }
+    let Some(a) = t.ok(
+        "ctx: create copy context",
+        n.ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0),
+    ) else {
+        return;
+    };
+    let q = n.ctx_query(a).unwrap_or_default();
+    t.check(
+        "ctx: new context clean",
+        q.reset_status == uapi::CTX_RESET_NONE && q.state == 0,
+        || format!("{q:?}"),
+    );
+    t.err("ctx: query unknown", n.ctx_query(0xbad), libc::ENOENT);
+
+    // Memory: cmd buffers (rx), src, dst, semaphore (rw).
+    let cva = start + 0x100_0000;
+    let cmds = Cmds::new(&n, cva, 16).expect("mmap cmds");
+    let size = 16 * PAGE;
+    let hs = n.gem_create(size, 0).unwrap_or(0);
+    let hd = n.gem_create(size, 0).unwrap_or(0);
+    let hsem = n.gem_create(PAGE, 0).unwrap_or(0);
+    let (sva, dva, semva) = (start + 0x200_0000, start + 0x300_0000, start + 0x400_0000);
+    let _ = n.vm_bind(hs, sva, size, rw);
+    let _ = n.vm_bind(hd, dva, size, rw);
+    let _ = n.vm_bind(hsem, semva, PAGE, rw);
+    let src = Map::new(&n, hs, size).expect("mmap src");
+    let dst = Map::new(&n, hd, size).expect("mmap dst");
+    let sem = Map::new(&n, hsem, PAGE).expect("mmap sem");
+    for i in 0..(size / 8) as usize {
+        src.write(i, 0xc0de_0000_0000_0000 | i as u64);
+    }
+
+    // Copy via SUBMIT and verify.
+    let c = cmds.program(0, &[copy(sva, dva, size)]);
+    let t0 = std::time::Instant::now();
+    if let Some(s1) = t.ok("submit: copy 64 KiB", n.submit(a, 0, &[c], &[])) {
+        t.check("submit: first seqno is 1", s1 == 1, || {
+            format!("seqno {s1}")
+        });
+        t.ok(
+            "wait: copy fence",
+            n.wait(&[fence(a, 0, s1)], true, 5_000 * MS),
+        );
+        let same =
+            (0..(size / 8) as usize).all(|i| dst.read(i) == 0xc0de_0000_0000_0000 | i as u64);
+        t.check("submit: copied data matches", same, || "dst differs".into());
+        println!("info copy 64 KiB submit-to-signal {:?}", t0.elapsed());
+        t.ok(
+            "wait: signalled fence again",
+            n.wait(&[fence(a, 0, s1)], true, 0),
+        );
+    }
+    // FILL.
+    let c = cmds.program(1, &[fill(dva, PAGE, 0xabcd_1234)]);
+    if let Ok(s2) = n.submit(a, 0, &[c], &[]) {
+        t.ok(
+            "wait: fill fence",
+            n.wait(&[fence(a, 0, s2)], true, 5_000 * MS),
+        );
+        t.check(
+            "submit: fill wrote the pattern",
+            dst.read(0) == 0xabcd_1234_abcd_1234,
+            || format!("{:#x}", dst.read(0)),
+        );
+    }
+
+    // Bad submissions.
+    let good = cmds.program(2, &[fill(dva, 64, 1)]);
+    let unmapped = uapi::DrmVgpuCmd {
+        va: start + 0x7000_0000,
+        size: 32,
+    };
+    let not_exec = uapi::DrmVgpuCmd { va: sva, size: 32 };
+    let past_end = uapi::DrmVgpuCmd {
+        va: cva + 16 * PAGE - 16,
+        size: 32,
+    };
+    let odd = uapi::DrmVgpuCmd { va: cva, size: 12 };
+    t.err(
+        "submit: cmd not mapped",
+        n.submit(a, 0, &[unmapped], &[]),
+        libc::EINVAL,
+    );
+    t.err(
+        "submit: cmd not executable",
+        n.submit(a, 0, &[not_exec], &[]),
+        libc::EINVAL,
+    );
+    t.err(
+        "submit: cmd past its mapping",
+        n.submit(a, 0, &[past_end], &[]),
+        libc::EINVAL,
+    );
+    t.err(
+        "submit: cmd size not 8-aligned",
+        n.submit(a, 0, &[odd], &[]),
+        libc::EINVAL,
+    );
+    t.err("submit: zero cmds", n.submit(a, 0, &[], &[]), libc::EINVAL);
+    let many = vec![good; 65];
+    t.err("submit: 65 cmds", n.submit(a, 0, &many, &[]), libc::EINVAL);
+    t.err(
+        "submit: unknown context",
+        n.submit(0xbad, 0, &[good], &[]),
+        libc::ENOENT,
+    );
+    t.err(
+        "submit: engine not selected",
+        n.submit(a, 1, &[good], &[]),
+        libc::EINVAL,
+    );
+    t.err(
+        "submit: engine 7",
+        n.submit(a, 7, &[good], &[]),
+        libc::EINVAL,
+    );
+    t.err(
+        "submit: in-fence never submitted",
+        n.submit(a, 0, &[good], &[fence(a, 0, 1 << 40)]),
+        libc::EINVAL,
+    );
+    t.err(
+        "submit: in-fence seqno 0",
+        n.submit(a, 0, &[good], &[fence(a, 0, 0)]),
+        libc::EINVAL,
+    );
+    let mut raw = uapi::DrmVgpuSubmit {
+        ctx_id: a,
+        cmds: &good as *const _ as u64,
+        num_cmds: 1,
+        flags: 4,
+        ..Default::default()
+    };
+    // SAFETY: SUBMIT only reads through its pointers.
+    let r = unsafe { n.ioctl_raw(&mut raw) };
+    t.err("submit: unknown flag", r, libc::EINVAL);
+    let mut raw = uapi::DrmVgpuSubmit {
+        ctx_id: a,
+        cmds: 8,
+        num_cmds: 1,
+        ..Default::default()
+    };
+    // SAFETY: SUBMIT only reads through its pointers.
+    let r = unsafe { n.ioctl_raw(&mut raw) };
+    t.err("submit: bad cmds pointer", r, libc::EFAULT);
+    t.err("wait: no fences", n.wait(&[], true, 0), libc::EINVAL);
+    t.err(
+        "wait: unknown context",
+        n.wait(&[fence(0xbad, 0, 1)], true, 0),
+        libc::ENOENT,
+    );
+    t.err(
+        "wait: seqno never submitted",
+        n.wait(&[fence(a, 0, 1 << 40)], true, 0),
+        libc::EINVAL,
+    );
+
+    // Cross-context ordering: B's copy waits (input fence) for A's job,
+    // which waits on a semaphore the CPU writes later.
+    let b = n
+        .ctx_create(uapi::CTX_PRIORITY_HIGH, copy_only, 0)
+        .unwrap_or(0);
+    sem.write(0, 0);
+    dst.write(8, 0);
+    let ca = cmds.program(3, &[sem_wait_eq(semva, 1)]);
+    let cb = cmds.program(4, &[fill(dva + 64, 8, 0x7777_7777)]);
+    let sa = n.submit(a, 0, &[ca], &[]).unwrap_or(0);
+    let sb = n.submit(b, 0, &[cb], &[fence(a, 0, sa)]);
+    if let Some(sb) = t.ok("ordering: submit with an input fence", sb) {
+        t.err(
+            "ordering: waiter times out while blocked",
+            n.wait(&[fence(b, 0, sb)], true, 200 * MS),
+            libc::ETIME,
+        );
+        t.check(
+            "ordering: blocked job did not run",
+            dst.read(8) == 0,
+            || format!("{:#x}", dst.read(8)),
+        );
+        sem.write(0, 1);
+        t.ok(
+            "ordering: both complete after the semaphore",
+            n.wait(&[fence(a, 0, sa), fence(b, 0, sb)], true, 5_000 * MS),
+        );
+        t.check(
+            "ordering: dependent job ran",
+            dst.read(8) == 0x7777_7777_7777_7777,
+            || format!("{:#x}", dst.read(8)),
+        );
+    }
+
+    // Backpressure: jobs queued behind a blocked one until EAGAIN.
+    // `queue(job, tries, blk)` submits `job` on A until the KMD refuses one
+    // (at most `tries` times): the jobs queued, the last answer, the last
+    // seqno queued (`blk` if none).
+    let queue = |job: &[uapi::DrmVgpuCmd], tries: usize, blk: u64| {
+        let mut queued = 0;
+        let mut last = Ok(0);
+        let mut seq_last = blk;
+        for _ in 0..tries {
+            last = n.submit(a, 0, job, &[]);
+            match last {
+                Ok(s) => {
+                    queued += 1;
+                    seq_last = s;
+                }
+                Err(_) => break,
+            }
+        }
+        (queued, last, seq_last)
+    };
+    sem.write(0, 0);
+    let blk = n
+        .submit(a, 0, &[cmds.program(5, &[sem_wait_eq(semva, 2)])], &[])
+        .unwrap_or(0);
+    let (queued, last, seq_last) = queue(&[good], 2000, blk);
+    t.check(
+        "backpressure: ring full gives EAGAIN",
+        errno(&last) == Some(libc::EAGAIN) && queued > 0,
+        || format!("{last:?} after {queued}"),
+    );
+    let mut raw = uapi::DrmVgpuSubmit {
+        ctx_id: a,
+        cmds: &good as *const _ as u64,
+        num_cmds: 1,
+        flags: uapi::SUBMIT_BUSY_IS_EBUSY,
+        ..Default::default()
+    };
+    // SAFETY: SUBMIT only reads through its pointers.
+    let r = unsafe { n.ioctl_raw(&mut raw) };
+    t.err("backpressure: EBUSY on request", r, libc::EBUSY);
+    sem.write(0, 2);
+    t.ok(
+        "backpressure: queue drains",
+        n.wait(&[fence(a, 0, seq_last)], true, 10_000 * MS),
+    );
+    println!("info backpressure: {queued} jobs queued");
+    // Ring space: jobs of 64 command buffers fill the ring long before the
+    // pending limit.
+    sem.write(0, 0);
+    let blk = n
+        .submit(a, 0, &[cmds.program(5, &[sem_wait_eq(semva, 4)])], &[])
+        .unwrap_or(0);
+    let (queued, last, seq_last) = queue(&[good; 64], 100, blk);
+    t.check(
+        "backpressure: full ring gives EAGAIN",
+        errno(&last) == Some(libc::EAGAIN) && queued > 0 && queued < 20,
+        || format!("{last:?} after {queued}"),
+    );
+    sem.write(0, 4);
+    t.ok(
+        "backpressure: full ring drains",
+        n.wait(&[fence(a, 0, seq_last)], true, 10_000 * MS),
+    );
+
+    // Wait any: one fence of two.
+    sem.write(0, 0);
+    let s_block = n
+        .submit(a, 0, &[cmds.program(6, &[sem_wait_eq(semva, 3)])], &[])
+        .unwrap_or(0);
+    let s_free = n.submit(b, 0, &[good], &[]).unwrap_or(0);
+    let r = n.wait(
+        &[fence(a, 0, s_block), fence(b, 0, s_free)],
+        false,
+        5_000 * MS,
+    );
+    t.check("wait: any returns the signalled one", r == Ok(1), || {
+        format!("{r:?}")
+    });
+    sem.write(0, 3);
+    let _ = n.wait(&[fence(a, 0, s_block)], true, 5_000 * MS);
+
+    // Non-replayable fault: A errors, B unaffected.
+    let cf = cmds.program(7, &[copy(start + 0x7000_0000, dva, 64)]);
+    if let Ok(sf) = n.submit(a, 0, &[cf], &[]) {
+        t.err(
+            "fault: faulting job's fence fails",
+            n.wait(&[fence(a, 0, sf)], true, 5_000 * MS),
+            libc::EIO,
+        );
+        let q = n.ctx_query(a).unwrap_or_default();
+        t.check(
+            "fault: context errored, guilty, address and access reported",
+            q.state & uapi::CTX_STATE_ERRORED != 0
+                && q.state & uapi::CTX_STATE_FAULTED != 0
+                && q.reset_status == uapi::CTX_RESET_GUILTY
+                && q.fault_va == start + 0x7000_0000
+                && q.fault_access == uapi::ACCESS_READ,
+            || format!("{q:?}"),
+        );
+        t.err(
+            "fault: errored context refuses submits",
+            n.submit(a, 0, &[good], &[]),
+            libc::EIO,
+        );
+        let sb = n.submit(b, 0, &[good], &[]).unwrap_or(0);
+        t.ok(
+            "fault: other context unaffected",
+            n.wait(&[fence(b, 0, sb)], true, 5_000 * MS),
+        );
+        let q = n.ctx_query(b).unwrap_or_default();
+        t.check(
+            "fault: other context clean",
+            q.state == 0 && q.reset_status == uapi::CTX_RESET_NONE,
+            || format!("{q:?}"),
+        );
+    }
+
+    // A dependent job is released when its input fence fails.
+    let x = n
+        .ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0)
+        .unwrap_or(0);
+    let y = n
+        .ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0)
+        .unwrap_or(0);
+    sem.write(0, 0);
+    let xf = [
+        cmds.program(14, &[sem_wait_eq(semva, 6)]),
+        cmds.program(15, &[copy(start + 0x7100_0000, dva, 64)]),
+    ];
+    if let (Ok(sx), Ok(sy)) = (
+        n.submit(x, 0, &xf, &[]),
+        n.submit(y, 0, &[good], &[fence(x, 0, 1)]),
+    ) {
+        sem.write(0, 6);
+        t.err(
+            "deps: failing input fence fails its own waiters",
+            n.wait(&[fence(x, 0, sx)], true, 5_000 * MS),
+            libc::EIO,
+        );
+        t.ok(
+            "deps: dependent job released when its input fence fails",
+            n.wait(&[fence(y, 0, sy)], true, 5_000 * MS),
+        );
+    }
+
+    // Replayable fault on a lazy BO: mapped on demand, job completes.
+    let r = n
+        .ctx_create(
+            uapi::CTX_PRIORITY_NORMAL,
+            copy_only,
+            uapi::CTX_CREATE_REPLAYABLE,
+        )
+        .unwrap_or(0);
+    let hl = n.gem_create(4 * PAGE, uapi::GEM_CREATE_LAZY).unwrap_or(0);
+    let lva = start + 0x500_0000;
+    let _ = n.vm_bind(hl, lva, 4 * PAGE, rw);
+    let cl = cmds.program(8, &[copy(sva, lva + PAGE, PAGE)]);
+    if let Some(sl) = t.ok(
+        "lazy: submit copy into a lazy BO",
+        n.submit(r, 0, &[cl], &[]),
+    ) {
+        t.ok(
+            "lazy: job completes after demand paging",
+            n.wait(&[fence(r, 0, sl)], true, 10_000 * MS),
+        );
+        let q = n.ctx_query(r).unwrap_or_default();
+        t.check(
+            "lazy: fault served, context clean",
+            q.faults >= 1 && q.state == 0,
+            || format!("{q:?}"),
+        );
+        let l = vm_line(lva).unwrap_or_default();
+        t.check(
+            "lazy: one page mapped",
+            field(&l, "walk_4k").as_deref() == Some("1")
+                && field(&l, "check").as_deref() == Some("ok"),
+            || l.clone(),
+        );
+        if let Ok(m) = Map::new(&n, hl, 4 * PAGE) {
+            t.check("lazy: data landed", m.read(512) == src.read(0), || {
+                format!("{:#x}", m.read(512))
+            });
+        }
+    }
+
+    // Hang: a semaphore never written. Timeout, reset, guilty/innocent.
+    let h = n
+        .ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0)
+        .unwrap_or(0);
+    sem.write(1, 0);
+    let hang = cmds.program(9, &[sem_wait_eq(semva + 8, 0xdead)]);
+    let t0 = std::time::Instant::now();
+    // An innocent context with a job still queued (behind a semaphore the
+    // CPU releases after the reset) when the device is reset.
+    let inno = n
+        .ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0)
+        .unwrap_or(0);
+    sem.write(3, 0);
+    dst.write(16, 0);
+    if let Ok(sh) = n.submit(h, 0, &[hang], &[]) {
+        let sb = n.submit(b, 0, &[good], &[]).unwrap_or(0);
+        t.ok(
+            "hang: innocent context's fence signals",
+            n.wait(&[fence(b, 0, sb)], true, 5_000 * MS),
+        );
+        let before = debugfs("contexts");
+        let r = n.wait(&[fence(h, 0, sh)], true, 30_000 * MS);
+        println!("info hang detected and recovered after {:?}", t0.elapsed());
+        // The engine reset names the hung ring, so a ring blocked in
+        // SEM_WAIT is cleared without a device reset.
+        let after = debugfs("contexts");
+        let dev_resets = |s: &str| summary_field(s, "device_resets");
+        t.check(
+            "hang: engine reset clears a ring blocked on a semaphore",
+            dev_resets(&after).is_some() && dev_resets(&after) == dev_resets(&before),
+            || after.clone(),
+        );
+        // A job queued (behind a semaphore the CPU releases later) when the
+        // device is reset: the ladder's device-reset rung, here with no
+        // guilty context, writes it again on the new rings and its context
+        // becomes innocent.
+        let queued = [
+            cmds.program(12, &[sem_wait_eq(semva + 24, 1)]),
+            cmds.program(13, &[fill(dva + 128, 8, 0x1111_2222)]),
+        ];
+        let si = n.submit(inno, 0, &queued, &[]).unwrap_or(0);
+        t.err(
+            "hang: queued job pending",
+            n.wait(&[fence(inno, 0, si)], true, 0),
+            libc::ETIME,
+        );
+        let reset = std::fs::write(debugfs_path("reset_device"), "1");
+        t.check("hang: device reset through debugfs", reset.is_ok(), || {
+            format!("{reset:?}")
+        });
+        sem.write(3, 1);
+        t.ok(
+            "hang: innocent queued job resubmitted and completes",
+            n.wait(&[fence(inno, 0, si)], true, 5_000 * MS),
+        );
+        t.check(
+            "hang: resubmitted job ran",
+            dst.read(16) == 0x1111_2222_1111_2222,
+            || format!("{:#x}", dst.read(16)),
+        );
+        let q = n.ctx_query(inno).unwrap_or_default();
+        t.check(
+            "hang: queued context reported innocent",
+            q.reset_status == uapi::CTX_RESET_INNOCENT && q.state == 0,
+            || format!("{q:?}"),
+        );
+        t.check(
+            "hang: hung job's fence fails with EIO",
+            errno(&r) == Some(libc::EIO),
+            || format!("{r:?}"),
+        );
+        let q = n.ctx_query(h).unwrap_or_default();
+        t.check(
+            "hang: hung context guilty, 1 hang",
+            q.reset_status == uapi::CTX_RESET_GUILTY && q.hangs == 1,
+            || format!("{q:?}"),
+        );
+        let sb = n.submit(b, 0, &[good], &[]).unwrap_or(0);
+        t.ok(
+            "hang: device works after recovery",
+            n.wait(&[fence(b, 0, sb)], true, 5_000 * MS),
+        );
+        let q = n.ctx_query(b).unwrap_or_default();
+        t.check(
+            "hang: other context not guilty",
+            q.reset_status != uapi::CTX_RESET_GUILTY,
+            || format!("{q:?}"),
+        );
+        // Repeated hangs ban.
+        let mut banned = false;
+        for _ in 0..4 {
+            match n.submit(h, 0, &[hang], &[]) {
+                Ok(s) => {
+                    let _ = n.wait(&[fence(h, 0, s)], true, 30_000 * MS);
+                }
+                Err(e) => {
+                    banned = e.errno == libc::EIO;
+                    break;
+                }
+            }
+        }
+        let q = n.ctx_query(h).unwrap_or_default();
+        t.check(
+            "hang: repeated hangs ban the context",
+            banned && q.state & uapi::CTX_STATE_BANNED != 0,
+            || format!("{q:?}"),
+        );
+    }
+
+    // Destroy.
+    t.ok("ctx: destroy", n.ctx_destroy(b));
+    t.err("ctx: destroy twice", n.ctx_destroy(b), libc::ENOENT);
+    t.err(
+        "ctx: submit after destroy",
+        n.submit(b, 0, &[good], &[]),
+        libc::ENOENT,
+    );
+    t.err(
+        "ctx: wait after destroy",
+        n.wait(&[fence(b, 0, 1)], true, 0),
+        libc::ENOENT,
+    );
+    t.err("ctx: query after destroy", n.ctx_query(b), libc::ENOENT);
+    let mut raw = uapi::DrmVgpuCtxDestroy { ctx_id: a, pad: 1 };
+    // SAFETY: CTX_DESTROY carries no user pointers.
+    let r = unsafe { n.ioctl_raw(&mut raw) };
+    t.err("ctx: destroy pad", r, libc::EINVAL);
+    // Destroy with work in flight: blocked job, then destroy (BUSY path).
+    let d = n
+        .ctx_create(uapi::CTX_PRIORITY_LOW, copy_only, 0)
+        .unwrap_or(0);
+    sem.write(2, 0);
+    if let Ok(sd) = n.submit(
+        d,
+        0,
+        &[cmds.program(10, &[sem_wait_eq(semva + 16, 5)])],
+        &[],
+    ) {
+        t.ok("ctx: destroy with work in flight", n.ctx_destroy(d));
+        t.err(
+            "ctx: its fence is gone with it",
+            n.wait(&[fence(d, 0, sd)], true, 0),
+            libc::ENOENT,
+        );
+    }
+    // Unbind a buffer a context uses: the TLB is invalidated.
+    t.ok("vm: unbind with live contexts", n.vm_unbind(dva, size));
+    // File closes with contexts and work in flight.
+    let e = n
+        .ctx_create(uapi::CTX_PRIORITY_LOW, copy_only, 0)
+        .unwrap_or(0);
+    let _ = n.submit(
+        e,
+        0,
+        &[cmds.program(11, &[sem_wait_eq(semva + 24, 9)])],
+        &[],
+    );
+}

@@ -1,0 +1,306 @@
+//! `VM_BIND` / `VM_UNBIND`: a table of bad arguments, the page tables the
+//! KMD builds (walked by debugfs `vms`), lazy BOs, 2 MiB pages.
+
+use std::path::Path;
+
+use vgpu_umd::uapi::{self, param};
+
+use crate::debugfs::{field, object, vm_line};
+use crate::node::{open, PAGE};
+use crate::report::T;
+
+pub fn test_vm(t: &mut T, path: &Path) {
+    let n = open(path);
+    let start = n.get_param(param::VA_START).unwrap_or(0);
+    let end = n.get_param(param::VA_END).unwrap_or(0);
+    let bits = n.get_param(param::VA_BITS).unwrap_or(0);
+    t.check(
+        "vm: user VA range inside the VA width",
+        start >= PAGE && start < end && bits >= 32 && end < (1u64 << bits),
+        || format!("start {start:#x} end {end:#x} bits {bits}"),
+    );
+    let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
+    let h = n.gem_create(16 * PAGE, 0).unwrap_or(0);
+    let va = start + 0x10_0000;
+
+    if t.ok("vm: bind 2 pages rw", n.vm_bind(h, va, 2 * PAGE, rw))
+        .is_some()
+    {
+        let l = vm_line(va).unwrap_or_default();
+        t.check("vm: debugfs shows the mapping", !l.is_empty(), || {
+            "no line".into()
+        });
+        t.check(
+            "vm: page-table walk matches the BO pages",
+            field(&l, "check").as_deref() == Some("ok")
+                && field(&l, "walk_4k").as_deref() == Some("2")
+                && field(&l, "perms").as_deref() == Some("rw-"),
+            || l.clone(),
+        );
+    }
+    // Bad arguments.
+    let bad: &[(&str, u32, u64, u64, u64, u32, i32)] = &[
+        ("overlap same range", h, 0, va, 2 * PAGE, rw, libc::EEXIST),
+        (
+            "overlap first page",
+            h,
+            0,
+            va - PAGE,
+            2 * PAGE,
+            rw,
+            libc::EEXIST,
+        ),
+        (
+            "overlap last page",
+            h,
+            0,
+            va + PAGE,
+            2 * PAGE,
+            rw,
+            libc::EEXIST,
+        ),
+        (
+            "unaligned va",
+            h,
+            0,
+            va + 0x10_0000 + 8,
+            PAGE,
+            rw,
+            libc::EINVAL,
+        ),
+        (
+            "unaligned size",
+            h,
+            0,
+            va + 0x10_0000,
+            PAGE + 1,
+            rw,
+            libc::EINVAL,
+        ),
+        (
+            "unaligned bo offset",
+            h,
+            8,
+            va + 0x10_0000,
+            PAGE,
+            rw,
+            libc::EINVAL,
+        ),
+        ("size 0", h, 0, va + 0x10_0000, 0, rw, libc::EINVAL),
+        (
+            "beyond the bo",
+            h,
+            15 * PAGE,
+            va + 0x10_0000,
+            2 * PAGE,
+            rw,
+            libc::EINVAL,
+        ),
+        (
+            "bo offset overflow",
+            h,
+            u64::MAX - PAGE + 1,
+            va + 0x10_0000,
+            PAGE,
+            rw,
+            libc::EINVAL,
+        ),
+        ("below VA_START", h, 0, 0, PAGE, rw, libc::EINVAL),
+        ("at VA_END", h, 0, end, PAGE, rw, libc::EINVAL),
+        (
+            "crossing VA_END",
+            h,
+            0,
+            end - PAGE,
+            2 * PAGE,
+            rw,
+            libc::EINVAL,
+        ),
+        (
+            "va overflow",
+            h,
+            0,
+            u64::MAX - PAGE + 1,
+            2 * PAGE,
+            rw,
+            libc::EINVAL,
+        ),
+        ("no permission", h, 0, va + 0x10_0000, PAGE, 0, libc::EINVAL),
+        (
+            "unknown flag",
+            h,
+            0,
+            va + 0x10_0000,
+            PAGE,
+            rw | 8,
+            libc::EINVAL,
+        ),
+        (
+            "bad handle",
+            0xbad,
+            0,
+            va + 0x10_0000,
+            PAGE,
+            rw,
+            libc::ENOENT,
+        ),
+    ];
+    for &(name, hh, off, v, s, fl, want) in bad {
+        t.err(
+            &format!("vm: bind {name}"),
+            n.vm_bind_range(hh, off, v, s, fl),
+            want,
+        );
+    }
+    // Unbind needs the exact range.
+    t.err("vm: unbind wrong size", n.vm_unbind(va, PAGE), libc::ENOENT);
+    t.err(
+        "vm: unbind wrong start",
+        n.vm_unbind(va + PAGE, PAGE),
+        libc::ENOENT,
+    );
+    t.err(
+        "vm: unbind nothing",
+        n.vm_unbind(va + 0x100_0000, PAGE),
+        libc::ENOENT,
+    );
+    t.ok("vm: unbind", n.vm_unbind(va, 2 * PAGE));
+    t.check(
+        "vm: mapping gone from debugfs",
+        vm_line(va).is_none(),
+        || "still listed".into(),
+    );
+    t.err("vm: unbind twice", n.vm_unbind(va, 2 * PAGE), libc::ENOENT);
+
+    // Every level of the table: the top of the user range, and a range
+    // crossing a 1 GiB (level-2) and a 512 GiB (level-3, 48-bit only)
+    // boundary; permissions as asked.
+    let top = end - 4 * PAGE;
+    t.ok(
+        "vm: bind at the top of the range",
+        n.vm_bind(h, top, 4 * PAGE, uapi::VM_BIND_READ),
+    );
+    let gb = (start + (1 << 30)) & !((1u64 << 30) - 1);
+    t.ok(
+        "vm: bind across a 1 GiB boundary",
+        n.vm_bind(
+            h,
+            gb - 2 * PAGE,
+            4 * PAGE,
+            uapi::VM_BIND_READ | uapi::VM_BIND_EXEC,
+        ),
+    );
+    for (name, v, perms) in [("top", top, "r--"), ("1 GiB", gb - 2 * PAGE, "r-x")] {
+        let l = vm_line(v).unwrap_or_default();
+        t.check(
+            &format!("vm: walk ok at {name}"),
+            field(&l, "check").as_deref() == Some("ok")
+                && field(&l, "walk_4k").as_deref() == Some("4")
+                && field(&l, "perms").as_deref() == Some(perms),
+            || l.clone(),
+        );
+    }
+    if bits > 39 {
+        let tb = 1u64 << 39;
+        t.ok(
+            "vm: bind across 512 GiB",
+            n.vm_bind(h, tb - 2 * PAGE, 4 * PAGE, rw),
+        );
+        let l = vm_line(tb - 2 * PAGE).unwrap_or_default();
+        t.check(
+            "vm: walk ok across 512 GiB",
+            field(&l, "check").as_deref() == Some("ok")
+                && field(&l, "walk_4k").as_deref() == Some("4"),
+            || l.clone(),
+        );
+    }
+
+    // A mapping keeps its BO after the handle is closed.
+    let h2 = n.gem_create(4 * PAGE, 0).unwrap_or(0);
+    let va2 = start + 0x20_0000;
+    t.ok(
+        "vm: bind second bo",
+        n.vm_bind_range(h2, PAGE, va2, 2 * PAGE, rw),
+    );
+    let bos = object("bos");
+    t.ok("vm: close bound handle", n.gem_close(h2));
+    t.check(
+        "vm: bound bo outlives its handle",
+        object("bos") == bos,
+        || format!("bos {} -> {}", bos, object("bos")),
+    );
+    let l = vm_line(va2).unwrap_or_default();
+    t.check(
+        "vm: mapping intact after handle close",
+        field(&l, "check").as_deref() == Some("ok"),
+        || l.clone(),
+    );
+    t.err(
+        "vm: bind closed handle",
+        n.vm_bind(h2, va2 + 0x10_0000, PAGE, rw),
+        libc::ENOENT,
+    );
+    t.ok("vm: unbind last reference", n.vm_unbind(va2, 2 * PAGE));
+    t.check("vm: bo freed at unbind", object("bos") == bos - 1, || {
+        format!("bos {} -> {}", bos, object("bos"))
+    });
+
+    // Lazy BOs: nothing is mapped until the GPU faults.
+    let hl = n.gem_create(8 * PAGE, uapi::GEM_CREATE_LAZY).unwrap_or(0);
+    let val = start + 0x40_0000;
+    t.ok("vm: bind lazy bo", n.vm_bind(hl, val, 8 * PAGE, rw));
+    let l = vm_line(val).unwrap_or_default();
+    t.check(
+        "vm: lazy mapping has no entries",
+        field(&l, "lazy").as_deref() == Some("1")
+            && field(&l, "walk_4k").as_deref() == Some("0")
+            && field(&l, "check").as_deref() == Some("ok"),
+        || l.clone(),
+    );
+
+    // A larger BO: the guest kernel backs shmem with 2 MiB folios where
+    // the object is large enough, so a 2 MiB-aligned bind of it maps with
+    // 2 MiB GPU pages (when the device offers them); an offset that breaks
+    // the alignment falls back to 4 KiB pages.
+    if let Ok(hb) = n.gem_create(4 << 20, 0) {
+        let huge = n.get_param(param::PAGE_SIZES).unwrap_or(0) & (2 << 20) != 0;
+        let vb = (start + (64 << 20)).next_multiple_of(2 << 20);
+        t.ok(
+            "vm: bind 4 MiB at a 2 MiB boundary",
+            n.vm_bind(hb, vb, 4 << 20, rw),
+        );
+        let l = vm_line(vb).unwrap_or_default();
+        t.check(
+            "vm: 4 MiB walk ok",
+            field(&l, "check").as_deref() == Some("ok"),
+            || l.clone(),
+        );
+        let (p4, p2) = (field(&l, "pages_4k"), field(&l, "pages_2m"));
+        println!(
+            "info 4 MiB bind: pages_4k {} pages_2m {}",
+            p4.as_deref().unwrap_or_default(),
+            p2.as_deref().unwrap_or_default()
+        );
+        let want = if huge { ("0", "2") } else { ("1024", "0") };
+        t.check(
+            "vm: 4 MiB at 2 MiB alignment uses 2 MiB pages",
+            p4.as_deref() == Some(want.0)
+                && p2.as_deref() == Some(want.1)
+                && field(&l, "walk_2m").as_deref() == Some(want.1),
+            || l.clone(),
+        );
+        let vo = start + (72 << 20) + PAGE;
+        t.ok(
+            "vm: bind 2 MiB at a 4 KiB offset",
+            n.vm_bind(hb, vo, 2 << 20, rw),
+        );
+        let l = vm_line(vo).unwrap_or_default();
+        t.check(
+            "vm: unaligned bind uses 4 KiB pages",
+            field(&l, "pages_4k").as_deref() == Some("512")
+                && field(&l, "pages_2m").as_deref() == Some("0")
+                && field(&l, "check").as_deref() == Some("ok"),
+            || l.clone(),
+        );
+    }
+}

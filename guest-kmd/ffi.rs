@@ -21,11 +21,11 @@ use kernel::{
         Arc,
         SetOnce, //
     },
-    ThisModule,
     workqueue::{
         HasWork,
         Work, //
     },
+    ThisModule,
 };
 
 /// `include/linux/sync_file.h`, not in the pinned kernel's bindings:

@@ -32,8 +32,16 @@ use crate::{
         Command,
         StatsReply, //
     },
+    uarray::{
+        self,
+        UCtxStats, //
+    },
 };
-use kernel::{prelude::*, sync::Arc, uaccess::UserSlice, uapi};
+use kernel::{
+    prelude::*,
+    sync::Arc,
+    uapi, //
+};
 
 /// A context as `QUERY_STATS` and debugfs `stats` list it.
 pub(crate) struct CtxSnapshot {

@@ -7,7 +7,15 @@
 //! themselves; each array element type gets a transparent wrapper here that
 //! does, with the layout checked at compile time.
 
-use kernel::{prelude::*, transmute::FromBytes, uaccess::UserSlice, uapi};
+use kernel::{
+    prelude::*,
+    transmute::{
+        AsBytes,
+        FromBytes, //
+    },
+    uaccess::UserSlice,
+    uapi, //
+};
 
 /// `struct drm_vgpu_fence` read from user memory.
 #[repr(transparent)]
@@ -27,7 +35,8 @@ pub(crate) struct UCtxStats(pub(crate) uapi::drm_vgpu_ctx_stats);
 // No padding: every byte belongs to an integer field.
 const _: () = assert!(core::mem::size_of::<uapi::drm_vgpu_fence>() == 4 + 4 + 8);
 const _: () = assert!(core::mem::size_of::<uapi::drm_vgpu_cmd>() == 8 + 8);
-const _: () = assert!(core::mem::size_of::<uapi::drm_vgpu_ctx_stats>() == 8 * 4 + 8 + 2 * 8 + 2 * 8 + 9 * 8);
+const _: () =
+    assert!(core::mem::size_of::<uapi::drm_vgpu_ctx_stats>() == 8 * 4 + 8 + 2 * 8 + 2 * 8 + 9 * 8);
 
 // SAFETY: `drm_vgpu_fence` is `#[repr(C)]` of `u32, u32, u64` with no
 // padding (asserted above): every bit pattern is a valid value, and it has
@@ -70,7 +79,10 @@ pub(crate) fn write<T: AsBytes>(addr: u64, items: &[T]) -> Result {
     if items.is_empty() {
         return Ok(());
     }
-    let len = items.len().checked_mul(core::mem::size_of::<T>()).ok_or(EINVAL)?;
+    let len = items
+        .len()
+        .checked_mul(core::mem::size_of::<T>())
+        .ok_or(EINVAL)?;
     let ptr = UserPtr::from_addr(usize::try_from(addr).map_err(|_| EFAULT)?);
     let mut w = UserSlice::new(ptr, len).writer();
     for item in items {

@@ -4,6 +4,7 @@
 #
 #   tests/e2e.sh            all cases (builds the guest first)
 #   tests/e2e.sh identify   only cases whose name contains "identify"
+#   tests/e2e.sh vm-qemu    the launcher against stand-in QEMUs (no boot, seconds)
 #
 # Prints one line per case and a closing "e2e: N passed, N failed".
 set -uo pipefail
@@ -17,7 +18,7 @@ logdir=$repo/target/e2e
 rm -rf "$logdir" && mkdir -p "$logdir"
 
 "$repo/images/build" all || { echo "e2e: guest build failed"; echo "e2e: 0 passed, 1 failed"; exit 1; }
-cargo build --quiet --release --manifest-path "$repo/Cargo.toml" -p vgpu-device || exit 1
+cargo build --quiet --release --manifest-path "$repo/Cargo.toml" -p vgpu-device -p vgpu-kvm-probe || exit 1
 
 # run_case NAME EXPECTED_STATUS VM_ARGS... -- GUEST_CMD ; then CHECKS on $out
 case_out=""
@@ -46,6 +47,58 @@ result() {
 want() { grep -qE -- "$1" <<<"$case_out"; }
 
 selected() { [ -z "$filter" ] || [[ "$1" == *"$filter"* ]]; }
+
+# --- The launcher against QEMUs that cannot run the VM (stand-in qemu-system-x86_64 scripts first in PATH; no
+#     boot, a second each): a QEMU that fails at start is reported once with its exit status (123, no "guest ended");
+#     a QEMU 7.2 is refused before boot under TCG (127, one line: version, reason, fix) and started under KVM.
+stub_qemu() {  # stub_qemu DIR VERSION: a qemu-system-x86_64 that reports VERSION, logs its arguments, fails at start
+    mkdir -p "$1"
+    cat > "$1/qemu-system-x86_64" <<STUB
+#!/bin/sh
+if [ "\$1" = --version ]; then echo "QEMU emulator version $2 (stand-in)"; exit 0; fi
+echo "\$*" >> "$1/started"
+echo "qemu-system-x86_64: -device vhost-user-gpu-pci,chardev=vgpu,edid=off: vhost initialization failed: requires kvm" >&2
+exit 1
+STUB
+    chmod +x "$1/qemu-system-x86_64"
+}
+stub_run() {  # stub_run NAME STUB_DIR VM_ARGS...: run_vm with the stand-in first in PATH
+    local name=$1 dir=$2; shift 2
+    PATH="$dir:$PATH" run_vm "$name" "$@"
+    case_err=$(cat "$logdir/$name.stderr")
+}
+name=vm-qemu-fails-at-start
+if selected "$name"; then
+    stub_qemu "$logdir/stub-fails" 10.0.2
+    stub_run "$name" "$logdir/stub-fails" --accel tcg run true
+    errs=$(grep -c 'vhost initialization failed: requires kvm' <<<"$case_err")
+    if [ $case_rc -ne 123 ]; then result "$name" 0 "exit status $case_rc, expected 123"
+    elif [ ! -f "$logdir/stub-fails/started" ]; then result "$name" 0 "the stand-in QEMU was not started"
+    elif [ "$errs" != 1 ]; then result "$name" 0 "QEMU's error printed $errs times, expected once"
+    elif ! grep -qx 'vm: QEMU failed to start (exit status 1)' <<<"$case_err"; then result "$name" 0 "no 'QEMU failed to start (exit status 1)'"
+    elif grep -q 'guest ended' <<<"$case_err"; then result "$name" 0 "says the guest ended"
+    else result "$name" 1; fi
+fi
+name=vm-qemu-7.2-tcg-refused
+if selected "$name"; then
+    stub_qemu "$logdir/stub-72-tcg" 7.2.22
+    stub_run "$name" "$logdir/stub-72-tcg" --accel tcg run true
+    if [ $case_rc -ne 127 ]; then result "$name" 0 "exit status $case_rc, expected 127"
+    elif [ -f "$logdir/stub-72-tcg/started" ]; then result "$name" 0 "QEMU 7.2 was started under TCG"
+    elif [ "$(wc -l <<<"$case_err")" != 1 ]; then result "$name" 0 "more than one line on stderr"
+    elif ! grep -qE "^vm: QEMU 7\.2\.22 cannot run vgpu under TCG: QEMU before 8\.0 refuses vhost-user devices without KVM .*run scripts/setup-host" <<<"$case_err"; then
+        result "$name" 0 "the refusal does not name the version, the reason and the fix"
+    else result "$name" 1; fi
+fi
+name=vm-qemu-7.2-kvm-allowed
+if selected "$name"; then
+    stub_qemu "$logdir/stub-72-kvm" 7.2.22
+    stub_run "$name" "$logdir/stub-72-kvm" --accel kvm run true
+    if ! grep -q -- '-accel kvm' "$logdir/stub-72-kvm/started" 2>/dev/null; then result "$name" 0 "QEMU 7.2 was not started under KVM"
+    elif grep -q 'cannot run vgpu' <<<"$case_err"; then result "$name" 0 "refused under KVM"
+    elif [ $case_rc -ne 123 ]; then result "$name" 0 "exit status $case_rc, expected 123 (the stand-in fails)"
+    else result "$name" 1; fi
+fi
 
 # --- IDENTIFY data comes from the device process: --gen changes it.
 for g in 1 2; do

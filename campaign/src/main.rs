@@ -107,7 +107,7 @@ enum Cmd {
 
 fn summary_lines(r: &Results) {
     eprintln!(
-        "{:<18} {:>4} {:>8} {:>8} {:>9} {:>6} {:>6} {:>7} {:>10} {:>10}",
+        "{:<18} {:>4} {:>8} {:>8} {:>9} {:>6} {:>6} {:>7} {:>4} {:>10} {:>10}",
         "class",
         "runs",
         "injected",
@@ -116,13 +116,14 @@ fn summary_lines(r: &Results) {
         "silent",
         "panics",
         "crashes",
+        "env",
         "rec.med ms",
         "rec.max ms"
     );
     let f = |v: Option<f64>| v.map_or("-".to_owned(), |x| format!("{x:.0}"));
     for (class, s) in r.summary() {
         eprintln!(
-            "{:<18} {:>4} {:>8} {:>8} {:>9} {:>6} {:>6} {:>7} {:>10} {:>10}",
+            "{:<18} {:>4} {:>8} {:>8} {:>9} {:>6} {:>6} {:>7} {:>4} {:>10} {:>10}",
             class,
             s.runs,
             s.injected,
@@ -131,6 +132,7 @@ fn summary_lines(r: &Results) {
             s.silent,
             s.panics,
             s.crashes,
+            s.environment,
             f(s.recover_median_ms),
             f(s.recover_max_ms)
         );

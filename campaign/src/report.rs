@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::run::RunResult;
-use crate::spec::OUTCOMES;
+use crate::spec::{ENVIRONMENT, OUTCOMES};
 
 /// Why results could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +53,9 @@ pub struct ClassSummary {
     pub panics: u64,
     /// Device crashes.
     pub crashes: u64,
+    /// Runs the host could not carry out (QEMU failed, setup failure).
+    #[serde(default)]
+    pub environment: u64,
     /// Runs that met their expectations.
     pub passed: u64,
     /// Median recovery latency (ms).
@@ -95,6 +98,7 @@ impl Results {
                 "silent" => s.silent += 1,
                 "guest-panic" => s.panics += 1,
                 "device-crash" => s.crashes += 1,
+                ENVIRONMENT => s.environment += 1,
                 _ => {}
             }
             if r.passed {
@@ -248,32 +252,32 @@ impl Results {
             if self.shards.is_empty() { "whole campaign".to_owned() } else { esc(&self.shards.join(", ")) }
         );
         h += "<h2>Per fault class</h2><table><tr><th>class</th><th>runs</th><th>injected</th><th>detected</th>\
-              <th>recovered</th><th>silent</th><th>guest panics</th><th>device crashes</th><th>passed</th>\
+              <th>recovered</th><th>silent</th><th>guest panics</th><th>device crashes</th><th>environment</th><th>passed</th>\
               <th>detect median ms</th><th>recover median ms</th><th>recover max ms</th></tr>";
         let opt = |v: Option<f64>| v.map_or("–".to_owned(), |x| format!("{x:.0}"));
         for (class, s) in &sum {
             let cls = if s.passed == s.runs { "pass" } else { "fail" };
             let _ = write!(
                 h,
-                "<tr class=\"{cls}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(class), s.runs, s.injected, s.detected, s.recovered, s.silent, s.panics, s.crashes, s.passed,
+                "<tr class=\"{cls}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(class), s.runs, s.injected, s.detected, s.recovered, s.silent, s.panics, s.crashes, s.environment, s.passed,
                 opt(s.detect_median_ms), opt(s.recover_median_ms), opt(s.recover_max_ms)
             );
         }
         h += "</table>";
         h += &self.chart();
         h += "<h2>Outcomes</h2><table><tr><th>class</th>";
-        for o in OUTCOMES {
+        for o in OUTCOMES.iter().chain([&ENVIRONMENT]) {
             let _ = write!(h, "<th>{o}</th>");
         }
         h += "</tr>";
         for class in sum.keys() {
             let _ = write!(h, "<tr><td>{}</td>", esc(class));
-            for o in OUTCOMES {
+            for o in OUTCOMES.iter().chain([&ENVIRONMENT]) {
                 let n = self
                     .runs
                     .iter()
-                    .filter(|r| &r.class == class && r.outcome == o)
+                    .filter(|r| &r.class == class && r.outcome == *o)
                     .count();
                 let _ = write!(h, "<td>{n}</td>");
             }
@@ -430,24 +434,28 @@ mod tests {
             runs: vec![
                 run(1, "hang", "detected-recovered", Some(2000.0), true),
                 run(3, "fence-event-drop", "silent", None, false),
+                run(4, "fence-event-drop", ENVIRONMENT, None, false),
             ],
             ..a.clone()
         };
         let m = Results::merge(vec![("a".into(), a), ("b".into(), b)]).unwrap();
         assert_eq!(
             m.runs.iter().map(|r| r.id.index).collect::<Vec<_>>(),
-            vec![0, 1, 2, 3]
+            vec![0, 1, 2, 3, 4]
         );
         let s = m.summary();
         assert_eq!(s["hang"].recover_median_ms, Some(2000.0));
         assert_eq!(s["hang"].recover_max_ms, Some(3000.0));
         assert_eq!(s["fence-event-drop"].silent, 1);
-        assert_eq!(m.counts(), (3, 1));
+        assert_eq!(s["fence-event-drop"].environment, 1);
+        assert_eq!(s["hang"].environment, 0);
+        assert_eq!(m.counts(), (3, 2));
         let j = m.junit();
-        assert!(j.contains("tests=\"4\" failures=\"1\""));
+        assert!(j.contains("tests=\"5\" failures=\"2\""));
         assert!(j.contains("<failure"));
         let h = m.html();
         assert!(h.contains("<svg") && h.contains("fence-event-drop"));
+        assert!(h.contains("<th>environment</th>"));
         let other = Results {
             campaign: "d".into(),
             ..m.clone()

@@ -25,7 +25,10 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use crate::run::{fault_specs, guest_script, parse_guest, Evidence, RunError, RunResult, Runner};
+use crate::run::{
+    fault_specs, guest_script, parse_guest, Evidence, RunError, RunResult, Runner,
+    ENVIRONMENT_STATUSES,
+};
 use crate::spec::{Campaign, RunId};
 
 /// Printed by the guest when it is ready for the first command.
@@ -333,7 +336,13 @@ impl<'a> ReuseRunner<'a> {
                 }
                 Err(e) => {
                     eprint!("(boot {} failed: {}) ", self.boots, e.0);
+                    // The host cannot run a VM: another try would fail the
+                    // same way.
+                    let env = ENVIRONMENT_STATUSES.contains(&e.1);
                     last = e;
+                    if env {
+                        break;
+                    }
                 }
             }
         }
@@ -366,8 +375,11 @@ impl<'a> ReuseRunner<'a> {
         let mut prepared = Err(String::new());
         for _ in 0..2 {
             if let Err((why, status)) = self.ensure_vm(c, &kmd, first) {
+                let env = ENVIRONMENT_STATUSES.contains(&status);
                 let ev = Evidence {
-                    vm_status: if status >= 128 { status } else { 125 },
+                    vm_status: if status >= 128 || env { status } else { 125 },
+                    vm_log: std::fs::read_to_string(self.vm_dir(self.boots).join("vm.log"))
+                        .unwrap_or_default(),
                     guest: String::new(),
                     device_log: String::new(),
                     duration_s: t0.elapsed().as_secs_f64(),
@@ -451,6 +463,7 @@ impl<'a> ReuseRunner<'a> {
         write("device.log", &device_log)?;
         let ev = Evidence {
             vm_status,
+            vm_log: String::new(),
             guest: out.output.clone(),
             device_log,
             duration_s: t_run.elapsed().as_secs_f64(),

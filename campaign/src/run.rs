@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{Campaign, RunId, Scenario};
+use crate::spec::{Campaign, RunId, Scenario, ENVIRONMENT};
 
 /// Why a run could not be carried out (as opposed to a fault outcome).
 #[derive(Debug, thiserror::Error)]
@@ -71,12 +71,21 @@ fn fresh() -> String {
     "fresh".to_owned()
 }
 
+/// `scripts/vm` exit statuses that say the host could not run the VM: 123
+/// QEMU failed (it refused its command line or the device, or exited with
+/// an error of its own), 127 setup failure (nothing built, no QEMU, a QEMU
+/// too old for TCG).
+pub const ENVIRONMENT_STATUSES: [i32; 2] = [123, 127];
+
 /// What a run left behind, however its VM was run.
 #[derive(Debug, Clone, Default)]
 pub struct Evidence {
     /// `scripts/vm`'s exit status (fresh) or its equivalent (reuse: the
-    /// command's status, 124 timeout, 125 guest died, ≥ 128 device died).
+    /// command's status, 124 timeout, 125 guest died, ≥ 128 device died,
+    /// 123/127 from a VM that never booted).
     pub vm_status: i32,
+    /// What `scripts/vm` printed on stderr (its own and QEMU's messages).
+    pub vm_log: String,
     /// The guest's output of the run.
     pub guest: String,
     /// The device's log during the run.
@@ -219,6 +228,33 @@ pub fn guest_script(s: &Scenario, health: &str) -> String {
     sh
 }
 
+/// Why the host could not run the VM: `scripts/vm`'s status and the lines
+/// of its log that say why (its own `vm:` failure lines and QEMU's errors).
+pub fn environment_reason(vm_status: i32, vm_log: &str) -> String {
+    let why: Vec<&str> = vm_log
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            l.starts_with("qemu-system-x86_64: ")
+                || (l.starts_with("vm: ") && !l.starts_with("vm: KVM not used"))
+        })
+        .filter(|l| !l.starts_with("vm: qemu-system-x86_64 ")) // the command line
+        .collect();
+    let what = if vm_status == 123 {
+        "QEMU failed"
+    } else {
+        "setup failure"
+    };
+    if why.is_empty() {
+        format!("the host could not run the VM: {what} (scripts/vm status {vm_status})")
+    } else {
+        format!(
+            "the host could not run the VM: {what} (scripts/vm status {vm_status}): {}",
+            why.join(" / ")
+        )
+    }
+}
+
 fn ms(from: u64, to: u64) -> f64 {
     to.saturating_sub(from) as f64 / 1e6
 }
@@ -228,6 +264,7 @@ fn ms(from: u64, to: u64) -> f64 {
 pub fn classify(
     s: &Scenario,
     vm_status: i32,
+    vm_log: &str,
     g: &GuestOutput,
     d: &DeviceLog,
 ) -> (String, Vec<String>, Option<f64>, Option<f64>, Vec<String>) {
@@ -273,6 +310,9 @@ pub fn classify(
     }
     let outcome = if vm_status >= 128 || d.panicked {
         "device-crash"
+    } else if ENVIRONMENT_STATUSES.contains(&vm_status) {
+        notes.push(environment_reason(vm_status, vm_log));
+        ENVIRONMENT
     } else if vm_status == 125 {
         "guest-panic"
     } else if first.is_none() {
@@ -409,6 +449,7 @@ impl Runner {
         write("vm.log", &out.stderr)?;
         let ev = Evidence {
             vm_status: out.status.code().unwrap_or(128 + 9),
+            vm_log: String::from_utf8_lossy(&out.stderr).into_owned(),
             guest: String::from_utf8_lossy(&out.stdout).into_owned(),
             device_log: std::fs::read_to_string(dir.join("device.log")).unwrap_or_default(),
             duration_s,
@@ -422,7 +463,8 @@ impl Runner {
         let vm_status = ev.vm_status;
         let g = parse_guest(&ev.guest);
         let d = parse_device_log(&ev.device_log);
-        let (outcome, detected_by, detect_ms, recover_ms, notes) = classify(s, vm_status, &g, &d);
+        let (outcome, detected_by, detect_ms, recover_ms, notes) =
+            classify(s, vm_status, &ev.vm_log, &g, &d);
         let class = s.class.clone().unwrap_or_else(|| {
             s.fault
                 .as_deref()
@@ -523,7 +565,7 @@ mod tests {
         );
         let d = parse_device_log(DEVICE);
         assert_eq!(d.injections, vec![1_000_000_000]);
-        let (o, by, det, rec, _) = classify(&s, 0, &g, &d);
+        let (o, by, det, rec, _) = classify(&s, 0, "", &g, &d);
         assert_eq!(o, "detected-recovered");
         assert!(by.contains(&"device-saw-engine_reset".to_owned()));
         assert!(by.contains(&"kmd-hang-check".to_owned()));
@@ -535,17 +577,86 @@ mod tests {
         let s = scenario(Some("fence-event-drop"), false);
         let ok = parse_guest("campaign-workload=0\ncampaign-health=0\n");
         let inj = parse_device_log(DEVICE.lines().next().unwrap());
-        assert_eq!(classify(&s, 0, &ok, &inj).0, "silent");
-        assert_eq!(classify(&s, 125, &ok, &inj).0, "guest-panic");
-        assert_eq!(classify(&s, 134, &ok, &inj).0, "device-crash");
+        assert_eq!(classify(&s, 0, "", &ok, &inj).0, "silent");
+        assert_eq!(classify(&s, 125, "", &ok, &inj).0, "guest-panic");
+        assert_eq!(classify(&s, 134, "", &ok, &inj).0, "device-crash");
         assert_eq!(
-            classify(&s, 0, &ok, &DeviceLog::default()).0,
+            classify(&s, 0, "", &ok, &DeviceLog::default()).0,
             "not-injected"
         );
         let bad = parse_guest(
             "campaign-workload=1\ncampaign-health=1\ndmesg: vgpu: device wedged: recovery failed\n",
         );
-        assert_eq!(classify(&s, 0, &bad, &inj).0, "detected-not-recovered");
+        assert_eq!(classify(&s, 0, "", &bad, &inj).0, "detected-not-recovered");
+    }
+
+    #[test]
+    fn a_vm_the_host_could_not_run_is_an_environment_failure() {
+        let s = scenario(Some("hang"), false);
+        let nothing = GuestOutput::default();
+        // QEMU refused the device at start: scripts/vm exits 123.
+        let log = "\
+vm: KVM not used: KVM emulation failure at XSAVE in the probe guest
+vm: qemu-system-x86_64 -machine q35,memory-backend=mem -device vhost-user-gpu-pci,chardev=vgpu,edid=off
+qemu-system-x86_64: -device vhost-user-gpu-pci,chardev=vgpu,edid=off: vhost initialization failed: requires kvm
+vm: QEMU failed to start (exit status 1)
+";
+        let (o, by, _, _, notes) = classify(&s, 123, log, &nothing, &DeviceLog::default());
+        assert_eq!(o, ENVIRONMENT);
+        assert!(by.is_empty());
+        assert_eq!(
+            notes,
+            vec![
+                "the host could not run the VM: QEMU failed (scripts/vm status 123): \
+                 qemu-system-x86_64: -device vhost-user-gpu-pci,chardev=vgpu,edid=off: \
+                 vhost initialization failed: requires kvm / vm: QEMU failed to start (exit status 1)"
+                    .to_owned()
+            ]
+        );
+        // A QEMU too old for TCG is refused before boot: 127.
+        let log = "vm: QEMU 7.2.22 cannot run vgpu under TCG: ... run scripts/setup-host ...\n";
+        let (o, _, _, _, notes) = classify(&s, 127, log, &nothing, &DeviceLog::default());
+        assert_eq!(o, ENVIRONMENT);
+        assert!(notes[0].starts_with(
+            "the host could not run the VM: setup failure (scripts/vm status 127): vm: QEMU 7.2.22"
+        ));
+        // Neither is a guest panic, a device crash or "not injected"; a
+        // device that panicked is still a device crash.
+        let panicked = parse_device_log("thread 'main' panicked at src/x.rs:1:1");
+        assert_eq!(
+            classify(&s, 123, log, &nothing, &panicked).0,
+            "device-crash"
+        );
+        assert_eq!(
+            classify(&s, 125, "", &nothing, &DeviceLog::default()).0,
+            "guest-panic"
+        );
+        // Never expected: the run fails.
+        let runner = Runner {
+            repo: ".".into(),
+            log_dir: ".".into(),
+            build: false,
+            campaign_path: "c.toml".into(),
+            seed: None,
+        };
+        let id = RunId {
+            index: 0,
+            scenario: "s".into(),
+            rep: 0,
+            seed: 1,
+        };
+        let ev = Evidence {
+            vm_status: 123,
+            vm_log: "qemu-system-x86_64: boom\n".into(),
+            ..Evidence::default()
+        };
+        let r = runner.result(&s, &id, &ev, "fresh");
+        assert_eq!(r.outcome, ENVIRONMENT);
+        assert!(!r.passed);
+        assert!(r
+            .reasons
+            .iter()
+            .any(|x| x.ends_with("status 123): qemu-system-x86_64: boom")));
     }
 
     #[test]

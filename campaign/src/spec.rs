@@ -16,7 +16,7 @@ pub enum SpecError {
     Invalid(String, String),
 }
 
-/// Outcome classes of one run.
+/// Outcome classes of one run (what a scenario may `expect`).
 pub const OUTCOMES: [&str; 6] = [
     "detected-recovered",
     "detected-not-recovered",
@@ -25,6 +25,11 @@ pub const OUTCOMES: [&str; 6] = [
     "device-crash",
     "not-injected",
 ];
+
+/// The outcome of a run the host could not carry out (QEMU failed, nothing
+/// built, a QEMU too old for the accelerator): neither a guest nor a device
+/// outcome, and never expected, so such a run always fails.
+pub const ENVIRONMENT: &str = "environment";
 
 /// Campaign-wide settings (`[campaign]`).
 #[derive(Debug, Clone, Deserialize, Serialize)]

@@ -7,15 +7,28 @@
 //!   fingerprint.
 //! * `status`: device state, negotiated features, queues, interrupts, and
 //!   the command and event counters.
+//! * `vms`, `objects`: every file's address space (checked by walking its
+//!   tables), object counts for leak checks.
+//! * `contexts`: every context, its rings and fences, the watchdog's
+//!   counters, the fault and reset logs; `hang_dump`: the last hang;
+//!   `stats`: the `QUERY_STATS` summary.
+//! * `hangcheck` (write `1`): run the hang check; `reset_device` (write
+//!   `1`): the reset ladder's device reset.
+//!
+//! It reads every block and is read by none.
 
 use crate::{
+    device::Vgpu,
     layout,
+    mmu::{
+        Access,
+        FaultReason, //
+    },
     proto::{
         QUEUE_CONTROL,
         QUEUE_EVENT, //
     },
-    virtio::StatusBits,
-    Vgpu,
+    transport::virtio::StatusBits,
 };
 use core::fmt;
 use kernel::{
@@ -74,17 +87,21 @@ pub(crate) fn create(
     let Some(root) = root.as_ref() else {
         return Ok(None);
     };
-    let scope = root.scope(Ok::<_, Error>(vgpu.clone()), pdev.as_ref().name(), |v, dir| {
-        dir.read_callback_file(c"layout", v, &show_layout);
-        dir.read_callback_file(c"status", v, &show_status);
-        dir.read_callback_file(c"vms", v, &show_vms);
-        dir.read_callback_file(c"objects", v, &show_objects);
-        dir.read_callback_file(c"contexts", v, &show_contexts);
-        dir.write_only_callback_file(c"hangcheck", v, &write_hangcheck);
-        dir.write_only_callback_file(c"reset_device", v, &write_reset_device);
-        dir.read_callback_file(c"hang_dump", v, &show_hang_dump);
-        dir.read_callback_file(c"stats", v, &show_stats);
-    });
+    let scope = root.scope(
+        Ok::<_, Error>(vgpu.clone()),
+        pdev.as_ref().name(),
+        |v, dir| {
+            dir.read_callback_file(c"layout", v, &show_layout);
+            dir.read_callback_file(c"status", v, &show_status);
+            dir.read_callback_file(c"vms", v, &show_vms);
+            dir.read_callback_file(c"objects", v, &show_objects);
+            dir.read_callback_file(c"contexts", v, &show_contexts);
+            dir.write_only_callback_file(c"hangcheck", v, &write_hangcheck);
+            dir.write_only_callback_file(c"reset_device", v, &write_reset_device);
+            dir.read_callback_file(c"hang_dump", v, &show_hang_dump);
+            dir.read_callback_file(c"stats", v, &show_stats);
+        },
+    );
     Ok(Some(KBox::pin_init(scope, GFP_KERNEL)?))
 }
 
@@ -108,7 +125,7 @@ fn show_objects(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         tables += vm.table_count();
     }
     writeln!(f, "clients {}", clients.len())?;
-    writeln!(f, "contexts {}", v.context_count())?;
+    writeln!(f, "contexts {}", v.gpu.context_count())?;
     writeln!(f, "bos {}", crate::gem::live_objects())?;
     writeln!(f, "mappings {}", maps)?;
     writeln!(f, "vm_tables {}", tables)?;
@@ -122,23 +139,101 @@ fn show_objects(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 
 /// Contexts, rings, fences, and the fault and reset logs.
 fn show_contexts(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    v.show_gpu(f)
+    let Ok(mem) = v.gpu.slots() else {
+        return Ok(());
+    };
+    // Before the state lock: stopping the watchdog waits for a hang check,
+    // which takes the state lock.
+    let watchdog = v.watchdog_counts();
+    let g = v.gpu.state.lock();
+    let k = &g.counters;
+    writeln!(
+        f,
+        "wedged {} fences_signalled {} faults {} hangs {} engine_resets {} device_resets {} missed_fence_events {} early_fence_events {} duplicate_fence_events {} skipped_fence_events {} doorbells_rung_again {}",
+        u8::from(g.wedged),
+        k.fences_signalled,
+        k.faults,
+        k.hangs,
+        k.engine_resets,
+        k.device_resets,
+        k.missed_fence_events,
+        k.early_fence_events,
+        k.duplicate_fence_events,
+        k.skipped_fence_events,
+        k.doorbells_rung_again
+    )?;
+    if let Some((ticks, checks, period)) = watchdog {
+        writeln!(
+            f,
+            "watchdog period_ms {} ticks {} checks {}",
+            period, ticks, checks
+        )?;
+    }
+    for (i, s) in g.slots.iter().enumerate() {
+        let Some(c) = s else { continue };
+        writeln!(
+            f,
+            "ctx {} client {} handle {} prio {} flags {:#x} root {:#x} errored {} banned {} reset {} hangs {} faults {} fault_va {:#x} fault_access {}",
+            i, c.client.id, c.handle, c.priority, c.flags, c.pt_root, u8::from(c.errored), u8::from(c.banned),
+            c.reset_status, c.hangs, c.faults, c.fault_va, c.fault_access
+        )?;
+        for (e, r) in c.rings.iter().enumerate() {
+            if !r.present {
+                continue;
+            }
+            let st = mem.status(i as u32, e);
+            writeln!(
+                f,
+                "  ring {} wptr {:#x} rptr {:#x} state {} error {} last_fence {} fence_slot {} completed {} next_seqno {} pending {}",
+                e, r.wptr, st.rptr, st.state, st.error, st.last_fence, mem.fence_value(i as u32, e),
+                r.completed, r.next_seqno, r.jobs.len()
+            )?;
+        }
+    }
+    for l in g.faults_log.iter() {
+        writeln!(
+            f,
+            "fault ctx {} engine {} va {:#x} access {} reason {} {}",
+            l.hw,
+            l.engine,
+            l.va,
+            Access::from_u8(l.access).map_or("?", |a| a.name()),
+            FaultReason::from_u8(l.reason).map_or("?", |r| r.name()),
+            if l.served { "served" } else { "aborted" }
+        )?;
+    }
+    for l in g.resets_log.iter() {
+        writeln!(
+            f,
+            "reset {} ctx {} engine {:#x} {} in {} ms",
+            l.kind,
+            l.hw,
+            l.engine,
+            if l.ok { "ok" } else { "failed" },
+            l.ms
+        )?;
+    }
+    Ok(())
 }
 
 /// The last hang: ring pointers, fences, ring contents around the read
 /// pointer, context and device state.
 fn show_hang_dump(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    v.show_hang(f)
+    let g = v.gpu.state.lock();
+    match g.last_hang.as_ref() {
+        Some(d) => d.show(f),
+        None => writeln!(f, "no hang"),
+    }
 }
 
 /// The `QUERY_STATS` summary: memory, counters, every context.
 fn show_stats(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    v.show_stats(f)
+    crate::stats::show(v, f)
 }
 
 /// Any write runs a hang check now.
 fn write_hangcheck(v: &Arc<Vgpu>, _r: &mut kernel::uaccess::UserSliceReader) -> Result {
-    v.hang_check();
+    v.gpu.hang_check();
     Ok(())
 }
 
@@ -153,7 +248,7 @@ fn write_reset_device(v: &Arc<Vgpu>, r: &mut kernel::uaccess::UserSliceReader) -
     if n == 0 || buf[0] != b'1' {
         return Err(EINVAL);
     }
-    v.reset_device_now()
+    v.gpu.reset_device_now()
 }
 
 fn show_layout(_vgpu: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -164,17 +259,17 @@ fn show_status(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(
         f,
         "device: {:04x}:{:04x} rev {:#04x}",
-        v.pdev.vendor_id().as_raw(),
-        v.pdev.device_id(),
-        v.pdev.revision_id()
+        v.hw.pdev().vendor_id().as_raw(),
+        v.hw.pdev().device_id(),
+        v.hw.pdev().revision_id()
     )?;
-    writeln!(f, "state: {}", v.state_name())?;
-    match v.transport.status() {
+    writeln!(f, "state: {}", v.hw.link.state_name())?;
+    match v.hw.link.transport.status() {
         Ok(s) => writeln!(f, "device_status: {}", StatusBits(s))?,
         Err(e) => writeln!(f, "device_status: unreadable (error {})", e.to_errno())?,
     }
 
-    let caps = v.transport.caps();
+    let caps = v.hw.link.transport.caps();
     writeln!(
         f,
         "regions: common BAR{}+{:#x}/{:#x}, notify BAR{}+{:#x}/{:#x} (multiplier {}), isr BAR{}+{:#x}",
@@ -193,7 +288,7 @@ fn show_status(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         None => writeln!(f, "device_cfg: none")?,
     }
 
-    if let Some(s) = v.setup.as_ref() {
+    if let Some(s) = v.hw.setup.as_ref() {
         writeln!(f, "features_offered: {:#018x}", s.device_features)?;
         writeln!(f, "features_negotiated: {:#018x}", s.driver_features)?;
         writeln!(f, "interrupts: {}", s.irq.name())?;
@@ -208,16 +303,16 @@ fn show_status(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             QUEUE_EVENT, s.event_size, s.max_sizes[1]
         )?;
     }
-    let irqs = v.irq_counts();
+    let irqs = v.hw.link.irq_counts();
     writeln!(
         f,
         "irq_count: line0 {} line1 {} (config checks {})",
         irqs[0],
         irqs[1],
-        v.config_checks()
+        v.hw.link.config_checks()
     )?;
 
-    let c = &v.control.stats;
+    let c = &v.hw.control.stats;
     writeln!(
         f,
         "commands: sent {} ok {} failed {} timeouts {} interrupted {} late {} protocol_errors {} posted {} posted_failed {} (timeout {} ms)",
@@ -230,11 +325,11 @@ fn show_status(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         c.protocol_errors.load(Relaxed),
         c.posted.load(Relaxed),
         c.posted_failed.load(Relaxed),
-        v.control.timeout_ms()
+        v.hw.control.timeout_ms()
     )?;
-    if let Some((slots, abandoned, outstanding)) = v
-        .control
-        .with_queue(|q| (q.slots(), q.abandoned(), q.ring().outstanding()))
+    if let Some((slots, abandoned, outstanding)) =
+        v.hw.control
+            .with_queue(|q| (q.slots(), q.abandoned(), q.ring().outstanding()))
     {
         writeln!(
             f,
@@ -243,7 +338,7 @@ fn show_status(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         )?;
     }
 
-    let (e, q) = v.events.snapshot();
+    let (e, q) = v.hw.events.snapshot();
     writeln!(
         f,
         "events: received {} pings {} unclaimed_pings {} unhandled {} unknown_kind {} malformed {} batches {}",
@@ -253,7 +348,7 @@ fn show_status(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         e.unhandled,
         e.unknown_kind,
         e.malformed,
-        v.events.batches()
+        v.hw.events.batches()
     )?;
     writeln!(
         f,
@@ -269,7 +364,7 @@ fn show_status(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "event_buffers: {} posted of {}", posted, size)?;
     }
 
-    if let Some(id) = v.identity.as_ref() {
+    if let Some(id) = v.hw.identity.as_ref() {
         writeln!(
             f,
             "identify: generation {} protocol {:#x} firmware {:#x} engines {:#x} fingerprint {:#018x}",

@@ -1,38 +1,38 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The DRM driver: a render node (`/dev/dri/renderD*`) and its ioctls.
+//! The DRM driver: a render node (`/dev/dri/renderD*`), its ioctl table,
+//! and the driver's associated types (the file, the GEM object).
 //!
-//! * `DRM_IOCTL_VGPU_GET_PARAM`: one `VGPU_PARAM_*` value. Device values come
-//!   from the `IDENTIFY` reply read at probe; `HWIF_FINGERPRINT` is this
-//!   driver's compiled layout fingerprint; `DEVICE_FINGERPRINT` the device's.
-//!   `EINVAL` for an unknown parameter or a non-zero `pad`; `ENODEV` once the
-//!   device is unbound.
-//! * `DRM_IOCTL_VGPU_PING`: a round trip through the control and event
-//!   queues (see [`Vgpu::ping`]).
+//! The top of the driver: each ioctl checks its argument struct's own
+//! fields, looks GEM handles up, and calls the block that does the work:
+//!
+//! * `GET_PARAM`, `PING`: the device ([`Vgpu::param`], [`Vgpu::ping`]).
 //! * `GEM_CREATE`, `GEM_MMAP_OFFSET`: shmem buffer objects ([`crate::gem`]).
-//! * `VM_BIND`, `VM_UNBIND`: the file's GPU address space ([`crate::vm`]).
+//! * `VM_BIND`, `VM_UNBIND`: the file's GPU address space ([`crate::vm`]),
+//!   with the TLB invalidation of the GPU block after an unbind.
+//! * `CTX_*`, `SUBMIT`, `WAIT`, `FENCE_EXPORT`: the GPU blocks
+//!   ([`crate::gpu`]).
+//! * `QUERY_STATS`: [`crate::stats`].
 //!
-//! Argument ranges and errnos are documented in the uAPI header.
+//! Argument ranges and errnos are documented in the uAPI header and
+//! docs/uapi.md.
 
 use crate::{
-    device::PING_DEFAULT_TIMEOUT_NS,
+    device::{
+        Vgpu,
+        PING_DEFAULT_TIMEOUT_NS, //
+    },
+    ffi::ModuleRef,
+    file::Client,
     gem::{
         Bo,
         BoArgs,
+        MemCharge,
         VgpuObject, //
     },
-    vm::{
-        BindArgs,
-        Vm, //
-    },
-    stats::{
-        MemAccount,
-        MemCharge, //
-    },
-    Vgpu,
+    vm::BindArgs,
 };
 use kernel::{
-    bindings,
     device::Core,
     drm::{
         self,
@@ -40,19 +40,11 @@ use kernel::{
             self,
             BaseObject, //
         },
-        ioctl, //
+        ioctl, DeviceContext,
     },
-    new_mutex,
     pci,
     prelude::*,
-    sync::{
-        atomic::{
-            Atomic,
-            Relaxed, //
-        },
-        Arc,
-        Mutex, //
-    },
+    sync::Arc,
     uapi,
 };
 
@@ -67,60 +59,17 @@ pub(crate) struct DrmData {
     vgpu: Arc<Vgpu>,
 }
 
-/// Per-open-file data.
+/// Per-open-file data: the device, what the file owns on the GPU, and a
+/// reference on this module.
 pub(crate) struct VgpuFile {
     vgpu: Arc<Vgpu>,
     client: Arc<Client>,
     _module: ModuleRef,
 }
 
-/// What an open file owns on the GPU: its address space (and, listed in
-/// the device's client registry, what debugfs shows).
-#[pin_data]
-pub(crate) struct Client {
-    /// A number for debugfs, unique per module load.
-    pub(crate) id: u64,
-    /// The file's GPU address space.
-    #[pin]
-    pub(crate) vm: Mutex<Vm>,
-    /// GEM objects created through this file.
-    pub(crate) mem: Arc<MemAccount>,
-}
-
-/// Source of [`Client::id`].
-static NEXT_CLIENT: Atomic<u64> = Atomic::new(1);
-
 impl Drop for VgpuFile {
     fn drop(&mut self) {
         self.vgpu.close_client(&self.client);
-    }
-}
-
-/// A reference on this module, held by every open render-node file.
-///
-/// The DRM file operations the kernel's Rust DRM abstraction installs have no
-/// owner module, so an open file does not pin the module by itself; without
-/// this, `rmmod` with a render node open would free code and data the file
-/// still uses. With it, `rmmod` fails with `EBUSY` while files are open.
-struct ModuleRef(());
-
-impl ModuleRef {
-    fn get() -> Result<ModuleRef> {
-        // SAFETY: `THIS_MODULE` is this module, which is live while its code
-        // runs.
-        if unsafe { bindings::try_module_get(crate::THIS_MODULE.as_ptr()) } {
-            Ok(ModuleRef(()))
-        } else {
-            // The module is being unloaded.
-            Err(ENODEV)
-        }
-    }
-}
-
-impl Drop for ModuleRef {
-    fn drop(&mut self) {
-        // SAFETY: Balances the successful `try_module_get` of `ModuleRef::get`.
-        unsafe { bindings::module_put(crate::THIS_MODULE.as_ptr()) };
     }
 }
 
@@ -164,18 +113,7 @@ impl drm::file::DriverFile for VgpuFile {
     fn open(dev: &VgpuDrmDevice) -> Result<Pin<KBox<Self>>> {
         let module = ModuleRef::get()?;
         let vgpu = dev.vgpu.clone();
-        vgpu.check_usable()?;
-        let vm = vgpu.new_vm()?;
-        let mem = MemAccount::new()?;
-        let client = Arc::pin_init(
-            pin_init!(Client {
-                id: NEXT_CLIENT.fetch_add(1, Relaxed),
-                vm <- new_mutex!(vm),
-                mem,
-            }),
-            GFP_KERNEL,
-        )?;
-        vgpu.add_client(&client)?;
+        let client = vgpu.open_client()?;
         let file = VgpuFile {
             vgpu,
             client,
@@ -185,12 +123,28 @@ impl drm::file::DriverFile for VgpuFile {
     }
 }
 
+impl gem::DriverObject for VgpuObject {
+    type Driver = VgpuDrm;
+    type Args = BoArgs;
+
+    fn new<Ctx: DeviceContext>(
+        _dev: &VgpuDrmDevice<Ctx>,
+        _size: usize,
+        args: BoArgs,
+    ) -> impl PinInit<Self, Error> {
+        VgpuObject::init(args)
+    }
+}
+
+/// The arguments of an ioctl handler.
+type File = drm::File<VgpuFile>;
+
 impl VgpuFile {
     /// `DRM_IOCTL_VGPU_GET_PARAM`.
     fn get_param(
         dev: &VgpuDrmDevice,
         args: &mut uapi::drm_vgpu_get_param,
-        _file: &drm::File<VgpuFile>,
+        _file: &File,
     ) -> Result<u32> {
         if args.pad != 0 {
             return Err(EINVAL);
@@ -200,11 +154,7 @@ impl VgpuFile {
     }
 
     /// `DRM_IOCTL_VGPU_PING`.
-    fn ping(
-        dev: &VgpuDrmDevice,
-        args: &mut uapi::drm_vgpu_ping,
-        _file: &drm::File<VgpuFile>,
-    ) -> Result<u32> {
+    fn ping(dev: &VgpuDrmDevice, args: &mut uapi::drm_vgpu_ping, _file: &File) -> Result<u32> {
         let timeout_ns = match args.timeout_ns {
             0 => PING_DEFAULT_TIMEOUT_NS,
             t => t,
@@ -214,14 +164,12 @@ impl VgpuFile {
         args.latency_ns = r.latency_ns;
         Ok(0)
     }
-}
 
-impl VgpuFile {
     /// `DRM_IOCTL_VGPU_GEM_CREATE`.
     fn gem_create(
         dev: &VgpuDrmDevice,
         args: &mut uapi::drm_vgpu_gem_create,
-        file: &drm::File<VgpuFile>,
+        file: &File,
     ) -> Result<u32> {
         if args.flags & !uapi::VGPU_GEM_CREATE_FLAGS != 0
             || args.size == 0
@@ -230,14 +178,22 @@ impl VgpuFile {
             return Err(EINVAL);
         }
         dev.vgpu.check_usable()?;
-        let size = usize::try_from(args.size.next_multiple_of(crate::vm::PAGE_4K))
-            .map_err(|_| EINVAL)?;
+        let size =
+            usize::try_from(args.size.next_multiple_of(crate::vm::PAGE_4K)).map_err(|_| EINVAL)?;
         let config = gem::shmem::ObjectConfig {
             map_wc: false,
             parent_resv_obj: None,
         };
-        let charge = MemCharge::new(size, dev.vgpu.mem.as_ref().ok_or(ENODEV)?.clone(), file.inner().client.mem.clone());
-        let bo = Bo::new(dev, size, config, BoArgs { flags: args.flags, charge })?;
+        let charge = MemCharge::new(size, dev.vgpu.mem.clone(), file.inner().client.mem.clone());
+        let bo = Bo::new(
+            dev,
+            size,
+            config,
+            BoArgs {
+                flags: args.flags,
+                charge,
+            },
+        )?;
         args.handle = bo.create_handle(file)?;
         Ok(0)
     }
@@ -246,7 +202,7 @@ impl VgpuFile {
     fn gem_mmap_offset(
         dev: &VgpuDrmDevice,
         args: &mut uapi::drm_vgpu_gem_mmap_offset,
-        file: &drm::File<VgpuFile>,
+        file: &File,
     ) -> Result<u32> {
         if args.pad != 0 {
             return Err(EINVAL);
@@ -258,11 +214,7 @@ impl VgpuFile {
     }
 
     /// `DRM_IOCTL_VGPU_VM_BIND`.
-    fn vm_bind(
-        dev: &VgpuDrmDevice,
-        args: &mut uapi::drm_vgpu_vm_bind,
-        file: &drm::File<VgpuFile>,
-    ) -> Result<u32> {
+    fn vm_bind(dev: &VgpuDrmDevice, args: &mut uapi::drm_vgpu_vm_bind, file: &File) -> Result<u32> {
         dev.vgpu.check_usable()?;
         let bo = Bo::lookup_handle(file, args.handle)?;
         let a = BindArgs {
@@ -280,14 +232,18 @@ impl VgpuFile {
     fn vm_unbind(
         dev: &VgpuDrmDevice,
         args: &mut uapi::drm_vgpu_vm_unbind,
-        file: &drm::File<VgpuFile>,
+        file: &File,
     ) -> Result<u32> {
         dev.vgpu.check_usable()?;
         let client = &file.inner().client;
         let m = client.vm.lock().unbind(args.va, args.size)?;
         // The entries are clear; the object's pages go only once no
         // context of this file can translate to them any more.
-        if dev.vgpu.invalidate_after_unbind(client, args.va, args.size) {
+        if dev
+            .vgpu
+            .gpu
+            .invalidate_after_unbind(client, args.va, args.size)
+        {
             drop(m);
             Ok(0)
         } else {
@@ -300,9 +256,9 @@ impl VgpuFile {
     fn ctx_create(
         dev: &VgpuDrmDevice,
         args: &mut uapi::drm_vgpu_ctx_create,
-        file: &drm::File<VgpuFile>,
+        file: &File,
     ) -> Result<u32> {
-        args.ctx_id = dev.vgpu.ctx_create(
+        args.ctx_id = dev.vgpu.gpu.ctx_create(
             &file.inner().client,
             args.priority,
             args.engine_mask,
@@ -315,12 +271,14 @@ impl VgpuFile {
     fn ctx_destroy(
         dev: &VgpuDrmDevice,
         args: &mut uapi::drm_vgpu_ctx_destroy,
-        file: &drm::File<VgpuFile>,
+        file: &File,
     ) -> Result<u32> {
         if args.pad != 0 {
             return Err(EINVAL);
         }
-        dev.vgpu.ctx_destroy(&file.inner().client, args.ctx_id)?;
+        dev.vgpu
+            .gpu
+            .ctx_destroy(&file.inner().client, args.ctx_id)?;
         Ok(0)
     }
 
@@ -328,9 +286,9 @@ impl VgpuFile {
     fn ctx_query(
         dev: &VgpuDrmDevice,
         args: &mut uapi::drm_vgpu_ctx_query,
-        file: &drm::File<VgpuFile>,
+        file: &File,
     ) -> Result<u32> {
-        let q = dev.vgpu.ctx_query(&file.inner().client, args.ctx_id)?;
+        let q = dev.vgpu.gpu.ctx_query(&file.inner().client, args.ctx_id)?;
         args.reset_status = q.reset_status;
         args.state = q.state;
         args.fault_access = q.fault_access;
@@ -346,19 +304,15 @@ impl VgpuFile {
     fn fence_export(
         dev: &VgpuDrmDevice,
         args: &mut uapi::drm_vgpu_fence_export,
-        file: &drm::File<VgpuFile>,
+        file: &File,
     ) -> Result<u32> {
-        dev.vgpu.fence_export(&file.inner().client, args)?;
+        dev.vgpu.gpu.fence_export(&file.inner().client, args)?;
         Ok(0)
     }
 
     /// `DRM_IOCTL_VGPU_SUBMIT`.
-    fn submit(
-        dev: &VgpuDrmDevice,
-        args: &mut uapi::drm_vgpu_submit,
-        file: &drm::File<VgpuFile>,
-    ) -> Result<u32> {
-        dev.vgpu.submit(&file.inner().client, args)?;
+    fn submit(dev: &VgpuDrmDevice, args: &mut uapi::drm_vgpu_submit, file: &File) -> Result<u32> {
+        dev.vgpu.gpu.submit(&file.inner().client, args)?;
         Ok(0)
     }
 
@@ -366,27 +320,26 @@ impl VgpuFile {
     fn query_stats(
         dev: &VgpuDrmDevice,
         args: &mut uapi::drm_vgpu_query_stats,
-        _file: &drm::File<VgpuFile>,
+        _file: &File,
     ) -> Result<u32> {
-        dev.vgpu.query_stats(args)?;
+        crate::stats::query_stats(&dev.vgpu, args)?;
         Ok(0)
     }
 
     /// `DRM_IOCTL_VGPU_WAIT`.
-    fn wait(
-        dev: &VgpuDrmDevice,
-        args: &mut uapi::drm_vgpu_wait,
-        file: &drm::File<VgpuFile>,
-    ) -> Result<u32> {
-        dev.vgpu.wait(&file.inner().client, args)?;
+    fn wait(dev: &VgpuDrmDevice, args: &mut uapi::drm_vgpu_wait, file: &File) -> Result<u32> {
+        dev.vgpu.gpu.wait(&file.inner().client, args)?;
         Ok(0)
     }
 }
 
 /// Creates and registers the device's render node. It is unregistered
 /// automatically when the PCI device is unbound.
+///
+/// # Errors
+///
+/// The errno of a failed allocation or registration.
 pub(crate) fn register(pdev: &pci::Device<Core<'_>>, vgpu: &Arc<Vgpu>) -> Result {
-    let _ = vgpu.mem.populate(MemAccount::new()?);
     let data = Ok::<_, Error>(DrmData { vgpu: vgpu.clone() });
     let drm = drm::UnregisteredDevice::<VgpuDrm>::new(pdev.as_ref(), data)?;
     drm::Registration::new_foreign_owned(drm, pdev.as_ref(), 0)?;

@@ -7,27 +7,31 @@
 //! [`segments`] pins the pages and DMA-maps them (the shmem helper keeps the
 //! mapping until the object is freed), so a mapping that holds a reference
 //! on the object keeps its pages where the page tables say they are.
+//!
+//! GEM memory is counted twice ([`MemAccount`]): per device (every object of
+//! every file) and per file (objects created through that file). An object
+//! is counted from `GEM_CREATE` until it is freed, whether or not its file is
+//! still open ([`MemCharge`]).
+//!
+//! The object's `DriverObject` implementation, which names the DRM driver
+//! type, is in `drm.rs` with the driver's other associated types.
 
-use crate::drm::{
-    VgpuDrm,
-    VgpuDrmDevice, //
-};
 use kernel::{
     bindings,
-    drm::{
-        gem::{
-            self,
-            BaseObject,
-            IntoGEMObject, //
-        },
-        DeviceContext,
+    drm::gem::{
+        self,
+        BaseObject,
+        IntoGEMObject, //
     },
     error::from_err_ptr,
     prelude::*,
     scatterlist::SGTable,
-    sync::atomic::{
-        Atomic,
-        Relaxed, //
+    sync::{
+        atomic::{
+            Atomic,
+            Relaxed, //
+        },
+        Arc,
     },
     uapi,
 };
@@ -59,15 +63,81 @@ impl Drop for LiveCount {
     }
 }
 
+/// Bytes and number of GEM objects alive.
+pub(crate) struct MemAccount {
+    bytes: Atomic<u64>,
+    objects: Atomic<u64>,
+}
+
+impl MemAccount {
+    /// A new, empty account.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn new() -> Result<Arc<MemAccount>> {
+        Ok(Arc::new(
+            MemAccount {
+                bytes: Atomic::new(0),
+                objects: Atomic::new(0),
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    /// (bytes, objects).
+    pub(crate) fn get(&self) -> (u64, u64) {
+        (self.bytes.load(Relaxed), self.objects.load(Relaxed))
+    }
+}
+
+/// What one object is charged: held by the object from creation to free.
+pub(crate) struct MemCharge {
+    size: u64,
+    accounts: [Arc<MemAccount>; 2],
+}
+
+impl MemCharge {
+    /// Charges `size` bytes and one object to the device's and the file's
+    /// accounts.
+    pub(crate) fn new(size: usize, device: Arc<MemAccount>, file: Arc<MemAccount>) -> MemCharge {
+        let size = size as u64;
+        let accounts = [device, file];
+        for a in accounts.iter() {
+            a.bytes.fetch_add(size, Relaxed);
+            a.objects.fetch_add(1u64, Relaxed);
+        }
+        MemCharge { size, accounts }
+    }
+}
+
+impl Drop for MemCharge {
+    fn drop(&mut self) {
+        for a in self.accounts.iter() {
+            a.bytes.fetch_sub(self.size, Relaxed);
+            a.objects.fetch_sub(1u64, Relaxed);
+        }
+    }
+}
+
 /// Driver data of a buffer object.
 #[pin_data]
 pub(crate) struct VgpuObject {
     flags: u32,
     _live: LiveCount,
-    _charge: crate::stats::MemCharge,
+    _charge: MemCharge,
 }
 
 impl VgpuObject {
+    /// The driver data of a new object (`DriverObject::new`).
+    pub(crate) fn init(args: BoArgs) -> impl PinInit<Self, Error> {
+        try_pin_init!(VgpuObject {
+            flags: args.flags,
+            _live: LiveCount::new(),
+            _charge: args.charge,
+        })
+    }
+
     /// `VGPU_GEM_CREATE_LAZY`: pages are mapped on GPU faults.
     pub(crate) fn lazy(&self) -> bool {
         self.flags & uapi::VGPU_GEM_CREATE_LAZY != 0
@@ -79,24 +149,7 @@ pub(crate) struct BoArgs {
     /// `VGPU_GEM_CREATE_*`.
     pub(crate) flags: u32,
     /// Memory accounting, from creation until the object is freed.
-    pub(crate) charge: crate::stats::MemCharge,
-}
-
-impl gem::DriverObject for VgpuObject {
-    type Driver = VgpuDrm;
-    type Args = BoArgs;
-
-    fn new<Ctx: DeviceContext>(
-        _dev: &VgpuDrmDevice<Ctx>,
-        _size: usize,
-        args: BoArgs,
-    ) -> impl PinInit<Self, Error> {
-        try_pin_init!(VgpuObject {
-            flags: args.flags,
-            _live: LiveCount::new(),
-            _charge: args.charge,
-        })
-    }
+    pub(crate) charge: MemCharge,
 }
 
 /// A physically contiguous piece of a buffer object.
@@ -112,6 +165,11 @@ pub(crate) struct Seg {
 
 /// Pins the object's pages, DMA-maps them, and returns them as contiguous
 /// segments in object order.
+///
+/// # Errors
+///
+/// `ENOMEM` (no pages), `EIO` (the mapping does not cover the object), or
+/// the shmem helper's errno.
 pub(crate) fn segments(bo: &Bo) -> Result<KVec<Seg>> {
     let raw = bo.as_raw();
     // SAFETY: `Bo` is a shmem object: its `drm_gem_object` is the `base`
@@ -139,7 +197,11 @@ pub(crate) fn segments(bo: &Bo) -> Result<KVec<Seg>> {
         offset += len;
     }
     if usize::try_from(offset).ok() != Some(bo.size()) {
-        pr_err!("vgpu: object of {} bytes maps {} bytes\n", bo.size(), offset);
+        pr_err!(
+            "vgpu: object of {} bytes maps {} bytes\n",
+            bo.size(),
+            offset
+        );
         return Err(EIO);
     }
     Ok(segs)

@@ -15,6 +15,7 @@
 //! as long as an open file still owns tables.
 
 use crate::mmu::{
+    Pte,
     ENTRIES_PER_TABLE,
     TABLE_SIZE, //
 };
@@ -107,7 +108,7 @@ impl PtPool {
     /// invalidated.
     pub(crate) fn free(&self, t: TableId) {
         for i in 0..ENTRIES_PER_TABLE {
-            self.write(t, i, 0);
+            self.write(t, i, Pte::INVALID);
         }
         // The free list has room for every table: the push cannot fail.
         let _ = self.state.lock().free.push(t.0, GFP_ATOMIC);
@@ -130,25 +131,33 @@ impl PtPool {
     }
 
     /// Reads entry `index` (modulo 512) of table `t`.
-    pub(crate) fn read(&self, t: TableId, index: usize) -> u64 {
+    pub(crate) fn read(&self, t: TableId, index: usize) -> Pte {
         let Some((chunk, elem)) = self.locate(t, index) else {
-            return 0;
+            return Pte::INVALID;
         };
         // SAFETY: `elem < chunk.len()` (checked by `locate`), so the pointer
         // is inside the allocation. The device may read the entry
         // concurrently; a volatile read of an aligned u64 is the kernel's
         // READ_ONCE for memory shared with a device.
-        u64::from_le(unsafe { chunk.as_ptr().cast::<u64>().add(elem).read_volatile() })
+        Pte::from_bits(u64::from_le(unsafe {
+            chunk.as_ptr().cast::<u64>().add(elem).read_volatile()
+        }))
     }
 
     /// Writes entry `index` (modulo 512) of table `t`.
-    pub(crate) fn write(&self, t: TableId, index: usize, v: u64) {
+    pub(crate) fn write(&self, t: TableId, index: usize, v: Pte) {
         let Some((chunk, elem)) = self.locate(t, index) else {
             return;
         };
         // SAFETY: As in `read`: in bounds; a volatile aligned u64 store is
         // the kernel's WRITE_ONCE, so the device never sees a torn entry.
         // Each table has one owner, which serialises writes to it.
-        unsafe { chunk.as_mut_ptr().cast::<u64>().add(elem).write_volatile(v.to_le()) }
+        unsafe {
+            chunk
+                .as_mut_ptr()
+                .cast::<u64>()
+                .add(elem)
+                .write_volatile(v.bits().to_le())
+        }
     }
 }

@@ -7,22 +7,31 @@
 //! virtio-pci modern transport itself and exposes the GPU as a DRM render
 //! node.
 //!
-//! Blocks, one module each:
+//! Blocks, from the top down (each imports only blocks below it):
 //!
-//! * [`virtio`]: PCI capabilities, register access, status and features.
-//! * [`virtqueue`]: split virtqueues in coherent DMA memory.
-//! * [`control`]: the serialised control-command path.
-//! * [`events`]: the event queue, sequence tracking and `PING` waiters.
-//! * [`irq`]: MSI-X / INTx interrupt handlers.
-//! * [`device`]: the shared device state, probe bring-up and teardown.
-//! * [`drm`]: the DRM driver and its ioctls.
-//! * [`stats`]: GEM memory accounting and `QUERY_STATS` (status for tools).
-//! * [`debugfs`]: the `layout` and `status` files in
-//!   `/sys/kernel/debug/vgpu/<pci-name>/`.
+//! * this file: the module, its parameters, the PCI driver (probe, unbind).
+//! * [`drm`]: the DRM driver, its ioctl table, its file and GEM object types.
+//! * [`debugfs`]: `/sys/kernel/debug/vgpu/<pci-name>/`, reading every block.
+//! * [`stats`]: the snapshots and counters of `QUERY_STATS`.
+//! * [`device`]: [`device::Vgpu`], what everything that uses one device
+//!   shares; `GET_PARAM`, `PING`, open files, teardown.
+//! * [`watchdog`]: a periodic check in process context (a leaf, called back
+//!   through a trait).
+//! * [`gpu`]: contexts, rings, submission, fences, faults, hangs, resets —
+//!   a folder of blocks, the twin of the device's `core/`.
+//! * [`file`]: what an open file owns (its address space, its memory).
+//! * [`vm`], [`gem`], [`ptpool`]: GPU address spaces, buffer objects, the
+//!   page-table pool.
+//! * [`transport`]: the virtio-pci transport, the control and event queues,
+//!   interrupts.
+//! * [`ffi`], [`params`], [`ratelimit`], [`uarray`], [`time`], [`errno`]:
+//!   kernel C APIs behind safe wrappers, the module parameters,
+//!   rate-limited messages, typed user arrays, time and errno helpers.
 //!
-//! The hardware interface ([`pod`], [`proto`], [`event`], [`layout`]) is the
-//! very same source as the `vgpu-hwif` crate used by the device and by
-//! userspace, compiled here with the kernel's compiler flags.
+//! The hardware interface ([`pod`], [`proto`], [`event`], [`mmu`],
+//! [`packet`], [`layout`]) is the very same source as the `vgpu-hwif` crate
+//! used by the device and by userspace, compiled here with the kernel's
+//! compiler flags.
 
 use kernel::{
     device::Core,
@@ -31,19 +40,21 @@ use kernel::{
     sync::Arc, //
 };
 
-mod control;
 mod debugfs;
 mod device;
 mod drm;
-mod events;
-mod fence;
+mod errno;
+mod ffi;
+mod file;
 mod gem;
 mod gpu;
-mod irq;
+mod params;
 mod ptpool;
+mod ratelimit;
 mod stats;
-mod virtio;
-mod virtqueue;
+mod time;
+mod transport;
+mod uarray;
 mod vm;
 mod watchdog;
 
@@ -89,6 +100,7 @@ mod packet;
 mod layout;
 
 use device::Vgpu;
+use transport::{irq::Registrations, Hw};
 
 module! {
     type: VgpuModule,
@@ -137,6 +149,15 @@ struct VgpuModule {
 
 impl kernel::InPlaceModule for VgpuModule {
     fn init(module: &'static kernel::ThisModule) -> impl PinInit<Self, Error> {
+        ffi::set_this_module(module);
+        params::set(params::Params {
+            cmd_timeout_ms: *module_parameters::cmd_timeout_ms.value(),
+            pt_pool_kib: *module_parameters::pt_pool_kib.value(),
+            job_timeout_ms: *module_parameters::job_timeout_ms.value(),
+            ban_hangs: *module_parameters::ban_hangs.value(),
+            ban_window_ms: *module_parameters::ban_window_ms.value(),
+            force_intx: *module_parameters::force_intx.value(),
+        });
         try_pin_init!(Self {
             _debugfs: debugfs::Root::create(),
             _driver <- kernel::driver::Registration::new(
@@ -165,14 +186,14 @@ kernel::pci_device_table!(
 
 impl pci::Driver for VgpuPciDriver {
     type IdInfo = ();
-    type Data<'bound> = device::Binding;
+    type Data<'bound> = Binding;
     const ID_TABLE: pci::IdTable<Self::IdInfo> = &PCI_TABLE;
 
     fn probe<'bound>(
         pdev: &'bound pci::Device<Core<'_>>,
         _info: &'bound Self::IdInfo,
     ) -> impl PinInit<Self::Data<'bound>, Error> + 'bound {
-        device::Binding::probe(pdev)
+        Binding::probe(pdev)
     }
 
     fn unbind<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
@@ -186,52 +207,84 @@ impl pci::Driver for VgpuPciDriver {
     }
 }
 
-/// Reads the `cmd_timeout_ms` module parameter, clamped to 1..=60000.
-fn param_cmd_timeout_ms() -> u32 {
-    (*module_parameters::cmd_timeout_ms.value()).clamp(1, 60_000)
+/// What the PCI driver keeps per bound device.
+///
+/// Dropped after [`pci::Driver::unbind`] has run [`Vgpu::shutdown`]: the
+/// interrupt handlers are freed first (waiting for running ones), then the
+/// debugfs directory.
+struct Binding {
+    vgpu: Arc<Vgpu>,
+    _irqs: Registrations<Vgpu>,
+    _debugfs: Option<Pin<KBox<debugfs::DeviceDir>>>,
 }
 
-/// Reads the `pt_pool_kib` module parameter, clamped to 2048..=262144.
-fn param_pt_pool_kib() -> u32 {
-    (*module_parameters::pt_pool_kib.value()).clamp(2048, 262_144)
-}
-
-/// Reads the `job_timeout_ms` module parameter, clamped to 100..=600000.
-fn param_job_timeout_ms() -> u32 {
-    (*module_parameters::job_timeout_ms.value()).clamp(100, 600_000)
-}
-
-/// Reads the `ban_hangs` module parameter, clamped to 1..=1000.
-fn param_ban_hangs() -> u32 {
-    (*module_parameters::ban_hangs.value()).clamp(1, 1000)
-}
-
-/// Reads the `ban_window_ms` module parameter, clamped to 1000..=3600000.
-fn param_ban_window_ms() -> u32 {
-    (*module_parameters::ban_window_ms.value()).clamp(1000, 3_600_000)
-}
-
-/// Reads the `force_intx` module parameter.
-fn param_force_intx() -> bool {
-    *module_parameters::force_intx.value() != 0
-}
-
-/// Error codes the kernel crate does not name.
-mod errno {
-    use kernel::{bindings, error::Error};
-
-    /// `EPROTO`: the device broke the protocol (malformed reply or ring).
-    pub(crate) fn eproto() -> Error {
-        Error::from_errno(-(bindings::EPROTO as i32))
+impl Binding {
+    /// The shared device state.
+    fn vgpu(&self) -> &Arc<Vgpu> {
+        &self.vgpu
     }
 
-    /// `ETIME`: a fence wait timed out.
-    pub(crate) fn etime() -> Error {
-        Error::from_errno(-(bindings::ETIME as i32))
-    }
+    /// Brings the device up and registers its render node: transport
+    /// (features, queues, interrupts, `IDENTIFY`), memory sized by the
+    /// device, the watchdog, debugfs, then the render node.
+    fn probe(pdev: &pci::Device<Core<'_>>) -> Result<Binding> {
+        pdev.enable_device_mem()?;
+        pdev.set_master();
+        // SAFETY: Nothing has allocated or mapped DMA memory for this device
+        // yet, and nothing else runs on it during probe.
+        unsafe {
+            kernel::dma::Device::dma_set_mask_and_coherent(pdev, kernel::dma::DmaMask::new::<64>())?
+        };
 
-    /// `EOPNOTSUPP`: the device does not implement the command.
-    pub(crate) fn eopnotsupp() -> Error {
-        Error::from_errno(-(bindings::EOPNOTSUPP as i32))
+        let hw = Hw::new(pdev, params::cmd_timeout_ms())?;
+        let vgpu = Vgpu::new(hw)?;
+        let mut irqs = Registrations::new();
+        let up = (|| {
+            let id = vgpu
+                .hw
+                .bring_up(pdev, &vgpu, params::force_intx(), &mut irqs)?;
+            vgpu.init_memory(pdev.as_ref())?;
+            vgpu.start_watchdog()?;
+            let dir = debugfs::create(pdev, &vgpu)?;
+            drm::register(pdev, &vgpu)?;
+            Ok::<_, Error>((id, dir))
+        })();
+        match up {
+            Ok((id, debugfs)) => {
+                let s = vgpu.hw.setup.as_ref();
+                dev_info!(
+                    pdev,
+                    "vgpu gen {}, protocol {}.{}, firmware {}.{}.{}: engines {:#x}, {} compute units, \
+                     {}-bit VA, page sizes {:#x}, {} contexts, rings {}..{} bytes; {}, queues {}+{}\n",
+                    id.generation,
+                    id.protocol_version >> 16,
+                    id.protocol_version & 0xffff,
+                    id.firmware_version >> 16,
+                    (id.firmware_version >> 8) & 0xff,
+                    id.firmware_version & 0xff,
+                    id.engine_mask,
+                    id.compute_units,
+                    id.va_bits,
+                    id.page_sizes,
+                    id.max_contexts,
+                    id.min_ring_size,
+                    id.max_ring_size,
+                    s.map_or("?", |s| s.irq.name()),
+                    s.map_or(0, |s| s.control_size),
+                    s.map_or(0, |s| s.event_size)
+                );
+                Ok(Binding {
+                    vgpu,
+                    _irqs: irqs,
+                    _debugfs: debugfs,
+                })
+            }
+            Err(e) => {
+                // Reset before the interrupt handlers and the rings go.
+                vgpu.shutdown();
+                drop(irqs);
+                Err(e)
+            }
+        }
     }
 }

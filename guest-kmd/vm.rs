@@ -26,18 +26,13 @@ use crate::{
         Seg, //
     },
     mmu::{
-        huge_entry,
-        leaf_entry,
         level_index,
-        table_entry,
         CachePolicy,
+        Pte,
+        PteKind,
         ENTRIES_PER_TABLE,
-        PTE_ADDR_MASK,
         PTE_EXEC,
-        PTE_HUGE,
         PTE_READ,
-        PTE_TABLE_MUST_BE_ZERO,
-        PTE_VALID,
         PTE_WRITE, //
     },
     ptpool::{
@@ -253,7 +248,9 @@ impl Vm {
             m.segs = gem::segments(&m.bo)?;
             self.populate(&mut m, a.va, va_end)?;
         }
-        self.mappings.insert_within_capacity(i, m).map_err(|_| ENOMEM)?;
+        self.mappings
+            .insert_within_capacity(i, m)
+            .map_err(|_| ENOMEM)?;
         Ok(())
     }
 
@@ -273,9 +270,9 @@ impl Vm {
             let level = if huge { 1 } else { 0 };
             let t = self.lookup(va, level).ok_or(EINVAL)?;
             let entry = if huge {
-                huge_entry(pa, m.perms, CachePolicy::Cached)
+                Pte::huge(pa, m.perms, CachePolicy::Cached)
             } else {
-                leaf_entry(pa, m.perms, CachePolicy::Cached)
+                Pte::leaf(pa, m.perms, CachePolicy::Cached)
             };
             self.pool.write(t, level_index(va, level), entry);
             if huge {
@@ -302,7 +299,7 @@ impl Vm {
         }
         // The level-1 slot must not hold a level-0 table already.
         match self.lookup(va, 1) {
-            Some(t) => self.pool.read(t, level_index(va, 1)) == 0,
+            Some(t) => self.pool.read(t, level_index(va, 1)) == Pte::INVALID,
             None => true,
         }
     }
@@ -317,13 +314,13 @@ impl Vm {
             let parent = node.id;
             let slot = node.children.get_mut(idx).ok_or(EINVAL)?;
             if slot.is_none() {
-                if pool.read(parent, idx) != 0 {
+                if pool.read(parent, idx) != Pte::INVALID {
                     // A 2 MiB leaf occupies the slot.
                     return Err(EEXIST);
                 }
                 let child = Node::new(&pool, level - 1)?;
                 // The child is zeroed; link it.
-                pool.write(parent, idx, table_entry(pool.addr(child.id)));
+                pool.write(parent, idx, Pte::table(pool.addr(child.id)));
                 *slot = Some(child);
                 self.tables += 1;
             }
@@ -367,14 +364,14 @@ impl Vm {
         while va < to {
             if let Some(l1) = self.lookup(va, 1) {
                 let i1 = level_index(va, 1);
-                if self.pool.read(l1, i1) & PTE_HUGE != 0 {
-                    self.pool.write(l1, i1, 0);
+                if self.pool.read(l1, i1).is_huge() {
+                    self.pool.write(l1, i1, Pte::INVALID);
                     va += PAGE_2M;
                     continue;
                 }
             }
             if let Some(l0) = self.lookup(va, 0) {
-                self.pool.write(l0, level_index(va, 0), 0);
+                self.pool.write(l0, level_index(va, 0), Pte::INVALID);
             }
             va += PAGE_4K;
         }
@@ -415,7 +412,8 @@ impl Vm {
     /// `va` in the KMD range. Tables first, then leaves.
     pub(crate) fn map_kmd(&mut self, va: u64, pa: u64, size: u64, perms: u64) -> Result {
         let end = va.checked_add(size).ok_or(EINVAL)?;
-        if va < self.user_range().1 || end > 1u64 << self.va_bits || (va | pa | size) % PAGE_4K != 0 {
+        if va < self.user_range().1 || end > 1u64 << self.va_bits || (va | pa | size) % PAGE_4K != 0
+        {
             return Err(EINVAL);
         }
         let mut v = va;
@@ -426,8 +424,11 @@ impl Vm {
         let mut v = va;
         while v < end {
             let t = self.lookup(v, 0).ok_or(EINVAL)?;
-            self.pool
-                .write(t, level_index(v, 0), leaf_entry(pa + (v - va), perms, CachePolicy::Cached));
+            self.pool.write(
+                t,
+                level_index(v, 0),
+                Pte::leaf(pa + (v - va), perms, CachePolicy::Cached),
+            );
             v += PAGE_4K;
         }
         self.kmd_pages += size / PAGE_4K;
@@ -519,7 +520,8 @@ impl Vm {
         (None, n4, n2)
     }
 
-    /// Translates `va` by reading the entries from table memory: (physical
+    /// Translates `va` by reading the entries from table memory and
+    /// decoding them as the device does ([`Pte::decode`]): (physical
     /// address, permissions, page size), or `None` if not present or
     /// malformed (a table entry naming a table this address space does not
     /// own counts as malformed).
@@ -528,24 +530,20 @@ impl Vm {
         let mut level = 3u32;
         loop {
             let idx = level_index(va, level);
-            let e = self.pool.read(node.id, idx);
-            if e & PTE_VALID == 0 {
-                return None;
+            match self.pool.read(node.id, idx).decode(level).ok()? {
+                PteKind::Leaf(l) => {
+                    let size = 1u64 << l.shift;
+                    return Some((l.page + (va & (size - 1)), l.perms, size));
+                }
+                PteKind::Table(pa) => {
+                    let child = node.children.get(idx)?.as_deref()?;
+                    if self.pool.addr(child.id) != pa {
+                        return None;
+                    }
+                    node = child;
+                    level = level.checked_sub(1)?;
+                }
             }
-            if level == 0 || (level == 1 && e & PTE_HUGE != 0) {
-                let size = if level == 0 { PAGE_4K } else { PAGE_2M };
-                let pa = (e & PTE_ADDR_MASK) + (va & (size - 1));
-                return Some((pa, e & (PTE_READ | PTE_WRITE | PTE_EXEC), size));
-            }
-            if e & PTE_TABLE_MUST_BE_ZERO != 0 {
-                return None;
-            }
-            let child = node.children.get(idx)?.as_deref()?;
-            if self.pool.addr(child.id) != e & PTE_ADDR_MASK {
-                return None;
-            }
-            node = child;
-            level -= 1;
         }
     }
 }

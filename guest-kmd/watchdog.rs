@@ -1,26 +1,26 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The hang watchdog: a periodic timer that runs the hang check even when
-//! nobody waits, submits or queries.
+//! The watchdog: a periodic timer that runs a check in process context,
+//! even when nobody waits, submits or queries. The driver uses it for the
+//! hang check.
 //!
-//! An hrtimer fires every [`period_ms`] (a tenth of `job_timeout_ms`, at
-//! least 20 ms) in interrupt context and queues a work item on the system_long
-//! workqueue; the work item runs [`Vgpu::hang_check`] in process context,
-//! where it may sleep on control commands and run the reset ladder. A hang is
-//! therefore detected at most `job_timeout_ms + period` after its ring last
-//! made progress.
+//! A leaf block: it calls back through [`Periodic`] and knows nothing else.
+//! An hrtimer fires every period (for the hang check a tenth of
+//! `job_timeout_ms`, at least 20 ms: `gpu::reset::check_period_ms`) in interrupt context and queues a
+//! work item on the system_long workqueue; the work item calls
+//! [`Periodic::tick`] in process context, where it may sleep on control
+//! commands and run the reset ladder. A hang is therefore detected at most
+//! `job_timeout_ms + period` after its ring last made progress.
 //!
 //! Stopping (at unbind, before the device is reset) is ordered so nothing
 //! runs afterwards: set `stopping`, cancel the timer (waits for a running
 //! callback; a stopping callback does not re-arm or queue), then
 //! `flush_work` (waits for a queued or running check, which sees `stopping`
-//! and returns). The 7.2 workqueue abstraction has no flush, so that one
-//! call goes through the C binding.
+//! and returns; the 7.2 workqueue abstraction has no flush:
+//! [`crate::ffi::flush_work`]).
 
 use kernel::{
-    bindings,
-    impl_has_hr_timer,
-    new_work,
+    impl_has_hr_timer, new_work,
     prelude::*,
     sync::{
         atomic::{
@@ -46,27 +46,25 @@ use kernel::{
     workqueue::{
         self,
         impl_has_work,
-        HasWork,
         Work,
         WorkItem, //
     },
 };
 
-use crate::device::Vgpu;
-
-/// Watchdog period for the current `job_timeout_ms`.
-pub(crate) fn period_ms() -> u32 {
-    (crate::param_job_timeout_ms() / 10).max(20)
+/// What the watchdog runs.
+pub(crate) trait Periodic: Send + Sync + 'static {
+    /// One check, in process context (may sleep).
+    fn tick(&self);
 }
 
 /// The timer and the work item it queues.
 #[pin_data]
-pub(crate) struct Watchdog {
+pub(crate) struct Watchdog<T: Periodic> {
     #[pin]
     timer: HrTimer<Self>,
     #[pin]
     work: Work<Self>,
-    vgpu: Arc<Vgpu>,
+    target: Arc<T>,
     period: Delta,
     /// Set once stopping starts; never cleared.
     stopping: Atomic<bool>,
@@ -77,16 +75,16 @@ pub(crate) struct Watchdog {
 }
 
 impl_has_hr_timer! {
-    impl HasHrTimer<Self> for Watchdog {
+    impl{T: Periodic} HasHrTimer<Watchdog<T>> for Watchdog<T> {
         mode: RelativeMode<Monotonic>, field: self.timer
     }
 }
 
 impl_has_work! {
-    impl HasWork<Self> for Watchdog { self.work }
+    impl{T: Periodic} HasWork<Watchdog<T>> for Watchdog<T> { self.work }
 }
 
-impl HrTimerCallback for Watchdog {
+impl<T: Periodic> HrTimerCallback for Watchdog<T> {
     type Pointer<'a> = Arc<Self>;
 
     fn run(this: ArcBorrow<'_, Self>, mut ctx: HrTimerCallbackContext<'_, Self>) -> HrTimerRestart {
@@ -101,7 +99,7 @@ impl HrTimerCallback for Watchdog {
     }
 }
 
-impl WorkItem for Watchdog {
+impl<T: Periodic> WorkItem for Watchdog<T> {
     type Pointer = Arc<Self>;
 
     fn run(this: Arc<Self>) {
@@ -109,25 +107,29 @@ impl WorkItem for Watchdog {
             return;
         }
         this.checks.fetch_add(1, Relaxed);
-        this.vgpu.hang_check();
+        this.target.tick();
     }
 }
 
 /// A running watchdog; [`WatchdogHandle::stop`] (or drop) ends it.
-pub(crate) struct WatchdogHandle {
-    dog: Arc<Watchdog>,
-    timer: Option<ArcHrTimerHandle<Watchdog>>,
+pub(crate) struct WatchdogHandle<T: Periodic> {
+    dog: Arc<Watchdog<T>>,
+    timer: Option<ArcHrTimerHandle<Watchdog<T>>>,
 }
 
-impl WatchdogHandle {
-    /// Starts the watchdog for `vgpu`.
-    pub(crate) fn start(vgpu: Arc<Vgpu>) -> Result<Self> {
-        let period = Delta::from_millis(i64::from(period_ms()));
+impl<T: Periodic> WatchdogHandle<T> {
+    /// Starts a watchdog calling `target` every `period_ms`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn start(target: Arc<T>, period_ms: u32) -> Result<Self> {
+        let period = Delta::from_millis(i64::from(period_ms));
         let dog = Arc::pin_init(
             pin_init!(Watchdog {
                 timer <- HrTimer::new(),
                 work <- new_work!("vgpu::watchdog"),
-                vgpu,
+                target,
                 period,
                 stopping: Atomic::new(false),
                 ticks: Atomic::new(0),
@@ -156,20 +158,11 @@ impl WatchdogHandle {
         // callback; a callback that runs after `stopping` neither re-arms
         // nor queues.
         drop(self.timer.take());
-        let ptr = Arc::as_ptr(&self.dog).cast_mut();
-        // SAFETY: `ptr` points to the live `Watchdog` (we hold an `Arc`), so
-        // `raw_get_work` yields its initialised `Work` field.
-        let work = unsafe { <Watchdog as HasWork<Watchdog>>::raw_get_work(ptr) };
-        // SAFETY: `Work::raw_get` needs a pointer to a valid `Work`, which
-        // `work` is; `flush_work` only waits on the initialised
-        // `work_struct`, which stays alive because we hold an `Arc` to its
-        // container. Any queued instance holds its own `Arc` and releases
-        // it when it returns, before `flush_work` does.
-        unsafe { bindings::flush_work(Work::raw_get(work)) };
+        crate::ffi::flush_work(&self.dog);
     }
 }
 
-impl Drop for WatchdogHandle {
+impl<T: Periodic> Drop for WatchdogHandle<T> {
     fn drop(&mut self) {
         self.stop();
     }

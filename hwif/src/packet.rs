@@ -670,7 +670,14 @@ impl Packet {
     pub fn encode(&self, generation: u32, out: &mut [u32]) -> Option<usize> {
         let lo = |v: u64| v as u32;
         let hi = |v: u64| (v >> 32) as u32;
-        let mut buf = [0u32; 1 + DISPATCH_PAYLOAD_WORDS];
+        const N: usize = 1 + DISPATCH_PAYLOAD_WORDS;
+        let mut buf = [0u32; N];
+        // The payload after the header word.
+        fn fill(buf: &mut [u32; N], payload: &[u32]) {
+            for (b, w) in buf.iter_mut().skip(1).zip(payload) {
+                *b = *w;
+            }
+        }
         let n: usize = match *self {
             Packet::Nop { .. } => {
                 let words = self.words();
@@ -680,30 +687,26 @@ impl Packet {
                 return Some(words);
             }
             Packet::Indirect { va, size } => {
-                buf[1..4].copy_from_slice(&[lo(va), hi(va), size]);
+                fill(&mut buf, &[lo(va), hi(va), size]);
                 4
             }
             Packet::Fence { va, seqno, flags } => {
-                buf[1..6].copy_from_slice(&[lo(va), hi(va), lo(seqno), hi(seqno), flags]);
+                fill(&mut buf, &[lo(va), hi(va), lo(seqno), hi(seqno), flags]);
                 6
             }
             Packet::SemWait { va, value, op } | Packet::SemSignal { va, value, op } => {
-                buf[1..6].copy_from_slice(&[lo(va), hi(va), lo(value), hi(value), op]);
+                fill(&mut buf, &[lo(va), hi(va), lo(value), hi(value), op]);
                 6
             }
             Packet::Timestamp { va } => {
-                buf[1..3].copy_from_slice(&[lo(va), hi(va)]);
+                fill(&mut buf, &[lo(va), hi(va)]);
                 3
             }
             Packet::Copy { src, dst, size } => {
-                buf[1..7].copy_from_slice(&[
-                    lo(src),
-                    hi(src),
-                    lo(dst),
-                    hi(dst),
-                    lo(size),
-                    hi(size),
-                ]);
+                fill(
+                    &mut buf,
+                    &[lo(src), hi(src), lo(dst), hi(dst), lo(size), hi(size)],
+                );
                 7
             }
             Packet::Copy2d {
@@ -714,29 +717,38 @@ impl Packet {
                 width,
                 height,
             } => {
-                buf[1..9].copy_from_slice(&[
-                    lo(src),
-                    hi(src),
-                    lo(dst),
-                    hi(dst),
-                    src_pitch,
-                    dst_pitch,
-                    width,
-                    height,
-                ]);
+                fill(
+                    &mut buf,
+                    &[
+                        lo(src),
+                        hi(src),
+                        lo(dst),
+                        hi(dst),
+                        src_pitch,
+                        dst_pitch,
+                        width,
+                        height,
+                    ],
+                );
                 9
             }
             Packet::Fill { dst, size, pattern } => {
-                buf[1..6].copy_from_slice(&[lo(dst), hi(dst), lo(size), hi(size), pattern]);
+                fill(&mut buf, &[lo(dst), hi(dst), lo(size), hi(size), pattern]);
                 6
             }
             Packet::Dispatch(d) => {
-                buf[1..].copy_from_slice(&d.payload());
-                1 + DISPATCH_PAYLOAD_WORDS
+                fill(&mut buf, &d.payload());
+                N
             }
         };
         buf[0] = encode_header(generation, self.opcode(), n as u32);
-        out.get_mut(..n)?.copy_from_slice(&buf[..n]);
+        // Element by element rather than `copy_from_slice`: this file is
+        // compiled into the kernel driver too, where a slice-length panic
+        // path is best not generated at all.
+        let out = out.get_mut(..n)?;
+        for (o, w) in out.iter_mut().zip(buf.iter()) {
+            *o = *w;
+        }
         Some(n)
     }
 }

@@ -24,6 +24,7 @@ use kernel::{
     devres::Devres,
     io::{
         poll::read_poll_timeout,
+        register::FixedRegister,
         Io, //
     },
     pci,
@@ -76,26 +77,164 @@ mod cap_type {
     pub(super) const DEVICE: u8 = 4;
 }
 
-/// Register offsets inside the common configuration block
-/// (`struct virtio_pci_common_cfg`).
-mod common {
-    pub(super) const DEVICE_FEATURE_SELECT: usize = 0x00;
-    pub(super) const DEVICE_FEATURE: usize = 0x04;
-    pub(super) const DRIVER_FEATURE_SELECT: usize = 0x08;
-    pub(super) const DRIVER_FEATURE: usize = 0x0c;
-    pub(super) const MSIX_CONFIG: usize = 0x10;
-    pub(super) const NUM_QUEUES: usize = 0x12;
-    pub(super) const DEVICE_STATUS: usize = 0x14;
-    pub(super) const QUEUE_SELECT: usize = 0x16;
-    pub(super) const QUEUE_SIZE: usize = 0x18;
-    pub(super) const QUEUE_MSIX_VECTOR: usize = 0x1a;
-    pub(super) const QUEUE_ENABLE: usize = 0x1c;
-    pub(super) const QUEUE_NOTIFY_OFF: usize = 0x1e;
-    pub(super) const QUEUE_DESC: usize = 0x20;
-    pub(super) const QUEUE_DRIVER: usize = 0x28;
-    pub(super) const QUEUE_DEVICE: usize = 0x30;
+/// The common configuration block (`struct virtio_pci_common_cfg`, virtio
+/// 1.x 4.1.4.3): register offsets relative to the block, fields per
+/// register.
+pub(crate) mod common {
+    use kernel::io::register;
+
+    register! {
+        /// Selects which 32 bits of the device's features `DEVICE_FEATURE`
+        /// shows (0: bits 31..0, 1: bits 63..32).
+        pub(crate) DEVICE_FEATURE_SELECT(u32) @ 0x00 {
+            /// The 32-bit half.
+            31:0 select;
+        }
+        /// 32 bits of the features the device offers.
+        pub(crate) DEVICE_FEATURE(u32) @ 0x04 {
+            /// The feature bits of the selected half.
+            31:0 bits;
+        }
+        /// Selects which 32 bits of the driver's features `DRIVER_FEATURE`
+        /// takes.
+        pub(crate) DRIVER_FEATURE_SELECT(u32) @ 0x08 {
+            /// The 32-bit half.
+            31:0 select;
+        }
+        /// 32 bits of the features the driver accepts.
+        pub(crate) DRIVER_FEATURE(u32) @ 0x0c {
+            /// The feature bits of the selected half.
+            31:0 bits;
+        }
+        /// MSI-X vector for configuration changes; reads back
+        /// `MSI_NO_VECTOR` if the device could not take it.
+        pub(crate) MSIX_CONFIG(u16) @ 0x10 {
+            /// The vector.
+            15:0 vector;
+        }
+        /// Number of virtqueues the device has.
+        pub(crate) NUM_QUEUES(u16) @ 0x12 {
+            /// The count.
+            15:0 count;
+        }
+        /// Device status (virtio 1.x 2.1); writing 0 resets the device,
+        /// which reads 0 back once the reset is complete.
+        pub(crate) DEVICE_STATUS(u8) @ 0x14 {
+            /// The driver gave up on the device.
+            7:7 failed => bool;
+            /// The device hit an error it cannot recover from without a
+            /// reset.
+            6:6 needs_reset => bool;
+            /// Feature negotiation is complete.
+            3:3 features_ok => bool;
+            /// The driver is ready: queues may be used.
+            2:2 driver_ok => bool;
+            /// The driver knows how to drive the device.
+            1:1 driver => bool;
+            /// The driver has noticed the device.
+            0:0 acknowledge => bool;
+        }
+        /// Selects the queue the `QUEUE_*` registers refer to.
+        pub(crate) QUEUE_SELECT(u16) @ 0x16 {
+            /// Queue index.
+            15:0 queue;
+        }
+        /// Queue size in descriptors; after a reset, the largest the
+        /// device allows (0: the queue does not exist).
+        pub(crate) QUEUE_SIZE(u16) @ 0x18 {
+            /// Descriptors (a power of two).
+            15:0 size;
+        }
+        /// MSI-X vector of the queue; reads back `MSI_NO_VECTOR` if the
+        /// device could not take it.
+        pub(crate) QUEUE_MSIX_VECTOR(u16) @ 0x1a {
+            /// The vector.
+            15:0 vector;
+        }
+        /// Queue enable; a freshly reset device has every queue disabled.
+        pub(crate) QUEUE_ENABLE(u16) @ 0x1c {
+            /// The queue is in use.
+            0:0 enabled => bool;
+        }
+        /// Where the queue's doorbell is in the notification area, in
+        /// units of `notify_off_multiplier`.
+        pub(crate) QUEUE_NOTIFY_OFF(u16) @ 0x1e {
+            /// The offset.
+            15:0 offset;
+        }
+        /// DMA address of the descriptor table, low 32 bits (the high
+        /// half at `+ 4`).
+        pub(crate) QUEUE_DESC(u32) @ 0x20 {
+            /// Address bits 31..0.
+            31:0 addr_lo;
+        }
+        /// DMA address of the driver (available) ring, low 32 bits (the
+        /// high half at `+ 4`).
+        pub(crate) QUEUE_DRIVER(u32) @ 0x28 {
+            /// Address bits 31..0.
+            31:0 addr_lo;
+        }
+        /// DMA address of the device (used) ring, low 32 bits (the high
+        /// half at `+ 4`).
+        pub(crate) QUEUE_DEVICE(u32) @ 0x30 {
+            /// Address bits 31..0.
+            31:0 addr_lo;
+        }
+    }
+
     /// Size of the block up to and including `queue_device`.
-    pub(super) const LEN: usize = 0x38;
+    pub(crate) const LEN: usize = 0x38;
+
+    // The status bits the driver composes are the register's fields.
+    const _: () = {
+        use super::status;
+        assert!(DEVICE_STATUS::FAILED_MASK == status::FAILED);
+        assert!(DEVICE_STATUS::NEEDS_RESET_MASK == status::NEEDS_RESET);
+        assert!(DEVICE_STATUS::FEATURES_OK_MASK == status::FEATURES_OK);
+        assert!(DEVICE_STATUS::DRIVER_OK_MASK == status::DRIVER_OK);
+        assert!(DEVICE_STATUS::DRIVER_MASK == status::DRIVER);
+        assert!(DEVICE_STATUS::ACKNOWLEDGE_MASK == status::ACKNOWLEDGE);
+    };
+}
+
+/// Register widths of the common configuration block.
+trait Width: Copy {
+    /// Bytes.
+    const BYTES: usize;
+    /// Reads the register at absolute offset `at` of `b`.
+    fn read(b: &pci::Bar<'static>, at: usize) -> Result<Self>;
+    /// Writes `v` at absolute offset `at` of `b`.
+    fn write(b: &pci::Bar<'static>, at: usize, v: Self) -> Result;
+}
+
+impl Width for u8 {
+    const BYTES: usize = 1;
+    fn read(b: &pci::Bar<'static>, at: usize) -> Result<Self> {
+        b.try_read8(at)
+    }
+    fn write(b: &pci::Bar<'static>, at: usize, v: Self) -> Result {
+        b.try_write8(v, at)
+    }
+}
+
+impl Width for u16 {
+    const BYTES: usize = 2;
+    fn read(b: &pci::Bar<'static>, at: usize) -> Result<Self> {
+        b.try_read16(at)
+    }
+    fn write(b: &pci::Bar<'static>, at: usize, v: Self) -> Result {
+        b.try_write16(v, at)
+    }
+}
+
+impl Width for u32 {
+    const BYTES: usize = 4;
+    fn read(b: &pci::Bar<'static>, at: usize) -> Result<Self> {
+        b.try_read32(at)
+    }
+    fn write(b: &pci::Bar<'static>, at: usize, v: Self) -> Result {
+        b.try_write32(v, at)
+    }
 }
 
 /// Standard PCI configuration-space registers used to walk capabilities.
@@ -184,7 +323,8 @@ impl Caps {
             pos = next;
         }
 
-        let (Some(common), Some((notify, notify_off_multiplier)), Some(isr)) = (common, notify, isr)
+        let (Some(common), Some((notify, notify_off_multiplier)), Some(isr)) =
+            (common, notify, isr)
         else {
             dev_err!(
                 pdev,
@@ -259,7 +399,11 @@ impl Caps {
             cap_type::COMMON => *common = Some(region),
             cap_type::NOTIFY => {
                 if cap_len < vcap::NOTIFY_SIZE {
-                    dev_warn!(pdev, "ignoring short virtio notify capability at {:#x}\n", pos);
+                    dev_warn!(
+                        pdev,
+                        "ignoring short virtio notify capability at {:#x}\n",
+                        pos
+                    );
                     return Ok(());
                 }
                 let mult = cfg.try_read32(pos + vcap::NOTIFY_OFF_MULTIPLIER)?;
@@ -321,7 +465,12 @@ impl Transport {
         let caps = Caps::find(pdev)?;
         let mut bars: [Option<Devres<pci::Bar<'static>>>; pcicfg::NUM_STD_BARS as usize] =
             [const { None }; pcicfg::NUM_STD_BARS as usize];
-        let regions = [Some(caps.common), Some(caps.notify), Some(caps.isr), caps.device];
+        let regions = [
+            Some(caps.common),
+            Some(caps.notify),
+            Some(caps.isr),
+            caps.device,
+        ];
         for r in regions.into_iter().flatten() {
             let slot = &mut bars[usize::from(r.bar)];
             if slot.is_none() {
@@ -366,45 +515,55 @@ impl Transport {
         }
     }
 
-    fn read8(&self, r: &Region, off: usize) -> Result<u8> {
-        self.with_reg(r, off, 1, |b, a| b.try_read8(a))
+    /// Reads register `R` of the common configuration block.
+    fn read_common<R>(&self) -> Result<R>
+    where
+        R: FixedRegister,
+        R::Storage: Width,
+    {
+        let raw = self.with_reg(
+            &self.caps.common,
+            R::OFFSET,
+            <R::Storage as Width>::BYTES,
+            <R::Storage as Width>::read,
+        )?;
+        Ok(raw.into())
     }
 
-    fn read16(&self, r: &Region, off: usize) -> Result<u16> {
-        self.with_reg(r, off, 2, |b, a| b.try_read16(a))
+    /// Writes register `R` of the common configuration block.
+    fn write_common<R>(&self, v: R) -> Result
+    where
+        R: FixedRegister,
+        R::Storage: Width,
+    {
+        let raw: R::Storage = v.into();
+        self.with_reg(
+            &self.caps.common,
+            R::OFFSET,
+            <R::Storage as Width>::BYTES,
+            |b, a| <R::Storage as Width>::write(b, a, raw),
+        )
     }
 
-    fn read32(&self, r: &Region, off: usize) -> Result<u32> {
-        self.with_reg(r, off, 4, |b, a| b.try_read32(a))
-    }
-
-    fn write8(&self, r: &Region, off: usize, v: u8) -> Result {
-        self.with_reg(r, off, 1, |b, a| b.try_write8(v, a))
-    }
-
-    fn write16(&self, r: &Region, off: usize, v: u16) -> Result {
-        self.with_reg(r, off, 2, |b, a| b.try_write16(v, a))
-    }
-
-    fn write32(&self, r: &Region, off: usize, v: u32) -> Result {
-        self.with_reg(r, off, 4, |b, a| b.try_write32(v, a))
-    }
-
-    /// Writes a 64-bit register as two 32-bit halves, low half first.
-    fn write64_split(&self, r: &Region, off: usize, v: u64) -> Result {
-        self.write32(r, off, v as u32)?;
-        self.write32(r, off + 4, (v >> 32) as u32)
+    /// Writes a 64-bit queue address as two 32-bit halves, low half first,
+    /// at the offset of register `R` and the next word.
+    fn write_common_addr<R: FixedRegister>(&self, v: u64) -> Result {
+        let c = &self.caps.common;
+        self.with_reg(c, R::OFFSET, 4, |b, a| b.try_write32(v as u32, a))?;
+        self.with_reg(c, R::OFFSET + 4, 4, |b, a| {
+            b.try_write32((v >> 32) as u32, a)
+        })
     }
 
     /// The device status byte.
     pub(crate) fn status(&self) -> Result<u8> {
-        self.read8(&self.caps.common, common::DEVICE_STATUS)
+        Ok(self.read_common::<common::DEVICE_STATUS>()?.into_raw())
     }
 
     /// Sets status bits (the status byte only accumulates bits until reset).
     pub(crate) fn add_status(&self, bits: u8) -> Result {
         let cur = self.status()?;
-        self.write8(&self.caps.common, common::DEVICE_STATUS, cur | bits)
+        self.write_common(common::DEVICE_STATUS::from_raw(cur | bits))
     }
 
     /// Resets the device: writes status 0 and waits (up to one second) until
@@ -412,7 +571,7 @@ impl Transport {
     /// uses the rings, the interrupt vectors or any other state the driver
     /// gave it.
     pub(crate) fn reset(&self) -> Result {
-        self.write8(&self.caps.common, common::DEVICE_STATUS, 0)?;
+        self.write_common(common::DEVICE_STATUS::from_raw(0))?;
         read_poll_timeout(
             || self.status(),
             |s| *s == 0,
@@ -424,42 +583,46 @@ impl Transport {
 
     /// The 64 feature bits the device offers.
     pub(crate) fn device_features(&self) -> Result<u64> {
-        let c = &self.caps.common;
-        self.write32(c, common::DEVICE_FEATURE_SELECT, 0)?;
-        let lo = self.read32(c, common::DEVICE_FEATURE)?;
-        self.write32(c, common::DEVICE_FEATURE_SELECT, 1)?;
-        let hi = self.read32(c, common::DEVICE_FEATURE)?;
+        use common::{DEVICE_FEATURE, DEVICE_FEATURE_SELECT};
+        self.write_common(DEVICE_FEATURE_SELECT::zeroed().with_select(0u32))?;
+        let lo = self.read_common::<DEVICE_FEATURE>()?.bits().get();
+        self.write_common(DEVICE_FEATURE_SELECT::zeroed().with_select(1u32))?;
+        let hi = self.read_common::<DEVICE_FEATURE>()?.bits().get();
         Ok(u64::from(lo) | (u64::from(hi) << 32))
     }
 
     /// Writes the feature bits the driver accepts.
     pub(crate) fn set_driver_features(&self, features: u64) -> Result {
-        let c = &self.caps.common;
-        self.write32(c, common::DRIVER_FEATURE_SELECT, 0)?;
-        self.write32(c, common::DRIVER_FEATURE, features as u32)?;
-        self.write32(c, common::DRIVER_FEATURE_SELECT, 1)?;
-        self.write32(c, common::DRIVER_FEATURE, (features >> 32) as u32)
+        use common::{DRIVER_FEATURE, DRIVER_FEATURE_SELECT};
+        self.write_common(DRIVER_FEATURE_SELECT::zeroed().with_select(0u32))?;
+        self.write_common(DRIVER_FEATURE::zeroed().with_bits(features as u32))?;
+        self.write_common(DRIVER_FEATURE_SELECT::zeroed().with_select(1u32))?;
+        self.write_common(DRIVER_FEATURE::zeroed().with_bits((features >> 32) as u32))
     }
 
     /// Number of virtqueues the device has.
     pub(crate) fn num_queues(&self) -> Result<u16> {
-        self.read16(&self.caps.common, common::NUM_QUEUES)
+        Ok(self.read_common::<common::NUM_QUEUES>()?.count().get())
+    }
+
+    /// Selects queue `q` for the `QUEUE_*` registers.
+    fn select_queue(&self, q: u16) -> Result {
+        self.write_common(common::QUEUE_SELECT::zeroed().with_queue(q))
     }
 
     /// Largest size of queue `q` (0: the queue does not exist).
     pub(crate) fn queue_max_size(&self, q: u16) -> Result<u16> {
-        let c = &self.caps.common;
-        self.write16(c, common::QUEUE_SELECT, q)?;
-        self.read16(c, common::QUEUE_SIZE)
+        self.select_queue(q)?;
+        Ok(self.read_common::<common::QUEUE_SIZE>()?.size().get())
     }
 
     /// Routes configuration-change interrupts to MSI-X `vector`
     /// ([`MSI_NO_VECTOR`]: none). Fails with `EBUSY` if the device could not
     /// take the vector.
     pub(crate) fn set_config_vector(&self, vector: u16) -> Result {
-        let c = &self.caps.common;
-        self.write16(c, common::MSIX_CONFIG, vector)?;
-        if self.read16(c, common::MSIX_CONFIG)? != vector {
+        use common::MSIX_CONFIG;
+        self.write_common(MSIX_CONFIG::zeroed().with_vector(vector))?;
+        if self.read_common::<MSIX_CONFIG>()?.vector().get() != vector {
             return Err(EBUSY);
         }
         Ok(())
@@ -469,23 +632,26 @@ impl Transport {
     /// it. Returns the queue's `queue_notify_off`, checked against the
     /// notification area.
     pub(crate) fn setup_queue(&self, q: u16, cfg: &QueueConfig) -> Result<u16> {
-        let c = &self.caps.common;
-        self.write16(c, common::QUEUE_SELECT, q)?;
-        if self.read16(c, common::QUEUE_ENABLE)? != 0 {
+        use common::{
+            QUEUE_DESC, QUEUE_DEVICE, QUEUE_DRIVER, QUEUE_ENABLE, QUEUE_MSIX_VECTOR,
+            QUEUE_NOTIFY_OFF, QUEUE_SIZE,
+        };
+        self.select_queue(q)?;
+        if self.read_common::<QUEUE_ENABLE>()?.enabled() {
             // A freshly reset device has every queue disabled.
             return Err(EBUSY);
         }
-        self.write16(c, common::QUEUE_SIZE, cfg.size)?;
-        self.write16(c, common::QUEUE_MSIX_VECTOR, cfg.vector)?;
-        if self.read16(c, common::QUEUE_MSIX_VECTOR)? != cfg.vector {
+        self.write_common(QUEUE_SIZE::zeroed().with_size(cfg.size))?;
+        self.write_common(QUEUE_MSIX_VECTOR::zeroed().with_vector(cfg.vector))?;
+        if self.read_common::<QUEUE_MSIX_VECTOR>()?.vector().get() != cfg.vector {
             return Err(EBUSY);
         }
-        self.write64_split(c, common::QUEUE_DESC, cfg.desc)?;
-        self.write64_split(c, common::QUEUE_DRIVER, cfg.driver)?;
-        self.write64_split(c, common::QUEUE_DEVICE, cfg.device)?;
-        let notify_off = self.read16(c, common::QUEUE_NOTIFY_OFF)?;
+        self.write_common_addr::<QUEUE_DESC>(cfg.desc)?;
+        self.write_common_addr::<QUEUE_DRIVER>(cfg.driver)?;
+        self.write_common_addr::<QUEUE_DEVICE>(cfg.device)?;
+        let notify_off = self.read_common::<QUEUE_NOTIFY_OFF>()?.offset().get();
         self.notify_offset(notify_off)?;
-        self.write16(c, common::QUEUE_ENABLE, 1)?;
+        self.write_common(QUEUE_ENABLE::zeroed().with_enabled(true))?;
         Ok(notify_off)
     }
 
@@ -504,13 +670,13 @@ impl Transport {
     /// `notify_off`) has new buffers.
     pub(crate) fn notify(&self, q: u16, notify_off: u16) -> Result {
         let off = self.notify_offset(notify_off)?;
-        self.write16(&self.caps.notify, off, q)
+        self.with_reg(&self.caps.notify, off, 2, |b, a| b.try_write16(q, a))
     }
 
     /// Reads (and thereby clears) the ISR status byte. This also deasserts
     /// the INTx line.
     pub(crate) fn read_isr(&self) -> Result<u8> {
-        self.read8(&self.caps.isr, 0)
+        self.with_reg(&self.caps.isr, 0, 1, |b, a| b.try_read8(a))
     }
 }
 

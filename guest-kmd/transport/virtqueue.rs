@@ -28,8 +28,7 @@ use kernel::{
         Device, //
     },
     dma::Coherent,
-    dma_read,
-    dma_write,
+    dma_read, dma_write,
     prelude::*,
     sync::barrier::{
         smp_rmb,

@@ -18,17 +18,34 @@
 //! A reply is copied out of DMA memory once and only the copy is validated:
 //! used length, opcode and tag echo, status, exact reply size.
 //!
-//! Doorbells are *posted* ([`Vgpu::post_doorbell`]): like a doorbell
+//! Doorbells are *posted* ([`Control::post_doorbell`]): like a doorbell
 //! register write on real hardware, the submitter does not wait for the
 //! device to take it. The slot stays the device's until the reply comes
 //! back; whoever reaps the queue next validates it. A doorbell the device
-//! refused is remembered ([`Vgpu::take_failed_doorbells`]) and rung again by
-//! the hang check: doorbells are latched write pointers, so ringing again
-//! is harmless. When the device holds every slot, the next doorbell waits
-//! for one (the control-queue interrupt wakes it).
+//! refused is remembered ([`Control::take_failed_doorbells`]) and rung again
+//! by the hang check: doorbells are latched write pointers, so ringing again
+//! is harmless. A doorbell needs a free slot, and the device may hold every
+//! slot for a while: [`Control::reserve_doorbell`] waits for one (the
+//! control-queue interrupt wakes it) *before* the caller takes its own
+//! locks, so that posting under them never waits.
+//!
+//! Nothing here knows the blocks above: the device is reached through a
+//! [`Link`], and a device found broken is marked there (the caller wakes its
+//! own sleepers).
 
+use super::{
+    link::Link,
+    virtqueue::{
+        DescSpec,
+        DmaBytes,
+        SplitQueue,
+        UsedElem,
+        DESC_F_NEXT,
+        DESC_F_WRITE, //
+    },
+};
 use crate::{
-    errno,
+    dev_err_ratelimited, dev_warn_ratelimited, errno,
     pod::Pod,
     proto::{
         Command,
@@ -38,23 +55,17 @@ use crate::{
         MAX_COMMAND_SIZE,
         QUEUE_CONTROL, //
     },
-    virtqueue::{
-        DescSpec,
-        DmaBytes,
-        SplitQueue,
-        UsedElem,
-        DESC_F_NEXT,
-        DESC_F_WRITE, //
+    time::{
+        elapsed_ns,
+        ns_to_jiffies, //
     },
-    Vgpu,
 };
 use kernel::{
     device::{
         Bound,
         Device, //
     },
-    new_condvar,
-    new_mutex,
+    new_condvar, new_mutex,
     prelude::*,
     sync::{
         atomic::{
@@ -67,9 +78,7 @@ use kernel::{
         MutexGuard, //
     },
     time::{
-        msecs_to_jiffies,
         Instant,
-        Jiffies,
         Monotonic, //
     },
 };
@@ -130,6 +139,8 @@ enum Slot {
     Abandoned,
     /// The device; a posted doorbell whose reply the next reaper checks.
     Posted(PostedDoorbell),
+    /// The driver; kept for a doorbell a [`DoorbellSlot`] will post.
+    Reserved,
     /// The driver again: the device returned it with this used length.
     Done(u32),
 }
@@ -248,7 +259,7 @@ impl ControlQueue {
                 *slot = Slot::Free;
                 self.check_posted(s, e.len, p, stats);
             }
-            Slot::Free | Slot::Done(_) => return Err(()),
+            Slot::Free | Slot::Done(_) | Slot::Reserved => return Err(()),
         }
         Ok(())
     }
@@ -257,7 +268,9 @@ impl ControlQueue {
     /// refused one for the hang check to ring again.
     fn check_posted(&mut self, s: usize, used_len: u32, p: PostedDoorbell, stats: &ControlStats) {
         let mut bytes = [0u8; REPLY_AREA];
-        let len = usize::try_from(used_len).unwrap_or(usize::MAX).min(REPLY_AREA);
+        let len = usize::try_from(used_len)
+            .unwrap_or(usize::MAX)
+            .min(REPLY_AREA);
         let hdr = self
             .bufs
             .read(s * SLOT_BYTES + CMD_AREA, &mut bytes[..len])
@@ -446,9 +459,10 @@ impl Reply {
 fn status_errno(s: Status) -> Error {
     match s {
         Status::UnknownOpcode => errno::eopnotsupp(),
-        Status::Truncated | Status::Oversized | Status::InvalidArgument | Status::ReservedNonZero => {
-            EINVAL
-        }
+        Status::Truncated
+        | Status::Oversized
+        | Status::InvalidArgument
+        | Status::ReservedNonZero => EINVAL,
         Status::Busy => EBUSY,
         Status::BadDescriptor => EIO,
         Status::DeviceLost => ENODEV,
@@ -459,76 +473,130 @@ fn status_errno(s: Status) -> Error {
     }
 }
 
-/// Converts a duration in nanoseconds to jiffies, rounding up.
-pub(crate) fn ns_to_jiffies(ns: u64) -> Jiffies {
-    let ms = ns.div_ceil(1_000_000);
-    msecs_to_jiffies(u32::try_from(ms).unwrap_or(u32::MAX))
+/// A control slot reserved for one posted doorbell
+/// ([`Control::reserve_doorbell`]); given back if it is dropped unused.
+pub(crate) struct DoorbellSlot<'a> {
+    control: &'a Control,
+    slot: usize,
 }
 
-/// Nanoseconds elapsed since `start` (0 if the clock went backwards).
-pub(crate) fn elapsed_ns(start: &Instant<Monotonic>) -> u64 {
-    u64::try_from(start.elapsed().as_nanos()).unwrap_or(0)
-}
-
-impl Vgpu {
-    /// Rings the doorbell of `ctx_id`'s ring on `engine` at `wptr` without
-    /// waiting for the device to take it (see the module documentation).
-    /// With no free slot it waits like any command.
-    pub(crate) fn post_doorbell(&self, ctx_id: u32, engine: u32, wptr: u32) -> Result {
-        self.check_usable()?;
-        let cmd = Command::Doorbell { ctx_id, engine, wptr };
-        let timeout_ns = u64::from(self.control.timeout_ms) * 1_000_000;
-        let start = Instant::<Monotonic>::now();
+impl Drop for DoorbellSlot<'_> {
+    fn drop(&mut self) {
         let mut guard = self.control.state.lock();
-        // A free slot; while the device still holds them all (a burst of
-        // doorbells faster than it answers), wait for one like a command
-        // waits for its reply.
-        let slot = loop {
+        if let Some(q) = guard.queue.as_mut() {
+            if let Some(s) = q.slots.get_mut(self.slot) {
+                if *s == Slot::Reserved {
+                    *s = Slot::Free;
+                }
+            }
+        }
+        drop(guard);
+        // Someone may wait for a slot.
+        self.control.completed.notify_all();
+    }
+}
+
+impl Control {
+    /// Reserves a slot for one posted doorbell, waiting (up to the command
+    /// timeout) while the device holds them all. Call it before taking the
+    /// locks under which the doorbell is posted.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` (unbound, or no queue), `EIO` (broken), `ETIMEDOUT`,
+    /// `ERESTARTSYS` (signal).
+    pub(crate) fn reserve_doorbell(&self, link: &Link) -> Result<DoorbellSlot<'_>> {
+        link.check_usable()?;
+        let timeout_ns = u64::from(self.timeout_ms) * 1_000_000;
+        let start = Instant::<Monotonic>::now();
+        let mut guard = self.state.lock();
+        loop {
             let q = guard.queue.as_mut().ok_or(ENODEV)?;
-            if let Err(why) = q.reap(&self.control.stats) {
+            if let Err(why) = q.reap(&self.stats) {
                 drop(guard);
-                self.mark_broken(why);
-                self.wake_all();
+                link.mark_broken(why);
+                self.wake();
                 return Err(EIO);
             }
             if let Some(slot) = q.free_slot() {
-                break slot;
+                q.slots[slot] = Slot::Reserved;
+                return Ok(DoorbellSlot {
+                    control: self,
+                    slot,
+                });
             }
-            self.check_usable()?;
+            link.check_usable()?;
             let spent = elapsed_ns(&start);
             if spent >= timeout_ns {
-                self.control.stats.timeouts.add(1, Relaxed);
+                self.stats.timeouts.add(1, Relaxed);
                 return Err(ETIMEDOUT);
             }
             let res = self
-                .control
                 .completed
                 .wait_interruptible_timeout(&mut guard, ns_to_jiffies(timeout_ns - spent));
             if let CondVarTimeoutResult::Signal { .. } = res {
                 return Err(ERESTARTSYS);
             }
+        }
+    }
+
+    /// Rings the doorbell of `ctx_id`'s ring on `engine` at `wptr` in a
+    /// reserved slot, without waiting for the device to take it (see the
+    /// module documentation). Never sleeps.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` (unbound, or no queue), `EIO` (broken), `EINVAL` (the slot
+    /// belongs to another control path).
+    pub(crate) fn post_doorbell(
+        &self,
+        link: &Link,
+        slot: DoorbellSlot<'_>,
+        ctx_id: u32,
+        engine: u32,
+        wptr: u32,
+    ) -> Result {
+        if !core::ptr::eq(slot.control, self) {
+            return Err(EINVAL);
+        }
+        link.check_usable()?;
+        let cmd = Command::Doorbell {
+            ctx_id,
+            engine,
+            wptr,
         };
+        let mut guard = self.state.lock();
         let tag = guard.next_tag;
         guard.next_tag = guard.next_tag.wrapping_add(1).max(1);
         let q = guard.queue.as_mut().ok_or(ENODEV)?;
+        let s = slot.slot;
+        if q.slots.get(s) != Some(&Slot::Reserved) {
+            return Err(EINVAL);
+        }
         let mut bytes = [0u8; CMD_AREA];
         let len = cmd.encode(tag, &mut bytes).ok_or(EINVAL)?;
-        q.post(slot, &bytes[..len])?;
-        q.slots[slot] = Slot::Posted(PostedDoorbell { tag, ctx_id, engine });
+        q.post(s, &bytes[..len])?;
+        // The slot is the device's now: the reservation must not free it.
+        core::mem::forget(slot);
+        q.slots[s] = Slot::Posted(PostedDoorbell {
+            tag,
+            ctx_id,
+            engine,
+        });
         q.ring.publish()?;
         let notify_off = q.notify_off;
-        self.control.stats.sent.add(1, Relaxed);
-        self.control.stats.posted.add(1, Relaxed);
-        self.transport.notify(QUEUE_CONTROL, notify_off)
+        self.stats.sent.add(1, Relaxed);
+        self.stats.posted.add(1, Relaxed);
+        link.transport.notify(QUEUE_CONTROL, notify_off)
     }
 
     /// Posted doorbells the device refused since the last call (each ring
     /// once).
     pub(crate) fn take_failed_doorbells(&self) -> KVec<PostedDoorbell> {
-        let mut guard = self.control.state.lock();
+        let mut guard = self.state.lock();
         match guard.queue.as_mut() {
             Some(q) => {
-                let _ = q.reap(&self.control.stats);
+                let _ = q.reap(&self.stats);
                 core::mem::take(&mut q.failed_doorbells)
             }
             None => KVec::new(),
@@ -536,33 +604,45 @@ impl Vgpu {
     }
 
     /// Sends `cmd` and waits for its reply.
-    pub(crate) fn command(&self, cmd: Command) -> Result<Reply> {
-        let serial = self.control.serialise();
-        self.command_locked(&serial, cmd)
+    ///
+    /// # Errors
+    ///
+    /// As [`Control::command_locked`].
+    pub(crate) fn command(&self, link: &Link, cmd: Command) -> Result<Reply> {
+        let serial = self.serialise();
+        self.command_locked(link, &serial, cmd)
     }
 
     /// Sends `cmd` and waits for its reply; the caller holds the command
     /// lock ([`Control::serialise`]).
     ///
-    /// Errors: `ENODEV` (device unbound), `EIO` (device broken), `EBUSY` (no
-    /// free slot), `ETIMEDOUT`, `ERESTARTSYS` (signal), `EPROTO` (malformed
-    /// reply), or the errno of the reply status.
-    pub(crate) fn command_locked(&self, serial: &MutexGuard<'_, ()>, cmd: Command) -> Result<Reply> {
-        if !core::ptr::eq(serial.lock_ref(), &self.control.serial) {
+    /// # Errors
+    ///
+    /// `ENODEV` (device unbound), `EIO` (device broken), `EBUSY` (no free
+    /// slot), `ETIMEDOUT`, `ERESTARTSYS` (signal), `EPROTO` (malformed
+    /// reply), `EINVAL` (`serial` is another path's lock), or the errno of
+    /// the reply status.
+    pub(crate) fn command_locked(
+        &self,
+        link: &Link,
+        serial: &MutexGuard<'_, ()>,
+        cmd: Command,
+    ) -> Result<Reply> {
+        if !core::ptr::eq(serial.lock_ref(), &self.serial) {
             return Err(EINVAL);
         }
-        self.check_usable()?;
+        link.check_usable()?;
         let opcode = cmd.opcode();
-        let timeout_ns = u64::from(self.control.timeout_ms) * 1_000_000;
+        let timeout_ns = u64::from(self.timeout_ms) * 1_000_000;
         let start = Instant::<Monotonic>::now();
 
-        let mut guard = self.control.state.lock();
+        let mut guard = self.state.lock();
         let tag = guard.next_tag;
         guard.next_tag = guard.next_tag.wrapping_add(1).max(1);
 
         let submitted = (|| -> Result<Result<usize, &'static str>> {
             let q = guard.queue.as_mut().ok_or(ENODEV)?;
-            if let Err(why) = q.reap(&self.control.stats) {
+            if let Err(why) = q.reap(&self.stats) {
                 return Ok(Err(why));
             }
             let slot = q.free_slot().ok_or(EBUSY)?;
@@ -570,8 +650,8 @@ impl Vgpu {
             let len = cmd.encode(tag, &mut bytes).ok_or(EINVAL)?;
             q.post(slot, &bytes[..len])?;
             q.ring.publish()?;
-            self.control.stats.sent.add(1, Relaxed);
-            if let Err(e) = self.transport.notify(QUEUE_CONTROL, q.notify_off) {
+            self.stats.sent.add(1, Relaxed);
+            if let Err(e) = link.transport.notify(QUEUE_CONTROL, q.notify_off) {
                 q.abandon(slot);
                 return Err(e);
             }
@@ -581,8 +661,8 @@ impl Vgpu {
             Ok(slot) => slot,
             Err(why) => {
                 drop(guard);
-                self.mark_broken(why);
-                self.wake_all();
+                link.mark_broken(why);
+                self.wake();
                 return Err(EIO);
             }
         };
@@ -592,14 +672,14 @@ impl Vgpu {
                 let Some(q) = guard.queue.as_mut() else {
                     break Wait::Failed(ENODEV);
                 };
-                if let Err(why) = q.reap(&self.control.stats) {
+                if let Err(why) = q.reap(&self.stats) {
                     q.abandon(slot);
                     break Wait::Broken(why);
                 }
                 if let Slot::Done(len) = q.slots[slot] {
                     break Wait::Replied(len);
                 }
-                if let Err(e) = self.check_usable() {
+                if let Err(e) = link.check_usable() {
                     q.abandon(slot);
                     break Wait::Failed(e);
                 }
@@ -610,14 +690,13 @@ impl Vgpu {
             }
             let remaining = timeout_ns - elapsed_ns(&start).min(timeout_ns);
             let res = self
-                .control
                 .completed
                 .wait_interruptible_timeout(&mut guard, ns_to_jiffies(remaining));
             if let CondVarTimeoutResult::Signal { .. } = res {
                 if let Some(q) = guard.queue.as_mut() {
                     q.abandon(slot);
                 }
-                self.control.stats.interrupted.add(1, Relaxed);
+                self.stats.interrupted.add(1, Relaxed);
                 break Wait::Failed(ERESTARTSYS);
             }
         };
@@ -634,44 +713,56 @@ impl Vgpu {
         match outcome {
             Wait::Replied(_) => {
                 let reply = reply?.ok_or(ENODEV)?;
-                self.check_reply(opcode, tag, &reply)?;
+                self.check_reply(link, opcode, tag, &reply)?;
                 Ok(reply)
             }
             Wait::Failed(e) => Err(e),
             Wait::Broken(why) => {
-                self.mark_broken(why);
-                self.wake_all();
+                link.mark_broken(why);
+                self.wake();
                 Err(EIO)
             }
             Wait::TimedOut => {
-                self.control.stats.timeouts.add(1, Relaxed);
-                dev_warn!(
-                    self.pdev,
+                self.stats.timeouts.add(1, Relaxed);
+                dev_warn_ratelimited!(
+                    link.pdev,
                     "{} (tag {}) timed out after {} ms\n",
                     opcode.name(),
                     tag,
-                    self.control.timeout_ms
+                    self.timeout_ms
                 );
                 // A device that stopped answering may have said why.
-                self.config_changed();
+                link.config_changed();
                 Err(ETIMEDOUT)
             }
         }
     }
 
     /// Validates a reply copy: used length, header echo, status, size.
-    fn check_reply(&self, opcode: Opcode, tag: u64, reply: &Reply) -> Result {
+    fn check_reply(&self, link: &Link, opcode: Opcode, tag: u64, reply: &Reply) -> Result {
         let fail = |what: core::fmt::Arguments<'_>| {
-            self.control.stats.protocol_errors.add(1, Relaxed);
-            dev_err!(self.pdev, "{} (tag {}): bad reply: {}\n", opcode.name(), tag, what);
+            self.stats.protocol_errors.add(1, Relaxed);
+            dev_err_ratelimited!(
+                link.pdev,
+                "{} (tag {}): bad reply: {}\n",
+                opcode.name(),
+                tag,
+                what
+            );
             Err(errno::eproto())
         };
         let len = reply.used_len;
         if len > REPLY_AREA {
-            return fail(format_args!("used length {} exceeds the {}-byte buffer", len, REPLY_AREA));
+            return fail(format_args!(
+                "used length {} exceeds the {}-byte buffer",
+                len, REPLY_AREA
+            ));
         }
         let Some(hdr) = ReplyHeader::read_from(&reply.bytes[..len]) else {
-            return fail(format_args!("used length {} is shorter than a reply header", len));
+            return fail(format_args!(
+                "used length {} is shorter than a reply header",
+                len
+            ));
         };
         if hdr.opcode != opcode as u32 || hdr.tag != tag {
             return fail(format_args!(
@@ -689,11 +780,11 @@ impl Vgpu {
                         opcode.reply_size()
                     ));
                 }
-                self.control.stats.ok.add(1, Relaxed);
+                self.stats.ok.add(1, Relaxed);
                 Ok(())
             }
             Some(s) => {
-                self.control.stats.failed.add(1, Relaxed);
+                self.stats.failed.add(1, Relaxed);
                 Err(status_errno(s))
             }
         }

@@ -12,14 +12,17 @@
 //! locks shared with process context (the kernel's Rust API has no
 //! interrupt-safe spinlock), wakes sleepers, and notifies the device. The
 //! work per interrupt is bounded by the queue sizes.
+//!
+//! The handlers call the driver back through [`IrqTarget`]: this block knows
+//! only the [`Link`] (to acknowledge and count) and what each line serves.
 
-use crate::{
+use super::{
+    link::Link,
     virtio::{
         ISR_CONFIG,
         ISR_QUEUE,
         MSI_NO_VECTOR, //
     },
-    Vgpu,
 };
 use kernel::{
     device::{
@@ -94,55 +97,69 @@ enum Role {
     Intx,
 }
 
+/// What the interrupt threads call: implemented by the driver's device.
+pub(crate) trait IrqTarget: Send + Sync + 'static {
+    /// The link whose ISR the INTx handler reads and whose counters count.
+    fn link(&self) -> &Link;
+    /// The configuration may have changed (device status).
+    fn config_changed(&self);
+    /// The control queue may have completed commands.
+    fn control_used(&self);
+    /// The event queue may hold records.
+    fn events_used(&self);
+}
+
 /// One registered handler.
-pub(crate) struct Handler {
-    vgpu: Arc<Vgpu>,
+pub(crate) struct Handler<T: IrqTarget> {
+    target: Arc<T>,
     role: Role,
-    /// Index into [`Vgpu::irq_count`].
+    /// Index into the link's interrupt counters.
     index: usize,
 }
 
-impl irq::ThreadedHandler for Handler {
+impl<T: IrqTarget> irq::ThreadedHandler for Handler<T> {
     fn handle(&self, _dev: &Device<Bound>) -> ThreadedIrqReturn {
+        let link = self.target.link();
         if let Role::Intx = self.role {
             // Reading the ISR acknowledges the interrupt and deasserts the
             // line; zero means another device on the shared line.
-            match self.vgpu.transport.read_isr() {
+            match link.transport.read_isr() {
                 Ok(isr) if isr != 0 => {
                     if isr & ISR_CONFIG != 0 {
-                        self.vgpu.config_pending.store(true, Relaxed);
+                        link.config_pending.store(true, Relaxed);
                     }
                     if isr & ISR_QUEUE != 0 {
-                        self.vgpu.queue_pending.store(true, Relaxed);
+                        link.queue_pending.store(true, Relaxed);
                     }
                 }
                 _ => return ThreadedIrqReturn::None,
             }
         }
-        self.vgpu.count_irq(self.index);
+        link.count_irq(self.index);
         ThreadedIrqReturn::WakeThread
     }
 
     fn handle_threaded(&self, _dev: &Device<Bound>) -> IrqReturn {
-        let v = &self.vgpu;
+        let t = &self.target;
         match self.role {
             Role::ConfigAndControl => {
-                v.config_changed();
-                v.control.wake();
+                t.config_changed();
+                t.control_used();
             }
-            Role::Events => v.process_events(),
+            Role::Events => t.events_used(),
             Role::All => {
-                v.config_changed();
-                v.control.wake();
-                v.process_events();
+                t.config_changed();
+                t.control_used();
+                t.events_used();
             }
             Role::Intx => {
-                if v.config_pending.xchg(false, Relaxed) {
-                    v.config_changed();
+                let link = t.link();
+                if link.config_pending.xchg(false, Relaxed) {
+                    t.config_changed();
                 }
-                if v.queue_pending.xchg(false, Relaxed) {
-                    v.control.wake();
-                    v.process_events();
+                if link.queue_pending.xchg(false, Relaxed) {
+                    t.control_used();
+                    t.events_used();
                 }
             }
         }
@@ -152,45 +169,81 @@ impl irq::ThreadedHandler for Handler {
 
 /// Registered interrupt handlers; freed (after waiting for running handlers)
 /// when dropped.
-pub(crate) type Registrations = KVec<Pin<KBox<ThreadedRegistration<Handler>>>>;
+pub(crate) type Registrations<T> = KVec<Pin<KBox<ThreadedRegistration<Handler<T>>>>>;
 
 /// Allocates interrupt vectors and registers the handlers into `regs`.
-pub(crate) fn setup(
+///
+/// # Errors
+///
+/// The errno of a failed vector allocation or registration.
+pub(crate) fn setup<T: IrqTarget>(
     pdev: &pci::Device<Core<'_>>,
-    vgpu: &Arc<Vgpu>,
+    vgpu: &Arc<T>,
     force_intx: bool,
-    regs: &mut Registrations,
+    regs: &mut Registrations<T>,
 ) -> Result<IrqMode> {
     let msix = pci::IrqTypes::default().with(pci::IrqType::MsiX);
     if !force_intx {
         if let Ok(v) = pdev.alloc_irq_vectors(2, 2, msix) {
-            register(pdev, *v.start(), vgpu, Role::ConfigAndControl, 0, irq::Flags::TRIGGER_NONE, regs)?;
-            register(pdev, *v.end(), vgpu, Role::Events, 1, irq::Flags::TRIGGER_NONE, regs)?;
+            register(
+                pdev,
+                *v.start(),
+                vgpu,
+                Role::ConfigAndControl,
+                0,
+                irq::Flags::TRIGGER_NONE,
+                regs,
+            )?;
+            register(
+                pdev,
+                *v.end(),
+                vgpu,
+                Role::Events,
+                1,
+                irq::Flags::TRIGGER_NONE,
+                regs,
+            )?;
             return Ok(IrqMode::MsixSplit);
         }
         if let Ok(v) = pdev.alloc_irq_vectors(1, 1, msix) {
-            register(pdev, *v.start(), vgpu, Role::All, 0, irq::Flags::TRIGGER_NONE, regs)?;
+            register(
+                pdev,
+                *v.start(),
+                vgpu,
+                Role::All,
+                0,
+                irq::Flags::TRIGGER_NONE,
+                regs,
+            )?;
             return Ok(IrqMode::MsixShared);
         }
         dev_info!(pdev, "MSI-X unavailable, using INTx\n");
     }
     let intx = pci::IrqTypes::default().with(pci::IrqType::Intx);
     let v = pdev.alloc_irq_vectors(1, 1, intx)?;
-    register(pdev, *v.start(), vgpu, Role::Intx, 0, irq::Flags::SHARED, regs)?;
+    register(
+        pdev,
+        *v.start(),
+        vgpu,
+        Role::Intx,
+        0,
+        irq::Flags::SHARED,
+        regs,
+    )?;
     Ok(IrqMode::Intx)
 }
 
-fn register<'a>(
+fn register<'a, T: IrqTarget>(
     pdev: &'a pci::Device<Core<'_>>,
     vector: pci::IrqVector<'a>,
-    vgpu: &Arc<Vgpu>,
+    vgpu: &Arc<T>,
     role: Role,
     index: usize,
     flags: irq::Flags,
-    regs: &mut Registrations,
+    regs: &mut Registrations<T>,
 ) -> Result {
     let handler = Handler {
-        vgpu: vgpu.clone(),
+        target: vgpu.clone(),
         role,
         index,
     };

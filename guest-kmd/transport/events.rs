@@ -4,7 +4,7 @@
 //!
 //! Every buffer of the event queue is kept posted: buffer `i` is
 //! [`EVENT_RECORD_SIZE`] bytes of DMA memory behind descriptor `i`. The
-//! interrupt thread ([`Vgpu::process_events`]) takes each used buffer, copies
+//! interrupt thread ([`Events::process`]) takes each used buffer, copies
 //! the record out, reposts the buffer at once, and only then decodes the copy
 //! with [`EventRecord::parse`] and [`Event::from_record`].
 //!
@@ -19,33 +19,33 @@
 //! arrives before its waiter registered (the event can overtake the reply) is
 //! kept in a short history the waiter consults when it registers.
 
-use crate::{
-    control::{
-        elapsed_ns,
-        ns_to_jiffies, //
-    },
-    event::{
-        Event,
-        EventRecord,
-        EVENT_RECORD_SIZE, //
-    },
-    proto::QUEUE_EVENT,
+use super::{
+    link::Link,
     virtqueue::{
         DescSpec,
         DmaBytes,
         SplitQueue,
         DESC_F_WRITE, //
     },
-    Vgpu,
+};
+use crate::{
+    event::{
+        Event,
+        EventRecord,
+        EVENT_RECORD_SIZE, //
+    },
+    proto::QUEUE_EVENT,
+    time::{
+        elapsed_ns,
+        ns_to_jiffies, //
+    },
 };
 use kernel::{
     device::{
         Bound,
         Device, //
     },
-    new_condvar,
-    new_mutex,
-    pci,
+    new_condvar, new_mutex, pci,
     prelude::*,
     sync::{
         atomic::{
@@ -167,10 +167,7 @@ pub(crate) struct EventStats {
 #[derive(Clone, Copy)]
 enum Outcome {
     Pending,
-    Arrived {
-        cookie: u64,
-        at: Instant<Monotonic>,
-    },
+    Arrived { cookie: u64, at: Instant<Monotonic> },
     Lost,
 }
 
@@ -289,7 +286,9 @@ impl Tracker {
             }
             // Uncorrectable memory error: counted and logged; the page's
             // owner is not told yet.
-            Ok(Event::EccError { ctx_id, engine, va, .. }) => {
+            Ok(Event::EccError {
+                ctx_id, engine, va, ..
+            }) => {
                 self.stats.ecc_errors += 1;
                 if self.may_warn(pdev) {
                     dev_err!(
@@ -304,7 +303,7 @@ impl Tracker {
             }
             // Every other record (fences, faults, engine errors, resets,
             // kinds this driver does not act on) goes to the GPU blocks
-            // (`gpu.rs`). The batch has room for a whole queue.
+            // (the [`EventSink`]). The batch has room for a whole queue.
             Ok(ev) => {
                 if gpu.push_within_capacity(ev).is_err() {
                     self.stats.unhandled += 1;
@@ -397,7 +396,11 @@ impl Tracker {
     fn register(&mut self, seq: u64) -> Result<usize> {
         let idx = self.waiters.iter().position(Option::is_none).ok_or(EBUSY)?;
         let mut outcome = Outcome::Pending;
-        if let Some(h) = self.history.iter_mut().find(|h| h.is_some_and(|p| p.seq == seq)) {
+        if let Some(h) = self
+            .history
+            .iter_mut()
+            .find(|h| h.is_some_and(|p| p.seq == seq))
+        {
             if let Some(p) = h.take() {
                 outcome = Outcome::Arrived {
                     cookie: p.cookie,
@@ -558,15 +561,27 @@ impl Drop for PingWatch<'_> {
     }
 }
 
-impl Vgpu {
-    /// Consumes every used event buffer, reposts it, and decodes the record
-    /// copies. Runs in the interrupt thread (process context).
-    pub(crate) fn process_events(&self) {
+/// Where the event path hands the records it does not handle itself
+/// (fences, faults, engine errors, resets): the GPU blocks above.
+pub(crate) trait EventSink {
+    /// One decoded record, in arrival order; called without any transport
+    /// lock held, in the event interrupt thread (process context).
+    fn event(&self, ev: Event);
+    /// The device broke while the events were processed: wake every sleeper.
+    fn device_broken(&self);
+}
+
+impl Events {
+    /// Consumes every used event buffer, reposts it, decodes the record
+    /// copies and hands GPU events to `sink`. Runs in the interrupt thread
+    /// (process context).
+    pub(crate) fn process(&self, link: &Link, sink: &impl EventSink) {
         let now = Instant::<Monotonic>::now();
         // GPU events of this batch, handled after the event lock is dropped.
         // Without the allocation they are counted as unhandled.
-        let mut gpu = KVec::with_capacity(usize::from(EVENT_QUEUE_MAX), GFP_KERNEL).unwrap_or_default();
-        let mut guard = self.events.state.lock();
+        let mut gpu =
+            KVec::with_capacity(usize::from(EVENT_QUEUE_MAX), GFP_KERNEL).unwrap_or_default();
+        let mut guard = self.state.lock();
         let EventState { queue, tracker } = &mut *guard;
         let Some(q) = queue.as_mut() else {
             return;
@@ -597,9 +612,7 @@ impl Vgpu {
             let mut rec = [0u8; EVENT_RECORD_SIZE];
             let len = usize::try_from(e.len).unwrap_or(usize::MAX);
             let copied = if len <= EVENT_RECORD_SIZE {
-                q.bufs
-                    .read(id * EVENT_RECORD_SIZE, &mut rec[..len])
-                    .is_ok()
+                q.bufs.read(id * EVENT_RECORD_SIZE, &mut rec[..len]).is_ok()
             } else {
                 false
             };
@@ -611,9 +624,9 @@ impl Vgpu {
 
             if copied {
                 let before = tracker.stats.received;
-                wake |= tracker.record(&self.pdev, &rec[..len], now, &mut gpu);
+                wake |= tracker.record(&link.pdev, &rec[..len], now, &mut gpu);
                 if tracker.stats.received != before {
-                    self.events.received.add(1, Relaxed);
+                    self.received.add(1, Relaxed);
                 }
             } else {
                 tracker.stats.malformed += 1;
@@ -621,31 +634,37 @@ impl Vgpu {
         }
 
         if consumed != 0 {
-            self.events.batches.add(1, Relaxed);
+            self.batches.add(1, Relaxed);
             if q.ring.publish().is_ok() {
                 // A failed notify only delays the device's use of the
                 // reposted buffers until the next one.
-                let _ = self.transport.notify(QUEUE_EVENT, q.notify_off);
+                let _ = link.transport.notify(QUEUE_EVENT, q.notify_off);
             }
         }
         drop(guard);
 
         for ev in gpu {
-            self.gpu_event(ev);
+            sink.event(ev);
         }
 
         if let Some(why) = corrupt {
-            self.mark_broken(why);
-            self.wake_all();
+            link.mark_broken(why);
+            self.wake();
+            sink.device_broken();
         } else if wake {
-            self.events.arrived.notify_all();
+            self.arrived.notify_all();
         }
     }
 
     /// Notifies the event queue so the device sees the posted buffers.
-    pub(crate) fn kick_events(&self) -> Result {
-        let st = self.events.state.lock();
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` without a queue (or once unbound), `EIO` when the notify
+    /// register is not where the capabilities said.
+    pub(crate) fn kick(&self, link: &Link) -> Result {
+        let st = self.state.lock();
         let q = st.queue.as_ref().ok_or(ENODEV)?;
-        self.transport.notify(QUEUE_EVENT, q.notify_off)
+        link.transport.notify(QUEUE_EVENT, q.notify_off)
     }
 }

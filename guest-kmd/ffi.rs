@@ -1,0 +1,327 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The kernel C APIs this driver needs and the pinned kernel's Rust
+//! abstractions do not cover, each behind a small safe wrapper.
+//!
+//! Everything `unsafe` about them lives here, shaped like an upstream
+//! abstraction would be, so that the blocks above call safe functions:
+//!
+//! * [`ExportedFence`], [`new_fence_context`]: a minimal `dma_fence` and its
+//!   export as a `sync_file` fd (no Rust `dma_fence` abstraction exists).
+//! * [`flush_work`]: `flush_work()` (the workqueue abstraction has none).
+//! * [`send_wedged_uevent`]: DRM's `WEDGED=` uevent on a device's DRM nodes.
+//! * [`monotonic_ns`]: `ktime_get()` as nanoseconds.
+//! * [`ModuleRef`]: a reference on this module (`try_module_get`).
+
+use core::ptr::NonNull;
+use kernel::{
+    bindings,
+    prelude::*,
+    sync::{
+        Arc,
+        SetOnce, //
+    },
+    workqueue::{
+        HasWork,
+        Work, //
+    },
+    ThisModule,
+};
+
+/// `include/linux/sync_file.h`, not in the pinned kernel's bindings:
+/// `struct sync_file *sync_file_create(struct dma_fence *)`, whose first
+/// member is `struct file *file`.
+mod sync_file {
+    use kernel::bindings;
+    extern "C" {
+        pub(super) fn sync_file_create(
+            fence: *mut bindings::dma_fence,
+        ) -> *mut *mut kernel::ffi::c_void;
+    }
+}
+
+// ---------------------------------------------------------------- dma_fence
+
+/// `get_driver_name` of [`FENCE_OPS`].
+///
+/// # Safety
+///
+/// Called by the dma_fence core with a live fence; the returned string is
+/// static.
+unsafe extern "C" fn driver_name(_f: *mut bindings::dma_fence) -> *const kernel::ffi::c_char {
+    c"vgpu".as_char_ptr()
+}
+
+/// `get_timeline_name` of [`FENCE_OPS`].
+///
+/// # Safety
+///
+/// As [`driver_name`].
+unsafe extern "C" fn timeline_name(_f: *mut bindings::dma_fence) -> *const kernel::ffi::c_char {
+    c"vgpu-ring".as_char_ptr()
+}
+
+/// The fences' operations: names only. With neither `release` nor `wait`,
+/// the core frees a fence with `kfree_rcu` and drops its `ops` pointer when
+/// the fence signals, so a signalled fence no longer refers to this module.
+static FENCE_OPS: bindings::dma_fence_ops = bindings::dma_fence_ops {
+    get_driver_name: Some(driver_name),
+    get_timeline_name: Some(timeline_name),
+    // SAFETY: every other member is an optional callback; all-zero is
+    // `None` for each.
+    ..unsafe { core::mem::zeroed() }
+};
+
+/// A new dma_fence context (one per ring).
+pub(crate) fn new_fence_context() -> u64 {
+    // SAFETY: `dma_fence_context_alloc` has no preconditions.
+    unsafe { bindings::dma_fence_context_alloc(1) }
+}
+
+/// One fence of a ring's job, exported as sync_files, with the ring's
+/// reference.
+///
+/// The owner signals it when the job completes (status 1) or fails (an
+/// errno); dropping one that has not signalled cancels it (`-ECANCELED`)
+/// first, so every path that discards a ring leaves only signalled fences.
+/// Module unload waits for an RCU grace period (the core's `ops` readers are
+/// RCU readers) after the last ring is gone.
+pub(crate) struct ExportedFence {
+    /// The fence's seqno on its ring.
+    pub(crate) seqno: u64,
+    f: NonNull<bindings::dma_fence>,
+    /// This value signalled it (nothing else does).
+    signalled: bool,
+}
+
+// SAFETY: a dma_fence is reference counted and internally locked; the
+// reference this value holds may be used and dropped from any thread.
+unsafe impl Send for ExportedFence {}
+
+impl ExportedFence {
+    /// A fence for `seqno` of fence context `context`, unsignalled.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` when the fence cannot be allocated.
+    pub(crate) fn new(context: u64, seqno: u64) -> Result<Self> {
+        // SAFETY: `dma_fence` is a plain C struct for which all-zero is a
+        // valid (uninitialised-state) value; `dma_fence_init` sets it up.
+        let b = KBox::new(
+            unsafe { core::mem::zeroed::<bindings::dma_fence>() },
+            GFP_KERNEL,
+        )?;
+        let raw = KBox::into_raw(b);
+        // SAFETY:
+        // - `raw` is a `kmalloc`ed, exclusively owned `dma_fence` at the start
+        //   of its allocation, so the core's `kfree_rcu` frees exactly it;
+        // - `FENCE_OPS` is static and has both required callbacks;
+        // - a NULL lock selects the fence's inline lock.
+        unsafe { bindings::dma_fence_init(raw, &FENCE_OPS, core::ptr::null_mut(), context, seqno) };
+        Ok(ExportedFence {
+            seqno,
+            signalled: false,
+            // SAFETY: `KBox::into_raw` never returns NULL.
+            f: unsafe { NonNull::new_unchecked(raw) },
+        })
+    }
+
+    /// Signals the fence: success (`errno` 0), or the job failed with
+    /// `errno` (< 0). Only the first call has an effect.
+    pub(crate) fn signal(&mut self, errno: i32) {
+        if core::mem::replace(&mut self.signalled, true) {
+            return;
+        }
+        let f = self.f.as_ptr();
+        // SAFETY:
+        // - we hold a reference, so `f` is live;
+        // - only this value signals the fence and it has not yet, so setting
+        //   the error before signalling is what `dma_fence_set_error` allows.
+        unsafe {
+            if errno < 0 {
+                (*f).error = errno;
+            }
+            bindings::dma_fence_signal(f);
+        }
+    }
+
+    /// Whether this value signalled the fence.
+    pub(crate) fn is_signalled(&self) -> bool {
+        self.signalled
+    }
+
+    /// A sync_file for this fence, installed as a new close-on-exec fd of
+    /// the calling process. The fd is installed last, after everything that
+    /// can fail.
+    ///
+    /// # Errors
+    ///
+    /// `EMFILE` (no free fd), `ENOMEM`.
+    pub(crate) fn export_fd(&self) -> Result<i32> {
+        // SAFETY: `get_unused_fd_flags` has no preconditions; a negative
+        // value is an errno.
+        let fd = unsafe { bindings::get_unused_fd_flags(bindings::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::from_errno(fd));
+        }
+        // SAFETY: we hold a reference to the live fence; `sync_file_create`
+        // takes its own.
+        let sf = unsafe { sync_file::sync_file_create(self.f.as_ptr()) };
+        if sf.is_null() {
+            // SAFETY: `fd` was reserved above and not installed.
+            unsafe { bindings::put_unused_fd(fd as u32) };
+            return Err(ENOMEM);
+        }
+        // SAFETY:
+        // - `sf` points to a live `struct sync_file`, whose first member is
+        //   its `struct file *`, holding the one reference we hand to the fd
+        //   table;
+        // - `fd` is reserved and not yet installed.
+        unsafe { bindings::fd_install(fd as u32, (*sf).cast::<bindings::file>()) };
+        Ok(fd)
+    }
+}
+
+impl Drop for ExportedFence {
+    fn drop(&mut self) {
+        self.signal(-(bindings::ECANCELED as i32));
+        let f = self.f.as_ptr();
+        // SAFETY: this value owns one reference; releasing it is
+        // `dma_fence_put` (an inline function in C): the last reference goes
+        // through the core's release, which frees the fence after an RCU
+        // grace period.
+        unsafe {
+            if bindings::refcount_dec_and_test(&raw mut (*f).refcount.refcount) {
+                bindings::dma_fence_release(&raw mut (*f).refcount);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- workqueue
+
+/// Waits until `this`'s work item is neither queued nor running
+/// (`flush_work`).
+///
+/// Must not be called from that work item.
+pub(crate) fn flush_work<T: HasWork<T>>(this: &Arc<T>) {
+    let ptr = Arc::as_ptr(this).cast_mut();
+    // SAFETY: `ptr` points to a live `T` (we hold an `Arc`), so
+    // `raw_get_work` yields its initialised `Work` field.
+    let work = unsafe { <T as HasWork<T>>::raw_get_work(ptr) };
+    // SAFETY:
+    // - `Work::raw_get` needs a pointer to a valid `Work`, which `work` is;
+    // - `flush_work` only waits on the initialised `work_struct`, which stays
+    //   alive because we hold an `Arc` to its container; a queued instance
+    //   holds its own `Arc` and releases it when it returns, before
+    //   `flush_work` does.
+    unsafe { bindings::flush_work(Work::raw_get(work)) };
+}
+
+// ---------------------------------------------------------------- uevents
+
+/// Sends DRM's `WEDGED=rebind` uevent (`KOBJ_CHANGE`) on every DRM device
+/// node (`card*`, `renderD*`) among `parent`'s children.
+pub(crate) fn send_wedged_uevent(parent: &kernel::device::Device) {
+    // `Device` is a transparent wrapper of `struct device`.
+    let raw = core::ptr::from_ref(parent)
+        .cast::<bindings::device>()
+        .cast_mut();
+    // SAFETY: `raw` is a live `struct device` (borrowed for the call);
+    // `device_for_each_child` holds each child while it calls
+    // `wedged_uevent`, which takes no data.
+    unsafe { bindings::device_for_each_child(raw, core::ptr::null_mut(), Some(wedged_uevent)) };
+}
+
+/// Sends `WEDGED=rebind` on a DRM device node (`card*`, `renderD*`).
+///
+/// # Safety
+///
+/// `dev` is a live `struct device` (as `device_for_each_child` passes).
+unsafe extern "C" fn wedged_uevent(
+    dev: *mut bindings::device,
+    _data: *mut kernel::ffi::c_void,
+) -> kernel::ffi::c_int {
+    // SAFETY: the caller passes a live device; its kobject name is a
+    // NUL-terminated string or NULL.
+    let name = unsafe { (*dev).kobj.name };
+    if name.is_null() {
+        return 0;
+    }
+    // SAFETY: `name` is non-NULL and NUL-terminated (see above).
+    let name = unsafe { kernel::str::CStr::from_char_ptr(name) };
+    let n = name.to_bytes();
+    if n.starts_with(b"card") || n.starts_with(b"renderD") {
+        let mut env: [*mut kernel::ffi::c_char; 2] = [
+            c"WEDGED=rebind".as_char_ptr().cast_mut(),
+            core::ptr::null_mut(),
+        ];
+        // SAFETY:
+        // - `dev` is live (see above);
+        // - `env` is a NULL-terminated array of C strings that outlives the
+        //   call (the kernel copies them).
+        unsafe {
+            bindings::kobject_uevent_env(
+                &raw mut (*dev).kobj,
+                bindings::kobject_action_KOBJ_CHANGE,
+                env.as_mut_ptr(),
+            )
+        };
+    }
+    0
+}
+
+// ---------------------------------------------------------------- time
+
+/// The guest's monotonic clock (`ktime_get`), in nanoseconds.
+pub(crate) fn monotonic_ns() -> u64 {
+    // SAFETY: `ktime_get` may be called from any context but NMI.
+    u64::try_from(unsafe { bindings::ktime_get() }).unwrap_or(0)
+}
+
+// ---------------------------------------------------------------- modules
+
+/// This module, recorded when it loads ([`set_this_module`]).
+static THIS_MODULE: SetOnce<&'static ThisModule> = SetOnce::new();
+
+/// Records this module (from the module initialiser, before any file can
+/// be opened).
+pub(crate) fn set_this_module(m: &'static ThisModule) {
+    THIS_MODULE.populate(m);
+}
+
+/// A reference on this module, held by every open render-node file.
+///
+/// The DRM file operations the kernel's Rust DRM abstraction installs have no
+/// owner module, so an open file does not pin the module by itself; without
+/// this, `rmmod` with a render node open would free code and data the file
+/// still uses. With it, `rmmod` fails with `EBUSY` while files are open.
+pub(crate) struct ModuleRef(());
+
+impl ModuleRef {
+    /// Takes a reference on this module.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` while the module is being unloaded.
+    pub(crate) fn get() -> Result<ModuleRef> {
+        let m = THIS_MODULE.as_ref().ok_or(ENODEV)?;
+        // SAFETY: `m` is this module, which is live while its code runs.
+        if unsafe { bindings::try_module_get(m.as_ptr()) } {
+            Ok(ModuleRef(()))
+        } else {
+            Err(ENODEV)
+        }
+    }
+}
+
+impl Drop for ModuleRef {
+    fn drop(&mut self) {
+        // A `ModuleRef` exists only if `get` found the module.
+        if let Some(m) = THIS_MODULE.as_ref() {
+            // SAFETY: balances the successful `try_module_get` of
+            // `ModuleRef::get` on the same module.
+            unsafe { bindings::module_put(m.as_ptr()) };
+        }
+    }
+}

@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! What an open render-node file owns on the GPU: its address space and its
+//! memory account ([`Client`]).
+//!
+//! The DRM file object (`drm.rs`) holds one `Client`; the GPU blocks refer
+//! to it from every context the file creates (a context runs on its file's
+//! address space), and debugfs lists every client.
+
+use crate::{gem::MemAccount, vm::Vm};
+use kernel::{
+    new_mutex,
+    prelude::*,
+    sync::{
+        atomic::{
+            Atomic,
+            Relaxed, //
+        },
+        Arc,
+        Mutex, //
+    },
+};
+
+/// What an open file owns on the GPU.
+#[pin_data]
+pub(crate) struct Client {
+    /// A number for debugfs and logs, unique per module load.
+    pub(crate) id: u64,
+    /// The file's GPU address space.
+    #[pin]
+    pub(crate) vm: Mutex<Vm>,
+    /// GEM objects created through this file.
+    pub(crate) mem: Arc<MemAccount>,
+}
+
+/// Source of [`Client::id`].
+static NEXT_CLIENT: Atomic<u64> = Atomic::new(1);
+
+impl Client {
+    /// A client owning `vm`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn new(vm: Vm) -> Result<Arc<Client>> {
+        let mem = MemAccount::new()?;
+        Arc::pin_init(
+            pin_init!(Client {
+                id: NEXT_CLIENT.fetch_add(1, Relaxed),
+                vm <- new_mutex!(vm),
+                mem,
+            }),
+            GFP_KERNEL,
+        )
+    }
+}
+
+/// Thread-group id of the calling process, in its own pid namespace.
+pub(crate) fn current_tgid() -> u32 {
+    u32::try_from(kernel::current!().tgid_nr_ns(None)).unwrap_or(0)
+}

@@ -1,0 +1,475 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Contexts: `CTX_CREATE`, `CTX_DESTROY`, `CTX_QUERY`, and the teardown of
+//! a closing file's contexts.
+//!
+//! A context is a device context (`CONTEXT_CREATE`, id = a device slot) on
+//! its file's page table, with one ring per engine it selected, in the slot's
+//! KMD memory ([`super::ring`]), mapped into the file's address space in the
+//! KMD range while the context exists.
+//!
+//! Creation and destruction hold [`Gpu::ops`] across their device commands
+//! and take the state lock only to decide and to record (see the lock order
+//! in the [module documentation](super)).
+
+use super::{
+    ring::{
+        ring_va,
+        status_va,
+        ENGINES,
+        RING_SIZE,
+        SLOT_BYTES,
+        SLOT_VA_STRIDE, //
+    },
+    state::{
+        Ctx,
+        CtxArgs,
+        Gpu,
+        MAX_FILE_CONTEXTS, //
+    },
+};
+use crate::{
+    file::{
+        current_tgid,
+        Client, //
+    },
+    mmu::{
+        PTE_EXEC,
+        PTE_READ,
+        PTE_WRITE, //
+    },
+    proto::{
+        ctx_state,
+        Command,
+        ContextQueryReply,
+        CTX_FLAG_REPLAYABLE_FAULTS,
+        DESTROY_FLAG_FORCE, //
+    },
+    vm::{
+        self,
+        PAGE_4K, //
+    },
+};
+use kernel::{
+    prelude::*,
+    sync::Arc,
+    time::{
+        delay::fsleep,
+        Delta, //
+    },
+    uapi,
+};
+
+/// `CONTEXT_DESTROY` retries on `BUSY` before forcing.
+const DESTROY_RETRIES: u32 = 4;
+
+// Every slot's memory fits the KMD range of an address space.
+const _: () = assert!(SLOT_VA_STRIDE * crate::proto::MAX_CONTEXTS as u64 <= vm::VA_KMD_RESERVED);
+
+/// What `CTX_QUERY` returns.
+pub(crate) struct CtxQuery {
+    pub(crate) reset_status: u32,
+    pub(crate) state: u32,
+    pub(crate) fault_access: u32,
+    pub(crate) fault_va: u64,
+    pub(crate) fault_reason: u32,
+    pub(crate) hangs: u32,
+    pub(crate) faults: u32,
+    pub(crate) engine_error: u32,
+}
+
+/// A context's device-side parameters (to create it again after a reset).
+#[derive(Clone, Copy)]
+pub(crate) struct HwCtx {
+    pub(crate) hw: u32,
+    pub(crate) priority: u32,
+    pub(crate) flags: u32,
+    pub(crate) pt_root: u64,
+    pub(crate) engine_mask: u32,
+    pub(crate) kmd_va: u64,
+}
+
+impl HwCtx {
+    /// The parameters of `c` in slot `hw`.
+    pub(crate) fn of(hw: u32, c: &Ctx) -> HwCtx {
+        HwCtx {
+            hw,
+            priority: c.priority,
+            flags: c.flags,
+            pt_root: c.pt_root,
+            engine_mask: c.engine_mask,
+            kmd_va: c.kmd_va,
+        }
+    }
+}
+
+impl Gpu {
+    /// Where device slot `hw`'s memory is mapped in a client's address
+    /// space (the KMD range above the user range).
+    fn slot_va(client: &Client, hw: u32) -> u64 {
+        let end = client.vm.lock().user_range().1;
+        end + u64::from(hw) * SLOT_VA_STRIDE
+    }
+
+    /// `CTX_CREATE`: a context of `client` on the engines of `engine_mask`.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` (flags, priority or engines), `ENOSPC` (no free slot, or the
+    /// file's [`MAX_FILE_CONTEXTS`]), `EIO` (wedged or broken), `ENODEV`,
+    /// `ENOMEM`, or the errno of a device command.
+    pub(crate) fn ctx_create(
+        &self,
+        client: &Arc<Client>,
+        priority: u32,
+        engine_mask: u32,
+        flags: u32,
+    ) -> Result<u32> {
+        let id = self.hw.identity.as_ref().ok_or(ENODEV)?;
+        if flags & !uapi::VGPU_CTX_CREATE_FLAGS != 0
+            || priority > uapi::VGPU_CTX_PRIORITY_REALTIME
+            || engine_mask == 0
+            || engine_mask & !id.engine_mask != 0
+            || engine_mask >> ENGINES != 0
+        {
+            return Err(EINVAL);
+        }
+        self.check_usable()?;
+        let slots = self.slots()?;
+        // No other creation, destruction or reset runs until the context is
+        // recorded: the slot chosen below stays free.
+        let _ops = self.ops.lock();
+        let (hw, handle) = {
+            let mut g = self.lock()?;
+            if g.wedged {
+                return Err(EIO);
+            }
+            let mine = g
+                .slots
+                .iter()
+                .flatten()
+                .filter(|c| Arc::ptr_eq(&c.client, client))
+                .count();
+            if mine >= MAX_FILE_CONTEXTS {
+                return Err(ENOSPC);
+            }
+            let hw = g.slots.iter().position(Option::is_none).ok_or(ENOSPC)?;
+            let hw = u32::try_from(hw).map_err(|_| ENOSPC)?;
+            let handle = g.next_handle;
+            g.next_handle = g.next_handle.wrapping_add(1).max(1);
+            (hw, handle)
+        };
+        slots.zero(hw);
+        let kmd_va = Self::slot_va(client, hw);
+        let base = slots.addr(hw);
+        let pt_root;
+        {
+            let mut vm = client.vm.lock();
+            pt_root = vm.root_addr();
+            vm.map_kmd(kmd_va, base, PAGE_4K, PTE_READ | PTE_WRITE)?;
+            if let Err(e) = vm.map_kmd(
+                kmd_va + PAGE_4K,
+                base + PAGE_4K,
+                u64::from(RING_SIZE) * ENGINES as u64,
+                PTE_READ | PTE_EXEC,
+            ) {
+                vm.unmap_kmd(kmd_va, PAGE_4K);
+                return Err(e);
+            }
+        }
+        let hw_flags = if flags & uapi::VGPU_CTX_CREATE_REPLAYABLE != 0 {
+            CTX_FLAG_REPLAYABLE_FAULTS
+        } else {
+            0
+        };
+        let hc = HwCtx {
+            hw,
+            priority,
+            flags: hw_flags,
+            pt_root,
+            engine_mask,
+            kmd_va,
+        };
+        if let Err(e) = self.hw_create(&hc) {
+            self.unmap_slot(client, hw, kmd_va);
+            return Err(e);
+        }
+        let ctx = Ctx::new(CtxArgs {
+            client: client.clone(),
+            handle,
+            engine_mask,
+            priority,
+            flags: hw_flags,
+            pt_root,
+            kmd_va,
+            pid: current_tgid(),
+        });
+        if let Some(s) = self.state.lock().slots.get_mut(hw as usize) {
+            *s = Some(ctx);
+        }
+        Ok(handle)
+    }
+
+    /// `CONTEXT_CREATE` + `RING_CREATE`s on the device (no lock held but
+    /// [`Gpu::ops`]). A ring that cannot be created takes the context down
+    /// again.
+    ///
+    /// # Errors
+    ///
+    /// The errno of the failed command.
+    pub(crate) fn hw_create(&self, c: &HwCtx) -> Result {
+        self.cmd(Command::ContextCreate {
+            ctx_id: c.hw,
+            priority: c.priority,
+            flags: c.flags,
+            pt_root: c.pt_root,
+        })?;
+        for e in 0..ENGINES {
+            if c.engine_mask & (1 << e) == 0 {
+                continue;
+            }
+            let r = self.cmd(Command::RingCreate {
+                ctx_id: c.hw,
+                engine: e as u32,
+                size: RING_SIZE,
+                ring_va: ring_va(c.kmd_va, e),
+                status_va: status_va(c.kmd_va, e),
+            });
+            if let Err(err) = r {
+                let _ = self.cmd(Command::ContextDestroy {
+                    ctx_id: c.hw,
+                    flags: DESTROY_FLAG_FORCE,
+                });
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    /// Unmaps a slot's memory from its client and invalidates the client's
+    /// other contexts' TLBs for it (no GPU lock held).
+    fn unmap_slot(&self, client: &Arc<Client>, hw: u32, kmd_va: u64) {
+        client.vm.lock().unmap_kmd(kmd_va, SLOT_BYTES as u64);
+        self.invalidate_client(client, Some(hw), kmd_va, SLOT_BYTES as u64);
+    }
+
+    /// Invalidates `[va, va + size)` in every context of `client` but
+    /// `skip` (no GPU lock held). Returns whether every invalidation
+    /// succeeded; a context the device no longer has (destroyed, or not yet
+    /// created again by a reset, which flushed its TLBs) needs none.
+    fn invalidate_client(
+        &self,
+        client: &Arc<Client>,
+        skip: Option<u32>,
+        va: u64,
+        size: u64,
+    ) -> bool {
+        let mut targets = KVec::new();
+        {
+            let g = self.state.lock();
+            for (i, s) in g.slots.iter().enumerate() {
+                let Some(c) = s else { continue };
+                if Arc::ptr_eq(&c.client, client)
+                    && Some(i as u32) != skip
+                    && targets.push(i as u32, GFP_KERNEL).is_err()
+                {
+                    return false;
+                }
+            }
+        }
+        let mut ok = true;
+        for hw in targets {
+            match self.cmd(Command::TlbInvalidate {
+                ctx_id: hw,
+                engine_mask: 0,
+                va,
+                size,
+            }) {
+                Ok(_) => {}
+                Err(e) if e == ENOENT => {}
+                Err(_) => ok = false,
+            }
+        }
+        ok
+    }
+
+    /// TLB invalidation after `VM_UNBIND`; `false` if any failed (the
+    /// caller keeps the pages).
+    pub(crate) fn invalidate_after_unbind(&self, client: &Arc<Client>, va: u64, size: u64) -> bool {
+        self.invalidate_client(client, None, va, size)
+    }
+
+    /// `CTX_DESTROY`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` (no such context of this file), `ENODEV`, or the errno of
+    /// the device's `CONTEXT_DESTROY`.
+    pub(crate) fn ctx_destroy(&self, client: &Arc<Client>, handle: u32) -> Result {
+        let _ops = self.ops.lock();
+        let hw = {
+            let mut g = self.lock()?;
+            let (hw, ctx) = g.find(client, handle)?;
+            ctx.destroying = true;
+            hw
+        };
+        self.destroy_hw(hw)
+    }
+
+    /// Destroys device slot `hw` (already marked destroying; the caller
+    /// holds [`Gpu::ops`]): `BUSY` is retried with backoff, then forced.
+    /// The slot is freed only when the device confirmed (or is gone);
+    /// otherwise it stays reserved so that its memory and tables are never
+    /// reused under a live context.
+    fn destroy_hw(&self, hw: u32) -> Result {
+        let mut result = Ok(());
+        if self.check_usable().is_ok() {
+            let mut delay = 5;
+            let mut done = false;
+            for _ in 0..DESTROY_RETRIES {
+                match self.cmd(Command::ContextDestroy {
+                    ctx_id: hw,
+                    flags: 0,
+                }) {
+                    Ok(_) => {
+                        done = true;
+                        break;
+                    }
+                    Err(e) if e == EBUSY => {
+                        fsleep(Delta::from_millis(delay));
+                        delay *= 2;
+                    }
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+            if !done && result.is_ok() {
+                result = self
+                    .cmd(Command::ContextDestroy {
+                        ctx_id: hw,
+                        flags: DESTROY_FLAG_FORCE,
+                    })
+                    .map(|_| ());
+            }
+        }
+        let gone = result.is_ok() || self.check_usable().is_err();
+        let taken = {
+            let mut g = self.state.lock();
+            let Some(slot) = g.slots.get_mut(hw as usize) else {
+                return result;
+            };
+            if let Some(c) = slot.as_mut() {
+                for r in c.rings.iter_mut() {
+                    // Destroyed, not failed: exported fences say cancelled.
+                    r.cancel();
+                }
+            }
+            if gone {
+                slot.take()
+            } else {
+                None
+            }
+        };
+        match taken {
+            Some(c) => self.unmap_slot(&c.client, hw, c.kmd_va),
+            None if !gone => dev_err!(
+                self.pdev(),
+                "context slot {} could not be destroyed: slot kept\n",
+                hw
+            ),
+            None => {}
+        }
+        self.wake();
+        result
+    }
+
+    /// Destroys every context of a closing file. Returns `false` if one
+    /// could not be destroyed (the file's address space must then be kept).
+    pub(crate) fn destroy_client(&self, client: &Arc<Client>) -> bool {
+        let _ops = self.ops.lock();
+        let mut todo = KVec::new();
+        {
+            let mut g = self.state.lock();
+            for (i, s) in g.slots.iter_mut().enumerate() {
+                if let Some(c) = s {
+                    if Arc::ptr_eq(&c.client, client) && !c.destroying {
+                        c.destroying = true;
+                        if todo.push(i as u32, GFP_KERNEL).is_err() {
+                            return false;
+                        }
+                    }
+                }
+            }
+        }
+        for hw in todo {
+            let _ = self.destroy_hw(hw);
+        }
+        let g = self.state.lock();
+        !g.slots
+            .iter()
+            .flatten()
+            .any(|c| Arc::ptr_eq(&c.client, client))
+    }
+
+    /// `CTX_QUERY`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOENT` (no such context of this file), `ENODEV`.
+    pub(crate) fn ctx_query(&self, client: &Arc<Client>, handle: u32) -> Result<CtxQuery> {
+        self.hang_check();
+        self.refresh_query(client, handle);
+        let mut g = self.lock()?;
+        let (_, c) = g.find(client, handle)?;
+        Ok(CtxQuery {
+            reset_status: c.reset_status,
+            state: c.state_bits(),
+            fault_access: c.fault_access,
+            fault_va: c.fault_va,
+            fault_reason: c.fault_reason,
+            hangs: c.hangs,
+            faults: c.faults,
+            engine_error: c.engine_error,
+        })
+    }
+
+    /// Reads the device's view of a context (`CONTEXT_QUERY`): an errored
+    /// context the events did not report (lost events) is marked.
+    fn refresh_query(&self, client: &Arc<Client>, handle: u32) {
+        let hw = match self.state.lock().find(client, handle) {
+            Ok((hw, _)) => hw,
+            Err(_) => return,
+        };
+        let Ok(reply) = self.cmd(Command::ContextQuery { ctx_id: hw }) else {
+            return;
+        };
+        let Ok(q) = reply.get::<ContextQueryReply>() else {
+            return;
+        };
+        let mut g = self.state.lock();
+        if let Ok((_, c)) = g.find(client, handle) {
+            if q.state & ctx_state::ERRORED != 0 && !c.errored {
+                c.set_errored();
+                for r in c.rings.iter_mut() {
+                    r.fail_pending();
+                }
+            }
+        }
+        if let Ok(mem) = self.slots() {
+            g.release_failed(mem);
+        }
+    }
+
+    /// Cancels every exported fence (device going away): sync_file users
+    /// see `-ECANCELED` rather than waiting for the files to close.
+    pub(crate) fn cancel_exported(&self) {
+        let mut g = self.state.lock();
+        for c in g.slots.iter_mut().flatten() {
+            for r in c.rings.iter_mut() {
+                r.exported.clear();
+            }
+        }
+    }
+}

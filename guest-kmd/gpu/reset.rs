@@ -1,0 +1,487 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Hangs and the reset ladder.
+//!
+//! A ring with pending jobs that has not completed one for `job_timeout_ms`
+//! is hung. Hang checks run from a periodic watchdog (every tenth of the
+//! timeout, see [`crate::watchdog`]), and also whenever a `WAIT` sleeps (at
+//! least every quarter timeout), at each `SUBMIT` and `CTX_QUERY`, and on
+//! writes to debugfs `hangcheck`. The check also rings refused doorbells
+//! again and reports fence values written without their interrupt.
+//!
+//! Recovery, holding [`Gpu::ops`] and with `SUBMIT` held off
+//! (`GpuState::resetting`):
+//!
+//! 1. `ENGINE_RESET` of the ring's engine, naming the hung context: its
+//!    ring is cleared whatever its state, its pending jobs fail, it is
+//!    guilty; an innocent context whose job was in flight on that engine
+//!    gets its unfinished jobs written again.
+//! 2. If the engine reset fails: `DEVICE_RESET`, then every context and
+//!    ring is created again on the same page tables; the guilty context's
+//!    jobs fail, innocent contexts' unfinished jobs are written again (their
+//!    status becomes innocent).
+//! 3. If that fails, the device is wedged: every waiter wakes with `EIO`,
+//!    new submissions fail with `EIO`, and a `WEDGED=rebind` uevent is sent
+//!    on the DRM nodes.
+//!
+//! A context that caused `ban_hangs` hangs within `ban_window_ms` is banned
+//! (`SUBMIT` fails with `EIO`).
+//!
+//! Every rung decides under the state lock, drops it for the device's
+//! commands, and takes it again to record what happened.
+
+use super::{
+    context::HwCtx,
+    dump::{
+        HangDump,
+        HangSite, //
+    },
+    ring::{
+        SlotMemory,
+        ENGINES,
+        MISSED_EVENT_NS, //
+    },
+    state::{
+        push_log,
+        Gpu,
+        GpuState,
+        ResetLog, //
+    },
+};
+use crate::{
+    dev_info_ratelimited, dev_warn_ratelimited, ffi,
+    proto::{
+        engine,
+        ring_state,
+        Command,
+        ContextQueryReply,
+        EngineResetReply,
+        CTX_NONE, //
+    },
+    time::elapsed_ns,
+};
+use kernel::{
+    prelude::*,
+    time::{
+        Instant,
+        Monotonic, //
+    },
+};
+
+/// How often the watchdog runs the hang check: a tenth of
+/// `job_timeout_ms`, at least 20 ms.
+pub(crate) fn check_period_ms() -> u32 {
+    (crate::params::job_timeout_ms() / 10).max(20)
+}
+
+/// A hung ring, as the hang check found it.
+struct Hung {
+    hw: u32,
+    engine: usize,
+    handle: u32,
+    client: u64,
+    pt_root: u64,
+}
+
+impl Gpu {
+    /// Looks for a hung ring and recovers from it; rings refused doorbells
+    /// again; reports lost fence interrupts. Skipped while another
+    /// operation holds [`Gpu::ops`] (the next check looks again).
+    pub(crate) fn hang_check(&self) {
+        let Some(_ops) = self.ops.try_lock() else {
+            return;
+        };
+        let timeout_ns = u64::from(crate::params::job_timeout_ms()) * 1_000_000;
+        let Ok(mem) = self.slots() else { return };
+        let refused = self.hw.take_failed_doorbells();
+        // Slots for ringing them again, before the state lock.
+        let mut doorbells = KVec::new();
+        for _ in refused.iter() {
+            let Ok(s) = self.hw.reserve_doorbell() else {
+                break;
+            };
+            if doorbells.push(s, GFP_KERNEL).is_err() {
+                break;
+            }
+        }
+        let mut g = self.state.lock();
+        if g.wedged || self.check_usable().is_err() {
+            return;
+        }
+        // Doorbells the device refused (posted, so nobody saw the error):
+        // ring them again at the ring's current write pointer. Refused
+        // again, they come back at the next check.
+        for (p, slot) in refused.iter().zip(doorbells) {
+            let wptr = g
+                .slot(p.ctx_id)
+                .and_then(|c| c.rings.get(p.engine as usize))
+                .filter(|r| r.present && !r.jobs.is_empty())
+                .map(|r| r.wptr);
+            let Some(wptr) = wptr else {
+                dev_info_ratelimited!(
+                    self.pdev(),
+                    "the device refused a doorbell of context slot {} engine {}: no job left behind it\n",
+                    p.ctx_id,
+                    p.engine
+                );
+                continue;
+            };
+            dev_info_ratelimited!(
+                self.pdev(),
+                "the device refused a doorbell of context slot {} engine {}: ringing it again at {:#x}\n",
+                p.ctx_id,
+                p.engine,
+                wptr
+            );
+            g.counters.doorbells_rung_again += 1;
+            if let Err(e) = self.hw.post_doorbell(slot, p.ctx_id, p.engine, wptr) {
+                dev_warn_ratelimited!(
+                    self.pdev(),
+                    "doorbell of context slot {} engine {} could not be rung again: error {}\n",
+                    p.ctx_id,
+                    p.engine,
+                    e.to_errno()
+                );
+            }
+        }
+        let mut missed = KVec::new();
+        let mut hung = None;
+        for (i, s) in g.slots.iter_mut().enumerate() {
+            let Some(c) = s else { continue };
+            if c.destroying {
+                continue;
+            }
+            for (e, r) in c.rings.iter_mut().enumerate() {
+                if !r.present {
+                    continue;
+                }
+                let value = mem.fence_value(i as u32, e);
+                // A fence value ahead of the events (and of what the KMD
+                // itself wrote for discarded jobs) over two checks: the
+                // device wrote the fence but its interrupt never came.
+                let announced = r.evt_seqno.max(r.done_upto);
+                if value > announced {
+                    if r.ahead_of_events == 0 || announced >= r.ahead_of_events {
+                        r.ahead_of_events = value;
+                        r.ahead_since = Instant::now();
+                    } else if elapsed_ns(&r.ahead_since) >= MISSED_EVENT_NS {
+                        let _ = missed.push((c.handle, i as u32, e, announced, value), GFP_KERNEL);
+                        r.evt_seqno = value;
+                        r.ahead_of_events = 0;
+                    }
+                } else {
+                    r.ahead_of_events = 0;
+                }
+                r.retire(value);
+                if r.jobs.is_empty() {
+                    continue;
+                }
+                if mem.status(i as u32, e).state == ring_state::FAULT_STALLED {
+                    continue;
+                }
+                if elapsed_ns(&r.progress_at) > timeout_ns && hung.is_none() {
+                    hung = Some(Hung {
+                        hw: i as u32,
+                        engine: e,
+                        handle: c.handle,
+                        client: c.client.id,
+                        pt_root: c.pt_root,
+                    });
+                }
+            }
+        }
+        g.counters.missed_fence_events += missed.len() as u64;
+        let mut banned = None;
+        if let Some(h) = &hung {
+            g.counters.hangs += 1;
+            g.resetting = true;
+            let window_ns = u64::from(crate::params::ban_window_ms()) * 1_000_000;
+            let limit = crate::params::ban_hangs() as usize;
+            if let Some(c) = g.slot(h.hw) {
+                if c.record_hang(limit, window_ns) {
+                    banned = Some(c.recent_hangs());
+                }
+            }
+        }
+        drop(g);
+        for &(handle, hw, e, announced, value) in missed.iter() {
+            dev_warn_ratelimited!(
+                self.pdev(),
+                "missed fence interrupt: context {} (slot {}) engine {} fence value {} written, events announced {}\n",
+                handle,
+                hw,
+                e,
+                value,
+                announced
+            );
+        }
+        if let Some(h) = hung {
+            if let Some(n) = banned {
+                dev_warn_ratelimited!(
+                    self.pdev(),
+                    "context {} (slot {}) banned: {} hangs within {} ms\n",
+                    h.handle,
+                    h.hw,
+                    n,
+                    crate::params::ban_window_ms()
+                );
+            }
+            self.recover(mem, h);
+            self.end_reset();
+        } else if !missed.is_empty() {
+            self.wake();
+        }
+    }
+
+    /// A reset rung ended: `SUBMIT` may write rings again.
+    fn end_reset(&self) {
+        self.state.lock().resetting = false;
+        self.wake();
+    }
+
+    /// The reset ladder for hung ring `h` (see the module documentation).
+    /// The caller holds [`Gpu::ops`] and has set `resetting`.
+    fn recover(&self, mem: &SlotMemory, h: Hung) {
+        let start = Instant::<Monotonic>::now();
+        // The dump: the device's view of the context, then the ring.
+        let hw_state = self
+            .cmd(Command::ContextQuery { ctx_id: h.hw })
+            .and_then(|r| r.get::<ContextQueryReply>())
+            .ok()
+            .map(|q| q.state);
+        {
+            let mut g = self.state.lock();
+            let dump = g.slot_of(h.hw, h.handle).map(|c| {
+                let site = HangSite {
+                    hw: h.hw,
+                    engine: h.engine,
+                    handle: h.handle,
+                    client: h.client,
+                    pt_root: h.pt_root,
+                };
+                HangDump::capture(mem, site, &c.rings[h.engine], hw_state)
+            });
+            if let Some(d) = dump {
+                if let Ok(b) = KBox::new(d, GFP_KERNEL) {
+                    g.last_hang = Some(b);
+                }
+            }
+        }
+        let st = mem.status(h.hw, h.engine);
+        dev_warn_ratelimited!(
+            self.pdev(),
+            "hang: context {} (slot {}) engine {} (rptr {:#x}, state {}, last fence {}): resetting the engine\n",
+            h.handle,
+            h.hw,
+            h.engine,
+            st.rptr,
+            st.state,
+            st.last_fence
+        );
+        // 1. Engine reset. One that names the hung context clears its ring
+        // on that engine whatever the ring's state, so success means
+        // drained. (The context's other rings may legitimately be busy or
+        // waiting — e.g. a copy ring in SEM_WAIT on the hung compute job's
+        // fence, which `release_failed` lets go.)
+        let reply = self
+            .cmd(Command::EngineReset {
+                engine: h.engine as u32,
+                hung_ctx: h.hw,
+            })
+            .and_then(|r| r.get::<EngineResetReply>());
+        let drained = reply.is_ok();
+        // An innocent context that lost its job in flight.
+        let innocent = reply
+            .ok()
+            .map(|r| r.ctx_id)
+            .filter(|&i| i != CTX_NONE && i != h.hw);
+        let rewritten = {
+            let mut g = self.state.lock();
+            g.counters.engine_resets += 1;
+            if drained {
+                if let Some(c) = g.slot(h.hw) {
+                    c.rings[h.engine].fail_pending();
+                }
+            }
+            let w = innocent
+                .and_then(|i| Self::rewrite_ring(&mut g, mem, i, h.engine, true).map(|w| (i, w)));
+            push_log(
+                &mut g.resets_log,
+                ResetLog {
+                    hw: h.hw,
+                    engine: h.engine as u32,
+                    kind: "engine",
+                    ok: drained,
+                    ms: elapsed_ns(&start) / 1_000_000,
+                },
+            );
+            g.release_failed(mem);
+            w
+        };
+        if let Some((i, w)) = rewritten {
+            let _ = self.cmd(Command::Doorbell {
+                ctx_id: i,
+                engine: h.engine as u32,
+                wptr: w,
+            });
+        }
+        if drained {
+            return;
+        }
+        // 2. Device reset.
+        dev_warn_ratelimited!(
+            self.pdev(),
+            "engine reset did not recover context {} (slot {}): resetting the device\n",
+            h.handle,
+            h.hw
+        );
+        let ok = self.device_reset(mem, h.hw);
+        self.record_device_reset(mem, h.hw, ok, &start);
+    }
+
+    /// Counts and logs a device reset; wedges the device if it failed.
+    fn record_device_reset(
+        &self,
+        mem: &SlotMemory,
+        guilty: u32,
+        ok: bool,
+        start: &Instant<Monotonic>,
+    ) {
+        let mut g = self.state.lock();
+        g.counters.device_resets += 1;
+        push_log(
+            &mut g.resets_log,
+            ResetLog {
+                hw: guilty,
+                engine: engine::ALL,
+                kind: "device",
+                ok,
+                ms: elapsed_ns(start) / 1_000_000,
+            },
+        );
+        if !ok {
+            g.wedged = true;
+            g.fail_all();
+        }
+        g.release_failed(mem);
+        drop(g);
+        if !ok {
+            dev_err!(
+                self.pdev(),
+                "device wedged: recovery failed; rebind the driver\n"
+            );
+            // DRM's convention: a KOBJ_CHANGE uevent with WEDGED=<recovery>
+            // on the DRM device nodes, which are children of the PCI device.
+            ffi::send_wedged_uevent(self.pdev().as_ref());
+        }
+    }
+
+    /// Writes ring `e` of slot `hw`'s unfinished jobs again at its write
+    /// pointer (under the state lock); returns the new write pointer for
+    /// the doorbell, or `None` if the ring has no job. `innocent`: the
+    /// context lost its work to another's reset.
+    fn rewrite_ring(
+        g: &mut GpuState,
+        mem: &SlotMemory,
+        hw: u32,
+        e: usize,
+        innocent: bool,
+    ) -> Option<u32> {
+        let c = g.slot(hw)?;
+        if innocent && !c.rings[e].jobs.is_empty() {
+            c.set_innocent();
+        }
+        let r = &mut c.rings[e];
+        if r.jobs.is_empty() {
+            return None;
+        }
+        let mut w = r.wptr;
+        for j in r.jobs.iter() {
+            w = mem.write_ring(hw, e, w, &j.words);
+        }
+        r.wptr = w;
+        r.progress_at = Instant::now();
+        Some(w)
+    }
+
+    /// `DEVICE_RESET` and re-creation of every context; `guilty`'s jobs are
+    /// discarded, the others' written again. The caller holds [`Gpu::ops`]
+    /// and has set `resetting`. Returns whether every step succeeded.
+    fn device_reset(&self, mem: &SlotMemory, guilty: u32) -> bool {
+        let mut ctxs = KVec::new();
+        {
+            let mut g = self.state.lock();
+            for hw in 0..g.slots.len() as u32 {
+                let Some(c) = g.slot(hw) else { continue };
+                if ctxs.push(HwCtx::of(hw, c), GFP_KERNEL).is_err() {
+                    return false;
+                }
+                for (e, r) in c.rings.iter_mut().enumerate() {
+                    if hw == guilty {
+                        r.fail_pending();
+                    }
+                    // A new device ring starts at 0.
+                    r.wptr = 0;
+                    mem.zero_status(hw, e);
+                }
+            }
+        }
+        self.hw.events.expect_restart();
+        if self.cmd(Command::DeviceReset).is_err() {
+            return false;
+        }
+        for c in ctxs.iter() {
+            if self.hw_create(c).is_err() {
+                return false;
+            }
+        }
+        for c in ctxs.iter() {
+            for e in 0..ENGINES {
+                let w = Self::rewrite_ring(&mut self.state.lock(), mem, c.hw, e, c.hw != guilty);
+                if let Some(w) = w {
+                    if self
+                        .cmd(Command::Doorbell {
+                            ctx_id: c.hw,
+                            engine: e as u32,
+                            wptr: w,
+                        })
+                        .is_err()
+                    {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// debugfs `reset_device`: the ladder's device reset with no guilty
+    /// context.
+    ///
+    /// # Errors
+    ///
+    /// `EIO` if it failed (the device is then wedged) or the device is
+    /// wedged already; `ENODEV`.
+    pub(crate) fn reset_device_now(&self) -> Result {
+        let mem = self.slots()?;
+        self.check_usable()?;
+        let start = Instant::<Monotonic>::now();
+        let _ops = self.ops.lock();
+        {
+            let mut g = self.state.lock();
+            if g.wedged {
+                return Err(EIO);
+            }
+            g.resetting = true;
+        }
+        dev_warn!(self.pdev(), "device reset requested through debugfs\n");
+        let ok = self.device_reset(mem, CTX_NONE);
+        self.record_device_reset(mem, CTX_NONE, ok, &start);
+        self.end_reset();
+        if ok {
+            Ok(())
+        } else {
+            Err(EIO)
+        }
+    }
+}

@@ -1,0 +1,412 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! KMD-owned rings: their memory, the job list, ring space, and the packets
+//! the driver writes.
+//!
+//! Each device context slot has a coherent DMA block allocated at probe
+//! ([`SLOT_BYTES`]: a status page, then one [`RING_SIZE`] ring per engine)
+//! that is mapped into the owning file's address space in the KMD range
+//! while a context uses the slot: rings read+execute, the status page
+//! read+write (the device writes the [`RingStatus`] blocks and the fence
+//! values there). [`SlotMemory`] owns those blocks.
+//!
+//! [`RingSw`] is the driver's side of one ring: the write pointer, the
+//! seqnos submitted and completed, the jobs not yet complete (kept to write
+//! them again after a reset), the seqno ranges discarded by a failure, and
+//! the fences exported as sync_files. Its methods are the ring's state
+//! transitions; they do no I/O.
+//!
+//! A job is `SEM_WAIT` per input fence, `INDIRECT` per command buffer, and a
+//! `FENCE` writing the job's seqno to the ring's fence slot
+//! ([`build_job`]); packets are encoded by the hardware interface's own
+//! encoder ([`Packet::encode`]).
+
+use crate::{
+    ffi::ExportedFence,
+    packet::{
+        Packet,
+        SEM_WAIT_GEQ, //
+    },
+    proto::{
+        engine,
+        RingStatus, //
+    },
+};
+use kernel::{
+    bindings,
+    device::{
+        Bound,
+        Device, //
+    },
+    dma::Coherent,
+    prelude::*,
+    time::{
+        Instant,
+        Monotonic, //
+    },
+};
+
+/// Bytes of one ring.
+pub(crate) const RING_SIZE: u32 = 16 << 10;
+/// Engines a context can select.
+pub(crate) const ENGINES: usize = engine::COUNT as usize;
+/// Bytes of a device slot's KMD memory: status page + one ring per engine.
+pub(crate) const SLOT_BYTES: usize = 4096 + ENGINES * RING_SIZE as usize;
+/// KMD VA stride per device slot inside the KMD range.
+pub(crate) const SLOT_VA_STRIDE: u64 = 64 << 10;
+/// Offset of the fence values in the status page (engine `e` at `+ 8 e`).
+pub(crate) const FENCE_SLOT_OFFSET: usize = 128;
+/// Bytes of a ring status block; engine `e`'s is at `64 e`.
+pub(crate) const STATUS_BLOCK: usize = 64;
+/// Failed seqno ranges remembered per ring.
+const FAILED_RANGES: usize = 16;
+/// Longest packet the driver writes (`FENCE`, `SEM_WAIT`: 6 words).
+const MAX_DRIVER_PACKET: usize = 6;
+
+const _: () = assert!(SLOT_BYTES as u64 <= SLOT_VA_STRIDE);
+const _: () = assert!(FENCE_SLOT_OFFSET >= ENGINES * STATUS_BLOCK);
+
+/// Where engine `e`'s fence value is, in a slot mapped at `kmd_va`.
+pub(crate) const fn fence_va(kmd_va: u64, e: usize) -> u64 {
+    kmd_va + (FENCE_SLOT_OFFSET + 8 * e) as u64
+}
+
+/// Where engine `e`'s ring is, in a slot mapped at `kmd_va`.
+pub(crate) const fn ring_va(kmd_va: u64, e: usize) -> u64 {
+    kmd_va + 4096 + (e as u64) * RING_SIZE as u64
+}
+
+/// Where engine `e`'s status block is, in a slot mapped at `kmd_va`.
+pub(crate) const fn status_va(kmd_va: u64, e: usize) -> u64 {
+    kmd_va + (e * STATUS_BLOCK) as u64
+}
+
+/// KMD memory of every device slot, allocated at probe.
+pub(crate) struct SlotMemory {
+    slots: KVec<Coherent<[u32]>>,
+}
+
+impl SlotMemory {
+    /// Allocates `n` slots.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn new(dev: &Device<Bound>, n: u32) -> Result<SlotMemory> {
+        let mut slots = KVec::new();
+        for _ in 0..n {
+            slots.push(
+                Coherent::<u32>::zeroed_slice(dev, SLOT_BYTES / 4, GFP_KERNEL)?,
+                GFP_KERNEL,
+            )?;
+        }
+        Ok(SlotMemory { slots })
+    }
+
+    fn slot(&self, hw: u32) -> Option<&Coherent<[u32]>> {
+        self.slots.get(usize::try_from(hw).ok()?)
+    }
+
+    /// Word `word` of slot `hw` (0 outside the slot).
+    pub(crate) fn read_u32(&self, hw: u32, word: usize) -> u32 {
+        match self.slot(hw) {
+            Some(m) if word < m.len() => {
+                // SAFETY: `word < len` is checked, so the pointer is inside
+                // the allocation; the device may write the word
+                // concurrently: a volatile read is the kernel's READ_ONCE.
+                let v = unsafe { m.as_ptr().cast::<u32>().add(word).read_volatile() };
+                u32::from_le(v)
+            }
+            _ => 0,
+        }
+    }
+
+    fn write_u32(&self, hw: u32, word: usize, v: u32) {
+        if let Some(m) = self.slot(hw) {
+            if word < m.len() {
+                // SAFETY: in bounds (checked); WRITE_ONCE semantics for
+                // memory the device reads.
+                unsafe {
+                    m.as_mut_ptr()
+                        .cast::<u32>()
+                        .add(word)
+                        .write_volatile(v.to_le())
+                }
+            }
+        }
+    }
+
+    /// Writes an 8-byte aligned u64 in one store.
+    fn write_u64(&self, hw: u32, byte: usize, v: u64) {
+        if let Some(m) = self.slot(hw) {
+            if byte % 8 == 0 && byte / 4 + 1 < m.len() {
+                // SAFETY:
+                // - in bounds (checked) and 8-byte aligned (the allocation is
+                //   page aligned and `byte % 8 == 0`);
+                // - one volatile store, so the device never reads a torn value.
+                unsafe {
+                    m.as_mut_ptr()
+                        .cast::<u8>()
+                        .add(byte)
+                        .cast::<u64>()
+                        .write_volatile(v.to_le())
+                }
+            }
+        }
+    }
+
+    fn read_u64(&self, hw: u32, byte: usize) -> u64 {
+        let lo = u64::from(self.read_u32(hw, byte / 4));
+        let hi = u64::from(self.read_u32(hw, byte / 4 + 1));
+        lo | hi << 32
+    }
+
+    /// Clears slot `hw` (a new context).
+    pub(crate) fn zero(&self, hw: u32) {
+        for w in 0..SLOT_BYTES / 4 {
+            self.write_u32(hw, w, 0);
+        }
+    }
+
+    /// Clears engine `e`'s ring status block of slot `hw` (a re-created
+    /// ring starts at 0).
+    pub(crate) fn zero_status(&self, hw: u32, e: usize) {
+        for w in 0..STATUS_BLOCK / 4 {
+            self.write_u32(hw, (e * STATUS_BLOCK) / 4 + w, 0);
+        }
+    }
+
+    /// DMA (guest-physical) address of slot `hw`.
+    pub(crate) fn addr(&self, hw: u32) -> u64 {
+        self.slot(hw).map_or(0, |m| m.dma_handle())
+    }
+
+    /// The ring status block of engine `e`.
+    pub(crate) fn status(&self, hw: u32, e: usize) -> RingStatus {
+        let b = e * STATUS_BLOCK;
+        RingStatus {
+            rptr: self.read_u32(hw, b / 4),
+            state: self.read_u32(hw, b / 4 + 1),
+            last_fence: self.read_u64(hw, b + 8),
+            packets: self.read_u64(hw, b + 16),
+            error: self.read_u32(hw, b / 4 + 6),
+            error_rptr: self.read_u32(hw, b / 4 + 7),
+            reserved: [0; 4],
+        }
+    }
+
+    /// The fence value of engine `e` (what the device's `FENCE` wrote).
+    pub(crate) fn fence_value(&self, hw: u32, e: usize) -> u64 {
+        self.read_u64(hw, FENCE_SLOT_OFFSET + 8 * e)
+    }
+
+    /// Sets the fence value of engine `e` (jobs the driver discarded).
+    pub(crate) fn set_fence_value(&self, hw: u32, e: usize, v: u64) {
+        self.write_u64(hw, FENCE_SLOT_OFFSET + 8 * e, v);
+    }
+
+    /// Word `i` of engine `e`'s ring (modulo the ring size).
+    pub(crate) fn ring_word(&self, hw: u32, e: usize, i: usize) -> u32 {
+        let base = (4096 + e * RING_SIZE as usize) / 4;
+        self.read_u32(hw, base + i % (RING_SIZE as usize / 4))
+    }
+
+    /// Copies packet words into ring `e` of slot `hw` at `wptr` (bytes ever
+    /// written); returns the new write pointer.
+    pub(crate) fn write_ring(&self, hw: u32, e: usize, wptr: u32, words: &[u32]) -> u32 {
+        let base = (4096 + e * RING_SIZE as usize) / 4;
+        let mut w = wptr;
+        for &x in words {
+            let off = (w % RING_SIZE) as usize / 4;
+            self.write_u32(hw, base + off, x);
+            w = w.wrapping_add(4);
+        }
+        w
+    }
+
+    /// Whether `bytes` more fit into ring `e` of slot `hw` written up to
+    /// `wptr`, given the device's read pointer.
+    pub(crate) fn has_room(&self, hw: u32, e: usize, wptr: u32, bytes: u32) -> bool {
+        let used = wptr.wrapping_sub(self.status(hw, e).rptr);
+        used <= RING_SIZE && RING_SIZE - used >= bytes
+    }
+}
+
+/// How long a written fence value may stay ahead of its `FENCE` event
+/// before the interrupt counts as lost.
+pub(crate) const MISSED_EVENT_NS: u64 = 200_000_000;
+
+/// One submitted job.
+pub(crate) struct Job {
+    /// The job's fence seqno.
+    pub(crate) seqno: u64,
+    /// The packets, kept to write them again after a reset.
+    pub(crate) words: KVec<u32>,
+}
+
+/// A command buffer a job executes.
+#[derive(Clone, Copy)]
+pub(crate) struct CmdBuf {
+    /// GPU VA.
+    pub(crate) va: u64,
+    /// Bytes.
+    pub(crate) size: u32,
+}
+
+/// The packets of one job: `SEM_WAIT >= value` on each `(va, value)` of
+/// `waits`, `INDIRECT` per command buffer, then `FENCE` writing `seqno` at
+/// `fence_va` (with an event).
+///
+/// # Errors
+///
+/// `ENOMEM`; `EINVAL` if a packet cannot be encoded.
+pub(crate) fn build_job(
+    generation: u32,
+    waits: &[(u64, u64)],
+    cmds: &[CmdBuf],
+    fence_va: u64,
+    seqno: u64,
+) -> Result<KVec<u32>> {
+    let mut words = KVec::with_capacity(
+        (waits.len() + cmds.len() + 1) * MAX_DRIVER_PACKET,
+        GFP_KERNEL,
+    )?;
+    let mut put = |p: Packet| -> Result {
+        let mut buf = [0u32; MAX_DRIVER_PACKET];
+        let n = p.encode(generation, &mut buf).ok_or(EINVAL)?;
+        words.extend_from_slice(&buf[..n], GFP_KERNEL)?;
+        Ok(())
+    };
+    for &(va, value) in waits {
+        put(Packet::SemWait {
+            va,
+            value,
+            op: SEM_WAIT_GEQ,
+        })?;
+    }
+    for c in cmds {
+        put(Packet::Indirect {
+            va: c.va,
+            size: c.size,
+        })?;
+    }
+    put(Packet::Fence {
+        va: fence_va,
+        seqno,
+        flags: 0,
+    })?;
+    Ok(words)
+}
+
+/// Driver-side state of one ring.
+pub(crate) struct RingSw {
+    /// The context selected this engine.
+    pub(crate) present: bool,
+    /// Bytes ever written (the device's wptr).
+    pub(crate) wptr: u32,
+    /// The seqno the next job gets (seqnos count from 1).
+    pub(crate) next_seqno: u64,
+    /// Seqnos known complete (events or fence value).
+    pub(crate) completed: u64,
+    /// Highest seqno a `FENCE` event announced.
+    pub(crate) evt_seqno: u64,
+    /// A fence value a hang check found ahead of the events (0: none), and
+    /// when; events still behind it [`MISSED_EVENT_NS`] later means the
+    /// interrupt was lost.
+    pub(crate) ahead_of_events: u64,
+    pub(crate) ahead_since: Instant<Monotonic>,
+    /// Seqnos up to which jobs were discarded or completed.
+    pub(crate) done_upto: u64,
+    /// Seqno ranges whose jobs failed.
+    failed: KVec<(u64, u64)>,
+    /// Jobs not known complete, oldest first.
+    pub(crate) jobs: KVec<Job>,
+    /// When the ring last completed a job (or was last idle).
+    pub(crate) progress_at: Instant<Monotonic>,
+    /// dma_fence context of the ring's exported fences (0: none yet).
+    pub(crate) fence_ctx: u64,
+    /// Fences exported as sync_files, unsignalled, by seqno.
+    pub(crate) exported: KVec<ExportedFence>,
+}
+
+impl RingSw {
+    /// A ring (`present`: the context selected the engine).
+    pub(crate) fn new(present: bool) -> RingSw {
+        RingSw {
+            present,
+            wptr: 0,
+            next_seqno: 1,
+            completed: 0,
+            evt_seqno: 0,
+            ahead_of_events: 0,
+            ahead_since: Instant::now(),
+            done_upto: 0,
+            failed: KVec::new(),
+            jobs: KVec::new(),
+            progress_at: Instant::now(),
+            fence_ctx: 0,
+            exported: KVec::new(),
+        }
+    }
+
+    /// Drops completed jobs and signals their exported fences; notes
+    /// progress.
+    pub(crate) fn retire(&mut self, completed: u64) {
+        if completed > self.completed {
+            self.completed = completed;
+            self.progress_at = Instant::now();
+        }
+        let c = self.completed;
+        self.jobs.retain(|j| j.seqno > c);
+        self.exported.retain(|f| {
+            if f.seqno <= c {
+                f.signal(0);
+            }
+            !f.is_signalled()
+        });
+    }
+
+    /// Discards every pending job: their fences complete with an error.
+    /// Returns how many there were.
+    pub(crate) fn fail_pending(&mut self) -> usize {
+        let n = self.jobs.len();
+        if let (Some(first), Some(last)) = (self.jobs.first(), self.jobs.last()) {
+            let r = (first.seqno, last.seqno);
+            if self.failed.len() >= FAILED_RANGES {
+                let _ = self.failed.remove(0);
+            }
+            let _ = self.failed.push(r, GFP_KERNEL);
+            self.done_upto = self.done_upto.max(r.1);
+            self.exported.retain(|f| {
+                if (r.0..=r.1).contains(&f.seqno) {
+                    f.signal(-(bindings::EIO as i32));
+                }
+                !f.is_signalled()
+            });
+        }
+        self.jobs.clear();
+        self.progress_at = Instant::now();
+        n
+    }
+
+    /// Discards every pending job of a ring that goes away (context
+    /// destroyed, file closed): exported fences are cancelled.
+    pub(crate) fn cancel(&mut self) {
+        self.exported.clear();
+        self.fail_pending();
+    }
+
+    /// `Some(Ok)` signalled, `Some(Err)` completed with an error, `None`
+    /// pending.
+    pub(crate) fn fence_state(&self, seqno: u64) -> Option<Result> {
+        if self.failed.iter().any(|&(a, b)| (a..=b).contains(&seqno)) {
+            return Some(Err(EIO));
+        }
+        (seqno <= self.completed || seqno <= self.done_upto).then_some(Ok(()))
+    }
+
+    /// Whether `seqno` names a job submitted on this ring.
+    pub(crate) fn submitted(&self, seqno: u64) -> bool {
+        self.present && seqno != 0 && seqno < self.next_seqno
+    }
+}

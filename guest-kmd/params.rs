@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The module parameters, as the blocks read them.
+//!
+//! The parameters are not in sysfs (the Rust `module!` registers them with
+//! permission 0), so their values are fixed when the module loads: the crate
+//! root reads them once ([`set`]) and every block reads them here, clamped
+//! to their documented ranges.
+
+use kernel::sync::SetOnce;
+
+/// The raw parameter values.
+#[derive(Clone, Copy)]
+pub(crate) struct Params {
+    pub(crate) cmd_timeout_ms: u32,
+    pub(crate) pt_pool_kib: u32,
+    pub(crate) job_timeout_ms: u32,
+    pub(crate) ban_hangs: u32,
+    pub(crate) ban_window_ms: u32,
+    pub(crate) force_intx: u32,
+}
+
+/// The defaults of the `module!` declaration.
+const DEFAULTS: Params = Params {
+    cmd_timeout_ms: 2000,
+    pt_pool_kib: 8192,
+    job_timeout_ms: 5000,
+    ban_hangs: 3,
+    ban_window_ms: 60000,
+    force_intx: 0,
+};
+
+static PARAMS: SetOnce<Params> = SetOnce::new();
+
+/// Records the values read at module load (once).
+pub(crate) fn set(p: Params) {
+    PARAMS.populate(p);
+}
+
+fn get() -> Params {
+    PARAMS.as_ref().copied().unwrap_or(DEFAULTS)
+}
+
+/// `cmd_timeout_ms`, clamped to 1..=60000: control command timeout.
+pub(crate) fn cmd_timeout_ms() -> u32 {
+    get().cmd_timeout_ms.clamp(1, 60_000)
+}
+
+/// `pt_pool_kib`, clamped to 2048..=262144: page-table memory per device.
+pub(crate) fn pt_pool_kib() -> u32 {
+    get().pt_pool_kib.clamp(2048, 262_144)
+}
+
+/// `job_timeout_ms`, clamped to 100..=600000: a ring that completes no job
+/// for this long is hung.
+pub(crate) fn job_timeout_ms() -> u32 {
+    get().job_timeout_ms.clamp(100, 600_000)
+}
+
+/// `ban_hangs`, clamped to 1..=1000.
+pub(crate) fn ban_hangs() -> u32 {
+    get().ban_hangs.clamp(1, 1000)
+}
+
+/// `ban_window_ms`, clamped to 1000..=3600000.
+pub(crate) fn ban_window_ms() -> u32 {
+    get().ban_window_ms.clamp(1000, 3_600_000)
+}
+
+/// `force_intx`: use the legacy INTx interrupt even if MSI-X is available.
+pub(crate) fn force_intx() -> bool {
+    get().force_intx != 0
+}

@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The link to the device: the PCI function, its virtio transport, and the
+//! driver's view of the device's state (running, unbound, broken).
+//!
+//! Every transport block reaches the device through a [`Link`]; nothing here
+//! knows about the blocks above. The state moves one way:
+//!
+//! ```text
+//! initialising ──DRIVER_OK──▶ running ──NEEDS_RESET / FAILED / ring corruption──▶ broken
+//!        └──────────────────────┴──────────────unbind──────────────────────────▶ unbound
+//! ```
+//!
+//! A broken device needs a rebind; an unbound one answers `ENODEV` forever.
+
+use super::virtio::{
+    status,
+    Transport, //
+};
+use kernel::{
+    pci,
+    prelude::*,
+    sync::{
+        aref::ARef,
+        atomic::{
+            Atomic,
+            AtomicFlag,
+            Relaxed, //
+        },
+    },
+};
+
+/// The device as the transport blocks reach it.
+pub(crate) struct Link {
+    /// The PCI function (also used for log messages).
+    pub(crate) pdev: ARef<pci::Device>,
+    /// Register access.
+    pub(crate) transport: Transport,
+    /// Set once `DRIVER_OK` has been written.
+    running: AtomicFlag,
+    /// Set when teardown starts; never cleared.
+    unbound: AtomicFlag,
+    /// Set when the device broke; never cleared: the device needs a rebind.
+    broken: AtomicFlag,
+    /// The INTx hard handler saw the configuration-change ISR bit.
+    pub(crate) config_pending: AtomicFlag,
+    /// The INTx hard handler saw the queue ISR bit.
+    pub(crate) queue_pending: AtomicFlag,
+    /// Interrupts per line (index: see `irq`).
+    irq_count: [Atomic<u64>; 2],
+    /// Configuration-change checks run.
+    config_checks: Atomic<u64>,
+}
+
+impl Link {
+    /// A link in the initialising state.
+    pub(crate) fn new(pdev: ARef<pci::Device>, transport: Transport) -> Link {
+        Link {
+            pdev,
+            transport,
+            running: AtomicFlag::new(false),
+            unbound: AtomicFlag::new(false),
+            broken: AtomicFlag::new(false),
+            config_pending: AtomicFlag::new(false),
+            queue_pending: AtomicFlag::new(false),
+            irq_count: [Atomic::new(0), Atomic::new(0)],
+            config_checks: Atomic::new(0),
+        }
+    }
+
+    /// Whether the device can be used.
+    ///
+    /// # Errors
+    ///
+    /// `ENODEV` once unbound, `EIO` once broken.
+    pub(crate) fn check_usable(&self) -> Result {
+        if self.unbound.load(Relaxed) {
+            return Err(ENODEV);
+        }
+        if self.broken.load(Relaxed) {
+            return Err(EIO);
+        }
+        Ok(())
+    }
+
+    /// Whether teardown has started.
+    pub(crate) fn is_unbound(&self) -> bool {
+        self.unbound.load(Relaxed)
+    }
+
+    /// A short state name.
+    pub(crate) fn state_name(&self) -> &'static str {
+        if self.unbound.load(Relaxed) {
+            "unbound"
+        } else if self.broken.load(Relaxed) {
+            "broken (rebind the driver to recover)"
+        } else if self.running.load(Relaxed) {
+            "running"
+        } else {
+            "initialising"
+        }
+    }
+
+    /// `DRIVER_OK` has been written.
+    pub(crate) fn set_running(&self, running: bool) {
+        self.running.store(running, Relaxed);
+    }
+
+    /// Starts teardown; returns whether it had started already.
+    pub(crate) fn set_unbound(&self) -> bool {
+        self.unbound.xchg(true, Relaxed)
+    }
+
+    /// Marks the device unusable (logged once). Returns whether this call
+    /// broke it; the caller then wakes the sleepers it knows of.
+    pub(crate) fn mark_broken(&self, why: &str) -> bool {
+        if self.broken.xchg(true, Relaxed) {
+            return false;
+        }
+        dev_err!(
+            self.pdev,
+            "{}; the device is unusable until the driver is rebound\n",
+            why
+        );
+        true
+    }
+
+    /// Counts an interrupt on line `index`.
+    pub(crate) fn count_irq(&self, index: usize) {
+        if let Some(c) = self.irq_count.get(index) {
+            c.add(1, Relaxed);
+        }
+    }
+
+    /// Interrupts counted per line.
+    pub(crate) fn irq_counts(&self) -> [u64; 2] {
+        [
+            self.irq_count[0].load(Relaxed),
+            self.irq_count[1].load(Relaxed),
+        ]
+    }
+
+    /// Configuration-change checks run so far.
+    pub(crate) fn config_checks(&self) -> u64 {
+        self.config_checks.load(Relaxed)
+    }
+
+    /// Checks the device status after a configuration-change interrupt (or
+    /// a command timeout): a device that needs a reset, failed, or dropped
+    /// `DRIVER_OK` on its own is broken. Returns whether this call broke it.
+    pub(crate) fn config_changed(&self) -> bool {
+        self.config_checks.add(1, Relaxed);
+        if !self.running.load(Relaxed) || self.unbound.load(Relaxed) {
+            return false;
+        }
+        let why = match self.transport.status() {
+            // Revoked: teardown is in progress.
+            Err(_) => return false,
+            Ok(s) if s & status::NEEDS_RESET != 0 => "device set NEEDS_RESET",
+            Ok(s) if s & status::FAILED != 0 => "device status reads FAILED (device gone?)",
+            Ok(s) if s & status::DRIVER_OK == 0 => "device dropped DRIVER_OK (reset by itself)",
+            Ok(_) => return false,
+        };
+        self.mark_broken(why)
+    }
+}

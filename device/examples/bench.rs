@@ -3,16 +3,19 @@
 //! (2 MiB pages, linear 4 KiB pages, scattered 4 KiB pages), MMU
 //! translations per second with and without TLB hits, and NOP packets per
 //! second (command processor alone, and the whole device from doorbell to
-//! fence event). Run with
+//! fence event), each also with every driver-sanitizer check on for its
+//! cost (the same work, the same run). Run with
 //! `cargo run --release -p vgpu-device --example bench [copy|mmu|nop]`.
 
 use std::hint::black_box;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use vgpu_device::config::{DeviceConfig, Generation};
 use vgpu_device::core::cp::{CommandProcessor, Job, SliceEnd, TestHost};
 use vgpu_device::core::mmu::{walk, AddressSpace, Mem, Mmu, Tlb};
 use vgpu_device::core::ring::Cursor;
+use vgpu_device::core::sanitize::{SanConfig, Sanitizer, ALL_CHECKS};
 use vgpu_device::testkit::{Driver, InProcess, PacketWriter, PageTables, PhysAlloc};
 use vgpu_hwif::event::Event;
 use vgpu_hwif::mmu::{Access, PTE_EXEC, PTE_READ, PTE_WRITE};
@@ -213,6 +216,12 @@ fn bench_copy() {
         let mut ring = PacketWriter::ring(RING_PA, RING_VA, RING_SIZE, 2);
         let d = best(|| engine_copy(&s, &mut cp, &host, &mut ring));
         let tlb = cp.tlb.stats();
+        // The same with every sanitizer check on.
+        let mut cps = CommandProcessor::new(engine::COPY, 2, false);
+        let san = sanitizer();
+        cps.set_sanitizer(san.clone());
+        let ds = best(|| engine_copy(&s, &mut cps, &host, &mut ring));
+        assert_eq!(san.counts().1, 0, "no finding");
         println!(
             "copy: copy engine 64 MiB, {name}: {:.2} ms ({:.2} GB/s), ratio to memcpy {:.2}x (TLB {} hits, {} misses over {} runs)",
             d.as_secs_f64() * 1e3,
@@ -221,6 +230,12 @@ fn bench_copy() {
             tlb.hits,
             tlb.misses,
             RUNS
+        );
+        println!(
+            "copy: copy engine 64 MiB, {name}, --sanitize (every check): {:.2} ms ({:.2} GB/s), {:.2}x the time without",
+            ds.as_secs_f64() * 1e3,
+            gbps(SIZE, ds),
+            ds.as_secs_f64() / d.as_secs_f64()
         );
         if layout == Layout::Scattered4k {
             println!(
@@ -246,6 +261,7 @@ fn bench_mmu() {
         mem: &s.mem,
         tlb: &mut tlb,
         space,
+        tap: None,
     };
     for &va in &hot {
         mmu.translate(va, Access::Read).unwrap();
@@ -304,35 +320,77 @@ fn bench_mmu() {
     );
 }
 
+/// A sanitizer with every check on.
+fn sanitizer() -> Arc<Sanitizer> {
+    let s = Arc::new(Sanitizer::new(2));
+    s.configure(&SanConfig {
+        checks: ALL_CHECKS,
+        ..SanConfig::default()
+    });
+    s
+}
+
 fn bench_nop() {
-    // Command processor alone: a 1 MiB ring full of 1-word NOPs.
+    // Command processor alone: a 1 MiB ring full of 1-word NOPs, without
+    // and with the sanitizer.
     let s = setup(Layout::Huge);
     let mut cp = CommandProcessor::new(engine::COPY, 2, false);
+    let mut cps = CommandProcessor::new(engine::COPY, 2, false);
+    cps.set_sanitizer(sanitizer());
     let host = TestHost::default();
     let mut ring = PacketWriter::ring(RING_PA, RING_VA, RING_SIZE, 2);
     let n = u64::from(RING_SIZE / 4);
-    let d = best(|| {
-        let rptr = ring.wptr();
-        for _ in 0..n {
-            ring.nop(&s.mem, 1).unwrap();
-        }
-        let mut j = job(s.root, ring.wptr(), rptr);
-        let t = Instant::now();
-        let out = cp.run_slice(&host, &s.mem, &mut j);
-        let d = t.elapsed();
-        assert_eq!((out.end, out.stats.packets), (SliceEnd::Idle, n));
-        d
-    });
+    let mut cp_run = |cp: &mut CommandProcessor| {
+        best(|| {
+            let rptr = ring.wptr();
+            for _ in 0..n {
+                ring.nop(&s.mem, 1).unwrap();
+            }
+            let mut j = job(s.root, ring.wptr(), rptr);
+            let t = Instant::now();
+            let out = cp.run_slice(&host, &s.mem, &mut j);
+            let d = t.elapsed();
+            assert_eq!((out.end, out.stats.packets), (SliceEnd::Idle, n));
+            d
+        })
+    };
+    let d = cp_run(&mut cp);
+    let ds = cp_run(&mut cps);
     println!(
         "nop: command processor: {:.1} M NOP packets/s ({} per run, {:.2} ms)",
         n as f64 / d.as_secs_f64() / 1e6,
         n,
         d.as_secs_f64() * 1e3
     );
-    // Whole device: doorbell, engine thread, time slices, fence event. A
-    // 1 MiB ring is filled before the clock starts (NOPs, then a fence).
+    println!(
+        "nop: command processor, --sanitize (every check): {:.1} M NOP packets/s, {:.2}x the time without",
+        n as f64 / ds.as_secs_f64() / 1e6,
+        ds.as_secs_f64() / d.as_secs_f64()
+    );
+    nop_device(n, None);
+    let base = nop_device(n, None);
+    let with = nop_device(n, Some(SanConfig::default().fetch_delay));
+    let no_delay = nop_device(n, Some(std::time::Duration::ZERO));
+    println!(
+        "nop: whole device, --sanitize (every check): {:.2}x the time without; with the fetch delay at 0 (checks only) {:.2}x",
+        with.as_secs_f64() / base.as_secs_f64(),
+        no_delay.as_secs_f64() / base.as_secs_f64()
+    );
+}
+
+/// Whole device: doorbell, engine thread, time slices, fence event, with
+/// the sanitizer on (and this fetch delay) or off. A 1 MiB ring is filled
+/// before the clock starts (NOPs, then a fence).
+fn nop_device(n: u64, san: Option<std::time::Duration>) -> Duration {
     let mem = Mem::from_ranges(&[(GuestAddress(0), 64 << 20)]).unwrap();
     let dev = InProcess::new(DeviceConfig::new(Generation::Gen2, 4).unwrap(), &mem);
+    if let Some(delay) = san {
+        dev.device.gpu().sanitizer.configure(&SanConfig {
+            checks: ALL_CHECKS,
+            fetch_delay: delay,
+            ..SanConfig::default()
+        });
+    }
     let mut drv = Driver::new(dev, mem, PhysAlloc::new(MIB, 63 * MIB)).unwrap();
     let mut ctx = drv.context(1, 1, 0).unwrap();
     drv.ring_of_size(&mut ctx, engine::COPY, RING_SIZE).unwrap();
@@ -363,12 +421,21 @@ fn bench_nop() {
         }
         t.elapsed()
     });
-    println!(
-        "nop: whole device (doorbell to fence event, {} packets per doorbell): {:.1} M packets/s ({:.2} ms)",
-        nops + 1,
-        (nops + 1) as f64 / d.as_secs_f64() / 1e6,
-        d.as_secs_f64() * 1e3
-    );
+    if san.is_none() {
+        println!(
+            "nop: whole device (doorbell to fence event, {} packets per doorbell): {:.1} M packets/s ({:.2} ms)",
+            nops + 1,
+            (nops + 1) as f64 / d.as_secs_f64() / 1e6,
+            d.as_secs_f64() * 1e3
+        );
+    } else {
+        assert_eq!(
+            drv.transport.device.gpu().sanitizer.counts().1,
+            0,
+            "no finding"
+        );
+    }
+    d
 }
 
 fn main() {

@@ -2,13 +2,17 @@
 //! measured in the same run: saxpy and matmul dispatched with `DISPATCH`
 //! (module fetched and validated, global memory through the MMU and the
 //! compute units' TLBs, 4 KiB pages), from doorbell to fence event, on 1..N
-//! compute units. Run with
+//! compute units, with kernels on the interpreter (`--jit off`) and on the
+//! JIT (`--jit on`) in the same run, and on the most units again with every
+//! driver-sanitizer check on (`--sanitize`) for its cost. Run with
 //! `cargo run --release -p vgpu-device --example compute_bench [saxpy|matmul]`.
+//! Lines starting with `ratio ` are what `scripts/bench` collects.
 
 use std::time::{Duration, Instant};
 
-use vgpu_device::config::{DeviceConfig, Generation};
+use vgpu_device::config::{DeviceConfig, Generation, JitMode};
 use vgpu_device::core::mmu::Mem;
+use vgpu_device::core::sanitize::{SanConfig, ALL_CHECKS};
 use vgpu_device::testkit::{Driver, GpuContext, InProcess, PhysAlloc};
 use vgpu_hwif::event::Event;
 use vgpu_hwif::mmu::{PTE_EXEC, PTE_READ, PTE_WRITE};
@@ -44,14 +48,63 @@ fn args(m: &Module, kernel: &str, values: &[(&str, u64)]) -> Vec<u8> {
     out
 }
 
+/// The engines measured: the interpreter, and the JIT where the host has
+/// one.
+fn engines() -> Vec<(&'static str, JitMode)> {
+    let mut v = vec![("interpreter", JitMode::Off)];
+    match vgpu_isa::jit::host_support() {
+        Ok(()) => v.push(("jit", JitMode::On)),
+        Err(e) => println!("jit: not measured: {e}"),
+    }
+    v
+}
+
+/// For the run with every sanitizer check on (`drv` has them on): prints
+/// its time against `without` (the same units, checks off) and asserts it
+/// found nothing; returns whether `drv` was that run.
+fn sanitized(
+    drv: &Driver<InProcess>,
+    what: &str,
+    engine: &str,
+    units: u32,
+    d: Duration,
+    without: Duration,
+) -> bool {
+    let san = &drv.transport.device.gpu().sanitizer;
+    if !san.enabled() {
+        return false;
+    }
+    println!(
+        "{what}: device, {engine}, {units} compute unit(s), --sanitize (every check): {:.2} ms, {:.2}x the time without",
+        d.as_secs_f64() * 1e3,
+        d.as_secs_f64() / without.as_secs_f64()
+    );
+    assert_eq!(san.counts().1, 0, "no finding");
+    true
+}
+
 /// An in-process device with `units` compute units, a context with a
 /// compute ring, and three `buf_bytes` buffers mapped with 4 KiB pages;
 /// returns the driver, the context and the buffers' guest-physical
 /// addresses.
-fn device(units: u32, buf_bytes: u64) -> (Driver<InProcess>, GpuContext, [u64; 3]) {
+fn device(
+    units: u32,
+    jit: JitMode,
+    buf_bytes: u64,
+    san: bool,
+) -> (Driver<InProcess>, GpuContext, [u64; 3]) {
     let ram = 3 * buf_bytes + 64 * MIB;
     let mem = Mem::from_ranges(&[(GuestAddress(0), ram as usize)]).unwrap();
-    let dev = InProcess::new(DeviceConfig::new(Generation::Gen2, units).unwrap(), &mem);
+    let cfg = DeviceConfig::new(Generation::Gen2, units)
+        .unwrap()
+        .with_jit(jit);
+    let dev = InProcess::new(cfg, &mem);
+    if san {
+        dev.device.gpu().sanitizer.configure(&SanConfig {
+            checks: ALL_CHECKS,
+            ..SanConfig::default()
+        });
+    }
     let mut drv = Driver::new(dev, mem, PhysAlloc::new(MIB, ram - MIB)).unwrap();
     let mut c = drv.context(1, 1, 0).unwrap();
     drv.ring(&mut c, engine::COMPUTE).unwrap();
@@ -179,35 +232,49 @@ fn saxpy(units: &[u32]) {
         ops as f64 / 1e6
     );
     let (xb, yb) = (f32_bytes(&x), f32_bytes(&y0));
-    let mut first = None;
-    for &u in units {
-        let (mut drv, mut c, pas) = device(u, bytes);
-        drv.mem.write_slice(&xb, GuestAddress(pas[0])).unwrap();
-        let d = time_dispatch(
-            &mut drv,
-            &mut c,
-            &m,
-            "saxpy",
-            &argv,
-            grid,
-            [256, 1, 1],
-            |drv| drv.mem.write_slice(&yb, GuestAddress(pas[1])).unwrap(),
-        );
-        let mut out = vec![0u8; 4 * 1024];
-        drv.mem.read_slice(&mut out, GuestAddress(pas[1])).unwrap();
-        for (i, w) in out.chunks_exact(4).enumerate() {
-            let got = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-            assert_eq!(got.to_bits(), alpha.mul_add(x[i], y0[i]).to_bits());
-        }
-        let base = *first.get_or_insert(d);
-        println!(
-            "saxpy: device, {u} compute unit(s): {:.2} ms, ratio to native {:.3}x, {:.2} G lane-ops/s ({:.2} per unit), speedup over 1 unit {:.2}x",
+    let most = units.last().copied().unwrap_or(1);
+    for (engine, jit) in engines() {
+        let mut first = None;
+        let mut last = Duration::ZERO;
+        for (&u, san) in units.iter().map(|u| (u, false)).chain([(&most, true)]) {
+            let (mut drv, mut c, pas) = device(u, jit, bytes, san);
+            drv.mem.write_slice(&xb, GuestAddress(pas[0])).unwrap();
+            let d = time_dispatch(
+                &mut drv,
+                &mut c,
+                &m,
+                "saxpy",
+                &argv,
+                grid,
+                [256, 1, 1],
+                |drv| drv.mem.write_slice(&yb, GuestAddress(pas[1])).unwrap(),
+            );
+            let mut out = vec![0u8; 4 * 1024];
+            drv.mem.read_slice(&mut out, GuestAddress(pas[1])).unwrap();
+            for (i, w) in out.chunks_exact(4).enumerate() {
+                let got = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                assert_eq!(got.to_bits(), alpha.mul_add(x[i], y0[i]).to_bits());
+            }
+            if sanitized(&drv, "saxpy", engine, u, d, last) {
+                continue;
+            }
+            last = d;
+            let base = *first.get_or_insert(d);
+            println!(
+            "saxpy: device, {engine}, {u} compute unit(s): {:.2} ms, ratio to native {:.3}x, {:.2} G lane-ops/s ({:.2} per unit), speedup over 1 unit {:.2}x",
             d.as_secs_f64() * 1e3,
             native.as_secs_f64() / d.as_secs_f64(),
             ops as f64 / d.as_secs_f64() / 1e9,
             ops as f64 / d.as_secs_f64() / 1e9 / f64::from(u),
             base.as_secs_f64() / d.as_secs_f64()
         );
+            if u == 1 {
+                println!(
+                    "ratio saxpy.{engine}.vs_native {:.4}",
+                    native.as_secs_f64() / d.as_secs_f64()
+                );
+            }
+        }
     }
 }
 
@@ -260,36 +327,43 @@ fn matmul(units: &[u32]) {
         flops / native.as_secs_f64() / 1e9,
         ops as f64 / 1e6
     );
-    let mut first = None;
-    for &u in units {
-        let (mut drv, mut c, pas) = device(u, bytes);
-        drv.mem
-            .write_slice(&f32_bytes(&a), GuestAddress(pas[0]))
-            .unwrap();
-        drv.mem
-            .write_slice(&f32_bytes(&b), GuestAddress(pas[1]))
-            .unwrap();
-        let d = time_dispatch(
-            &mut drv,
-            &mut c,
-            &m,
-            "matmul",
-            &argv,
-            grid,
-            [16, 16, 1],
-            |_| {},
-        );
-        let mut out = vec![0u8; 4 * s];
-        drv.mem.read_slice(&mut out, GuestAddress(pas[2])).unwrap();
-        for (j, w) in out.chunks_exact(4).enumerate() {
-            let got = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-            // The kernel accumulates with fused multiply-adds.
-            let want = (0..s).fold(0f32, |acc, k| a[k].mul_add(b[k * s + j], acc));
-            assert_eq!(got.to_bits(), want.to_bits(), "c[0][{j}]");
-        }
-        let base = *first.get_or_insert(d);
-        println!(
-            "matmul: device, {u} compute unit(s): {:.2} ms ({:.3} GFLOP/s), ratio to native {:.3}x, {:.2} G lane-ops/s ({:.2} per unit), speedup over 1 unit {:.2}x",
+    let most = units.last().copied().unwrap_or(1);
+    for (engine, jit) in engines() {
+        let mut first = None;
+        let mut last = Duration::ZERO;
+        for (&u, san) in units.iter().map(|u| (u, false)).chain([(&most, true)]) {
+            let (mut drv, mut c, pas) = device(u, jit, bytes, san);
+            drv.mem
+                .write_slice(&f32_bytes(&a), GuestAddress(pas[0]))
+                .unwrap();
+            drv.mem
+                .write_slice(&f32_bytes(&b), GuestAddress(pas[1]))
+                .unwrap();
+            let d = time_dispatch(
+                &mut drv,
+                &mut c,
+                &m,
+                "matmul",
+                &argv,
+                grid,
+                [16, 16, 1],
+                |_| {},
+            );
+            let mut out = vec![0u8; 4 * s];
+            drv.mem.read_slice(&mut out, GuestAddress(pas[2])).unwrap();
+            for (j, w) in out.chunks_exact(4).enumerate() {
+                let got = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                // The kernel accumulates with fused multiply-adds.
+                let want = (0..s).fold(0f32, |acc, k| a[k].mul_add(b[k * s + j], acc));
+                assert_eq!(got.to_bits(), want.to_bits(), "c[0][{j}]");
+            }
+            if sanitized(&drv, "matmul", engine, u, d, last) {
+                continue;
+            }
+            last = d;
+            let base = *first.get_or_insert(d);
+            println!(
+            "matmul: device, {engine}, {u} compute unit(s): {:.2} ms ({:.3} GFLOP/s), ratio to native {:.3}x, {:.2} G lane-ops/s ({:.2} per unit), speedup over 1 unit {:.2}x",
             d.as_secs_f64() * 1e3,
             flops / d.as_secs_f64() / 1e9,
             native.as_secs_f64() / d.as_secs_f64(),
@@ -297,6 +371,13 @@ fn matmul(units: &[u32]) {
             ops as f64 / d.as_secs_f64() / 1e9 / f64::from(u),
             base.as_secs_f64() / d.as_secs_f64()
         );
+            if u == 1 {
+                println!(
+                    "ratio matmul.{engine}.vs_native {:.4}",
+                    native.as_secs_f64() / d.as_secs_f64()
+                );
+            }
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! sizes chosen on the command line.
 
 use vgpu_hwif::proto::GENERATIONS;
+pub use vgpu_isa::jit::JitMode;
 
 /// Errors of this module.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -79,6 +80,8 @@ pub struct DeviceConfig {
     pub compute_units: u32,
     /// Record a packet trace (`--trace`).
     pub trace: bool,
+    /// Which engine runs kernels (`--jit`).
+    pub jit: JitMode,
 }
 
 impl DeviceConfig {
@@ -91,12 +94,18 @@ impl DeviceConfig {
             generation,
             compute_units,
             trace: false,
+            jit: JitMode::Auto,
         })
     }
 
     /// The same configuration, recording a packet trace if `on`.
     pub fn with_trace(self, on: bool) -> DeviceConfig {
         DeviceConfig { trace: on, ..self }
+    }
+
+    /// The same configuration, running kernels as `jit` says.
+    pub fn with_jit(self, jit: JitMode) -> DeviceConfig {
+        DeviceConfig { jit, ..self }
     }
 }
 
@@ -106,6 +115,7 @@ impl Default for DeviceConfig {
             generation: Generation::Gen1,
             compute_units: DEFAULT_COMPUTE_UNITS,
             trace: false,
+            jit: JitMode::Auto,
         }
     }
 }

@@ -11,6 +11,13 @@
 //! | `seed N` | `{"ok":true}` (seeds faults armed afterwards) |
 //! | `poisoned` | `{"ok":true,"pages":[PA,..]}` (pages poisoned by `ecc`) |
 //! | `unpoison PA` / `unpoison all` | `{"ok":true,"cleared":N}` (forgets poison, as if the memory were replaced: resets do not) |
+//! | `sanitize` / `sanitize status` | `{"ok":true,"checks":[ids],"mode":"report","reports":N,"suppressed":N,"by_check":{"SAN-…":N},"owned_pages":N}` |
+//! | `sanitize on [CHECKS]` / `sanitize off` | the same (CHECKS as for `--sanitize`) |
+//! | `sanitize mode report` / `sanitize mode stop` | the same |
+//! | `sanitize reports [SINCE]` | `{"ok":true,"reports":[report JSON,..]}` (kept reports numbered above SINCE) |
+//! | `capture CTX [ENGINE]` | `{"ok":true,"id":N,"size":N}` (a capture of the context now, see `core::capture`) |
+//! | `captures` | `{"ok":true,"captures":[{"id":..,"ctx":..,"engine":..,"reason":..,"size":..}]}` |
+//! | `capture-save ID PATH` | `{"ok":true,"size":N}` (writes capture ID, 0 = the newest, to PATH) |
 //!
 //! Errors reply `{"ok":false,"error":"..."}`. A connection may send any
 //! number of requests; they are answered in order. The socket itself is
@@ -18,6 +25,9 @@
 
 use std::io;
 
+use vgpu_hwif::capture::reason;
+
+use crate::core::capture;
 use crate::core::gpu::Gpu;
 use crate::core::inject::{Class, InjectError, Spec};
 
@@ -67,10 +77,89 @@ fn id_or_none(v: u32) -> String {
     }
 }
 
+/// The sanitizer's state as a reply.
+fn sanitize_status(gpu: &Gpu) -> String {
+    let s = &gpu.sanitizer;
+    let ids: Vec<String> = crate::core::sanitize::check_ids(s.checks())
+        .into_iter()
+        .map(json_str)
+        .collect();
+    let (counts, total, suppressed) = s.counts();
+    let by: Vec<String> = vgpu_hwif::sanitize::Check::ALL
+        .iter()
+        .zip(counts.iter())
+        .map(|(c, n)| format!("{}:{n}", json_str(c.id())))
+        .collect();
+    format!(
+        "{{\"ok\":true,\"checks\":[{}],\"mode\":{},\"reports\":{total},\"suppressed\":{suppressed},\"by_check\":{{{}}},\"owned_pages\":{}}}",
+        ids.join(","),
+        json_str(if s.stop_mode() { "stop" } else { "report" }),
+        by.join(","),
+        s.shared.owned_pages()
+    )
+}
+
+/// `sanitize ...`.
+fn sanitize(gpu: &Gpu, arg: &str) -> String {
+    let (sub, rest) = arg.split_once(' ').unwrap_or((arg, ""));
+    let rest = rest.trim();
+    let s = &gpu.sanitizer;
+    match sub {
+        "" | "status" => sanitize_status(gpu),
+        "on" => match crate::core::sanitize::parse_checks(rest) {
+            Ok(mask) => {
+                s.set_checks(mask);
+                sanitize_status(gpu)
+            }
+            Err(e) => error_reply(e),
+        },
+        "off" => {
+            s.set_checks(0);
+            sanitize_status(gpu)
+        }
+        "mode" => match rest {
+            "report" | "stop" => {
+                s.set_stop(rest == "stop");
+                sanitize_status(gpu)
+            }
+            other => error_reply(crate::core::sanitize::SanError::UnknownMode(other.to_owned())),
+        },
+        "reports" => {
+            let since = if rest.is_empty() {
+                Ok(0)
+            } else {
+                rest.parse::<u64>()
+            };
+            match since {
+                Ok(since) => {
+                    let r: Vec<String> = s.log().since(since).iter().map(|r| r.json()).collect();
+                    format!("{{\"ok\":true,\"reports\":[{}]}}", r.join(","))
+                }
+                Err(_) => error_reply(InjectError::BadValue {
+                    key: "since".to_owned(),
+                    value: rest.to_owned(),
+                }),
+            }
+        }
+        other => error_reply(format!(
+            "unknown sanitize request '{other}' (status, on [CHECKS], off, mode report|stop, reports [SINCE])"
+        )),
+    }
+}
+
 /// Executes one request line against `gpu`'s injector; returns the reply
 /// line (without the newline).
 pub fn handle_line(gpu: &Gpu, line: &str) -> String {
     let line = line.trim();
+    if let Some(r) = gpu.record.get() {
+        r.log(
+            crate::core::record::kind::CONTROL,
+            crate::core::record::NO_ENGINE,
+            gpu.clock.now_ns(),
+            0,
+            &[line.as_bytes()],
+        );
+    }
     let (verb, arg) = line.split_once(' ').unwrap_or((line, ""));
     let arg = arg.trim();
     let inj = &gpu.inject;
@@ -192,8 +281,103 @@ pub fn handle_line(gpu: &Gpu, line: &str) -> String {
                 Err(e) => error_reply(e),
             }
         }
+        "sanitize" => sanitize(gpu, arg),
+        "capture" => {
+            let mut it = arg.split_whitespace().map(str::parse::<u32>);
+            match (it.next(), it.next()) {
+                (Some(Ok(ctx)), e) if e.as_ref().is_none_or(|e| e.is_ok()) => {
+                    let engine = e.and_then(Result::ok).unwrap_or(0);
+                    match capture::request(gpu, ctx, engine, reason::ON_DEMAND) {
+                        Ok(c) => format!(
+                            "{{\"ok\":true,\"id\":{},\"size\":{}}}",
+                            c.id,
+                            c.bytes.len()
+                        ),
+                        Err(e) => error_reply(e),
+                    }
+                }
+                _ => error_reply("usage: capture CTX [ENGINE]"),
+            }
+        }
+        "captures" => {
+            let list: Vec<String> = gpu
+                .capture
+                .list()
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{{\"id\":{},\"ctx\":{},\"engine\":{},\"reason\":{},\"size\":{}}}",
+                        c.id,
+                        c.ctx,
+                        c.engine,
+                        json_str(reason::name(c.reason)),
+                        c.bytes.len()
+                    )
+                })
+                .collect();
+            format!("{{\"ok\":true,\"captures\":[{}]}}", list.join(","))
+        }
+        "capture-save" => {
+            let (id, path) = arg.split_once(' ').unwrap_or((arg, ""));
+            let c = match id.parse::<u32>() {
+                Ok(0) => gpu.capture.newest(None),
+                Ok(n) => gpu.capture.get(n),
+                Err(_) => return error_reply("usage: capture-save ID PATH"),
+            };
+            match (c, path.trim()) {
+                (_, "") => error_reply("usage: capture-save ID PATH"),
+                (None, _) => error_reply("no such capture"),
+                (Some(c), p) => match std::fs::write(p, c.bytes.as_slice()) {
+                    Ok(()) => format!("{{\"ok\":true,\"size\":{}}}", c.bytes.len()),
+                    Err(e) => error_reply(format!("{p}: {e}")),
+                },
+            }
+        }
         _ => error_reply(format!(
-            "unknown request '{verb}' (list, arm, disarm, status, log, seed, poisoned, unpoison)"
+            "unknown request '{verb}' (list, arm, disarm, status, log, seed, poisoned, unpoison, sanitize, capture, captures, capture-save)"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::clock::ManualClock;
+    use crate::core::gpu::GpuConfig;
+    use std::sync::Arc;
+
+    fn gpu() -> Gpu {
+        let cfg = crate::config::DeviceConfig::default();
+        Gpu::new(GpuConfig::for_device(&cfg), Arc::new(ManualClock::new(0)))
+    }
+
+    #[test]
+    fn the_sanitizer_is_switched_and_read_on_the_socket() {
+        let g = gpu();
+        let off = handle_line(&g, "sanitize");
+        assert!(
+            off.starts_with("{\"ok\":true,\"checks\":[],\"mode\":\"report\",\"reports\":0"),
+            "{off}"
+        );
+        let on = handle_line(&g, "sanitize on ring,fence-regress");
+        assert!(
+            on.contains(
+                "\"checks\":[\"SAN-RING-UNPUBLISHED\",\"SAN-RING-INDEX\",\"SAN-FENCE-REGRESS\"]"
+            ),
+            "{on}"
+        );
+        assert_eq!(g.sanitizer.checks().count_ones(), 3);
+        assert!(handle_line(&g, "sanitize mode stop").contains("\"mode\":\"stop\""));
+        assert!(g.sanitizer.stop_mode());
+        assert!(handle_line(&g, "sanitize mode loud").starts_with("{\"ok\":false"));
+        assert!(handle_line(&g, "sanitize on bogus").starts_with("{\"ok\":false"));
+        assert_eq!(
+            handle_line(&g, "sanitize reports"),
+            "{\"ok\":true,\"reports\":[]}"
+        );
+        let all = handle_line(&g, "sanitize on");
+        assert!(all.contains("\"SAN-TEARDOWN\":0"), "{all}");
+        handle_line(&g, "sanitize off");
+        assert!(!g.sanitizer.enabled());
     }
 }

@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
-use vgpu_device::config::{DeviceConfig, Generation, COMPUTE_UNITS_RANGE, DEFAULT_COMPUTE_UNITS};
+use vgpu_device::config::{
+    DeviceConfig, Generation, JitMode, COMPUTE_UNITS_RANGE, DEFAULT_COMPUTE_UNITS,
+};
 use vgpu_device::core::inject::Spec;
 use vgpu_device::daemon::{Daemon, SignalSource};
 
@@ -22,6 +24,10 @@ Examples:
       -chardev socket,id=vgpu,path=/tmp/vgpu.sock \\
       -device vhost-user-gpu-pci,chardev=vgpu,edid=off ...
 
+  # Kernels on the interpreter only (the default, auto, compiles them to
+  # native code where the host allows):
+  vgpu-device --socket /tmp/vgpu.sock --jit off
+
   # Log every command:
   RUST_LOG=debug vgpu-device --socket /tmp/vgpu.sock
 
@@ -32,6 +38,11 @@ Examples:
   # faults at run time through a control socket (see vgpu-inject --help):
   vgpu-device --socket /tmp/vgpu.sock --inject 'hang:engine=copy,packet=FENCE,after=3' \
       --inject-seed 42 --control /tmp/vgpu-inject.sock
+
+  # Check the driver's side of the hardware contract (docs/sanitizer.md):
+  # every check, reports in the log and as JSON lines, rings stopped:
+  vgpu-device --socket /tmp/vgpu.sock --sanitize --sanitize-log /tmp/san.jsonl
+  vgpu-device --socket /tmp/vgpu.sock --sanitize=ring,tlb --sanitize-mode stop
 
 The process serves one QEMU connection and exits 0 when QEMU disconnects,
 or on SIGTERM/SIGINT; the socket file is removed on exit.";
@@ -55,11 +66,23 @@ struct Cli {
               i64::from(*COMPUTE_UNITS_RANGE.start())..=i64::from(*COMPUTE_UNITS_RANGE.end())))]
     compute_units: u32,
 
+    /// How kernels run: off (the interpreter), on (native code, required:
+    /// the device refuses to start on a host the JIT cannot run on) or
+    /// auto (native code where the host and the kernel allow it).
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    jit: JitMode,
+
     /// Record every packet's fetch, execution, fences, faults, errors and
     /// resets, and write them as a Chrome/Perfetto trace (JSON) to FILE
     /// when the device exits.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
+
+    /// Record every guest-to-device input (commands, doorbells, the guest
+    /// memory the engines read, fault-injection requests) with times into
+    /// FILE, for `vgpu-replay --record FILE`.
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
 
     /// Arm a fault at startup: CLASS[:key=val,...] (repeatable). Keys:
     /// after, at_ms, p, count, ctx, engine, packet, delay_ms, va, pa, bits,
@@ -67,6 +90,10 @@ struct Cli {
     /// docs/fault-injection.md.
     #[arg(long, value_name = "SPEC", value_parser = parse_spec)]
     inject: Vec<Spec>,
+
+    /// The `--inject` arguments as given (recorded with `--record`).
+    #[arg(skip)]
+    inject_text: Vec<String>,
 
     /// Seed of the fault injector's random draws.
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -76,9 +103,56 @@ struct Cli {
     #[arg(long, value_name = "PATH")]
     control: Option<PathBuf>,
 
+    /// Turn the driver sanitizer on: every check, or a comma-separated list
+    /// of check ids (SAN-TLB-STALE or tlb-stale), families (ring, tlb,
+    /// fence, hazard, wait, dma, teardown), `all`, and `-NAME` to leave one
+    /// out. Also switchable on the control socket (`sanitize on|off`).
+    #[arg(long, value_name = "CHECKS", num_args = 0..=1, default_missing_value = "all",
+          value_parser = parse_checks)]
+    sanitize: Option<u32>,
+
+    /// What a sanitizer finding does: `report` (log, JSON line, event to
+    /// the driver) or `stop` (also stops the ring with the engine error
+    /// SANITIZER).
+    #[arg(long, value_name = "MODE", default_value = "report", value_parser = ["report", "stop"])]
+    sanitize_mode: String,
+
+    /// Append every sanitizer report to FILE as one JSON object per line.
+    #[arg(long, value_name = "FILE")]
+    sanitize_log: Option<PathBuf>,
+
+    /// How long the engine lets a doorbell age before it fetches the words
+    /// it published (SAN-RING-UNPUBLISHED: x86 hides missing barriers, so
+    /// the device fetches late on purpose).
+    #[arg(long, value_name = "US", default_value_t = vgpu_device::core::sanitize::DEFAULT_FETCH_DELAY.as_micros() as u64)]
+    sanitize_fetch_delay_us: u64,
+
+    /// How long a ring waits on a semaphore before the sanitizer looks for
+    /// queued work that can satisfy it (SAN-WAIT-UNSATISFIABLE).
+    #[arg(long, value_name = "MS", default_value_t = vgpu_device::core::sanitize::DEFAULT_WAIT_GRACE.as_millis() as u64)]
+    sanitize_wait_grace_ms: u64,
+
     /// Log level: error, warn, info, debug or trace (overrides RUST_LOG).
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<log::LevelFilter>,
+}
+
+fn parse_checks(s: &str) -> Result<u32, String> {
+    vgpu_device::core::sanitize::parse_checks(s).map_err(|e| e.to_string())
+}
+
+/// The values of every `--inject` on the command line, as written.
+fn inject_args() -> Vec<String> {
+    let mut out = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if a == "--inject" {
+            out.extend(args.next());
+        } else if let Some(v) = a.strip_prefix("--inject=") {
+            out.push(v.to_owned());
+        }
+    }
+    out
 }
 
 fn parse_spec(s: &str) -> Result<Spec, String> {
@@ -103,7 +177,8 @@ fn write_trace(
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    cli.inject_text = inject_args();
 
     let mut logger =
         env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info"));
@@ -111,6 +186,13 @@ fn main() -> ExitCode {
         logger.filter_level(level);
     }
     logger.init();
+
+    if cli.jit == JitMode::On {
+        if let Err(why) = vgpu_isa::jit::host_support() {
+            eprintln!("vgpu-device: --jit on: {why}");
+            return ExitCode::from(2);
+        }
+    }
 
     // Before any socket exists: a signal from then on stops the device
     // through its normal exit path, which removes the sockets (a signal
@@ -124,7 +206,7 @@ fn main() -> ExitCode {
     };
 
     let config = match DeviceConfig::new(cli.generation, cli.compute_units) {
-        Ok(c) => c.with_trace(cli.trace.is_some()),
+        Ok(c) => c.with_trace(cli.trace.is_some()).with_jit(cli.jit),
         Err(e) => {
             eprintln!("vgpu-device: {e}");
             return ExitCode::from(2);
@@ -144,9 +226,38 @@ fn main() -> ExitCode {
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .gpu();
+    let san = vgpu_device::core::sanitize::SanConfig {
+        checks: cli.sanitize.unwrap_or(0),
+        stop: cli.sanitize_mode == "stop",
+        fetch_delay: std::time::Duration::from_micros(cli.sanitize_fetch_delay_us),
+        wait_grace: std::time::Duration::from_millis(cli.sanitize_wait_grace_ms),
+        starve: vgpu_device::core::sanitize::DEFAULT_STARVE,
+    };
+    if let Some(path) = cli.sanitize_log.as_ref() {
+        match std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            Ok(f) => gpu.sanitizer.log().set_file(f),
+            Err(e) => {
+                eprintln!("vgpu-device: cannot open {}: {e}", path.display());
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    gpu.sanitizer.configure(&san);
     gpu.inject.set_seed(cli.inject_seed);
     for spec in cli.inject.iter().cloned() {
         gpu.inject.arm(spec, gpu.clock.now_ns());
+    }
+    if let Some(path) = cli.record.as_ref() {
+        let text =
+            vgpu_device::core::record::config_text(&config, cli.inject_seed, &cli.inject_text);
+        if let Err(e) = vgpu_device::core::record::start(&gpu, path, &text) {
+            eprintln!("vgpu-device: --record {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
     }
     if let Some(path) = cli.control.as_ref() {
         if let Err(e) = daemon.serve_control(path) {
@@ -158,12 +269,22 @@ fn main() -> ExitCode {
     let backend = daemon.backend();
 
     eprintln!(
-        "vgpu-device: listening on {} ({})",
+        "vgpu-device: listening on {} ({}, jit {})",
         cli.socket.display(),
-        config.generation
+        config.generation,
+        config.jit
     );
 
     let result = daemon.run();
+    if let Some(r) = gpu.record.get() {
+        match r.flush() {
+            Ok(()) => {
+                let (bytes, pages) = r.size();
+                log::info!("record: {bytes} bytes, {pages} pages of guest memory");
+            }
+            Err(e) => eprintln!("vgpu-device: the record is incomplete: {e}"),
+        }
+    }
     if let Some(path) = cli.trace.as_ref() {
         if let Err(e) = write_trace(path, &backend) {
             eprintln!(

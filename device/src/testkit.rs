@@ -53,8 +53,8 @@ use vgpu_hwif::packet::{
 };
 use vgpu_hwif::pod::Pod;
 use vgpu_hwif::proto::{
-    engine, stats_kind, Command, ContextQueryReply, IdentifyReply, ReplyHeader, RingStatus,
-    StatsReply, Status,
+    engine, stats_kind, CaptureReadReply, CaptureReply, Command, ContextQueryReply, IdentifyReply,
+    ReplyHeader, RingStatus, StatsReply, Status,
 };
 use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
 
@@ -391,6 +391,9 @@ impl PacketWriter {
     /// packets are first aligned to 64 bytes with a `NOP`). Returns the
     /// packet's GPU VA.
     pub fn packet(&mut self, mem: &GuestMemoryMmap, p: &Packet) -> Result<u64, KitError> {
+        if let Packet::Nop { words } = *p {
+            return self.nop(mem, words.clamp(1, vgpu_hwif::packet::MAX_PACKET_WORDS));
+        }
         if self.generation >= 2 && is_copy_engine_packet(p.opcode()) {
             let misalign = self.next_va() % GEN2_ENGINE_PACKET_ALIGN;
             if misalign != 0 {
@@ -559,7 +562,7 @@ impl<T: Transport> Driver<T> {
     /// Sends `cmd`; returns the reply's status and bytes.
     pub fn try_command(&mut self, cmd: Command) -> (Status, Vec<u8>) {
         self.tag += 1;
-        let mut buf = [0u8; 128];
+        let mut buf = [0u8; vgpu_hwif::proto::MAX_COMMAND_SIZE];
         let n = cmd.encode(self.tag, &mut buf).unwrap_or(0);
         let reply = self.transport.command(buf.get(..n).unwrap_or(&[]));
         let status = ReplyHeader::read_from(&reply)
@@ -760,6 +763,34 @@ impl<T: Transport> Driver<T> {
         ContextQueryReply::read_from(&r).ok_or(KitError::BadReply(r.len()))
     }
 
+    /// `SAN_REPORT`: the sanitizer's report `seq`.
+    pub fn san_report(&mut self, seq: u64) -> Result<vgpu_hwif::sanitize::SanReport, KitError> {
+        let r = self.command(Command::SanReport { seq })?;
+        vgpu_hwif::proto::SanReportReply::read_from(&r)
+            .map(|r| r.report)
+            .ok_or(KitError::BadReply(r.len()))
+    }
+
+    /// `SAN_MEM`: declares (`own`) or gives back guest-physical ranges as
+    /// GPU memory, at most [`vgpu_hwif::proto::SAN_MEM_RANGES`] per
+    /// command.
+    pub fn san_mem(&mut self, own: bool, ranges: &[(u64, u64)]) -> Result<(), KitError> {
+        use vgpu_hwif::proto::{SAN_MEM_OWN, SAN_MEM_RANGES, SAN_MEM_RELEASE};
+        use vgpu_hwif::sanitize::SanRange;
+        for chunk in ranges.chunks(SAN_MEM_RANGES) {
+            let mut rs = [SanRange { pa: 0, size: 0 }; SAN_MEM_RANGES];
+            for (d, &(pa, size)) in rs.iter_mut().zip(chunk) {
+                *d = SanRange { pa, size };
+            }
+            self.command(Command::SanMem {
+                op: if own { SAN_MEM_OWN } else { SAN_MEM_RELEASE },
+                count: chunk.len() as u32,
+                ranges: rs,
+            })?;
+        }
+        Ok(())
+    }
+
     /// `QUERY_STATS` of engine `e`.
     pub fn engine_stats(&mut self, e: u32) -> Result<StatsReply, KitError> {
         self.stats(stats_kind::ENGINE, e)
@@ -769,6 +800,50 @@ impl<T: Transport> Driver<T> {
     pub fn stats(&mut self, kind: u32, id: u32) -> Result<StatsReply, KitError> {
         let r = self.command(Command::QueryStats { kind, id })?;
         StatsReply::read_from(&r).ok_or(KitError::BadReply(r.len()))
+    }
+
+    /// `CAPTURE` of context `ctx_id` on engine `e` for `reason`
+    /// (`vgpu_hwif::capture::reason`).
+    pub fn capture(&mut self, ctx_id: u32, e: u32, reason: u32) -> Result<CaptureReply, KitError> {
+        let r = self.command(Command::Capture {
+            ctx_id,
+            engine: e,
+            reason,
+        })?;
+        CaptureReply::read_from(&r).ok_or(KitError::BadReply(r.len()))
+    }
+
+    /// Reads a whole capture as a driver does: `CAPTURE_READ` in chunks of
+    /// `chunk` bytes into a buffer in guest memory, copied out after each.
+    /// `capture_id` 0 reads the newest capture of `ctx_id`. Returns the
+    /// last reply and the bytes.
+    pub fn read_capture(
+        &mut self,
+        capture_id: u32,
+        ctx_id: u32,
+        chunk: u32,
+    ) -> Result<(CaptureReadReply, Vec<u8>), KitError> {
+        let buf = self.alloc.alloc(u64::from(chunk), 4096)?;
+        let mut out = Vec::new();
+        let mut id = capture_id;
+        loop {
+            let r = self.command(Command::CaptureRead {
+                capture_id: id,
+                ctx_id,
+                offset: out.len() as u32,
+                len: chunk,
+                buf_pa: buf,
+            })?;
+            let rep = CaptureReadReply::read_from(&r).ok_or(KitError::BadReply(r.len()))?;
+            // Later chunks name the capture the first one found.
+            id = rep.capture_id;
+            let mut bytes = vec![0u8; rep.written as usize];
+            self.mem.read_slice(&mut bytes, GuestAddress(buf))?;
+            out.extend_from_slice(&bytes);
+            if rep.written == 0 || out.len() >= rep.size as usize {
+                return Ok((rep, out));
+            }
+        }
     }
 }
 

@@ -139,6 +139,39 @@ fn sigterm_removes_both_sockets() {
     assert!(!control.exists(), "control socket left behind");
 }
 
+/// `vgpu-inject` printing a reply into a pipe whose reader has gone (as
+/// after `| head -1`): the reply is dropped and the tool exits as it
+/// would have, without a panic. (It keeps SIGPIPE ignored so that a
+/// device gone away is an error message, not a kill.)
+#[test]
+fn inject_cli_into_a_closed_pipe_is_quiet() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let control = dir.path().join("inject.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&control).unwrap();
+    let server = std::thread::spawn(move || {
+        let (s, _) = listener.accept().unwrap();
+        let mut line = String::new();
+        BufReader::new(&s).read_line(&mut line).unwrap();
+        (&s).write_all(b"{\"ok\":true,\"armed\":[]}\n").unwrap();
+        line
+    });
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Process::new(env!("CARGO_BIN_EXE_vgpu-inject"))
+        .arg("--control")
+        .arg(&control)
+        .arg("status")
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(server.join().unwrap(), "status\n");
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 /// A device process, killed if a test fails before it exits.
 struct DeviceProcess(std::process::Child);
 

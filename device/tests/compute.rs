@@ -534,6 +534,7 @@ fn trap_is_an_engine_error_with_the_pc() {
             packet_va: vas[0],
             rptr: 0,
             depth: 0,
+            cmd_offset: 0,
             header: 3,
         }
     );
@@ -587,6 +588,17 @@ fn malformed_modules_and_launches_are_refused_before_anything_runs() {
         ("arguments too short", |p, _| {
             if let Packet::Dispatch(d) = p {
                 d.args_size = 4;
+            }
+        }),
+        // 2^31 · 2^31 · 4 threads: the product wraps 64 bits to 0.
+        ("workgroup product wrapping to 0", |p, _| {
+            if let Packet::Dispatch(d) = p {
+                d.wg = [1 << 31, 1 << 31, 4];
+            }
+        }),
+        ("more than 2^64 - 1 workgroups", |p, _| {
+            if let Packet::Dispatch(d) = p {
+                d.grid = [u32::MAX; 3];
             }
         }),
     ];

@@ -1187,6 +1187,10 @@ fn malformed_inputs_each_stop_one_ring_and_the_device_keeps_serving() {
                         packet_va: bad_va,
                         rptr,
                         depth,
+                        // The offset in the ring's command buffer: the
+                        // packet's own at depth 1; deeper, of the INDIRECT
+                        // at its start that leads on.
+                        cmd_offset: if depth == 1 { (bad_va - SRC) as u32 } else { 0 },
                         header
                     },
                     "{name}"
@@ -1273,6 +1277,7 @@ fn malformed_inputs_each_stop_one_ring_and_the_device_keeps_serving() {
                 packet_va: ring_va(0) + 16,
                 rptr: 16,
                 depth: 0,
+                cmd_offset: 0,
                 header: 0
             },
             "{name}"

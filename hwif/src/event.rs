@@ -21,7 +21,7 @@ pub const EVENT_RECORD_SIZE: usize = 64;
 /// Events the device holds while the driver has no buffer posted.
 pub const EVENT_FIFO_DEPTH: usize = 256;
 
-/// Event kinds. Numbers `8..=0x1f` are reserved for later blocks.
+/// Event kinds. Numbers `9..=0x1f` are reserved for later blocks.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventKind {
@@ -41,7 +41,9 @@ pub enum EventKind {
     /// An engine stopped a ring on a bad packet or pointer. `data[0]` =
     /// context | engine << 32, `data[1]` = [`super::packet::EngineError`],
     /// `data[2]` = GPU VA of the packet, `data[3]` = ring read pointer |
-    /// indirect depth << 32, `data[4]` = the packet's header word.
+    /// indirect depth << 32 (8 bits) | the offset in the ring-level command
+    /// buffer << 40 (24 bits: of the packet at depth 1, of the `INDIRECT`
+    /// leading to it deeper), `data[4]` = the packet's header word.
     EngineError = 5,
     /// A reset finished. `data[0]` = engine ([`super::proto::engine::ALL`]
     /// for a device reset) | context in flight << 32
@@ -53,6 +55,12 @@ pub enum EventKind {
     /// touched it, `data[1]` = GPU VA of the poisoned page (page aligned),
     /// `data[2]` = GPU VA of the packet being executed.
     EccError = 7,
+    /// The driver sanitizer found a driver mistake
+    /// ([`super::sanitize`]). `data[0]` = context | engine << 32, `data[1]`
+    /// = [`super::sanitize::Check`] number | report flags << 32, `data[2]`
+    /// = GPU VA of the packet, `data[3]` = the report's number (fetch it
+    /// with `SAN_REPORT`), `data[4]` = the VA accessed (0 if none).
+    Sanitizer = 8,
 }
 
 impl EventKind {
@@ -66,6 +74,7 @@ impl EventKind {
             5 => Some(EventKind::EngineError),
             6 => Some(EventKind::ResetDone),
             7 => Some(EventKind::EccError),
+            8 => Some(EventKind::Sanitizer),
             _ => None,
         }
     }
@@ -80,6 +89,7 @@ impl EventKind {
             EventKind::EngineError => "ENGINE_ERROR",
             EventKind::ResetDone => "RESET_DONE",
             EventKind::EccError => "ECC_ERROR",
+            EventKind::Sanitizer => "SANITIZER",
         }
     }
 }
@@ -206,6 +216,10 @@ pub enum Event {
         rptr: u32,
         /// Indirect depth (0 = the ring itself).
         depth: u32,
+        /// At depth 1, the packet's byte offset in the command buffer the
+        /// ring's `INDIRECT` called; deeper, the offset there of the
+        /// `INDIRECT` that leads to it (0 at depth 0).
+        cmd_offset: u32,
         /// The packet's header word (0 if none was read).
         header: u32,
     },
@@ -231,6 +245,23 @@ pub enum Event {
         /// Guest-physical address of the poisoned 4 KiB page
         /// ([`ECC_PA_UNKNOWN`] if the VA did not translate).
         pa: u64,
+    },
+    /// [`EventKind::Sanitizer`].
+    Sanitizer {
+        /// Context (`CTX_NONE` if none).
+        ctx_id: u32,
+        /// Engine (`engine::ALL` if none).
+        engine: u32,
+        /// [`super::sanitize::Check`] number.
+        check: u32,
+        /// The report's `SAN_FLAG_*` bits and sub-kind.
+        flags: u32,
+        /// VA of the packet (0 if none).
+        packet_va: u64,
+        /// The report's number.
+        seq: u64,
+        /// The VA accessed (0 if none).
+        va: u64,
     },
 }
 
@@ -258,6 +289,7 @@ impl Event {
             Event::EngineError { .. } => EventKind::EngineError,
             Event::ResetDone { .. } => EventKind::ResetDone,
             Event::EccError { .. } => EventKind::EccError,
+            Event::Sanitizer { .. } => EventKind::Sanitizer,
         }
     }
 
@@ -290,13 +322,16 @@ impl Event {
                 packet_va,
                 rptr,
                 depth,
+                cmd_offset,
                 header,
             } => {
                 data = [
                     pair(ctx_id, engine),
                     u64::from(code),
                     packet_va,
-                    pair(rptr, depth),
+                    u64::from(rptr)
+                        | u64::from(depth & 0xff) << 32
+                        | u64::from(cmd_offset & 0xff_ffff) << 40,
                     u64::from(header),
                 ]
             }
@@ -312,6 +347,15 @@ impl Event {
                 packet_va,
                 pa,
             } => data[..4].copy_from_slice(&[pair(ctx_id, engine), va, packet_va, pa]),
+            Event::Sanitizer {
+                ctx_id,
+                engine,
+                check,
+                flags,
+                packet_va,
+                seq,
+                va,
+            } => data = [pair(ctx_id, engine), pair(check, flags), packet_va, seq, va],
         }
         EventRecord {
             kind: self.kind() as u32,
@@ -351,7 +395,8 @@ impl Event {
                 code: rec.data[1] as u32,
                 packet_va: rec.data[2],
                 rptr: rec.data[3] as u32,
-                depth: (rec.data[3] >> 32) as u32,
+                depth: ((rec.data[3] >> 32) & 0xff) as u32,
+                cmd_offset: (rec.data[3] >> 40) as u32,
                 header: rec.data[4] as u32,
             }),
             Some(EventKind::ResetDone) => Ok(Event::ResetDone {
@@ -365,6 +410,15 @@ impl Event {
                 va: rec.data[1],
                 packet_va: rec.data[2],
                 pa: rec.data[3],
+            }),
+            Some(EventKind::Sanitizer) => Ok(Event::Sanitizer {
+                ctx_id: rec.data[0] as u32,
+                engine: (rec.data[0] >> 32) as u32,
+                check: rec.data[1] as u32,
+                flags: (rec.data[1] >> 32) as u32,
+                packet_va: rec.data[2],
+                seq: rec.data[3],
+                va: rec.data[4],
             }),
             None => Err(EventDecodeError::UnknownKind(rec.kind)),
         }

@@ -11,11 +11,13 @@
 use super::event::EventRecord;
 use super::pod::{Pod, StructLayout};
 use super::proto::{
-    CommandHeader, ContextCreateCmd, ContextDestroyCmd, ContextQueryCmd, ContextQueryReply,
-    DoorbellCmd, EngineResetCmd, EngineResetReply, FaultResumeCmd, IdentifyReply, PingCmd,
-    PingReply, QueryStatsCmd, ReplyHeader, RingCreateCmd, RingDestroyCmd, RingStatus, StatsReply,
-    TlbInvalidateCmd,
+    CaptureCmd, CaptureReadCmd, CaptureReadReply, CaptureReply, CommandHeader, ContextCreateCmd,
+    ContextDestroyCmd, ContextQueryCmd, ContextQueryReply, DoorbellCmd, EngineResetCmd,
+    EngineResetReply, FaultResumeCmd, IdentifyReply, PingCmd, PingReply, QueryStatsCmd,
+    RasQueryCmd, RasQueryReply, RasRetireCmd, ReplyHeader, RingCreateCmd, RingDestroyCmd,
+    RingStatus, SanMemCmd, SanReportCmd, SanReportReply, StatsReply, TimeReply, TlbInvalidateCmd,
 };
+use super::sanitize::{SanRange, SanReport};
 
 /// Every shared struct.
 pub const TABLE: &[StructLayout] = &[
@@ -39,6 +41,19 @@ pub const TABLE: &[StructLayout] = &[
     QueryStatsCmd::LAYOUT,
     StatsReply::LAYOUT,
     RingStatus::LAYOUT,
+    RasRetireCmd::LAYOUT,
+    RasQueryCmd::LAYOUT,
+    RasQueryReply::LAYOUT,
+    SanRange::LAYOUT,
+    SanReport::LAYOUT,
+    SanMemCmd::LAYOUT,
+    SanReportCmd::LAYOUT,
+    SanReportReply::LAYOUT,
+    CaptureCmd::LAYOUT,
+    CaptureReply::LAYOUT,
+    CaptureReadCmd::LAYOUT,
+    CaptureReadReply::LAYOUT,
+    TimeReply::LAYOUT,
 ];
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;

@@ -13,12 +13,22 @@
 //! * [`event`]: event records posted on the event queue.
 //! * [`mmu`]: the GPU page-table format, access types, fault reasons.
 //! * [`packet`]: ring and command-buffer packets, per generation.
+//! * [`sanitize`]: the driver sanitizer's checks, reports and commands.
+//! * [`describe`]: packets, engine errors and fault reasons as text, for
+//!   messages (the same words on every side).
 //! * [`layout`]: the table of every shared struct and its fingerprint.
+//! * [`capture`]: the device's capture of a failing context (the file
+//!   `CAPTURE_READ` returns).
+//! * [`coredump`]: the devcoredump the KMD publishes around a capture.
 #![no_std]
 
+pub mod capture;
+pub mod coredump;
+pub mod describe;
 pub mod event;
 pub mod layout;
 pub mod mmu;
 pub mod packet;
 pub mod pod;
 pub mod proto;
+pub mod sanitize;

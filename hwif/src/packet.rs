@@ -140,6 +140,14 @@ pub enum EngineError {
     /// fetch) touched a page with an uncorrectable ECC error (poisoned):
     /// the data is not returned and the ring stops.
     EccUncorrectable = 14,
+    /// The device failed internally while executing the ring's packet (a
+    /// device bug, not a property of the packet): what the packet did is
+    /// unspecified and the ring stops. The engine reinitialised itself
+    /// (work in progress dropped, TLBs flushed) and serves other rings.
+    Internal = 15,
+    /// The driver sanitizer stopped the ring on a finding
+    /// (`vgpu-device --sanitize-mode stop`; see [`super::sanitize`]).
+    Sanitizer = 16,
 }
 
 impl EngineError {
@@ -160,6 +168,8 @@ impl EngineError {
             12 => EngineError::Trap,
             13 => EngineError::PageFault,
             14 => EngineError::EccUncorrectable,
+            15 => EngineError::Internal,
+            16 => EngineError::Sanitizer,
             _ => return None,
         })
     }
@@ -181,6 +191,8 @@ impl EngineError {
             EngineError::Trap => "TRAP",
             EngineError::PageFault => "PAGE_FAULT",
             EngineError::EccUncorrectable => "ECC_UNCORRECTABLE",
+            EngineError::Internal => "INTERNAL",
+            EngineError::Sanitizer => "SANITIZER",
         }
     }
 }

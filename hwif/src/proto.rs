@@ -77,7 +77,9 @@ pub const GENERATIONS: [u32; 2] = [1, 2];
 /// Control opcodes.
 ///
 /// Ranges: `0x00xx` device, `0x01xx` contexts, `0x02xx` rings and doorbells,
-/// `0x03xx` the MMU, `0x04xx` resets and telemetry, `0x05xx` fault injection.
+/// `0x03xx` the MMU, `0x04xx` resets and telemetry, `0x05xx` fault injection,
+/// `0x06xx` debugging (captures, the device clock), `0x07xx` the driver
+/// sanitizer ([`super::sanitize`]).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Opcode {
@@ -110,11 +112,37 @@ pub enum Opcode {
     /// Read counters of an engine, a context or the device
     /// ([`QueryStatsCmd`], [`StatsReply`]).
     QueryStats = 0x0403,
+    /// Record a guest-physical page in the device's table of retired pages
+    /// ([`RasRetireCmd`]): the driver retired it after an uncorrectable
+    /// error. The table outlives resets and driver reloads, like a RAS
+    /// EEPROM.
+    RasRetire = 0x0501,
+    /// Read the table of retired pages ([`RasQueryCmd`], [`RasQueryReply`]).
+    RasQuery = 0x0502,
+    /// Freeze a context's state into a capture now ([`CaptureCmd`],
+    /// [`CaptureReply`]): what a driver asks when it declares a hang. The
+    /// device also captures by itself when a ring stops on a fault or an
+    /// engine error (see [`super::capture`]).
+    Capture = 0x0601,
+    /// Copy part of a capture into guest memory ([`CaptureReadCmd`],
+    /// [`CaptureReadReply`]): a capture is larger than a reply, so the
+    /// driver reads it in chunks into a buffer of its own, like a firmware
+    /// log.
+    CaptureRead = 0x0602,
+    /// Read the device clock ([`TimeReply`]): correlates the guest's clock
+    /// with event and trace timestamps.
+    TimeQuery = 0x0603,
+    /// Declare or give back guest-physical pages as GPU memory, for the
+    /// sanitizer's DMA-ownership check ([`SanMemCmd`]).
+    SanMem = 0x0701,
+    /// Fetch a sanitizer report by number ([`SanReportCmd`],
+    /// [`SanReportReply`]).
+    SanReport = 0x0702,
 }
 
 impl Opcode {
     /// Every opcode, for tables and tests.
-    pub const ALL: [Opcode; 13] = [
+    pub const ALL: [Opcode; 20] = [
         Opcode::Identify,
         Opcode::Ping,
         Opcode::ContextCreate,
@@ -128,6 +156,13 @@ impl Opcode {
         Opcode::EngineReset,
         Opcode::DeviceReset,
         Opcode::QueryStats,
+        Opcode::RasRetire,
+        Opcode::RasQuery,
+        Opcode::Capture,
+        Opcode::CaptureRead,
+        Opcode::TimeQuery,
+        Opcode::SanMem,
+        Opcode::SanReport,
     ];
 
     /// The opcode with this number, if any.
@@ -146,7 +181,9 @@ impl Opcode {
     pub const fn command_size(self) -> usize {
         use core::mem::size_of;
         match self {
-            Opcode::Identify | Opcode::DeviceReset => size_of::<CommandHeader>(),
+            Opcode::Identify | Opcode::DeviceReset | Opcode::TimeQuery => {
+                size_of::<CommandHeader>()
+            }
             Opcode::Ping => size_of::<PingCmd>(),
             Opcode::ContextCreate => size_of::<ContextCreateCmd>(),
             Opcode::ContextDestroy => size_of::<ContextDestroyCmd>(),
@@ -158,6 +195,12 @@ impl Opcode {
             Opcode::FaultResume => size_of::<FaultResumeCmd>(),
             Opcode::EngineReset => size_of::<EngineResetCmd>(),
             Opcode::QueryStats => size_of::<QueryStatsCmd>(),
+            Opcode::RasRetire => size_of::<RasRetireCmd>(),
+            Opcode::RasQuery => size_of::<RasQueryCmd>(),
+            Opcode::SanMem => size_of::<SanMemCmd>(),
+            Opcode::SanReport => size_of::<SanReportCmd>(),
+            Opcode::Capture => size_of::<CaptureCmd>(),
+            Opcode::CaptureRead => size_of::<CaptureReadCmd>(),
         }
     }
 
@@ -170,6 +213,11 @@ impl Opcode {
             Opcode::ContextQuery => size_of::<ContextQueryReply>(),
             Opcode::EngineReset => size_of::<EngineResetReply>(),
             Opcode::QueryStats => size_of::<StatsReply>(),
+            Opcode::RasQuery => size_of::<RasQueryReply>(),
+            Opcode::SanReport => size_of::<SanReportReply>(),
+            Opcode::Capture => size_of::<CaptureReply>(),
+            Opcode::CaptureRead => size_of::<CaptureReadReply>(),
+            Opcode::TimeQuery => size_of::<TimeReply>(),
             _ => size_of::<ReplyHeader>(),
         }
     }
@@ -190,6 +238,13 @@ impl Opcode {
             Opcode::EngineReset => "ENGINE_RESET",
             Opcode::DeviceReset => "DEVICE_RESET",
             Opcode::QueryStats => "QUERY_STATS",
+            Opcode::RasRetire => "RAS_RETIRE",
+            Opcode::RasQuery => "RAS_QUERY",
+            Opcode::SanMem => "SAN_MEM",
+            Opcode::SanReport => "SAN_REPORT",
+            Opcode::Capture => "CAPTURE",
+            Opcode::CaptureRead => "CAPTURE_READ",
+            Opcode::TimeQuery => "TIME_QUERY",
         }
     }
 }
@@ -274,6 +329,21 @@ pub mod engine {
     pub const ALL: u32 = 0xffff_ffff;
 }
 
+/// `IDENTIFY` feature: the driver sanitizer is on (some check runs; the
+/// device posts `SANITIZER` events).
+pub const FEATURE_SANITIZER: u32 = 1 << 0;
+/// `IDENTIFY` feature: the sanitizer checks DMA ownership; a driver that
+/// wants its accesses checked declares the pages it owns with `SAN_MEM`.
+pub const FEATURE_SAN_DMA: u32 = 1 << 1;
+
+/// `SAN_MEM` operation: the ranges become GPU memory (counted: a page
+/// declared twice must be given back twice).
+pub const SAN_MEM_OWN: u32 = 0;
+/// `SAN_MEM` operation: the ranges are given back.
+pub const SAN_MEM_RELEASE: u32 = 1;
+/// Ranges one `SAN_MEM` command carries.
+pub const SAN_MEM_RANGES: usize = 14;
+
 /// "No context" in replies and events.
 pub const CTX_NONE: u32 = 0xffff_ffff;
 
@@ -299,6 +369,14 @@ pub const FAULT_RESUME_RETRY: u32 = 0;
 /// `FAULT_RESUME` action: abort the job; the ring stops as for a
 /// non-replayable fault.
 pub const FAULT_RESUME_ABORT: u32 = 1;
+
+/// Entries of the device's table of retired pages.
+pub const RAS_TABLE_SIZE: u32 = 256;
+/// Largest chunk one `CAPTURE_READ` copies.
+pub const CAPTURE_READ_MAX: u32 = 1 << 20;
+
+/// Entries one `RAS_QUERY` reply carries.
+pub const RAS_QUERY_PAGES: usize = 16;
 
 /// Context state bits in [`ContextQueryReply::state`].
 pub mod ctx_state {
@@ -410,8 +488,10 @@ pod_struct! {
         /// The device's [`super::layout::FINGERPRINT`]: a driver compares it
         /// with its own to detect a mismatched interface.
         pub layout_fingerprint: u64,
+        /// `FEATURE_*` bits.
+        pub features: u32,
         /// Zero.
-        pub reserved: [u32; 4],
+        pub reserved: [u32; 3],
     }
 
     /// `CONTEXT_CREATE`.
@@ -576,6 +656,105 @@ pod_struct! {
         pub id: u32,
     }
 
+    /// `RAS_RETIRE`.
+    pub struct RasRetireCmd {
+        /// Header.
+        pub hdr: CommandHeader,
+        /// Guest-physical address of the page (4 KiB aligned).
+        pub pa: u64,
+    }
+
+    /// `RAS_QUERY`.
+    pub struct RasQueryCmd {
+        /// Header.
+        pub hdr: CommandHeader,
+        /// Index of the first entry wanted.
+        pub start: u32,
+        /// Zero.
+        pub reserved: u32,
+    }
+
+    /// Reply to `RAS_QUERY`: entries `start..start + count` of the table.
+    pub struct RasQueryReply {
+        /// Header.
+        pub hdr: ReplyHeader,
+        /// Entries in the table.
+        pub total: u32,
+        /// Entries in `pages` (at most [`RAS_QUERY_PAGES`]).
+        pub count: u32,
+        /// Guest-physical addresses of retired pages, oldest first.
+        pub pages: [u64; RAS_QUERY_PAGES],
+    }
+
+    /// `CAPTURE`.
+    pub struct CaptureCmd {
+        /// Header.
+        pub hdr: CommandHeader,
+        /// Context to capture.
+        pub ctx_id: u32,
+        /// The engine whose ring, TLB and job in flight are captured.
+        pub engine: u32,
+        /// Why ([`super::capture::reason`]: `HANG` or `DRIVER`).
+        pub reason: u32,
+        /// Zero.
+        pub flags: u32,
+    }
+
+    /// Reply to `CAPTURE`.
+    pub struct CaptureReply {
+        /// Header.
+        pub hdr: ReplyHeader,
+        /// The capture's id (from 1), for `CAPTURE_READ`.
+        pub capture_id: u32,
+        /// Its size in bytes.
+        pub size: u32,
+    }
+
+    /// `CAPTURE_READ`.
+    pub struct CaptureReadCmd {
+        /// Header.
+        pub hdr: CommandHeader,
+        /// The capture, or 0: the newest capture of `ctx_id` ([`CTX_NONE`]:
+        /// of any context).
+        pub capture_id: u32,
+        /// With `capture_id` 0: whose newest capture.
+        pub ctx_id: u32,
+        /// First byte wanted.
+        pub offset: u32,
+        /// Bytes wanted, at most [`CAPTURE_READ_MAX`].
+        pub len: u32,
+        /// Guest-physical address of the driver's buffer: `len` bytes that
+        /// must lie in guest RAM.
+        pub buf_pa: u64,
+    }
+
+    /// Reply to `CAPTURE_READ`.
+    pub struct CaptureReadReply {
+        /// Header.
+        pub hdr: ReplyHeader,
+        /// The capture read.
+        pub capture_id: u32,
+        /// Its size in bytes.
+        pub size: u32,
+        /// Bytes written into the buffer (0 at or past the end).
+        pub written: u32,
+        /// [`super::capture::reason`].
+        pub reason: u32,
+        /// Its context.
+        pub ctx_id: u32,
+        /// Its engine.
+        pub engine: u32,
+    }
+
+    /// Reply to `TIME_QUERY`.
+    pub struct TimeReply {
+        /// Header.
+        pub hdr: ReplyHeader,
+        /// Device clock (ns since the device started): the clock of event
+        /// records, `TIMESTAMP` packets and the device's trace.
+        pub device_ns: u64,
+    }
+
     /// Reply to `QUERY_STATS`. Counters since power-on (device, engines) or
     /// creation (contexts).
     pub struct StatsReply {
@@ -603,6 +782,35 @@ pod_struct! {
         pub tlb_hits: u64,
         /// TLB misses (page-table walks).
         pub tlb_misses: u64,
+    }
+
+    /// `SAN_MEM`: declare ([`SAN_MEM_OWN`]) or give back
+    /// ([`SAN_MEM_RELEASE`]) guest-physical ranges as GPU memory.
+    pub struct SanMemCmd {
+        /// Header.
+        pub hdr: CommandHeader,
+        /// [`SAN_MEM_OWN`] or [`SAN_MEM_RELEASE`].
+        pub op: u32,
+        /// Ranges used, 1..=[`SAN_MEM_RANGES`].
+        pub count: u32,
+        /// The ranges (entries from `count` on must be zero).
+        pub ranges: [super::sanitize::SanRange; SAN_MEM_RANGES],
+    }
+
+    /// `SAN_REPORT`: fetch sanitizer report `seq`.
+    pub struct SanReportCmd {
+        /// Header.
+        pub hdr: CommandHeader,
+        /// The report number (from the `SANITIZER` event).
+        pub seq: u64,
+    }
+
+    /// Reply to `SAN_REPORT`.
+    pub struct SanReportReply {
+        /// Header.
+        pub hdr: ReplyHeader,
+        /// The report.
+        pub report: super::sanitize::SanReport,
     }
 
     /// The ring status block the device keeps up to date in guest memory at
@@ -657,6 +865,11 @@ impl DecodeError {
 /// A decoded control command. Field ranges (context ids, engines, sizes)
 /// are checked when the command executes, against the device's state; the
 /// decoder checks sizes, flags and reserved fields.
+///
+/// `SAN_MEM`'s ranges make it the largest variant (about 230 bytes): a
+/// command is decoded once into a stack value, and `no_std` (the KMD)
+/// offers no box to move them behind.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
     /// `IDENTIFY`.
@@ -755,6 +968,54 @@ pub enum Command {
         /// Id.
         id: u32,
     },
+    /// `RAS_RETIRE`.
+    RasRetire {
+        /// Guest-physical page address.
+        pa: u64,
+    },
+    /// `RAS_QUERY`.
+    RasQuery {
+        /// First entry wanted.
+        start: u32,
+    },
+    /// `SAN_MEM`.
+    SanMem {
+        /// [`SAN_MEM_OWN`] or [`SAN_MEM_RELEASE`].
+        op: u32,
+        /// Ranges used.
+        count: u32,
+        /// The ranges.
+        ranges: [super::sanitize::SanRange; SAN_MEM_RANGES],
+    },
+    /// `SAN_REPORT`.
+    SanReport {
+        /// Report number.
+        seq: u64,
+    },
+    /// `CAPTURE`.
+    Capture {
+        /// Context.
+        ctx_id: u32,
+        /// Engine.
+        engine: u32,
+        /// Why.
+        reason: u32,
+    },
+    /// `CAPTURE_READ`.
+    CaptureRead {
+        /// Capture id, or 0 for the newest of `ctx_id`.
+        capture_id: u32,
+        /// Context (with `capture_id` 0).
+        ctx_id: u32,
+        /// First byte.
+        offset: u32,
+        /// Bytes wanted.
+        len: u32,
+        /// Guest-physical buffer.
+        buf_pa: u64,
+    },
+    /// `TIME_QUERY`.
+    TimeQuery,
 }
 
 fn read<T: Pod>(bytes: &[u8], op: Opcode) -> Result<T, DecodeError> {
@@ -796,6 +1057,26 @@ impl Command {
         Ok(match op {
             Opcode::Identify => Command::Identify,
             Opcode::DeviceReset => Command::DeviceReset,
+            Opcode::TimeQuery => Command::TimeQuery,
+            Opcode::Capture => {
+                let c: CaptureCmd = read(bytes, op)?;
+                zero(c.flags, op)?;
+                Command::Capture {
+                    ctx_id: c.ctx_id,
+                    engine: c.engine,
+                    reason: c.reason,
+                }
+            }
+            Opcode::CaptureRead => {
+                let c: CaptureReadCmd = read(bytes, op)?;
+                Command::CaptureRead {
+                    capture_id: c.capture_id,
+                    ctx_id: c.ctx_id,
+                    offset: c.offset,
+                    len: c.len,
+                    buf_pa: c.buf_pa,
+                }
+            }
             Opcode::Ping => Command::Ping {
                 cookie: read::<PingCmd>(bytes, op)?.cookie,
             },
@@ -881,6 +1162,38 @@ impl Command {
                     id: c.id,
                 }
             }
+            Opcode::RasRetire => {
+                let c: RasRetireCmd = read(bytes, op)?;
+                Command::RasRetire { pa: c.pa }
+            }
+            Opcode::RasQuery => {
+                let c: RasQueryCmd = read(bytes, op)?;
+                if c.reserved != 0 {
+                    return Err(DecodeError::ReservedNonZero(op));
+                }
+                Command::RasQuery { start: c.start }
+            }
+            Opcode::SanMem => {
+                let c: SanMemCmd = read(bytes, op)?;
+                if c.op > SAN_MEM_RELEASE {
+                    return Err(DecodeError::ReservedNonZero(op));
+                }
+                // Entries past `count` are reserved.
+                let used = (c.count as usize).min(SAN_MEM_RANGES);
+                for r in c.ranges.iter().skip(used) {
+                    if r.pa != 0 || r.size != 0 {
+                        return Err(DecodeError::ReservedNonZero(op));
+                    }
+                }
+                Command::SanMem {
+                    op: c.op,
+                    count: c.count,
+                    ranges: c.ranges,
+                }
+            }
+            Opcode::SanReport => Command::SanReport {
+                seq: read::<SanReportCmd>(bytes, op)?.seq,
+            },
         })
     }
 
@@ -900,6 +1213,13 @@ impl Command {
             Command::EngineReset { .. } => Opcode::EngineReset,
             Command::DeviceReset => Opcode::DeviceReset,
             Command::QueryStats { .. } => Opcode::QueryStats,
+            Command::RasRetire { .. } => Opcode::RasRetire,
+            Command::RasQuery { .. } => Opcode::RasQuery,
+            Command::SanMem { .. } => Opcode::SanMem,
+            Command::SanReport { .. } => Opcode::SanReport,
+            Command::Capture { .. } => Opcode::Capture,
+            Command::CaptureRead { .. } => Opcode::CaptureRead,
+            Command::TimeQuery => Opcode::TimeQuery,
         }
     }
 
@@ -912,7 +1232,34 @@ impl Command {
             tag,
         };
         match *self {
-            Command::Identify | Command::DeviceReset => hdr.write_to(out),
+            Command::Identify | Command::DeviceReset | Command::TimeQuery => hdr.write_to(out),
+            Command::Capture {
+                ctx_id,
+                engine,
+                reason,
+            } => CaptureCmd {
+                hdr,
+                ctx_id,
+                engine,
+                reason,
+                flags: 0,
+            }
+            .write_to(out),
+            Command::CaptureRead {
+                capture_id,
+                ctx_id,
+                offset,
+                len,
+                buf_pa,
+            } => CaptureReadCmd {
+                hdr,
+                capture_id,
+                ctx_id,
+                offset,
+                len,
+                buf_pa,
+            }
+            .write_to(out),
             Command::Ping { cookie } => PingCmd { hdr, cookie }.write_to(out),
             Command::ContextCreate {
                 ctx_id,
@@ -1002,6 +1349,21 @@ impl Command {
             }
             .write_to(out),
             Command::QueryStats { kind, id } => QueryStatsCmd { hdr, kind, id }.write_to(out),
+            Command::RasRetire { pa } => RasRetireCmd { hdr, pa }.write_to(out),
+            Command::RasQuery { start } => RasQueryCmd {
+                hdr,
+                start,
+                reserved: 0,
+            }
+            .write_to(out),
+            Command::SanMem { op, count, ranges } => SanMemCmd {
+                hdr,
+                op,
+                count,
+                ranges,
+            }
+            .write_to(out),
+            Command::SanReport { seq } => SanReportCmd { hdr, seq }.write_to(out),
         }
     }
 }

@@ -152,7 +152,7 @@ fn fingerprint_sees_every_field() {
 fn engine_errors_round_trip() {
     use vgpu_hwif::packet::EngineError;
     let mut names = Vec::new();
-    for v in 1..=14 {
+    for v in 1..=16 {
         let e = EngineError::from_u32(v).unwrap();
         assert_eq!(e as u32, v);
         names.push(e.name());
@@ -164,10 +164,14 @@ fn engine_errors_round_trip() {
         Some(EngineError::EccUncorrectable)
     );
     assert_eq!(EngineError::EccUncorrectable.name(), "ECC_UNCORRECTABLE");
-    assert!(EngineError::from_u32(0).is_none() && EngineError::from_u32(15).is_none());
+    assert_eq!(EngineError::from_u32(15), Some(EngineError::Internal));
+    assert_eq!(EngineError::Internal.name(), "INTERNAL");
+    assert_eq!(EngineError::from_u32(16), Some(EngineError::Sanitizer));
+    assert_eq!(EngineError::Sanitizer.name(), "SANITIZER");
+    assert!(EngineError::from_u32(0).is_none() && EngineError::from_u32(17).is_none());
     names.sort_unstable();
     names.dedup();
-    assert_eq!(names.len(), 14, "names are distinct");
+    assert_eq!(names.len(), 16, "names are distinct");
 }
 
 #[test]
@@ -436,4 +440,303 @@ fn page_table_entries_build_and_decode_once() {
     assert_eq!(c3.cache_policy(), None);
     assert_eq!(c3.decode(0), Err(FaultReason::Malformed));
     assert_eq!(t.decode(4), Err(FaultReason::Malformed));
+}
+
+#[test]
+fn sanitizer_commands_and_events_round_trip() {
+    use vgpu_hwif::sanitize::SanRange;
+    let mut ranges = [SanRange { pa: 0, size: 0 }; SAN_MEM_RANGES];
+    ranges[0] = SanRange {
+        pa: 0x10_0000,
+        size: 0x2000,
+    };
+    ranges[1] = SanRange {
+        pa: 0x40_0000,
+        size: 0x20_0000,
+    };
+    for cmd in [
+        Command::SanMem {
+            op: SAN_MEM_OWN,
+            count: 2,
+            ranges,
+        },
+        Command::SanMem {
+            op: SAN_MEM_RELEASE,
+            count: 2,
+            ranges,
+        },
+        Command::SanReport { seq: 17 },
+    ] {
+        let mut buf = [0u8; 256];
+        let n = cmd.encode(5, &mut buf).unwrap();
+        assert_eq!(n, cmd.opcode().command_size());
+        assert_eq!(Command::decode(&buf[..n]).1, Ok(cmd));
+    }
+    // Unknown operation, and a range past `count`: reserved.
+    for (op, count) in [(2, 2), (SAN_MEM_OWN, 1)] {
+        let mut buf = [0u8; 256];
+        let cmd = Command::SanMem { op, count, ranges };
+        let n = cmd.encode(5, &mut buf).unwrap();
+        assert_eq!(
+            Command::decode(&buf[..n]).1.map_err(|e| e.status()),
+            Err(Status::ReservedNonZero)
+        );
+    }
+    assert!(
+        Opcode::SanReport.reply_size() <= 256,
+        "fits the KMD's reply area"
+    );
+    let ev = Event::Sanitizer {
+        ctx_id: 3,
+        engine: 1,
+        check: vgpu_hwif::sanitize::Check::TlbStale as u32,
+        flags: vgpu_hwif::sanitize::SAN_FLAG_STOPPED,
+        packet_va: 0xffff_0040,
+        seq: 9,
+        va: 0x20_1000,
+    };
+    let rec = ev.to_record(7, 100);
+    assert_eq!(Event::from_record(&rec), Ok(ev));
+    assert_eq!(rec.kind, 8);
+}
+
+#[test]
+fn sanitizer_checks_have_stable_ids() {
+    use vgpu_hwif::sanitize::{Check, CHECKS};
+    let ids: Vec<&str> = Check::ALL.iter().map(|c| c.id()).collect();
+    assert_eq!(
+        ids,
+        [
+            "SAN-RING-UNPUBLISHED",
+            "SAN-RING-INDEX",
+            "SAN-TLB-STALE",
+            "SAN-TLB-INV-ORDER",
+            "SAN-CMDBUF-UNMAPPED",
+            "SAN-FENCE-REGRESS",
+            "SAN-FENCE-WRAP",
+            "SAN-XENGINE-HAZARD",
+            "SAN-WAIT-UNSATISFIABLE",
+            "SAN-DMA-UNOWNED",
+            "SAN-TEARDOWN",
+        ]
+    );
+    for (i, c) in Check::ALL.into_iter().enumerate() {
+        assert_eq!(c as usize, i + 1);
+        assert_eq!(Check::from_u32(c as u32), Some(c));
+        assert_eq!(Check::from_id(c.id()), Some(c));
+        assert_eq!(Check::from_id(&c.id()[4..].to_lowercase()), Some(c));
+        assert!(!c.hint().is_empty() && !c.meaning().is_empty());
+        assert_eq!(c.bit(), 1 << i);
+    }
+    assert_eq!(Check::from_u32(0), None);
+    assert_eq!(Check::from_u32(CHECKS as u32 + 1), None);
+    assert_eq!(Check::from_id("SAN-NOPE"), None);
+}
+
+#[test]
+fn packets_describe_themselves() {
+    use vgpu_hwif::describe::{HeaderWord, PacketWords};
+    use vgpu_hwif::packet::{encode_header, Packet, FENCE_NO_EVENT, OP_COPY};
+    let p = Packet::Copy {
+        src: 0x1000,
+        dst: 0x2000,
+        size: 64,
+    };
+    assert_eq!(p.to_string(), "COPY src=0x1000 dst=0x2000 size=64");
+    let f = Packet::Fence {
+        va: 0x80,
+        seqno: 3,
+        flags: FENCE_NO_EVENT,
+    };
+    assert_eq!(f.to_string(), "FENCE va=0x80 seqno=3 NO_EVENT");
+    let mut w = [0u32; 16];
+    let n = p.encode(2, &mut w).unwrap();
+    let words = PacketWords {
+        generation: 2,
+        words: &w[..n],
+    };
+    assert_eq!(words.to_string(), p.to_string());
+    // A COPY header on 5 words: the header decodes, the packet does not.
+    let bad = [encode_header(1, OP_COPY, 5), 0, 0, 0, 0];
+    assert_eq!(
+        PacketWords {
+            generation: 1,
+            words: &bad
+        }
+        .to_string(),
+        "COPY (5 words, header 0x00000510): BAD_LENGTH"
+    );
+    assert_eq!(
+        HeaderWord {
+            generation: 2,
+            word: 0xdead_beef
+        }
+        .to_string(),
+        "header 0xdeadbeef: BAD_HEADER"
+    );
+    assert_eq!(
+        HeaderWord {
+            generation: 2,
+            word: encode_header(2, OP_COPY, 7)
+        }
+        .to_string(),
+        "COPY (7 words, header 0xa0100007)"
+    );
+}
+
+mod capture_format {
+    use vgpu_hwif::capture::{
+        self, section, walk, Capture, CaptureHeader, CaptureMemory, SectionHeader, WalkEnd,
+    };
+    use vgpu_hwif::coredump::{base64_decode, base64_encode, base64_len, field, Base64Error};
+    use vgpu_hwif::mmu::{leaf_entry, table_entry, CachePolicy, FaultReason, PTE_READ};
+    use vgpu_hwif::pod::Pod;
+
+    fn section(out: &mut Vec<u8>, kind: u32, payload: &[u8]) {
+        let h = SectionHeader {
+            kind,
+            flags: 0,
+            size: payload.len() as u64,
+        };
+        out.extend_from_slice(h.as_bytes());
+        out.extend_from_slice(payload);
+        out.resize(capture::pad8(out.len()), 0);
+    }
+
+    fn build(mem: &[(u64, Vec<u8>)]) -> Vec<u8> {
+        let mut out = vec![0u8; core::mem::size_of::<CaptureHeader>()];
+        for (pa, bytes) in mem {
+            let mut p = CaptureMemory {
+                pa: *pa,
+                va: capture::NO_VA,
+                size: bytes.len() as u64,
+                what: capture::memory::TABLE,
+                reserved: 0,
+            }
+            .as_bytes()
+            .to_vec();
+            p.extend_from_slice(bytes);
+            section(&mut out, section::MEMORY, &p);
+        }
+        section(&mut out, 99, b"unknown kinds are skipped");
+        let h = CaptureHeader {
+            magic: capture::MAGIC,
+            version: capture::VERSION,
+            header_size: core::mem::size_of::<CaptureHeader>() as u32,
+            total_size: out.len() as u64,
+            sections: mem.len() as u32 + 1,
+            ..CaptureHeader::zeroed()
+        };
+        h.write_to(&mut out).unwrap();
+        out
+    }
+
+    fn page_with(entries: &[(usize, u64)]) -> Vec<u8> {
+        let mut p = vec![0u8; 4096];
+        for &(i, v) in entries {
+            p[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        p
+    }
+
+    #[test]
+    fn sections_memory_and_walk_over_a_capture() {
+        // VA 0x1234_5000: L3 index 0, L2 0, L1 0x91, L0 0x145.
+        let va = 0x1234_5000u64;
+        let idx = |l| vgpu_hwif::mmu::level_index(va, l);
+        let cap = build(&[
+            (0x1000, page_with(&[(idx(3), table_entry(0x2000))])),
+            (0x2000, page_with(&[(idx(2), table_entry(0x3000))])),
+            (0x3000, page_with(&[(idx(1), table_entry(0x4000))])),
+            (
+                0x4000,
+                page_with(&[(idx(0), leaf_entry(0x8000, PTE_READ, CachePolicy::Cached))]),
+            ),
+        ]);
+        let c = Capture::parse(&cap).unwrap();
+        assert_eq!(c.sections().count(), 5);
+        assert_eq!(c.of(section::MEMORY).count(), 4);
+        let w = c.walk(0x1000, va + 0x10, 48);
+        assert_eq!(w.len, 4);
+        assert_eq!(
+            w.end,
+            WalkEnd::Leaf {
+                page: 0x8000,
+                shift: 12,
+                perms: PTE_READ
+            }
+        );
+        assert_eq!(w.steps[0].table, 0x1000);
+        assert_eq!(w.steps[3].index, idx(0));
+        // The next page is not present at level 0; a table outside the
+        // capture is unknown; a VA too wide is out of range.
+        let w = c.walk(0x1000, va + 0x1000, 48);
+        assert_eq!((w.len, w.end), (4, WalkEnd::Fault(FaultReason::NotPresent)));
+        assert_eq!(c.walk(0x9000, va, 48).end, WalkEnd::Unknown);
+        assert_eq!(c.walk(0x1000, 1 << 45, 40).end, WalkEnd::OutOfRange);
+        // A cycle is malformed.
+        let cyc = |pa: u64| {
+            Some(if pa & !0xfff == 0x1000 {
+                table_entry(0x1000)
+            } else {
+                0
+            })
+        };
+        assert_eq!(
+            walk(cyc, 0x1000, va, 48).end,
+            WalkEnd::Fault(FaultReason::Malformed)
+        );
+        // Reads across two captured ranges, and not past them.
+        let mut b = [0u8; 16];
+        assert!(c.read_pa(0x1ff8, &mut b));
+        assert!(!c.read_pa(0x4ff8, &mut b));
+    }
+
+    #[test]
+    fn bad_headers_are_refused() {
+        let mut cap = build(&[]);
+        assert!(Capture::parse(&cap[..10]).is_err());
+        cap.push(0);
+        assert_eq!(
+            Capture::parse(&cap).unwrap_err(),
+            capture::CaptureError::Size
+        );
+        cap.pop();
+        cap[0] ^= 1;
+        assert_eq!(
+            Capture::parse(&cap).unwrap_err(),
+            capture::CaptureError::Magic
+        );
+    }
+
+    #[test]
+    fn base64_round_trips_and_rejects_garbage() {
+        for n in 0..70usize {
+            let src: Vec<u8> = (0..n).map(|i| (i * 37 + 11) as u8).collect();
+            let mut enc = vec![0u8; base64_len(n)];
+            assert_eq!(base64_encode(&src, &mut enc), Some(enc.len()));
+            let mut text = enc.clone();
+            if text.len() > 8 {
+                text.insert(8, b'\n');
+            }
+            let mut dec = vec![0u8; n + 3];
+            let got = base64_decode(&text, &mut dec).unwrap();
+            assert_eq!(&dec[..got], &src[..]);
+        }
+        let mut enc = [0u8; 8];
+        base64_encode(b"vgpu", &mut enc).unwrap();
+        assert_eq!(&enc, b"dmdwdQ==");
+        let mut out = [0u8; 8];
+        assert_eq!(base64_decode(b"dmd", &mut out), Err(Base64Error::Length));
+        assert_eq!(
+            base64_decode(b"dm*w", &mut out),
+            Err(Base64Error::BadChar(b'*'))
+        );
+        assert_eq!(
+            base64_decode(b"dmdwdQ==", &mut out[..2]),
+            Err(Base64Error::Full)
+        );
+        assert_eq!(field("job slot=3 seqno=9", "seqno"), Some("9"));
+        assert_eq!(field("job slot=3", "engine"), None);
+    }
 }

@@ -33,6 +33,16 @@ Examples:
   vgpu-inject --control /tmp/vgpu-inject.sock poisoned
   vgpu-inject --control /tmp/vgpu-inject.sock unpoison all
 
+  # The driver sanitizer (docs/sanitizer.md): on, its counts, its reports:
+  vgpu-inject --control /tmp/vgpu-inject.sock sanitize on
+  vgpu-inject --control /tmp/vgpu-inject.sock sanitize status
+  vgpu-inject --control /tmp/vgpu-inject.sock sanitize reports
+
+  # Capture device context 3's copy ring now, save it, decode and replay it:
+  vgpu-inject --control /tmp/vgpu-inject.sock capture 3 0
+  vgpu-inject --control /tmp/vgpu-inject.sock capture-save 0 /tmp/cap.bin
+  vgpu-dump /tmp/cap.bin && vgpu-replay /tmp/cap.bin
+
 Each reply is one line of JSON; the exit status is 1 when the device
 answers {\"ok\":false,...}.";
 
@@ -82,6 +92,32 @@ enum Cmd {
         /// Guest-physical address (decimal or 0x hex) or `all`.
         pa: String,
     },
+    /// The driver sanitizer: `status`, `on [CHECKS]`, `off`, `mode
+    /// report|stop`, `reports [SINCE]`.
+    Sanitize {
+        /// The request and its arguments.
+        #[arg(default_value = "status", num_args = 0..)]
+        args: Vec<String>,
+    },
+    /// Capture context CTX on ENGINE now (decode with vgpu-dump, replay
+    /// with vgpu-replay).
+    Capture {
+        /// Device context id.
+        ctx: u32,
+        /// Engine: 0 copy, 1 compute.
+        #[arg(default_value_t = 0)]
+        engine: u32,
+    },
+    /// The captures the device holds.
+    Captures,
+    /// Write capture ID (0: the newest) to PATH (a path the device can
+    /// write).
+    CaptureSave {
+        /// Capture id, or 0.
+        id: u32,
+        /// Where.
+        path: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -95,6 +131,10 @@ fn main() -> ExitCode {
         Cmd::Seed { n } => format!("seed {n}"),
         Cmd::Poisoned => "poisoned".to_owned(),
         Cmd::Unpoison { pa } => format!("unpoison {pa}"),
+        Cmd::Sanitize { args } => format!("sanitize {}", args.join(" ")),
+        Cmd::Capture { ctx, engine } => format!("capture {ctx} {engine}"),
+        Cmd::Captures => "captures".to_owned(),
+        Cmd::CaptureSave { id, path } => format!("capture-save {id} {}", path.display()),
     };
     let run = || -> std::io::Result<String> {
         let mut s = UnixStream::connect(&cli.control)?;
@@ -106,7 +146,9 @@ fn main() -> ExitCode {
     };
     match run() {
         Ok(reply) => {
-            print!("{reply}");
+            // SIGPIPE stays ignored (a device that went away must be an
+            // error, not a kill): a closed standard output drops the reply.
+            let _ = std::io::stdout().write_all(reply.as_bytes());
             if reply.starts_with("{\"ok\":true") {
                 ExitCode::SUCCESS
             } else {
@@ -114,7 +156,11 @@ fn main() -> ExitCode {
             }
         }
         Err(e) => {
-            eprintln!("vgpu-inject: {}: {e}", cli.control.display());
+            let _ = writeln!(
+                std::io::stderr(),
+                "vgpu-inject: {}: {e}",
+                cli.control.display()
+            );
             ExitCode::from(2)
         }
     }

@@ -61,6 +61,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use vgpu_hwif::mmu::Access;
 use vgpu_hwif::packet::{DispatchPacket, EngineError, Packet};
+use vgpu_isa::jit::{JitCache, JitKernel, JitMode};
 use vgpu_isa::{Fault, FaultKind, Launch, Limits, MemFaultReason, Module, Outcome, WorkgroupExec};
 
 use super::dma::GpuMemory;
@@ -70,6 +71,45 @@ use super::poison::Poison;
 
 /// Warp instructions each compute unit executes per step at most.
 pub const STEP_BUDGET: u64 = 1 << 15;
+
+/// Compiled modules a compute engine keeps (see [`JitCache`]).
+pub const JIT_CACHE_MODULES: usize = 32;
+
+/// How a compute engine runs kernels: the mode and its cache of compiled
+/// modules (keyed by module image, so a module dispatched again is not
+/// compiled again).
+#[derive(Debug)]
+pub struct KernelEngine {
+    /// `--jit`.
+    pub mode: JitMode,
+    /// Compiled modules.
+    pub cache: JitCache,
+}
+
+impl KernelEngine {
+    /// An engine running kernels as `mode` says.
+    pub fn new(mode: JitMode) -> KernelEngine {
+        KernelEngine {
+            mode,
+            cache: JitCache::new(JIT_CACHE_MODULES),
+        }
+    }
+
+    /// The native code of kernel `index` of `module` (loaded from
+    /// `image`), if this engine runs it on the JIT.
+    fn code(&self, image: &[u8], module: &Module, index: u32) -> Option<Arc<JitKernel>> {
+        if self.mode == JitMode::Off {
+            return None;
+        }
+        match self.cache.get(image, module, self.mode) {
+            Ok(m) => m.kernel(index as usize).ok().cloned(),
+            Err(e) => {
+                log::warn!("kernels run on the interpreter: {e}");
+                None
+            }
+        }
+    }
+}
 
 /// `DISPATCH` in a ring cursor: the packet's operands, and the token of
 /// its loaded state in the command processor (0 before it is loaded).
@@ -118,6 +158,9 @@ pub enum StepEnd {
         /// `lane | pc << 32` (lane = thread index in the workgroup).
         lane_pc: u64,
     },
+    /// A compute unit failed internally (a device bug caught as a panic):
+    /// the dispatch cannot go on.
+    Internal,
 }
 
 /// Counters of one step.
@@ -144,9 +187,14 @@ struct Slot {
 pub struct Dispatch {
     module: Arc<Module>,
     launch: Arc<Launch>,
+    /// The kernel's native code, when it runs on the JIT.
+    code: Option<Arc<JitKernel>>,
     total: u64,
     next: u64,
     slots: Vec<Slot>,
+    /// Tests: the last compute unit panics at the next step.
+    #[cfg(test)]
+    pub(crate) test_panic: bool,
 }
 
 impl std::fmt::Debug for Dispatch {
@@ -175,12 +223,15 @@ type Stop = (u64, StepEnd);
 
 impl Dispatch {
     /// Fetches and validates the module and arguments of `op` for a
-    /// generation-`generation` device with `units` compute units.
+    /// generation-`generation` device with `units` compute units; the
+    /// kernel runs on `engine`'s JIT if it has one for it (compiled after
+    /// validation: nothing of an invalid module reaches the JIT).
     pub fn load(
         op: &DispatchOp,
         gm: &mut GpuMemory<'_>,
         generation: u32,
         units: usize,
+        engine: &KernelEngine,
     ) -> Result<Dispatch, LoadError> {
         let p = &op.packet;
         let image =
@@ -195,18 +246,27 @@ impl Dispatch {
         let total = p.workgroups().ok_or(bad)?;
         let launch = Launch::by_index(&module, p.kernel, p.grid, p.wg, args, p.shared_size)
             .map_err(|_| bad)?;
+        let code = engine.code(&image, &module, p.kernel);
         Ok(Dispatch {
             module: Arc::new(module),
             launch: Arc::new(launch),
+            code,
             total,
             next: 0,
             slots: (0..units.max(1)).map(|_| Slot::default()).collect(),
+            #[cfg(test)]
+            test_panic: false,
         })
     }
 
     /// Workgroups in the grid.
     pub fn workgroups(&self) -> u64 {
         self.total
+    }
+
+    /// Workgroups handed out to compute units so far.
+    pub fn started(&self) -> u64 {
+        self.next
     }
 
     /// Runs one step on the compute units, compute unit `i` translating
@@ -218,37 +278,82 @@ impl Dispatch {
         space: AddressSpace,
         tlbs: &mut [Tlb],
         poison: Option<&Poison>,
+        tap: Option<super::record::Tap<'_>>,
     ) -> (StepEnd, StepStats) {
         let next = AtomicU64::new(self.next);
         let stop = AtomicBool::new(false);
         let stops: Mutex<Vec<Stop>> = Mutex::new(Vec::new());
         let total = self.total;
-        let (module, launch) = (&self.module, &self.launch);
-        let work = |slot: &mut Slot, tlb: &mut Tlb| {
-            let km = KernelMemory::new(GpuMemory::new(mem, tlb, space).with_poison(poison), mem);
-            run_unit(slot, &km, module, launch, total, &next, &stop, &stops)
+        let (module, launch, code) = (&self.module, &self.launch, &self.code);
+        #[cfg(test)]
+        let panic_unit = std::mem::take(&mut self.test_panic).then_some(self.slots.len() - 1);
+        // A unit that panics (a device bug) is caught here: the step ends
+        // with an internal error and the other units are told to stop.
+        let work = |unit: usize, slot: &mut Slot, tlb: &mut Tlb| -> Option<StepStats> {
+            let run = || {
+                #[cfg(test)]
+                if panic_unit == Some(unit) {
+                    panic!("compute unit {unit}: panic requested by a test");
+                }
+                let km = KernelMemory::new(
+                    GpuMemory::new(mem, tlb, space)
+                        .with_poison(poison)
+                        .with_tap(tap),
+                    mem,
+                );
+                let kernel = Kernel {
+                    module,
+                    launch,
+                    code,
+                };
+                run_unit(slot, &km, &kernel, total, &next, &stop, &stops)
+            };
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+                Ok(st) => Some(st),
+                Err(payload) => {
+                    stop.store(true, Ordering::Relaxed);
+                    log::error!(
+                        "compute unit {unit}: internal error: {}",
+                        panic_message(payload.as_ref())
+                    );
+                    None
+                }
+            }
         };
         let mut stats = StepStats::default();
+        let mut failed = false;
         if self.slots.len() == 1 {
             if let (Some(slot), Some(tlb)) = (self.slots.first_mut(), tlbs.first_mut()) {
-                stats = work(slot, tlb);
+                match work(0, slot, tlb) {
+                    Some(st) => stats = st,
+                    None => failed = true,
+                }
             }
         } else {
             std::thread::scope(|s| {
+                let work = &work;
                 let handles: Vec<_> = self
                     .slots
                     .iter_mut()
                     .zip(tlbs.iter_mut())
-                    .map(|(slot, tlb)| s.spawn(|| work(slot, tlb)))
+                    .enumerate()
+                    .map(|(unit, (slot, tlb))| s.spawn(move || work(unit, slot, tlb)))
                     .collect();
                 for h in handles {
-                    if let Ok(st) = h.join() {
-                        stats.workgroups += st.workgroups;
-                        stats.warp_instructions += st.warp_instructions;
-                        stats.lane_ops += st.lane_ops;
+                    match h.join() {
+                        Ok(Some(st)) => {
+                            stats.workgroups += st.workgroups;
+                            stats.warp_instructions += st.warp_instructions;
+                            stats.lane_ops += st.lane_ops;
+                        }
+                        Ok(None) | Err(_) => failed = true,
                     }
                 }
             });
+        }
+        if failed {
+            // The units' state is not to be trusted: the dispatch ends.
+            return (StepEnd::Internal, stats);
         }
         self.next = next.into_inner().min(total);
         let stops = stops.into_inner().unwrap_or_else(PoisonError::into_inner);
@@ -262,6 +367,15 @@ impl Dispatch {
             (StepEnd::Progress, stats)
         }
     }
+}
+
+/// The text of a panic's payload, for the log.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 /// What a kernel fault becomes.
@@ -291,13 +405,19 @@ fn fault_end(f: &Fault, mmu: Option<MmuFault>) -> StepEnd {
     }
 }
 
+/// What a compute unit runs: the module, the launch and the kernel's
+/// native code, if any.
+struct Kernel<'a> {
+    module: &'a Arc<Module>,
+    launch: &'a Arc<Launch>,
+    code: &'a Option<Arc<JitKernel>>,
+}
+
 /// One compute unit's share of a step.
-#[allow(clippy::too_many_arguments)]
 fn run_unit(
     slot: &mut Slot,
     km: &KernelMemory<'_>,
-    module: &Arc<Module>,
-    launch: &Arc<Launch>,
+    kernel: &Kernel<'_>,
     total: u64,
     next: &AtomicU64,
     stop: &AtomicBool,
@@ -319,11 +439,18 @@ fn run_unit(
                 if i >= total {
                     break;
                 }
-                let wg = launch.workgroup_id(i);
+                let wg = kernel.launch.workgroup_id(i);
                 let started = match slot.exec.as_mut() {
                     Some(e) => e.reset(wg),
-                    None => WorkgroupExec::new_shared(Arc::clone(module), Arc::clone(launch), wg)
-                        .map(|e| slot.exec = Some(e)),
+                    None => WorkgroupExec::new_shared(
+                        Arc::clone(kernel.module),
+                        Arc::clone(kernel.launch),
+                        wg,
+                    )
+                    .map(|mut e| {
+                        e.set_jit(kernel.code.clone());
+                        slot.exec = Some(e);
+                    }),
                 };
                 if let Err(f) = started {
                     record(i, fault_end(&f, None));

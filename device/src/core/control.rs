@@ -24,18 +24,24 @@ use vgpu_hwif::layout::FINGERPRINT;
 use vgpu_hwif::mmu::va_bits;
 use vgpu_hwif::packet::EngineError;
 use vgpu_hwif::pod::Pod;
+use vgpu_hwif::proto::SanReportReply;
 use vgpu_hwif::proto::{
-    engine, stats_kind, Command, CommandHeader, EngineResetReply, IdentifyReply, Opcode, PingReply,
-    ReplyHeader, Status, CTX_NONE, DESTROY_FLAG_FORCE, FAULT_RESUME_ABORT, FAULT_RESUME_RETRY,
-    IDENTIFY_MAGIC, MAX_COMMAND_SIZE, MAX_CONTEXTS, MAX_RING_SIZE, MIN_RING_SIZE, PAGE_SIZE_2M,
-    PAGE_SIZE_4K, PROTOCOL_VERSION,
+    engine, stats_kind, CaptureReadReply, CaptureReply, Command, CommandHeader, EngineResetReply,
+    IdentifyReply, Opcode, PingReply, RasQueryReply, ReplyHeader, Status, TimeReply, CTX_NONE,
+    DESTROY_FLAG_FORCE, FAULT_RESUME_ABORT, FAULT_RESUME_RETRY, IDENTIFY_MAGIC, MAX_COMMAND_SIZE,
+    MAX_CONTEXTS, MAX_RING_SIZE, MIN_RING_SIZE, PAGE_SIZE_2M, PAGE_SIZE_4K, PROTOCOL_VERSION,
+    SAN_MEM_OWN, SAN_MEM_RANGES,
 };
 
+use super::capture::{self, CaptureError};
 use super::context::{Context, ContextError};
 use super::counters::Counters;
 use super::gpu::{Gpu, Request, ENGINES};
+use super::ras::{RasError, RasTable};
 use super::reset::{self, ResetError};
 use super::ring::{self, Ring, RingError, RingState};
+use super::sanitize::hooks;
+use super::sanitize::tlb::OwnError;
 use super::telemetry::Stats;
 use crate::config::DeviceConfig;
 
@@ -75,6 +81,12 @@ pub enum CommandError {
     /// An operand is out of range.
     #[error("{0}")]
     Invalid(&'static str),
+    /// The table of retired pages refused the page.
+    #[error(transparent)]
+    Ras(#[from] RasError),
+    /// A capture could not be taken or read.
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
     /// No stalled fault of that context has that id.
     #[error("context {ctx} has no stalled fault {fault_id}")]
     NoSuchFault {
@@ -83,6 +95,12 @@ pub enum CommandError {
         /// Fault id.
         fault_id: u64,
     },
+    /// The sanitizer keeps no report with that number.
+    #[error("no sanitizer report {0}")]
+    NoSuchReport(u64),
+    /// Pages given back that were not declared.
+    #[error("pages given back that were not declared")]
+    NotDeclared,
 }
 
 impl CommandError {
@@ -95,7 +113,12 @@ impl CommandError {
                 Status::InvalidArgument
             }
             CommandError::Reset(ResetError::EngineLost(_)) => Status::DeviceLost,
-            CommandError::NoSuchFault { .. } => Status::NotFound,
+            CommandError::NoSuchFault { .. }
+            | CommandError::NoSuchReport(_)
+            | CommandError::NotDeclared => Status::NotFound,
+            CommandError::Ras(RasError::Unaligned(_)) => Status::InvalidArgument,
+            CommandError::Ras(RasError::Full) => Status::Busy,
+            CommandError::Capture(e) => e.status(),
         }
     }
 }
@@ -162,6 +185,8 @@ pub struct ControlProcessor {
     identity: IdentifyReply,
     counters: Counters,
     gpu: Arc<Gpu>,
+    /// Retired pages: outlives resets and drivers.
+    ras: RasTable,
 }
 
 impl ControlProcessor {
@@ -171,6 +196,7 @@ impl ControlProcessor {
             identity: identity(config),
             counters: Counters::default(),
             gpu,
+            ras: RasTable::new(),
         }
     }
 
@@ -252,6 +278,7 @@ impl ControlProcessor {
         match cmd {
             Command::Identify => Ok(Reply::from_pod(&IdentifyReply {
                 hdr: ok,
+                features: gpu.sanitizer.features(),
                 ..self.identity
             })),
             Command::Ping { cookie } => {
@@ -270,10 +297,35 @@ impl ControlProcessor {
             } => {
                 let ctx = Context::new(ctx_id, priority, flags, pt_root)?;
                 gpu.lock().contexts.insert(ctx)?;
+                if gpu.sanitizer.enabled() {
+                    gpu.sanitizer
+                        .context_changed(ctx_id, true, gpu.clock.now_ns());
+                }
                 Ok(header_only)
             }
             Command::ContextDestroy { ctx_id, flags } => {
-                destroy_context(gpu, ctx_id, flags & DESTROY_FLAG_FORCE != 0)?;
+                let r = destroy_context(gpu, ctx_id, flags & DESTROY_FLAG_FORCE != 0);
+                match r {
+                    Err(CommandError::Context(ContextError::Busy(_)))
+                        if gpu.sanitizer.enabled() =>
+                    {
+                        let st = gpu.lock();
+                        let mut evs = Vec::new();
+                        for e in 0..engine::COUNT {
+                            evs.extend(hooks::on_destroy_refused(gpu, &st, ctx_id, e, false));
+                        }
+                        drop(st);
+                        evs.into_iter().for_each(|ev| {
+                            gpu.post(ev);
+                        });
+                    }
+                    Ok(()) if gpu.sanitizer.enabled() => {
+                        gpu.sanitizer
+                            .context_changed(ctx_id, false, gpu.clock.now_ns());
+                    }
+                    _ => {}
+                }
+                r?;
                 Ok(header_only)
             }
             Command::ContextQuery { ctx_id } => {
@@ -298,6 +350,9 @@ impl ControlProcessor {
                     return Err(RingError::Exists(ctx_id, e).into());
                 }
                 *slot = Some(Ring::new(e, ring_va, size, status_va));
+                if gpu.sanitizer.enabled() {
+                    gpu.sanitizer.state().rings.remove(&(ctx_id, e));
+                }
                 // The engine writes the initial status block.
                 gpu.wake_engine(e as usize);
                 Ok(header_only)
@@ -314,7 +369,14 @@ impl ControlProcessor {
                     .ok_or(RingError::BadEngine(e))?;
                 match slot {
                     None => Err(RingError::NotFound(ctx_id, e).into()),
-                    Some(r) if r.busy() => Err(RingError::Busy(ctx_id, e).into()),
+                    Some(r) if r.busy() => {
+                        let evs = hooks::on_destroy_refused(gpu, &st, ctx_id, e, true);
+                        drop(st);
+                        evs.into_iter().for_each(|ev| {
+                            gpu.post(ev);
+                        });
+                        Err(RingError::Busy(ctx_id, e).into())
+                    }
                     Some(_) => {
                         *slot = None;
                         Ok(header_only)
@@ -327,6 +389,12 @@ impl ControlProcessor {
                 wptr,
             } => {
                 let mut st = gpu.lock();
+                let san_events = hooks::on_doorbell(gpu, &mut st, ctx_id, e, wptr);
+                if !san_events.is_empty() {
+                    for ev in san_events {
+                        gpu.post(ev);
+                    }
+                }
                 let current = st
                     .engines
                     .get(e as usize)
@@ -485,6 +553,96 @@ impl ControlProcessor {
                 reply.hdr = ok;
                 Ok(Reply::from_pod(&reply))
             }
+            Command::RasRetire { pa } => {
+                self.ras.retire(pa)?;
+                log::warn!(
+                    "page {pa:#x} retired by the driver ({} retired)",
+                    self.ras.len()
+                );
+                Ok(header_only)
+            }
+            Command::Capture {
+                ctx_id,
+                engine: e,
+                reason,
+            } => {
+                let c = capture::request(gpu, ctx_id, e, reason)?;
+                Ok(Reply::from_pod(&CaptureReply {
+                    hdr: ok,
+                    capture_id: c.id,
+                    size: u32::try_from(c.bytes.len()).unwrap_or(u32::MAX),
+                }))
+            }
+            Command::CaptureRead {
+                capture_id,
+                ctx_id,
+                offset,
+                len,
+                buf_pa,
+            } => {
+                let (c, written) =
+                    capture::read_into(gpu, capture_id, ctx_id, offset, len, buf_pa)?;
+                Ok(Reply::from_pod(&CaptureReadReply {
+                    hdr: ok,
+                    capture_id: c.id,
+                    size: u32::try_from(c.bytes.len()).unwrap_or(u32::MAX),
+                    written,
+                    reason: c.reason,
+                    ctx_id: c.ctx,
+                    engine: c.engine,
+                }))
+            }
+            Command::TimeQuery => Ok(Reply::from_pod(&TimeReply {
+                hdr: ok,
+                device_ns: gpu.clock.now_ns(),
+            })),
+            Command::RasQuery { start } => {
+                let (pages, count) = self.ras.query(start);
+                Ok(Reply::from_pod(&RasQueryReply {
+                    hdr: ok,
+                    total: self.ras.len(),
+                    count,
+                    pages,
+                }))
+            }
+            Command::SanMem { op, count, ranges } => {
+                if count == 0 || count as usize > SAN_MEM_RANGES {
+                    return Err(CommandError::Invalid("SAN_MEM count out of range"));
+                }
+                let mem = gpu.memory();
+                for r in ranges.iter().take(count as usize) {
+                    if r.size == 0 || !crate::core::mmu::in_ram(&mem, r.pa, r.size) {
+                        return Err(CommandError::Invalid("SAN_MEM range outside guest RAM"));
+                    }
+                }
+                for r in ranges.iter().take(count as usize) {
+                    let res = if op == SAN_MEM_OWN {
+                        gpu.sanitizer.shared.own(r.pa, r.size)
+                    } else {
+                        gpu.sanitizer.shared.release(r.pa, r.size)
+                    };
+                    match res {
+                        Ok(()) => {}
+                        Err(e @ OwnError::Misaligned { .. }) => {
+                            log::debug!("SAN_MEM: {e}");
+                            return Err(CommandError::Invalid("SAN_MEM range not 4 KiB aligned"));
+                        }
+                        Err(e @ OwnError::NotOwned { .. }) => {
+                            log::warn!("sanitizer: SAN_MEM release: {e}");
+                            return Err(CommandError::NotDeclared);
+                        }
+                    }
+                }
+                Ok(header_only)
+            }
+            Command::SanReport { seq } => {
+                let log = gpu.sanitizer.log();
+                let r = log.get(seq).ok_or(CommandError::NoSuchReport(seq))?;
+                Ok(Reply::from_pod(&SanReportReply {
+                    hdr: ok,
+                    report: r.to_hwif(),
+                }))
+            }
         }
     }
 
@@ -588,7 +746,8 @@ pub fn identity(config: &DeviceConfig) -> IdentifyReply {
         event_record_size: EVENT_RECORD_SIZE as u32,
         max_command_size: MAX_COMMAND_SIZE as u32,
         layout_fingerprint: FINGERPRINT,
-        reserved: [0; 4],
+        features: 0,
+        reserved: [0; 3],
     }
 }
 
@@ -804,7 +963,8 @@ mod tests {
                     event_record_size: 64,
                     max_command_size: 4096,
                     layout_fingerprint: FINGERPRINT,
-                    reserved: [0; 4],
+                    features: 0,
+                    reserved: [0; 3],
                 }
             );
             assert_eq!(gpu.events().pending(), 0);
@@ -865,7 +1025,10 @@ mod tests {
     }
 
     #[test]
-    fn max_reply_size_is_identify() {
-        assert_eq!(MAX_REPLY_SIZE, core::mem::size_of::<IdentifyReply>());
+    fn max_reply_size_is_the_largest_reply() {
+        // SAN_REPORT's reply (a whole sanitizer report) is the largest.
+        assert_eq!(MAX_REPLY_SIZE, core::mem::size_of::<SanReportReply>());
+        assert!(MAX_REPLY_SIZE >= core::mem::size_of::<RasQueryReply>());
+        assert!(MAX_REPLY_SIZE >= core::mem::size_of::<IdentifyReply>());
     }
 }

@@ -62,7 +62,10 @@ impl Counters {
 
     /// All commands answered, successful or not.
     pub fn replies(&self) -> u64 {
-        self.commands.iter().sum::<u64>() + self.errors.iter().sum::<u64>()
+        self.commands
+            .iter()
+            .chain(&self.errors)
+            .fold(0u64, |n, &c| n.saturating_add(c))
     }
 
     pub(crate) fn count_command(&mut self, op: Opcode) {

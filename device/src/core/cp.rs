@@ -34,6 +34,7 @@
 //! over, and the operation resumes later from the cursor. The slice ends
 //! with a [`SliceEnd`] telling the scheduler what became of the ring.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use vgpu_hwif::event::Event;
@@ -46,14 +47,16 @@ use vgpu_hwif::packet::{
 use vgpu_hwif::pod::Pod;
 use vgpu_hwif::proto::{engine, ring_state, RingStatus};
 
-use super::compute_engine::{self, Dispatch, DispatchOp, LoadError, StepEnd};
+use super::compute_engine::{self, Dispatch, DispatchOp, KernelEngine, LoadError, StepEnd};
 use super::copy_engine::{self, CopyOp, Step};
 use super::dma::GpuMemory;
 use super::inject::{Injector, Site, StepVerdict};
 use super::mmu::{AddressSpace, Mem, MmuFault, PageMapping, Tlb};
 use super::poison::Poison;
 use super::ring::{Cursor, Frame, InFlight, Op};
+use super::sanitize::{self, Sanitizer};
 use super::telemetry::{Stats, TraceKind, TraceRecord};
+use vgpu_isa::jit::JitMode;
 
 /// Words the prefetch buffer holds (two maximal packets).
 pub const PREFETCH_WORDS: usize = 2 * MAX_PACKET_WORDS as usize;
@@ -79,6 +82,22 @@ pub trait Host {
     fn injector(&self) -> Option<&super::inject::Injector> {
         None
     }
+    /// Tests: where the engine is to panic next, taken out.
+    #[cfg(test)]
+    fn take_test_panic(&self) -> Option<TestPanic> {
+        None
+    }
+}
+
+/// Tests: a panic to provoke inside an engine (what a device bug would
+/// do), to check that the engine contains it.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestPanic {
+    /// The command processor panics before its next packet step.
+    Slice,
+    /// The last compute unit panics at the next dispatch step.
+    ComputeUnit,
 }
 
 /// A ring checked out to an engine for one slice.
@@ -243,6 +262,11 @@ struct Fetcher {
     len: usize,
     stream: Option<Stream>,
     pos: u32,
+    /// Record the words read from guest memory (for the sanitizer).
+    track: bool,
+    /// Words read since last taken: (stream position, index in `buf`,
+    /// count, GPU VA).
+    reads: Vec<(u32, usize, usize, u64)>,
 }
 
 impl Fetcher {
@@ -253,6 +277,8 @@ impl Fetcher {
             len: 0,
             stream: None,
             pos: 0,
+            track: false,
+            reads: Vec::new(),
         }
     }
 
@@ -296,6 +322,10 @@ impl Fetcher {
                     break;
                 };
                 let (got, f) = gm.read_words(va, dst, Access::Execute);
+                if self.track && got > 0 {
+                    // `head` is 0 while refilling.
+                    self.reads.push((next, self.len, got, va));
+                }
                 self.len += got;
                 if f.is_some() {
                     fault = f;
@@ -345,6 +375,8 @@ pub struct CommandProcessor {
     generation: u32,
     /// The engine's TLB.
     pub tlb: Tlb,
+    /// Record mode (or a replay of a record): told of every page read.
+    pub record: Option<std::sync::Arc<super::record::Recorder>>,
     fetch: Fetcher,
     trace: Option<Vec<TraceRecord>>,
     /// One TLB per compute unit (compute engine).
@@ -352,6 +384,16 @@ pub struct CommandProcessor {
     /// Loaded dispatches: (context, token, state), at most one per context.
     dispatches: Vec<(u32, u64, Dispatch)>,
     next_token: u64,
+    /// The driver sanitizer, and this engine's own part of its state.
+    san: Option<Arc<Sanitizer>>,
+    san_frames: sanitize::cmdbuf::Frames,
+    /// The words of the packet in flight: (context, packet VA, words).
+    san_packet: Option<(u32, u64, Vec<u32>)>,
+    /// Tests: a compute unit panics at the next dispatch step.
+    #[cfg(test)]
+    test_panic_unit: bool,
+    /// How kernels run (interpreter or JIT) and the compiled modules.
+    kernels: KernelEngine,
 }
 
 impl CommandProcessor {
@@ -362,12 +404,30 @@ impl CommandProcessor {
             engine,
             generation,
             tlb: Tlb::new(),
+            record: None,
             fetch: Fetcher::new(),
             trace: trace.then(Vec::new),
             cu_tlbs: vec![Tlb::new()],
             dispatches: Vec::new(),
             next_token: 1,
+            san: None,
+            san_frames: sanitize::cmdbuf::Frames::default(),
+            san_packet: None,
+            #[cfg(test)]
+            test_panic_unit: false,
+            kernels: KernelEngine::new(JitMode::Auto),
         }
+    }
+
+    /// Runs kernels as `mode` says (loaded dispatches keep their engine).
+    pub fn set_jit(&mut self, mode: JitMode) {
+        self.kernels = KernelEngine::new(mode);
+    }
+
+    /// Reports this engine's findings to `san` (checks run while it is
+    /// enabled).
+    pub fn set_sanitizer(&mut self, san: Arc<Sanitizer>) {
+        self.san = Some(san);
     }
 
     /// Gives the engine `n` compute units (at least 1).
@@ -382,6 +442,31 @@ impl CommandProcessor {
         for t in &mut self.cu_tlbs {
             t.flush();
         }
+    }
+
+    /// [`CommandProcessor::invalidate_tlbs`] as the engine serves a
+    /// `TLB_INVALIDATE` (or a destroy): with the sanitizer on, the dropped
+    /// translations and the command buffers in execution are checked
+    /// against the page tables in `mem` first. Returns the sanitizer's
+    /// events to post.
+    pub fn invalidate_tlbs_served(
+        &mut self,
+        mem: &Mem,
+        now_ns: u64,
+        inject: &Injector,
+        asid: u32,
+        va: u64,
+        size: u64,
+    ) -> Vec<Event> {
+        if !self.san.as_ref().is_some_and(|s| s.enabled()) {
+            self.invalidate_tlbs(asid, va, size);
+            return Vec::new();
+        }
+        self.tlb.invalidate_checked(mem, asid, va, size);
+        for t in &mut self.cu_tlbs {
+            t.invalidate_checked(mem, asid, va, size);
+        }
+        self.san_served(mem, now_ns, inject, asid)
     }
 
     /// Invalidates `[va, va + size)` of `asid` in every TLB of the engine.
@@ -426,6 +511,20 @@ impl CommandProcessor {
         self.dispatches.len()
     }
 
+    /// Workgroups started and in total of `ctx`'s loaded dispatch
+    /// `token` (for captures).
+    pub fn dispatch_progress(&self, ctx: u32, token: u64) -> Option<(u64, u64)> {
+        self.dispatches
+            .iter()
+            .find(|(c, t, _)| *c == ctx && *t == token)
+            .map(|(_, _, d)| (d.started(), d.workgroups()))
+    }
+
+    /// The compute units' TLBs (for captures).
+    pub fn unit_tlbs(&self) -> &[Tlb] {
+        &self.cu_tlbs
+    }
+
     /// One step of a dispatch of `job`'s ring: loads it first if needed.
     fn dispatch_step(
         &mut self,
@@ -443,8 +542,12 @@ impl CommandProcessor {
         let idx = match found {
             Some(i) => i,
             None => {
-                let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space).with_poison(poison);
-                let d = match Dispatch::load(op, &mut gm, self.generation, self.cu_tlbs.len()) {
+                let tap = self.record.as_deref().map(|r| r.tap(self.engine));
+                let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space)
+                    .with_poison(poison)
+                    .with_tap(tap);
+                let units = self.cu_tlbs.len();
+                let d = match Dispatch::load(op, &mut gm, self.generation, units, &self.kernels) {
                     Ok(d) => d,
                     Err(LoadError::Fault(f)) => return Exec::Fault(f),
                     Err(LoadError::Invalid(code)) => return Exec::Error(code, None),
@@ -459,7 +562,12 @@ impl CommandProcessor {
         let Some((_, _, d)) = self.dispatches.get_mut(idx) else {
             return Exec::Error(EngineError::BadOperand, None);
         };
-        let (end, st) = d.step(mem, job.space, &mut self.cu_tlbs, poison);
+        #[cfg(test)]
+        {
+            d.test_panic = std::mem::take(&mut self.test_panic_unit);
+        }
+        let tap = self.record.as_deref().map(|r| r.tap(self.engine));
+        let (end, st) = d.step(mem, job.space, &mut self.cu_tlbs, poison, tap);
         stats.workgroups += st.workgroups;
         stats.lane_ops += st.lane_ops;
         let r = match end {
@@ -467,6 +575,13 @@ impl CommandProcessor {
             StepEnd::Done => Exec::Done,
             StepEnd::Error { code, pc } => Exec::Error(code, Some(pc)),
             StepEnd::Fault { fault, lane_pc } => Exec::KernelFault(fault, lane_pc),
+            StepEnd::Internal => {
+                // The units start again from nothing.
+                for t in &mut self.cu_tlbs {
+                    t.flush();
+                }
+                Exec::Error(EngineError::Internal, None)
+            }
         };
         self.dispatches.swap_remove(idx);
         r
@@ -539,7 +654,10 @@ impl CommandProcessor {
         status_va: u64,
         status: &RingStatus,
     ) -> Result<(), MmuFault> {
-        GpuMemory::new(mem, &mut self.tlb, space).write_small(status_va, status.as_bytes())
+        let tap = self.record.as_deref().map(|r| r.tap(self.engine));
+        GpuMemory::new(mem, &mut self.tlb, space)
+            .with_tap(tap)
+            .write_small(status_va, status.as_bytes())
     }
 
     /// Runs `job` until its slice ends.
@@ -547,8 +665,12 @@ impl CommandProcessor {
         let t0 = host.now_ns();
         let tlb0 = self.tlb.stats();
         self.fetch.reset();
+        let san = self.san_begin(host, job);
         let mut stats = Stats::default();
-        let end = self.run(host, mem, job, &mut stats);
+        let mut end = self.run(host, mem, job, &mut stats);
+        if san {
+            end = self.san_end(host, mem, job, end);
+        }
         let tlb1 = self.tlb.stats();
         stats.tlb_hits = tlb1.hits - tlb0.hits;
         stats.tlb_misses = tlb1.misses - tlb0.misses;
@@ -576,6 +698,14 @@ impl CommandProcessor {
                 }
             }
             if let Some(mut fl) = job.cursor.pending {
+                #[cfg(test)]
+                match host.take_test_panic() {
+                    Some(TestPanic::Slice) => {
+                        panic!("engine {}: panic requested by a test", self.engine)
+                    }
+                    Some(TestPanic::ComputeUnit) => self.test_panic_unit = true,
+                    None => {}
+                }
                 match self.inject_step(host, mem, job, &mut fl, stats) {
                     Injected::Go => {}
                     Injected::Again => continue,
@@ -593,10 +723,18 @@ impl CommandProcessor {
                     until_clock = 1;
                     self.dispatch_step(mem, poison, job, d, stats)
                 } else {
-                    let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space).with_poison(poison);
+                    let tap = self.record.as_deref().map(|r| r.tap(self.engine));
+                    let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space)
+                        .with_poison(poison)
+                        .with_tap(tap);
                     execute(host, &mut gm, &mut fl.op, stats)
                 };
                 job.cursor.pending = Some(fl);
+                if self.fetch.track {
+                    if let Some(end) = self.san_step(host, mem, job, &fl, &r) {
+                        return end;
+                    }
+                }
                 match r {
                     Exec::Progress => {}
                     Exec::Done => {
@@ -705,7 +843,17 @@ impl CommandProcessor {
         job: &mut Job,
         stats: &mut Stats,
     ) -> Option<SliceEnd> {
-        let fl = job.cursor.pending.take()?;
+        let fl = job.cursor.pending?;
+        // Before the cursor moves past the packet: its reports name it.
+        if self.fetch.track {
+            if let Some(end) = self.san_complete(host, mem, job, &fl) {
+                job.cursor.pending = None;
+                advance(job, fl.words);
+                count_packet(job, stats);
+                return Some(end);
+            }
+        }
+        job.cursor.pending = None;
         advance(job, fl.words);
         count_packet(job, stats);
         let now = self.trace_clock(host);
@@ -767,6 +915,11 @@ impl CommandProcessor {
                 return Some(SliceEnd::Idle);
             }
             // End of a command buffer: the INDIRECT that called it is done.
+            if self.fetch.track {
+                if let Some(end) = self.san_frame_end(host, mem, job) {
+                    return Some(end);
+                }
+            }
             job.cursor.depth -= 1;
             advance(job, 4);
             count_packet(job, stats);
@@ -783,24 +936,56 @@ impl CommandProcessor {
             })
         };
         let poison = host.injector().map(Injector::poison);
-        let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space).with_poison(poison);
+        let tap = self.record.as_deref().map(|r| r.tap(self.engine));
+        if let Some(r) = self.record.as_deref() {
+            r.packet_started(self.engine);
+        }
+        let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space)
+            .with_poison(poison)
+            .with_tap(tap);
         let header = match self.fetch.words(&mut gm, stream, pos, 1) {
             Ok(w) => w.first().copied().unwrap_or(0),
             Err(fault) if fault.is_ecc() => return error(EngineError::EccUncorrectable, 0),
             Err(fault) => return Some(SliceEnd::Fault { fault, packet_va }),
         };
+        // (`gm`'s borrow of the TLB ends here.)
+        if self.fetch.track {
+            if let Some(end) = self.san_fetched(host, job) {
+                return Some(end);
+            }
+        }
+        let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space).with_poison(poison);
         let hdr = match decode_header(self.generation, header) {
             Ok(h) => h,
             Err(code) => return error(code, header),
         };
         if u64::from(hdr.words) * 4 > u64::from(avail) {
+            if self.fetch.track && job.cursor.depth == 0 {
+                self.san_mid_packet(host, job, header, hdr.words, avail);
+            }
             return error(EngineError::Truncated, header);
         }
-        let words = match self.fetch.words(&mut gm, stream, pos, hdr.words as usize) {
-            Ok(w) => w,
-            Err(fault) if fault.is_ecc() => return error(EngineError::EccUncorrectable, header),
-            Err(fault) => return Some(SliceEnd::Fault { fault, packet_va }),
-        };
+        if let Err(fault) = self.fetch.words(&mut gm, stream, pos, hdr.words as usize) {
+            return if fault.is_ecc() {
+                error(EngineError::EccUncorrectable, header)
+            } else {
+                Some(SliceEnd::Fault { fault, packet_va })
+            };
+        }
+        if self.fetch.track {
+            if let Some(end) = self.san_fetched(host, job) {
+                return Some(end);
+            }
+        }
+        let words = self
+            .fetch
+            .buf
+            .get(self.fetch.head..self.fetch.head + hdr.words as usize)
+            .unwrap_or(&[]);
+        if self.fetch.track {
+            let n = words.len().min(vgpu_hwif::sanitize::SAN_PACKET_WORDS);
+            self.san_packet = Some((job.ctx, packet_va, words.get(..n).unwrap_or(&[]).to_vec()));
+        }
         let decoded = Packet::decode(hdr, words);
         self.fetch.consume(hdr.words as usize);
         let packet = match decoded {
@@ -850,6 +1035,9 @@ impl CommandProcessor {
                         offset: 0,
                     };
                     job.cursor.depth += 1;
+                }
+                if self.fetch.track {
+                    self.san_sync_frames(job);
                 }
                 return None;
             }
@@ -994,6 +1182,7 @@ impl Host for TestHost {
     }
 }
 
+mod san;
 #[cfg(test)]
 mod tests;
 

@@ -24,6 +24,7 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, VolatileMemory};
 
 use super::mmu::{AddressSpace, Mem, Mmu, MmuFault, PageMapping, Tlb};
 use super::poison::Poison;
+use super::record::Tap;
 
 /// Largest number of bytes one [`GpuMemory::copy_chunk`] or
 /// [`GpuMemory::fill_chunk`] call moves.
@@ -43,7 +44,12 @@ impl<'a> GpuMemory<'a> {
     /// Accesses `space` in `mem` through `tlb`.
     pub fn new(mem: &'a Mem, tlb: &'a mut Tlb, space: AddressSpace) -> Self {
         GpuMemory {
-            mmu: Mmu { mem, tlb, space },
+            mmu: Mmu {
+                mem,
+                tlb,
+                space,
+                tap: None,
+            },
             poison: None,
         }
     }
@@ -52,6 +58,12 @@ impl<'a> GpuMemory<'a> {
     /// `poison`.
     pub fn with_poison(mut self, poison: Option<&'a Poison>) -> Self {
         self.poison = poison;
+        self
+    }
+
+    /// The same, telling `tap` (record mode) of every page read.
+    pub fn with_tap(mut self, tap: Option<Tap<'a>>) -> Self {
+        self.mmu.tap = tap;
         self
     }
 
@@ -86,6 +98,16 @@ impl<'a> GpuMemory<'a> {
     /// The address space accessed.
     pub fn space(&self) -> AddressSpace {
         self.mmu.space
+    }
+
+    /// Whether the sanitizer checks this memory's accesses.
+    pub fn san_on(&self) -> bool {
+        self.mmu.tlb.san_on()
+    }
+
+    /// Logs a data access for the sanitizer's hazard check.
+    pub fn san_access(&mut self, va: u64, pa: u64, len: u64, write: bool) {
+        self.mmu.tlb.san_access(va, pa, len, write);
     }
 
     /// Translates `va` for `access`.
@@ -190,6 +212,11 @@ impl<'a> GpuMemory<'a> {
             for w in dst.iter_mut() {
                 *w = u32::from_le(*w);
             }
+            if access == Access::Read {
+                self.mmu
+                    .tlb
+                    .san_access(cur, map.pa(cur), n as u64 * 4, false);
+            }
             done += n;
         }
         (done, None)
@@ -215,6 +242,8 @@ impl<'a> GpuMemory<'a> {
             .map_err(|_| Self::bad_physical(&d, dst, Access::Write))?;
         from.copy_to_volatile_slice(to);
         self.scrub(&d, dst, n);
+        self.mmu.tlb.san_access(src, s.pa(src), n, false);
+        self.mmu.tlb.san_access(dst, d.pa(dst), n, true);
         Ok(n)
     }
 
@@ -253,6 +282,7 @@ impl<'a> GpuMemory<'a> {
             off += m;
         }
         self.scrub(&d, dst, n);
+        self.mmu.tlb.san_access(dst, d.pa(dst), n, true);
         Ok(n)
     }
 }

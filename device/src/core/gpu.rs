@@ -27,11 +27,13 @@ use vgpu_hwif::event::{Event, EventRecord};
 use vgpu_hwif::proto::engine;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard};
 
+use super::capture::CaptureUnit;
 use super::clock::Clock;
 use super::context::ContextTable;
 use super::events::EventUnit;
 use super::inject::Injector;
 use super::mmu::Mem;
+use super::sanitize::Sanitizer;
 use super::telemetry::{Stats, Trace};
 
 /// Number of engines.
@@ -58,6 +60,8 @@ pub struct GpuConfig {
     pub sem_poll: Duration,
     /// Record a packet trace.
     pub trace: bool,
+    /// Which engine runs kernels.
+    pub jit: vgpu_isa::jit::JitMode,
 }
 
 impl GpuConfig {
@@ -72,6 +76,7 @@ impl GpuConfig {
             time_slice: TIME_SLICE,
             sem_poll: SEM_POLL,
             trace: cfg.trace,
+            jit: cfg.jit,
         }
     }
 }
@@ -95,6 +100,14 @@ pub enum Request {
         hung_ctx: Option<u32>,
         /// No `RESET_DONE` event, no counters.
         silent: bool,
+    },
+    /// Capture context `ctx` (its ring on this engine, this engine's
+    /// TLBs) for `reason` (see `capture`).
+    Capture {
+        /// Context.
+        ctx: u32,
+        /// `vgpu_hwif::capture::reason`.
+        reason: u32,
     },
     /// Drop TLB entries of `asid` overlapping `va..va + size` (0 = all).
     Invalidate {
@@ -202,6 +215,16 @@ pub struct Gpu {
     pub trace: Option<Mutex<Trace>>,
     /// The fault injector.
     pub inject: Injector,
+    /// The driver sanitizer (off unless configured).
+    pub sanitizer: Arc<Sanitizer>,
+    /// Tests: a panic to provoke in engine `e` (see `cp::TestPanic`).
+    #[cfg(test)]
+    pub test_panic: Mutex<[Option<super::cp::TestPanic>; ENGINES]>,
+    /// Captures of failing contexts.
+    pub capture: CaptureUnit,
+    /// The session's record (record mode) or the recorded memory a replay
+    /// serves; set before the first command.
+    pub record: std::sync::OnceLock<Arc<super::record::Recorder>>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -234,6 +257,11 @@ impl Gpu {
             mem: Mutex::new(GuestMemoryAtomic::new(Mem::new())),
             trace: cfg.trace.then(|| Mutex::new(Trace::new())),
             inject: Injector::new(),
+            sanitizer: Arc::new(Sanitizer::new(cfg.generation)),
+            #[cfg(test)]
+            test_panic: Mutex::new([None; ENGINES]),
+            capture: CaptureUnit::new(),
+            record: std::sync::OnceLock::new(),
         }
     }
 
@@ -265,7 +293,26 @@ impl Gpu {
     /// Posts `event` at the current device time and wakes the transport;
     /// returns its sequence number.
     pub fn post(&self, event: Event) -> u64 {
-        let seq = self.events().post(event, self.clock.now_ns());
+        let now = self.clock.now_ns();
+        let (seq, starving) = {
+            let mut ev = self.events();
+            let seq = ev.post(event, now);
+            let starving = self
+                .sanitizer
+                .enabled()
+                .then(|| (ev.front().map(|r| r.timestamp_ns), ev.pending()));
+            (seq, starving)
+        };
+        self.capture.note_event(&event.to_record(seq, now));
+        if let Some((front, pending)) = starving {
+            if let Some(ev) = self
+                .sanitizer
+                .events_posted(now, front, pending, &self.inject)
+            {
+                let san_seq = self.events().post(ev, now);
+                self.capture.note_event(&ev.to_record(san_seq, now));
+            }
+        }
         self.kick_transport();
         seq
     }

@@ -59,6 +59,9 @@ pub enum InjectError {
     NoSuchFault(u64),
 }
 
+/// Exit status of the device process when a `crash` fault fires.
+pub const CRASH_EXIT_STATUS: i32 = 70;
+
 /// Fault classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Class {
@@ -97,11 +100,15 @@ pub enum Class {
     Throttle,
     /// A control command is answered `BUSY` without being executed.
     ControlBusy,
+    /// The device process dies at the packet (exit status 70), like a
+    /// backend that crashed: QEMU keeps the guest running, and nothing
+    /// answers the driver any more.
+    Crash,
 }
 
 impl Class {
     /// Every class.
-    pub const ALL: [Class; 15] = [
+    pub const ALL: [Class; 16] = [
         Class::Hang,
         Class::FenceNever,
         Class::FenceLate,
@@ -117,6 +124,7 @@ impl Class {
         Class::ResetFail,
         Class::Throttle,
         Class::ControlBusy,
+        Class::Crash,
     ];
 
     /// The class's name in specifications and logs.
@@ -137,6 +145,7 @@ impl Class {
             Class::ResetFail => "reset-fail",
             Class::Throttle => "throttle",
             Class::ControlBusy => "control-busy",
+            Class::Crash => "crash",
         }
     }
 
@@ -160,6 +169,9 @@ impl Class {
             Class::ResetFail => "first attempts (default 1) reset commands fail",
             Class::Throttle => "each matching packet held delay_ms (default 20)",
             Class::ControlBusy => "control command answered BUSY",
+            Class::Crash => {
+                "the device process exits at the packet (status 70): nothing answers any more"
+            }
         }
     }
 
@@ -549,7 +561,8 @@ impl Inner {
         }
         a.seen += 1;
         let t = &a.spec.trigger;
-        if a.seen < t.after || now_ns.saturating_sub(a.armed_ns) < t.at_ms * 1_000_000 {
+        if a.seen < t.after || now_ns.saturating_sub(a.armed_ns) < t.at_ms.saturating_mul(1_000_000)
+        {
             return false;
         }
         if t.probability < 1.0 && a.rng.unit() >= t.probability {
@@ -846,9 +859,18 @@ impl Injector {
                     g.injected(i, now_ns, site.ctx, site.engine, at);
                     verdict = StepVerdict::Hold;
                 }
+                Class::Crash => {
+                    g.injected(i, now_ns, site.ctx, site.engine, at);
+                    log::error!(
+                        "injected crash: the device process exits now (status {CRASH_EXIT_STATUS})"
+                    );
+                    std::process::exit(CRASH_EXIT_STATUS);
+                }
                 Class::FenceLate | Class::Throttle => {
                     if let Some(h) = g.engines.get_mut(e) {
-                        h.until_ns = now_ns.saturating_add(spec.delay_ms * 1_000_000).max(1);
+                        h.until_ns = now_ns
+                            .saturating_add(spec.delay_ms.saturating_mul(1_000_000))
+                            .max(1);
                     }
                     let d = format!("{at} delay_ms={}", spec.delay_ms);
                     g.injected(i, now_ns, site.ctx, site.engine, d);

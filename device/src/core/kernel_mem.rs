@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 use vgpu_hwif::mmu::{Access, FaultReason};
 use vgpu_isa::inst::{AtomOp, WARP_SIZE};
-use vgpu_isa::mem::{MappedPage, MemFault, MemFaultReason, PagedMemory};
+use vgpu_isa::mem::{DirectPage, MappedPage, MemFault, MemFaultReason, PagedMemory};
 use vm_memory::{GuestAddress, GuestMemoryBackend, VolatileMemory, VolatileSlice};
 
 use super::dma::GpuMemory;
@@ -65,6 +65,11 @@ pub struct KernelMemory<'a> {
     fault: Cell<Option<MmuFault>>,
     pages: Cell<[Option<CachedPage>; PAGE_CACHE]>,
     victim: Cell<usize>,
+    /// `direct_epoch`: one per instance (a step of one unit), since
+    /// translations may change between steps.
+    epoch: u64,
+    /// The sanitizer logs accesses (hazard check).
+    san: bool,
 }
 
 fn isa_access(a: Access) -> vgpu_isa::mem::Access {
@@ -80,11 +85,24 @@ impl<'a> KernelMemory<'a> {
     pub fn new(gm: GpuMemory<'a>, mem: &'a Mem) -> Self {
         KernelMemory {
             poison: gm.poison(),
+            san: gm.san_on(),
             gm: RefCell::new(gm),
             mem,
             fault: Cell::new(None),
             pages: Cell::new([None; PAGE_CACHE]),
             victim: Cell::new(0),
+            epoch: vgpu_isa::mem::new_epoch(),
+        }
+    }
+
+    /// Logs an access of `len` bytes at `va` (guest-physical `pa`) for the
+    /// sanitizer's hazard check.
+    #[inline(always)]
+    fn san_access(&self, va: u64, pa: u64, len: u64, access: Access) {
+        if self.san {
+            self.gm
+                .borrow_mut()
+                .san_access(va, pa, len, access != Access::Read);
         }
     }
 
@@ -177,6 +195,12 @@ impl<'a> KernelMemory<'a> {
                     // The lane-by-lane path reports it.
                     return None;
                 }
+                self.san_access(
+                    lo,
+                    p.pa_base + (lo - p.va_base),
+                    hi - lo + u64::from(size),
+                    access,
+                );
                 return Some(HostPage::new(p.host, p.va_base));
             }
         }
@@ -200,6 +224,7 @@ impl<'a> KernelMemory<'a> {
         }
         self.pages.set(pages);
         self.victim.set(v + 1);
+        self.san_access(lo, map.pa(lo), hi - lo + u64::from(size), access);
         Some(HostPage::new(host, map.va_base))
     }
 }
@@ -344,6 +369,7 @@ impl<'a> PagedMemory for KernelMemory<'a> {
         }
         let map = self.translate(va, Access::Read, size)?;
         self.check_poison(&map, va, Access::Read, size)?;
+        self.san_access(va, map.pa(va), u64::from(size), Access::Read);
         let s = self.slice(&map, va, usize::from(size), Access::Read, size)?;
         let g = s.ptr_guard();
         // SAFETY: the slice covers `size` bytes at `va`, which is naturally
@@ -362,6 +388,7 @@ impl<'a> PagedMemory for KernelMemory<'a> {
             return Ok(());
         }
         let map = self.translate(va, Access::Write, size)?;
+        self.san_access(va, map.pa(va), u64::from(size), Access::Write);
         let s = self.slice(&map, va, usize::from(size), Access::Write, size)?;
         let g = s.ptr_guard_mut();
         // SAFETY: as in `lane_load`.
@@ -372,6 +399,7 @@ impl<'a> PagedMemory for KernelMemory<'a> {
     fn lane_atomic32(&self, va: u64, op: AtomOp, b: u32, c: u32) -> Result<u32, MemFault> {
         let map = self.translate(va, Access::Atomic, 4)?;
         self.check_poison(&map, va, Access::Atomic, 4)?;
+        self.san_access(va, map.pa(va), 4, Access::Atomic);
         let s = self.slice(&map, va, 4, Access::Atomic, 4)?;
         let bad = MmuFault {
             va,
@@ -400,6 +428,45 @@ impl<'a> PagedMemory for KernelMemory<'a> {
             vgpu_isa::mem::Access::Atomic => Access::Atomic,
         };
         self.host_span(lo, hi, size, access)
+    }
+
+    /// A page of the unit's page cache (where every access that just
+    /// succeeded left its page) that allows `access`, while no page is
+    /// poisoned: the JIT's inline accesses then skip the poison check for
+    /// the rest of its `run` call, so a page poisoned during a step is
+    /// seen by native code from the next step on. None while the sanitizer
+    /// logs accesses.
+    fn direct_page(&self, va: u64, access: vgpu_isa::mem::Access) -> Option<DirectPage> {
+        let need = match access {
+            vgpu_isa::mem::Access::Read => Access::Read,
+            vgpu_isa::mem::Access::Write => Access::Write,
+            vgpu_isa::mem::Access::Atomic => return None,
+        }
+        .required_perms();
+        // The sanitizer sees every access: no native shortcut past it.
+        if self.san || self.poison.is_some_and(|p| !p.is_empty()) {
+            return None;
+        }
+        let p = self
+            .pages
+            .get()
+            .into_iter()
+            .flatten()
+            .find(|p| va >> p.shift == p.va_base >> p.shift && p.perms & need == need)?;
+        // SAFETY: `host` is the host mapping of the whole translated page
+        // (`host_span` took it from a slice of `1 << shift` bytes of guest
+        // memory), valid for the memory's lifetime `'a`, which outlives
+        // every borrow of `self`; the translation grants `access`; guest
+        // memory is shared and only accessed with aligned single-copy
+        // atomic accesses, as `read_at`/`write_at` do; no page is poisoned.
+        unsafe { DirectPage::new(p.va_base, 1u64 << p.shift, p.host) }
+    }
+
+    fn direct_epoch(&self) -> u64 {
+        // This instance lives for one step of one unit and its pages for
+        // the guest memory's lifetime; translations only change between
+        // steps, when the next instance has a new epoch.
+        self.epoch
     }
 }
 

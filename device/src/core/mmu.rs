@@ -51,6 +51,9 @@ use vm_memory::{
     GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, VolatileMemory,
 };
 
+use super::record::Tap;
+use super::sanitize::tlb::{EntrySan, TlbSan};
+
 /// Guest memory as the device sees it.
 pub type Mem = GuestMemoryMmap;
 
@@ -208,17 +211,32 @@ pub fn walk(
     va: u64,
     access: Access,
 ) -> Result<PageMapping, MmuFault> {
-    walk_with_table(mem, space, va, access).map(|(m, _)| m)
+    walk_full(mem, space, va, access, None).map(|w| w.map)
 }
 
-/// [`walk`], also returning the guest-physical address of the level-0
-/// table for a 4 KiB page.
-fn walk_with_table(
+/// What a successful walk read: the mapping, and where its entries are.
+#[derive(Clone, Copy, Debug)]
+struct Walked {
+    map: PageMapping,
+    /// The level-0 table of a 4 KiB page.
+    l0_table: Option<u64>,
+    /// The tables read, root first, with their levels.
+    tables: [(u64, u8); LEVELS as usize],
+    /// Valid entries of `tables`.
+    ntables: usize,
+    /// Guest-physical address of the leaf entry, and its bits.
+    leaf: (u64, u64),
+}
+
+/// [`walk`], also returning where the entries it read are; every table it
+/// reads is told to `tap` (record mode).
+fn walk_full(
     mem: &Mem,
     space: &AddressSpace,
     va: u64,
     access: Access,
-) -> Result<(PageMapping, Option<u64>), MmuFault> {
+    tap: Option<Tap<'_>>,
+) -> Result<Walked, MmuFault> {
     let fault = |reason, level: u32| MmuFault {
         va,
         access,
@@ -233,7 +251,7 @@ fn walk_with_table(
             level: LEVEL_NONE,
         });
     }
-    let mut visited = [0u64; LEVELS as usize];
+    let mut tables = [(0u64, 0u8); LEVELS as usize];
     let mut seen = 0usize;
     let mut table = space.root;
     let mut level = LEVELS - 1;
@@ -241,17 +259,20 @@ fn walk_with_table(
         // One region lookup per table: the table must lie in one region,
         // and the entry is read from that checked slice.
         let index = vgpu_hwif::mmu::level_index(va, level);
+        if let Some(t) = tap {
+            t.read(mem, table);
+        }
         let Some(pte) = read_entry(mem, table, index) else {
             return Err(fault(FaultReason::BadPhysical, level));
         };
-        if let Some(slot) = visited.get_mut(seen) {
-            *slot = table;
+        if let Some(slot) = tables.get_mut(seen) {
+            *slot = (table, level as u8);
             seen += 1;
         }
         let l = match pte.decode(level) {
             Err(reason) => return Err(fault(reason, level)),
             Ok(PteKind::Table(next)) => {
-                if visited.iter().take(seen).any(|&t| t == next) {
+                if tables.iter().take(seen).any(|&(t, _)| t == next) {
                     return Err(fault(FaultReason::Malformed, level));
                 }
                 table = next;
@@ -264,7 +285,36 @@ fn walk_with_table(
         if !in_ram(mem, map.pa_base, map.page_size()) {
             return Err(fault(FaultReason::BadPhysical, level));
         }
-        return Ok((map, (level == 0).then_some(table)));
+        return Ok(Walked {
+            map,
+            l0_table: (level == 0).then_some(table),
+            tables,
+            ntables: seen,
+            leaf: (table + 8 * index as u64, pte.bits()),
+        });
+    }
+}
+
+/// Reads the 64-bit entry at guest-physical `pa` (0 if unreadable).
+fn read_pte_at(mem: &Mem, pa: u64) -> u64 {
+    mem.get_slice(GuestAddress(pa), 8)
+        .ok()
+        .and_then(|s| s.get_ref::<u64>(0).ok().map(|r| u64::from_le(r.load())))
+        .unwrap_or(0)
+}
+
+/// Whether leaf entry `now` (read at level `level`) still maps the page
+/// `cached` mapped, with at least its permissions and the same cache
+/// policy.
+fn still_maps(now: u64, level: u8, cached: &PageMapping) -> bool {
+    match Pte::from_bits(now).decode(u32::from(level)) {
+        Ok(PteKind::Leaf(l)) => {
+            l.page == cached.pa_base
+                && l.shift == cached.shift
+                && l.perms & cached.perms == cached.perms
+                && l.cache as u8 == cached.cache
+        }
+        _ => false,
     }
 }
 
@@ -273,8 +323,9 @@ pub const PTE_LINE: usize = 8;
 
 /// Calls `found` with each well-formed 4 KiB leaf in the same 64-byte
 /// line of the level-0 table at `table` as the entry for `va` (that entry
-/// excluded): what the walker caches alongside the page it was asked for.
-fn line_neighbours(mem: &Mem, table: u64, va: u64, mut found: impl FnMut(PageMapping)) {
+/// excluded), with the entry's address and bits: what the walker caches
+/// alongside the page it was asked for.
+fn line_neighbours(mem: &Mem, table: u64, va: u64, mut found: impl FnMut(PageMapping, u64, u64)) {
     let Ok(t) = mem.get_slice(GuestAddress(table), TABLE_SIZE as usize) else {
         return;
     };
@@ -289,7 +340,7 @@ fn line_neighbours(mem: &Mem, table: u64, va: u64, mut found: impl FnMut(PageMap
         if let Ok(PteKind::Leaf(l)) = pte.decode(0) {
             let map = mapping(&l, base + ((i as u64) << PAGE_SHIFT));
             if in_ram(mem, map.pa_base, map.page_size()) {
-                found(map);
+                found(map, table + 8 * i as u64, pte.bits());
             }
         }
     }
@@ -306,6 +357,8 @@ pub const TLB_WAYS: usize = 4;
 struct Entry {
     asid: u32,
     map: PageMapping,
+    /// What the sanitizer remembers of the fill (zero without one).
+    san: EntrySan,
 }
 
 #[derive(Debug)]
@@ -348,7 +401,17 @@ impl Array {
             .map(|e| e.map)
     }
 
-    fn insert(&mut self, asid: u32, map: PageMapping) {
+    fn lookup_mut(&mut self, asid: u32, va: u64) -> Option<&mut Entry> {
+        let set = self.set_of(asid, va);
+        let ways = self.ways(set);
+        self.entries
+            .get_mut(ways)?
+            .iter_mut()
+            .flatten()
+            .find(|e| e.asid == asid && e.map.contains(va))
+    }
+
+    fn insert(&mut self, asid: u32, map: PageMapping, san: EntrySan) {
         let set = self.set_of(asid, map.va_base);
         let ways = self.ways(set);
         let Some(slots) = self.entries.get_mut(ways) else {
@@ -372,7 +435,7 @@ impl Array {
             }
         };
         if let Some(slot) = slots.get_mut(way) {
-            *slot = Some(Entry { asid, map });
+            *slot = Some(Entry { asid, map, san });
         }
     }
 
@@ -408,6 +471,8 @@ pub struct Tlb {
     /// A translation kept past its invalidation (fault injection), served
     /// once.
     stale: Option<Entry>,
+    /// The sanitizer's checks of this TLB, when it is on.
+    san: Option<Box<TlbSan>>,
 }
 
 impl Default for Tlb {
@@ -424,7 +489,80 @@ impl Tlb {
             huge: Array::new(TLB_HUGE_SETS, HUGE_SHIFT),
             stats: TlbStats::default(),
             stale: None,
+            san: None,
         }
+    }
+
+    /// Turns the sanitizer's checks of this TLB on (with its state) or off.
+    /// Entries cached before it was on carry no fill record: they are not
+    /// checked for staleness.
+    pub fn set_san(&mut self, san: Option<Box<TlbSan>>) {
+        self.san = san;
+    }
+
+    /// The sanitizer state, when on.
+    pub fn san_mut(&mut self) -> Option<&mut TlbSan> {
+        self.san.as_deref_mut()
+    }
+
+    /// Whether the sanitizer's checks are on for this TLB.
+    pub fn san_on(&self) -> bool {
+        self.san.is_some()
+    }
+
+    /// The cached translation of `va` with what the sanitizer recorded of
+    /// its fill.
+    pub fn san_entry(&self, asid: u32, va: u64) -> Option<(PageMapping, EntrySan)> {
+        let find = |a: &Array| {
+            let set = a.set_of(asid, va);
+            a.entries
+                .get(a.ways(set))?
+                .iter()
+                .flatten()
+                .find(|e| e.asid == asid && e.map.contains(va))
+                .map(|e| (e.map, e.san))
+        };
+        find(&self.small).or_else(|| find(&self.huge))
+    }
+
+    /// Logs a data access for the sanitizer's hazard check (nothing when
+    /// the sanitizer is off).
+    pub fn san_access(&mut self, va: u64, pa: u64, len: u64, write: bool) {
+        if let Some(s) = self.san.as_deref_mut() {
+            s.access(va, pa, len, write);
+        }
+    }
+
+    /// [`Tlb::invalidate`], and with the sanitizer on, a check of every
+    /// dropped translation against the page tables in `mem`: one that no
+    /// longer maps its page and whose page or leaf table was used for
+    /// something else since it was cached is a `SAN-TLB-INV-ORDER`
+    /// finding.
+    pub fn invalidate_checked(&mut self, mem: &Mem, asid: u32, va: u64, size: u64) -> u64 {
+        let Some(mut san) = self.san.take() else {
+            return self.invalidate(asid, va, size);
+        };
+        if san.on(vgpu_hwif::sanitize::Check::TlbInvOrder) {
+            let dropped: Vec<Entry> = self
+                .small
+                .entries
+                .iter()
+                .chain(self.huge.entries.iter())
+                .flatten()
+                .filter(|e| in_range(e, asid, va, size))
+                .copied()
+                .collect();
+            for e in dropped {
+                if e.san.pte_pa == 0 {
+                    continue;
+                }
+                let now = read_pte_at(mem, e.san.pte_pa);
+                let stale = !still_maps(now, e.san.level, &e.map);
+                san.on_drop(e.asid, e.map.va_base, e.map.pa_base, &e.san, stale);
+            }
+        }
+        self.san = Some(san);
+        self.invalidate(asid, va, size)
     }
 
     /// The cached translation of `va` in address space `asid`, if any.
@@ -437,10 +575,14 @@ impl Tlb {
 
     /// Caches a translation.
     pub fn insert(&mut self, asid: u32, map: PageMapping) {
+        self.insert_with(asid, map, EntrySan::default());
+    }
+
+    fn insert_with(&mut self, asid: u32, map: PageMapping, san: EntrySan) {
         if map.shift == HUGE_SHIFT {
-            self.huge.insert(asid, map);
+            self.huge.insert(asid, map, san);
         } else {
-            self.small.insert(asid, map);
+            self.small.insert(asid, map, san);
         }
     }
 
@@ -483,7 +625,11 @@ impl Tlb {
         self.invalidate(asid, va, size);
         let n = found.len() as u64;
         let map = *found.get(usize::try_from(pick % n.max(1)).ok()?)?;
-        self.stale = Some(Entry { asid, map });
+        self.stale = Some(Entry {
+            asid,
+            map,
+            san: EntrySan::default(),
+        });
         Some(map)
     }
 
@@ -553,18 +699,33 @@ pub struct Mmu<'a> {
     pub tlb: &'a mut Tlb,
     /// The address space translated.
     pub space: AddressSpace,
+    /// Record mode: told of every page read and page-table page walked.
+    pub tap: Option<Tap<'a>>,
 }
 
 impl Mmu<'_> {
     /// Translates `va` for `access`: from the TLB if cached, else by a walk
     /// whose result is then cached. A fault drops any cached entry for the
-    /// page, so that a retry walks again.
+    /// page, so that a retry walks again. In record mode a read's page is
+    /// told to the tap.
     pub fn translate(&mut self, va: u64, access: Access) -> Result<PageMapping, MmuFault> {
+        let map = self.lookup_or_walk(va, access)?;
+        if let (Some(t), false) = (self.tap, access == Access::Write) {
+            t.read(self.mem, map.pa(va));
+        }
+        Ok(map)
+    }
+
+    fn lookup_or_walk(&mut self, va: u64, access: Access) -> Result<PageMapping, MmuFault> {
         let asid = self.space.asid;
         if let Some(map) = self.tlb.take_stale(asid, va) {
-            // Served once from before an invalidation (fault injection).
+            // Served once from before an invalidation (fault injection; the
+            // sanitizer does not blame the driver for it).
             self.tlb.stats.hits += 1;
             return map.check(va, access).map(|()| map);
+        }
+        if self.tlb.san.is_some() {
+            return self.translate_checked(va, access);
         }
         if let Some(map) = self.tlb.lookup(asid, va) {
             self.tlb.stats.hits += 1;
@@ -577,14 +738,96 @@ impl Mmu<'_> {
             };
         }
         self.tlb.stats.misses += 1;
-        let (map, table) = walk_with_table(self.mem, &self.space, va, access)?;
+        let w = walk_full(self.mem, &self.space, va, access, self.tap)?;
+        let map = w.map;
         map.check(va, access)?;
         self.tlb.insert(asid, map);
         // The walker fetched the entry's whole 64-byte line: the other
         // valid leaves in it are cached too.
-        if let Some(table) = table {
+        if let Some(table) = w.l0_table {
             let tlb = &mut *self.tlb;
-            line_neighbours(self.mem, table, va, |n| tlb.insert(asid, n));
+            line_neighbours(self.mem, table, va, |n, _, _| tlb.insert(asid, n));
+        }
+        Ok(map)
+    }
+
+    /// [`Mmu::translate`] with the sanitizer's checks (see
+    /// [`super::sanitize::tlb`]): every hit re-reads its leaf entry, every
+    /// fill records where its entries are.
+    fn translate_checked(&mut self, va: u64, access: Access) -> Result<PageMapping, MmuFault> {
+        let asid = self.space.asid;
+        let mem = self.mem;
+        let tap = self.tap;
+        let Tlb {
+            small, huge, san, ..
+        } = &mut *self.tlb;
+        let hit = small
+            .lookup_mut(asid, va)
+            .or_else(|| huge.lookup_mut(asid, va));
+        if let Some(e) = hit {
+            let map = e.map;
+            if let Some(s) = san.as_deref_mut() {
+                let now = if e.san.pte_pa != 0 {
+                    read_pte_at(mem, e.san.pte_pa)
+                } else {
+                    0
+                };
+                let same = e.san.pte_pa == 0 || still_maps(now, e.san.level, &map);
+                s.on_hit(
+                    asid,
+                    va,
+                    access,
+                    &mut e.san,
+                    map.pa_base,
+                    map.page_size(),
+                    now,
+                    same,
+                );
+            }
+            self.tlb.stats.hits += 1;
+            return match map.check(va, access) {
+                Ok(()) => Ok(map),
+                Err(f) => {
+                    self.tlb.invalidate(asid, va, 1);
+                    Err(f)
+                }
+            };
+        }
+        self.tlb.stats.misses += 1;
+        let w = walk_full(mem, &self.space, va, access, tap)?;
+        let map = w.map;
+        map.check(va, access)?;
+        let root = self.space.root;
+        let tables = w.tables.get(..w.ntables).unwrap_or(&[]);
+        let es = match self.tlb.san.as_deref_mut() {
+            Some(s) => s.on_fill(
+                asid,
+                root,
+                va,
+                access,
+                tables,
+                map.pa_base,
+                map.page_size(),
+                w.leaf.0,
+                w.leaf.1,
+                map.level(),
+            ),
+            None => EntrySan::default(),
+        };
+        self.tlb.insert_with(asid, map, es);
+        if let Some(table) = w.l0_table {
+            let tlb = &mut *self.tlb;
+            line_neighbours(mem, table, va, |n, pte_pa, pte| {
+                // Not accessed yet: its page's ownership is checked at its
+                // first hit.
+                let es = EntrySan {
+                    pte_pa,
+                    pte,
+                    epoch: u64::MAX,
+                    ..es
+                };
+                tlb.insert_with(asid, n, es);
+            });
         }
         Ok(map)
     }
@@ -841,6 +1084,7 @@ mod tests {
                 mem: &m,
                 tlb: &mut tlb,
                 space: space(48),
+                tap: None,
             };
             assert_eq!(
                 mmu.translate(VA + 0x10, Access::Read),
@@ -885,6 +1129,7 @@ mod tests {
                 mem: &m,
                 tlb,
                 space: s,
+                tap: None,
             }
             .translate(VA, Access::Read)
             .map(|p| p.pa(VA))
@@ -936,6 +1181,7 @@ mod tests {
             mem: &m,
             tlb: &mut tlb,
             space: space(48),
+            tap: None,
         };
         mmu.translate(VA, Access::Read).unwrap();
         assert_eq!(

@@ -10,14 +10,17 @@
 //! | command processor | [`cp`] | fetch → decode → in flight → complete, per packet |
 //! | MMU and TLBs | [`mmu`], [`dma`] | range check → four-level walk → leaf; per-engine TLB |
 //! | copy engine | [`copy_engine`] | transfer progress, one chunk per step |
-//! | compute engine | [`compute_engine`] | `DISPATCH`: load (module, arguments) → steps on the compute units → done, or a fault, trap or error; the common packets as on the copy engine |
+//! | compute engine | [`compute_engine`] | `DISPATCH`: load (module, arguments, the kernel's native code from the engine's JIT cache) → steps on the compute units → done, or a fault, trap or error; the common packets as on the copy engine |
 //! | kernel memory | [`kernel_mem`] | a kernel's global memory per compute unit: `vgpu-isa`'s `PagedMemory` over the MMU |
 //! | scheduler | [`scheduler`] | per-engine loop: mailbox → doorbells → select → slice → retire |
 //! | resets | [`reset`] | engine reset, device reset |
 //! | events | [`events`] | numbered FIFO with loss accounting |
 //! | fault injection | [`inject`] | armed → fired (logged) → cleared by reset; told a [`inject::Site`] by the command processor |
 //! | poisoned pages | [`poison`] | pages with an uncorrectable ECC error that engine reads fail on |
+//! | retired pages | [`ras`] | the driver's retired pages, kept across resets and driver reloads (a RAS EEPROM) |
+//! | driver sanitizer | [`sanitize`] | per check family: rings (published → fetched), TLB entries (filled → hit → dropped), pages (declared → given back), fence slots, access epochs, blocked waits; reports numbered and kept |
 //! | telemetry | [`telemetry`], [`counters`] | counters and the packet trace |
+//! | captures | [`capture`] | failure or request → frozen context state → kept for `CAPTURE_READ` |
 //! | time | [`clock`] | device clock |
 //!
 //! [`Device`] ties the blocks together and owns the engine threads; the
@@ -26,6 +29,7 @@
 //! byte layouts they decode (packets, page-table entries, commands, events)
 //! are `vgpu_hwif`'s.
 
+pub mod capture;
 pub mod clock;
 pub mod compute_engine;
 pub mod context;
@@ -40,8 +44,11 @@ pub mod inject;
 pub mod kernel_mem;
 pub mod mmu;
 pub mod poison;
+pub mod ras;
+pub mod record;
 pub mod reset;
 pub mod ring;
+pub mod sanitize;
 pub mod scheduler;
 pub mod telemetry;
 
@@ -125,8 +132,45 @@ impl Device {
         &self.gpu
     }
 
+    /// Record mode: logs every guest-to-device input of the session from
+    /// now on into a new file at `path` (see [`record`]).
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be created, or the device already records or
+    /// replays.
+    pub fn start_recording(&self, path: &std::path::Path) -> io::Result<()> {
+        record::start(&self.gpu, path, &record::config_text(&self.config, 0, &[]))
+    }
+
+    /// Replay of a record: the engines read the recorded memory (see
+    /// [`record::Recorder::replaying`]).
+    ///
+    /// # Errors
+    ///
+    /// The device already records or replays.
+    pub fn start_replay(&self, entries: &[record::Entry]) -> io::Result<()> {
+        self.gpu
+            .record
+            .set(Arc::new(record::Recorder::replaying(entries)))
+            .map_err(|_| io::Error::other("the device already records or replays"))
+    }
+
+    /// The session's recorder, if recording or replaying.
+    pub fn recorder(&self) -> Option<&record::Recorder> {
+        self.gpu.record.get().map(|r| &**r)
+    }
+
+    fn record_memory_map(&self, mem: &Mem) {
+        if let Some(r) = self.gpu.record.get() {
+            r.memory_map(self.gpu.clock.now_ns(), mem);
+        }
+    }
+
     /// Uses `mem` as guest memory (the vhost-user memory table).
     pub fn set_memory(&self, mem: GuestMemoryAtomic<Mem>) {
+        use vm_memory::GuestAddressSpace;
+        self.record_memory_map(&mem.memory());
         self.gpu.set_memory(mem);
     }
 
@@ -138,7 +182,20 @@ impl Device {
     /// Executes one command (bytes copied out of guest memory) whose reply
     /// buffer holds `reply_room` bytes.
     pub fn handle_command(&mut self, bytes: &[u8], reply_room: usize) -> Reply {
-        self.control.process(bytes, reply_room)
+        let Some(r) = self.gpu.record.get() else {
+            return self.control.process(bytes, reply_room);
+        };
+        r.command(self.gpu.clock.now_ns(), bytes, reply_room);
+        let reply = self.control.process(bytes, reply_room);
+        let t = self.gpu.clock.now_ns();
+        r.log(
+            record::kind::REPLY,
+            record::NO_ENGINE,
+            t,
+            0,
+            &[reply.as_bytes()],
+        );
+        reply
     }
 
     /// The oldest event record waiting for a driver buffer.
@@ -150,7 +207,23 @@ impl Device {
     /// driver buffer.
     pub fn event_delivered(&mut self) -> Option<EventRecord> {
         let now = self.gpu.clock.now_ns();
-        self.gpu.events().commit_front(now)
+        let rec = self.gpu.events().commit_front(now);
+        if let (true, Some(r)) = (self.gpu.sanitizer.enabled(), rec.as_ref()) {
+            if let Ok(ev) = vgpu_hwif::event::Event::from_record(r) {
+                sanitize::hooks::on_event_delivered(&self.gpu, &ev);
+            }
+        }
+        if let (Some(r), Some(e)) = (self.gpu.record.get(), rec.as_ref()) {
+            use vgpu_hwif::pod::Pod;
+            r.log(
+                record::kind::EVENT,
+                record::NO_ENGINE,
+                now,
+                0,
+                &[e.as_bytes()],
+            );
+        }
+        rec
     }
 
     /// Event records waiting for a driver buffer.
@@ -173,9 +246,20 @@ impl Device {
     /// [`reset`]); pending events are discarded and event numbering
     /// restarts. Counters and the clock keep running.
     pub fn reset(&mut self) {
+        if let Some(r) = self.gpu.record.get() {
+            r.log(
+                record::kind::RESET,
+                record::NO_ENGINE,
+                self.gpu.clock.now_ns(),
+                0,
+                &[],
+            );
+        }
         if let Err(e) = reset::reset_device(&self.gpu, false) {
             log::error!("device reset: {e}");
         }
+        // The driver went away: its memory declarations with it.
+        self.gpu.sanitizer.device_reset(true);
     }
 
     /// A snapshot of every counter.
@@ -205,6 +289,9 @@ impl Device {
 
 impl Drop for Device {
     fn drop(&mut self) {
+        if let Some(Err(e)) = self.gpu.record.get().map(|r| r.flush()) {
+            log::error!("record: {e}");
+        }
         self.gpu.shutdown.store(true, Ordering::Release);
         for e in 0..ENGINES {
             // Under the state lock so that no engine misses the wake-up
@@ -233,6 +320,9 @@ impl std::fmt::Debug for Device {
 
 #[cfg(test)]
 mod model_tests;
+
+#[cfg(test)]
+mod panic_tests;
 
 #[cfg(test)]
 mod tests {

@@ -175,6 +175,9 @@ pub fn reset_device(gpu: &Gpu, announce: bool) -> Result<(), ResetError> {
     }
     gpu.events().reset();
     gpu.inject.on_reset(gpu.clock.now_ns(), None);
+    // The driver's work is gone; its memory declarations stay (the
+    // virtio reset, the driver leaving, clears those too).
+    gpu.sanitizer.device_reset(false);
     if announce {
         gpu.events().post(
             Event::ResetDone {

@@ -27,6 +27,17 @@
 //!  └── retire: cursor back, new ring state, status block, events ◀── run slice (no lock)
 //! ```
 //!
+//!
+//! # A device bug
+//!
+//! A panic while a slice runs — in the command processor, a copy, or a
+//! compute unit of a dispatch — is caught (`std::panic::catch_unwind`),
+//! logged, and reported like an engine error: the ring in flight stops with
+//! `ENGINE_ERROR` `INTERNAL`, the engine's command processor is rebuilt in
+//! its power-on state (TLBs and compute-unit TLBs empty, no loaded
+//! dispatch), and the engine goes on serving the other rings. Rings that
+//! were not running are untouched.
+//!
 //! [`SEM_POLL`]: super::gpu::SEM_POLL
 //! [`TIME_SLICE`]: super::gpu::TIME_SLICE
 
@@ -44,6 +55,7 @@ use super::gpu::{Gpu, GpuConfig, GpuState, Request, ENGINES};
 use super::mmu::{Mem, MmuFault};
 use super::reset::engine_reset;
 use super::ring::{check_doorbell, Op, RingState};
+use super::sanitize::hooks;
 use super::telemetry::{Stats, TraceKind};
 
 /// How long an idle engine sleeps before looking again on its own.
@@ -144,6 +156,7 @@ pub fn take_doorbells(st: &mut GpuState, e: u32, events: &mut Vec<Event>) {
                     packet_va: r.map_or(0, |r| r.va_of(rptr)),
                     rptr,
                     depth: r.map_or(0, |r| r.cursor.depth),
+                    cmd_offset: r.map_or(0, |r| cmd_offset(&r.cursor)),
                     header: 0,
                 });
             }
@@ -151,6 +164,17 @@ pub fn take_doorbells(st: &mut GpuState, e: u32, events: &mut Vec<Event>) {
     }
     if let Some(es) = st.engines.get_mut(e as usize) {
         es.stats.errors += errors;
+    }
+}
+
+/// Where the cursor's packet is in the command buffer the ring called: at
+/// depth 1 the packet's own offset, deeper the offset of the `INDIRECT`
+/// that leads to it, 0 in the ring itself (`ENGINE_ERROR`'s `cmd_offset`).
+pub fn cmd_offset(c: &super::ring::Cursor) -> u32 {
+    if c.depth == 0 {
+        0
+    } else {
+        c.frames.first().map_or(0, |f| f.offset)
     }
 }
 
@@ -364,6 +388,7 @@ pub fn retire(
                 packet_va,
                 rptr,
                 depth: job.cursor.depth,
+                cmd_offset: cmd_offset(&job.cursor),
                 header,
             });
         }
@@ -480,15 +505,29 @@ pub fn serve_requests(gpu: &Gpu, st: &mut GpuState, e: u32, cp: &mut CommandProc
                     }
                 }
             }
+            Request::Capture { ctx, reason } => {
+                super::capture::on_request(gpu, st, cp, e, id, ctx, reason);
+            }
             Request::Invalidate { asid, va, size } => {
+                let mut san_events = Vec::new();
                 gpu.inject
                     .on_invalidate(gpu.clock.now_ns(), e, asid, |pick| match pick {
                         Some(pick) => cp.invalidate_tlbs_keep_one(asid, va, size, pick),
                         None => {
-                            cp.invalidate_tlbs(asid, va, size);
+                            san_events = cp.invalidate_tlbs_served(
+                                &gpu.memory(),
+                                gpu.clock.now_ns(),
+                                &gpu.inject,
+                                asid,
+                                va,
+                                size,
+                            );
                             None
                         }
                     });
+                for ev in san_events {
+                    gpu.post(ev);
+                }
             }
         }
         if let Some(es) = st.engines.get_mut(ei) {
@@ -561,6 +600,73 @@ impl Host for EngineHost<'_> {
     fn injector(&self) -> Option<&super::inject::Injector> {
         Some(&self.gpu.inject)
     }
+    #[cfg(test)]
+    fn take_test_panic(&self) -> Option<super::cp::TestPanic> {
+        self.gpu
+            .test_panic
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(self.e)
+            .and_then(Option::take)
+    }
+}
+
+/// Runs `job`'s slice on `cp`, containing a panic (a device bug): the
+/// command processor is rebuilt (its TLBs, its compute units' TLBs and
+/// loaded dispatches start empty, as after power-on) and the slice ends
+/// with the engine error `INTERNAL` for the job's ring, so that the
+/// driver hears of it and the engine goes on serving the other rings.
+fn run_slice_contained(
+    gpu: &Gpu,
+    e: usize,
+    cp: &mut CommandProcessor,
+    host: &EngineHost<'_>,
+    mem: &Mem,
+    job: &mut Job,
+) -> SliceOutput {
+    let run = std::panic::AssertUnwindSafe(|| cp.run_slice(host, mem, job));
+    match std::panic::catch_unwind(run) {
+        Ok(out) => out,
+        Err(payload) => {
+            let msg = super::compute_engine::panic_message(payload.as_ref());
+            log::error!(
+                "engine {e}: internal error in context {}'s ring: {msg}; engine reinitialised",
+                job.ctx
+            );
+            // What the slice traced before the panic is kept.
+            flush_trace(gpu, cp);
+            *cp = new_command_processor(gpu, e);
+            let (packet_va, header) = match job.cursor.pending {
+                Some(fl) => (fl.packet_va, fl.header),
+                None => (
+                    job.ring_va
+                        .wrapping_add(u64::from(job.cursor.rptr & job.ring_size.wrapping_sub(1))),
+                    0,
+                ),
+            };
+            SliceOutput {
+                end: SliceEnd::Error {
+                    code: EngineError::Internal,
+                    packet_va,
+                    header,
+                },
+                stats: Stats::default(),
+            }
+        }
+    }
+}
+
+/// Engine `e`'s command processor in its power-on state.
+fn new_command_processor(gpu: &Gpu, e: usize) -> CommandProcessor {
+    let eu = e as u32;
+    let mut cp = CommandProcessor::new(eu, gpu.cfg.generation, gpu.trace.is_some());
+    if eu == vgpu_hwif::proto::engine::COMPUTE {
+        cp.set_compute_units(gpu.cfg.compute_units as usize);
+        cp.set_jit(gpu.cfg.jit);
+    }
+    cp.set_sanitizer(gpu.sanitizer.clone());
+    cp.record = gpu.record.get().cloned();
+    cp
 }
 
 /// Marks engine `e` dead when its thread ends (normally or by a panic),
@@ -583,14 +689,14 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
         return;
     }
     let eu = e as u32;
-    let mut cp = CommandProcessor::new(eu, gpu.cfg.generation, gpu.trace.is_some());
-    if eu == vgpu_hwif::proto::engine::COMPUTE {
-        cp.set_compute_units(gpu.cfg.compute_units as usize);
-    }
+    let mut cp = new_command_processor(&gpu, e);
     let mut st = gpu.lock();
     loop {
         if gpu.shutdown.load(Ordering::Acquire) {
             break;
+        }
+        if cp.record.is_none() {
+            cp.record = gpu.record.get().cloned();
         }
         if let Some(a) = gpu.attention.get(e) {
             a.store(false, Ordering::Release);
@@ -598,8 +704,9 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
         serve_requests(&gpu, &mut st, eu, &mut cp);
         prune_dispatches(&st, eu, &mut cp);
         let mem = gpu.memory();
-        let mut events = Vec::new();
+        let (san_wait, mut events) = hooks::before_take_doorbells(&gpu, &mut st, eu);
         take_doorbells(&mut st, eu, &mut events);
+        hooks::after_take_doorbells(&gpu, &mut st, eu);
         flush_status(&mut st, eu, gpu.cfg.va_bits, &mut cp, &mem, &mut events);
         for ev in events {
             gpu.post(ev);
@@ -617,12 +724,16 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
                     e,
                     deadline: now + gpu.cfg.time_slice,
                 };
-                let out = cp.run_slice(&host, &mem, &mut job);
+                let out = run_slice_contained(&gpu, e, &mut cp, &host, &mem, &mut job);
                 // The slice's records reach the trace before its status
                 // block and events can tell anyone the slice is over.
                 flush_trace(&gpu, &mut cp);
                 st = gpu.lock();
-                let events = retire(&gpu, &mut st, &mut cp, &mem, job, out);
+                let (ctx, end) = (job.ctx, out.end);
+                let mut events = retire(&gpu, &mut st, &mut cp, &mem, job, out);
+                events.extend(hooks::after_retire(&gpu, &mut st, ctx, eu, &end));
+                // A stopped ring is captured before its event goes out.
+                super::capture::on_retire(&gpu, &st, &cp, &mem, &job, &end, &events);
                 flush_trace(&gpu, &mut cp);
                 for ev in events {
                     gpu.post(ev);
@@ -634,6 +745,9 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
                         .is_some_and(|r| matches!(r.state, RingState::SemWait { .. }))
                 });
                 let timeout = if waiting { gpu.cfg.sem_poll } else { IDLE_WAIT };
+                // A doorbell the sanitizer holds back is taken when it is
+                // old enough.
+                let timeout = san_wait.map_or(timeout, |ns| timeout.min(Duration::from_nanos(ns)));
                 let Some(cv) = gpu.wake.get(e) else { break };
                 st = cv
                     .wait_timeout(st, timeout)

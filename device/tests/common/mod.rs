@@ -582,8 +582,20 @@ pub fn rig(generation: u32, mib: usize) -> Rig {
     )
 }
 
-/// Starts a rig for a device configured as `config`.
+/// The kernel engine the tests run with: `VGPU_JIT=off|on|auto` (default
+/// auto), so the same tests cover the interpreter and the JIT
+/// (`VGPU_JIT=off cargo test -p vgpu-device --test compute`).
+pub fn jit_from_env() -> vgpu_device::config::JitMode {
+    match std::env::var("VGPU_JIT") {
+        Ok(v) => v.parse().unwrap_or_else(|e| panic!("VGPU_JIT: {e}")),
+        Err(_) => vgpu_device::config::JitMode::Auto,
+    }
+}
+
+/// Starts a rig for a device configured as `config` (kernel engine from
+/// [`jit_from_env`]).
 pub fn rig_with(config: DeviceConfig, mib: usize) -> Rig {
+    let config = config.with_jit(jit_from_env());
     let mem = guest_memory_of(mib << 20);
     let t = VhostTransport::start(config, &mem);
     let size = ((mib as u64) << 20) - (GPU_ALLOC_BASE - GUEST_BASE);

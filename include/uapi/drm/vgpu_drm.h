@@ -11,6 +11,15 @@
  * Rules: every struct is made of fixed-width fields, naturally aligned,
  * with explicit padding that must be zero; ioctl numbers are enum members
  * (bindgen does not evaluate function-like macros).
+ *
+ * Building a userspace program against it: the header includes "drm.h"
+ * (DRM_IOWR, DRM_COMMAND_BASE, the __u32/__u64 types, DRM_IOCTL_GEM_CLOSE
+ * to close a handle), the kernel's DRM uAPI
+ * header as libdrm installs it in /usr/include/libdrm (Debian: libdrm-dev),
+ * so both directories go on the include path:
+ *     gcc -I include/uapi/drm -I /usr/include/libdrm prog.c
+ * (images/build compiles the C programs of guest-umd/c this way, see
+ * docs/guest-image.md).
  */
 #ifndef __VGPU_DRM_H__
 #define __VGPU_DRM_H__
@@ -86,6 +95,12 @@ struct drm_vgpu_ping {
  *
  * Fences are (context, engine, seqno) triples waited for with WAIT, and can
  * be exported as sync_file fds with FENCE_EXPORT.
+ *
+ * The render node also supports the generic DRM sync objects (binary and
+ * timeline: DRM_IOCTL_SYNCOBJ_*), which SUBMIT and VM_BIND_OPS take as
+ * inputs and outputs, and PRIME (DRM_IOCTL_PRIME_HANDLE_TO_FD and
+ * FD_TO_HANDLE): a BO exported as a dma-buf fd and imported by another file
+ * of this device is the same BO, mappable in both VMs.
  */
 
 /* DRM_VGPU_GEM_CREATE flags. */
@@ -171,6 +186,86 @@ struct drm_vgpu_vm_unbind {
 	__u64 size;
 };
 
+/* VM_BIND_OPS operations. */
+#define VGPU_VM_OP_MAP               1
+#define VGPU_VM_OP_UNMAP             2
+
+/**
+ * struct drm_vgpu_vm_op - one operation of a VM_BIND_OPS
+ * @op:        VGPU_VM_OP_MAP or VGPU_VM_OP_UNMAP (EINVAL otherwise).
+ * @flags:     MAP: VGPU_VM_BIND_* permissions (at least one); UNMAP: zero.
+ * @handle:    MAP: the BO (ENOENT otherwise); UNMAP: zero.
+ * @pad:       zero.
+ * @bo_offset: MAP: offset into the BO, 4 KiB aligned; UNMAP: zero.
+ * @va:        GPU VA, 4 KiB aligned, in [VA_START, VA_END).
+ * @size:      bytes, 4 KiB aligned, non-zero, within the user VA range (and
+ *             for MAP within the BO).
+ *
+ * MAP maps the range, replacing whatever was mapped there: mappings that
+ * overlap it are split, and their parts outside the range stay mapped.
+ * UNMAP unmaps whatever is mapped in the range, splitting the mappings that
+ * straddle its ends; parts of the range with no mapping are skipped. A split
+ * keeps the pages outside the range exactly where they were (2 MiB pages
+ * that straddle the cut become 4 KiB pages).
+ */
+struct drm_vgpu_vm_op {
+	__u32 op;
+	__u32 flags;
+	__u32 handle;
+	__u32 pad;
+	__u64 bo_offset;
+	__u64 va;
+	__u64 size;
+};
+
+/* Operations per VM_BIND_OPS, and sync objects (in, and out) per call. */
+#define VGPU_VM_BIND_MAX_OPS         256
+#define VGPU_VM_BIND_MAX_SYNCS       64
+
+/**
+ * struct drm_vgpu_vm_bind_ops - map and unmap several ranges, in order,
+ *                               optionally after input fences
+ * @ops:           in, user pointer to @num_ops struct drm_vgpu_vm_op.
+ * @num_ops:       in, 1..VGPU_VM_BIND_MAX_OPS (EINVAL otherwise).
+ * @flags:         in, zero.
+ * @in_syncs:      in, user pointer to @num_in_syncs struct drm_vgpu_sync.
+ * @out_syncs:     in, user pointer to @num_out_syncs struct drm_vgpu_sync.
+ * @num_in_syncs:  in, 0..VGPU_VM_BIND_MAX_SYNCS (EINVAL otherwise).
+ * @num_out_syncs: in, 0..VGPU_VM_BIND_MAX_SYNCS (EINVAL otherwise).
+ *
+ * The operations run in order as one bind job of the file's VM. Every
+ * argument is checked and every BO looked up (and its pages pinned) before
+ * the call returns: EINVAL, ENOENT, EFAULT, ENOMEM, EIO (a bad BO) come from
+ * the call itself. With no in_syncs and no earlier bind job still queued,
+ * the job runs in the call: when it returns the page tables are written and
+ * the TLBs invalidated, and its errors are the call's (ENOSPC: more than
+ * 4096 mappings; ENOMEM: page-table pool exhausted; EIO: a TLB invalidation
+ * failed, the unmapped pages then stay referenced until the file closes;
+ * the operations before the failing one stay applied). Otherwise the job
+ * waits in the VM's bind queue (jobs run in submission order) until its
+ * in_syncs signalled, and the call returns at once; such a job's errors are
+ * its fence's.
+ *
+ * The out_syncs get the bind job's fence, which signals once the page
+ * tables are written and the TLBs invalidated (so a job waiting on it sees
+ * the new mappings and never the old ones), with the errno of a failed
+ * operation. An unmap that waits on the out-fence of the last job using the
+ * range is thereby ordered after that job by the GPU, with no CPU wait.
+ *
+ * VM_BIND and VM_UNBIND keep their own rules (EEXIST on overlap, exact
+ * matches) and run at once; while a bind job waits in the queue they fail
+ * with EBUSY, so that the VM's changes stay in submission order.
+ */
+struct drm_vgpu_vm_bind_ops {
+	__u64 ops;
+	__u32 num_ops;
+	__u32 flags;
+	__u64 in_syncs;
+	__u64 out_syncs;
+	__u32 num_in_syncs;
+	__u32 num_out_syncs;
+};
+
 /* Context priorities (VGPU_PARAM-independent; the device schedules higher
  * priorities first). */
 #define VGPU_CTX_PRIORITY_LOW        0
@@ -230,12 +325,46 @@ struct drm_vgpu_ctx_destroy {
 #define VGPU_CTX_STATE_ERRORED       (1u << 0) /* stopped by a fault or error: submits fail with EIO */
 #define VGPU_CTX_STATE_BANNED        (1u << 1) /* too many hangs: submits fail with EIO */
 #define VGPU_CTX_STATE_FAULTED       (1u << 2) /* fault_va/fault_access describe a GPU fault */
+#define VGPU_CTX_STATE_DEVICE_LOST   (1u << 3) /* the device stopped answering: every call fails with EIO */
 
 /* CTX_QUERY fault_access (hwif mmu::Access). */
 #define VGPU_ACCESS_READ             1
 #define VGPU_ACCESS_WRITE            2
 #define VGPU_ACCESS_EXECUTE          3
 #define VGPU_ACCESS_ATOMIC           4
+
+/* CTX_QUERY fault_reason (hwif mmu::FaultReason; the name after the prefix
+ * is the one messages print). */
+#define VGPU_FAULT_REASON_NONE          0
+#define VGPU_FAULT_REASON_NOT_PRESENT   1 /* the entry's valid bit is clear */
+#define VGPU_FAULT_REASON_PERMISSION    2 /* the leaf lacks the access's permission */
+#define VGPU_FAULT_REASON_MALFORMED     3 /* reserved bits, a bad huge page, a cycle */
+#define VGPU_FAULT_REASON_OUT_OF_RANGE  4 /* VA bits above the device's width */
+#define VGPU_FAULT_REASON_BAD_PHYSICAL  5 /* a table or page outside guest RAM */
+
+/* CTX_QUERY engine_error (hwif packet::EngineError, docs/hardware.md section
+ * 8; the name after the prefix is the one messages print). */
+#define VGPU_ENGINE_ERROR_NONE               0
+#define VGPU_ENGINE_ERROR_BAD_HEADER         1 /* marker or flags wrong, or length 0 */
+#define VGPU_ENGINE_ERROR_BAD_OPCODE         2 /* unknown opcode */
+#define VGPU_ENGINE_ERROR_BAD_LENGTH         3 /* length wrong for the opcode */
+#define VGPU_ENGINE_ERROR_MISALIGNED         4 /* packet or operand misaligned */
+#define VGPU_ENGINE_ERROR_WRONG_ENGINE       5 /* a copy packet on compute, DISPATCH on copy */
+#define VGPU_ENGINE_ERROR_BAD_OPERAND        6 /* an operand out of range */
+#define VGPU_ENGINE_ERROR_INDIRECT_DEPTH     7 /* command buffers nested too deep */
+#define VGPU_ENGINE_ERROR_RING_OVERFLOW      8 /* doorbell more than a ring ahead */
+#define VGPU_ENGINE_ERROR_BAD_POINTER        9 /* doorbell misaligned or backwards */
+#define VGPU_ENGINE_ERROR_TRUNCATED          10 /* packet past the write pointer or buffer end */
+#define VGPU_ENGINE_ERROR_UNSUPPORTED        11 /* reserved opcode */
+#define VGPU_ENGINE_ERROR_TRAP               12 /* a kernel executed trap */
+#define VGPU_ENGINE_ERROR_PAGE_FAULT         13 /* a fault stopped the ring */
+#define VGPU_ENGINE_ERROR_ECC_UNCORRECTABLE  14 /* a read touched a poisoned page */
+#define VGPU_ENGINE_ERROR_INTERNAL           15 /* the device failed internally (a device bug) */
+#define VGPU_ENGINE_ERROR_SANITIZER          16 /* the device's sanitizer stopped the ring */
+
+/* CTX_QUERY error_cmd_index when the packet is the KMD's own (in the ring:
+ * a SEM_WAIT for an input fence, an INDIRECT, the job's FENCE). */
+#define VGPU_CMD_INDEX_NONE          0xffffffffu
 
 /**
  * struct drm_vgpu_ctx_query - a context's robustness state
@@ -247,8 +376,27 @@ struct drm_vgpu_ctx_destroy {
  * @fault_reason:  out, hwif mmu::FaultReason of that fault (0: none).
  * @hangs:         out, hangs this context caused.
  * @faults:        out, GPU page faults (served and unrecoverable).
- * @engine_error:  out, hwif packet::EngineError number of the first engine
- *                 error that stopped the context (0: none); ignored on input.
+ * @engine_error:  out, VGPU_ENGINE_ERROR_* of the first engine error that
+ *                 stopped the context (0: none); ignored on input.
+ *
+ * Where the first error (engine error or unrecoverable fault) happened, all
+ * out, zero when there was none:
+ * @error_packet_va:  GPU VA of the packet the engine was executing.
+ * @error_seqno:      the SUBMIT (its fence seqno) whose job held the packet,
+ *                    0 if unknown.
+ * @error_header:     the packet's header word (0 if none was read).
+ * @error_engine:     VGPU_ENGINE_* of the ring.
+ * @error_cmd_index:  index in that SUBMIT's command buffers of the one
+ *                    holding the packet; VGPU_CMD_INDEX_NONE for a packet
+ *                    the KMD wrote in the ring.
+ * @error_cmd_offset: byte offset of the packet in that command buffer (for
+ *                    a packet in a buffer it called, of the INDIRECT there
+ *                    that leads to it).
+ * @error_depth:      0: a KMD packet in the ring; 1: a packet of the
+ *                    submitted command buffer; 2 and up: nested buffers.
+ * @san_reports:      sanitizer reports about this context (vgpu-device
+ *                    --sanitize; 0 otherwise).
+ * @san_last_seq:     the latest one's number, for SAN_REPORT.
  */
 struct drm_vgpu_ctx_query {
 	__u32 ctx_id;
@@ -260,6 +408,15 @@ struct drm_vgpu_ctx_query {
 	__u32 hangs;
 	__u32 faults;
 	__u32 engine_error;
+	__u64 error_packet_va;
+	__u64 error_seqno;
+	__u32 error_header;
+	__u32 error_engine;
+	__u32 error_cmd_index;
+	__u32 error_cmd_offset;
+	__u32 error_depth;
+	__u32 san_reports;
+	__u64 san_last_seq;
 };
 
 /**
@@ -289,17 +446,66 @@ struct drm_vgpu_cmd {
 /* Submission limits. */
 #define VGPU_SUBMIT_MAX_CMDS         64
 #define VGPU_SUBMIT_MAX_IN_FENCES    64
-#define VGPU_CTX_MAX_PENDING         256 /* unsignalled jobs per context */
+/* Unsignalled jobs per (context, engine): waiting in the KMD's queue or on
+ * the ring. */
+#define VGPU_CTX_MAX_PENDING         2048
+#define VGPU_SUBMIT_MAX_SYNCS        64  /* in_syncs, and out_syncs, per SUBMIT */
+#define VGPU_SUBMIT_MAX_BOS          64  /* implicit-sync BOs per SUBMIT */
 
 /* SUBMIT flags. */
-/* When the ring has no room, or the context has VGPU_CTX_MAX_PENDING jobs
- * pending, fail with EBUSY instead of EAGAIN (for callers that treat the two
- * differently; neither blocks). */
+/* When the queue holds VGPU_CTX_MAX_PENDING jobs, fail with EBUSY instead of
+ * EAGAIN (for callers that treat the two differently; neither blocks). */
 #define VGPU_SUBMIT_BUSY_IS_EBUSY    (1u << 0)
 #define VGPU_SUBMIT_FLAGS            VGPU_SUBMIT_BUSY_IS_EBUSY
 
 /**
- * struct drm_vgpu_submit - queue command buffers on a context's engine ring
+ * struct drm_vgpu_sync - a DRM sync object as an input or an output
+ * @handle: a syncobj handle of this file (DRM_IOCTL_SYNCOBJ_CREATE, or
+ *          imported with DRM_IOCTL_SYNCOBJ_FD_TO_HANDLE, a sync_file
+ *          included); ENOENT otherwise.
+ * @flags:  zero.
+ * @point:  0 for a binary syncobj; a timeline point otherwise.
+ *
+ * As an input, the fence at @point (for 0: the syncobj's current fence)
+ * must exist when the call is made: EINVAL otherwise (a syncobj with no
+ * fence, or a timeline point not yet submitted). Any dma_fence will do:
+ * another file's job, another process's, another driver's, a sync_file's.
+ * As an output, @point 0 replaces the syncobj's fence with the job's;
+ * a timeline point adds the job's fence at @point (points must grow, as
+ * DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL requires).
+ */
+struct drm_vgpu_sync {
+	__u32 handle;
+	__u32 flags;
+	__u64 point;
+};
+
+/* drm_vgpu_submit_bo flags: how the job uses the BO. */
+#define VGPU_SUBMIT_BO_READ          (1u << 0)
+#define VGPU_SUBMIT_BO_WRITE         (1u << 1)
+#define VGPU_SUBMIT_BO_FLAGS         (VGPU_SUBMIT_BO_READ | VGPU_SUBMIT_BO_WRITE)
+
+/**
+ * struct drm_vgpu_submit_bo - a BO the job accesses, for implicit sync
+ * @handle: a GEM handle of this file (ENOENT otherwise).
+ * @flags:  VGPU_SUBMIT_BO_READ and/or VGPU_SUBMIT_BO_WRITE (at least one;
+ *          EINVAL otherwise).
+ *
+ * Implicit synchronisation, for BOs shared through dma-buf with someone who
+ * relies on it (poll(2) on the dma-buf, DMA_BUF_IOCTL_EXPORT_SYNC_FILE,
+ * another driver): the job waits for the fences in the BO's reservation
+ * object (the writers' for a read; every fence for a write), and its own
+ * fence is added to the reservation (as a writer with WRITE, else as a
+ * reader). The BO must still be mapped for the job to reach it: the list
+ * only orders.
+ */
+struct drm_vgpu_submit_bo {
+	__u32 handle;
+	__u32 flags;
+};
+
+/**
+ * struct drm_vgpu_submit - queue command buffers on a context's engine
  * @ctx_id:        in.
  * @engine:        in, one of the context's engines (EINVAL otherwise).
  * @cmds:          in, user pointer to @num_cmds struct drm_vgpu_cmd.
@@ -313,10 +519,33 @@ struct drm_vgpu_cmd {
  * @flags:         in, VGPU_SUBMIT_*.
  * @pad:           zero.
  * @seqno:         out, the job's fence on (ctx_id, engine).
+ * @in_syncs:      in, user pointer to @num_in_syncs struct drm_vgpu_sync:
+ *                 the job waits in the KMD's queue until all of their fences
+ *                 signalled (one that signalled with an error counts as
+ *                 signalled).
+ * @out_syncs:     in, user pointer to @num_out_syncs struct drm_vgpu_sync:
+ *                 each gets the job's fence, which signals when the job
+ *                 completes, with -EIO when it fails (fault, hang, reset,
+ *                 device lost) and -ECANCELED when it is cancelled (context
+ *                 destroyed, file closed, device removed).
+ * @num_in_syncs:  in, 0..VGPU_SUBMIT_MAX_SYNCS (EINVAL otherwise).
+ * @num_out_syncs: in, 0..VGPU_SUBMIT_MAX_SYNCS (EINVAL otherwise).
+ * @bos:           in, user pointer to @num_bos struct drm_vgpu_submit_bo
+ *                 (implicit synchronisation).
+ * @num_bos:       in, 0..VGPU_SUBMIT_MAX_BOS (EINVAL otherwise).
+ * @pad2:          zero.
  *
- * Command buffers not inside a READ|EXEC mapping: EINVAL. The context is
- * errored or banned: EIO. Ring full or too many pending jobs: EAGAIN (EBUSY
- * with VGPU_SUBMIT_BUSY_IS_EBUSY); retry after waiting on an earlier fence.
+ * The job goes into the KMD's queue of (ctx_id, engine), in submission
+ * order: it is written to the ring when its in_syncs and BO fences have
+ * signalled, every earlier job of the queue is on the ring, and the ring
+ * has room; the ioctl never waits for any of that. Command buffers not
+ * inside a READ|EXEC mapping: EINVAL. The context is errored or banned:
+ * EIO. VGPU_CTX_MAX_PENDING unsignalled jobs on (ctx_id, engine): EAGAIN
+ * (EBUSY with VGPU_SUBMIT_BUSY_IS_EBUSY); retry after waiting on an earlier
+ * fence. A full ring is not an error: the job waits in the queue.
+ *
+ * Userspace built for the first version of this struct (up to @seqno)
+ * still works: the fields after it read as zero.
  */
 struct drm_vgpu_submit {
 	__u32 ctx_id;
@@ -328,6 +557,13 @@ struct drm_vgpu_submit {
 	__u32 flags;
 	__u32 pad;
 	__u64 seqno;
+	__u64 in_syncs;
+	__u64 out_syncs;
+	__u32 num_in_syncs;
+	__u32 num_out_syncs;
+	__u64 bos;
+	__u32 num_bos;
+	__u32 pad2;
 };
 
 /* WAIT flags. */
@@ -438,6 +674,19 @@ struct drm_vgpu_counters {
  * @submitted:    last seqno submitted per engine (0: none).
  * @completed:    last seqno signalled per engine.
  * @counters:     the device's counters for this context.
+ * @engine_error: VGPU_ENGINE_ERROR_* of the first engine error (0: none).
+ * @error_engine: VGPU_ENGINE_* of the first error's ring.
+ * @error_header: the header word of the packet the first error (engine
+ *                error or unrecoverable fault) stopped at (0: none read).
+ * @error_cmd_index:  which command buffer of its SUBMIT held the packet
+ *                    (VGPU_CMD_INDEX_NONE: a KMD packet in the ring).
+ * @error_packet_va:  GPU VA of that packet (0: no error).
+ * @error_seqno:      the SUBMIT (its fence seqno) that held it (0: unknown).
+ * @error_cmd_offset: its byte offset in that command buffer.
+ * @san_reports:      device sanitizer reports about this context.
+ *
+ * The error_* fields are those of CTX_QUERY, for tools that see every
+ * file's contexts (vgpu-smi).
  */
 struct drm_vgpu_ctx_stats {
 	__u32 ctx_id;
@@ -452,6 +701,14 @@ struct drm_vgpu_ctx_stats {
 	__u64 submitted[VGPU_STATS_ENGINES];
 	__u64 completed[VGPU_STATS_ENGINES];
 	struct drm_vgpu_counters counters;
+	__u32 engine_error;
+	__u32 error_engine;
+	__u32 error_header;
+	__u32 error_cmd_index;
+	__u64 error_packet_va;
+	__u64 error_seqno;
+	__u32 error_cmd_offset;
+	__u32 san_reports;
 };
 
 /* Largest context array a QUERY_STATS fills. */
@@ -477,6 +734,15 @@ struct drm_vgpu_ctx_stats {
  *                 drm_vgpu_ctx_stats (may be 0 when @num_contexts is 0).
  * @flags:         in, zero.
  * @pad:           zero.
+ * @mem_limit:     out, the device-wide GEM limit in bytes (module parameter
+ *                 gem_limit_mib; GEM_CREATE past it fails with ENOMEM).
+ * @file_mem_limit: out, the per-file GEM limit in bytes (file_gem_limit_mib;
+ *                 GEM_CREATE past it fails with ENOSPC).
+ * @mem_refused:   out, GEM_CREATE calls refused at one of the limits.
+ * @retired_pages: out, guest-physical pages the driver retired after an
+ *                 uncorrectable memory (ECC) error: never used again.
+ * @lost:          out, 1 when the device stopped answering and the driver
+ *                 declared it lost (every call then fails with EIO).
  *
  * Contexts of every file are listed, so a status tool sees the whole GPU.
  * Counters come from the device (QUERY_STATS control commands); a device
@@ -498,6 +764,111 @@ struct drm_vgpu_query_stats {
 	__u64 contexts;
 	__u32 flags;
 	__u32 pad;
+	__u64 mem_limit;
+	__u64 file_mem_limit;
+	__u64 mem_refused;
+	__u32 retired_pages;
+	__u32 lost;
+};
+
+/*
+ * The device-side driver sanitizer (vgpu-device --sanitize, docs/sanitizer.md):
+ * the device checks the driver's side of the hardware contract and reports
+ * each mistake; the KMD prints them (dmesg), keeps the last ones (debugfs
+ * "sanitizer") and gives a context's reports to its file.
+ */
+
+/* Checks: the number in reports; the name is SAN- and the rest with '-' for
+ * '_' (VGPU_SAN_RING_UNPUBLISHED is SAN-RING-UNPUBLISHED). */
+#define VGPU_SAN_RING_UNPUBLISHED     1 /* ring words changed after their doorbell */
+#define VGPU_SAN_RING_INDEX           2 /* a bad write pointer */
+#define VGPU_SAN_TLB_STALE            3 /* a TLB hit on a changed entry, no invalidation */
+#define VGPU_SAN_TLB_INV_ORDER        4 /* a page reused before its invalidation */
+#define VGPU_SAN_CMDBUF_UNMAPPED      5 /* a command buffer unmapped while executing */
+#define VGPU_SAN_FENCE_REGRESS        6 /* a fence slot written with a smaller value */
+#define VGPU_SAN_FENCE_WRAP           7 /* fence seqnos wrapped or about to */
+#define VGPU_SAN_XENGINE_HAZARD       8 /* copy and compute unordered on the same bytes */
+#define VGPU_SAN_WAIT_UNSATISFIABLE   9 /* a SEM_WAIT nothing queued can satisfy */
+#define VGPU_SAN_DMA_UNOWNED          10 /* an access to memory the KMD did not declare */
+#define VGPU_SAN_TEARDOWN             11 /* doorbells on dead rings, busy destroys, starved events */
+
+/* Report flags (drm_vgpu_san_record.flags; bits 8..15: the check's sub-kind). */
+#define VGPU_SAN_FLAG_STOPPED        (1u << 0) /* the ring was stopped (stop mode) */
+#define VGPU_SAN_FLAG_PRIOR          (1u << 1) /* the prior_* fields are valid */
+#define VGPU_SAN_FLAG_PACKET         (1u << 2) /* the packet words are valid */
+#define VGPU_SAN_PACKET_WORDS        15
+#define VGPU_SAN_HISTORY             8
+
+/**
+ * struct drm_vgpu_san_record - one sanitizer report (hwif SanReport)
+ * @check:           VGPU_SAN_*.
+ * @flags:           VGPU_SAN_FLAG_*, and the sub-kind << 8.
+ * @seq:             the report's number (device-wide, from 1).
+ * @time_ns:         device time of the finding.
+ * @ctx_id:          the context's id as this file knows it.
+ * @engine:          VGPU_ENGINE_* (0xffffffff: none).
+ * @rptr:            ring read pointer of the ring-level packet.
+ * @depth:           indirect depth of the packet (0: the ring).
+ * @packet_va:       GPU VA of the packet (0: none).
+ * @cmd_offset:      the packet's offset in the ring (depth 0) or in the
+ *                   command buffer the ring called.
+ * @packet_len:      valid words in @packet.
+ * @packet:          the packet's words as the engine fetched them.
+ * @access:          VGPU_ACCESS_* of the access (0: none).
+ * @va, @size, @pa:  what it accessed (GPU VA, bytes, guest-physical).
+ * @prior_ctx:       the conflicting earlier access's context, as this file
+ *                   knows it (0: another file's, or none).
+ * @prior_engine:    its engine.
+ * @prior_packet_va: its packet.
+ * @prior_header:    its packet's header word.
+ * @prior_access:    its VGPU_ACCESS_*.
+ * @prior_time_ns:   when (device time).
+ * @detail:          check-specific values (docs/sanitizer.md).
+ * @history:         the ring's last doorbells (VGPU_SAN_RING_INDEX).
+ */
+struct drm_vgpu_san_record {
+	__u32 check;
+	__u32 flags;
+	__u64 seq;
+	__u64 time_ns;
+	__u32 ctx_id;
+	__u32 engine;
+	__u32 rptr;
+	__u32 depth;
+	__u64 packet_va;
+	__u32 cmd_offset;
+	__u32 packet_len;
+	__u32 packet[VGPU_SAN_PACKET_WORDS];
+	__u32 access;
+	__u64 va;
+	__u64 size;
+	__u64 pa;
+	__u32 prior_ctx;
+	__u32 prior_engine;
+	__u64 prior_packet_va;
+	__u32 prior_header;
+	__u32 prior_access;
+	__u64 prior_time_ns;
+	__u64 detail[4];
+	__u32 history[VGPU_SAN_HISTORY];
+};
+
+/**
+ * struct drm_vgpu_san_report - a sanitizer report about one of the file's
+ * contexts
+ * @ctx_id:    in, the context (ENOENT if the file has none by that id).
+ * @pad:       zero.
+ * @after_seq: in, the oldest report numbered above this is returned
+ *             (0: the oldest the KMD keeps); ENODATA if there is none.
+ * @report:    out.
+ *
+ * The KMD keeps the last 64 reports of the device; older ones are gone.
+ */
+struct drm_vgpu_san_report {
+	__u32 ctx_id;
+	__u32 pad;
+	__u64 after_seq;
+	struct drm_vgpu_san_record report;
 };
 
 #define DRM_VGPU_GET_PARAM      0x00
@@ -513,6 +884,8 @@ struct drm_vgpu_query_stats {
 #define DRM_VGPU_WAIT           0x0a
 #define DRM_VGPU_QUERY_STATS    0x0b
 #define DRM_VGPU_FENCE_EXPORT   0x0c
+#define DRM_VGPU_VM_BIND_OPS    0x0d
+#define DRM_VGPU_SAN_REPORT     0x0e
 
 /* Note: enum members, not #defines, so that bindgen can resolve them. */
 enum {
@@ -542,6 +915,10 @@ enum {
 					      struct drm_vgpu_query_stats),
 	DRM_IOCTL_VGPU_FENCE_EXPORT = DRM_IOWR(DRM_COMMAND_BASE + DRM_VGPU_FENCE_EXPORT,
 					       struct drm_vgpu_fence_export),
+	DRM_IOCTL_VGPU_VM_BIND_OPS = DRM_IOW(DRM_COMMAND_BASE + DRM_VGPU_VM_BIND_OPS,
+					     struct drm_vgpu_vm_bind_ops),
+	DRM_IOCTL_VGPU_SAN_REPORT = DRM_IOWR(DRM_COMMAND_BASE + DRM_VGPU_SAN_REPORT,
+					     struct drm_vgpu_san_report),
 };
 
 #if defined(__cplusplus)

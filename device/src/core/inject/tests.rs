@@ -757,3 +757,64 @@ fn control_socket_protocol() {
     assert!(ask("disarm 1").starts_with("{\"ok\":false"));
     assert!(ask("status").contains("\"armed\":[]"));
 }
+
+/// Times in a specification are milliseconds; their conversion to device
+/// nanoseconds saturates instead of overflowing in the engine thread.
+#[test]
+fn huge_times_in_a_spec_saturate() {
+    // Not before the end of time: the fault never fires, the work runs.
+    let mut r = rig(&["hang:at_ms=18446744073709551615"]);
+    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 1)])
+        .unwrap();
+    assert_eq!(fences(&events(&mut r.d)), vec![1]);
+    assert!(injected(&r.gpu).is_empty());
+    // Held for as long as the clock goes: the engine stays alive and
+    // holds the packet (a reset would end the hold).
+    let mut r = rig(&["throttle:delay_ms=18446744073709551615"]);
+    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 2)])
+        .unwrap();
+    assert_eq!(fences(&events(&mut r.d)), Vec::<u64>::new());
+    assert_eq!(injected(&r.gpu).len(), 1);
+    assert!(r.gpu.alive[engine::COPY as usize].load(std::sync::atomic::Ordering::Acquire));
+}
+
+#[test]
+fn the_control_socket_captures_a_context_on_demand_and_saves_it() {
+    let mut r = rig(&[]);
+    r.d.submit(&mut r.c, engine::COPY, &[fence(DATA, 1)])
+        .unwrap();
+    let _ = events(&mut r.d);
+    let reply = crate::inject_ctl::handle_line(&r.gpu, "capture 1 0");
+    assert!(
+        reply.starts_with("{\"ok\":true,\"id\":1,\"size\":"),
+        "{reply}"
+    );
+    let list = crate::inject_ctl::handle_line(&r.gpu, "captures");
+    assert!(
+        list.contains("{\"id\":1,\"ctx\":1,\"engine\":0,\"reason\":\"on-demand\","),
+        "{list}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cap.bin");
+    let saved =
+        crate::inject_ctl::handle_line(&r.gpu, &format!("capture-save 0 {}", path.display()));
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(saved, format!("{{\"ok\":true,\"size\":{}}}", bytes.len()));
+    assert_eq!(
+        bytes.get(..8),
+        Some(&vgpu_hwif::capture::MAGIC.to_le_bytes()[..])
+    );
+    for bad in [
+        "capture",
+        "capture 9 0",
+        "capture 1 7",
+        "capture-save 5 /tmp/x",
+        "capture-save 0",
+    ] {
+        let reply = crate::inject_ctl::handle_line(&r.gpu, bad);
+        assert!(
+            reply.starts_with("{\"ok\":false,\"error\":"),
+            "{bad}: {reply}"
+        );
+    }
+}

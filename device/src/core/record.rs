@@ -1,0 +1,499 @@
+//! Record mode: every guest-to-device input of a session in one file, so
+//! that the session can run again host-side without a VM
+//! (`vgpu-replay --record FILE`).
+//!
+//! # What is recorded
+//!
+//! * the device's configuration and the guest memory map it was handed;
+//! * every control command with its time, the room of its reply buffer and
+//!   how many packets each engine had started by then; its reply (compared
+//!   on replay);
+//! * the guest memory the engines read: whenever an engine translates a
+//!   page for reading (ring fetches, command buffers, copy sources, kernel
+//!   modules and arguments, kernel global memory, semaphores) or walks a
+//!   page-table page, the 4 KiB page is logged if its contents differ from
+//!   the last version logged for that engine, tagged with the engine, the number of packets
+//!   that engine had started and the how-many-th read of that page it is
+//!   within that packet;
+//! * every event record delivered to the driver (compared on replay), and
+//!   virtio resets.
+//!
+//! On replay ([`Recorder::replaying`]) the same tap runs in reverse: before
+//! the engine reads a page the n-th time within a packet, the version
+//! recorded for that read is written into the replay's memory. Engine
+//! writes are not logged: the replay makes them itself.
+//!
+//! # Format (version 1, little-endian)
+//!
+//! A file is the 8 bytes `VGPUREC1`, a `u32` version and a `u32` zero, then
+//! entries. Each entry is a 24-byte header — `u16` kind, `u16` engine
+//! (0xffff: none), `u32` payload length, `u64` device time in ns, `u64` tag
+//! (packets the engine had started) — and its payload:
+//!
+//! | kind | payload |
+//! |---|---|
+//! | 1 `CONFIG` | UTF-8 `key=value` lines: `generation`, `compute_units`, `jit`, `inject_seed`, one `inject` per fault armed at startup |
+//! | 2 `MEMORY_MAP` | per region: `u64` guest-physical base, `u64` size |
+//! | 3 `COMMAND` | `u64` copy packets started, `u64` compute packets started, `u32` reply room, the command bytes |
+//! | 4 `REPLY` | the reply bytes of the command before |
+//! | 5 `PAGE` | `u64` guest-physical page address, `u32` read index within the tag, 4096 bytes |
+//! | 6 `EVENT` | the 64-byte event record delivered |
+//! | 7 `RESET` | none (virtio reset) |
+//! | 8 `CONTROL` | a request line of the fault-injection control socket |
+//!
+//! Readers skip unknown kinds; a new field or a changed meaning bumps the
+//! version.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryRegion};
+
+use super::gpu::ENGINES;
+use super::mmu::Mem;
+
+/// The file's first eight bytes.
+pub const MAGIC: [u8; 8] = *b"VGPUREC1";
+/// Format version.
+pub const VERSION: u32 = 1;
+/// Size of an entry header.
+pub const ENTRY_HEADER: usize = 24;
+/// Page size of `PAGE` entries.
+pub const PAGE: usize = 4096;
+/// `engine` of entries not tied to one.
+pub const NO_ENGINE: u16 = 0xffff;
+
+/// Entry kinds.
+pub mod kind {
+    /// Device configuration.
+    pub const CONFIG: u16 = 1;
+    /// Guest memory map.
+    pub const MEMORY_MAP: u16 = 2;
+    /// A control command.
+    pub const COMMAND: u16 = 3;
+    /// Its reply.
+    pub const REPLY: u16 = 4;
+    /// A page an engine read.
+    pub const PAGE: u16 = 5;
+    /// An event record delivered.
+    pub const EVENT: u16 = 6;
+    /// A virtio reset.
+    pub const RESET: u16 = 7;
+    /// A fault-injection control request.
+    pub const CONTROL: u16 = 8;
+}
+
+/// One entry of a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// A [`kind`].
+    pub kind: u16,
+    /// Engine, or [`NO_ENGINE`].
+    pub engine: u16,
+    /// Device time (ns).
+    pub time_ns: u64,
+    /// Packets the engine had started.
+    pub tag: u64,
+    /// Payload.
+    pub payload: Vec<u8>,
+}
+
+/// Errors reading a record.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// Not a record file.
+    #[error("not a vgpu record (bad magic)")]
+    Magic,
+    /// A version this build does not read.
+    #[error("record format version {0}, this build reads {VERSION}")]
+    Version(u32),
+    /// Truncated entry.
+    #[error("entry at byte {0} truncated")]
+    Truncated(usize),
+}
+
+/// Parses a whole record file into its entries.
+///
+/// # Errors
+///
+/// [`RecordError`] for a file that is not a record of this version or ends
+/// inside an entry.
+pub fn parse(bytes: &[u8]) -> Result<Vec<Entry>, RecordError> {
+    if bytes.len() < 16 || bytes[..8] != MAGIC {
+        return Err(RecordError::Magic);
+    }
+    let version = u32::from_le_bytes(bytes[8..12].try_into().map_err(|_| RecordError::Magic)?);
+    if version != VERSION {
+        return Err(RecordError::Version(version));
+    }
+    let mut out = Vec::new();
+    let mut at = 16usize;
+    while at < bytes.len() {
+        let h = bytes
+            .get(at..at + ENTRY_HEADER)
+            .ok_or(RecordError::Truncated(at))?;
+        let u16_at = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]);
+        let u64_at = |o: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&h[o..o + 8]);
+            u64::from_le_bytes(b)
+        };
+        let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
+        let start = at + ENTRY_HEADER;
+        let end = start.checked_add(len).ok_or(RecordError::Truncated(at))?;
+        let payload = bytes
+            .get(start..end)
+            .ok_or(RecordError::Truncated(at))?
+            .to_vec();
+        out.push(Entry {
+            kind: u16_at(0),
+            engine: u16_at(2),
+            time_ns: u64_at(8),
+            tag: u64_at(16),
+            payload,
+        });
+        at = end;
+    }
+    Ok(out)
+}
+
+/// Little-endian `u64` at `o` of `p` (0 past the end).
+pub fn le64(p: &[u8], o: usize) -> u64 {
+    p.get(o..o + 8).map_or(0, |b| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        u64::from_le_bytes(a)
+    })
+}
+
+/// Little-endian `u32` at `o` of `p` (0 past the end).
+pub fn le32(p: &[u8], o: usize) -> u32 {
+    p.get(o..o + 4)
+        .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// The `CONFIG` text of a device configured as `cfg` whose injector was
+/// seeded with `seed` and armed with `specs` (their text) at startup.
+pub fn config_text(cfg: &crate::config::DeviceConfig, seed: u64, specs: &[String]) -> String {
+    let mut s = format!(
+        "generation={}\ncompute_units={}\njit={}\ninject_seed={seed}\n",
+        cfg.generation.number(),
+        cfg.compute_units,
+        cfg.jit
+    );
+    for spec in specs {
+        s.push_str("inject=");
+        s.push_str(spec);
+        s.push('\n');
+    }
+    s
+}
+
+/// Starts recording `gpu`'s session into a new file at `path` whose
+/// `CONFIG` is `config` (see [`config_text`]).
+///
+/// # Errors
+///
+/// The file cannot be created, or the GPU already records or replays.
+pub fn start(gpu: &super::gpu::Gpu, path: &Path, config: &str) -> io::Result<()> {
+    let r = Recorder::create(path, config)?;
+    gpu.record
+        .set(std::sync::Arc::new(r))
+        .map_err(|_| io::Error::other("the device already records or replays"))?;
+    let mem = gpu.memory();
+    if mem.num_regions() > 0 {
+        if let Some(r) = gpu.record.get() {
+            r.memory_map(gpu.clock.now_ns(), &mem);
+        }
+    }
+    Ok(())
+}
+
+/// The versions of one page read by one engine within one packet, by read
+/// index, and how far the replay has got.
+#[derive(Debug, Default)]
+struct Versions {
+    /// (read index, contents), in index order.
+    list: Vec<(u32, Box<[u8]>)>,
+    /// Versions applied so far.
+    applied: usize,
+}
+
+#[derive(Debug)]
+enum Mode {
+    Recording {
+        out: BufWriter<File>,
+        /// Hash of the last contents logged for each (engine, page): per
+        /// engine, because on replay each engine is served only its own
+        /// entries.
+        shadow: HashMap<(u16, u64), u64>,
+        error: Option<io::Error>,
+    },
+    Replaying {
+        pages: HashMap<(u16, u64, u64), Versions>,
+    },
+}
+
+#[derive(Debug)]
+struct Inner {
+    mode: Mode,
+    /// Reads of a page within the current tag, per (engine, page).
+    reads: HashMap<(u16, u64), (u64, u32)>,
+    /// Bytes written.
+    bytes: u64,
+    /// Pages logged.
+    pages: u64,
+}
+
+/// The recorder (or, on replay, the source of the recorded memory).
+#[derive(Debug)]
+pub struct Recorder {
+    inner: Mutex<Inner>,
+    packets: [AtomicU64; ENGINES],
+}
+
+/// An engine's handle on the recorder (what its memory accesses carry).
+#[derive(Debug, Clone, Copy)]
+pub struct Tap<'a> {
+    rec: &'a Recorder,
+    engine: u16,
+}
+
+impl Tap<'_> {
+    /// Engine `engine`'s translation of the page holding `pa` for a read.
+    pub fn read(&self, mem: &Mem, pa: u64) {
+        self.rec.touch(mem, self.engine, pa & !(PAGE as u64 - 1));
+    }
+}
+
+fn page_of(mem: &Mem, pa: u64) -> Option<Box<[u8]>> {
+    let mut buf = vec![0u8; PAGE].into_boxed_slice();
+    mem.read_slice(&mut buf, GuestAddress(pa)).ok()?;
+    Some(buf)
+}
+
+fn hash(b: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    b.hash(&mut h);
+    h.finish()
+}
+
+impl Recorder {
+    /// Records into a new file at `path`, starting with `config` (the
+    /// `CONFIG` payload).
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be created or written.
+    pub fn create(path: &Path, config: &str) -> io::Result<Self> {
+        let mut out = BufWriter::new(File::create(path)?);
+        out.write_all(&MAGIC)?;
+        out.write_all(&VERSION.to_le_bytes())?;
+        out.write_all(&0u32.to_le_bytes())?;
+        let r = Recorder {
+            inner: Mutex::new(Inner {
+                mode: Mode::Recording {
+                    out,
+                    shadow: HashMap::new(),
+                    error: None,
+                },
+                reads: HashMap::new(),
+                bytes: 16,
+                pages: 0,
+            }),
+            packets: Default::default(),
+        };
+        r.log(kind::CONFIG, NO_ENGINE, 0, 0, &[config.as_bytes()]);
+        Ok(r)
+    }
+
+    /// Serves the `PAGE` entries of `entries` to the engines of a replay.
+    pub fn replaying(entries: &[Entry]) -> Self {
+        let mut pages: HashMap<(u16, u64, u64), Versions> = HashMap::new();
+        for e in entries.iter().filter(|e| e.kind == kind::PAGE) {
+            let pa = le64(&e.payload, 0);
+            let index = le32(&e.payload, 8);
+            if let Some(data) = e.payload.get(12..12 + PAGE) {
+                pages
+                    .entry((e.engine, e.tag, pa))
+                    .or_default()
+                    .list
+                    .push((index, data.into()));
+            }
+        }
+        Recorder {
+            inner: Mutex::new(Inner {
+                mode: Mode::Replaying { pages },
+                reads: HashMap::new(),
+                bytes: 0,
+                pages: 0,
+            }),
+            packets: Default::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Engine `engine`'s handle.
+    pub fn tap(&self, engine: u32) -> Tap<'_> {
+        Tap {
+            rec: self,
+            engine: engine as u16,
+        }
+    }
+
+    /// Engine `engine` starts its next packet.
+    pub fn packet_started(&self, engine: u32) {
+        if let Some(p) = self.packets.get(engine as usize) {
+            p.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Packets engine `engine` has started.
+    pub fn packets(&self, engine: usize) -> u64 {
+        self.packets
+            .get(engine)
+            .map_or(0, |p| p.load(Ordering::Acquire))
+    }
+
+    fn touch(&self, mem: &Mem, engine: u16, pa: u64) {
+        let tag = self.packets(usize::from(engine));
+        let mut g = self.lock();
+        let inner = &mut *g;
+        let r = inner.reads.entry((engine, pa)).or_insert((tag, 0));
+        if r.0 != tag {
+            *r = (tag, 0);
+        }
+        let index = r.1;
+        r.1 = r.1.saturating_add(1);
+        match &mut inner.mode {
+            Mode::Recording { shadow, .. } => {
+                let Some(data) = page_of(mem, pa) else {
+                    return;
+                };
+                let h = hash(&data);
+                if shadow.insert((engine, pa), h) == Some(h) {
+                    return;
+                }
+                inner.pages += 1;
+                drop(g);
+                self.log(
+                    kind::PAGE,
+                    engine,
+                    0,
+                    tag,
+                    &[&pa.to_le_bytes(), &index.to_le_bytes(), &data],
+                );
+            }
+            Mode::Replaying { pages } => {
+                let Some(v) = pages.get_mut(&(engine, tag, pa)) else {
+                    return;
+                };
+                // The newest version recorded at or before this read.
+                let mut newest = None;
+                while let Some((i, data)) = v.list.get(v.applied) {
+                    if *i > index {
+                        break;
+                    }
+                    newest = Some(data);
+                    v.applied += 1;
+                }
+                if let Some(data) = newest {
+                    if mem.write_slice(data, GuestAddress(pa)).is_err() {
+                        log::warn!("replay: recorded page {pa:#x} is not in guest memory");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Appends one entry (recording only; the first write error is kept).
+    pub fn log(&self, kind: u16, engine: u16, time_ns: u64, tag: u64, parts: &[&[u8]]) {
+        let mut g = self.lock();
+        let inner = &mut *g;
+        let Mode::Recording { out, error, .. } = &mut inner.mode else {
+            return;
+        };
+        if error.is_some() {
+            return;
+        }
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let mut h = [0u8; ENTRY_HEADER];
+        h[0..2].copy_from_slice(&kind.to_le_bytes());
+        h[2..4].copy_from_slice(&engine.to_le_bytes());
+        h[4..8].copy_from_slice(&(len as u32).to_le_bytes());
+        h[8..16].copy_from_slice(&time_ns.to_le_bytes());
+        h[16..24].copy_from_slice(&tag.to_le_bytes());
+        let mut w = || -> io::Result<()> {
+            out.write_all(&h)?;
+            for p in parts {
+                out.write_all(p)?;
+            }
+            Ok(())
+        };
+        match w() {
+            Ok(()) => inner.bytes += (ENTRY_HEADER + len) as u64,
+            Err(e) => {
+                log::error!("record: {e}; recording stops");
+                *error = Some(e);
+            }
+        }
+    }
+
+    /// Logs a control command before it executes.
+    pub fn command(&self, time_ns: u64, bytes: &[u8], reply_room: usize) {
+        let c0 = self.packets(0).to_le_bytes();
+        let c1 = self.packets(1).to_le_bytes();
+        let room = (reply_room as u32).to_le_bytes();
+        self.log(
+            kind::COMMAND,
+            NO_ENGINE,
+            time_ns,
+            0,
+            &[&c0, &c1, &room, bytes],
+        );
+    }
+
+    /// Logs the guest memory map.
+    pub fn memory_map(&self, time_ns: u64, mem: &Mem) {
+        let mut p = Vec::new();
+        for r in mem.iter() {
+            p.extend_from_slice(&r.start_addr().0.to_le_bytes());
+            p.extend_from_slice(&r.len().to_le_bytes());
+        }
+        // A new memory map: every page is new.
+        if let Mode::Recording { shadow, .. } = &mut self.lock().mode {
+            shadow.clear();
+        }
+        self.log(kind::MEMORY_MAP, NO_ENGINE, time_ns, 0, &[&p]);
+    }
+
+    /// Flushes the file.
+    ///
+    /// # Errors
+    ///
+    /// The first write error of the session, or the flush's.
+    pub fn flush(&self) -> io::Result<()> {
+        let mut g = self.lock();
+        if let Mode::Recording { out, error, .. } = &mut g.mode {
+            if let Some(e) = error.take() {
+                return Err(e);
+            }
+            out.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Bytes written and pages logged so far.
+    pub fn size(&self) -> (u64, u64) {
+        let g = self.lock();
+        (g.bytes, g.pages)
+    }
+}

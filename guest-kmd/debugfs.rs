@@ -10,10 +10,20 @@
 //! * `vms`, `objects`: every file's address space (checked by walking its
 //!   tables), object counts for leak checks.
 //! * `contexts`: every context, its rings and fences, the watchdog's
-//!   counters, the fault and reset logs; `hang_dump`: the last hang;
-//!   `stats`: the `QUERY_STATS` summary.
+//!   counters, the fault and reset logs; `queues`: the job queue of every
+//!   ring (jobs waiting in the KMD, what the first waits for) and the bind
+//!   jobs; `hang_dump`: the last hang;
+//!   `coredumps`: the last devcoredumps (published or why not);
+//!   `coredump` (write `SLOT ENGINE`): a devcoredump of that ring now;
+//!   `stats`: the `QUERY_STATS` summary; `ras`: retired pages and
+//!   quarantined objects.
 //! * `hangcheck` (write `1`): run the hang check; `reset_device` (write
 //!   `1`): the reset ladder's device reset.
+//! * `sanitizer`: the device sanitizer's reports (counts, the last ones);
+//!   `sanitizer_plant` (write a name): commit one driver bug on purpose.
+//! * Test only, in a module built for the debug kernel (KASAN):
+//!   `selftest_bug` (write a bug's name): the planted bugs of selftest.rs
+//!   that prove the checkers report.
 //!
 //! It reads every block and is read by none.
 
@@ -96,10 +106,19 @@ pub(crate) fn create(
             dir.read_callback_file(c"vms", v, &show_vms);
             dir.read_callback_file(c"objects", v, &show_objects);
             dir.read_callback_file(c"contexts", v, &show_contexts);
+            dir.read_callback_file(c"queues", v, &show_queues);
             dir.write_only_callback_file(c"hangcheck", v, &write_hangcheck);
             dir.write_only_callback_file(c"reset_device", v, &write_reset_device);
             dir.read_callback_file(c"hang_dump", v, &show_hang_dump);
+            dir.read_callback_file(c"coredumps", v, &show_coredumps);
+            dir.write_only_callback_file(c"coredump", v, &write_coredump);
             dir.read_callback_file(c"stats", v, &show_stats);
+            dir.read_callback_file(c"ras", v, &show_ras);
+            dir.read_callback_file(c"sanitizer", v, &show_sanitizer);
+            dir.write_only_callback_file(c"sanitizer_plant", v, &write_sanitizer_plant);
+            // Test only: the debug kernel's planted bugs (selftest.rs).
+            #[cfg(CONFIG_KASAN)]
+            dir.write_only_callback_file(c"selftest_bug", v, &write_selftest_bug);
         },
     );
     Ok(Some(KBox::pin_init(scope, GFP_KERNEL)?))
@@ -135,6 +154,11 @@ fn show_objects(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "pt_pool_total {}", total)?;
     }
     Ok(())
+}
+
+/// The job queues and the bind jobs.
+fn show_queues(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    v.gpu.show_queues(f)
 }
 
 /// Contexts, rings, fences, and the fault and reset logs.
@@ -226,9 +250,88 @@ fn show_hang_dump(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     }
 }
 
+/// The last devcoredumps: what, where, sizes, times, published or not.
+fn show_coredumps(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let g = v.gpu.state.lock();
+    writeln!(
+        f,
+        "coredumps {} pending {} unread {}",
+        g.dumps_seq,
+        g.pending_dumps.len(),
+        u8::from(v.gpu.dump_unread())
+    )?;
+    for d in g.dumps_log.iter() {
+        writeln!(
+            f,
+            "dump {} {} slot {} ctx {} engine {} capture {} capture_bytes {} bytes {} capture_ms {} read_ms {} build_ms {} {}",
+            d.seq,
+            d.why,
+            d.hw,
+            d.handle,
+            d.engine,
+            d.capture,
+            d.capture_bytes,
+            d.total_bytes,
+            d.capture_ms,
+            d.read_ms,
+            d.build_ms,
+            d.outcome
+        )?;
+    }
+    Ok(())
+}
+
+/// `SLOT ENGINE` (decimal): a devcoredump of that context's ring now.
+fn write_coredump(v: &Arc<Vgpu>, r: &mut kernel::uaccess::UserSliceReader) -> Result {
+    let mut buf = [0u8; 16];
+    let n = r.len().min(buf.len());
+    r.read_slice(&mut buf[..n])?;
+    let text = core::str::from_utf8(&buf[..n]).map_err(|_| EINVAL)?;
+    let mut words = text.split_whitespace();
+    let mut num = || -> Result<u32> {
+        words
+            .next()
+            .and_then(|w| w.parse::<u32>().ok())
+            .ok_or(EINVAL)
+    };
+    let (slot, engine) = (num()?, num()?);
+    if engine as usize >= crate::gpu::ring::ENGINES {
+        return Err(EINVAL);
+    }
+    v.gpu.dump_now(slot, engine as usize)
+}
+
 /// The `QUERY_STATS` summary: memory, counters, every context.
 fn show_stats(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     crate::stats::show(v, f)
+}
+
+/// The device sanitizer's reports: counts, then every report kept.
+fn show_sanitizer(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    v.gpu.show_sanitizer(f)?;
+    if let Some(m) = v.san_mem.as_ref().filter(|m| m.on()) {
+        let (pages, refused) = m.counts();
+        writeln!(f, "declared pages {} refused {}", pages, refused)?;
+    }
+    Ok(())
+}
+
+/// Plants one driver bug for the device's sanitizer to catch:
+/// `doorbell-early`, `skip-tlb-invalidate`, `fence-backwards`,
+/// `doorbell-mid-packet`, or `none`
+/// (see `gpu/sanlog.rs`).
+fn write_sanitizer_plant(v: &Arc<Vgpu>, r: &mut kernel::uaccess::UserSliceReader) -> Result {
+    let mut buf = [0u8; 32];
+    let n = r.len().min(buf.len());
+    r.read_slice(&mut buf[..n])?;
+    let p = crate::gpu::sanlog::Plant::parse(&buf[..n])?;
+    v.gpu.plant(p);
+    Ok(())
+}
+
+/// Retired pages and quarantined objects.
+fn show_ras(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    v.retired.show(f)
 }
 
 /// Any write runs a hang check now.
@@ -249,6 +352,17 @@ fn write_reset_device(v: &Arc<Vgpu>, r: &mut kernel::uaccess::UserSliceReader) -
         return Err(EINVAL);
     }
     v.gpu.reset_device_now()
+}
+
+/// Test only (debug kernel): commits the planted bug named by the word
+/// written (`uaf`, `oob`, `leak`, `lockdep`, `odebug`; see selftest.rs).
+#[cfg(CONFIG_KASAN)]
+fn write_selftest_bug(_v: &Arc<Vgpu>, r: &mut kernel::uaccess::UserSliceReader) -> Result {
+    let mut buf = [0u8; 16];
+    let n = r.len().min(buf.len());
+    r.read_slice(&mut buf[..n])?;
+    let word = buf[..n].strip_suffix(b"\n").unwrap_or(&buf[..n]);
+    crate::selftest::commit(word)
 }
 
 fn show_layout(_vgpu: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -27,6 +27,11 @@ use crate::{
         PingReply, //
     },
     ptpool::PtPool,
+    ras::Retired,
+    sanmem::{
+        Declared,
+        SanMem, //
+    },
     transport::{irq::IrqTarget, link::Link, Hw},
     vm::{
         self,
@@ -42,6 +47,7 @@ use kernel::{
         Bound,
         Device, //
     },
+    drm::gem::BaseObject,
     new_mutex,
     prelude::*,
     sync::{
@@ -72,11 +78,15 @@ pub(crate) const PING_DEFAULT_TIMEOUT_NS: u64 = 1_000_000_000;
 pub(crate) struct Vgpu {
     /// The transport.
     pub(crate) hw: Arc<Hw>,
-    /// Contexts, rings, fences, faults, resets.
-    #[pin]
-    pub(crate) gpu: Gpu,
+    /// Contexts, rings, queues, fences, faults, resets (reference-counted:
+    /// its work item and its fence callbacks hold it).
+    pub(crate) gpu: Arc<Gpu>,
     /// Page-table memory, allocated at probe.
     pub(crate) pt_pool: SetOnce<Arc<PtPool>>,
+    /// Pages retired after uncorrectable memory errors.
+    pub(crate) retired: Arc<Retired>,
+    /// What is declared to the device's sanitizer (set at probe).
+    pub(crate) san_mem: SetOnce<Arc<SanMem>>,
     /// GEM objects of every file.
     pub(crate) mem: Arc<MemAccount>,
     /// Open render-node files.
@@ -98,12 +108,16 @@ impl Vgpu {
     ///
     /// `ENOMEM`.
     pub(crate) fn new(hw: Arc<Hw>) -> Result<Arc<Vgpu>> {
-        let mem = MemAccount::new()?;
+        let mem = MemAccount::new(crate::params::gem_limit(crate::ffi::total_ram_bytes()))?;
+        let retired = Retired::new()?;
+        let gpu = Arc::pin_init(Gpu::new(hw.clone()), GFP_KERNEL)?;
         Arc::pin_init(
             pin_init!(Vgpu {
-                gpu <- Gpu::new(hw.clone()),
+                gpu,
                 hw,
                 pt_pool: SetOnce::new(),
+                retired,
+                san_mem: SetOnce::new(),
                 mem,
                 clients <- new_mutex!(KVec::new()),
                 zombies <- new_mutex!(KVec::new()),
@@ -121,10 +135,74 @@ impl Vgpu {
     /// `ENODEV` before `IDENTIFY`, `ENOMEM`.
     pub(crate) fn init_memory(&self, dev: &Device<Bound>) -> Result {
         let id = self.hw.identity.as_ref().ok_or(ENODEV)?;
-        self.pt_pool
-            .populate(PtPool::new(dev, crate::params::pt_pool_kib())?);
+        let pool = PtPool::new(dev, crate::params::pt_pool_kib())?;
+        self.pt_pool.populate(pool.clone());
         let nslots = id.max_contexts.min(crate::proto::MAX_CONTEXTS);
-        self.gpu.init(dev, nslots)
+        self.gpu
+            .init(dev, nslots, self.retired.clone(), pool.clone())?;
+        let earlier = self.gpu.load_retired()?;
+        if earlier > 0 {
+            dev_warn!(
+                self.hw.pdev(),
+                "{} pages were retired earlier (the device's table): never used again\n",
+                earlier
+            );
+            self.gpu.check_retired_limit();
+        }
+        // The driver's own GPU memory, for the device's sanitizer: page
+        // tables and every slot's rings and status page, until unbind.
+        let san = SanMem::new(self.hw.clone())?;
+        if san.on() {
+            let mut ranges = pool.chunk_ranges()?;
+            let slots = self.gpu.slots()?;
+            for hw in 0..nslots {
+                ranges.push(
+                    (slots.addr(hw), crate::gpu::ring::SLOT_BYTES as u64),
+                    GFP_KERNEL,
+                )?;
+            }
+            san.declare_forever(&ranges);
+            dev_info!(
+                self.hw.pdev(),
+                "device sanitizer on: {} ranges of driver memory declared\n",
+                ranges.len()
+            );
+        }
+        self.san_mem.populate(san);
+        Ok(())
+    }
+
+    /// Declares `size` bytes of `bo` from `offset` to the device's
+    /// sanitizer, if it asks for declarations (`None` otherwise, and for a
+    /// lazy object, whose pages are declared at its first fault).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` (range outside the object), `ENOMEM`, or the errno of
+    /// pinning the pages.
+    pub(crate) fn declare_pages(
+        &self,
+        bo: &crate::gem::Bo,
+        offset: u64,
+        size: u64,
+    ) -> Result<Option<Arc<Declared>>> {
+        let Some(san) = self.san_mem.as_ref().filter(|s| s.on()) else {
+            return Ok(None);
+        };
+        if bo.lazy()
+            || offset % vm::PAGE_4K != 0
+            || size % vm::PAGE_4K != 0
+            || size == 0
+            || offset
+                .checked_add(size)
+                .is_none_or(|e| e > bo.size() as u64)
+        {
+            // VM_BIND refuses the bad ones itself.
+            return Ok(None);
+        }
+        let segs = crate::gem::segments(bo)?;
+        let ranges = crate::sanmem::ranges_of(&segs, offset, size)?;
+        san.declare(ranges).map(Some)
     }
 
     /// Starts the hang watchdog.
@@ -148,26 +226,42 @@ impl Vgpu {
         self.hw.check_usable()
     }
 
-    /// A new, empty GPU address space in the device's format.
+    /// A new, empty GPU address space in the device's format, on DRM
+    /// device `dev`.
     ///
     /// # Errors
     ///
     /// `ENODEV` before probe finished, `ENOMEM`.
-    pub(crate) fn new_vm(&self) -> Result<Vm> {
+    pub(crate) fn new_vm(&self, dev: &vm::DrmDev) -> Result<Vm> {
         let id = self.hw.identity.as_ref().ok_or(ENODEV)?;
         let pool = self.pt_pool.as_ref().ok_or(ENODEV)?.clone();
         let huge = id.page_sizes & vm::PAGE_2M != 0;
-        Vm::new(pool, id.va_bits.min(crate::proto::VA_BITS), huge)
+        Vm::new(
+            dev,
+            pool,
+            self.retired.clone(),
+            id.va_bits.min(crate::proto::VA_BITS),
+            huge,
+            self.san_mem.as_ref().cloned(),
+        )
     }
 
-    /// A file opens: its client, listed for debugfs.
+    /// A file opens: its client, listed for debugfs. A broken or lost
+    /// device can still be opened, so that status tools and libraries can
+    /// ask what happened (`QUERY_STATS`, `CTX_QUERY`, `GET_PARAM`); every
+    /// call that needs the device fails with `EIO`.
     ///
     /// # Errors
     ///
-    /// `ENODEV`/`EIO` (device gone or broken), `ENOMEM`.
-    pub(crate) fn open_client(&self) -> Result<Arc<Client>> {
-        self.check_usable()?;
-        let client = Client::new(self.new_vm()?)?;
+    /// `ENODEV` (unbound), `ENOMEM`.
+    pub(crate) fn open_client(&self, dev: &vm::DrmDev) -> Result<Arc<Client>> {
+        if self.hw.link.is_unbound() {
+            return Err(ENODEV);
+        }
+        let client = Client::new(
+            self.new_vm(dev)?,
+            crate::params::file_gem_limit(self.mem.limit()),
+        )?;
         self.clients.lock().push(client.clone(), GFP_KERNEL)?;
         Ok(client)
     }
@@ -202,7 +296,11 @@ impl Vgpu {
             w.stop();
         }
         self.hw.quiesce();
+        // Every queued job and bind job cancelled (no fence callback can
+        // kick the worker afterwards), then the worker waited for.
         self.gpu.cancel_exported();
+        crate::ffi::flush_work(&self.gpu);
+        self.retired.release_quarantine();
         self.gpu.wake();
     }
 
@@ -250,13 +348,14 @@ impl Vgpu {
     /// `EPROTO` (reply or event contradicts the command), `EBUSY` (no free
     /// command slot, or too many pings waiting), `ERESTARTSYS`, `ENODEV`.
     pub(crate) fn ping(&self, cookie: u64, timeout_ns: u64) -> Result<PingResult> {
+        // LAB(0) BEGIN ping
         let hw = &self.hw;
         let serial = hw.serialise();
         let start = Instant::<Monotonic>::now();
         let reply = hw.command_locked(&serial, Command::Ping { cookie })?;
         let r: PingReply = reply.get()?;
         if r.cookie != cookie || r.event_seq == 0 {
-            dev_err!(
+            crate::dev_err_ratelimited!(
                 hw.pdev(),
                 "PING reply: cookie {:#x} (sent {:#x}), event sequence number {}\n",
                 r.cookie,
@@ -273,7 +372,7 @@ impl Vgpu {
 
         let (ev_cookie, at) = watch.wait(|| hw.check_usable(), &start, timeout_ns)?;
         if ev_cookie != cookie {
-            dev_err!(
+            crate::dev_err_ratelimited!(
                 hw.pdev(),
                 "PING event {} carries cookie {:#x}, the command sent {:#x}\n",
                 r.event_seq,
@@ -286,6 +385,7 @@ impl Vgpu {
             seq: r.event_seq,
             latency_ns: u64::try_from((at - start).as_nanos()).unwrap_or(0),
         })
+        // LAB(0) END ping
     }
 }
 
@@ -296,7 +396,7 @@ impl IrqTarget for Vgpu {
 
     fn config_changed(&self) {
         if self.hw.config_changed() {
-            self.gpu.wake();
+            self.gpu.device_gone();
         }
     }
 
@@ -305,12 +405,23 @@ impl IrqTarget for Vgpu {
     }
 
     fn events_used(&self) {
-        self.hw.process_events(&self.gpu);
+        self.hw.process_events(&*self.gpu);
+        // Events that made room on a ring with queued jobs, or failed a
+        // context's ring: the scheduler runs in process context.
+        self.gpu.kick_if_wanted();
     }
 }
 
 impl Periodic for Vgpu {
     fn tick(&self) {
+        if self.hw.heartbeat() {
+            self.gpu.device_gone();
+            return;
+        }
         self.gpu.hang_check();
+        self.gpu.publish_dumps();
+        // A safety net: anything ready in the queues goes now.
+        self.gpu.pump();
+        self.gpu.run_binds();
     }
 }

@@ -9,10 +9,23 @@
 //! * `GET_PARAM`, `PING`: the device ([`Vgpu::param`], [`Vgpu::ping`]).
 //! * `GEM_CREATE`, `GEM_MMAP_OFFSET`: shmem buffer objects ([`crate::gem`]).
 //! * `VM_BIND`, `VM_UNBIND`: the file's GPU address space ([`crate::vm`]),
-//!   with the TLB invalidation of the GPU block after an unbind.
+//!   with the TLB invalidation of the GPU block after an unbind;
+//!   `VM_BIND_OPS`: checked here into [`crate::vm_ops`] requests, run as a
+//!   bind job ([`crate::gpu::bind`]).
 //! * `CTX_*`, `SUBMIT`, `WAIT`, `FENCE_EXPORT`: the GPU blocks
-//!   ([`crate::gpu`]).
+//!   ([`crate::gpu`]); `SUBMIT`'s sync objects and implicit-sync BOs are
+//!   looked up here.
 //! * `QUERY_STATS`: [`crate::stats`].
+//! * `SAN_REPORT`: the device sanitizer's reports ([`crate::gpu::sanitizer`]).
+//!
+//! The render node advertises DRM sync objects (binary and timeline), so the
+//! generic `DRM_IOCTL_SYNCOBJ_*` ioctls work on it, and PRIME works through
+//! the GEM shmem helpers: handles of objects that are not this device's BOs
+//! (a foreign dma-buf, a dumb buffer) are refused by every lookup
+//! ([`crate::gem::lookup`]).
+//!
+//! The GPUVM driver type of the address spaces is implemented here too,
+//! since it names the driver; its steps are in [`crate::vm_ops`].
 //!
 //! Argument ranges and errnos are documented in the uAPI header and
 //! docs/uapi.md.
@@ -23,14 +36,37 @@ use crate::{
         PING_DEFAULT_TIMEOUT_NS, //
     },
     ffi::ModuleRef,
+    ffi_sync::{
+        Fence,
+        ImplicitUse,
+        OutSync,
+        Syncobj, //
+    },
     file::Client,
     gem::{
+        self as vgem,
         Bo,
         BoArgs,
+        BoRegistry,
         MemCharge,
         VgpuObject, //
     },
-    vm::BindArgs,
+    gpu::submit::JobSyncs,
+    uarray::{
+        self,
+        USubmitBo,
+        USync,
+        UVmOp, //
+    },
+    vm::{
+        BindArgs,
+        BoPages,
+        VmData, //
+    },
+    vm_ops::{
+        PreparedOp,
+        StepCtx, //
+    },
 };
 use kernel::{
     device::Core,
@@ -40,11 +76,23 @@ use kernel::{
             self,
             BaseObject, //
         },
+        gpuvm::{
+            DriverGpuVm,
+            OpMap,
+            OpMapped,
+            OpRemap,
+            OpRemapped,
+            OpUnmap,
+            OpUnmapped, //
+        },
         ioctl, DeviceContext,
     },
     pci,
     prelude::*,
-    sync::Arc,
+    sync::{
+        aref::ARef,
+        Arc, //
+    },
     uapi,
 };
 
@@ -57,6 +105,8 @@ pub(crate) type VgpuDrmDevice<Ctx = drm::Registered> = drm::Device<VgpuDrm, Ctx>
 /// Per-DRM-device data.
 pub(crate) struct DrmData {
     vgpu: Arc<Vgpu>,
+    /// The device's BOs, for sound handle lookups.
+    bos: Arc<BoRegistry>,
 }
 
 /// Per-open-file data: the device, what the file owns on the GPU, and a
@@ -89,6 +139,8 @@ impl drm::Driver for VgpuDrm {
 
     const INFO: drm::DriverInfo = INFO;
     const FEAT_RENDER: bool = true;
+    const FEAT_SYNCOBJ: bool = true;
+    const FEAT_SYNCOBJ_TIMELINE: bool = true;
 
     kernel::declare_drm_ioctls! {
         (VGPU_GET_PARAM, drm_vgpu_get_param, ioctl::RENDER_ALLOW, VgpuFile::get_param),
@@ -104,6 +156,8 @@ impl drm::Driver for VgpuDrm {
         (VGPU_WAIT, drm_vgpu_wait, ioctl::RENDER_ALLOW, VgpuFile::wait),
         (VGPU_QUERY_STATS, drm_vgpu_query_stats, ioctl::RENDER_ALLOW, VgpuFile::query_stats),
         (VGPU_FENCE_EXPORT, drm_vgpu_fence_export, ioctl::RENDER_ALLOW, VgpuFile::fence_export),
+        (VGPU_VM_BIND_OPS, drm_vgpu_vm_bind_ops, ioctl::RENDER_ALLOW, VgpuFile::vm_bind_ops),
+        (VGPU_SAN_REPORT, drm_vgpu_san_report, ioctl::RENDER_ALLOW, VgpuFile::san_report),
     }
 }
 
@@ -113,7 +167,7 @@ impl drm::file::DriverFile for VgpuFile {
     fn open(dev: &VgpuDrmDevice) -> Result<Pin<KBox<Self>>> {
         let module = ModuleRef::get()?;
         let vgpu = dev.vgpu.clone();
-        let client = vgpu.open_client()?;
+        let client = vgpu.open_client(dev)?;
         let file = VgpuFile {
             vgpu,
             client,
@@ -184,16 +238,20 @@ impl VgpuFile {
             map_wc: false,
             parent_resv_obj: None,
         };
-        let charge = MemCharge::new(size, dev.vgpu.mem.clone(), file.inner().client.mem.clone());
+        let charge = MemCharge::new(size, dev.vgpu.mem.clone(), file.inner().client.mem.clone())?;
         let bo = Bo::new(
             dev,
             size,
             config,
             BoArgs {
                 flags: args.flags,
-                charge,
+                charge: Some(charge),
             },
         )?;
+        // SAFETY: `bo` was just created: it has no handle yet, so no other
+        // thread and no GPUVM can reach it.
+        unsafe { crate::ffi_gpuvm::gem_gpuva_init(&*bo) };
+        dev.bos.add(&bo)?;
         args.handle = bo.create_handle(file)?;
         Ok(0)
     }
@@ -208,7 +266,7 @@ impl VgpuFile {
             return Err(EINVAL);
         }
         dev.vgpu.check_usable()?;
-        let bo = Bo::lookup_handle(file, args.handle)?;
+        let bo = vgem::lookup(file, args.handle, &dev.bos)?;
         args.offset = bo.create_mmap_offset()?;
         Ok(0)
     }
@@ -216,7 +274,13 @@ impl VgpuFile {
     /// `DRM_IOCTL_VGPU_VM_BIND`.
     fn vm_bind(dev: &VgpuDrmDevice, args: &mut uapi::drm_vgpu_vm_bind, file: &File) -> Result<u32> {
         dev.vgpu.check_usable()?;
-        let bo = Bo::lookup_handle(file, args.handle)?;
+        let bo = vgem::lookup(file, args.handle, &dev.bos)?;
+        if dev.vgpu.gpu.binds_queued(&file.inner().client) {
+            return Err(EBUSY);
+        }
+        // Declared to the device's sanitizer before the entries are
+        // written, with no lock held (the pages are pinned for it).
+        let decl = dev.vgpu.declare_pages(&bo, args.bo_offset, args.size)?;
         let a = BindArgs {
             handle: args.handle,
             flags: args.flags,
@@ -224,7 +288,7 @@ impl VgpuFile {
             va: args.va,
             size: args.size,
         };
-        file.inner().client.vm.lock().bind(a, bo)?;
+        file.inner().client.vm.lock().bind(a, bo, decl)?;
         Ok(0)
     }
 
@@ -236,7 +300,16 @@ impl VgpuFile {
     ) -> Result<u32> {
         dev.vgpu.check_usable()?;
         let client = &file.inner().client;
+        if dev.vgpu.gpu.binds_queued(client) {
+            return Err(EBUSY);
+        }
         let m = client.vm.lock().unbind(args.va, args.size)?;
+        if dev.vgpu.gpu.planted_skip_invalidate() {
+            // The planted bug (debugfs `sanitizer_plant`): the pages go
+            // with the device's TLBs still holding them.
+            drop(m);
+            return Ok(0);
+        }
         // The entries are clear; the object's pages go only once no
         // context of this file can translate to them any more.
         if dev
@@ -297,6 +370,26 @@ impl VgpuFile {
         args.hangs = q.hangs;
         args.faults = q.faults;
         args.engine_error = q.engine_error;
+        let at = q.error_at.unwrap_or_default();
+        args.error_packet_va = at.packet_va;
+        args.error_seqno = at.seqno;
+        args.error_header = at.header;
+        args.error_engine = at.engine;
+        args.error_cmd_index = at.cmd_index.unwrap_or(uapi::VGPU_CMD_INDEX_NONE);
+        args.error_cmd_offset = at.cmd_offset;
+        args.error_depth = at.depth;
+        args.san_reports = q.san_reports;
+        args.san_last_seq = q.san_last_seq;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_VGPU_SAN_REPORT`.
+    fn san_report(
+        dev: &VgpuDrmDevice,
+        args: &mut uapi::drm_vgpu_san_report,
+        file: &File,
+    ) -> Result<u32> {
+        dev.vgpu.gpu.san_report(&file.inner().client, args)?;
         Ok(0)
     }
 
@@ -312,7 +405,95 @@ impl VgpuFile {
 
     /// `DRM_IOCTL_VGPU_SUBMIT`.
     fn submit(dev: &VgpuDrmDevice, args: &mut uapi::drm_vgpu_submit, file: &File) -> Result<u32> {
-        dev.vgpu.gpu.submit(&file.inner().client, args)?;
+        if args.num_in_syncs > uapi::VGPU_SUBMIT_MAX_SYNCS
+            || args.num_out_syncs > uapi::VGPU_SUBMIT_MAX_SYNCS
+            || args.num_bos > uapi::VGPU_SUBMIT_MAX_BOS
+        {
+            return Err(EINVAL);
+        }
+        let (ins, outs) = read_syncs(
+            file,
+            args.in_syncs,
+            args.num_in_syncs,
+            args.out_syncs,
+            args.num_out_syncs,
+        )?;
+        let ubos: KVec<USubmitBo> = uarray::read(args.bos, args.num_bos as usize)?;
+        let mut bos = KVec::with_capacity(ubos.len(), GFP_KERNEL)?;
+        for b in ubos.iter().map(|b| b.0) {
+            let usage = match b.flags {
+                uapi::VGPU_SUBMIT_BO_READ => ImplicitUse::Read,
+                f if f & !uapi::VGPU_SUBMIT_BO_FLAGS == 0
+                    && f & uapi::VGPU_SUBMIT_BO_WRITE != 0 =>
+                {
+                    ImplicitUse::Write
+                }
+                _ => return Err(EINVAL),
+            };
+            let bo: ARef<Bo> = vgem::lookup(file, b.handle, &dev.bos)?;
+            bos.push((bo, usage), GFP_KERNEL)?;
+        }
+        let syncs = JobSyncs { ins, outs, bos };
+        dev.vgpu.gpu.submit(&file.inner().client, args, syncs)?;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_VGPU_VM_BIND_OPS`.
+    fn vm_bind_ops(
+        dev: &VgpuDrmDevice,
+        args: &mut uapi::drm_vgpu_vm_bind_ops,
+        file: &File,
+    ) -> Result<u32> {
+        if args.flags != 0
+            || args.num_ops == 0
+            || args.num_ops > uapi::VGPU_VM_BIND_MAX_OPS
+            || args.num_in_syncs > uapi::VGPU_VM_BIND_MAX_SYNCS
+            || args.num_out_syncs > uapi::VGPU_VM_BIND_MAX_SYNCS
+        {
+            return Err(EINVAL);
+        }
+        dev.vgpu.check_usable()?;
+        let uops: KVec<UVmOp> = uarray::read(args.ops, args.num_ops as usize)?;
+        let (ins, outs) = read_syncs(
+            file,
+            args.in_syncs,
+            args.num_in_syncs,
+            args.out_syncs,
+            args.num_out_syncs,
+        )?;
+        let client = &file.inner().client;
+        let mut ops = KVec::with_capacity(uops.len(), GFP_KERNEL)?;
+        for o in uops.iter().map(|o| o.0) {
+            if o.pad != 0 {
+                return Err(EINVAL);
+            }
+            let op = match o.op {
+                uapi::VGPU_VM_OP_MAP => {
+                    let bo = vgem::lookup(file, o.handle, &dev.bos)?;
+                    // As for VM_BIND: declared with no lock held.
+                    let decl = dev.vgpu.declare_pages(&bo, o.bo_offset, o.size)?;
+                    let vm = client.vm.lock();
+                    PreparedOp::Map(vm.prepare_map(
+                        o.handle,
+                        o.flags,
+                        o.bo_offset,
+                        o.va,
+                        o.size,
+                        bo,
+                        decl,
+                    )?)
+                }
+                uapi::VGPU_VM_OP_UNMAP => {
+                    if o.flags != 0 || o.handle != 0 || o.bo_offset != 0 {
+                        return Err(EINVAL);
+                    }
+                    client.vm.lock().prepare_unmap(o.va, o.size)?
+                }
+                _ => return Err(EINVAL),
+            };
+            ops.push(op, GFP_KERNEL)?;
+        }
+        dev.vgpu.gpu.vm_bind_ops(client, ops, ins, outs)?;
         Ok(0)
     }
 
@@ -340,8 +521,77 @@ impl VgpuFile {
 ///
 /// The errno of a failed allocation or registration.
 pub(crate) fn register(pdev: &pci::Device<Core<'_>>, vgpu: &Arc<Vgpu>) -> Result {
-    let data = Ok::<_, Error>(DrmData { vgpu: vgpu.clone() });
+    let data = Ok::<_, Error>(DrmData {
+        vgpu: vgpu.clone(),
+        bos: BoRegistry::new()?,
+    });
     let drm = drm::UnregisteredDevice::<VgpuDrm>::new(pdev.as_ref(), data)?;
     drm::Registration::new_foreign_owned(drm, pdev.as_ref(), 0)?;
     Ok(())
+}
+
+/// The sync arrays of `SUBMIT` and `VM_BIND_OPS`: the input fences and the
+/// outputs, every handle looked up and every timeline point's chain node
+/// allocated.
+///
+/// # Errors
+///
+/// `EFAULT` (arrays), `EINVAL` (flags not zero; an input with no fence at
+/// its point), `ENOENT` (handles), `ENOMEM`.
+fn read_syncs(
+    file: &File,
+    ins: u64,
+    n_ins: u32,
+    outs: u64,
+    n_outs: u32,
+) -> Result<(KVec<Fence>, KVec<OutSync>)> {
+    let uins: KVec<USync> = uarray::read(ins, n_ins as usize)?;
+    let uouts: KVec<USync> = uarray::read(outs, n_outs as usize)?;
+    let mut fences = KVec::with_capacity(uins.len(), GFP_KERNEL)?;
+    for s in uins.iter().map(|s| s.0) {
+        if s.flags != 0 {
+            return Err(EINVAL);
+        }
+        fences.push(Syncobj::fence(file, s.handle, s.point)?, GFP_KERNEL)?;
+    }
+    let mut out = KVec::with_capacity(uouts.len(), GFP_KERNEL)?;
+    for s in uouts.iter().map(|s| s.0) {
+        if s.flags != 0 {
+            return Err(EINVAL);
+        }
+        out.push(OutSync::new(file, s.handle, s.point)?, GFP_KERNEL)?;
+    }
+    Ok((fences, out))
+}
+
+impl DriverGpuVm for VmData {
+    type Driver = VgpuDrm;
+    type Object = Bo;
+    type VaData = ARef<Bo>;
+    type VmBoData = BoPages;
+    type SmContext<'ctx> = StepCtx<'ctx>;
+
+    fn sm_step_map<'op, 'ctx>(
+        &mut self,
+        op: OpMap<'op, Self>,
+        context: &mut StepCtx<'ctx>,
+    ) -> Result<OpMapped<'op, Self>> {
+        self.step_map(op, context)
+    }
+
+    fn sm_step_unmap<'op, 'ctx>(
+        &mut self,
+        op: OpUnmap<'op, Self>,
+        context: &mut StepCtx<'ctx>,
+    ) -> Result<OpUnmapped<'op, Self>> {
+        self.step_unmap(op, context)
+    }
+
+    fn sm_step_remap<'op, 'ctx>(
+        &mut self,
+        op: OpRemap<'op, Self>,
+        context: &mut StepCtx<'ctx>,
+    ) -> Result<OpRemapped<'op, Self>> {
+        self.step_remap(op, context)
+    }
 }

@@ -18,3 +18,8 @@ pub(crate) fn etime() -> Error {
 pub(crate) fn eopnotsupp() -> Error {
     Error::from_errno(-(bindings::EOPNOTSUPP as i32))
 }
+
+/// `ENODATA`: nothing to return (no such sanitizer report).
+pub(crate) fn enodata() -> Error {
+    Error::from_errno(-(bindings::ENODATA as i32))
+}

@@ -10,14 +10,22 @@
 //!   export as a `sync_file` fd (no Rust `dma_fence` abstraction exists).
 //! * [`flush_work`]: `flush_work()` (the workqueue abstraction has none).
 //! * [`send_wedged_uevent`]: DRM's `WEDGED=` uevent on a device's DRM nodes.
-//! * [`monotonic_ns`]: `ktime_get()` as nanoseconds.
+//! * [`monotonic_ns`]: `ktime_get()` as nanoseconds; [`total_ram_bytes`]:
+//!   `si_meminfo()`.
 //! * [`ModuleRef`]: a reference on this module (`try_module_get`).
+//! * [`publish_coredump`], [`remove_coredump`], [`DumpSlot`]: devcoredumps
+//!   (`dev_coredumpm`, `dev_coredump_put`; not in the bindings).
 
 use core::ptr::NonNull;
 use kernel::{
+    alloc::KVVec,
     bindings,
     prelude::*,
     sync::{
+        atomic::{
+            AtomicFlag,
+            Relaxed, //
+        },
         Arc,
         SetOnce, //
     },
@@ -61,7 +69,8 @@ unsafe extern "C" fn timeline_name(_f: *mut bindings::dma_fence) -> *const kerne
     c"vgpu-ring".as_char_ptr()
 }
 
-/// The fences' operations: names only. With neither `release` nor `wait`,
+/// The fences' operations: names only (jobs' fences, and `VM_BIND_OPS`'
+/// bind jobs'). With neither `release` nor `wait`,
 /// the core frees a fence with `kfree_rcu` and drops its `ops` pointer when
 /// the fence signals, so a signalled fence no longer refers to this module.
 static FENCE_OPS: bindings::dma_fence_ops = bindings::dma_fence_ops {
@@ -148,6 +157,13 @@ impl ExportedFence {
     /// Whether this value signalled the fence.
     pub(crate) fn is_signalled(&self) -> bool {
         self.signalled
+    }
+
+    /// A reference to the fence, for sync objects, reservation objects and
+    /// dependencies ([`crate::ffi_sync`]).
+    pub(crate) fn fence(&self) -> crate::ffi_sync::Fence {
+        // SAFETY: we hold a reference, so the fence is live.
+        unsafe { crate::ffi_sync::Fence::get(self.f) }
     }
 
     /// A sync_file for this fence, installed as a new close-on-exec fd of
@@ -273,6 +289,17 @@ unsafe extern "C" fn wedged_uevent(
 
 // ---------------------------------------------------------------- time
 
+/// The guest's RAM in bytes (`si_meminfo`).
+pub(crate) fn total_ram_bytes() -> u64 {
+    // SAFETY: `sysinfo` is a plain C struct; all-zero is a valid value for
+    // `si_meminfo` to fill.
+    let mut info: bindings::sysinfo = unsafe { core::mem::zeroed() };
+    // SAFETY: `info` is a live, writable `sysinfo` for the duration of the
+    // call; `si_meminfo` only writes its fields.
+    unsafe { bindings::si_meminfo(&mut info) };
+    (info.totalram as u64).saturating_mul(u64::from(info.mem_unit))
+}
+
 /// The guest's monotonic clock (`ktime_get`), in nanoseconds.
 pub(crate) fn monotonic_ns() -> u64 {
     // SAFETY: `ktime_get` may be called from any context but NMI.
@@ -324,4 +351,166 @@ impl Drop for ModuleRef {
             unsafe { bindings::module_put(m.as_ptr()) };
         }
     }
+}
+
+// ---------------------------------------------------------------- devcoredump
+
+/// `include/linux/devcoredump.h`, not in the pinned kernel's bindings. The
+/// `struct device *` and `struct module *` arguments are declared as
+/// `void *`: the bindings' structs hold zero-sized members that Rust does
+/// not consider FFI-safe, and the functions only pass the pointers on.
+mod devcoredump {
+    use kernel::bindings;
+    use kernel::ffi::{c_char, c_ulong, c_void};
+
+    /// `read` of `dev_coredumpm_timeout`.
+    pub(super) type ReadFn =
+        unsafe extern "C" fn(*mut c_char, bindings::loff_t, usize, *mut c_void, usize) -> isize;
+    /// `free` of `dev_coredumpm_timeout`.
+    pub(super) type FreeFn = unsafe extern "C" fn(*mut c_void);
+
+    extern "C" {
+        pub(super) fn dev_coredumpm_timeout(
+            dev: *mut c_void,
+            owner: *mut c_void,
+            data: *mut c_void,
+            datalen: usize,
+            gfp: bindings::gfp_t,
+            read: Option<ReadFn>,
+            free: Option<FreeFn>,
+            timeout: c_ulong,
+        );
+        pub(super) fn dev_coredump_put(dev: *mut c_void);
+    }
+}
+
+/// Whether a device's published devcoredump is still unread: set when one
+/// is published, cleared when the devcoredump core frees it (it was read
+/// and cleared, timed out, or was discarded at once because an older one
+/// is unread).
+pub(crate) struct DumpSlot {
+    outstanding: AtomicFlag,
+}
+
+impl DumpSlot {
+    /// No dump outstanding.
+    pub(crate) fn new() -> DumpSlot {
+        DumpSlot {
+            outstanding: AtomicFlag::new(false),
+        }
+    }
+
+    /// Whether a dump is outstanding.
+    pub(crate) fn outstanding(&self) -> bool {
+        self.outstanding.load(Relaxed)
+    }
+}
+
+/// What the devcoredump core holds: the text and the slot to clear.
+struct DumpData {
+    bytes: KVVec<u8>,
+    slot: Arc<DumpSlot>,
+}
+
+/// How long an unread dump stays: the core's default (five minutes).
+const DUMP_TIMEOUT_JIFFIES: u64 = bindings::HZ as u64 * 60 * 5;
+
+/// `read` callback: copies `count` bytes from `offset` of the dump.
+///
+/// # Safety
+///
+/// Called by the devcoredump core with `data` as passed to
+/// [`publish_coredump`] (a live `DumpData` until `free`) and `buffer`
+/// writable for `count` bytes.
+unsafe extern "C" fn dump_read(
+    buffer: *mut kernel::ffi::c_char,
+    offset: bindings::loff_t,
+    count: usize,
+    data: *mut kernel::ffi::c_void,
+    _datalen: usize,
+) -> isize {
+    // SAFETY: `data` is the `DumpData` leaked by `publish_coredump`, alive
+    // until `dump_free` (the core never calls `read` after `free`).
+    let d = unsafe { &*data.cast::<DumpData>() };
+    let Ok(off) = usize::try_from(offset) else {
+        return 0;
+    };
+    let Some(src) = d.bytes.get(off..) else {
+        return 0;
+    };
+    let n = src.len().min(count);
+    // SAFETY: `buffer` is writable for `count >= n` bytes (the core's
+    // contract); `src` holds at least `n` bytes; they do not overlap (one is
+    // the core's page, the other our vmalloc'ed text).
+    unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), buffer.cast::<u8>(), n) };
+    n as isize
+}
+
+/// `free` callback: drops the dump and clears its slot.
+///
+/// # Safety
+///
+/// Called once by the devcoredump core with the `data` passed to
+/// [`publish_coredump`].
+unsafe extern "C" fn dump_free(data: *mut kernel::ffi::c_void) {
+    // SAFETY: `data` came from `KBox::into_raw` in `publish_coredump` and the
+    // core calls `free` exactly once.
+    let d = unsafe { KBox::from_raw(data.cast::<DumpData>()) };
+    d.slot.outstanding.store(false, Relaxed);
+}
+
+/// Publishes `bytes` as `dev`'s devcoredump (`dev_coredumpm`):
+/// `/sys/class/devcoredump/devcdN/data` until it is written to (cleared) or
+/// five minutes pass. A dump holds a reference on this module while it
+/// exists. If an older dump of `dev` is unread the core discards this one
+/// at once (the slot is cleared again).
+///
+/// # Errors
+///
+/// `ENOMEM`, `ENODEV` (the module is unloading).
+pub(crate) fn publish_coredump(
+    dev: &kernel::device::Device,
+    bytes: KVVec<u8>,
+    slot: Arc<DumpSlot>,
+) -> Result {
+    let m = THIS_MODULE.as_ref().ok_or(ENODEV)?;
+    let len = bytes.len();
+    slot.outstanding.store(true, Relaxed);
+    let data = KBox::new(DumpData { bytes, slot }, GFP_KERNEL)?;
+    let raw = KBox::into_raw(data);
+    // `Device` is a transparent wrapper of `struct device`.
+    let dev = core::ptr::from_ref(dev)
+        .cast::<kernel::ffi::c_void>()
+        .cast_mut();
+    // SAFETY:
+    // - `dev` is a live device (borrowed for the call; the core takes its
+    //   own reference);
+    // - `m` is this module, which holds `dump_read` and `dump_free`; the core
+    //   takes a module reference for as long as the dump exists;
+    // - `raw` is a `DumpData` the core owns from now on: it passes it to
+    //   `dump_read` and, exactly once, to `dump_free` (also if it discards
+    //   the dump at once).
+    unsafe {
+        devcoredump::dev_coredumpm_timeout(
+            dev,
+            m.as_ptr().cast(),
+            raw.cast(),
+            len,
+            bindings::GFP_KERNEL,
+            Some(dump_read),
+            Some(dump_free),
+            DUMP_TIMEOUT_JIFFIES as kernel::ffi::c_ulong,
+        )
+    };
+    Ok(())
+}
+
+/// Removes `dev`'s devcoredump, if any (unbind).
+pub(crate) fn remove_coredump(dev: &kernel::device::Device) {
+    let dev = core::ptr::from_ref(dev)
+        .cast::<kernel::ffi::c_void>()
+        .cast_mut();
+    // SAFETY: `dev` is a live device for the call; `dev_coredump_put` only
+    // deletes the dumps whose failing device it is.
+    unsafe { devcoredump::dev_coredump_put(dev) };
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! What an open render-node file owns on the GPU: its address space and its
-//! memory account ([`Client`]).
+//! What an open render-node file owns on the GPU: its address space, its
+//! memory account and its bind jobs' fence timeline ([`Client`]).
 //!
 //! The DRM file object (`drm.rs`) holds one `Client`; the GPU blocks refer
 //! to it from every context the file creates (a context runs on its file's
@@ -31,27 +31,40 @@ pub(crate) struct Client {
     pub(crate) vm: Mutex<Vm>,
     /// GEM objects created through this file.
     pub(crate) mem: Arc<MemAccount>,
+    /// dma_fence context of the file's bind jobs (`VM_BIND_OPS`).
+    pub(crate) bind_fence_ctx: u64,
+    /// The last bind job's seqno.
+    bind_seqno: Atomic<u64>,
 }
 
 /// Source of [`Client::id`].
 static NEXT_CLIENT: Atomic<u64> = Atomic::new(1);
 
 impl Client {
-    /// A client owning `vm`.
+    /// A client owning `vm`, whose GEM objects may hold `mem_limit` bytes.
     ///
     /// # Errors
     ///
     /// `ENOMEM`.
-    pub(crate) fn new(vm: Vm) -> Result<Arc<Client>> {
-        let mem = MemAccount::new()?;
+    pub(crate) fn new(vm: Vm, mem_limit: u64) -> Result<Arc<Client>> {
+        let mem = MemAccount::new(mem_limit)?;
         Arc::pin_init(
             pin_init!(Client {
                 id: NEXT_CLIENT.fetch_add(1, Relaxed),
                 vm <- new_mutex!(vm),
                 mem,
+                bind_fence_ctx: crate::ffi::new_fence_context(),
+                bind_seqno: Atomic::new(0),
             }),
             GFP_KERNEL,
         )
+    }
+}
+
+impl Client {
+    /// The seqno of a new bind job (counting from 1).
+    pub(crate) fn next_bind_seqno(&self) -> u64 {
+        self.bind_seqno.fetch_add(1, Relaxed) + 1
     }
 }
 

@@ -11,11 +11,15 @@
 //! GEM memory is counted twice ([`MemAccount`]): per device (every object of
 //! every file) and per file (objects created through that file). An object
 //! is counted from `GEM_CREATE` until it is freed, whether or not its file is
-//! still open ([`MemCharge`]).
+//! still open ([`MemCharge`]). Both accounts have limits: a `GEM_CREATE` that
+//! would pass the device's fails with `ENOMEM`, one that would pass the
+//! file's with `ENOSPC`, so that GPU memory runs out before the guest's
+//! memory does (the OOM killer is not a GPU memory manager).
 //!
 //! The object's `DriverObject` implementation, which names the DRM driver
 //! type, is in `drm.rs` with the driver's other associated types.
 
+use core::ptr::NonNull;
 use kernel::{
     bindings,
     drm::gem::{
@@ -24,14 +28,19 @@ use kernel::{
         IntoGEMObject, //
     },
     error::from_err_ptr,
+    new_mutex,
     prelude::*,
     scatterlist::SGTable,
     sync::{
+        aref::ARef,
         atomic::{
             Atomic,
+            AtomicFlag,
             Relaxed, //
         },
         Arc,
+        Mutex,
+        SetOnce, //
     },
     uapi,
 };
@@ -63,23 +72,30 @@ impl Drop for LiveCount {
     }
 }
 
-/// Bytes and number of GEM objects alive.
+/// Bytes and number of GEM objects alive, against a limit.
 pub(crate) struct MemAccount {
     bytes: Atomic<u64>,
     objects: Atomic<u64>,
+    /// Most bytes this account may hold.
+    limit: u64,
+    /// Objects refused at this account's limit (the device's account counts
+    /// every refusal, its own and its files').
+    refused: Atomic<u64>,
 }
 
 impl MemAccount {
-    /// A new, empty account.
+    /// A new, empty account of at most `limit` bytes.
     ///
     /// # Errors
     ///
     /// `ENOMEM`.
-    pub(crate) fn new() -> Result<Arc<MemAccount>> {
+    pub(crate) fn new(limit: u64) -> Result<Arc<MemAccount>> {
         Ok(Arc::new(
             MemAccount {
                 bytes: Atomic::new(0),
                 objects: Atomic::new(0),
+                limit,
+                refused: Atomic::new(0),
             },
             GFP_KERNEL,
         )?)
@@ -88,6 +104,35 @@ impl MemAccount {
     /// (bytes, objects).
     pub(crate) fn get(&self) -> (u64, u64) {
         (self.bytes.load(Relaxed), self.objects.load(Relaxed))
+    }
+
+    /// The limit in bytes.
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Objects refused at the limit so far.
+    pub(crate) fn refused(&self) -> u64 {
+        self.refused.load(Relaxed)
+    }
+
+    /// Adds `size` bytes and one object unless that passes the limit.
+    fn charge(&self, size: u64) -> bool {
+        let before = self.bytes.fetch_add(size, Relaxed);
+        if before
+            .checked_add(size)
+            .is_none_or(|after| after > self.limit)
+        {
+            self.bytes.fetch_sub(size, Relaxed);
+            return false;
+        }
+        self.objects.fetch_add(1u64, Relaxed);
+        true
+    }
+
+    fn uncharge(&self, size: u64) {
+        self.bytes.fetch_sub(size, Relaxed);
+        self.objects.fetch_sub(1u64, Relaxed);
     }
 }
 
@@ -99,33 +144,158 @@ pub(crate) struct MemCharge {
 
 impl MemCharge {
     /// Charges `size` bytes and one object to the device's and the file's
-    /// accounts.
-    pub(crate) fn new(size: usize, device: Arc<MemAccount>, file: Arc<MemAccount>) -> MemCharge {
+    /// accounts, within their limits.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` when the device's GEM memory would pass its limit
+    /// (`gem_limit_mib`), `ENOSPC` when the file's would (`file_gem_limit_mib`).
+    pub(crate) fn new(
+        size: usize,
+        device: Arc<MemAccount>,
+        file: Arc<MemAccount>,
+    ) -> Result<MemCharge> {
         let size = size as u64;
-        let accounts = [device, file];
-        for a in accounts.iter() {
-            a.bytes.fetch_add(size, Relaxed);
-            a.objects.fetch_add(1u64, Relaxed);
+        if !device.charge(size) {
+            device.refused.add(1u64, Relaxed);
+            return Err(ENOMEM);
         }
-        MemCharge { size, accounts }
+        if !file.charge(size) {
+            device.uncharge(size);
+            device.refused.add(1u64, Relaxed);
+            file.refused.add(1u64, Relaxed);
+            return Err(ENOSPC);
+        }
+        Ok(MemCharge {
+            size,
+            accounts: [device, file],
+        })
     }
 }
 
 impl Drop for MemCharge {
     fn drop(&mut self) {
         for a in self.accounts.iter() {
-            a.bytes.fetch_sub(self.size, Relaxed);
-            a.objects.fetch_sub(1u64, Relaxed);
+            a.uncharge(self.size);
         }
     }
 }
 
-/// Driver data of a buffer object.
+/// The GEM objects of one device that are [`Bo`]s, by address.
+///
+/// A file's GEM handles can name objects this driver did not create as
+/// [`Bo`]s: a dma-buf of another driver imported through PRIME (the shmem
+/// helper makes a plain shmem object of it) or a dumb buffer. Looking a
+/// handle up as a `Bo` is only sound for the objects listed here
+/// ([`lookup`]). An object is listed once created and unlisted when it is
+/// freed, before its memory goes.
 #[pin_data]
+pub(crate) struct BoRegistry {
+    #[pin]
+    objects: Mutex<KVec<usize>>,
+}
+
+impl BoRegistry {
+    /// An empty registry.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn new() -> Result<Arc<BoRegistry>> {
+        Arc::pin_init(
+            pin_init!(BoRegistry {
+                objects <- new_mutex!(KVec::new()),
+            }),
+            GFP_KERNEL,
+        )
+    }
+
+    /// Lists `bo` (just created).
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn add(self: &Arc<Self>, bo: &Bo) -> Result {
+        let addr = bo.as_raw() as usize;
+        {
+            let mut l = self.objects.lock();
+            l.reserve(1, GFP_KERNEL)?;
+            let i = l.partition_point(|&a| a < addr);
+            // Room was reserved above.
+            let _ = l.insert_within_capacity(i, addr);
+        }
+        let _ = bo.registered.populate((self.clone(), addr));
+        Ok(())
+    }
+
+    fn remove(&self, addr: usize) {
+        let mut l = self.objects.lock();
+        let i = l.partition_point(|&a| a < addr);
+        if l.get(i) == Some(&addr) {
+            let _ = l.remove(i);
+        }
+    }
+
+    fn contains(&self, addr: usize) -> bool {
+        self.objects.lock().binary_search(&addr).is_ok()
+    }
+}
+
+/// The [`Bo`] behind GEM handle `handle` of `file`.
+///
+/// # Errors
+///
+/// `ENOENT` (no such handle), `EINVAL` (the handle names an object that is
+/// not one of this device's BOs: an imported foreign dma-buf, a dumb
+/// buffer).
+pub(crate) fn lookup<F: kernel::drm::file::DriverFile>(
+    file: &kernel::drm::File<F>,
+    handle: u32,
+    registry: &BoRegistry,
+) -> Result<ARef<Bo>> {
+    // `drm::File` is a transparent wrapper of `struct drm_file`.
+    let raw_file = core::ptr::from_ref(file)
+        .cast::<bindings::drm_file>()
+        .cast_mut();
+    // SAFETY: `raw_file` is an open DRM file (borrowed for the call); the
+    // lookup takes a reference on the object it returns.
+    let obj = unsafe { bindings::drm_gem_object_lookup(raw_file, handle) };
+    if obj.is_null() {
+        return Err(ENOENT);
+    }
+    if !registry.contains(obj as usize) {
+        // SAFETY: drops the reference the lookup took.
+        unsafe { bindings::drm_gem_object_put(obj) };
+        return Err(EINVAL);
+    }
+    // SAFETY: the registry lists `obj`: it is a live `Bo` (it is listed
+    // until its memory is freed, and we hold a reference, so it is not
+    // being freed); the reference the lookup took passes to the `ARef`.
+    Ok(unsafe { ARef::from_raw(NonNull::from(<Bo as IntoGEMObject>::from_raw(obj))) })
+}
+
+/// Driver data of a buffer object.
+#[pin_data(PinnedDrop)]
 pub(crate) struct VgpuObject {
     flags: u32,
+    /// One of its pages was retired after an uncorrectable memory error: it
+    /// is never mapped for the GPU again.
+    bad: AtomicFlag,
+    /// The registry listing it, and its address there.
+    registered: SetOnce<(Arc<BoRegistry>, usize)>,
     _live: LiveCount,
-    _charge: MemCharge,
+    /// None for the driver's own objects (an address space's reservation
+    /// object), which are not GEM memory of any file.
+    _charge: Option<MemCharge>,
+}
+
+#[pinned_drop]
+impl PinnedDrop for VgpuObject {
+    fn drop(self: Pin<&mut Self>) {
+        if let Some((r, addr)) = self.registered.as_ref() {
+            r.remove(*addr);
+        }
+    }
 }
 
 impl VgpuObject {
@@ -133,6 +303,8 @@ impl VgpuObject {
     pub(crate) fn init(args: BoArgs) -> impl PinInit<Self, Error> {
         try_pin_init!(VgpuObject {
             flags: args.flags,
+            bad: AtomicFlag::new(false),
+            registered: SetOnce::new(),
             _live: LiveCount::new(),
             _charge: args.charge,
         })
@@ -142,6 +314,16 @@ impl VgpuObject {
     pub(crate) fn lazy(&self) -> bool {
         self.flags & uapi::VGPU_GEM_CREATE_LAZY != 0
     }
+
+    /// Marks the object bad (one of its pages was retired).
+    pub(crate) fn mark_bad(&self) {
+        self.bad.store(true, Relaxed);
+    }
+
+    /// Whether one of its pages was retired.
+    pub(crate) fn is_bad(&self) -> bool {
+        self.bad.load(Relaxed)
+    }
 }
 
 /// Creation arguments of a buffer object.
@@ -149,7 +331,7 @@ pub(crate) struct BoArgs {
     /// `VGPU_GEM_CREATE_*`.
     pub(crate) flags: u32,
     /// Memory accounting, from creation until the object is freed.
-    pub(crate) charge: MemCharge,
+    pub(crate) charge: Option<MemCharge>,
 }
 
 /// A physically contiguous piece of a buffer object.
@@ -197,7 +379,7 @@ pub(crate) fn segments(bo: &Bo) -> Result<KVec<Seg>> {
         offset += len;
     }
     if usize::try_from(offset).ok() != Some(bo.size()) {
-        pr_err!(
+        crate::pr_err_ratelimited!(
             "vgpu: object of {} bytes maps {} bytes\n",
             bo.size(),
             offset

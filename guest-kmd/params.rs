@@ -18,6 +18,10 @@ pub(crate) struct Params {
     pub(crate) ban_hangs: u32,
     pub(crate) ban_window_ms: u32,
     pub(crate) force_intx: u32,
+    pub(crate) gem_limit_mib: u32,
+    pub(crate) file_gem_limit_mib: u32,
+    pub(crate) ras_max_pages: u32,
+    pub(crate) coredump: u32,
 }
 
 /// The defaults of the `module!` declaration.
@@ -28,6 +32,10 @@ const DEFAULTS: Params = Params {
     ban_hangs: 3,
     ban_window_ms: 60000,
     force_intx: 0,
+    gem_limit_mib: 0,
+    file_gem_limit_mib: 0,
+    ras_max_pages: 16,
+    coredump: 1,
 };
 
 static PARAMS: SetOnce<Params> = SetOnce::new();
@@ -67,7 +75,37 @@ pub(crate) fn ban_window_ms() -> u32 {
     get().ban_window_ms.clamp(1000, 3_600_000)
 }
 
+/// `coredump`: publish a devcoredump for every hang, aborted fault and
+/// engine error (and ask the device for a capture at a hang).
+pub(crate) fn coredump() -> bool {
+    get().coredump != 0
+}
+
 /// `force_intx`: use the legacy INTx interrupt even if MSI-X is available.
 pub(crate) fn force_intx() -> bool {
     get().force_intx != 0
+}
+
+/// The device-wide GEM limit in bytes: `gem_limit_mib`, or 0 for half of
+/// the guest's RAM (`total_ram`).
+pub(crate) fn gem_limit(total_ram: u64) -> u64 {
+    match get().gem_limit_mib {
+        0 => total_ram / 2,
+        mib => u64::from(mib) << 20,
+    }
+}
+
+/// The per-file GEM limit in bytes: `file_gem_limit_mib`, or 0 for the
+/// device's limit.
+pub(crate) fn file_gem_limit(device_limit: u64) -> u64 {
+    match get().file_gem_limit_mib {
+        0 => device_limit,
+        mib => (u64::from(mib) << 20).min(device_limit),
+    }
+}
+
+/// `ras_max_pages`, clamped to 1..=256: retired pages at which the device is
+/// declared bad.
+pub(crate) fn ras_max_pages() -> u32 {
+    get().ras_max_pages.clamp(1, 256)
 }

@@ -48,6 +48,9 @@ pub(crate) struct TableId(u32);
 /// Allocation state of the pool.
 struct FreeList {
     free: KVec<u32>,
+    /// Tables retired after an uncorrectable memory error: never handed
+    /// out again.
+    retired: KVec<u32>,
 }
 
 /// The page-table pool of one device.
@@ -76,6 +79,7 @@ impl PtPool {
         }
         let total = nchunks * TABLES_PER_CHUNK;
         let mut free = KVec::with_capacity(total, GFP_KERNEL)?;
+        let retired = KVec::with_capacity(total, GFP_KERNEL)?;
         // Hand out low indices first (pop from the end).
         for i in (0..total).rev() {
             free.push(u32::try_from(i).map_err(|_| EINVAL)?, GFP_KERNEL)?;
@@ -83,11 +87,24 @@ impl PtPool {
         Arc::pin_init(
             pin_init!(PtPool {
                 chunks,
-                state <- new_spinlock!(FreeList { free }),
+                state <- new_spinlock!(FreeList { free, retired }),
                 total,
             }),
             GFP_KERNEL,
         )
+    }
+
+    /// The pool's chunks: (DMA address, bytes) each.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn chunk_ranges(&self) -> Result<KVec<(u64, u64)>> {
+        let mut v = KVec::with_capacity(self.chunks.len(), GFP_KERNEL)?;
+        for c in self.chunks.iter() {
+            v.push((c.dma_handle(), CHUNK_BYTES as u64), GFP_KERNEL)?;
+        }
+        Ok(v)
     }
 
     /// Tables in the pool and tables free.
@@ -110,8 +127,35 @@ impl PtPool {
         for i in 0..ENTRIES_PER_TABLE {
             self.write(t, i, Pte::INVALID);
         }
+        let mut st = self.state.lock();
+        if st.retired.contains(&t.0) {
+            return;
+        }
         // The free list has room for every table: the push cannot fail.
-        let _ = self.state.lock().free.push(t.0, GFP_ATOMIC);
+        let _ = st.free.push(t.0, GFP_ATOMIC);
+    }
+
+    /// Retires the table holding guest-physical address `pa`, if the pool
+    /// has one there: it is never handed out again (if it is in use, its
+    /// owner keeps it until it frees it). Returns whether `pa` is in the
+    /// pool.
+    pub(crate) fn retire_at(&self, pa: u64) -> bool {
+        let per_chunk = TABLES_PER_CHUNK as u64;
+        let found = self.chunks.iter().enumerate().find_map(|(c, chunk)| {
+            let base = chunk.dma_handle();
+            let off = pa.checked_sub(base)?;
+            (off < CHUNK_BYTES as u64).then(|| c as u64 * per_chunk + off / TABLE_SIZE)
+        });
+        let Some(t) = found.and_then(|t| u32::try_from(t).ok()) else {
+            return false;
+        };
+        let mut st = self.state.lock();
+        st.free.retain(|f| *f != t);
+        if !st.retired.contains(&t) {
+            // Room for every table was reserved: this push does not fail.
+            let _ = st.retired.push(t, GFP_ATOMIC);
+        }
+        true
     }
 
     /// Where entry `index` of table `t` lives: (chunk, element).

@@ -4,9 +4,16 @@
 //! trigger (the Rust `dev_*!` macros have no rate-limited form).
 //!
 //! Each call site of [`dev_warn_ratelimited!`] (and its `info`/`err`
-//! siblings) owns a [`RateLimit`]: at most [`BURST`] messages per
-//! [`INTERVAL_NS`] window, like the kernel's `DEFAULT_RATELIMIT_*`; the
-//! first message of the next window says how many were suppressed.
+//! siblings, [`pr_warn_ratelimited!`], [`pr_err_ratelimited!`]) owns a
+//! [`RateLimit`]: at most [`BURST`] messages per [`INTERVAL_NS`] window,
+//! like the kernel's `DEFAULT_RATELIMIT_*`; the first message of the next
+//! window says how many were suppressed.
+//!
+//! What stays plain: messages of probe and unbind (once per bind), and
+//! those a state change prints once (the device declared broken or lost,
+//! wedged by too many retired pages, a page retired). The event queue's
+//! warnings (`transport/events.rs`) share one budget per device instead,
+//! with their suppressed count in debugfs `status`.
 
 use crate::ffi::monotonic_ns;
 use kernel::sync::atomic::{
@@ -79,6 +86,34 @@ macro_rules! dev_err_ratelimited {
     ($dev:expr, $($arg:tt)*) => {
         $crate::ratelimited!(dev_err, $dev, $($arg)*)
     };
+}
+
+/// `pr_err!`, at most [`BURST`] per 5 s from this call site.
+#[macro_export]
+macro_rules! pr_err_ratelimited {
+    ($($arg:tt)*) => {{
+        static LIMIT: $crate::ratelimit::RateLimit = $crate::ratelimit::RateLimit::new();
+        if let Some(suppressed) = LIMIT.allow() {
+            if suppressed > 0 {
+                kernel::pr_err!("vgpu: {} similar messages suppressed\n", suppressed);
+            }
+            kernel::pr_err!($($arg)*);
+        }
+    }};
+}
+
+/// `pr_warn!`, at most [`BURST`] per 5 s from this call site.
+#[macro_export]
+macro_rules! pr_warn_ratelimited {
+    ($($arg:tt)*) => {{
+        static LIMIT: $crate::ratelimit::RateLimit = $crate::ratelimit::RateLimit::new();
+        if let Some(suppressed) = LIMIT.allow() {
+            if suppressed > 0 {
+                kernel::pr_warn!("vgpu: {} similar messages suppressed\n", suppressed);
+            }
+            kernel::pr_warn!($($arg)*);
+        }
+    }};
 }
 
 /// The common body of the `dev_*_ratelimited!` macros.

@@ -58,6 +58,10 @@ pub(crate) struct CtxSnapshot {
     pub(crate) hangs: u32,
     pub(crate) faults: u32,
     pub(crate) engine_error: u32,
+    /// Where the first error happened.
+    pub(crate) error_at: Option<crate::gpu::state::ErrorAt>,
+    /// Sanitizer reports about it.
+    pub(crate) san_reports: u32,
     /// Last seqno submitted per engine (0: none).
     pub(crate) submitted: [u64; ENGINES],
     /// Last seqno signalled per engine.
@@ -110,6 +114,8 @@ pub(crate) fn snapshot(gpu: &Gpu, out: &mut KVec<CtxSnapshot>) -> Result<KmdCoun
                 hangs: c.hangs,
                 faults: c.faults,
                 engine_error: c.engine_error,
+                error_at: c.error_at,
+                san_reports: c.san_reports,
                 submitted,
                 completed,
             },
@@ -154,6 +160,7 @@ const ZERO: uapi::drm_vgpu_counters = uapi::drm_vgpu_counters {
 
 /// `c` as the uAPI's `struct drm_vgpu_ctx_stats`.
 fn ctx_stats(c: &CtxSnapshot, mem_bytes: u64, counters: uapi::drm_vgpu_counters) -> UCtxStats {
+    let at = c.error_at.unwrap_or_default();
     UCtxStats(uapi::drm_vgpu_ctx_stats {
         ctx_id: c.handle,
         pid: c.pid,
@@ -167,6 +174,14 @@ fn ctx_stats(c: &CtxSnapshot, mem_bytes: u64, counters: uapi::drm_vgpu_counters)
         submitted: c.submitted,
         completed: c.completed,
         counters,
+        engine_error: c.engine_error,
+        error_engine: at.engine,
+        error_header: at.header,
+        error_cmd_index: at.cmd_index.unwrap_or(uapi::VGPU_CMD_INDEX_NONE),
+        error_packet_va: at.packet_va,
+        error_seqno: at.seqno,
+        error_cmd_offset: at.cmd_offset,
+        san_reports: c.san_reports,
     })
 }
 
@@ -246,6 +261,11 @@ pub(crate) fn query_stats(v: &Vgpu, a: &mut uapi::drm_vgpu_query_stats) -> Resul
     a.faults = kmd.faults;
     a.wedged = u32::from(wedged);
     a.num_contexts = u32::try_from(ctxs.len()).unwrap_or(u32::MAX);
+    a.mem_limit = v.mem.limit();
+    a.file_mem_limit = crate::params::file_gem_limit(v.mem.limit());
+    a.mem_refused = v.mem.refused();
+    a.retired_pages = v.gpu.retired_pages();
+    a.lost = u32::from(v.hw.link.is_lost());
     Ok(())
 }
 
@@ -279,14 +299,20 @@ pub(crate) fn show(v: &Vgpu, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Res
         contexts: 0,
         flags: 0,
         pad: 0,
+        mem_limit: 0,
+        file_mem_limit: 0,
+        mem_refused: 0,
+        retired_pages: 0,
+        lost: 0,
     };
     if let Err(e) = query_stats(v, &mut a) {
         return writeln!(f, "error {}", e.to_errno());
     }
     writeln!(
             f,
-            "wedged {} mem_bytes {} mem_objects {} pt_bytes {} engine_resets {} device_resets {} hangs {} faults {} contexts {}",
-            a.wedged, a.mem_bytes, a.mem_objects, a.pt_bytes, a.engine_resets, a.device_resets, a.hangs, a.faults, a.num_contexts
+            "wedged {} mem_bytes {} mem_objects {} pt_bytes {} engine_resets {} device_resets {} hangs {} faults {} contexts {} lost {} mem_limit {} file_mem_limit {} mem_refused {} retired_pages {}",
+            a.wedged, a.mem_bytes, a.mem_objects, a.pt_bytes, a.engine_resets, a.device_resets, a.hangs, a.faults, a.num_contexts,
+            a.lost, a.mem_limit, a.file_mem_limit, a.mem_refused, a.retired_pages
         )?;
     let rows = [
         ("device", &a.device),

@@ -20,16 +20,20 @@
 //! * [`gpu`]: contexts, rings, submission, fences, faults, hangs, resets —
 //!   a folder of blocks, the twin of the device's `core/`.
 //! * [`file`]: what an open file owns (its address space, its memory).
-//! * [`vm`], [`gem`], [`ptpool`]: GPU address spaces, buffer objects, the
-//!   page-table pool.
+//! * [`vm`], [`vm_ops`], [`pagetable`], [`gem`], [`ptpool`], [`ras`]: GPU
+//!   address spaces (on DRM GPUVM) and their map/unmap requests, their page
+//!   tables, buffer objects, the page-table pool, retired pages; [`sanmem`]: that memory declared to
+//!   the device's sanitizer.
 //! * [`transport`]: the virtio-pci transport, the control and event queues,
 //!   interrupts.
-//! * [`ffi`], [`params`], [`ratelimit`], [`uarray`], [`time`], [`errno`]:
-//!   kernel C APIs behind safe wrappers, the module parameters,
+//! * [`ffi`], [`ffi_sync`], [`ffi_gpuvm`], [`params`], [`ratelimit`],
+//!   [`uarray`], [`time`], [`errno`]: kernel C APIs behind safe wrappers
+//!   (fences, sync objects, reservations, GPUVM lookups), the module parameters,
 //!   rate-limited messages, typed user arrays, time and errno helpers.
 //!
 //! The hardware interface ([`pod`], [`proto`], [`event`], [`mmu`],
-//! [`packet`], [`layout`]) is the very same source as the `vgpu-hwif` crate
+//! [`packet`], [`layout`], [`sanitize`], [`describe`]) is the very same
+//! source as the `vgpu-hwif` crate
 //! used by the device and by userspace, compiled here with the kernel's
 //! compiler flags.
 
@@ -45,17 +49,25 @@ mod device;
 mod drm;
 mod errno;
 mod ffi;
+mod ffi_gpuvm;
+mod ffi_sync;
 mod file;
 mod gem;
 mod gpu;
+mod pagetable;
 mod params;
 mod ptpool;
+mod ras;
 mod ratelimit;
+mod sanmem;
+#[cfg(CONFIG_KASAN)]
+mod selftest;
 mod stats;
 mod time;
 mod transport;
 mod uarray;
 mod vm;
+mod vm_ops;
 mod watchdog;
 
 // The hardware interface, shared with the device and userspace. The files
@@ -94,10 +106,32 @@ mod mmu;
 #[path = "../hwif/src/packet.rs"]
 mod packet;
 
+/// The device capture's format (from `hwif/src/capture.rs`): its reasons.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../hwif/src/capture.rs"]
+mod capture;
+
+/// The devcoredump's format (from `hwif/src/coredump.rs`).
+#[allow(dead_code, unreachable_pub)]
+#[path = "../hwif/src/coredump.rs"]
+mod coredump;
+
 /// The layout table and its fingerprint (from `hwif/src/layout.rs`).
 #[allow(dead_code, unreachable_pub)]
 #[path = "../hwif/src/layout.rs"]
 mod layout;
+
+/// The driver sanitizer's checks, reports and commands (from
+/// `hwif/src/sanitize.rs`).
+#[allow(dead_code, unreachable_pub)]
+#[path = "../hwif/src/sanitize.rs"]
+mod sanitize;
+
+/// Packets, engine errors and fault reasons as text (from
+/// `hwif/src/describe.rs`).
+#[allow(dead_code, unreachable_pub)]
+#[path = "../hwif/src/describe.rs"]
+mod describe;
 
 use device::Vgpu;
 use transport::{irq::Registrations, Hw};
@@ -129,9 +163,25 @@ module! {
             default: 60000,
             description: "Window in which ban_hangs hangs ban a context (ms, 1000..=3600000)",
         },
+        gem_limit_mib: u32 {
+            default: 0,
+            description: "GEM memory of all files in MiB (0: half of the guest's RAM); GEM_CREATE past it fails with ENOMEM",
+        },
+        file_gem_limit_mib: u32 {
+            default: 0,
+            description: "GEM memory per open file in MiB (0: the device's limit); GEM_CREATE past it fails with ENOSPC",
+        },
+        ras_max_pages: u32 {
+            default: 16,
+            description: "Pages retired after uncorrectable ECC errors at which the device is declared bad (1..=256)",
+        },
         force_intx: u32 {
             default: 0,
             description: "Non-zero: use the legacy INTx interrupt even if MSI-X is available",
+        },
+        coredump: u32 {
+            default: 1,
+            description: "Non-zero: a devcoredump for every hang, aborted fault and engine error (0: none, and no device capture at a hang)",
         },
     },
 }
@@ -157,6 +207,10 @@ impl kernel::InPlaceModule for VgpuModule {
             ban_hangs: *module_parameters::ban_hangs.value(),
             ban_window_ms: *module_parameters::ban_window_ms.value(),
             force_intx: *module_parameters::force_intx.value(),
+            gem_limit_mib: *module_parameters::gem_limit_mib.value(),
+            file_gem_limit_mib: *module_parameters::file_gem_limit_mib.value(),
+            ras_max_pages: *module_parameters::ras_max_pages.value(),
+            coredump: *module_parameters::coredump.value(),
         });
         try_pin_init!(Self {
             _debugfs: debugfs::Root::create(),
@@ -203,6 +257,8 @@ impl pci::Driver for VgpuPciDriver {
         // after that (device-managed resources).
         let vgpu: &Arc<Vgpu> = this.vgpu();
         vgpu.shutdown();
+        // An unread devcoredump goes with the binding.
+        ffi::remove_coredump(pdev.as_ref());
         dev_info!(pdev, "device quiesced and unbound\n");
     }
 }
@@ -235,6 +291,12 @@ impl Binding {
         unsafe {
             kernel::dma::Device::dma_set_mask_and_coherent(pdev, kernel::dma::DmaMask::new::<64>())?
         };
+        // The device takes segments of any length (a BO's 2 MiB folios are
+        // mapped as single segments); the PCI default claims 64 KiB, which
+        // the DMA API's debugging reports for every such mapping.
+        // SAFETY: As above: no DMA allocation or mapping yet, nothing else
+        // runs on the device during probe.
+        unsafe { kernel::dma::Device::dma_set_max_seg_size(pdev, u32::MAX) };
 
         let hw = Hw::new(pdev, params::cmd_timeout_ms())?;
         let vgpu = Vgpu::new(hw)?;

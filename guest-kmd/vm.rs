@@ -1,129 +1,153 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! Per-file GPU address spaces: the page tables the device's MMU walks.
+//! Per-file GPU address spaces: the page tables the device's MMU walks, and
+//! the mappings, managed by DRM GPUVM.
 //!
-//! Each open render-node file has one [`Vm`]: a 4-level page table in the
-//! device's format (`hwif/src/mmu.rs`) built from [`PtPool`] tables, and the
-//! list of `VM_BIND` mappings. Ordering rules:
+//! Each open render-node file has one [`Vm`]: a DRM GPUVM (the kernel's VA
+//! manager, through its Rust abstraction) over the user VA range, whose
+//! driver data ([`VmData`]) is a 4-level page table in the device's format
+//! (`hwif/src/mmu.rs`) built from [`PtPool`] tables, plus each mapping's
+//! permissions. GPUVM keeps the mappings (an interval tree, and per BO the
+//! list of its mappings) and turns every map and unmap request into steps —
+//! map, unmap, remap (split) — which [`crate::vm_ops`] applies to the page
+//! tables; this file has the page tables and what reads the address space.
+//! Ordering rules:
 //!
-//! * Bind: every table the range needs is allocated (zeroed) and linked
+//! * Map: every table the range needs is allocated (zeroed) and linked
 //!   first; only then are the leaf entries written. A failed allocation
 //!   leaves empty tables behind and no leaf entry.
-//! * Unbind: the leaf entries are cleared, then the caller invalidates the
-//!   TLBs of every context using the address space, and only then drops the
-//!   mapping's reference on the buffer object (whose pages the device may
-//!   have cached translations for until the invalidation).
+//! * Unmap (and the hole a split cuts): the leaf entries are cleared, then
+//!   the caller invalidates the TLBs of every context using the address
+//!   space, and only then drops the removed mappings' references on their
+//!   buffer objects (whose pages the device may have cached translations for
+//!   until the invalidation).
+//! * A split that cuts through a 2 MiB page first replaces it with a table of
+//!   512 4 KiB entries for the same pages (the translation does not change),
+//!   then clears the cut part.
 //! * Tables are returned to the pool only when the address space is
 //!   destroyed, after its contexts are gone.
 //!
 //! 2 MiB pages are used where the VA and the object's pages are both 2 MiB
 //! aligned and physically contiguous over the whole 2 MiB.
 
+pub(crate) use crate::pagetable::{
+    va_user_end,
+    Backing,
+    PageTables,
+    PAGE_2M,
+    PAGE_4K,
+    VA_KMD_RESERVED,
+    VA_USER_START, //
+};
 use crate::{
+    ffi_gpuvm,
     gem::{
         self,
         Bo,
+        BoArgs,
         Seg, //
     },
     mmu::{
         level_index,
         CachePolicy,
         Pte,
-        PteKind,
-        ENTRIES_PER_TABLE,
         PTE_EXEC,
         PTE_READ,
         PTE_WRITE, //
     },
-    ptpool::{
-        PtPool,
-        TableId, //
+    pr_warn_ratelimited,
+    ptpool::PtPool,
+    ras::Retired,
+    sanmem::{
+        Declared,
+        SanMem, //
     },
 };
 use core::fmt;
 use kernel::{
-    drm::gem::BaseObject,
+    drm::{
+        gem::{
+            shmem::ObjectConfig,
+            DriverObject, //
+        },
+        gpuvm::{
+            GpuVa,
+            GpuVm,
+            GpuVmBo,
+            UniqueRefGpuVm, //
+        },
+    },
     prelude::*,
     sync::{
         aref::ARef,
-        Arc, //
+        Arc,
+        SetOnce, //
     },
-    uapi,
 };
 
-/// 4 KiB.
-pub(crate) const PAGE_4K: u64 = 1 << 12;
-/// 2 MiB.
-pub(crate) const PAGE_2M: u64 = 1 << 21;
-/// First user VA: the lowest 64 KiB stay unmapped so that a null GPU
-/// pointer faults.
-pub(crate) const VA_USER_START: u64 = 0x1_0000;
-/// Bytes at the top of the address space the KMD keeps for rings and ring
-/// status blocks.
-pub(crate) const VA_KMD_RESERVED: u64 = 256 << 20;
 /// Mappings per address space.
 pub(crate) const MAX_MAPPINGS: usize = 4096;
 
-/// The end of the user VA range for a VA width.
-pub(crate) const fn va_user_end(va_bits: u32) -> u64 {
-    (1u64 << va_bits) - VA_KMD_RESERVED
+/// The DRM device type BOs and address spaces belong to.
+pub(crate) type DrmDev = kernel::drm::Device<<gem::VgpuObject as DriverObject>::Driver>;
+
+/// A mapping's attributes GPUVM does not keep.
+#[derive(Clone)]
+pub(crate) struct Attr {
+    /// Start VA of the mapping.
+    pub(crate) va: u64,
+    /// `PTE_READ | PTE_WRITE | PTE_EXEC` subset.
+    pub(crate) perms: u64,
+    /// The GEM handle it was mapped through (for debugfs).
+    pub(crate) handle: u32,
+    /// Its pages declared to the device's sanitizer, shared by the parts a
+    /// split leaves (given back when the last part is unmapped, after the
+    /// TLB invalidation).
+    pub(crate) decl: Option<Arc<Declared>>,
 }
 
-/// One page table and its children (levels 3..1; level 0 has none).
-struct Node {
-    id: TableId,
-    children: KVec<Option<KBox<Node>>>,
+/// The GPUVM's driver data: page tables and mapping attributes. The
+/// `DriverGpuVm` implementation (which names the DRM driver) is in
+/// `drm.rs`; its steps are in [`crate::vm_ops`].
+pub(crate) struct VmData {
+    pub(crate) pt: PageTables,
+    /// One entry per mapping, by start VA; changed only by the steps.
+    pub(crate) attrs: KVec<Attr>,
 }
 
-impl Node {
-    /// A node for a new zeroed table of `level`.
-    fn new(pool: &PtPool, level: u32) -> Result<KBox<Node>> {
-        let mut children = KVec::new();
-        if level > 0 {
-            children.reserve(ENTRIES_PER_TABLE, GFP_KERNEL)?;
-            for _ in 0..ENTRIES_PER_TABLE {
-                children.push(None, GFP_KERNEL)?;
-            }
-        }
-        // The box before the table: a failure leaves nothing to give back.
-        let b = KBox::<Node>::new_uninit(GFP_KERNEL)?;
-        let id = pool.alloc()?;
-        Ok(KBox::write(b, Node { id, children }))
-    }
-
-    /// Returns this table and its descendants to the pool; returns how many.
-    fn free(self, pool: &PtPool) -> usize {
-        let mut n = 1;
-        for c in self.children.into_iter().flatten() {
-            n += KBox::into_inner(c).free(pool);
-        }
-        pool.free(self.id);
-        n
+impl VmData {
+    /// The attributes of the mapping starting at `va`.
+    pub(crate) fn attr(&self, va: u64) -> Option<&Attr> {
+        let i = self.attrs.partition_point(|a| a.va < va);
+        self.attrs.get(i).filter(|a| a.va == va)
     }
 }
 
-/// One `VM_BIND` mapping.
-pub(crate) struct Mapping {
+/// A mapping, as [`Vm::find`] and [`Vm::lookup_va`] report it.
+pub(crate) struct MapInfo {
     pub(crate) va: u64,
     pub(crate) size: u64,
+    /// `PTE_READ | PTE_WRITE | PTE_EXEC` subset.
+    pub(crate) perms: u64,
+}
+
+/// A mapping as a devcoredump lists it ([`Vm::mappings`]).
+pub(crate) struct MapSummary {
+    pub(crate) va: u64,
+    pub(crate) size: u64,
+    /// The GEM handle it was mapped through.
+    pub(crate) handle: u32,
     pub(crate) bo_offset: u64,
     /// `PTE_READ | PTE_WRITE | PTE_EXEC` subset.
     pub(crate) perms: u64,
-    pub(crate) handle: u32,
+    /// Pages filled in on first fault.
     pub(crate) lazy: bool,
-    /// The object; its reference keeps the pages the entries point to.
-    pub(crate) bo: ARef<Bo>,
-    /// The object's pages, once pinned (at bind, or at the first fault of a
-    /// lazy mapping).
-    segs: KVec<Seg>,
-    pub(crate) pages_4k: u64,
-    pub(crate) pages_2m: u64,
 }
 
-impl Mapping {
-    fn end(&self) -> u64 {
-        self.va + self.size
-    }
+/// A mapping and its object (for retiring a page).
+pub(crate) struct Mapping {
+    /// The object; the mapping holds a reference on it.
+    pub(crate) bo: ARef<Bo>,
 }
 
 /// What `VM_BIND` asks for, validated by [`Vm::bind`].
@@ -137,342 +161,294 @@ pub(crate) struct BindArgs {
 
 /// A GPU address space.
 pub(crate) struct Vm {
-    pool: Arc<PtPool>,
-    root: Option<KBox<Node>>,
-    va_bits: u32,
-    huge_pages: bool,
-    mappings: KVec<Mapping>,
-    tables: usize,
-    /// 4 KiB pages of KMD memory (rings, status pages) mapped.
-    kmd_pages: u64,
+    pub(crate) gpuvm: UniqueRefGpuVm<VmData>,
     /// Objects of mappings whose TLB invalidation failed: the device may
-    /// still hold translations to their pages, so they are kept until the
-    /// address space is destroyed.
-    retired: KVec<ARef<Bo>>,
+    /// still hold translations to their pages, so they are kept (and stay
+    /// declared to the sanitizer) until the address space is destroyed.
+    pub(crate) retired: KVec<ARef<Bo>>,
+    /// The sanitizer declarations of those objects' mappings.
+    pub(crate) retired_decls: KVec<Arc<Declared>>,
+    /// The device sanitizer's declarations, when it asks for them.
+    san: Option<Arc<SanMem>>,
 }
 
 impl Vm {
-    /// An empty address space of `va_bits` bits.
-    pub(crate) fn new(pool: Arc<PtPool>, va_bits: u32, huge_pages: bool) -> Result<Vm> {
-        let root = Node::new(&pool, 3)?;
+    /// An empty address space of `va_bits` bits on DRM device `dev`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn new(
+        dev: &DrmDev,
+        pool: Arc<PtPool>,
+        retired: Arc<Retired>,
+        va_bits: u32,
+        huge_pages: bool,
+        san: Option<Arc<SanMem>>,
+    ) -> Result<Vm> {
+        let pt = PageTables::new(pool, retired, va_bits, huge_pages)?;
+        let (start, end) = pt.user_range();
+        // GPUVM's reservation object: a page-sized BO that is never
+        // populated or charged (the shared dma_resv of the address space).
+        let resv = Bo::new(
+            dev,
+            PAGE_4K as usize,
+            ObjectConfig {
+                map_wc: false,
+                parent_resv_obj: None,
+            },
+            BoArgs {
+                flags: 0,
+                charge: None,
+            },
+        )?;
+        let data = VmData {
+            pt,
+            attrs: KVec::new(),
+        };
+        let gpuvm = GpuVm::new::<Error, _>(c"vgpu", dev, &*resv, start..end, 0..0, data)?;
         Ok(Vm {
-            pool,
-            root: Some(root),
-            va_bits,
-            huge_pages,
-            mappings: KVec::new(),
-            tables: 1,
-            kmd_pages: 0,
+            gpuvm,
             retired: KVec::new(),
+            retired_decls: KVec::new(),
+            san: san.filter(|s| s.on()),
         })
+    }
+
+    /// The sanitizer's declarations, when the device asks for them.
+    pub(crate) fn san(&self) -> Option<Arc<SanMem>> {
+        self.san.clone()
+    }
+
+    /// Gives the mapping containing `va` the declaration of its pages (a
+    /// lazy mapping's, made after its first fault pinned them); a mapping
+    /// declared already keeps its own.
+    pub(crate) fn attach(&mut self, va: u64, d: Arc<Declared>) {
+        let Some(start) = self.va_at(va).map(|m| m.addr()) else {
+            return;
+        };
+        let attrs = &mut self.gpuvm.data().attrs;
+        let i = attrs.partition_point(|a| a.va < start);
+        if let Some(a) = attrs.get_mut(i).filter(|a| a.va == start) {
+            a.decl.get_or_insert(d);
+        }
+    }
+
+    /// The page tables.
+    pub(crate) fn pt(&self) -> &PageTables {
+        &self.gpuvm.data_ref().pt
     }
 
     /// Guest-physical address of the root table (`CONTEXT_CREATE`'s
     /// `pt_root`).
     pub(crate) fn root_addr(&self) -> u64 {
-        self.root.as_ref().map_or(0, |r| self.pool.addr(r.id))
+        self.pt().root_addr()
     }
 
     /// The user VA range `[start, end)`.
     pub(crate) fn user_range(&self) -> (u64, u64) {
-        (VA_USER_START, va_user_end(self.va_bits))
+        self.pt().user_range()
     }
 
     /// Number of mappings.
     pub(crate) fn mapping_count(&self) -> usize {
-        self.mappings.len()
+        self.gpuvm.data_ref().attrs.len()
     }
 
     /// Number of page tables.
     pub(crate) fn table_count(&self) -> usize {
-        self.tables
+        self.pt().tables
+    }
+
+    /// The mappings of the user range, by VA.
+    pub(crate) fn mappings(&self) -> impl Iterator<Item = MapSummary> + '_ {
+        let (start, end) = self.pt().user_range();
+        ffi_gpuvm::mappings(&self.gpuvm, start, end).map(move |m| {
+            let attr = self.gpuvm.data_ref().attr(m.addr());
+            MapSummary {
+                va: m.addr(),
+                size: m.length(),
+                handle: attr.map_or(0, |a| a.handle),
+                bo_offset: m.gem_offset(),
+                perms: attr.map_or(0, |a| a.perms),
+                lazy: m.obj().lazy(),
+            }
+        })
+    }
+
+    /// The GPUVM mapping containing `va`, if any.
+    pub(crate) fn va_at(&self, va: u64) -> Option<&GpuVa<VmData>> {
+        ffi_gpuvm::find_first(&self.gpuvm, va, 1)
     }
 
     /// The mapping containing `va`, if any.
-    pub(crate) fn find(&self, va: u64) -> Option<&Mapping> {
-        let i = self.mappings.partition_point(|m| m.end() <= va);
-        self.mappings.get(i).filter(|m| m.va <= va)
-    }
-
-    /// Checks and maps a range of a buffer object (`VM_BIND`).
-    pub(crate) fn bind(&mut self, a: BindArgs, bo: ARef<Bo>) -> Result {
-        if a.flags & !uapi::VGPU_VM_BIND_FLAGS != 0 || a.flags == 0 {
-            return Err(EINVAL);
-        }
-        if (a.bo_offset | a.va | a.size) % PAGE_4K != 0 || a.size == 0 {
-            return Err(EINVAL);
-        }
-        let (start, end) = self.user_range();
-        let va_end = a.va.checked_add(a.size).ok_or(EINVAL)?;
-        if a.va < start || va_end > end {
-            return Err(EINVAL);
-        }
-        let bo_end = a.bo_offset.checked_add(a.size).ok_or(EINVAL)?;
-        if bo_end > bo.size() as u64 {
-            return Err(EINVAL);
-        }
-        let i = self.mappings.partition_point(|m| m.end() <= a.va);
-        if self.mappings.get(i).is_some_and(|m| m.va < va_end) {
-            return Err(EEXIST);
-        }
-        if self.mappings.len() >= MAX_MAPPINGS {
-            return Err(ENOSPC);
-        }
-        let mut perms = 0;
-        if a.flags & uapi::VGPU_VM_BIND_READ != 0 {
-            perms |= PTE_READ;
-        }
-        if a.flags & uapi::VGPU_VM_BIND_WRITE != 0 {
-            perms |= PTE_WRITE;
-        }
-        if a.flags & uapi::VGPU_VM_BIND_EXEC != 0 {
-            perms |= PTE_EXEC;
-        }
-        let lazy = bo.lazy();
-        let mut m = Mapping {
-            va: a.va,
-            size: a.size,
-            bo_offset: a.bo_offset,
+    pub(crate) fn find(&self, va: u64) -> Option<MapInfo> {
+        let m = self.va_at(va)?;
+        let perms = self.gpuvm.data_ref().attr(m.addr()).map_or(0, |a| a.perms);
+        Some(MapInfo {
+            va: m.addr(),
+            size: m.length(),
             perms,
-            handle: a.handle,
-            lazy,
-            bo,
-            segs: KVec::new(),
-            pages_4k: 0,
-            pages_2m: 0,
-        };
-        // Room for the mapping first: nothing below may fail after the
-        // entries are written.
-        self.mappings.reserve(1, GFP_KERNEL)?;
-        if !lazy {
-            m.segs = gem::segments(&m.bo)?;
-            self.populate(&mut m, a.va, va_end)?;
-        }
-        self.mappings
-            .insert_within_capacity(i, m)
-            .map_err(|_| ENOMEM)?;
-        Ok(())
+        })
     }
 
-    /// Maps `[from, to)` of `m` (page aligned, inside `m`): tables first,
-    /// then leaves.
-    fn populate(&mut self, m: &mut Mapping, from: u64, to: u64) -> Result {
-        let mut va = from;
-        while va < to {
-            let huge = self.huge_ok(m, va, to);
-            self.ensure(va, if huge { 1 } else { 0 })?;
-            va += if huge { PAGE_2M } else { PAGE_4K };
+    /// The mapping holding `va`, and the guest-physical address `va`
+    /// translates to through it (if its pages are pinned).
+    pub(crate) fn lookup_va(&self, va: u64) -> Option<(Mapping, Option<u64>)> {
+        let m = self.va_at(va)?;
+        let pa = m
+            .vm_bo()
+            .data()
+            .segs()
+            .and_then(|segs| gem::addr_at(segs, m.gem_offset() + (va - m.addr())))
+            .map(|(pa, _)| pa);
+        Some((Mapping { bo: m.obj().into() }, pa))
+    }
+
+    /// Refuses an object that is bad or holds a retired page: no GPU mapping
+    /// points at a retired page.
+    ///
+    /// # Errors
+    ///
+    /// `EIO`.
+    pub(crate) fn check_retired(bad: &Retired, bo: &Bo, segs: &[Seg], handle: u32) -> Result {
+        if bo.is_bad() {
+            return Err(EIO);
         }
-        let mut va = from;
-        while va < to {
-            let huge = self.huge_ok(m, va, to);
-            let (pa, _) = gem::addr_at(&m.segs, m.bo_offset + (va - m.va)).ok_or(EINVAL)?;
-            let level = if huge { 1 } else { 0 };
-            let t = self.lookup(va, level).ok_or(EINVAL)?;
-            let entry = if huge {
-                Pte::huge(pa, m.perms, CachePolicy::Cached)
-            } else {
-                Pte::leaf(pa, m.perms, CachePolicy::Cached)
-            };
-            self.pool.write(t, level_index(va, level), entry);
-            if huge {
-                m.pages_2m += 1;
-                va += PAGE_2M;
-            } else {
-                m.pages_4k += 1;
-                va += PAGE_4K;
-            }
+        if let Some(p) = bad.first_in(segs) {
+            pr_warn_ratelimited!(
+                "vgpu: BO handle {} holds retired page {:#x}: not mapped\n",
+                handle,
+                p
+            );
+            return Err(EIO);
         }
         Ok(())
     }
 
-    /// Whether `va` can be the start of a 2 MiB page of `m`, ending by `to`.
-    fn huge_ok(&self, m: &Mapping, va: u64, to: u64) -> bool {
-        if !self.huge_pages || va % PAGE_2M != 0 || to - va < PAGE_2M {
-            return false;
-        }
-        let Some((pa, contig)) = gem::addr_at(&m.segs, m.bo_offset + (va - m.va)) else {
-            return false;
-        };
-        if pa % PAGE_2M != 0 || contig < PAGE_2M {
-            return false;
-        }
-        // The level-1 slot must not hold a level-0 table already.
-        match self.lookup(va, 1) {
-            Some(t) => self.pool.read(t, level_index(va, 1)) == Pte::INVALID,
-            None => true,
-        }
-    }
-
-    /// The table at `target` level covering `va`, allocating missing ones.
-    fn ensure(&mut self, va: u64, target: u32) -> Result<TableId> {
-        let pool = self.pool.clone();
-        let mut node: &mut Node = self.root.as_deref_mut().ok_or(ENODEV)?;
-        let mut level = 3;
-        while level > target {
-            let idx = level_index(va, level);
-            let parent = node.id;
-            let slot = node.children.get_mut(idx).ok_or(EINVAL)?;
-            if slot.is_none() {
-                if pool.read(parent, idx) != Pte::INVALID {
-                    // A 2 MiB leaf occupies the slot.
-                    return Err(EEXIST);
-                }
-                let child = Node::new(&pool, level - 1)?;
-                // The child is zeroed; link it.
-                pool.write(parent, idx, Pte::table(pool.addr(child.id)));
-                *slot = Some(child);
-                self.tables += 1;
-            }
-            node = match slot {
-                Some(c) => c,
-                None => return Err(EINVAL),
-            };
-            level -= 1;
-        }
-        Ok(node.id)
-    }
-
-    /// The table at `target` level covering `va`, if it exists.
-    fn lookup(&self, va: u64, target: u32) -> Option<TableId> {
-        let mut node: &Node = self.root.as_deref()?;
-        let mut level = 3;
-        while level > target {
-            node = node.children.get(level_index(va, level))?.as_deref()?;
-            level -= 1;
-        }
-        Some(node.id)
-    }
-
-    /// Removes the mapping `[va, va + size)` (`VM_UNBIND`) and clears its
-    /// entries. The caller invalidates the TLBs and then drops (or, if that
-    /// failed, [`Vm::retire`]s) the returned mapping.
-    pub(crate) fn unbind(&mut self, va: u64, size: u64) -> Result<Mapping> {
-        let i = self.mappings.partition_point(|m| m.va < va);
-        match self.mappings.get(i) {
-            Some(m) if m.va == va && m.size == size => {}
-            _ => return Err(ENOENT),
-        }
-        let m = self.mappings.remove(i).map_err(|_| ENOENT)?;
-        self.clear(m.va, m.end());
-        Ok(m)
-    }
-
-    /// Clears every leaf entry in `[from, to)`.
-    fn clear(&mut self, from: u64, to: u64) {
-        let mut va = from;
-        while va < to {
-            if let Some(l1) = self.lookup(va, 1) {
-                let i1 = level_index(va, 1);
-                if self.pool.read(l1, i1).is_huge() {
-                    self.pool.write(l1, i1, Pte::INVALID);
-                    va += PAGE_2M;
-                    continue;
-                }
-            }
-            if let Some(l0) = self.lookup(va, 0) {
-                self.pool.write(l0, level_index(va, 0), Pte::INVALID);
-            }
-            va += PAGE_4K;
-        }
-    }
-
-    /// Keeps a mapping's object alive until the address space goes, after a
-    /// failed TLB invalidation.
-    pub(crate) fn retire(&mut self, m: Mapping) {
-        // If even this allocation fails the reference is leaked, never
-        // dropped early.
-        if self.retired.push(m.bo.clone(), GFP_KERNEL).is_err() {
-            core::mem::forget(m.bo);
-        }
+    /// Whether a mapping overlaps `[va, va + size)`.
+    pub(crate) fn va_overlapping(&self, va: u64, size: u64) -> bool {
+        ffi_gpuvm::find_first(&self.gpuvm, va, size).is_some()
     }
 
     /// Maps the page containing `va` of a lazy mapping (a GPU fault).
-    /// Returns the page-aligned VA mapped; `ENOENT` if `va` is not in a lazy
-    /// mapping.
-    pub(crate) fn fault_in(&mut self, va: u64) -> Result<u64> {
+    /// Returns the page-aligned VA mapped, and when the device's sanitizer
+    /// wants the mapping's pages declared and they are not yet, the ranges
+    /// to declare (then [`Vm::attach`] the declaration); `ENOENT` if `va` is
+    /// not in a lazy mapping.
+    pub(crate) fn fault_in(&mut self, va: u64) -> Result<(u64, Option<crate::sanmem::Ranges>)> {
         let page = va & !(PAGE_4K - 1);
-        let i = self.mappings.partition_point(|m| m.end() <= page);
-        let mut m = match self.mappings.get(i) {
-            Some(m) if m.va <= page && m.lazy => self.mappings.remove(i).map_err(|_| ENOENT)?,
-            _ => return Err(ENOENT),
-        };
-        let r = (|| {
-            if m.segs.is_empty() {
-                m.segs = gem::segments(&m.bo)?;
+        let (start, len, gem_offset, bo, vm_bo) = {
+            let m = self.va_at(page).ok_or(ENOENT)?;
+            if !m.obj().lazy() {
+                return Err(ENOENT);
             }
-            self.populate(&mut m, page, page + PAGE_4K)
-        })();
-        // Put it back where it was (capacity is still there).
-        let _ = self.mappings.insert_within_capacity(i, m);
-        r.map(|()| page)
+            let bo: ARef<Bo> = m.obj().into();
+            let vm_bo: ARef<GpuVmBo<VmData>> = m.vm_bo().into();
+            (m.addr(), m.length(), m.gem_offset(), bo, vm_bo)
+        };
+        let attr = self.gpuvm.data_ref().attr(start).ok_or(ENOENT)?;
+        let (perms, handle, declared) = (attr.perms, attr.handle, attr.decl.is_some());
+        if vm_bo.data().segs().is_none() {
+            vm_bo.data().set_segs(gem::segments(&bo)?);
+        }
+        // The mapping's vm_bo (a reference of our own) holds the pages.
+        let segs = vm_bo.data().segs().ok_or(ENOMEM)?;
+        let backing = Backing {
+            va: start,
+            gem_offset,
+            segs,
+            perms,
+        };
+        let declare = match self.san.is_some() && !declared {
+            true => Some(crate::sanmem::ranges_of(segs, gem_offset, len)?),
+            false => None,
+        };
+        let pt = &mut self.gpuvm.data().pt;
+        Self::check_retired(&pt.bad_pages, &bo, segs, handle)?;
+        pt.populate(&backing, page, page + PAGE_4K)?;
+        Ok((page, declare))
     }
 
     /// Maps `size` bytes of KMD memory at DMA address `pa` (contiguous) at
     /// `va` in the KMD range. Tables first, then leaves.
     pub(crate) fn map_kmd(&mut self, va: u64, pa: u64, size: u64, perms: u64) -> Result {
+        let pt = &mut self.gpuvm.data().pt;
         let end = va.checked_add(size).ok_or(EINVAL)?;
-        if va < self.user_range().1 || end > 1u64 << self.va_bits || (va | pa | size) % PAGE_4K != 0
-        {
+        if va < pt.user_range().1 || end > 1u64 << pt.va_bits || (va | pa | size) % PAGE_4K != 0 {
             return Err(EINVAL);
         }
         let mut v = va;
         while v < end {
-            self.ensure(v, 0)?;
+            pt.ensure(v, 0)?;
             v += PAGE_4K;
         }
         let mut v = va;
         while v < end {
-            let t = self.lookup(v, 0).ok_or(EINVAL)?;
-            self.pool.write(
+            let t = pt.lookup(v, 0).ok_or(EINVAL)?;
+            pt.pool.write(
                 t,
                 level_index(v, 0),
                 Pte::leaf(pa + (v - va), perms, CachePolicy::Cached),
             );
             v += PAGE_4K;
         }
-        self.kmd_pages += size / PAGE_4K;
+        pt.kmd_pages += size / PAGE_4K;
         Ok(())
     }
 
     /// Clears a range mapped with [`Vm::map_kmd`]. The caller invalidates
     /// the TLBs of the address space's remaining contexts.
     pub(crate) fn unmap_kmd(&mut self, va: u64, size: u64) {
-        self.clear(va, va.saturating_add(size));
-        self.kmd_pages = self.kmd_pages.saturating_sub(size / PAGE_4K);
+        let pt = &mut self.gpuvm.data().pt;
+        pt.clear(va, va.saturating_add(size));
+        pt.kmd_pages = pt.kmd_pages.saturating_sub(size / PAGE_4K);
     }
 
     /// Writes the address space for debugfs: every mapping, checked by
     /// walking the tables' real entries as the device would.
     pub(crate) fn dump(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (start, end) = self.user_range();
+        let pt = self.pt();
+        let (start, end) = pt.user_range();
         writeln!(
             f,
-            "vm root {:#x} va_bits {} user {:#x}..{:#x} tables {} mappings {} retired {} kmd_pages {}",
-            self.root_addr(),
-            self.va_bits,
+            "vm root {:#x} va_bits {} user {:#x}..{:#x} tables {} mappings {} retired {} kmd_pages {} san_declared {}",
+            pt.root_addr(),
+            pt.va_bits,
             start,
             end,
-            self.tables,
-            self.mappings.len(),
+            pt.tables,
+            self.mapping_count(),
             self.retired.len(),
-            self.kmd_pages
+            pt.kmd_pages,
+            self.gpuvm.data_ref().attrs.iter().filter(|a| a.decl.is_some()).count()
         )?;
-        for m in self.mappings.iter() {
-            let (bad, walked_4k, walked_2m) = self.check(m);
+        for m in ffi_gpuvm::mappings(&self.gpuvm, start, end) {
+            let attr = self.gpuvm.data_ref().attr(m.addr());
+            let perms = attr.map_or(0, |a| a.perms);
+            let lazy = m.obj().lazy();
+            let segs = m.vm_bo().data().segs();
+            let backing = segs.map(|segs| Backing {
+                va: m.addr(),
+                gem_offset: m.gem_offset(),
+                segs,
+                perms,
+            });
+            let (bad, walked_4k, walked_2m) =
+                pt.check(m.addr(), m.length(), backing.as_ref(), perms, lazy);
             writeln!(
                 f,
                 "  map va {:#x} size {:#x} handle {} bo_offset {:#x} perms {}{}{} lazy {} pages_4k {} pages_2m {} walk_4k {} walk_2m {} check {}",
-                m.va,
-                m.size,
-                m.handle,
-                m.bo_offset,
-                if m.perms & PTE_READ != 0 { "r" } else { "-" },
-                if m.perms & PTE_WRITE != 0 { "w" } else { "-" },
-                if m.perms & PTE_EXEC != 0 { "x" } else { "-" },
-                u8::from(m.lazy),
-                m.pages_4k,
-                m.pages_2m,
+                m.addr(),
+                m.length(),
+                attr.map_or(0, |a| a.handle),
+                m.gem_offset(),
+                if perms & PTE_READ != 0 { "r" } else { "-" },
+                if perms & PTE_WRITE != 0 { "w" } else { "-" },
+                if perms & PTE_EXEC != 0 { "x" } else { "-" },
+                u8::from(lazy),
+                walked_4k,
+                walked_2m,
                 walked_4k,
                 walked_2m,
                 match bad {
@@ -486,75 +462,31 @@ impl Vm {
         }
         Ok(())
     }
-
-    /// Walks the real entries for every page of `m`: returns the first VA
-    /// whose translation differs from the object's page (or is present in
-    /// a lazy mapping's unpopulated part), and the leaves found.
-    fn check(&self, m: &Mapping) -> (Option<u64>, u64, u64) {
-        let mut va = m.va;
-        let (mut n4, mut n2) = (0, 0);
-        while va < m.end() {
-            let want = gem::addr_at(&m.segs, m.bo_offset + (va - m.va)).map(|(pa, _)| pa);
-            match self.walk(va) {
-                Some((pa, perms, size)) => {
-                    let page_pa = pa & !(size - 1);
-                    let want_page = want.map(|w| w & !(size - 1));
-                    if Some(page_pa) != want_page || perms != m.perms {
-                        return (Some(va), n4, n2);
-                    }
-                    if size == PAGE_2M {
-                        n2 += 1;
-                    } else {
-                        n4 += 1;
-                    }
-                    va = (va & !(size - 1)) + size;
-                }
-                None => {
-                    if !m.lazy {
-                        return (Some(va), n4, n2);
-                    }
-                    va += PAGE_4K;
-                }
-            }
-        }
-        (None, n4, n2)
-    }
-
-    /// Translates `va` by reading the entries from table memory and
-    /// decoding them as the device does ([`Pte::decode`]): (physical
-    /// address, permissions, page size), or `None` if not present or
-    /// malformed (a table entry naming a table this address space does not
-    /// own counts as malformed).
-    fn walk(&self, va: u64) -> Option<(u64, u64, u64)> {
-        let mut node: &Node = self.root.as_deref()?;
-        let mut level = 3u32;
-        loop {
-            let idx = level_index(va, level);
-            match self.pool.read(node.id, idx).decode(level).ok()? {
-                PteKind::Leaf(l) => {
-                    let size = 1u64 << l.shift;
-                    return Some((l.page + (va & (size - 1)), l.perms, size));
-                }
-                PteKind::Table(pa) => {
-                    let child = node.children.get(idx)?.as_deref()?;
-                    if self.pool.addr(child.id) != pa {
-                        return None;
-                    }
-                    node = child;
-                    level = level.checked_sub(1)?;
-                }
-            }
-        }
-    }
 }
 
-impl Drop for Vm {
-    fn drop(&mut self) {
-        // The owner destroyed every context of this address space first:
-        // the device no longer walks these tables.
-        if let Some(root) = self.root.take() {
-            let n = KBox::into_inner(root).free(&self.pool);
-            self.tables = self.tables.saturating_sub(n);
+/// The driver data of a (VM, object) pair (`drm_gpuvm_bo`): the object's
+/// pages, once pinned (at the first non-lazy map, or the first fault of a
+/// lazy one); they stay where they are until the object is freed.
+pub(crate) struct BoPages {
+    segs: SetOnce<KVec<Seg>>,
+}
+
+impl BoPages {
+    /// No pages yet.
+    pub(crate) fn new() -> BoPages {
+        BoPages {
+            segs: SetOnce::new(),
         }
+    }
+
+    /// The object's pages, once pinned.
+    pub(crate) fn segs(&self) -> Option<&[Seg]> {
+        self.segs.as_ref().map(|v| &v[..])
+    }
+
+    /// Records the object's pages (the first caller wins; every caller
+    /// found the same pages: they stay pinned until the object is freed).
+    pub(crate) fn set_segs(&self, segs: KVec<Seg>) {
+        let _ = self.segs.populate(segs);
     }
 }

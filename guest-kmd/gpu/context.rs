@@ -76,6 +76,9 @@ pub(crate) struct CtxQuery {
     pub(crate) hangs: u32,
     pub(crate) faults: u32,
     pub(crate) engine_error: u32,
+    pub(crate) error_at: Option<super::state::ErrorAt>,
+    pub(crate) san_reports: u32,
+    pub(crate) san_last_seq: u64,
 }
 
 /// A context's device-side parameters (to create it again after a reset).
@@ -153,7 +156,13 @@ impl Gpu {
             if mine >= MAX_FILE_CONTEXTS {
                 return Err(ENOSPC);
             }
-            let hw = g.slots.iter().position(Option::is_none).ok_or(ENOSPC)?;
+            let retired = g.retired_slots;
+            let hw = g
+                .slots
+                .iter()
+                .enumerate()
+                .position(|(i, s)| s.is_none() && (i >= 64 || retired & (1 << i) == 0))
+                .ok_or(ENOSPC)?;
             let hw = u32::try_from(hw).map_err(|_| ENOSPC)?;
             let handle = g.next_handle;
             g.next_handle = g.next_handle.wrapping_add(1).max(1);
@@ -264,6 +273,7 @@ impl Gpu {
         va: u64,
         size: u64,
     ) -> bool {
+        // LAB(4) BEGIN invalidate
         let mut targets = KVec::new();
         {
             let g = self.state.lock();
@@ -291,6 +301,7 @@ impl Gpu {
             }
         }
         ok
+        // LAB(4) END invalidate
     }
 
     /// TLB invalidation after `VM_UNBIND`; `false` if any failed (the
@@ -323,10 +334,32 @@ impl Gpu {
     /// reused under a live context.
     fn destroy_hw(&self, hw: u32) -> Result {
         let mut result = Ok(());
+        // Work the driver knows is pending is cancelled: the destroy is
+        // forced at once (a destroy without FORCE of a context with work in
+        // flight is refused, and the device's sanitizer reports it as a
+        // teardown mistake). BUSY is retried for the work the driver
+        // could not know of (a slice finishing after its last fence).
+        let pending = self
+            .state
+            .lock()
+            .slot(hw)
+            .is_some_and(|c| c.rings.iter().any(|r| !r.jobs.is_empty()));
         if self.check_usable().is_ok() {
             let mut delay = 5;
             let mut done = false;
+            if pending {
+                match self.cmd(Command::ContextDestroy {
+                    ctx_id: hw,
+                    flags: DESTROY_FLAG_FORCE,
+                }) {
+                    Ok(_) => done = true,
+                    Err(e) => result = Err(e),
+                }
+            }
             for _ in 0..DESTROY_RETRIES {
+                if done || result.is_err() {
+                    break;
+                }
                 match self.cmd(Command::ContextDestroy {
                     ctx_id: hw,
                     flags: 0,
@@ -355,15 +388,20 @@ impl Gpu {
             }
         }
         let gone = result.is_ok() || self.check_usable().is_err();
+        let mut dropped = KVec::new();
         let taken = {
             let mut g = self.state.lock();
             let Some(slot) = g.slots.get_mut(hw as usize) else {
                 return result;
             };
             if let Some(c) = slot.as_mut() {
-                for r in c.rings.iter_mut() {
-                    // Destroyed, not failed: exported fences say cancelled.
-                    r.cancel();
+                for e in 0..ENGINES {
+                    // Destroyed, not failed: exported fences say cancelled,
+                    // queued jobs too (their dependencies may never signal).
+                    c.rings[e].exported.clear();
+                    for j in c.fail_ring(e, -(kernel::bindings::ECANCELED as i32)) {
+                        let _ = dropped.push(j, GFP_KERNEL);
+                    }
                 }
             }
             if gone {
@@ -372,9 +410,10 @@ impl Gpu {
                 None
             }
         };
+        drop(dropped);
         match taken {
             Some(c) => self.unmap_slot(&c.client, hw, c.kmd_va),
-            None if !gone => dev_err!(
+            None if !gone => crate::dev_err_ratelimited!(
                 self.pdev(),
                 "context slot {} could not be destroyed: slot kept\n",
                 hw
@@ -388,6 +427,7 @@ impl Gpu {
     /// Destroys every context of a closing file. Returns `false` if one
     /// could not be destroyed (the file's address space must then be kept).
     pub(crate) fn destroy_client(&self, client: &Arc<Client>) -> bool {
+        self.cancel_binds(client);
         let _ops = self.ops.lock();
         let mut todo = KVec::new();
         {
@@ -421,17 +461,25 @@ impl Gpu {
     pub(crate) fn ctx_query(&self, client: &Arc<Client>, handle: u32) -> Result<CtxQuery> {
         self.hang_check();
         self.refresh_query(client, handle);
+        let lost = if self.hw.link.is_lost() {
+            uapi::VGPU_CTX_STATE_DEVICE_LOST
+        } else {
+            0
+        };
         let mut g = self.lock()?;
         let (_, c) = g.find(client, handle)?;
         Ok(CtxQuery {
             reset_status: c.reset_status,
-            state: c.state_bits(),
+            state: c.state_bits() | lost,
             fault_access: c.fault_access,
             fault_va: c.fault_va,
             fault_reason: c.fault_reason,
             hangs: c.hangs,
             faults: c.faults,
             engine_error: c.engine_error,
+            error_at: c.error_at,
+            san_reports: c.san_reports,
+            san_last_seq: c.san_last_seq,
         })
     }
 
@@ -449,27 +497,48 @@ impl Gpu {
             return;
         };
         let mut g = self.state.lock();
+        let mut gone = KVec::new();
         if let Ok((_, c)) = g.find(client, handle) {
             if q.state & ctx_state::ERRORED != 0 && !c.errored {
                 c.set_errored();
-                for r in c.rings.iter_mut() {
-                    r.fail_pending();
+                for e in 0..ENGINES {
+                    for j in c.fail_ring(e, -(kernel::bindings::EIO as i32)) {
+                        let _ = gone.push(j, GFP_KERNEL);
+                    }
                 }
             }
         }
         if let Ok(mem) = self.slots() {
             g.release_failed(mem);
         }
+        drop(g);
+        drop(gone);
     }
 
     /// Cancels every exported fence (device going away): sync_file users
     /// see `-ECANCELED` rather than waiting for the files to close.
     pub(crate) fn cancel_exported(&self) {
-        let mut g = self.state.lock();
-        for c in g.slots.iter_mut().flatten() {
-            for r in c.rings.iter_mut() {
-                r.exported.clear();
+        let mut dropped = KVec::new();
+        let binds = {
+            let mut g = self.state.lock();
+            for c in g.slots.iter_mut().flatten() {
+                for e in 0..ENGINES {
+                    c.rings[e].exported.clear();
+                    // Queued jobs will never reach a ring. Not recorded as
+                    // failed: their `WAIT`ers, like those of the jobs on the
+                    // ring, see the device gone (`ENODEV`).
+                    if let Some(q) = c.queues.get_mut(e) {
+                        for j in q.take_all() {
+                            let _ = dropped.push(j, GFP_KERNEL);
+                        }
+                    }
+                }
             }
-        }
+            core::mem::take(&mut g.binds)
+        };
+        // Outside the lock: cancelled fences, dependencies removed, objects
+        // and clients released.
+        drop(dropped);
+        drop(binds);
     }
 }

@@ -38,6 +38,7 @@ use kernel::{
     bindings,
     prelude::*,
     sync::{
+        atomic::Relaxed,
         Arc,
         CondVarTimeoutResult, //
     },
@@ -188,11 +189,16 @@ impl Gpu {
         };
         let own = fence_va(c.kmd_va, e);
         let handle = c.handle;
+        if c.queues.get(e).is_some_and(|q| !q.is_empty()) {
+            // Retired jobs make room for queued ones.
+            self.pump_wanted.store(true, Relaxed);
+        }
         let Some(r) = c.rings.get_mut(e).filter(|r| r.present && va == own) else {
             drop(g);
             self.wake();
             return;
         };
+        // LAB(2) BEGIN fence-verdict
         let value = mem.fence_value(ctx_id, e);
         let verdict = if seqno > value {
             Verdict::Early(value)
@@ -208,6 +214,7 @@ impl Gpu {
             }
         };
         r.retire(seqno.min(value));
+        // LAB(2) END fence-verdict
         let k = &mut g.counters;
         match verdict {
             Verdict::New => k.fences_signalled += 1,

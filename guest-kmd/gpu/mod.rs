@@ -8,17 +8,25 @@
 //! | file | block |
 //! |------|-------|
 //! | [`ring`] | KMD ring memory per device slot, the job list, ring space, the packets the driver writes (no I/O) |
-//! | [`dump`] | the hang dump (no I/O) |
+//! | [`records`] | what the state keeps of failures and what a snapshot holds: fault and reset logs, counters, the hang dump, pending and written devcoredumps (no I/O) |
+//! | [`queue`] | a ring's job queue: jobs waiting in the KMD, oldest first (no I/O) |
+//! | [`sanlog`] | the device sanitizer's reports as the driver keeps them, the bug planted on purpose (no I/O) |
 //! | [`state`] | the contexts table and a context's state machine, counters, logs; the block's locks |
+//! | [`dump`] | the driver's snapshot at a failure, taken under the state lock, and the devcoredump text (no I/O) |
 //! | [`context`] | `CTX_CREATE`, `CTX_DESTROY`, `CTX_QUERY`, closing a file's contexts, TLB invalidation after unbind |
 //! | [`submit`] | `SUBMIT` |
+//! | [`sched`] | the job queue's scheduler: queued jobs to their rings when their dependencies signalled and the ring has room; the queue worker |
+//! | [`bind`] | `VM_BIND_OPS` bind jobs and their queue |
 //! | [`fence`] | `WAIT`, `FENCE_EXPORT`, `FENCE` events |
 //! | [`fault`] | `FAULT` and `ENGINE_ERROR` events |
+//! | [`ras`] | `ECC_ERROR` events: retiring the page, the device's table of retired pages |
 //! | [`reset`] | the hang check and the reset ladder (engine → device → wedged), bans |
+//! | [`sanitizer`] | the device sanitizer's reports (dmesg, debugfs, `SAN_REPORT`), bugs planted on purpose |
+//! | [`coredump`] | devcoredumps: the device's capture read in chunks, the dump published, its history |
 //!
-//! Dependencies point down that table (and to the transport, the address
-//! spaces and the hardware interface); this file, on top, dispatches the
-//! device's events to the blocks.
+//! Each block uses only blocks above it in that table (and the transport,
+//! the address spaces and the hardware interface); this file, on top,
+//! dispatches the device's events to the blocks.
 //!
 //! # Lock order
 //!
@@ -35,19 +43,41 @@
 //!    doorbell in a control slot reserved before the lock was taken, which
 //!    never waits.
 //! 3. A file's address space (`Client::vm`): taken under the state lock
-//!    only by `SUBMIT` to check command buffers; otherwise alone.
-//! 4. The transport's locks (control: command serialisation, then queue
-//!    state; events: event state), innermost.
+//!    only by `SUBMIT` to check command buffers; otherwise alone (bind
+//!    jobs take it with no GPU lock held, and drop it before their TLB
+//!    invalidation).
+//! 4. Reservation objects of BOs (`dma_resv`), one at a time: under the
+//!    state lock by `SUBMIT`'s implicit synchronisation; GPUVM takes an
+//!    address space's own under its `Client::vm`.
+//! 5. The transport's locks (control: command serialisation, then queue
+//!    state; events: event state), innermost. Fence locks (`dma_fence`
+//!    spinlocks: callbacks, signalling) nest inside everything.
+//!
+//! Fence callbacks of the job queue's dependencies run in any context with
+//! the fence's lock held: they only queue the GPU's work item, which runs
+//! the scheduler in process context ([`sched`]).
+//!
+//! [`Gpu::dumping`](state::Gpu::dumping) serialises reads of device
+//! captures (`CAPTURE_READ` round trips into one DMA buffer); it is taken
+//! with no GPU lock held and only the transport's locks under it.
 //!
 //! While a reset runs (`GpuState::resetting`), `SUBMIT` sleeps instead of
 //! writing rings: the reset writes every unfinished job again itself.
 
+pub(crate) mod bind;
 pub(crate) mod context;
+pub(crate) mod coredump;
 pub(crate) mod dump;
 pub(crate) mod fault;
 pub(crate) mod fence;
+pub(crate) mod queue;
+pub(crate) mod ras;
+pub(crate) mod records;
 pub(crate) mod reset;
 pub(crate) mod ring;
+pub(crate) mod sanitizer;
+pub(crate) mod sanlog;
+pub(crate) mod sched;
 pub(crate) mod state;
 pub(crate) mod submit;
 
@@ -65,14 +95,43 @@ impl EventSink for Gpu {
                 va,
             } => self.on_fence_event(ctx_id, engine, seqno, va),
             Event::Fault {
-                va, info, fault_id, ..
-            } => self.on_fault(va, info, fault_id),
+                va,
+                info,
+                fault_id,
+                packet_va,
+                ..
+            } => self.on_fault(va, info, fault_id, packet_va),
             Event::EngineError {
                 ctx_id,
                 engine,
                 code,
+                packet_va,
+                rptr,
+                depth,
+                cmd_offset,
+                header,
+            } => self.on_engine_error(
+                ctx_id,
+                engine,
+                code,
+                fault::PacketAt {
+                    packet_va,
+                    rptr,
+                    depth,
+                    cmd_offset,
+                    header,
+                },
+            ),
+            Event::Sanitizer {
+                ctx_id,
+                engine,
+                check,
+                packet_va,
+                seq,
+                va,
                 ..
-            } => self.on_engine_error(ctx_id, engine, code),
+            } => self.on_sanitizer(seq, ctx_id, engine, check, packet_va, va),
+            Event::EccError { ctx_id, va, pa, .. } => self.on_ecc_error(ctx_id, va, pa),
             // Lost records may have been fences: waiters re-read the fence
             // values now rather than at their next periodic check.
             Event::EventsLost { .. } => self.wake(),
@@ -85,6 +144,6 @@ impl EventSink for Gpu {
     }
 
     fn device_broken(&self) {
-        self.wake();
+        self.device_gone();
     }
 }

@@ -37,6 +37,7 @@ use super::{
         HangSite, //
     },
     ring::{
+        Located,
         SlotMemory,
         ENGINES,
         MISSED_EVENT_NS, //
@@ -176,21 +177,33 @@ impl Gpu {
                 if r.jobs.is_empty() {
                     continue;
                 }
-                if mem.status(i as u32, e).state == ring_state::FAULT_STALLED {
+                let state = mem.status(i as u32, e).state;
+                if state == ring_state::FAULT_STALLED {
                     continue;
                 }
-                if elapsed_ns(&r.progress_at) > timeout_ns && hung.is_none() {
-                    hung = Some(Hung {
+                // A ring waiting on a semaphore is usually waiting on another
+                // ring that hung (a copy after a kernel it depends on):
+                // recovering the one that runs lets it go. It is the hang
+                // only when no running ring is.
+                let waiting = state == ring_state::SEM_WAIT;
+                let better = match &hung {
+                    None => true,
+                    Some((_, w)) => *w && !waiting,
+                };
+                if elapsed_ns(&r.progress_at) > timeout_ns && better {
+                    let h = Hung {
                         hw: i as u32,
                         engine: e,
                         handle: c.handle,
                         client: c.client.id,
                         pt_root: c.pt_root,
-                    });
+                    };
+                    hung = Some((h, waiting));
                 }
             }
         }
         g.counters.missed_fence_events += missed.len() as u64;
+        let hung = hung.map(|(h, _)| h);
         let mut banned = None;
         if let Some(h) = &hung {
             g.counters.hangs += 1;
@@ -233,10 +246,12 @@ impl Gpu {
         }
     }
 
-    /// A reset rung ended: `SUBMIT` may write rings again.
+    /// A reset rung ended: `SUBMIT` may write rings again, and so may the
+    /// scheduler (jobs queued meanwhile).
     fn end_reset(&self) {
         self.state.lock().resetting = false;
         self.wake();
+        self.pump();
     }
 
     /// The reset ladder for hung ring `h` (see the module documentation).
@@ -249,9 +264,16 @@ impl Gpu {
             .and_then(|r| r.get::<ContextQueryReply>())
             .ok()
             .map(|q| q.state);
+        let st = mem.status(h.hw, h.engine);
+        let generation = self.hw.generation();
+        let mut loc = None;
         {
             let mut g = self.state.lock();
             let dump = g.slot_of(h.hw, h.handle).map(|c| {
+                // Where the ring stopped in the work the application
+                // submitted: the INDIRECT of one of its command buffers, or
+                // one of the KMD's packets (a wait for an input fence).
+                loc = c.rings[h.engine].locate(generation, st.rptr, 1, 0);
                 let site = HangSite {
                     hw: h.hw,
                     engine: h.engine,
@@ -267,17 +289,26 @@ impl Gpu {
                 }
             }
         }
+        // The devcoredump's part that must be taken before the reset: the
+        // driver's state and the device's capture of the job in flight. It
+        // is written by the watchdog once recovery is over.
+        let dump = self.capture_hang(mem, h.hw, h.engine, h.handle);
+        if let Some(d) = dump {
+            let _ = self.state.lock().pending_dumps.push(d, GFP_KERNEL);
+        }
         let st = mem.status(h.hw, h.engine);
         dev_warn_ratelimited!(
             self.pdev(),
-            "hang: context {} (slot {}) engine {} (rptr {:#x}, state {}, last fence {}): resetting the engine\n",
+            "hang: context {} (slot {}) engine {} (rptr {:#x}, state {}, last fence {}), {}: resetting the engine\n",
             h.handle,
             h.hw,
             h.engine,
             st.rptr,
             st.state,
-            st.last_fence
+            st.last_fence,
+            format_args!("{}", HangAt(loc))
         );
+        // LAB(6) BEGIN reset-ladder
         // 1. Engine reset. One that names the hung context clears its ring
         // on that engine whatever the ring's state, so success means
         // drained. (The context's other rings may legitimately be busy or
@@ -337,6 +368,7 @@ impl Gpu {
         );
         let ok = self.device_reset(mem, h.hw);
         self.record_device_reset(mem, h.hw, ok, &start);
+        // LAB(6) END reset-ladder
     }
 
     /// Counts and logs a device reset; wedges the device if it failed.
@@ -359,14 +391,16 @@ impl Gpu {
                 ms: elapsed_ns(start) / 1_000_000,
             },
         );
+        let mut gone = KVec::new();
         if !ok {
             g.wedged = true;
-            g.fail_all();
+            gone = g.fail_all();
         }
         g.release_failed(mem);
         drop(g);
+        drop(gone);
         if !ok {
-            dev_err!(
+            crate::dev_err_ratelimited!(
                 self.pdev(),
                 "device wedged: recovery failed; rebind the driver\n"
             );
@@ -396,7 +430,8 @@ impl Gpu {
             return None;
         }
         let mut w = r.wptr;
-        for j in r.jobs.iter() {
+        for j in r.jobs.iter_mut() {
+            j.at = w;
             w = mem.write_ring(hw, e, w, &j.words);
         }
         r.wptr = w;
@@ -474,7 +509,7 @@ impl Gpu {
             }
             g.resetting = true;
         }
-        dev_warn!(self.pdev(), "device reset requested through debugfs\n");
+        dev_warn_ratelimited!(self.pdev(), "device reset requested through debugfs\n");
         let ok = self.device_reset(mem, CTX_NONE);
         self.record_device_reset(mem, CTX_NONE, ok, &start);
         self.end_reset();
@@ -482,6 +517,25 @@ impl Gpu {
             Ok(())
         } else {
             Err(EIO)
+        }
+    }
+}
+
+/// Where a hung ring stopped, as text: `in SUBMIT seqno 5 command buffer
+/// 1`, `in SUBMIT seqno 5, a KMD packet` (a `SEM_WAIT` for an input fence,
+/// or its `FENCE`), or `no pending SUBMIT at rptr`.
+struct HangAt(Option<Located>);
+
+impl core::fmt::Display for HangAt {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self.0 {
+            Some(Located {
+                seqno,
+                cmd_index: Some(i),
+                ..
+            }) => write!(f, "in SUBMIT seqno {} command buffer {}", seqno, i),
+            Some(Located { seqno, .. }) => write!(f, "in SUBMIT seqno {}, a KMD packet", seqno),
+            None => write!(f, "no pending SUBMIT at rptr"),
         }
     }
 }

@@ -24,7 +24,9 @@
 use crate::{
     ffi::ExportedFence,
     packet::{
+        decode_header,
         Packet,
+        FENCE_NO_EVENT,
         SEM_WAIT_GEQ, //
     },
     proto::{
@@ -176,6 +178,17 @@ impl SlotMemory {
         }
     }
 
+    /// The slot whose memory holds guest-physical address `pa`, if any.
+    pub(crate) fn slot_at(&self, pa: u64) -> Option<u32> {
+        self.slots
+            .iter()
+            .position(|m| {
+                pa.checked_sub(m.dma_handle())
+                    .is_some_and(|off| off < SLOT_BYTES as u64)
+            })
+            .and_then(|i| u32::try_from(i).ok())
+    }
+
     /// DMA (guest-physical) address of slot `hw`.
     pub(crate) fn addr(&self, hw: u32) -> u64 {
         self.slot(hw).map_or(0, |m| m.dma_handle())
@@ -214,6 +227,7 @@ impl SlotMemory {
     /// Copies packet words into ring `e` of slot `hw` at `wptr` (bytes ever
     /// written); returns the new write pointer.
     pub(crate) fn write_ring(&self, hw: u32, e: usize, wptr: u32, words: &[u32]) -> u32 {
+        // LAB(1) BEGIN write-ring
         let base = (4096 + e * RING_SIZE as usize) / 4;
         let mut w = wptr;
         for &x in words {
@@ -222,13 +236,16 @@ impl SlotMemory {
             w = w.wrapping_add(4);
         }
         w
+        // LAB(1) END write-ring
     }
 
     /// Whether `bytes` more fit into ring `e` of slot `hw` written up to
     /// `wptr`, given the device's read pointer.
     pub(crate) fn has_room(&self, hw: u32, e: usize, wptr: u32, bytes: u32) -> bool {
+        // LAB(1) BEGIN ring-room
         let used = wptr.wrapping_sub(self.status(hw, e).rptr);
         used <= RING_SIZE && RING_SIZE - used >= bytes
+        // LAB(1) END ring-room
     }
 }
 
@@ -242,6 +259,89 @@ pub(crate) struct Job {
     pub(crate) seqno: u64,
     /// The packets, kept to write them again after a reset.
     pub(crate) words: KVec<u32>,
+    /// The ring pointer its first packet was (last) written at.
+    pub(crate) at: u32,
+}
+
+/// Where a packet is in the work an application submitted.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Located {
+    /// The job's seqno.
+    pub(crate) seqno: u64,
+    /// Index of the command buffer holding it in the job's SUBMIT
+    /// (`None`: a packet the KMD wrote in the ring).
+    pub(crate) cmd_index: Option<u32>,
+    /// Its offset in that command buffer.
+    pub(crate) cmd_offset: u32,
+}
+
+impl Job {
+    /// The job's packets with their byte offsets in the job, decoded.
+    fn packets(&self, generation: u32) -> impl Iterator<Item = (u32, Packet)> + '_ {
+        let mut i = 0usize;
+        core::iter::from_fn(move || {
+            let &h = self.words.get(i)?;
+            let hdr = decode_header(generation, h).ok()?;
+            let end = i.checked_add(hdr.words as usize)?;
+            let p = Packet::decode(hdr, self.words.get(i..end)?).ok()?;
+            let at = u32::try_from(4 * i).ok()?;
+            i = end;
+            Some((at, p))
+        })
+    }
+
+    /// Where the ring-level packet at ring pointer `rptr` is, for a packet
+    /// of `depth` at `cmd_offset` (the device's `ENGINE_ERROR` fields).
+    fn locate_rptr(
+        &self,
+        generation: u32,
+        rptr: u32,
+        depth: u32,
+        cmd_offset: u32,
+    ) -> Option<Located> {
+        let off = rptr.wrapping_sub(self.at);
+        if u64::from(off) >= 4 * self.words.len() as u64 {
+            return None;
+        }
+        let mut index = 0u32;
+        for (at, p) in self.packets(generation) {
+            let indirect = matches!(p, Packet::Indirect { .. });
+            if at == off {
+                return Some(Located {
+                    seqno: self.seqno,
+                    cmd_index: (indirect && depth > 0).then_some(index),
+                    cmd_offset: if depth > 0 { cmd_offset } else { 0 },
+                });
+            }
+            if indirect {
+                index += 1;
+            }
+        }
+        Some(Located {
+            seqno: self.seqno,
+            cmd_index: None,
+            cmd_offset: 0,
+        })
+    }
+
+    /// Where the packet at GPU VA `va` is, if in one of this job's command
+    /// buffers.
+    fn locate_va(&self, generation: u32, va: u64) -> Option<Located> {
+        let mut index = 0u32;
+        for (_, p) in self.packets(generation) {
+            if let Packet::Indirect { va: b, size } = p {
+                if va >= b && va - b < u64::from(size) {
+                    return Some(Located {
+                        seqno: self.seqno,
+                        cmd_index: Some(index),
+                        cmd_offset: u32::try_from(va - b).unwrap_or(u32::MAX),
+                    });
+                }
+                index += 1;
+            }
+        }
+        None
+    }
 }
 
 /// A command buffer a job executes.
@@ -255,7 +355,9 @@ pub(crate) struct CmdBuf {
 
 /// The packets of one job: `SEM_WAIT >= value` on each `(va, value)` of
 /// `waits`, `INDIRECT` per command buffer, then `FENCE` writing `seqno` at
-/// `fence_va` (with an event).
+/// `fence_va` (with an event). With `backwards` (a bug planted for the
+/// sanitizer), a `FENCE` of that smaller value without an event comes
+/// first.
 ///
 /// # Errors
 ///
@@ -266,9 +368,10 @@ pub(crate) fn build_job(
     cmds: &[CmdBuf],
     fence_va: u64,
     seqno: u64,
+    backwards: Option<u64>,
 ) -> Result<KVec<u32>> {
     let mut words = KVec::with_capacity(
-        (waits.len() + cmds.len() + 1) * MAX_DRIVER_PACKET,
+        (waits.len() + cmds.len() + 2) * MAX_DRIVER_PACKET,
         GFP_KERNEL,
     )?;
     let mut put = |p: Packet| -> Result {
@@ -288,6 +391,13 @@ pub(crate) fn build_job(
         put(Packet::Indirect {
             va: c.va,
             size: c.size,
+        })?;
+    }
+    if let Some(v) = backwards {
+        put(Packet::Fence {
+            va: fence_va,
+            seqno: v,
+            flags: FENCE_NO_EVENT,
         })?;
     }
     put(Packet::Fence {
@@ -325,7 +435,7 @@ pub(crate) struct RingSw {
     pub(crate) progress_at: Instant<Monotonic>,
     /// dma_fence context of the ring's exported fences (0: none yet).
     pub(crate) fence_ctx: u64,
-    /// Fences exported as sync_files, unsignalled, by seqno.
+    /// Fences exported (as sync_files, or to sync objects), unsignalled.
     pub(crate) exported: KVec<ExportedFence>,
 }
 
@@ -352,6 +462,7 @@ impl RingSw {
     /// Drops completed jobs and signals their exported fences; notes
     /// progress.
     pub(crate) fn retire(&mut self, completed: u64) {
+        // LAB(2) BEGIN retire
         if completed > self.completed {
             self.completed = completed;
             self.progress_at = Instant::now();
@@ -364,36 +475,40 @@ impl RingSw {
             }
             !f.is_signalled()
         });
+        // LAB(2) END retire
     }
 
-    /// Discards every pending job: their fences complete with an error.
-    /// Returns how many there were.
+    /// Records the jobs `first..=last` as failed: `WAIT` reports them
+    /// failed (`EIO`), their exported fences signal `errno`, and the ring's
+    /// fence value counts past them ([`super::state::GpuState::release_failed`]).
+    pub(crate) fn fail_range(&mut self, first: u64, last: u64, errno: i32) {
+        if first == 0 || last < first {
+            return;
+        }
+        if self.failed.len() >= FAILED_RANGES {
+            let _ = self.failed.remove(0);
+        }
+        let _ = self.failed.push((first, last), GFP_KERNEL);
+        self.done_upto = self.done_upto.max(last);
+        self.exported.retain(|f| {
+            if (first..=last).contains(&f.seqno) {
+                f.signal(errno);
+            }
+            !f.is_signalled()
+        });
+    }
+
+    /// Discards every pending job on the ring: their fences complete with
+    /// an error. Returns how many there were.
     pub(crate) fn fail_pending(&mut self) -> usize {
         let n = self.jobs.len();
         if let (Some(first), Some(last)) = (self.jobs.first(), self.jobs.last()) {
             let r = (first.seqno, last.seqno);
-            if self.failed.len() >= FAILED_RANGES {
-                let _ = self.failed.remove(0);
-            }
-            let _ = self.failed.push(r, GFP_KERNEL);
-            self.done_upto = self.done_upto.max(r.1);
-            self.exported.retain(|f| {
-                if (r.0..=r.1).contains(&f.seqno) {
-                    f.signal(-(bindings::EIO as i32));
-                }
-                !f.is_signalled()
-            });
+            self.fail_range(r.0, r.1, -(bindings::EIO as i32));
         }
         self.jobs.clear();
         self.progress_at = Instant::now();
         n
-    }
-
-    /// Discards every pending job of a ring that goes away (context
-    /// destroyed, file closed): exported fences are cancelled.
-    pub(crate) fn cancel(&mut self) {
-        self.exported.clear();
-        self.fail_pending();
     }
 
     /// `Some(Ok)` signalled, `Some(Err)` completed with an error, `None`
@@ -408,5 +523,38 @@ impl RingSw {
     /// Whether `seqno` names a job submitted on this ring.
     pub(crate) fn submitted(&self, seqno: u64) -> bool {
         self.present && seqno != 0 && seqno < self.next_seqno
+    }
+
+    /// Where the packet an `ENGINE_ERROR` names is in the submitted work:
+    /// by its ring pointer, its depth and offset (`None`: no pending job
+    /// holds it).
+    pub(crate) fn locate(
+        &self,
+        generation: u32,
+        rptr: u32,
+        depth: u32,
+        cmd_offset: u32,
+    ) -> Option<Located> {
+        self.jobs
+            .iter()
+            .find_map(|j| j.locate_rptr(generation, rptr, depth, cmd_offset))
+    }
+
+    /// Where the packet at GPU VA `va` (a `FAULT`'s packet) is: in a
+    /// pending job's command buffer, or in the ring at `ring_va` (a KMD
+    /// packet).
+    pub(crate) fn locate_va(&self, generation: u32, ring_va: u64, va: u64) -> Option<Located> {
+        if va >= ring_va && va - ring_va < u64::from(RING_SIZE) {
+            let ptr = (va - ring_va) as u32;
+            return self.jobs.iter().find_map(|j| {
+                let off = ptr.wrapping_sub(j.at) % RING_SIZE;
+                (u64::from(off) < 4 * j.words.len() as u64).then_some(Located {
+                    seqno: j.seqno,
+                    cmd_index: None,
+                    cmd_offset: 0,
+                })
+            });
+        }
+        self.jobs.iter().find_map(|j| j.locate_va(generation, va))
     }
 }

@@ -20,8 +20,22 @@
 //! guilty (it hung, faulted or broke a packet) or innocent (its work was
 //! lost to another context's reset and written again).
 
+pub(crate) use super::records::{
+    FaultLog,
+    GpuCounters,
+    ResetLog, //
+};
 use super::{
-    dump::HangDump,
+    queue::{
+        BindJob,
+        JobQueue, //
+    },
+    records::{
+        DumpLog,
+        HangDump,
+        PendingDump,
+        CAPTURE_BUF_BYTES, //
+    },
     ring::{
         RingSw,
         SlotMemory,
@@ -29,8 +43,12 @@ use super::{
     },
 };
 use crate::{
+    ffi::DumpSlot,
+    ffi_sync::Dependency,
     file::Client,
     proto::Command,
+    ptpool::PtPool,
+    ras::Retired,
     time::elapsed_ns,
     transport::{control::Reply, Hw},
 };
@@ -39,8 +57,13 @@ use kernel::{
         Bound,
         Device, //
     },
-    new_condvar, new_mutex, pci,
+    dma::Coherent,
+    new_condvar, new_mutex, new_work, pci,
     prelude::*,
+    sync::atomic::{
+        AtomicFlag,
+        Relaxed, //
+    },
     sync::{
         Arc,
         CondVar,
@@ -53,7 +76,15 @@ use kernel::{
         Monotonic, //
     },
     uapi,
+    workqueue::{
+        impl_has_work,
+        Work, //
+    },
 };
+
+/// A job's dependency in the KMD: a fence whose callback kicks the GPU's
+/// queue worker ([`super::sched`]).
+pub(crate) type Dep = Dependency<Gpu>;
 
 /// Contexts per file.
 pub(crate) const MAX_FILE_CONTEXTS: usize = 16;
@@ -88,10 +119,33 @@ pub(crate) struct Ctx {
     hang_times: KVec<Instant<Monotonic>>,
     pub(crate) faults: u32,
     pub(crate) rings: [RingSw; ENGINES],
+    /// Jobs accepted but not yet on the ring, per engine.
+    pub(crate) queues: [JobQueue<Dep>; ENGINES],
     /// Thread-group id of the creating process.
     pub(crate) pid: u32,
     /// `EngineError` code of the first engine error that stopped it (0: none).
     pub(crate) engine_error: u32,
+    /// Where the first engine error or unrecoverable fault happened.
+    pub(crate) error_at: Option<ErrorAt>,
+    /// Sanitizer reports about it, and the latest one's number.
+    pub(crate) san_reports: u32,
+    pub(crate) san_last_seq: u64,
+}
+
+/// Where an error happened: the packet, and the SUBMIT and command buffer
+/// the application gave it in (`CTX_QUERY`'s `error_*`).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct ErrorAt {
+    pub(crate) packet_va: u64,
+    pub(crate) header: u32,
+    pub(crate) engine: u32,
+    pub(crate) depth: u32,
+    /// The job's seqno (0: unknown).
+    pub(crate) seqno: u64,
+    /// Index of the command buffer in the SUBMIT (`None`: a KMD packet).
+    pub(crate) cmd_index: Option<u32>,
+    /// Offset in that command buffer.
+    pub(crate) cmd_offset: u32,
 }
 
 /// What a new context is made of.
@@ -131,8 +185,12 @@ impl Ctx {
                 RingSw::new(a.engine_mask & 1 != 0),
                 RingSw::new(a.engine_mask & 2 != 0),
             ],
+            queues: [JobQueue::new(), JobQueue::new()],
             pid: a.pid,
             engine_error: 0,
+            error_at: None,
+            san_reports: 0,
+            san_last_seq: 0,
         }
     }
 
@@ -167,12 +225,18 @@ impl Ctx {
         }
     }
 
-    /// Records the first engine error that stopped it.
-    pub(crate) fn record_engine_error(&mut self, code: u32) {
+    /// Records the first engine error that stopped it, and where.
+    pub(crate) fn record_engine_error(&mut self, code: u32, at: ErrorAt) {
         self.set_errored();
         if self.engine_error == 0 {
             self.engine_error = code;
         }
+        self.error_at.get_or_insert(at);
+    }
+
+    /// Records where the first unrecoverable fault happened.
+    pub(crate) fn record_fault_at(&mut self, at: ErrorAt) {
+        self.error_at.get_or_insert(at);
     }
 
     /// It hung: guilty; banned once `limit` hangs fall within `window_ns`.
@@ -201,48 +265,20 @@ impl Ctx {
     pub(crate) fn recent_hangs(&self) -> usize {
         self.hang_times.len()
     }
-}
 
-/// A logged fault.
-#[derive(Clone, Copy)]
-pub(crate) struct FaultLog {
-    pub(crate) hw: u32,
-    pub(crate) engine: u8,
-    pub(crate) va: u64,
-    pub(crate) access: u8,
-    pub(crate) reason: u8,
-    pub(crate) served: bool,
-}
-
-/// A logged reset.
-#[derive(Clone, Copy)]
-pub(crate) struct ResetLog {
-    pub(crate) hw: u32,
-    pub(crate) engine: u32,
-    pub(crate) kind: &'static str,
-    pub(crate) ok: bool,
-    pub(crate) ms: u64,
-}
-
-/// Device-wide counters of the GPU block.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct GpuCounters {
-    pub(crate) fences_signalled: u64,
-    /// Fence values found written with no `FENCE` event (lost interrupts).
-    pub(crate) missed_fence_events: u64,
-    /// `FENCE` events ahead of the fence value in memory (not believed).
-    pub(crate) early_fence_events: u64,
-    /// `FENCE` events for seqnos already announced.
-    pub(crate) duplicate_fence_events: u64,
-    /// Seqnos jumped over by `FENCE` events (lost interrupts or fences
-    /// never written, seen when a later fence's event arrives).
-    pub(crate) skipped_fence_events: u64,
-    /// Refused posted doorbells rung again.
-    pub(crate) doorbells_rung_again: u64,
-    pub(crate) faults: u64,
-    pub(crate) hangs: u64,
-    pub(crate) engine_resets: u64,
-    pub(crate) device_resets: u64,
+    /// Every unfinished job of engine `e` fails with `errno`, on the ring
+    /// and in the queue (the context is errored, banned or gone). Returns
+    /// the queued jobs, to be dropped once the state lock is released.
+    pub(crate) fn fail_ring(&mut self, e: usize, errno: i32) -> KVec<super::queue::Queued<Dep>> {
+        let (Some(r), Some(q)) = (self.rings.get_mut(e), self.queues.get_mut(e)) else {
+            return KVec::new();
+        };
+        r.fail_pending();
+        if let Some((first, last)) = q.seqno_range() {
+            r.fail_range(first, last, errno);
+        }
+        q.take_all()
+    }
 }
 
 /// Everything behind the GPU state lock.
@@ -255,10 +291,24 @@ pub(crate) struct GpuState {
     /// A reset is running: `SUBMIT` waits until it ends (the reset writes
     /// the rings itself).
     pub(crate) resetting: bool,
+    /// Device slots whose KMD memory holds a retired page (bit per slot):
+    /// never used for a context again.
+    pub(crate) retired_slots: u64,
     pub(crate) last_hang: Option<KBox<HangDump>>,
+    /// Devcoredumps waiting for the watchdog to write them.
+    pub(crate) pending_dumps: KVec<PendingDump>,
+    /// The last devcoredumps (debugfs `coredumps`).
+    pub(crate) dumps_log: KVec<DumpLog>,
+    /// Devcoredumps numbered so far.
+    pub(crate) dumps_seq: u64,
     pub(crate) faults_log: KVec<FaultLog>,
     pub(crate) resets_log: KVec<ResetLog>,
     pub(crate) counters: GpuCounters,
+    /// `VM_BIND_OPS` jobs not yet done, in submission order (each file's
+    /// run in order; [`super::bind`]).
+    pub(crate) binds: KVec<BindJob<Dep>>,
+    /// The device sanitizer's reports, and a planted bug.
+    pub(crate) san: super::sanlog::SanLog,
 }
 
 impl GpuState {
@@ -305,13 +355,20 @@ impl GpuState {
         }
     }
 
-    /// Every pending job fails (the device is wedged).
-    pub(crate) fn fail_all(&mut self) {
+    /// Every pending job fails, on the rings and in the queues (the device
+    /// is wedged or lost). Returns the queued jobs taken out, to be dropped
+    /// once the state lock is released.
+    pub(crate) fn fail_all(&mut self) -> KVec<super::queue::Queued<Dep>> {
+        let mut gone = KVec::new();
         for c in self.slots.iter_mut().flatten() {
-            for r in c.rings.iter_mut() {
-                r.fail_pending();
+            for e in 0..ENGINES {
+                for j in c.fail_ring(e, -(kernel::bindings::EIO as i32)) {
+                    // Without memory the job is dropped here, under the lock.
+                    let _ = gone.push(j, GFP_KERNEL);
+                }
             }
         }
+        gone
     }
 }
 
@@ -332,6 +389,19 @@ pub(crate) struct Gpu {
     pub(crate) hw: Arc<Hw>,
     /// Ring memory of every device slot (set at probe).
     pub(crate) mem: SetOnce<SlotMemory>,
+    /// The device's retired pages (set at probe).
+    pub(crate) ras: SetOnce<Arc<Retired>>,
+    /// The page-table pool, for retiring table pages (set at probe).
+    pub(crate) pt_pool: SetOnce<Arc<PtPool>>,
+    /// The buffer `CAPTURE_READ` writes device captures into (set at
+    /// probe).
+    pub(crate) dump_buf: SetOnce<Coherent<[u32]>>,
+    /// Whether a published devcoredump is still unread (set at probe).
+    pub(crate) dump_slot: SetOnce<Arc<DumpSlot>>,
+    /// Serialises reads of device captures into `dump_buf`; held across
+    /// `CAPTURE_READ` round trips, never with the state lock.
+    #[pin]
+    pub(crate) dumping: Mutex<()>,
     /// Serialises the operations that change which contexts and rings the
     /// device has, and their pointers: context creation and destruction,
     /// the reset ladder. Held across control-queue round trips.
@@ -344,6 +414,19 @@ pub(crate) struct Gpu {
     /// Fence waiters (and submitters waiting for a reset to end).
     #[pin]
     pub(crate) fences: CondVar,
+    /// The loss of the device has been handled (jobs failed).
+    lost_handled: AtomicFlag,
+    /// The queue worker: moves ready jobs to their rings and runs ready
+    /// bind jobs ([`super::sched`]).
+    #[pin]
+    pub(crate) work: Work<Gpu>,
+    /// An event found a ring with queued jobs making room: the event
+    /// handler's caller kicks the worker.
+    pub(crate) pump_wanted: AtomicFlag,
+}
+
+impl_has_work! {
+    impl HasWork<Gpu> for Gpu { self.work }
 }
 
 impl Gpu {
@@ -352,27 +435,57 @@ impl Gpu {
         pin_init!(Gpu {
             hw,
             mem: SetOnce::new(),
+            ras: SetOnce::new(),
+            pt_pool: SetOnce::new(),
+            dump_buf: SetOnce::new(),
+            dump_slot: SetOnce::new(),
+            dumping <- new_mutex!(()),
             ops <- new_mutex!(()),
             state <- new_mutex!(GpuState {
                 slots: KVec::new(),
                 next_handle: 1,
                 wedged: false,
                 resetting: false,
+                retired_slots: 0,
                 last_hang: None,
+                pending_dumps: KVec::new(),
+                dumps_log: KVec::new(),
+                dumps_seq: 0,
                 faults_log: KVec::new(),
                 resets_log: KVec::new(),
                 counters: GpuCounters::default(),
+                binds: KVec::new(),
+                san: super::sanlog::SanLog::new(),
             }),
             fences <- new_condvar!(),
+            lost_handled: AtomicFlag::new(false),
+            work <- new_work!("vgpu::queue"),
+            pump_wanted: AtomicFlag::new(false),
         })
     }
 
-    /// Allocates the ring memory of `n` device slots (probe).
+    /// Allocates the ring memory of `n` device slots (probe), and records
+    /// the device's retired pages and page-table pool.
     ///
     /// # Errors
     ///
     /// `ENOMEM`.
-    pub(crate) fn init(&self, dev: &Device<Bound>, n: u32) -> Result {
+    pub(crate) fn init(
+        &self,
+        dev: &Device<Bound>,
+        n: u32,
+        ras: Arc<Retired>,
+        pool: Arc<PtPool>,
+    ) -> Result {
+        self.ras.populate(ras);
+        self.pt_pool.populate(pool);
+        self.dump_buf.populate(Coherent::<u32>::zeroed_slice(
+            dev,
+            CAPTURE_BUF_BYTES / 4,
+            GFP_KERNEL,
+        )?);
+        self.dump_slot
+            .populate(Arc::new(DumpSlot::new(), GFP_KERNEL)?);
         self.mem.populate(SlotMemory::new(dev, n)?);
         let mut g = self.state.lock();
         for _ in 0..n {
@@ -417,9 +530,20 @@ impl Gpu {
     pub(crate) fn cmd(&self, c: Command) -> Result<Reply> {
         let r = self.hw.command(c);
         if r.is_err() && self.hw.check_usable().is_err() {
-            self.wake();
+            self.device_gone();
         }
         r
+    }
+
+    /// The device broke or was declared lost: a lost device will never
+    /// complete the jobs it holds, so they fail (exported fences signal
+    /// `-EIO`); every waiter wakes.
+    pub(crate) fn device_gone(&self) {
+        if self.hw.link.is_lost() && !self.lost_handled.xchg(true, Relaxed) {
+            let gone = self.state.lock().fail_all();
+            drop(gone);
+        }
+        self.wake();
     }
 
     /// Wakes every fence waiter (and submitters waiting for a reset).
@@ -434,6 +558,11 @@ impl Gpu {
     /// `ENODEV` once unbound, `EIO` once broken.
     pub(crate) fn check_usable(&self) -> Result {
         self.hw.check_usable()
+    }
+
+    /// Pages retired after uncorrectable ECC errors.
+    pub(crate) fn retired_pages(&self) -> u32 {
+        self.ras.as_ref().map_or(0, |r| r.count())
     }
 
     /// Contexts alive (for leak checks).

@@ -1,14 +1,26 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! `SUBMIT`: a job onto a context's ring.
+//! `SUBMIT`: a job onto a context's engine, through the KMD's job queue.
 //!
 //! The job's packets ([`build_job`]) are a `SEM_WAIT` per input fence (on
-//! that fence's value in its context's status page, `>=` seqno), an
-//! `INDIRECT` per command buffer and a `FENCE` writing the job's seqno to the
-//! ring's fence slot. They are written at the ring's write pointer and the
-//! `DOORBELL` is posted: the submitter does not wait for the device to take
-//! it (a doorbell it refuses is rung again by the hang check). Seqnos count
-//! from 1 per ring.
+//! that fence's value in its context's status page, `>=` seqno: the GPU
+//! waits), an `INDIRECT` per command buffer and a `FENCE` writing the job's
+//! seqno to the ring's fence slot. Seqnos count from 1 per ring and are
+//! assigned at `SUBMIT`, in submission order.
+//!
+//! Dependencies the KMD waits for — the in_syncs' fences (any driver's),
+//! and for the BOs of the implicit-sync list the fences of their
+//! reservation objects — keep the job in the ring's queue
+//! ([`super::queue`], [`super::sched`]). A job with nothing to wait for,
+//! nothing queued before it and room on the ring is written at the ring's
+//! write pointer at once and the `DOORBELL` is posted; any other job is
+//! queued, and the scheduler writes it when it can. The submitter never
+//! waits: a full ring queues, only a full queue (`VGPU_CTX_MAX_PENDING`
+//! unsignalled jobs) refuses with `EAGAIN`.
+//!
+//! The job's fence (a dma_fence, made when something outside the ring needs
+//! it: out_syncs, the implicit-sync BOs) is installed in the out_syncs once
+//! the job is queued, and added to the BOs' reservation objects.
 //!
 //! The doorbell is posted under the state lock, so that doorbells of one
 //! ring reach the device in write-pointer order; its control slot is
@@ -17,6 +29,7 @@
 //! rings itself.
 
 use super::{
+    queue::Queued,
     ring::{
         build_job,
         fence_va,
@@ -24,10 +37,23 @@ use super::{
         Job,
         ENGINES, //
     },
+    sanlog::Plant,
     state::Gpu,
 };
 use crate::{
+    ffi::{
+        new_fence_context,
+        ExportedFence, //
+    },
+    ffi_sync::{
+        implicit_sync,
+        Dependency,
+        Fence,
+        ImplicitUse,
+        OutSync, //
+    },
     file::Client,
+    gem::Bo,
     mmu::{
         PTE_EXEC,
         PTE_READ, //
@@ -42,28 +68,50 @@ use crate::{
 use kernel::{
     prelude::*,
     sync::{
+        aref::ARef,
         Arc,
         CondVarTimeoutResult, //
     },
-    time::Instant,
+    time::{
+        delay::fsleep,
+        Delta,
+        Instant, //
+    },
     uapi,
 };
 
+/// What a job waits for and signals besides its in_fences, resolved by the
+/// DRM layer from the file's handles.
+pub(crate) struct JobSyncs {
+    /// The in_syncs' fences.
+    pub(crate) ins: KVec<Fence>,
+    /// The out_syncs, ready to receive the job's fence.
+    pub(crate) outs: KVec<OutSync>,
+    /// The implicit-sync BOs and how the job uses each.
+    pub(crate) bos: KVec<(ARef<Bo>, ImplicitUse)>,
+}
+
 impl Gpu {
-    /// `SUBMIT`: writes the job and posts the doorbell; returns its seqno in
-    /// `a.seqno`.
+    /// `SUBMIT`: queues the job (or writes it to the ring and posts the
+    /// doorbell); returns its seqno in `a.seqno`.
     ///
     /// # Errors
     ///
     /// `EINVAL` (flags, counts, engine, a command buffer outside one
     /// READ|EXEC mapping, an input fence never submitted), `ENOENT` (a
     /// context of this file does not exist), `EFAULT` (arrays), `EAGAIN` or
-    /// with `VGPU_SUBMIT_BUSY_IS_EBUSY` `EBUSY` (ring or pending-job list
-    /// full), `EIO` (context errored or banned, device wedged or broken),
-    /// `ERESTARTSYS` (signal while a reset runs), `ENODEV`, `ENOMEM`,
-    /// `ETIMEDOUT` (the device held every control slot).
-    pub(crate) fn submit(&self, client: &Arc<Client>, a: &mut uapi::drm_vgpu_submit) -> Result {
-        if a.pad != 0 || a.flags & !uapi::VGPU_SUBMIT_FLAGS != 0 {
+    /// with `VGPU_SUBMIT_BUSY_IS_EBUSY` `EBUSY` (`VGPU_CTX_MAX_PENDING`
+    /// unsignalled jobs on the ring and in its queue), `EIO` (context
+    /// errored or banned, device wedged or broken), `ERESTARTSYS` (signal
+    /// while a reset runs), `ENODEV`, `ENOMEM`, `ETIMEDOUT` (the device
+    /// held every control slot).
+    pub(crate) fn submit(
+        self: &Arc<Self>,
+        client: &Arc<Client>,
+        a: &mut uapi::drm_vgpu_submit,
+        syncs: JobSyncs,
+    ) -> Result {
+        if a.pad != 0 || a.pad2 != 0 || a.flags & !uapi::VGPU_SUBMIT_FLAGS != 0 {
             return Err(EINVAL);
         }
         if a.num_cmds == 0
@@ -87,6 +135,8 @@ impl Gpu {
         };
         let mem = self.slots()?;
         let generation = self.hw.generation();
+        let JobSyncs { mut ins, outs, bos } = syncs;
+        let need_fence = !outs.is_empty() || !bos.is_empty();
 
         loop {
             self.wait_for_reset()?;
@@ -146,32 +196,142 @@ impl Gpu {
                 }
             }
             let fence_at = fence_va(c.kmd_va, e);
-            let ring = &mut c.rings[e];
-            ring.retire(mem.fence_value(hw, e));
-            if ring.jobs.len() >= uapi::VGPU_CTX_MAX_PENDING as usize {
+            c.rings[e].retire(mem.fence_value(hw, e));
+            if c.rings[e].jobs.len() + c.queues[e].len() >= uapi::VGPU_CTX_MAX_PENDING as usize {
                 return Err(busy);
             }
-            let seqno = ring.next_seqno;
-            let words = build_job(generation, &waits, &bufs, fence_at, seqno)?;
+            // LAB(2) BEGIN job-seqno
+            let seqno = c.rings[e].next_seqno;
+            // LAB(2) END job-seqno
+            // A bug planted for the device's sanitizer (debugfs
+            // `sanitizer_plant`), committed once.
+            let backwards = seqno
+                .checked_sub(2)
+                .filter(|_| g.san.take(Plant::FenceBackwards));
+            let Ok((_, c)) = g.find(client, a.ctx_id) else {
+                return Err(ENOENT);
+            };
+            let words = build_job(generation, &waits, &bufs, fence_at, seqno, backwards)?;
             let bytes = u32::try_from(words.len() * 4).map_err(|_| EINVAL)?;
-            if !mem.has_room(hw, e, ring.wptr, bytes) {
-                return Err(busy);
+            // The job's fence, when anything outside the ring needs it.
+            let job_fence = if need_fence {
+                let ring = &mut c.rings[e];
+                if ring.fence_ctx == 0 {
+                    ring.fence_ctx = new_fence_context();
+                }
+                ring.exported.reserve(1, GFP_KERNEL)?;
+                Some(ExportedFence::new(ring.fence_ctx, seqno)?)
+            } else {
+                None
+            };
+            let shared = job_fence.as_ref().map(ExportedFence::fence);
+            // Implicit synchronisation: the BOs' fences become
+            // dependencies, the job's fence joins their reservations.
+            let mut deps = core::mem::take(&mut ins);
+            if let Some(f) = &shared {
+                for (bo, usage) in bos.iter() {
+                    if let Some(d) = implicit_sync(&**bo, *usage, f)? {
+                        deps.push(d, GFP_KERNEL)?;
+                    }
+                }
             }
-            ring.jobs.reserve(1, GFP_KERNEL)?;
-            if ring.jobs.is_empty() {
-                ring.progress_at = Instant::now();
+            deps.retain(|f| !f.is_signalled());
+            let fast = deps.is_empty()
+                && c.queues[e].is_empty()
+                && mem.has_room(hw, e, c.rings[e].wptr, bytes);
+            // The other planted bug: the doorbell first, the packets after.
+            let early = fast && g.san.take(Plant::DoorbellEarly);
+            // And a doorbell that publishes part of the last packet.
+            let short = fast && !early && g.san.take(Plant::DoorbellMidPacket);
+            let Ok((_, c)) = g.find(client, a.ctx_id) else {
+                return Err(ENOENT);
+            };
+            if fast {
+                let ring = &mut c.rings[e];
+                ring.jobs.reserve(1, GFP_KERNEL)?;
+                if ring.jobs.is_empty() {
+                    ring.progress_at = Instant::now();
+                }
+                if let Some(f) = job_fence {
+                    // Room was reserved above: this push does not fail.
+                    let _ = ring.exported.push(f, GFP_KERNEL);
+                }
+                let at = ring.wptr;
+                if early {
+                    let wptr = at.wrapping_add(bytes);
+                    let posted = self.hw.post_doorbell(doorbell, hw, a.engine, wptr);
+                    fsleep(Delta::from_millis(1));
+                    mem.write_ring(hw, e, at, &words);
+                    let _ = ring.jobs.push(Job { seqno, words, at }, GFP_KERNEL);
+                    ring.next_seqno += 1;
+                    ring.wptr = wptr;
+                    if let Err(err) = posted {
+                        ring.fail_pending();
+                        return Err(err);
+                    }
+                } else if short {
+                    let wptr = mem.write_ring(hw, e, at, &words);
+                    let _ = ring.jobs.push(Job { seqno, words, at }, GFP_KERNEL);
+                    ring.next_seqno += 1;
+                    ring.wptr = wptr;
+                    // One word short: the engine finds its last packet cut
+                    // and stops the ring (TRUNCATED).
+                    if let Err(err) =
+                        self.hw
+                            .post_doorbell(doorbell, hw, a.engine, wptr.wrapping_sub(4))
+                    {
+                        ring.fail_pending();
+                        return Err(err);
+                    }
+                } else {
+                    // LAB(1) BEGIN publish
+                    let wptr = mem.write_ring(hw, e, at, &words);
+                    // Room was reserved above: this push does not fail.
+                    let _ = ring.jobs.push(Job { seqno, words, at }, GFP_KERNEL);
+                    ring.next_seqno += 1;
+                    ring.wptr = wptr;
+                    if let Err(err) = self.hw.post_doorbell(doorbell, hw, a.engine, wptr) {
+                        // The device state is unknown: the job is treated as lost.
+                        ring.fail_pending();
+                        return Err(err);
+                    }
+                    // LAB(1) END publish
+                }
+            } else {
+                c.queues[e].reserve()?;
+                let mut waiting = KVec::with_capacity(deps.len(), GFP_KERNEL)?;
+                for f in deps {
+                    waiting.push(Dependency::new(f, self.clone())?, GFP_KERNEL)?;
+                }
+                let job = Queued {
+                    seqno,
+                    words,
+                    deps: waiting,
+                    at: Instant::now(),
+                };
+                // Room was reserved above: these pushes do not fail.
+                if c.queues[e].push(job).is_err() {
+                    return Err(ENOMEM);
+                }
+                let ring = &mut c.rings[e];
+                if let Some(f) = job_fence {
+                    let _ = ring.exported.push(f, GFP_KERNEL);
+                }
+                ring.next_seqno += 1;
+                drop(doorbell);
             }
-            let wptr = mem.write_ring(hw, e, ring.wptr, &words);
-            // Room was reserved above: this push does not fail.
-            let _ = ring.jobs.push(Job { seqno, words }, GFP_KERNEL);
-            ring.next_seqno += 1;
-            ring.wptr = wptr;
-            if let Err(err) = self.hw.post_doorbell(doorbell, hw, a.engine, wptr) {
-                // The device state is unknown: the job is treated as lost.
-                ring.fail_pending();
-                return Err(err);
-            }
+            drop(g);
             a.seqno = seqno;
+            if let Some(f) = &shared {
+                for o in outs {
+                    o.install(f);
+                }
+            }
+            if !fast {
+                // Its dependencies may have signalled before their callbacks
+                // were armed.
+                self.pump();
+            }
             return Ok(());
         }
     }

@@ -712,6 +712,7 @@ impl Control {
 
         match outcome {
             Wait::Replied(_) => {
+                link.answered();
                 let reply = reply?.ok_or(ENODEV)?;
                 self.check_reply(link, opcode, tag, &reply)?;
                 Ok(reply)
@@ -731,8 +732,13 @@ impl Control {
                     tag,
                     self.timeout_ms
                 );
-                // A device that stopped answering may have said why.
+                // A device that stopped answering may have said why; one
+                // that keeps not answering is lost.
                 link.config_changed();
+                if link.unanswered() {
+                    self.wake();
+                    return Err(EIO);
+                }
                 Err(ETIMEDOUT)
             }
         }

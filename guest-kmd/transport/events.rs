@@ -284,20 +284,30 @@ impl Tracker {
                 let _ = gpu.push_within_capacity(Event::EventsLost { count, first_seq });
                 self.on_lost(first_seq, count)
             }
-            // Uncorrectable memory error: counted and logged; the page's
-            // owner is not told yet.
-            Ok(Event::EccError {
-                ctx_id, engine, va, ..
-            }) => {
+            // Uncorrectable memory error: counted and logged here; the GPU
+            // blocks retire the page.
+            Ok(
+                ev @ Event::EccError {
+                    ctx_id,
+                    engine,
+                    va,
+                    pa,
+                    ..
+                },
+            ) => {
                 self.stats.ecc_errors += 1;
                 if self.may_warn(pdev) {
                     dev_err!(
                         pdev,
-                        "uncorrectable ECC error: context {} engine {} page {:#x}\n",
+                        "uncorrectable ECC error: context slot {} engine {} page {:#x} (pa {:#x})\n",
                         ctx_id,
                         engine,
-                        va
+                        va,
+                        pa
                     );
+                }
+                if gpu.push_within_capacity(ev).is_err() {
+                    self.stats.unhandled += 1;
                 }
                 false
             }
@@ -617,10 +627,12 @@ impl Events {
                 false
             };
 
+            // LAB(0) BEGIN event-repost
             // Give the buffer back before decoding the copy. `id < size`.
             if q.ring.push(id as u16).is_ok() {
                 q.posted[id] = true;
             }
+            // LAB(0) END event-repost
 
             if copied {
                 let before = tracker.stats.received;

@@ -8,14 +8,24 @@
 //!
 //! ```text
 //! initialising ──DRIVER_OK──▶ running ──NEEDS_RESET / FAILED / ring corruption──▶ broken
-//!        └──────────────────────┴──────────────unbind──────────────────────────▶ unbound
+//!                                │  └──commands unanswered (dead device)──▶ lost (broken too)
+//!        └───────────────────────┴──────────────unbind──────────────────────▶ unbound
 //! ```
 //!
 //! A broken device needs a rebind; an unbound one answers `ENODEV` forever.
+//! A *lost* device is a broken one that stopped answering altogether (its
+//! process died, or it hangs in its control path): [`LOST_AFTER`]
+//! consecutive commands without a reply declare it lost; the driver's
+//! heartbeat makes sure a command is sent even when nothing else talks to
+//! the device.
 
 use super::virtio::{
     status,
     Transport, //
+};
+use crate::ffi::{
+    monotonic_ns,
+    send_wedged_uevent, //
 };
 use kernel::{
     pci,
@@ -30,6 +40,9 @@ use kernel::{
     },
 };
 
+/// Commands in a row without a reply that declare the device lost.
+pub(crate) const LOST_AFTER: u32 = 2;
+
 /// The device as the transport blocks reach it.
 pub(crate) struct Link {
     /// The PCI function (also used for log messages).
@@ -42,6 +55,12 @@ pub(crate) struct Link {
     unbound: AtomicFlag,
     /// Set when the device broke; never cleared: the device needs a rebind.
     broken: AtomicFlag,
+    /// Set (with `broken`) when the device stopped answering; never cleared.
+    lost: AtomicFlag,
+    /// Commands in a row that timed out (0 after any reply).
+    unanswered: Atomic<u32>,
+    /// When the device last answered a command (monotonic ns).
+    last_answer_ns: Atomic<u64>,
     /// The INTx hard handler saw the configuration-change ISR bit.
     pub(crate) config_pending: AtomicFlag,
     /// The INTx hard handler saw the queue ISR bit.
@@ -61,6 +80,9 @@ impl Link {
             running: AtomicFlag::new(false),
             unbound: AtomicFlag::new(false),
             broken: AtomicFlag::new(false),
+            lost: AtomicFlag::new(false),
+            unanswered: Atomic::new(0),
+            last_answer_ns: Atomic::new(0),
             config_pending: AtomicFlag::new(false),
             queue_pending: AtomicFlag::new(false),
             irq_count: [Atomic::new(0), Atomic::new(0)],
@@ -88,10 +110,48 @@ impl Link {
         self.unbound.load(Relaxed)
     }
 
+    /// Whether the driver declared the device lost.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Relaxed)
+    }
+
+    /// A command got its reply: the device answers.
+    pub(crate) fn answered(&self) {
+        self.unanswered.store(0, Relaxed);
+        self.last_answer_ns.store(monotonic_ns(), Relaxed);
+    }
+
+    /// Nanoseconds since the device last answered a command.
+    pub(crate) fn silent_ns(&self) -> u64 {
+        monotonic_ns().saturating_sub(self.last_answer_ns.load(Relaxed))
+    }
+
+    /// A command timed out. After [`LOST_AFTER`] in a row the device is
+    /// declared lost; returns whether this call declared it (the caller
+    /// wakes its sleepers and tells userspace).
+    pub(crate) fn unanswered(&self) -> bool {
+        let n = self.unanswered.fetch_add(1, Relaxed).saturating_add(1);
+        if n < LOST_AFTER || self.unbound.load(Relaxed) || self.lost.xchg(true, Relaxed) {
+            return false;
+        }
+        self.broken.store(true, Relaxed);
+        dev_err!(
+            self.pdev,
+            "device lost: {} commands in a row unanswered; every call fails with EIO until the driver is rebound\n",
+            n
+        );
+        // As for a wedged device: userspace (a uevent helper) learns that
+        // only a rebind can help.
+        send_wedged_uevent(self.pdev.as_ref());
+        true
+    }
+
     /// A short state name.
     pub(crate) fn state_name(&self) -> &'static str {
         if self.unbound.load(Relaxed) {
             "unbound"
+        } else if self.lost.load(Relaxed) {
+            "lost (the device stopped answering; rebind the driver to recover)"
         } else if self.broken.load(Relaxed) {
             "broken (rebind the driver to recover)"
         } else if self.running.load(Relaxed) {

@@ -77,6 +77,9 @@ use virtio::{
     Transport, //
 };
 
+/// Device silence after which the heartbeat asks it something: 1 s.
+pub(crate) const HEARTBEAT_IDLE_NS: u64 = 1_000_000_000;
+
 /// What was negotiated and set up at probe.
 #[derive(Clone, Copy)]
 pub(crate) struct Setup {
@@ -207,6 +210,19 @@ impl Hw {
     ) -> Result {
         self.control
             .post_doorbell(&self.link, slot, ctx_id, engine, wptr)
+    }
+
+    /// The heartbeat: when the device has answered nothing for
+    /// [`HEARTBEAT_IDLE_NS`], one `IDENTIFY` (its reply is all that is
+    /// wanted). A dead device thus times out [`link::LOST_AFTER`] of them
+    /// and is declared lost even when nobody else talks to it: detection
+    /// takes at most the idle time, plus `LOST_AFTER` command timeouts, plus
+    /// the caller's period. Returns whether the device is lost.
+    pub(crate) fn heartbeat(&self) -> bool {
+        if self.link.check_usable().is_ok() && self.link.silent_ns() >= HEARTBEAT_IDLE_NS {
+            let _ = self.command(Command::Identify);
+        }
+        self.link.is_lost()
     }
 
     /// Posted doorbells the device refused since the last call.

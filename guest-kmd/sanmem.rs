@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The memory this driver lets the GPU reach, declared to the device's
+//! sanitizer like an IOMMU's map and unmap (`SAN_MEM`).
+//!
+//! When `IDENTIFY` reports `FEATURE_SAN_DMA` (the device runs with
+//! `--sanitize` and its DMA-ownership check), the device reports every
+//! engine access to a guest-physical page the driver has not declared
+//! (`SAN-DMA-UNOWNED`): a GPU mapping that outlives its pages — a use after
+//! free through the GPU, which no CPU-side checker sees — is caught at its
+//! first access. The driver declares:
+//!
+//! * at probe, its own GPU memory: the page-table pool and every slot's
+//!   rings and status page (they live until unbind);
+//! * for each `VM_BIND` mapping, the object pages it maps, before the
+//!   entries are written (for a lazy object, when its pages are pinned at
+//!   the first fault), and gives them back when the mapping goes — after
+//!   the entries are cleared and the TLBs invalidated ([`Declared`] does it
+//!   when dropped).
+//!
+//! Declarations are counted per page by the device, so a page mapped twice
+//! is declared and given back twice. Without the feature nothing is sent.
+//! Commands go out with no lock of the driver held by the caller (the
+//! mapping's object pages are pinned before `VM_BIND` takes the address
+//! space's lock); a failure is counted and logged, never fatal: the check
+//! is a debugging aid.
+
+use crate::{
+    dev_warn_ratelimited,
+    gem::Seg,
+    proto::{
+        Command,
+        FEATURE_SAN_DMA,
+        SAN_MEM_OWN,
+        SAN_MEM_RANGES,
+        SAN_MEM_RELEASE, //
+    },
+    sanitize::SanRange,
+    transport::Hw,
+};
+use kernel::{
+    prelude::*,
+    sync::{
+        atomic::{
+            Atomic,
+            Relaxed, //
+        },
+        Arc,
+        UniqueArc, //
+    },
+};
+
+/// Guest-physical ranges: (address, bytes) each.
+pub(crate) type Ranges = KVec<(u64, u64)>;
+
+/// The declarations of one device.
+pub(crate) struct SanMem {
+    hw: Arc<Hw>,
+    on: bool,
+    /// Pages declared and not given back (for debugfs).
+    pages: Atomic<u64>,
+    /// Commands the device refused.
+    failed: Atomic<u64>,
+}
+
+impl SanMem {
+    /// The declarations to the device behind `hw` (on only if its
+    /// `IDENTIFY` asks for them).
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn new(hw: Arc<Hw>) -> Result<Arc<SanMem>> {
+        let on = hw
+            .identity
+            .as_ref()
+            .is_some_and(|id| id.features & FEATURE_SAN_DMA != 0);
+        Ok(Arc::new(
+            SanMem {
+                hw,
+                on,
+                pages: Atomic::new(0),
+                failed: Atomic::new(0),
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    /// Whether the driver declares its memory.
+    pub(crate) fn on(&self) -> bool {
+        self.on
+    }
+
+    /// (pages declared, commands refused).
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (self.pages.load(Relaxed), self.failed.load(Relaxed))
+    }
+
+    fn send(&self, op: u32, ranges: &[(u64, u64)]) {
+        if !self.on {
+            return;
+        }
+        for chunk in ranges.chunks(SAN_MEM_RANGES) {
+            let mut rs = [SanRange { pa: 0, size: 0 }; SAN_MEM_RANGES];
+            for (d, &(pa, size)) in rs.iter_mut().zip(chunk) {
+                *d = SanRange { pa, size };
+            }
+            let cmd = Command::SanMem {
+                op,
+                count: chunk.len() as u32,
+                ranges: rs,
+            };
+            if self.hw.command(cmd).is_err() && self.hw.check_usable().is_ok() {
+                self.failed.add(1, Relaxed);
+                let what = if op == SAN_MEM_OWN {
+                    "declare"
+                } else {
+                    "release"
+                };
+                dev_warn_ratelimited!(
+                    self.hw.pdev(),
+                    "SAN_MEM {} of {} ranges refused\n",
+                    what,
+                    chunk.len()
+                );
+            }
+        }
+        let pages: u64 = ranges.iter().map(|&(_, s)| s / 4096).sum();
+        if op == SAN_MEM_OWN {
+            self.pages.add(pages, Relaxed);
+        } else {
+            self.pages.fetch_sub(pages, Relaxed);
+        }
+    }
+
+    /// Declares `ranges` (guest-physical, 4 KiB aligned) for as long as
+    /// the returned value lives.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn declare(self: &Arc<Self>, ranges: KVec<(u64, u64)>) -> Result<Arc<Declared>> {
+        // Room first: a declaration is only made when its give-back is sure.
+        let slot = UniqueArc::new_uninit(GFP_KERNEL)?;
+        self.send(SAN_MEM_OWN, &ranges);
+        Ok(slot
+            .write(Declared {
+                mem: self.clone(),
+                ranges,
+            })
+            .into())
+    }
+
+    /// Declares `ranges` for the device's lifetime (the driver's own
+    /// memory, given back by the reset at unbind).
+    pub(crate) fn declare_forever(&self, ranges: &[(u64, u64)]) {
+        self.send(SAN_MEM_OWN, ranges);
+    }
+}
+
+/// Pages declared for one mapping (shared by the parts a split leaves);
+/// given back when the last reference is dropped.
+pub(crate) struct Declared {
+    mem: Arc<SanMem>,
+    ranges: KVec<(u64, u64)>,
+}
+
+impl Drop for Declared {
+    fn drop(&mut self) {
+        self.mem.send(SAN_MEM_RELEASE, &self.ranges);
+    }
+}
+
+/// The guest-physical ranges of bytes `offset..offset + size` of an object
+/// whose pages are `segs` (merged where contiguous).
+///
+/// # Errors
+///
+/// `EINVAL` if the range leaves the object, `ENOMEM`.
+pub(crate) fn ranges_of(segs: &[Seg], offset: u64, size: u64) -> Result<Ranges> {
+    let mut out: Ranges = KVec::new();
+    let end = offset.checked_add(size).ok_or(EINVAL)?;
+    let mut at = offset;
+    while at < end {
+        let (pa, contig) = crate::gem::addr_at(segs, at).ok_or(EINVAL)?;
+        let n = contig.min(end - at);
+        match out.last_mut() {
+            Some((p, s)) if *p + *s == pa => *s += n,
+            _ => out.push((pa, n), GFP_KERNEL)?,
+        }
+        at += n;
+    }
+    Ok(out)
+}

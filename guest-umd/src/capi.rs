@@ -8,12 +8,13 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::{c_char, c_void, CStr, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::context::{Buffer, Context, LostReason, MemKind};
 use crate::module::{Arg, Module};
 use crate::stream::{Event, Stream};
+use crate::sync::Timeline;
 use crate::{devices, Error};
 
 /// `vgpu_status`.
@@ -61,6 +62,8 @@ pub mod lost {
     pub const WEDGED: u32 = 6;
     /// `VGPU_LOST_REMOVED`.
     pub const REMOVED: u32 = 7;
+    /// `VGPU_LOST_DEVICE_LOST`.
+    pub const DEVICE_LOST: u32 = 8;
 }
 
 /// `vgpu_arg`.
@@ -151,6 +154,7 @@ enum Obj {
     Stream(Stream),
     Event(Arc<Event>),
     Module(Module),
+    Timeline(Arc<Timeline>),
 }
 
 const T_CONTEXT: u64 = 1;
@@ -158,6 +162,7 @@ const T_BUFFER: u64 = 2;
 const T_STREAM: u64 = 3;
 const T_EVENT: u64 = 4;
 const T_MODULE: u64 = 5;
+const T_TIMELINE: u64 = 6;
 
 #[derive(Default)]
 struct Table {
@@ -197,7 +202,9 @@ fn status_of(e: &Error) -> Status {
         Error::NoDevice | Error::Open { .. } => VGPU_ERROR_NO_DEVICE,
         Error::Config(_) => VGPU_ERROR_CONFIG,
         Error::Lost { reason, .. } => match reason {
-            LostReason::Wedged | LostReason::Removed => VGPU_ERROR_DEVICE_LOST,
+            LostReason::Wedged | LostReason::Removed | LostReason::DeviceLost => {
+                VGPU_ERROR_DEVICE_LOST
+            }
             _ => VGPU_ERROR_CONTEXT_LOST,
         },
         Error::Mem { source, .. } => match source {
@@ -464,6 +471,7 @@ pub unsafe extern "C" fn vgpu_context_status(ctx: u64, out: *mut VgpuContextStat
             LostReason::EngineError { .. } => lost::ENGINE_ERROR,
             LostReason::Wedged => lost::WEDGED,
             LostReason::Removed => lost::REMOVED,
+            LostReason::DeviceLost => lost::DEVICE_LOST,
         };
     }
     // SAFETY: non-null and valid for writes per the contract.
@@ -965,6 +973,280 @@ pub unsafe extern "C" fn vgpu_launch(
         Err(msg) => return fail(call, VGPU_ERROR_INVALID_ARGUMENT, msg),
     };
     done(s.launch(&k, g, w, &a))
+}
+
+/// `kind` as a [`MemKind`].
+fn mem_kind(call: &str, kind: u32) -> Result<MemKind, Status> {
+    match kind {
+        0 => Ok(MemKind::DeviceLocal),
+        1 => Ok(MemKind::HostVisible),
+        k => Err(fail(
+            call,
+            VGPU_ERROR_INVALID_ARGUMENT,
+            format!("memory kind {k}"),
+        )),
+    }
+}
+
+/// Stores a new object's handle through `out`.
+///
+/// # Safety
+/// `out` is non-null and valid for writes.
+unsafe fn give(out: *mut u64, ty: u64, obj: Obj, owner: u64) -> Status {
+    let h = insert(ty, obj, owner);
+    // SAFETY: the caller's contract.
+    unsafe { *out = h };
+    VGPU_SUCCESS
+}
+
+/// Stores an fd through `out`, which takes it over.
+///
+/// # Safety
+/// `out` is non-null and valid for writes.
+unsafe fn give_fd(out: *mut c_int, fd: std::os::fd::OwnedFd) -> Status {
+    use std::os::fd::IntoRawFd;
+    // SAFETY: the caller's contract.
+    unsafe { *out = fd.into_raw_fd() };
+    VGPU_SUCCESS
+}
+
+/// A borrowed fd of the caller.
+fn borrowed<'a>(call: &str, fd: c_int) -> Result<std::os::fd::BorrowedFd<'a>, Status> {
+    if fd < 0 {
+        return Err(fail(call, VGPU_ERROR_INVALID_ARGUMENT, format!("fd {fd}")));
+    }
+    // SAFETY: the caller passes an open fd that stays open for the call.
+    Ok(unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
+}
+
+/// `vgpu_mem_alloc_shared`.
+///
+/// # Safety
+/// `out` is null or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn vgpu_mem_alloc_shared(
+    ctx: u64,
+    size: u64,
+    kind: u32,
+    out: *mut u64,
+) -> Status {
+    let call = "vgpu_mem_alloc_shared";
+    let out = out!(call, out);
+    let (c, _) = get!(call, ctx, Context);
+    let kind = match mem_kind(call, kind) {
+        Ok(k) => k,
+        Err(s) => return s,
+    };
+    match c.alloc_shared(size, kind) {
+        // SAFETY: `out` is non-null and valid per the contract.
+        Ok(b) => unsafe { give(out, T_BUFFER, Obj::Buffer(Arc::new(b)), ctx) },
+        Err(e) => err(e),
+    }
+}
+
+/// `vgpu_mem_export_fd`.
+///
+/// # Safety
+/// `fd` is null or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn vgpu_mem_export_fd(buf: u64, fd: *mut c_int) -> Status {
+    let call = "vgpu_mem_export_fd";
+    let fd = out!(call, fd);
+    let (b, _) = get!(call, buf, Buffer);
+    match b.export_fd() {
+        // SAFETY: `fd` is non-null and valid per the contract.
+        Ok(f) => unsafe { give_fd(fd, f) },
+        Err(e) => err(e),
+    }
+}
+
+/// `vgpu_mem_import_fd`.
+///
+/// # Safety
+/// `out` is null or valid for writes; `fd` is an open fd of the caller.
+#[no_mangle]
+pub unsafe extern "C" fn vgpu_mem_import_fd(
+    ctx: u64,
+    fd: c_int,
+    kind: u32,
+    out: *mut u64,
+) -> Status {
+    let call = "vgpu_mem_import_fd";
+    let out = out!(call, out);
+    let (c, _) = get!(call, ctx, Context);
+    let kind = match mem_kind(call, kind) {
+        Ok(k) => k,
+        Err(s) => return s,
+    };
+    let fd = match borrowed(call, fd) {
+        Ok(f) => f,
+        Err(s) => return s,
+    };
+    match c.import_buffer(fd, kind) {
+        // SAFETY: `out` is non-null and valid per the contract.
+        Ok(b) => unsafe { give(out, T_BUFFER, Obj::Buffer(Arc::new(b)), ctx) },
+        Err(e) => err(e),
+    }
+}
+
+/// `vgpu_stream_signal_timeline`.
+#[no_mangle]
+pub extern "C" fn vgpu_stream_signal_timeline(s: u64, tl: u64, point: u64) -> Status {
+    let call = "vgpu_stream_signal_timeline";
+    let (s, _) = get!(call, s, Stream);
+    let (t, _) = get!(call, tl, Timeline);
+    done(s.signal(&t, point))
+}
+
+/// `vgpu_stream_wait_timeline`.
+#[no_mangle]
+pub extern "C" fn vgpu_stream_wait_timeline(s: u64, tl: u64, point: u64) -> Status {
+    let call = "vgpu_stream_wait_timeline";
+    let (s, _) = get!(call, s, Stream);
+    let (t, _) = get!(call, tl, Timeline);
+    done(s.wait(&t, point))
+}
+
+/// `vgpu_event_export_fd`.
+///
+/// # Safety
+/// `fd` is null or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn vgpu_event_export_fd(ev: u64, fd: *mut c_int) -> Status {
+    let call = "vgpu_event_export_fd";
+    let fd = out!(call, fd);
+    let (e, _) = get!(call, ev, Event);
+    match e.export_fd() {
+        // SAFETY: `fd` is non-null and valid per the contract.
+        Ok(f) => unsafe { give_fd(fd, f) },
+        Err(e) => err(e),
+    }
+}
+
+/// `vgpu_event_import_fd`.
+///
+/// # Safety
+/// `out` is null or valid for writes; `fd` is an open fd of the caller.
+#[no_mangle]
+pub unsafe extern "C" fn vgpu_event_import_fd(ctx: u64, fd: c_int, out: *mut u64) -> Status {
+    let call = "vgpu_event_import_fd";
+    let out = out!(call, out);
+    let (c, _) = get!(call, ctx, Context);
+    let fd = match borrowed(call, fd) {
+        Ok(f) => f,
+        Err(s) => return s,
+    };
+    match Event::import_fd(&c, fd) {
+        // SAFETY: `out` is non-null and valid per the contract.
+        Ok(e) => unsafe { give(out, T_EVENT, Obj::Event(Arc::new(e)), ctx) },
+        Err(e) => err(e),
+    }
+}
+
+/// `vgpu_timeline_create`.
+///
+/// # Safety
+/// `out` is null or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn vgpu_timeline_create(ctx: u64, out: *mut u64) -> Status {
+    let call = "vgpu_timeline_create";
+    let out = out!(call, out);
+    let (c, _) = get!(call, ctx, Context);
+    match Timeline::new(&c) {
+        // SAFETY: `out` is non-null and valid per the contract.
+        Ok(t) => unsafe { give(out, T_TIMELINE, Obj::Timeline(Arc::new(t)), ctx) },
+        Err(e) => err(e),
+    }
+}
+
+/// `vgpu_timeline_destroy`.
+#[no_mangle]
+pub extern "C" fn vgpu_timeline_destroy(tl: u64) -> Status {
+    match remove("vgpu_timeline_destroy", tl, T_TIMELINE) {
+        Ok(o) => {
+            drop(o);
+            VGPU_SUCCESS
+        }
+        Err(s) => s,
+    }
+}
+
+/// `vgpu_timeline_export_fd`.
+///
+/// # Safety
+/// `fd` is null or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn vgpu_timeline_export_fd(tl: u64, fd: *mut c_int) -> Status {
+    let call = "vgpu_timeline_export_fd";
+    let fd = out!(call, fd);
+    let (t, _) = get!(call, tl, Timeline);
+    match t.export_fd() {
+        // SAFETY: `fd` is non-null and valid per the contract.
+        Ok(f) => unsafe { give_fd(fd, f) },
+        Err(e) => err(e),
+    }
+}
+
+/// `vgpu_timeline_import_fd`.
+///
+/// # Safety
+/// `out` is null or valid for writes; `fd` is an open fd of the caller.
+#[no_mangle]
+pub unsafe extern "C" fn vgpu_timeline_import_fd(ctx: u64, fd: c_int, out: *mut u64) -> Status {
+    let call = "vgpu_timeline_import_fd";
+    let out = out!(call, out);
+    let (c, _) = get!(call, ctx, Context);
+    let fd = match borrowed(call, fd) {
+        Ok(f) => f,
+        Err(s) => return s,
+    };
+    match Timeline::import_fd(&c, fd) {
+        // SAFETY: `out` is non-null and valid per the contract.
+        Ok(t) => unsafe { give(out, T_TIMELINE, Obj::Timeline(Arc::new(t)), ctx) },
+        Err(e) => err(e),
+    }
+}
+
+/// `vgpu_timeline_signal`.
+#[no_mangle]
+pub extern "C" fn vgpu_timeline_signal(tl: u64, point: u64) -> Status {
+    let (t, _) = get!("vgpu_timeline_signal", tl, Timeline);
+    done(t.signal(point))
+}
+
+/// `vgpu_timeline_wait`: `VGPU_ERROR_NOT_READY` on timeout.
+#[no_mangle]
+pub extern "C" fn vgpu_timeline_wait(tl: u64, point: u64, timeout_ns: u64) -> Status {
+    let (t, _) = get!("vgpu_timeline_wait", tl, Timeline);
+    let timeout = (timeout_ns != u64::MAX).then(|| std::time::Duration::from_nanos(timeout_ns));
+    match t.wait(point, timeout) {
+        Ok(()) => VGPU_SUCCESS,
+        Err(Error::Kmd { source, .. })
+            if source.errno == libc::ETIME || source.errno == libc::ETIMEDOUT =>
+        {
+            VGPU_ERROR_NOT_READY
+        }
+        Err(e) => err(e),
+    }
+}
+
+/// `vgpu_timeline_value`.
+///
+/// # Safety
+/// `point` is null or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn vgpu_timeline_value(tl: u64, point: *mut u64) -> Status {
+    let call = "vgpu_timeline_value";
+    let point = out!(call, point);
+    let (t, _) = get!(call, tl, Timeline);
+    match t.value() {
+        Ok(v) => {
+            // SAFETY: non-null and valid for writes per the contract.
+            unsafe { *point = v };
+            VGPU_SUCCESS
+        }
+        Err(e) => err(e),
+    }
 }
 
 #[cfg(test)]

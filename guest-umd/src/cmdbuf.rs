@@ -77,6 +77,7 @@ impl<'a> Writer<'a> {
 
     /// Appends `p`, preceded by `NOP` padding where gen 2 requires it.
     pub fn push(&mut self, p: &Packet) -> Result<(), CmdError> {
+        // LAB(7) BEGIN cmd-push
         let va = self.base_va + 4 * self.len as u64;
         let pad = padding_words(self.generation, p.opcode(), va) as usize;
         let mut tmp = [0u32; 64];
@@ -92,15 +93,18 @@ impl<'a> Writer<'a> {
         self.words[self.len..self.len + n].copy_from_slice(&tmp[..n]);
         self.len += n;
         Ok(())
+        // LAB(7) END cmd-push
     }
 
     /// Pads to a multiple of 8 bytes (SUBMIT's command-buffer size rule).
     /// There is always room: buffers hold an even number of words.
     pub fn finish(&mut self) -> usize {
+        // LAB(7) BEGIN cmd-finish
         if self.len % 2 == 1 {
             self.nop(1);
         }
         self.len
+        // LAB(7) END cmd-finish
     }
 }
 
@@ -281,6 +285,23 @@ impl CmdPool {
         Ok(b)
     }
 
+    /// Up to `n` words at GPU VA `va`, if a buffer of the pool holds them
+    /// (for naming the packet an error stopped at).
+    pub fn read_at(&mut self, va: u64, n: usize) -> Option<Vec<u32>> {
+        for b in self.free.iter_mut().chain(self.in_flight.iter_mut()) {
+            let base = b.bo.va();
+            let size = b.bo.size();
+            if va < base || va - base >= size || !va.is_multiple_of(4) {
+                continue;
+            }
+            let first = ((va - base) / 4) as usize;
+            let words = b.words();
+            let end = first.saturating_add(n).min(words.len());
+            return Some(words[first..end].to_vec());
+        }
+        None
+    }
+
     /// Returns a buffer whose current batch was not submitted; reused once
     /// its earlier batches (if any) completed.
     pub fn put(&mut self, b: CmdBuf) {
@@ -417,50 +438,10 @@ pub fn disassemble(generation: u32, va: u64, words: &[u32]) -> Vec<String> {
     out
 }
 
-/// One packet as text: its name (hwif's) and its operands.
+/// One packet as text: its name and its operands, as hwif writes it
+/// ([`vgpu_hwif::describe`]).
 pub fn describe(p: &Packet) -> String {
-    let operands = match *p {
-        Packet::Nop { words } => format!("words={words}"),
-        Packet::Indirect { va, size } => format!("va={va:#x} size={size}"),
-        Packet::Fence { va, seqno, flags } => format!(
-            "va={va:#x} seqno={seqno}{}",
-            if flags & packet::FENCE_NO_EVENT != 0 { " NO_EVENT" } else { "" }
-        ),
-        Packet::SemWait { va, value, op } => format!(
-            "va={va:#x} {} {value}",
-            match op {
-                packet::SEM_WAIT_GEQ => ">=",
-                packet::SEM_WAIT_EQ => "==",
-                _ => "!=",
-            }
-        ),
-        Packet::SemSignal { va, value, op } => format!(
-            "va={va:#x} {} {value}",
-            if op == packet::SEM_SIGNAL_ADD { "+=" } else { "=" }
-        ),
-        Packet::Timestamp { va } => format!("va={va:#x}"),
-        Packet::Copy { src, dst, size } => format!("src={src:#x} dst={dst:#x} size={size}"),
-        Packet::Copy2d {
-            src,
-            dst,
-            src_pitch,
-            dst_pitch,
-            width,
-            height,
-        } => format!(
-            "src={src:#x} dst={dst:#x} src_pitch={src_pitch} dst_pitch={dst_pitch} width={width} height={height}"
-        ),
-        Packet::Fill { dst, size, pattern } => format!("dst={dst:#x} size={size} pattern={pattern:#010x}"),
-        Packet::Dispatch(d) => {
-            let [gx, gy, gz] = d.grid;
-            let [wx, wy, wz] = d.wg;
-            format!(
-                "module={:#x}+{} kernel={} args={:#x}+{} grid={gx}x{gy}x{gz} wg={wx}x{wy}x{wz} shared={}",
-                d.module_va, d.module_size, d.kernel, d.args_va, d.args_size, d.shared_size
-            )
-        }
-    };
-    format!("{} {operands}", p.name())
+    p.to_string()
 }
 
 #[cfg(test)]

@@ -4,14 +4,76 @@
 use std::fmt;
 use std::fs::File;
 use std::io::Write;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::cmdbuf::{CmdPool, CmdPoolStats, DumpRecord, DUMP_MAGIC};
 use crate::config::Config;
 use crate::fence::SyncPoint;
 use crate::kmd::{Kmd, KmdError};
-use crate::memory::{Block, MemError, Pool, PoolStats, VaAllocator};
+use crate::memory::{Block, Bo, MemError, Pool, PoolStats, VaAllocator};
 use crate::{uapi, Device, Error, Identity, Result};
+
+/// Where an error happened: the packet, decoded, and where it sits in
+/// what was submitted (from `CTX_QUERY`'s `error_*`), with the device
+/// sanitizer's latest report about the context, if it runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ErrorPlace {
+    /// GPU VA of the packet.
+    pub packet_va: u64,
+    /// Its header word (0 if none was read).
+    pub header: u32,
+    /// Engine (`ENGINE_*`).
+    pub engine: u32,
+    /// The SUBMIT (fence seqno) that held it (0: unknown).
+    pub seqno: u64,
+    /// Index of its command buffer in that SUBMIT (`None`: a KMD packet).
+    pub cmd_index: Option<u32>,
+    /// Its byte offset in that command buffer.
+    pub cmd_offset: u32,
+    /// Indirect depth (0: the ring, 1: the submitted buffer, 2+: nested).
+    pub depth: u32,
+    /// The packet as text (hwif's), read back from the command buffer when
+    /// the UMD still holds it, else its header decoded.
+    pub packet: String,
+    /// The device sanitizer's latest report about this context, one line.
+    pub sanitizer: Option<String>,
+}
+
+impl fmt::Display for ErrorPlace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "at packet {:#x} [{}] on the {} engine",
+            self.packet_va,
+            self.packet,
+            if self.engine == uapi::ENGINE_COMPUTE {
+                "compute"
+            } else {
+                "copy"
+            }
+        )?;
+        if self.seqno != 0 {
+            write!(f, ", SUBMIT seqno {}", self.seqno)?;
+        }
+        match self.cmd_index {
+            Some(i) if self.depth <= 1 => {
+                write!(f, ", command buffer {i} +{:#x}", self.cmd_offset)?
+            }
+            Some(i) => write!(
+                f,
+                ", command buffer {i} +{:#x} (INDIRECT to a buffer nested {} deep)",
+                self.cmd_offset, self.depth
+            )?,
+            None if self.packet_va != 0 => write!(f, ", a packet the KMD wrote")?,
+            None => {}
+        }
+        if let Some(s) = &self.sanitizer {
+            write!(f, "; sanitizer: {s}")?;
+        }
+        Ok(())
+    }
+}
 
 /// Why a context stopped working (sticky: every later call reports it).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +86,8 @@ pub enum LostReason {
         access: u32,
         /// hwif `mmu::FaultReason` number.
         reason: u32,
+        /// The packet that faulted.
+        at: Option<Box<ErrorPlace>>,
     },
     /// This context's work hung and was reset.
     Hang {
@@ -39,9 +103,13 @@ pub enum LostReason {
     EngineError {
         /// hwif `packet::EngineError` number from `CTX_QUERY` (0: unknown).
         code: u32,
+        /// The packet the engine stopped at.
+        at: Option<Box<ErrorPlace>>,
     },
     /// The device is wedged or broken (`EIO` with no context state).
     Wedged,
+    /// The device stopped answering and the driver declared it lost.
+    DeviceLost,
     /// The device was removed (`ENODEV`).
     Removed,
 }
@@ -49,17 +117,29 @@ pub enum LostReason {
 impl fmt::Display for LostReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            LostReason::PageFault { va, access, reason } => write!(
-                f,
-                "context reset (guilty): GPU page fault, {} at {va:#x} (fault reason {reason})",
-                match access {
-                    uapi::ACCESS_READ => "read",
-                    uapi::ACCESS_WRITE => "write",
-                    uapi::ACCESS_EXECUTE => "execute",
-                    uapi::ACCESS_ATOMIC => "atomic",
-                    _ => "access",
+            LostReason::PageFault {
+                va,
+                access,
+                reason,
+                ref at,
+            } => {
+                write!(
+                    f,
+                    "context reset (guilty): GPU page fault, {} at {va:#x} ({}, fault reason {reason})",
+                    match access {
+                        uapi::ACCESS_READ => "read",
+                        uapi::ACCESS_WRITE => "write",
+                        uapi::ACCESS_EXECUTE => "execute",
+                        uapi::ACCESS_ATOMIC => "atomic",
+                        _ => "access",
+                    },
+                    vgpu_hwif::mmu::FaultReason::from_u8(reason as u8).map_or("?", |r| r.name())
+                )?;
+                match at {
+                    Some(p) => write!(f, ", {p}"),
+                    None => Ok(()),
                 }
-            ),
+            }
             LostReason::Hang { hangs } => {
                 write!(f, "context reset (guilty): GPU hang ({hangs} so far)")
             }
@@ -68,18 +148,53 @@ impl fmt::Display for LostReason {
                 f,
                 "context reset (innocent): another context's reset lost this work"
             ),
-            LostReason::EngineError { code } => {
+            LostReason::EngineError { code, ref at } => {
                 write!(f, "context errored: the engine rejected a command")?;
                 match vgpu_hwif::packet::EngineError::from_u32(code) {
-                    Some(e) => write!(f, ": {} (engine error {code})", e.name()),
-                    None if code != 0 => write!(f, " (engine error {code})"),
+                    Some(e) => write!(f, ": {} (engine error {code})", e.name())?,
+                    None if code != 0 => write!(f, " (engine error {code})")?,
+                    None => {}
+                }
+                match at {
+                    Some(p) => write!(f, " {p}"),
                     None => Ok(()),
                 }
             }
             LostReason::Wedged => write!(f, "device lost: wedged"),
+            LostReason::DeviceLost => write!(f, "device lost: it stopped answering"),
             LostReason::Removed => write!(f, "device lost: removed"),
         }
     }
+}
+
+/// A sanitizer report as one line: its id, number, packet, and the check's
+/// meaning and hint (hwif's words).
+pub fn sanitizer_line(generation: u32, r: &uapi::DrmVgpuSanRecord) -> String {
+    use vgpu_hwif::sanitize::Check;
+    let mut s = match Check::from_u32(r.check) {
+        Some(c) => format!("{} #{}", c.id(), r.seq),
+        None => format!("SAN-? ({}) #{}", r.check, r.seq),
+    };
+    if r.packet_va != 0 {
+        s.push_str(&format!(" packet {:#x}", r.packet_va));
+        if r.flags & uapi::san::FLAG_PACKET != 0 {
+            let n = (r.packet_len as usize).min(uapi::san::PACKET_WORDS);
+            s.push_str(&format!(
+                " [{}]",
+                vgpu_hwif::describe::PacketWords {
+                    generation,
+                    words: &r.packet[..n]
+                }
+            ));
+        }
+    }
+    if r.va != 0 {
+        s.push_str(&format!(" va {:#x}", r.va));
+    }
+    if let Some(c) = Check::from_u32(r.check) {
+        s.push_str(&format!(": {}; hint: {}", c.meaning(), c.hint()));
+    }
+    s
 }
 
 /// Work a context's users queue before submitting it (a stream's pending
@@ -104,6 +219,8 @@ pub(crate) struct CtxInner {
     /// Timeline slots of destroyed streams: never reused, so a stale fence
     /// can never read another user's value.
     pub(crate) retired: Mutex<Vec<Block>>,
+    /// The address space's VA allocator (shared with the pools).
+    pub(crate) vas: Arc<Mutex<VaAllocator>>,
 }
 
 impl CtxInner {
@@ -142,15 +259,22 @@ impl CtxInner {
 
     fn reason_of(&self, ctx: u32) -> LostReason {
         let Ok(q) = self.kmd.ctx_query(ctx) else {
-            return LostReason::Wedged;
+            // No context to ask (none yet, or gone): the device's state.
+            return match self.kmd.query_stats(&mut []) {
+                Ok(s) if s.lost != 0 => LostReason::DeviceLost,
+                _ => LostReason::Wedged,
+            };
         };
-        if q.state & uapi::CTX_STATE_BANNED != 0 {
+        if q.state & uapi::CTX_STATE_DEVICE_LOST != 0 {
+            LostReason::DeviceLost
+        } else if q.state & uapi::CTX_STATE_BANNED != 0 {
             LostReason::Banned
         } else if q.state & uapi::CTX_STATE_FAULTED != 0 {
             LostReason::PageFault {
                 va: q.fault_va,
                 access: q.fault_access,
                 reason: q.fault_reason,
+                at: self.place_of(ctx, &q),
             }
         } else if q.reset_status == uapi::CTX_RESET_GUILTY && q.hangs > 0 {
             LostReason::Hang { hangs: q.hangs }
@@ -159,10 +283,60 @@ impl CtxInner {
         } else if q.state & uapi::CTX_STATE_ERRORED != 0 {
             LostReason::EngineError {
                 code: q.engine_error,
+                at: self.place_of(ctx, &q),
             }
         } else {
             LostReason::Wedged
         }
+    }
+
+    /// Where the error `q` describes happened, with the packet read back
+    /// from the command buffer (if the pool still has it and the header
+    /// matches) and the sanitizer's latest report about `ctx`.
+    fn place_of(&self, ctx: u32, q: &uapi::DrmVgpuCtxQuery) -> Option<Box<ErrorPlace>> {
+        if q.error_packet_va == 0 {
+            return None;
+        }
+        let generation = self.identity.generation;
+        let words = self
+            .cmds
+            .lock()
+            .unwrap()
+            .read_at(q.error_packet_va, vgpu_hwif::sanitize::SAN_PACKET_WORDS)
+            .filter(|w| w.first() == Some(&q.error_header) && q.error_header != 0);
+        let packet = match words {
+            Some(w) => vgpu_hwif::describe::PacketWords {
+                generation,
+                words: &w,
+            }
+            .to_string(),
+            None if q.error_header != 0 => vgpu_hwif::describe::HeaderWord {
+                generation,
+                word: q.error_header,
+            }
+            .to_string(),
+            None => "header not read".to_owned(),
+        };
+        let sanitizer = if q.san_reports > 0 {
+            self.kmd
+                .san_report(ctx, q.san_last_seq.saturating_sub(1))
+                .ok()
+                .flatten()
+                .map(|r| sanitizer_line(generation, &r))
+        } else {
+            None
+        };
+        Some(Box::new(ErrorPlace {
+            packet_va: q.error_packet_va,
+            header: q.error_header,
+            engine: q.error_engine,
+            seqno: q.error_seqno,
+            cmd_index: (q.error_cmd_index != uapi::CMD_INDEX_NONE).then_some(q.error_cmd_index),
+            cmd_offset: q.error_cmd_offset,
+            depth: q.error_depth,
+            packet,
+            sanitizer,
+        }))
     }
 
     /// Writes submitted buffers to the dump file, if any.
@@ -230,6 +404,9 @@ pub struct Buffer {
     pub(crate) block: Option<Block>,
     pub(crate) size: u64,
     pub(crate) kind: MemKind,
+    /// A BO of its own that other processes may hold ([`Context::alloc_shared`],
+    /// [`Context::import_buffer`]): never returned to the pool.
+    pub(crate) shared: bool,
 }
 
 impl fmt::Debug for Buffer {
@@ -309,10 +486,45 @@ impl Buffer {
         self.release("Buffer::free")
     }
 
+    /// The buffer as a dma-buf fd (close-on-exec) another process imports
+    /// with [`Context::import_buffer`] (or another driver): only for
+    /// buffers of [`Context::alloc_shared`] or imported ones, whose BO is
+    /// theirs alone.
+    pub fn export_fd(&self) -> Result<OwnedFd> {
+        let call = "Buffer::export_fd";
+        if !self.shared {
+            return Err(Error::Invalid {
+                call,
+                what: "only buffers from Context::alloc_shared or import_buffer can be exported"
+                    .into(),
+            });
+        }
+        let b = self.block.as_ref().expect("live buffer");
+        self.ctx
+            .kmd
+            .prime_handle_to_fd(b.bo.handle())
+            .map_err(|source| Error::Kmd {
+                call,
+                ctx: 0,
+                source,
+            })
+    }
+
     fn release(&mut self, call: &'static str) -> Result<()> {
         let Some(b) = self.block.take() else {
             return Ok(());
         };
+        if self.shared {
+            // Its own BO: unmapped once this context's work is done (other
+            // processes keep their own mappings of it).
+            let fences = self.ctx.quiesce_fences(call)?;
+            let r = crate::fence::wait_all(&self.ctx.kmd, &self.ctx.cfg, &fences, None);
+            match r {
+                Ok(_) => drop(b),
+                Err(_) => self.ctx.retired.lock().unwrap().push(b),
+            }
+            return Ok(());
+        }
         let fences = match self.ctx.quiesce_fences(call) {
             Ok(f) => f,
             Err(e) => {
@@ -398,6 +610,7 @@ impl Context {
                 streams: Mutex::new(Vec::new()),
                 dump,
                 retired: Mutex::new(Vec::new()),
+                vas,
             }),
         })
     }
@@ -433,7 +646,75 @@ impl Context {
             block: Some(block),
             size,
             kind,
+            shared: false,
         })
+    }
+
+    /// Allocates `size` bytes in a BO of their own, which can be exported
+    /// to another process ([`Buffer::export_fd`]).
+    pub fn alloc_shared(&self, size: u64, kind: MemKind) -> Result<Buffer> {
+        let call = "Context::alloc_shared";
+        self.inner.check(call)?;
+        let bo = Bo::new(
+            &self.inner.kmd,
+            &self.inner.vas,
+            size,
+            uapi::VM_BIND_READ | uapi::VM_BIND_WRITE,
+        )
+        .map_err(|source| Error::Mem { call, source })?;
+        Ok(self.shared_buffer(bo, size, kind))
+    }
+
+    /// A buffer another process exported ([`Buffer::export_fd`]: a dma-buf
+    /// fd of this device; the fd stays the caller's), mapped into this
+    /// context's address space (and for the CPU).
+    pub fn import_buffer(&self, fd: BorrowedFd<'_>, kind: MemKind) -> Result<Buffer> {
+        let call = "Context::import_buffer";
+        self.inner.check(call)?;
+        // A dma-buf's size is its end.
+        // SAFETY: lseek on a borrowed fd changes only its file offset.
+        let end = unsafe { libc::lseek(fd.as_raw_fd(), 0, libc::SEEK_END) };
+        if end <= 0 {
+            return Err(Error::Invalid {
+                call,
+                what: "the fd is not a dma-buf".into(),
+            });
+        }
+        let size = end as u64;
+        let handle = self
+            .inner
+            .kmd
+            .prime_fd_to_handle(fd.as_raw_fd())
+            .map_err(|source| Error::Kmd {
+                call,
+                ctx: 0,
+                source,
+            })?;
+        let bo = Bo::from_handle(
+            &self.inner.kmd,
+            &self.inner.vas,
+            handle,
+            size.next_multiple_of(4096),
+            uapi::VM_BIND_READ | uapi::VM_BIND_WRITE,
+        )
+        .map_err(|source| Error::Mem { call, source })?;
+        Ok(self.shared_buffer(bo, size, kind))
+    }
+
+    fn shared_buffer(&self, bo: Bo, size: u64, kind: MemKind) -> Buffer {
+        Buffer {
+            ctx: self.inner.clone(),
+            block: Some(Block {
+                bo: Arc::new(bo),
+                offset: 0,
+                reserved: size.next_multiple_of(4096),
+                requested: size,
+                class: crate::memory::SizeClass::of(size),
+            }),
+            size,
+            kind,
+            shared: true,
+        }
     }
 
     /// Memory-pool statistics (per size class).
@@ -465,15 +746,79 @@ impl Context {
 
 #[cfg(test)]
 mod tests {
-    use super::LostReason;
+    use super::{sanitizer_line, ErrorPlace, LostReason};
+    use crate::uapi;
+
+    #[test]
+    fn errors_name_their_packet() {
+        let at = ErrorPlace {
+            packet_va: 0x7f00_0040,
+            header: 0xa010_0007,
+            engine: uapi::ENGINE_COPY,
+            seqno: 5,
+            cmd_index: Some(1),
+            cmd_offset: 0x40,
+            depth: 1,
+            packet: "COPY src=0x1000 dst=0x2000 size=64".into(),
+            sanitizer: Some("SAN-TLB-STALE #3".into()),
+        };
+        let s = LostReason::EngineError {
+            code: 6,
+            at: Some(Box::new(at.clone())),
+        }
+        .to_string();
+        assert!(
+            s.ends_with(": BAD_OPERAND (engine error 6) at packet 0x7f000040 [COPY src=0x1000 dst=0x2000 size=64] on the copy engine, SUBMIT seqno 5, command buffer 1 +0x40; sanitizer: SAN-TLB-STALE #3"),
+            "{s}"
+        );
+        let kmd = ErrorPlace {
+            cmd_index: None,
+            sanitizer: None,
+            ..at
+        };
+        assert!(
+            kmd.to_string().ends_with(", a packet the KMD wrote"),
+            "{kmd}"
+        );
+        let s = LostReason::PageFault {
+            va: 0x1000,
+            access: uapi::ACCESS_WRITE,
+            reason: uapi::fault_reason::NOT_PRESENT,
+            at: None,
+        }
+        .to_string();
+        assert!(
+            s.ends_with("write at 0x1000 (NOT_PRESENT, fault reason 1)"),
+            "{s}"
+        );
+        let mut r = uapi::DrmVgpuSanRecord {
+            check: uapi::san::FENCE_REGRESS,
+            seq: 9,
+            packet_va: 0x40,
+            ..Default::default()
+        };
+        let words = [vgpu_hwif::packet::encode_header(
+            1,
+            vgpu_hwif::packet::OP_NOP,
+            1,
+        )];
+        r.packet[0] = words[0];
+        r.packet_len = 1;
+        r.flags = uapi::san::FLAG_PACKET;
+        let line = sanitizer_line(1, &r);
+        assert!(
+            line.starts_with("SAN-FENCE-REGRESS #9 packet 0x40 [NOP words=1]: "),
+            "{line}"
+        );
+    }
 
     #[test]
     fn engine_error_is_named() {
-        let s = LostReason::EngineError { code: 6 }.to_string();
+        let s = LostReason::EngineError { code: 6, at: None }.to_string();
         assert!(s.ends_with(": BAD_OPERAND (engine error 6)"), "{s}");
-        let s = LostReason::EngineError { code: 99 }.to_string();
+        let s = LostReason::EngineError { code: 99, at: None }.to_string();
         assert!(s.ends_with(" (engine error 99)"), "{s}");
-        let s = LostReason::EngineError { code: 0 }.to_string();
+        let s = LostReason::EngineError { code: 0, at: None }.to_string();
         assert!(s.ends_with("rejected a command"), "{s}");
     }
 }

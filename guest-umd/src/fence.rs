@@ -16,6 +16,8 @@ use crate::uapi::DrmVgpuFence;
 pub struct SyncPoint {
     pub(crate) kmd: DrmVgpuFence,
     pub(crate) mem: Option<(Arc<Bo>, u64, u64)>,
+    /// The point of the stream's timeline sync object the batch signals.
+    pub(crate) sync: Option<(u32, u64)>,
 }
 
 impl SyncPoint {

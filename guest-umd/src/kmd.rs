@@ -40,6 +40,7 @@ pub fn errno_name(e: i32) -> Option<&'static str> {
         libc::EPROTO => "EPROTO",
         libc::EMFILE => "EMFILE",
         libc::ECANCELED => "ECANCELED",
+        libc::ENODATA => "ENODATA",
         _ => return None,
     })
 }
@@ -96,6 +97,30 @@ ioctl_args! {
     DrmVgpuWait => DRM_IOCTL_VGPU_WAIT, "WAIT";
     DrmVgpuFenceExport => DRM_IOCTL_VGPU_FENCE_EXPORT, "FENCE_EXPORT";
     DrmVgpuQueryStats => DRM_IOCTL_VGPU_QUERY_STATS, "QUERY_STATS";
+    DrmVgpuVmBindOps => DRM_IOCTL_VGPU_VM_BIND_OPS, "VM_BIND_OPS";
+    DrmVgpuSanReport => DRM_IOCTL_VGPU_SAN_REPORT, "SAN_REPORT";
+    DrmGetCap => DRM_IOCTL_GET_CAP, "GET_CAP";
+    DrmPrimeHandle => DRM_IOCTL_PRIME_HANDLE_TO_FD, "PRIME_HANDLE_TO_FD";
+    DrmSyncobjCreate => DRM_IOCTL_SYNCOBJ_CREATE, "SYNCOBJ_CREATE";
+    DrmSyncobjDestroy => DRM_IOCTL_SYNCOBJ_DESTROY, "SYNCOBJ_DESTROY";
+    DrmSyncobjHandle => DRM_IOCTL_SYNCOBJ_HANDLE_TO_FD, "SYNCOBJ_HANDLE_TO_FD";
+    DrmSyncobjWait => DRM_IOCTL_SYNCOBJ_WAIT, "SYNCOBJ_WAIT";
+    DrmSyncobjTimelineWait => DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT, "SYNCOBJ_TIMELINE_WAIT";
+    DrmSyncobjArray => DRM_IOCTL_SYNCOBJ_SIGNAL, "SYNCOBJ_SIGNAL";
+    DrmSyncobjTimelineArray => DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL, "SYNCOBJ_TIMELINE_SIGNAL";
+    DrmSyncobjTransfer => DRM_IOCTL_SYNCOBJ_TRANSFER, "SYNCOBJ_TRANSFER";
+}
+
+/// The sync objects and implicit-sync BOs of a `SUBMIT` (all empty: a
+/// plain submit).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SubmitSyncs<'a> {
+    /// Waited for in the KMD.
+    pub ins: &'a [uapi::DrmVgpuSync],
+    /// Get the job's fence.
+    pub outs: &'a [uapi::DrmVgpuSync],
+    /// Implicit synchronisation.
+    pub bos: &'a [uapi::DrmVgpuSubmitBo],
 }
 
 /// One open render-node file: its GPU VM, BOs and contexts.
@@ -169,6 +194,18 @@ impl Kmd {
         };
         self.call(&mut a)?;
         Ok(a.value)
+    }
+
+    /// `PING`: a round trip through the device's control and event queues;
+    /// the filled argument (event sequence number, latency).
+    pub fn ping(&self, cookie: u64, timeout_ns: u64) -> Result<uapi::DrmVgpuPing, KmdError> {
+        let mut a = uapi::DrmVgpuPing {
+            cookie,
+            timeout_ns,
+            ..Default::default()
+        };
+        self.call(&mut a)?;
+        Ok(a)
     }
 
     /// `GEM_CREATE`: a BO handle.
@@ -280,6 +317,25 @@ impl Kmd {
         Ok(a)
     }
 
+    /// `SAN_REPORT`: the oldest sanitizer report about context `ctx_id`
+    /// numbered above `after_seq` (`None`: there is none).
+    pub fn san_report(
+        &self,
+        ctx_id: u32,
+        after_seq: u64,
+    ) -> Result<Option<uapi::DrmVgpuSanRecord>, KmdError> {
+        let mut a = uapi::DrmVgpuSanReport {
+            ctx_id,
+            after_seq,
+            ..Default::default()
+        };
+        match self.call(&mut a) {
+            Ok(()) => Ok(Some(a.report)),
+            Err(e) if e.errno == libc::ENODATA => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `SUBMIT`: the job's seqno.
     pub fn submit(
         &self,
@@ -288,6 +344,18 @@ impl Kmd {
         cmds: &[uapi::DrmVgpuCmd],
         in_fences: &[uapi::DrmVgpuFence],
     ) -> Result<u64, KmdError> {
+        self.submit_syncs(ctx_id, engine, cmds, in_fences, SubmitSyncs::default())
+    }
+
+    /// `SUBMIT` with sync objects and implicit-sync BOs: the job's seqno.
+    pub fn submit_syncs(
+        &self,
+        ctx_id: u32,
+        engine: u32,
+        cmds: &[uapi::DrmVgpuCmd],
+        in_fences: &[uapi::DrmVgpuFence],
+        syncs: SubmitSyncs<'_>,
+    ) -> Result<u64, KmdError> {
         let mut a = uapi::DrmVgpuSubmit {
             ctx_id,
             engine,
@@ -295,10 +363,258 @@ impl Kmd {
             num_cmds: cmds.len() as u32,
             num_in_fences: in_fences.len() as u32,
             in_fences: in_fences.as_ptr() as u64,
+            in_syncs: syncs.ins.as_ptr() as u64,
+            num_in_syncs: syncs.ins.len() as u32,
+            out_syncs: syncs.outs.as_ptr() as u64,
+            num_out_syncs: syncs.outs.len() as u32,
+            bos: syncs.bos.as_ptr() as u64,
+            num_bos: syncs.bos.len() as u32,
             ..Default::default()
         };
         self.call(&mut a)?;
         Ok(a.seqno)
+    }
+
+    /// `VM_BIND_OPS`: `ops` as one bind job, after `ins`, signalling `outs`.
+    pub fn vm_bind_ops(
+        &self,
+        ops: &[uapi::DrmVgpuVmOp],
+        ins: &[uapi::DrmVgpuSync],
+        outs: &[uapi::DrmVgpuSync],
+    ) -> Result<(), KmdError> {
+        self.call(&mut uapi::DrmVgpuVmBindOps {
+            ops: ops.as_ptr() as u64,
+            num_ops: ops.len() as u32,
+            flags: 0,
+            in_syncs: ins.as_ptr() as u64,
+            out_syncs: outs.as_ptr() as u64,
+            num_in_syncs: ins.len() as u32,
+            num_out_syncs: outs.len() as u32,
+        })
+    }
+
+    /// `DRM_IOCTL_GET_CAP`.
+    pub fn get_cap(&self, capability: u64) -> Result<u64, KmdError> {
+        let mut a = uapi::DrmGetCap {
+            capability,
+            value: 0,
+        };
+        self.call(&mut a)?;
+        Ok(a.value)
+    }
+
+    /// Issues `request` (an ioctl taking an `A`, which need not be `A`'s
+    /// usual one: drm.h shares structs between ioctls).
+    fn call_as<A: IoctlArg>(
+        &self,
+        request: u32,
+        name: &'static str,
+        arg: &mut A,
+    ) -> Result<(), KmdError> {
+        loop {
+            // SAFETY: `request` takes exactly one `A` (the callers pair them
+            // as drm.h does; the sizes match because the number encodes
+            // `size_of::<A>()` through `drm_iowr`), `arg` is exclusively
+            // borrowed, and the pointers inside are only read by the kernel.
+            let rc = unsafe {
+                libc::ioctl(
+                    self.file.as_raw_fd(),
+                    request as libc::c_ulong,
+                    std::ptr::from_mut(arg),
+                )
+            };
+            if rc == 0 {
+                return Ok(());
+            }
+            let errno = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO);
+            if errno == libc::EINTR {
+                continue;
+            }
+            return Err(KmdError { call: name, errno });
+        }
+    }
+
+    /// `DRM_IOCTL_PRIME_HANDLE_TO_FD`: the BO as a dma-buf fd
+    /// (close-on-exec, read-write mappable).
+    pub fn prime_handle_to_fd(&self, handle: u32) -> Result<OwnedFd, KmdError> {
+        let mut a = uapi::DrmPrimeHandle {
+            handle,
+            flags: uapi::DRM_CLOEXEC | uapi::DRM_RDWR,
+            fd: -1,
+        };
+        self.call(&mut a)?;
+        // SAFETY: on success the kernel installed `fd` for the caller.
+        Ok(unsafe { OwnedFd::from_raw_fd(a.fd) })
+    }
+
+    /// `DRM_IOCTL_PRIME_FD_TO_HANDLE`: a GEM handle of this file for the
+    /// dma-buf `fd` (the same BO when it is this device's).
+    pub fn prime_fd_to_handle(&self, fd: i32) -> Result<u32, KmdError> {
+        let mut a = uapi::DrmPrimeHandle {
+            handle: 0,
+            flags: 0,
+            fd,
+        };
+        self.call_as(
+            uapi::DRM_IOCTL_PRIME_FD_TO_HANDLE,
+            "PRIME_FD_TO_HANDLE",
+            &mut a,
+        )?;
+        Ok(a.handle)
+    }
+
+    /// `DRM_IOCTL_SYNCOBJ_CREATE`.
+    pub fn syncobj_create(&self, flags: u32) -> Result<u32, KmdError> {
+        let mut a = uapi::DrmSyncobjCreate { handle: 0, flags };
+        self.call(&mut a)?;
+        Ok(a.handle)
+    }
+
+    /// `DRM_IOCTL_SYNCOBJ_DESTROY`.
+    pub fn syncobj_destroy(&self, handle: u32) -> Result<(), KmdError> {
+        self.call(&mut uapi::DrmSyncobjDestroy { handle, pad: 0 })
+    }
+
+    /// `DRM_IOCTL_SYNCOBJ_HANDLE_TO_FD`: the syncobj as an fd, or with
+    /// `SYNCOBJ_HANDLE_TO_FD_EXPORT_SYNC_FILE` its fence as a sync_file.
+    pub fn syncobj_handle_to_fd(&self, handle: u32, flags: u32) -> Result<OwnedFd, KmdError> {
+        let mut a = uapi::DrmSyncobjHandle {
+            handle,
+            flags,
+            fd: -1,
+            pad: 0,
+        };
+        self.call(&mut a)?;
+        // SAFETY: on success the kernel installed `fd` for the caller.
+        Ok(unsafe { OwnedFd::from_raw_fd(a.fd) })
+    }
+
+    /// `DRM_IOCTL_SYNCOBJ_FD_TO_HANDLE`: a syncobj fd as a new handle; with
+    /// `SYNCOBJ_FD_TO_HANDLE_IMPORT_SYNC_FILE`, a sync_file's fence into
+    /// the existing syncobj `handle` (returned).
+    pub fn syncobj_fd_to_handle(&self, fd: i32, handle: u32, flags: u32) -> Result<u32, KmdError> {
+        let mut a = uapi::DrmSyncobjHandle {
+            handle,
+            flags,
+            fd,
+            pad: 0,
+        };
+        self.call_as(
+            uapi::DRM_IOCTL_SYNCOBJ_FD_TO_HANDLE,
+            "SYNCOBJ_FD_TO_HANDLE",
+            &mut a,
+        )?;
+        Ok(a.handle)
+    }
+
+    /// `DRM_IOCTL_SYNCOBJ_WAIT` until `deadline_ns` (absolute
+    /// `CLOCK_MONOTONIC`): the first signalled (with "any").
+    pub fn syncobj_wait(
+        &self,
+        handles: &[u32],
+        deadline_ns: i64,
+        flags: u32,
+    ) -> Result<u32, KmdError> {
+        let mut a = uapi::DrmSyncobjWait {
+            handles: handles.as_ptr() as u64,
+            timeout_nsec: deadline_ns,
+            count_handles: handles.len() as u32,
+            flags,
+            ..Default::default()
+        };
+        self.call(&mut a)?;
+        Ok(a.first_signaled)
+    }
+
+    /// `DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT` until `deadline_ns`.
+    pub fn syncobj_timeline_wait(
+        &self,
+        handles: &[u32],
+        points: &[u64],
+        deadline_ns: i64,
+        flags: u32,
+    ) -> Result<u32, KmdError> {
+        let mut a = uapi::DrmSyncobjTimelineWait {
+            handles: handles.as_ptr() as u64,
+            points: points.as_ptr() as u64,
+            timeout_nsec: deadline_ns,
+            count_handles: handles.len().min(points.len()) as u32,
+            flags,
+            ..Default::default()
+        };
+        self.call(&mut a)?;
+        Ok(a.first_signaled)
+    }
+
+    fn syncobj_array(
+        &self,
+        request: u32,
+        name: &'static str,
+        handles: &[u32],
+    ) -> Result<(), KmdError> {
+        let mut a = uapi::DrmSyncobjArray {
+            handles: handles.as_ptr() as u64,
+            count_handles: handles.len() as u32,
+            pad: 0,
+        };
+        self.call_as(request, name, &mut a)
+    }
+
+    /// `DRM_IOCTL_SYNCOBJ_RESET`.
+    pub fn syncobj_reset(&self, handles: &[u32]) -> Result<(), KmdError> {
+        self.syncobj_array(uapi::DRM_IOCTL_SYNCOBJ_RESET, "SYNCOBJ_RESET", handles)
+    }
+
+    /// `DRM_IOCTL_SYNCOBJ_SIGNAL`.
+    pub fn syncobj_signal(&self, handles: &[u32]) -> Result<(), KmdError> {
+        self.syncobj_array(uapi::DRM_IOCTL_SYNCOBJ_SIGNAL, "SYNCOBJ_SIGNAL", handles)
+    }
+
+    /// `DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL`: signals each point.
+    pub fn syncobj_timeline_signal(&self, handles: &[u32], points: &[u64]) -> Result<(), KmdError> {
+        let mut a = uapi::DrmSyncobjTimelineArray {
+            handles: handles.as_ptr() as u64,
+            points: points.as_ptr() as u64,
+            count_handles: handles.len().min(points.len()) as u32,
+            flags: 0,
+        };
+        self.call(&mut a)
+    }
+
+    /// `DRM_IOCTL_SYNCOBJ_QUERY`: each timeline's signalled point (with
+    /// `SYNCOBJ_QUERY_LAST_SUBMITTED`, its last submitted one).
+    pub fn syncobj_query(&self, handles: &[u32], flags: u32) -> Result<Vec<u64>, KmdError> {
+        let mut points = vec![0u64; handles.len()];
+        let mut a = uapi::DrmSyncobjTimelineArray {
+            handles: handles.as_ptr() as u64,
+            points: points.as_mut_ptr() as u64,
+            count_handles: handles.len() as u32,
+            flags,
+        };
+        self.call_as(uapi::DRM_IOCTL_SYNCOBJ_QUERY, "SYNCOBJ_QUERY", &mut a)?;
+        Ok(points)
+    }
+
+    /// `DRM_IOCTL_SYNCOBJ_TRANSFER`: the fence of (`src`, `src_point`) to
+    /// (`dst`, `dst_point`) (point 0: binary).
+    pub fn syncobj_transfer(
+        &self,
+        src: u32,
+        src_point: u64,
+        dst: u32,
+        dst_point: u64,
+        flags: u32,
+    ) -> Result<(), KmdError> {
+        self.call(&mut uapi::DrmSyncobjTransfer {
+            src_handle: src,
+            dst_handle: dst,
+            src_point,
+            dst_point,
+            flags,
+            pad: 0,
+        })
     }
 
     /// `WAIT` for all (or any) of `fences`: the index of a signalled one.
@@ -393,6 +709,17 @@ mod tests {
         check::<uapi::DrmVgpuWait>();
         check::<uapi::DrmVgpuFenceExport>();
         check::<uapi::DrmVgpuQueryStats>();
+        check::<uapi::DrmVgpuVmBindOps>();
+        check::<uapi::DrmGetCap>();
+        check::<uapi::DrmPrimeHandle>();
+        check::<uapi::DrmSyncobjCreate>();
+        check::<uapi::DrmSyncobjDestroy>();
+        check::<uapi::DrmSyncobjHandle>();
+        check::<uapi::DrmSyncobjWait>();
+        check::<uapi::DrmSyncobjTimelineWait>();
+        check::<uapi::DrmSyncobjArray>();
+        check::<uapi::DrmSyncobjTimelineArray>();
+        check::<uapi::DrmSyncobjTransfer>();
     }
 
     #[test]

@@ -5,7 +5,10 @@
 //! * [`Context`]: an address space with memory pools ([`Buffer`]), the
 //!   command-buffer pool and the sticky lost state ([`LostReason`]).
 //! * [`Stream`]: ordered work (copies, memsets, launches), batched into
-//!   command buffers; [`Event`]: markers, timing and cross-stream waits.
+//!   command buffers; [`Event`]: markers, timing and cross-stream waits;
+//!   [`Timeline`]: timeline sync objects shared across streams, processes
+//!   and the host (with [`Buffer::export_fd`] / [`Context::import_buffer`]
+//!   for the buffers they order).
 //! * [`Module`] / [`Kernel`] / [`Arg`]: compute modules and launches.
 //! * [`capi`]: the C ABI of `include/vgpu.h`.
 
@@ -15,24 +18,46 @@ pub mod capi;
 pub mod cmdbuf;
 pub mod config;
 pub mod context;
+pub mod coredump;
 pub mod fence;
 pub mod kmd;
 pub mod memory;
 pub mod module;
 pub mod stats;
 pub mod stream;
+pub mod sync;
 pub mod uapi;
 
-pub use config::Config;
-pub use context::{Buffer, Context, LostReason, MemKind};
+pub use config::{Config, ReadPath};
+pub use context::{sanitizer_line, Buffer, Context, ErrorPlace, LostReason, MemKind};
 pub use module::{Arg, Kernel, LaunchError, Module};
 pub use stats::Stats;
 pub use stream::{Event, Priority, Stream, ENGINE_COMPUTE, ENGINE_COPY};
+pub use sync::Timeline;
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// Makes a closed standard output end the calling tool quietly.
+///
+/// The Rust runtime ignores `SIGPIPE`, so a write to a pipe whose reader
+/// is gone (`vgpu-smi | head -3`) fails and `println!` panics. Restoring
+/// the default action makes the kernel end the process at that write
+/// instead, silently, as it ends other Unix tools. For tools that write
+/// only to their standard streams, files and the render node: call it
+/// first thing in `main`. Not for a program that writes to sockets or
+/// pipes of its own, which would then die when a peer goes away.
+pub fn exit_quietly_on_closed_pipe() {
+    // SAFETY: `signal` with `SIG_DFL` installs no handler, so no code runs
+    // in signal context; it only changes the process's disposition of
+    // SIGPIPE back to the default, which no Rust code relies on (the
+    // runtime ignores SIGPIPE only so that such writes return EPIPE).
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
 
 /// The DRM driver name the KMD registers.
 pub const DRIVER_NAME: &str = "vgpu";

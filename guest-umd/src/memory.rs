@@ -133,6 +133,19 @@ impl Bo {
         }
         let size = size.next_multiple_of(4096);
         let handle = kmd.gem_create(size, 0)?;
+        Bo::from_handle(kmd, vas, handle, size, bind_flags)
+    }
+
+    /// Maps and binds the BO behind `handle` (of `size` bytes, a multiple
+    /// of 4 KiB), which the returned value owns (closed on failure too): a
+    /// new BO, or one imported from a dma-buf.
+    pub fn from_handle(
+        kmd: &Arc<Kmd>,
+        vas: &Arc<Mutex<VaAllocator>>,
+        handle: u32,
+        size: u64,
+        bind_flags: u32,
+    ) -> Result<Bo, MemError> {
         let ptr = match kmd.mmap(handle, size) {
             Ok(p) => p,
             Err(e) => {
@@ -162,6 +175,11 @@ impl Bo {
             size,
             ptr,
         })
+    }
+
+    /// The GEM handle.
+    pub fn handle(&self) -> u32 {
+        self.handle
     }
 
     /// Anonymous host memory with a VA from `vas` but no BO behind it: lets

@@ -110,6 +110,7 @@ impl Arg {
 /// Packs `args` into the argument buffer of `k` per its layout: every
 /// argument at its declared offset, types checked.
 pub fn pack_args(k: &KernelInfo, args: &[Arg]) -> std::result::Result<Vec<u8>, LaunchError> {
+    // LAB(7) BEGIN pack-args
     if args.len() != k.args.len() {
         return Err(LaunchError::ArgCount {
             kernel: k.name.clone(),
@@ -135,6 +136,7 @@ pub fn pack_args(k: &KernelInfo, args: &[Arg]) -> std::result::Result<Vec<u8>, L
         out[o..o + b.len()].copy_from_slice(&b);
     }
     Ok(out)
+    // LAB(7) END pack-args
 }
 
 /// Checks a grid and workgroup shape.

@@ -31,6 +31,16 @@ pub struct Stats {
     pub faults: u64,
     /// The device is wedged (device counters are then zero).
     pub wedged: bool,
+    /// The driver declared the device lost (it stopped answering).
+    pub lost: bool,
+    /// The device-wide GEM limit in bytes (`GEM_CREATE` past it: `ENOMEM`).
+    pub mem_limit: u64,
+    /// The per-file GEM limit in bytes (`GEM_CREATE` past it: `ENOSPC`).
+    pub file_mem_limit: u64,
+    /// `GEM_CREATE` calls refused at a limit.
+    pub mem_refused: u64,
+    /// Pages the driver retired after uncorrectable ECC errors.
+    pub retired_pages: u32,
     /// Contexts that exist on the device (may exceed `contexts.len()`).
     pub total_contexts: u32,
     /// Every context of every file (at most `STATS_MAX_CONTEXTS`).
@@ -62,6 +72,11 @@ impl Stats {
             hangs: a.hangs,
             faults: a.faults,
             wedged: a.wedged != 0,
+            lost: a.lost != 0,
+            mem_limit: a.mem_limit,
+            file_mem_limit: a.file_mem_limit,
+            mem_refused: a.mem_refused,
+            retired_pages: a.retired_pages,
             total_contexts: a.num_contexts,
             contexts,
         }

@@ -9,7 +9,11 @@
 //! Separate streams are separate device contexts and run concurrently.
 //!
 //! Each batch ends with a `FENCE` (no event) that writes its seqno into the
-//! stream's timeline word, which waits spin on before they block.
+//! stream's timeline word, which waits spin on before they block, and
+//! signals the stream's timeline sync object (a point per batch): events
+//! export their point as a sync_file for other processes and drivers, and
+//! streams wait on sync objects ([`Stream::wait`], imported events) in the
+//! KMD.
 
 use std::fmt;
 use std::sync::{Arc, Mutex, Weak};
@@ -17,10 +21,15 @@ use std::time::Duration;
 
 use vgpu_hwif::packet::{self, Packet};
 
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+
 use crate::cmdbuf::{CmdBuf, CmdError};
+use crate::config::ReadPath;
 use crate::context::{Buffer, Context, CtxInner, PendingWork};
 use crate::fence::{wait_all, SyncPoint, WaitPath};
+use crate::kmd::SubmitSyncs;
 use crate::memory::Block;
+use crate::sync::{self as syncobj, Timeline};
 use crate::{uapi, Error, Result};
 
 /// Engine a packet runs on.
@@ -37,6 +46,10 @@ struct Batch {
     deferred: Vec<Block>,
     notify: Vec<Notify>,
     in_fences: Vec<uapi::DrmVgpuFence>,
+    /// Sync objects the batch waits for in the KMD.
+    in_syncs: Vec<uapi::DrmVgpuSync>,
+    /// Sync objects the batch signals (besides the stream's timeline).
+    out_syncs: Vec<uapi::DrmVgpuSync>,
 }
 
 /// Largest piece of a host-to-device write staged at once.
@@ -58,17 +71,23 @@ struct StreamState {
     /// Staging bytes of large writes still in flight, oldest first, with
     /// the batch that frees each.
     staging: std::collections::VecDeque<(u64, SyncPoint)>,
+    /// The last point of the stream's timeline a batch signals.
+    tl_point: u64,
+    /// Sync objects the next batch waits for ([`Stream::wait`]).
+    next_in_syncs: Vec<uapi::DrmVgpuSync>,
 }
 
 pub(crate) struct StreamShared {
     pub(crate) ctx: Arc<CtxInner>,
     pub(crate) ctx_id: u32,
     timeline: Option<Block>,
+    /// The stream's timeline sync object: every batch signals a point.
+    sync: Timeline,
     st: Mutex<StreamState>,
 }
 
 impl StreamShared {
-    fn timeline_sp(&self, engine: u32, seqno: u64, predicted: u64) -> SyncPoint {
+    fn timeline_sp(&self, engine: u32, seqno: u64, predicted: u64, point: u64) -> SyncPoint {
         let t = self.timeline.as_ref().expect("live stream");
         SyncPoint {
             kmd: uapi::DrmVgpuFence {
@@ -78,6 +97,7 @@ impl StreamShared {
             },
             mem: (seqno == predicted)
                 .then(|| (t.bo.clone(), t.offset + 8 * u64::from(engine), seqno)),
+            sync: Some((self.sync.handle, point)),
         }
     }
 
@@ -126,9 +146,35 @@ impl StreamShared {
         if b.bufs.len() > 1 {
             ctx.cmds.lock().unwrap().stats.chained += 1;
         }
+        // The KMD wants the fences of the sync objects waited for to exist:
+        // wait (in the UMD) until their points are submitted.
+        if let Err(e) = syncobj::wait_submitted(&ctx.kmd, &b.in_syncs) {
+            let mut cp = ctx.cmds.lock().unwrap();
+            for c in b.bufs {
+                cp.put(c);
+            }
+            drop(cp);
+            ctx.retired.lock().unwrap().extend(b.deferred);
+            return Err(ctx.fail(call, self.ctx_id, e));
+        }
+        let point = st.tl_point + 1;
+        let mut outs = b.out_syncs.clone();
+        outs.push(uapi::DrmVgpuSync {
+            handle: self.sync.handle,
+            flags: 0,
+            point,
+        });
+        let syncs = SubmitSyncs {
+            ins: &b.in_syncs,
+            outs: &outs,
+            bos: &[],
+        };
         let mut tries = 0u32;
         let seqno = loop {
-            match ctx.kmd.submit(self.ctx_id, b.engine, &cmds, &b.in_fences) {
+            match ctx
+                .kmd
+                .submit_syncs(self.ctx_id, b.engine, &cmds, &b.in_fences, syncs)
+            {
                 Ok(s) => break s,
                 Err(err)
                     if (err.errno == libc::EAGAIN || err.errno == libc::EBUSY)
@@ -161,7 +207,8 @@ impl StreamShared {
         };
         st.submits += 1;
         st.next_seq[e] = seqno + 1;
-        let sp = self.timeline_sp(b.engine, seqno, predicted);
+        st.tl_point = point;
+        let sp = self.timeline_sp(b.engine, seqno, predicted, point);
         {
             let mut cp = ctx.cmds.lock().unwrap();
             let keep = b.bufs.pop().expect("a batch has a buffer");
@@ -228,12 +275,15 @@ impl StreamShared {
                     .get()
                     .map_err(|source| Error::Mem { call, source })?,
             };
+            // LAB(7) BEGIN cross-engine
             let other = 1 - engine as usize;
             let in_fences = st.last[other]
                 .as_ref()
                 .filter(|sp| sp.mem_signalled() != Some(true))
                 .map(|sp| vec![sp.kmd])
                 .unwrap_or_default();
+            // LAB(7) END cross-engine
+            let in_syncs = std::mem::take(&mut st.next_in_syncs);
             st.batch = Some(Batch {
                 engine,
                 bufs: vec![buf],
@@ -241,6 +291,8 @@ impl StreamShared {
                 deferred: Vec::new(),
                 notify: Vec::new(),
                 in_fences,
+                in_syncs,
+                out_syncs: Vec::new(),
             });
         }
         st.engine = engine;
@@ -268,6 +320,8 @@ impl StreamShared {
                     deferred: Vec::new(),
                     notify: Vec::new(),
                     in_fences: Vec::new(),
+                    in_syncs: Vec::new(),
+                    out_syncs: Vec::new(),
                 });
             } else {
                 let buf = ctx
@@ -402,10 +456,19 @@ impl Stream {
             }
         };
         timeline.bo.write(timeline.offset, &[0u8; 16]);
+        let sync = match Timeline::new(ctx) {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = inner.kmd.ctx_destroy(ctx_id);
+                inner.retired.lock().unwrap().push(timeline);
+                return Err(e);
+            }
+        };
         let s = Arc::new(StreamShared {
             ctx: inner.clone(),
             ctx_id,
             timeline: Some(timeline),
+            sync,
             st: Mutex::new(StreamState {
                 batch: None,
                 last: [None, None],
@@ -416,6 +479,8 @@ impl Stream {
                 staging: std::collections::VecDeque::new(),
                 submits: 0,
                 waits: [0; 3],
+                tl_point: 0,
+                next_in_syncs: Vec::new(),
             }),
         });
         let weak: Weak<StreamShared> = Arc::downgrade(&s);
@@ -431,6 +496,30 @@ impl Stream {
     /// The KMD context id behind the stream (shown by vgpu-smi and in errors).
     pub fn kmd_context(&self) -> u32 {
         self.s.ctx_id
+    }
+
+    /// The device sanitizer's reports about this stream's context
+    /// (`vgpu-device --sanitize`), oldest first, each as one line of text
+    /// ([`crate::context::sanitizer_line`]). Empty when the sanitizer is
+    /// off or found nothing.
+    pub fn sanitizer_reports(&self) -> Result<Vec<String>> {
+        let call = "Stream::sanitizer_reports";
+        let ctx = &self.s.ctx;
+        let mut out = Vec::new();
+        let mut after = 0;
+        while let Some(r) =
+            ctx.kmd
+                .san_report(self.s.ctx_id, after)
+                .map_err(|source| Error::Kmd {
+                    call,
+                    ctx: self.s.ctx_id,
+                    source,
+                })?
+        {
+            after = r.seq;
+            out.push(crate::context::sanitizer_line(ctx.identity.generation, &r));
+        }
+        Ok(out)
     }
 
     /// Counters.
@@ -627,9 +716,25 @@ impl Stream {
 
     /// Device-to-host copy; returns when `out` holds the data (waits for
     /// the stream's earlier work too).
+    ///
+    /// By default ([`ReadPath::Staged`]) the copy engine moves the bytes
+    /// into staging blocks (the device reads every byte, so its faults and
+    /// memory errors apply), which the CPU then copies out. Every buffer is
+    /// a mapped BO, so with `VGPU_READ=direct` this instead waits for the
+    /// stream's work and copies straight from the buffer's mapping into
+    /// `out`: one copy, by the CPU, and no submission when the stream is
+    /// idle.
     pub fn read(&self, src: &Buffer, off: u64, out: &mut [u8]) -> Result<()> {
         let call = "Stream::read";
         self.check_buf(call, src, off, out.len() as u64)?;
+        if self.s.ctx.cfg.read == ReadPath::Direct {
+            // The fences' memory values are read with acquire ordering, so
+            // the device's writes before them are visible here.
+            self.s.synchronize(call)?;
+            let b = src.block.as_ref().expect("live buffer");
+            b.bo.read(b.offset + off, out);
+            return Ok(());
+        }
         if out.len() as u64 > STAGING_CHUNK {
             return self.read_chunked(call, src, off, out);
         }
@@ -747,6 +852,12 @@ impl Stream {
     /// Records `ev` at the current end of the stream.
     pub fn record(&self, ev: &Event) -> Result<()> {
         let call = "Event::record";
+        if ev.imported.is_some() {
+            return Err(Error::Invalid {
+                call,
+                what: "an imported event cannot be recorded".into(),
+            });
+        }
         if !Arc::ptr_eq(&ev.ctx, &self.s.ctx) {
             return Err(Error::Invalid {
                 call,
@@ -776,9 +887,14 @@ impl Stream {
     }
 
     /// Makes later work of this stream wait until `ev` completed (a
-    /// semaphore wait on the device; the CPU does not block).
+    /// semaphore wait on the device for an event recorded in this context;
+    /// for an imported event, a sync-object wait in the KMD; the CPU does
+    /// not block).
     pub fn wait_event(&self, ev: &Event) -> Result<()> {
         let call = "Stream::wait_event";
+        if let Some(h) = ev.imported {
+            return self.wait_sync(call, h, 0, &ev.ctx);
+        }
         let (va, value) = ev.submitted(call)?;
         let p = Packet::SemWait {
             va,
@@ -786,6 +902,62 @@ impl Stream {
             op: packet::SEM_WAIT_GEQ,
         };
         self.s.push(call, None, &[p], vec![], None)
+    }
+
+    /// Signals `point` of `tl` when the work queued on this stream so far
+    /// completed (with its error if it failed). Submits the stream's work.
+    pub fn signal(&self, tl: &Timeline, point: u64) -> Result<()> {
+        let call = "Stream::signal";
+        self.same_ctx(call, &tl.ctx)?;
+        // A batch to carry the signal (a NOP when nothing is pending).
+        self.s
+            .push(call, None, &[Packet::Nop { words: 1 }], vec![], None)?;
+        let mut st = self.s.st.lock().unwrap();
+        if let Some(b) = st.batch.as_mut() {
+            b.out_syncs.push(uapi::DrmVgpuSync {
+                handle: tl.handle,
+                flags: 0,
+                point,
+            });
+        }
+        self.s.flush_locked(&mut st, call)
+    }
+
+    /// Makes the stream's later work wait until `point` of `tl` signalled:
+    /// the KMD holds the next batch (the CPU does not block, except until
+    /// the point is submitted, if it is not yet). Submits the work queued
+    /// before it.
+    pub fn wait(&self, tl: &Timeline, point: u64) -> Result<()> {
+        self.wait_sync("Stream::wait", tl.handle, point, &tl.ctx)
+    }
+
+    fn same_ctx(&self, call: &'static str, ctx: &Arc<CtxInner>) -> Result<()> {
+        if !Arc::ptr_eq(ctx, &self.s.ctx) {
+            return Err(Error::Invalid {
+                call,
+                what: "the sync object belongs to another context".into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn wait_sync(
+        &self,
+        call: &'static str,
+        handle: u32,
+        point: u64,
+        ctx: &Arc<CtxInner>,
+    ) -> Result<()> {
+        self.same_ctx(call, ctx)?;
+        self.s.ctx.check(call)?;
+        let mut st = self.s.st.lock().unwrap();
+        self.s.flush_locked(&mut st, call)?;
+        st.next_in_syncs.push(uapi::DrmVgpuSync {
+            handle,
+            flags: 0,
+            point,
+        });
+        Ok(())
     }
 }
 
@@ -796,11 +968,16 @@ struct Recorded {
 }
 
 /// A marker in a stream: query, synchronize, elapsed time between two
-/// events from the device's timestamps, and cross-stream waits.
+/// events from the device's timestamps, and cross-stream waits. Exported
+/// as a sync_file fd ([`Event::export_fd`]) it orders another process's (or
+/// another driver's) work after it; an event imported from a sync_file
+/// ([`Event::import_fd`]) is a fence streams and the host wait for.
 pub struct Event {
     ctx: Arc<CtxInner>,
     slot: Option<Block>,
     rec: Mutex<Option<Recorded>>,
+    /// An imported event: a binary syncobj holding the imported fence.
+    imported: Option<u32>,
 }
 
 impl fmt::Debug for Event {
@@ -828,13 +1005,108 @@ impl Event {
             ctx: ctx.inner.clone(),
             slot: Some(slot),
             rec: Mutex::new(None),
+            imported: None,
         })
+    }
+
+    /// An event that completes when the sync_file `fd` signals (another
+    /// process's event, another driver's fence); the fd stays the
+    /// caller's. It cannot be recorded; streams wait on it
+    /// ([`Stream::wait_event`]) in the KMD.
+    pub fn import_fd(ctx: &Context, fd: BorrowedFd<'_>) -> Result<Event> {
+        let call = "Event::import_fd";
+        ctx.inner.check(call)?;
+        let kmd = &ctx.inner.kmd;
+        let fail = |source| Error::Kmd {
+            call,
+            ctx: 0,
+            source,
+        };
+        let h = kmd.syncobj_create(0).map_err(fail)?;
+        if let Err(e) = kmd.syncobj_fd_to_handle(
+            fd.as_raw_fd(),
+            h,
+            uapi::SYNCOBJ_FD_TO_HANDLE_IMPORT_SYNC_FILE,
+        ) {
+            let _ = kmd.syncobj_destroy(h);
+            return Err(fail(e));
+        }
+        Ok(Event {
+            ctx: ctx.inner.clone(),
+            slot: None,
+            rec: Mutex::new(None),
+            imported: Some(h),
+        })
+    }
+
+    /// The recorded work's completion as a sync_file fd (close-on-exec):
+    /// it signals when the work before the record completed, with an error
+    /// status if it failed. Submits the batch holding the record.
+    pub fn export_fd(&self) -> Result<OwnedFd> {
+        let call = "Event::export_fd";
+        let fail = |source| Error::Kmd {
+            call,
+            ctx: 0,
+            source,
+        };
+        if let Some(h) = self.imported {
+            return syncobj::export_sync_file(&self.ctx.kmd, h, 0).map_err(fail);
+        }
+        self.submitted(call)?;
+        let sp = self.sync_point().expect("submitted");
+        let (h, point) = sp.sync.ok_or_else(|| Error::Invalid {
+            call,
+            what: "the event's batch signals no sync object".into(),
+        })?;
+        syncobj::export_sync_file(&self.ctx.kmd, h, point).map_err(fail)
+    }
+
+    /// An imported event: whether its fence signalled (blocking up to
+    /// `deadline`), and with what status.
+    fn imported_state(&self, call: &'static str, h: u32, deadline: i64) -> Result<bool> {
+        match self
+            .ctx
+            .kmd
+            .syncobj_wait(&[h], deadline, uapi::SYNCOBJ_WAIT_ALL)
+        {
+            Ok(_) => {}
+            Err(e) if e.errno == libc::ETIME || e.errno == libc::ETIMEDOUT => return Ok(false),
+            Err(source) => {
+                return Err(Error::Kmd {
+                    call,
+                    ctx: 0,
+                    source,
+                })
+            }
+        }
+        let fd = syncobj::export_sync_file(&self.ctx.kmd, h, 0).map_err(|source| Error::Kmd {
+            call,
+            ctx: 0,
+            source,
+        })?;
+        match syncobj::sync_file_status(fd.as_raw_fd()) {
+            s if s < 0 => Err(Error::Kmd {
+                call,
+                ctx: 0,
+                source: crate::kmd::KmdError {
+                    call: "SYNC_IOC_FILE_INFO",
+                    errno: -s,
+                },
+            }),
+            _ => Ok(true),
+        }
     }
 
     /// Submits the batch holding the record, if needed; the semaphore word
     /// and the value it reaches.
     fn submitted(&self, call: &'static str) -> Result<(u64, u64)> {
         self.ctx.check(call)?;
+        if self.imported.is_some() {
+            return Err(Error::Invalid {
+                call,
+                what: "an imported event has no record".into(),
+            });
+        }
         let r = self.rec.lock().unwrap();
         let Some(rec) = r.as_ref() else {
             return Err(Error::Invalid {
@@ -859,6 +1131,9 @@ impl Event {
     /// Whether the work before the record completed (never blocks).
     pub fn query(&self) -> Result<bool> {
         let call = "Event::query";
+        if let Some(h) = self.imported {
+            return self.imported_state(call, h, 0);
+        }
         let (_, value) = self.submitted(call)?;
         let slot = self.slot.as_ref().expect("live event");
         if slot.bo.read_u64(slot.offset) >= value {
@@ -875,6 +1150,9 @@ impl Event {
     /// Waits until the work before the record completed.
     pub fn synchronize(&self) -> Result<()> {
         let call = "Event::synchronize";
+        if let Some(h) = self.imported {
+            return self.imported_state(call, h, i64::MAX).map(|_| ());
+        }
         self.submitted(call)?;
         let sp = self.sync_point().expect("submitted");
         wait_all(
@@ -910,6 +1188,9 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
+        if let Some(h) = self.imported {
+            let _ = self.ctx.kmd.syncobj_destroy(h);
+        }
         let Some(slot) = self.slot.take() else { return };
         let rec = self.rec.lock().unwrap().take();
         let after = match rec {

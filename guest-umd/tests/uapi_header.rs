@@ -8,8 +8,10 @@ use std::process::Command;
 use vgpu_umd::uapi::{self, param, DrmVgpuGetParam, DrmVgpuPing};
 
 const PROBE: &str = r#"
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stddef.h>
+#include <fcntl.h>
 #include "vgpu_drm.h"
 #define P(name, expr) printf("%s %llu\n", name, (unsigned long long)(expr))
 int main(void) {
@@ -75,6 +77,52 @@ int main(void) {
     P("ctx_query.hangs", offsetof(struct drm_vgpu_ctx_query, hangs));
     P("ctx_query.faults", offsetof(struct drm_vgpu_ctx_query, faults));
     P("ctx_query.engine_error", offsetof(struct drm_vgpu_ctx_query, engine_error));
+    P("ctx_query.error_packet_va", offsetof(struct drm_vgpu_ctx_query, error_packet_va));
+    P("ctx_query.error_seqno", offsetof(struct drm_vgpu_ctx_query, error_seqno));
+    P("ctx_query.error_header", offsetof(struct drm_vgpu_ctx_query, error_header));
+    P("ctx_query.error_engine", offsetof(struct drm_vgpu_ctx_query, error_engine));
+    P("ctx_query.error_cmd_index", offsetof(struct drm_vgpu_ctx_query, error_cmd_index));
+    P("ctx_query.error_cmd_offset", offsetof(struct drm_vgpu_ctx_query, error_cmd_offset));
+    P("ctx_query.error_depth", offsetof(struct drm_vgpu_ctx_query, error_depth));
+    P("ctx_query.san_reports", offsetof(struct drm_vgpu_ctx_query, san_reports));
+    P("ctx_query.san_last_seq", offsetof(struct drm_vgpu_ctx_query, san_last_seq));
+    P("VGPU_CMD_INDEX_NONE", VGPU_CMD_INDEX_NONE);
+    P("sizeof.san_record", sizeof(struct drm_vgpu_san_record));
+    P("san_record.check", offsetof(struct drm_vgpu_san_record, check));
+    P("san_record.flags", offsetof(struct drm_vgpu_san_record, flags));
+    P("san_record.seq", offsetof(struct drm_vgpu_san_record, seq));
+    P("san_record.time_ns", offsetof(struct drm_vgpu_san_record, time_ns));
+    P("san_record.ctx_id", offsetof(struct drm_vgpu_san_record, ctx_id));
+    P("san_record.engine", offsetof(struct drm_vgpu_san_record, engine));
+    P("san_record.rptr", offsetof(struct drm_vgpu_san_record, rptr));
+    P("san_record.depth", offsetof(struct drm_vgpu_san_record, depth));
+    P("san_record.packet_va", offsetof(struct drm_vgpu_san_record, packet_va));
+    P("san_record.cmd_offset", offsetof(struct drm_vgpu_san_record, cmd_offset));
+    P("san_record.packet_len", offsetof(struct drm_vgpu_san_record, packet_len));
+    P("san_record.packet", offsetof(struct drm_vgpu_san_record, packet));
+    P("san_record.access", offsetof(struct drm_vgpu_san_record, access));
+    P("san_record.va", offsetof(struct drm_vgpu_san_record, va));
+    P("san_record.size", offsetof(struct drm_vgpu_san_record, size));
+    P("san_record.pa", offsetof(struct drm_vgpu_san_record, pa));
+    P("san_record.prior_ctx", offsetof(struct drm_vgpu_san_record, prior_ctx));
+    P("san_record.prior_engine", offsetof(struct drm_vgpu_san_record, prior_engine));
+    P("san_record.prior_packet_va", offsetof(struct drm_vgpu_san_record, prior_packet_va));
+    P("san_record.prior_header", offsetof(struct drm_vgpu_san_record, prior_header));
+    P("san_record.prior_access", offsetof(struct drm_vgpu_san_record, prior_access));
+    P("san_record.prior_time_ns", offsetof(struct drm_vgpu_san_record, prior_time_ns));
+    P("san_record.detail", offsetof(struct drm_vgpu_san_record, detail));
+    P("san_record.history", offsetof(struct drm_vgpu_san_record, history));
+    P("sizeof.san_report", sizeof(struct drm_vgpu_san_report));
+    P("san_report.ctx_id", offsetof(struct drm_vgpu_san_report, ctx_id));
+    P("san_report.pad", offsetof(struct drm_vgpu_san_report, pad));
+    P("san_report.after_seq", offsetof(struct drm_vgpu_san_report, after_seq));
+    P("san_report.report", offsetof(struct drm_vgpu_san_report, report));
+    P("DRM_IOCTL_VGPU_SAN_REPORT", (unsigned int)DRM_IOCTL_VGPU_SAN_REPORT);
+    P("VGPU_SAN_FLAG_STOPPED", VGPU_SAN_FLAG_STOPPED);
+    P("VGPU_SAN_FLAG_PRIOR", VGPU_SAN_FLAG_PRIOR);
+    P("VGPU_SAN_FLAG_PACKET", VGPU_SAN_FLAG_PACKET);
+    P("VGPU_SAN_PACKET_WORDS", VGPU_SAN_PACKET_WORDS);
+    P("VGPU_SAN_HISTORY", VGPU_SAN_HISTORY);
     P("sizeof.fence", sizeof(struct drm_vgpu_fence));
     P("fence.ctx_id", offsetof(struct drm_vgpu_fence, ctx_id));
     P("fence.engine", offsetof(struct drm_vgpu_fence, engine));
@@ -130,6 +178,7 @@ int main(void) {
     P("VGPU_CTX_STATE_ERRORED", VGPU_CTX_STATE_ERRORED);
     P("VGPU_CTX_STATE_BANNED", VGPU_CTX_STATE_BANNED);
     P("VGPU_CTX_STATE_FAULTED", VGPU_CTX_STATE_FAULTED);
+    P("VGPU_CTX_STATE_DEVICE_LOST", VGPU_CTX_STATE_DEVICE_LOST);
     P("VGPU_ACCESS_READ", VGPU_ACCESS_READ);
     P("VGPU_ACCESS_WRITE", VGPU_ACCESS_WRITE);
     P("VGPU_ACCESS_EXECUTE", VGPU_ACCESS_EXECUTE);
@@ -168,6 +217,14 @@ int main(void) {
     P("ctx_stats.submitted", offsetof(struct drm_vgpu_ctx_stats, submitted));
     P("ctx_stats.completed", offsetof(struct drm_vgpu_ctx_stats, completed));
     P("ctx_stats.counters", offsetof(struct drm_vgpu_ctx_stats, counters));
+    P("ctx_stats.engine_error", offsetof(struct drm_vgpu_ctx_stats, engine_error));
+    P("ctx_stats.error_engine", offsetof(struct drm_vgpu_ctx_stats, error_engine));
+    P("ctx_stats.error_header", offsetof(struct drm_vgpu_ctx_stats, error_header));
+    P("ctx_stats.error_cmd_index", offsetof(struct drm_vgpu_ctx_stats, error_cmd_index));
+    P("ctx_stats.error_packet_va", offsetof(struct drm_vgpu_ctx_stats, error_packet_va));
+    P("ctx_stats.error_seqno", offsetof(struct drm_vgpu_ctx_stats, error_seqno));
+    P("ctx_stats.error_cmd_offset", offsetof(struct drm_vgpu_ctx_stats, error_cmd_offset));
+    P("ctx_stats.san_reports", offsetof(struct drm_vgpu_ctx_stats, san_reports));
     P("sizeof.query_stats", sizeof(struct drm_vgpu_query_stats));
     P("query_stats.sample_ns", offsetof(struct drm_vgpu_query_stats, sample_ns));
     P("query_stats.device", offsetof(struct drm_vgpu_query_stats, device));
@@ -184,6 +241,11 @@ int main(void) {
     P("query_stats.contexts", offsetof(struct drm_vgpu_query_stats, contexts));
     P("query_stats.flags", offsetof(struct drm_vgpu_query_stats, flags));
     P("query_stats.pad", offsetof(struct drm_vgpu_query_stats, pad));
+    P("query_stats.mem_limit", offsetof(struct drm_vgpu_query_stats, mem_limit));
+    P("query_stats.file_mem_limit", offsetof(struct drm_vgpu_query_stats, file_mem_limit));
+    P("query_stats.mem_refused", offsetof(struct drm_vgpu_query_stats, mem_refused));
+    P("query_stats.retired_pages", offsetof(struct drm_vgpu_query_stats, retired_pages));
+    P("query_stats.lost", offsetof(struct drm_vgpu_query_stats, lost));
     P("DRM_IOCTL_VGPU_QUERY_STATS", (unsigned int)DRM_IOCTL_VGPU_QUERY_STATS);
     P("sizeof.fence_export", sizeof(struct drm_vgpu_fence_export));
     P("fence_export.fence", offsetof(struct drm_vgpu_fence_export, fence));
@@ -192,6 +254,90 @@ int main(void) {
     P("DRM_IOCTL_VGPU_FENCE_EXPORT", (unsigned int)DRM_IOCTL_VGPU_FENCE_EXPORT);
     P("VGPU_STATS_ENGINES", VGPU_STATS_ENGINES);
     P("VGPU_STATS_MAX_CONTEXTS", VGPU_STATS_MAX_CONTEXTS);
+    P("submit.in_syncs", offsetof(struct drm_vgpu_submit, in_syncs));
+    P("submit.out_syncs", offsetof(struct drm_vgpu_submit, out_syncs));
+    P("submit.num_in_syncs", offsetof(struct drm_vgpu_submit, num_in_syncs));
+    P("submit.num_out_syncs", offsetof(struct drm_vgpu_submit, num_out_syncs));
+    P("submit.bos", offsetof(struct drm_vgpu_submit, bos));
+    P("submit.num_bos", offsetof(struct drm_vgpu_submit, num_bos));
+    P("submit.pad2", offsetof(struct drm_vgpu_submit, pad2));
+    P("sizeof.sync", sizeof(struct drm_vgpu_sync));
+    P("sync.handle", offsetof(struct drm_vgpu_sync, handle));
+    P("sync.flags", offsetof(struct drm_vgpu_sync, flags));
+    P("sync.point", offsetof(struct drm_vgpu_sync, point));
+    P("sizeof.submit_bo", sizeof(struct drm_vgpu_submit_bo));
+    P("submit_bo.handle", offsetof(struct drm_vgpu_submit_bo, handle));
+    P("submit_bo.flags", offsetof(struct drm_vgpu_submit_bo, flags));
+    P("sizeof.vm_op", sizeof(struct drm_vgpu_vm_op));
+    P("vm_op.op", offsetof(struct drm_vgpu_vm_op, op));
+    P("vm_op.flags", offsetof(struct drm_vgpu_vm_op, flags));
+    P("vm_op.handle", offsetof(struct drm_vgpu_vm_op, handle));
+    P("vm_op.pad", offsetof(struct drm_vgpu_vm_op, pad));
+    P("vm_op.bo_offset", offsetof(struct drm_vgpu_vm_op, bo_offset));
+    P("vm_op.va", offsetof(struct drm_vgpu_vm_op, va));
+    P("vm_op.size", offsetof(struct drm_vgpu_vm_op, size));
+    P("sizeof.vm_bind_ops", sizeof(struct drm_vgpu_vm_bind_ops));
+    P("vm_bind_ops.ops", offsetof(struct drm_vgpu_vm_bind_ops, ops));
+    P("vm_bind_ops.num_ops", offsetof(struct drm_vgpu_vm_bind_ops, num_ops));
+    P("vm_bind_ops.flags", offsetof(struct drm_vgpu_vm_bind_ops, flags));
+    P("vm_bind_ops.in_syncs", offsetof(struct drm_vgpu_vm_bind_ops, in_syncs));
+    P("vm_bind_ops.out_syncs", offsetof(struct drm_vgpu_vm_bind_ops, out_syncs));
+    P("vm_bind_ops.num_in_syncs", offsetof(struct drm_vgpu_vm_bind_ops, num_in_syncs));
+    P("vm_bind_ops.num_out_syncs", offsetof(struct drm_vgpu_vm_bind_ops, num_out_syncs));
+    P("DRM_IOCTL_VGPU_VM_BIND_OPS", (unsigned int)DRM_IOCTL_VGPU_VM_BIND_OPS);
+    P("VGPU_CTX_MAX_PENDING", VGPU_CTX_MAX_PENDING);
+    P("VGPU_SUBMIT_MAX_SYNCS", VGPU_SUBMIT_MAX_SYNCS);
+    P("VGPU_SUBMIT_MAX_BOS", VGPU_SUBMIT_MAX_BOS);
+    P("VGPU_SUBMIT_BO_READ", VGPU_SUBMIT_BO_READ);
+    P("VGPU_SUBMIT_BO_WRITE", VGPU_SUBMIT_BO_WRITE);
+    P("VGPU_SUBMIT_BO_FLAGS", VGPU_SUBMIT_BO_FLAGS);
+    P("VGPU_VM_OP_MAP", VGPU_VM_OP_MAP);
+    P("VGPU_VM_OP_UNMAP", VGPU_VM_OP_UNMAP);
+    P("VGPU_VM_BIND_MAX_OPS", VGPU_VM_BIND_MAX_OPS);
+    P("VGPU_VM_BIND_MAX_SYNCS", VGPU_VM_BIND_MAX_SYNCS);
+    P("DRM_IOCTL_GET_CAP", (unsigned int)DRM_IOCTL_GET_CAP);
+    P("DRM_CAP_PRIME", DRM_CAP_PRIME);
+    P("DRM_PRIME_CAP_IMPORT", DRM_PRIME_CAP_IMPORT);
+    P("DRM_PRIME_CAP_EXPORT", DRM_PRIME_CAP_EXPORT);
+    P("DRM_CAP_SYNCOBJ", DRM_CAP_SYNCOBJ);
+    P("DRM_CAP_SYNCOBJ_TIMELINE", DRM_CAP_SYNCOBJ_TIMELINE);
+    P("sizeof.prime_handle", sizeof(struct drm_prime_handle));
+    P("prime_handle.fd", offsetof(struct drm_prime_handle, fd));
+    P("DRM_IOCTL_PRIME_HANDLE_TO_FD", (unsigned int)DRM_IOCTL_PRIME_HANDLE_TO_FD);
+    P("DRM_IOCTL_PRIME_FD_TO_HANDLE", (unsigned int)DRM_IOCTL_PRIME_FD_TO_HANDLE);
+    P("DRM_CLOEXEC", DRM_CLOEXEC);
+    P("DRM_RDWR", DRM_RDWR);
+    P("sizeof.syncobj_create", sizeof(struct drm_syncobj_create));
+    P("sizeof.syncobj_destroy", sizeof(struct drm_syncobj_destroy));
+    P("sizeof.syncobj_handle", sizeof(struct drm_syncobj_handle));
+    P("syncobj_handle.fd", offsetof(struct drm_syncobj_handle, fd));
+    P("sizeof.syncobj_transfer", sizeof(struct drm_syncobj_transfer));
+    P("syncobj_transfer.dst_point", offsetof(struct drm_syncobj_transfer, dst_point));
+    P("sizeof.syncobj_wait", sizeof(struct drm_syncobj_wait));
+    P("syncobj_wait.first_signaled", offsetof(struct drm_syncobj_wait, first_signaled));
+    P("sizeof.syncobj_timeline_wait", sizeof(struct drm_syncobj_timeline_wait));
+    P("syncobj_timeline_wait.first_signaled", offsetof(struct drm_syncobj_timeline_wait, first_signaled));
+    P("sizeof.syncobj_array", sizeof(struct drm_syncobj_array));
+    P("sizeof.syncobj_timeline_array", sizeof(struct drm_syncobj_timeline_array));
+    P("syncobj_timeline_array.flags", offsetof(struct drm_syncobj_timeline_array, flags));
+    P("DRM_SYNCOBJ_CREATE_SIGNALED", DRM_SYNCOBJ_CREATE_SIGNALED);
+    P("DRM_SYNCOBJ_FD_TO_HANDLE_FLAGS_IMPORT_SYNC_FILE", DRM_SYNCOBJ_FD_TO_HANDLE_FLAGS_IMPORT_SYNC_FILE);
+    P("DRM_SYNCOBJ_HANDLE_TO_FD_FLAGS_EXPORT_SYNC_FILE", DRM_SYNCOBJ_HANDLE_TO_FD_FLAGS_EXPORT_SYNC_FILE);
+    P("DRM_SYNCOBJ_WAIT_FLAGS_WAIT_ALL", DRM_SYNCOBJ_WAIT_FLAGS_WAIT_ALL);
+    P("DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT", DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT);
+    P("DRM_SYNCOBJ_WAIT_FLAGS_WAIT_AVAILABLE", DRM_SYNCOBJ_WAIT_FLAGS_WAIT_AVAILABLE);
+    P("DRM_SYNCOBJ_QUERY_FLAGS_LAST_SUBMITTED", DRM_SYNCOBJ_QUERY_FLAGS_LAST_SUBMITTED);
+    P("DRM_IOCTL_SYNCOBJ_CREATE", (unsigned int)DRM_IOCTL_SYNCOBJ_CREATE);
+    P("DRM_IOCTL_SYNCOBJ_DESTROY", (unsigned int)DRM_IOCTL_SYNCOBJ_DESTROY);
+    P("DRM_IOCTL_SYNCOBJ_HANDLE_TO_FD", (unsigned int)DRM_IOCTL_SYNCOBJ_HANDLE_TO_FD);
+    P("DRM_IOCTL_SYNCOBJ_FD_TO_HANDLE", (unsigned int)DRM_IOCTL_SYNCOBJ_FD_TO_HANDLE);
+    P("DRM_IOCTL_SYNCOBJ_WAIT", (unsigned int)DRM_IOCTL_SYNCOBJ_WAIT);
+    P("DRM_IOCTL_SYNCOBJ_RESET", (unsigned int)DRM_IOCTL_SYNCOBJ_RESET);
+    P("DRM_IOCTL_SYNCOBJ_SIGNAL", (unsigned int)DRM_IOCTL_SYNCOBJ_SIGNAL);
+    P("DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT", (unsigned int)DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT);
+    P("DRM_IOCTL_SYNCOBJ_QUERY", (unsigned int)DRM_IOCTL_SYNCOBJ_QUERY);
+    P("DRM_IOCTL_SYNCOBJ_TRANSFER", (unsigned int)DRM_IOCTL_SYNCOBJ_TRANSFER);
+    P("DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL", (unsigned int)DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL);
     return 0;
 }
 "#;
@@ -408,6 +554,172 @@ fn rust_mirror_matches_c_header() {
             "ctx_query.engine_error",
             offset_of!(uapi::DrmVgpuCtxQuery, engine_error) as u64,
         ),
+        (
+            "ctx_query.error_packet_va",
+            offset_of!(uapi::DrmVgpuCtxQuery, error_packet_va) as u64,
+        ),
+        (
+            "ctx_query.error_seqno",
+            offset_of!(uapi::DrmVgpuCtxQuery, error_seqno) as u64,
+        ),
+        (
+            "ctx_query.error_header",
+            offset_of!(uapi::DrmVgpuCtxQuery, error_header) as u64,
+        ),
+        (
+            "ctx_query.error_engine",
+            offset_of!(uapi::DrmVgpuCtxQuery, error_engine) as u64,
+        ),
+        (
+            "ctx_query.error_cmd_index",
+            offset_of!(uapi::DrmVgpuCtxQuery, error_cmd_index) as u64,
+        ),
+        (
+            "ctx_query.error_cmd_offset",
+            offset_of!(uapi::DrmVgpuCtxQuery, error_cmd_offset) as u64,
+        ),
+        (
+            "ctx_query.error_depth",
+            offset_of!(uapi::DrmVgpuCtxQuery, error_depth) as u64,
+        ),
+        (
+            "ctx_query.san_reports",
+            offset_of!(uapi::DrmVgpuCtxQuery, san_reports) as u64,
+        ),
+        (
+            "ctx_query.san_last_seq",
+            offset_of!(uapi::DrmVgpuCtxQuery, san_last_seq) as u64,
+        ),
+        ("VGPU_CMD_INDEX_NONE", u64::from(uapi::CMD_INDEX_NONE)),
+        (
+            "sizeof.san_record",
+            size_of::<uapi::DrmVgpuSanRecord>() as u64,
+        ),
+        (
+            "san_record.check",
+            offset_of!(uapi::DrmVgpuSanRecord, check) as u64,
+        ),
+        (
+            "san_record.flags",
+            offset_of!(uapi::DrmVgpuSanRecord, flags) as u64,
+        ),
+        (
+            "san_record.seq",
+            offset_of!(uapi::DrmVgpuSanRecord, seq) as u64,
+        ),
+        (
+            "san_record.time_ns",
+            offset_of!(uapi::DrmVgpuSanRecord, time_ns) as u64,
+        ),
+        (
+            "san_record.ctx_id",
+            offset_of!(uapi::DrmVgpuSanRecord, ctx_id) as u64,
+        ),
+        (
+            "san_record.engine",
+            offset_of!(uapi::DrmVgpuSanRecord, engine) as u64,
+        ),
+        (
+            "san_record.rptr",
+            offset_of!(uapi::DrmVgpuSanRecord, rptr) as u64,
+        ),
+        (
+            "san_record.depth",
+            offset_of!(uapi::DrmVgpuSanRecord, depth) as u64,
+        ),
+        (
+            "san_record.packet_va",
+            offset_of!(uapi::DrmVgpuSanRecord, packet_va) as u64,
+        ),
+        (
+            "san_record.cmd_offset",
+            offset_of!(uapi::DrmVgpuSanRecord, cmd_offset) as u64,
+        ),
+        (
+            "san_record.packet_len",
+            offset_of!(uapi::DrmVgpuSanRecord, packet_len) as u64,
+        ),
+        (
+            "san_record.packet",
+            offset_of!(uapi::DrmVgpuSanRecord, packet) as u64,
+        ),
+        (
+            "san_record.access",
+            offset_of!(uapi::DrmVgpuSanRecord, access) as u64,
+        ),
+        (
+            "san_record.va",
+            offset_of!(uapi::DrmVgpuSanRecord, va) as u64,
+        ),
+        (
+            "san_record.size",
+            offset_of!(uapi::DrmVgpuSanRecord, size) as u64,
+        ),
+        (
+            "san_record.pa",
+            offset_of!(uapi::DrmVgpuSanRecord, pa) as u64,
+        ),
+        (
+            "san_record.prior_ctx",
+            offset_of!(uapi::DrmVgpuSanRecord, prior_ctx) as u64,
+        ),
+        (
+            "san_record.prior_engine",
+            offset_of!(uapi::DrmVgpuSanRecord, prior_engine) as u64,
+        ),
+        (
+            "san_record.prior_packet_va",
+            offset_of!(uapi::DrmVgpuSanRecord, prior_packet_va) as u64,
+        ),
+        (
+            "san_record.prior_header",
+            offset_of!(uapi::DrmVgpuSanRecord, prior_header) as u64,
+        ),
+        (
+            "san_record.prior_access",
+            offset_of!(uapi::DrmVgpuSanRecord, prior_access) as u64,
+        ),
+        (
+            "san_record.prior_time_ns",
+            offset_of!(uapi::DrmVgpuSanRecord, prior_time_ns) as u64,
+        ),
+        (
+            "san_record.detail",
+            offset_of!(uapi::DrmVgpuSanRecord, detail) as u64,
+        ),
+        (
+            "san_record.history",
+            offset_of!(uapi::DrmVgpuSanRecord, history) as u64,
+        ),
+        (
+            "sizeof.san_report",
+            size_of::<uapi::DrmVgpuSanReport>() as u64,
+        ),
+        (
+            "san_report.ctx_id",
+            offset_of!(uapi::DrmVgpuSanReport, ctx_id) as u64,
+        ),
+        (
+            "san_report.pad",
+            offset_of!(uapi::DrmVgpuSanReport, pad) as u64,
+        ),
+        (
+            "san_report.after_seq",
+            offset_of!(uapi::DrmVgpuSanReport, after_seq) as u64,
+        ),
+        (
+            "san_report.report",
+            offset_of!(uapi::DrmVgpuSanReport, report) as u64,
+        ),
+        (
+            "DRM_IOCTL_VGPU_SAN_REPORT",
+            u64::from(uapi::DRM_IOCTL_VGPU_SAN_REPORT),
+        ),
+        ("VGPU_SAN_FLAG_STOPPED", u64::from(uapi::san::FLAG_STOPPED)),
+        ("VGPU_SAN_FLAG_PRIOR", u64::from(uapi::san::FLAG_PRIOR)),
+        ("VGPU_SAN_FLAG_PACKET", u64::from(uapi::san::FLAG_PACKET)),
+        ("VGPU_SAN_PACKET_WORDS", uapi::san::PACKET_WORDS as u64),
+        ("VGPU_SAN_HISTORY", uapi::san::HISTORY as u64),
         ("sizeof.fence", size_of::<uapi::DrmVgpuFence>() as u64),
         (
             "fence.ctx_id",
@@ -535,6 +847,10 @@ fn rust_mirror_matches_c_header() {
         ("VGPU_CTX_STATE_ERRORED", u64::from(uapi::CTX_STATE_ERRORED)),
         ("VGPU_CTX_STATE_BANNED", u64::from(uapi::CTX_STATE_BANNED)),
         ("VGPU_CTX_STATE_FAULTED", u64::from(uapi::CTX_STATE_FAULTED)),
+        (
+            "VGPU_CTX_STATE_DEVICE_LOST",
+            u64::from(uapi::CTX_STATE_DEVICE_LOST),
+        ),
         ("VGPU_ACCESS_READ", u64::from(uapi::ACCESS_READ)),
         ("VGPU_ACCESS_WRITE", u64::from(uapi::ACCESS_WRITE)),
         ("VGPU_ACCESS_EXECUTE", u64::from(uapi::ACCESS_EXECUTE)),
@@ -646,6 +962,38 @@ fn rust_mirror_matches_c_header() {
             offset_of!(uapi::DrmVgpuCtxStats, counters) as u64,
         ),
         (
+            "ctx_stats.engine_error",
+            offset_of!(uapi::DrmVgpuCtxStats, engine_error) as u64,
+        ),
+        (
+            "ctx_stats.error_engine",
+            offset_of!(uapi::DrmVgpuCtxStats, error_engine) as u64,
+        ),
+        (
+            "ctx_stats.error_header",
+            offset_of!(uapi::DrmVgpuCtxStats, error_header) as u64,
+        ),
+        (
+            "ctx_stats.error_cmd_index",
+            offset_of!(uapi::DrmVgpuCtxStats, error_cmd_index) as u64,
+        ),
+        (
+            "ctx_stats.error_packet_va",
+            offset_of!(uapi::DrmVgpuCtxStats, error_packet_va) as u64,
+        ),
+        (
+            "ctx_stats.error_seqno",
+            offset_of!(uapi::DrmVgpuCtxStats, error_seqno) as u64,
+        ),
+        (
+            "ctx_stats.error_cmd_offset",
+            offset_of!(uapi::DrmVgpuCtxStats, error_cmd_offset) as u64,
+        ),
+        (
+            "ctx_stats.san_reports",
+            offset_of!(uapi::DrmVgpuCtxStats, san_reports) as u64,
+        ),
+        (
             "sizeof.query_stats",
             size_of::<uapi::DrmVgpuQueryStats>() as u64,
         ),
@@ -710,6 +1058,26 @@ fn rust_mirror_matches_c_header() {
             offset_of!(uapi::DrmVgpuQueryStats, pad) as u64,
         ),
         (
+            "query_stats.mem_limit",
+            offset_of!(uapi::DrmVgpuQueryStats, mem_limit) as u64,
+        ),
+        (
+            "query_stats.file_mem_limit",
+            offset_of!(uapi::DrmVgpuQueryStats, file_mem_limit) as u64,
+        ),
+        (
+            "query_stats.mem_refused",
+            offset_of!(uapi::DrmVgpuQueryStats, mem_refused) as u64,
+        ),
+        (
+            "query_stats.retired_pages",
+            offset_of!(uapi::DrmVgpuQueryStats, retired_pages) as u64,
+        ),
+        (
+            "query_stats.lost",
+            offset_of!(uapi::DrmVgpuQueryStats, lost) as u64,
+        ),
+        (
             "DRM_IOCTL_VGPU_QUERY_STATS",
             u64::from(uapi::DRM_IOCTL_VGPU_QUERY_STATS),
         ),
@@ -738,6 +1106,249 @@ fn rust_mirror_matches_c_header() {
             "VGPU_STATS_MAX_CONTEXTS",
             u64::from(uapi::STATS_MAX_CONTEXTS),
         ),
+        (
+            "submit.in_syncs",
+            offset_of!(uapi::DrmVgpuSubmit, in_syncs) as u64,
+        ),
+        (
+            "submit.out_syncs",
+            offset_of!(uapi::DrmVgpuSubmit, out_syncs) as u64,
+        ),
+        (
+            "submit.num_in_syncs",
+            offset_of!(uapi::DrmVgpuSubmit, num_in_syncs) as u64,
+        ),
+        (
+            "submit.num_out_syncs",
+            offset_of!(uapi::DrmVgpuSubmit, num_out_syncs) as u64,
+        ),
+        ("submit.bos", offset_of!(uapi::DrmVgpuSubmit, bos) as u64),
+        (
+            "submit.num_bos",
+            offset_of!(uapi::DrmVgpuSubmit, num_bos) as u64,
+        ),
+        ("submit.pad2", offset_of!(uapi::DrmVgpuSubmit, pad2) as u64),
+        ("sizeof.sync", size_of::<uapi::DrmVgpuSync>() as u64),
+        ("sync.handle", offset_of!(uapi::DrmVgpuSync, handle) as u64),
+        ("sync.flags", offset_of!(uapi::DrmVgpuSync, flags) as u64),
+        ("sync.point", offset_of!(uapi::DrmVgpuSync, point) as u64),
+        (
+            "sizeof.submit_bo",
+            size_of::<uapi::DrmVgpuSubmitBo>() as u64,
+        ),
+        (
+            "submit_bo.handle",
+            offset_of!(uapi::DrmVgpuSubmitBo, handle) as u64,
+        ),
+        (
+            "submit_bo.flags",
+            offset_of!(uapi::DrmVgpuSubmitBo, flags) as u64,
+        ),
+        ("sizeof.vm_op", size_of::<uapi::DrmVgpuVmOp>() as u64),
+        ("vm_op.op", offset_of!(uapi::DrmVgpuVmOp, op) as u64),
+        ("vm_op.flags", offset_of!(uapi::DrmVgpuVmOp, flags) as u64),
+        ("vm_op.handle", offset_of!(uapi::DrmVgpuVmOp, handle) as u64),
+        ("vm_op.pad", offset_of!(uapi::DrmVgpuVmOp, pad) as u64),
+        (
+            "vm_op.bo_offset",
+            offset_of!(uapi::DrmVgpuVmOp, bo_offset) as u64,
+        ),
+        ("vm_op.va", offset_of!(uapi::DrmVgpuVmOp, va) as u64),
+        ("vm_op.size", offset_of!(uapi::DrmVgpuVmOp, size) as u64),
+        (
+            "sizeof.vm_bind_ops",
+            size_of::<uapi::DrmVgpuVmBindOps>() as u64,
+        ),
+        (
+            "vm_bind_ops.ops",
+            offset_of!(uapi::DrmVgpuVmBindOps, ops) as u64,
+        ),
+        (
+            "vm_bind_ops.num_ops",
+            offset_of!(uapi::DrmVgpuVmBindOps, num_ops) as u64,
+        ),
+        (
+            "vm_bind_ops.flags",
+            offset_of!(uapi::DrmVgpuVmBindOps, flags) as u64,
+        ),
+        (
+            "vm_bind_ops.in_syncs",
+            offset_of!(uapi::DrmVgpuVmBindOps, in_syncs) as u64,
+        ),
+        (
+            "vm_bind_ops.out_syncs",
+            offset_of!(uapi::DrmVgpuVmBindOps, out_syncs) as u64,
+        ),
+        (
+            "vm_bind_ops.num_in_syncs",
+            offset_of!(uapi::DrmVgpuVmBindOps, num_in_syncs) as u64,
+        ),
+        (
+            "vm_bind_ops.num_out_syncs",
+            offset_of!(uapi::DrmVgpuVmBindOps, num_out_syncs) as u64,
+        ),
+        (
+            "DRM_IOCTL_VGPU_VM_BIND_OPS",
+            u64::from(uapi::DRM_IOCTL_VGPU_VM_BIND_OPS),
+        ),
+        ("VGPU_CTX_MAX_PENDING", u64::from(uapi::CTX_MAX_PENDING)),
+        ("VGPU_SUBMIT_MAX_SYNCS", u64::from(uapi::SUBMIT_MAX_SYNCS)),
+        ("VGPU_SUBMIT_MAX_BOS", u64::from(uapi::SUBMIT_MAX_BOS)),
+        ("VGPU_SUBMIT_BO_READ", u64::from(uapi::SUBMIT_BO_READ)),
+        ("VGPU_SUBMIT_BO_WRITE", u64::from(uapi::SUBMIT_BO_WRITE)),
+        ("VGPU_SUBMIT_BO_FLAGS", u64::from(uapi::SUBMIT_BO_FLAGS)),
+        ("VGPU_VM_OP_MAP", u64::from(uapi::VM_OP_MAP)),
+        ("VGPU_VM_OP_UNMAP", u64::from(uapi::VM_OP_UNMAP)),
+        ("VGPU_VM_BIND_MAX_OPS", u64::from(uapi::VM_BIND_MAX_OPS)),
+        ("VGPU_VM_BIND_MAX_SYNCS", u64::from(uapi::VM_BIND_MAX_SYNCS)),
+        ("DRM_IOCTL_GET_CAP", u64::from(uapi::DRM_IOCTL_GET_CAP)),
+        ("DRM_CAP_PRIME", uapi::DRM_CAP_PRIME),
+        ("DRM_PRIME_CAP_IMPORT", uapi::DRM_PRIME_CAP_IMPORT),
+        ("DRM_PRIME_CAP_EXPORT", uapi::DRM_PRIME_CAP_EXPORT),
+        ("DRM_CAP_SYNCOBJ", uapi::DRM_CAP_SYNCOBJ),
+        ("DRM_CAP_SYNCOBJ_TIMELINE", uapi::DRM_CAP_SYNCOBJ_TIMELINE),
+        (
+            "sizeof.prime_handle",
+            size_of::<uapi::DrmPrimeHandle>() as u64,
+        ),
+        (
+            "prime_handle.fd",
+            offset_of!(uapi::DrmPrimeHandle, fd) as u64,
+        ),
+        (
+            "DRM_IOCTL_PRIME_HANDLE_TO_FD",
+            u64::from(uapi::DRM_IOCTL_PRIME_HANDLE_TO_FD),
+        ),
+        (
+            "DRM_IOCTL_PRIME_FD_TO_HANDLE",
+            u64::from(uapi::DRM_IOCTL_PRIME_FD_TO_HANDLE),
+        ),
+        ("DRM_CLOEXEC", u64::from(uapi::DRM_CLOEXEC)),
+        ("DRM_RDWR", u64::from(uapi::DRM_RDWR)),
+        (
+            "sizeof.syncobj_create",
+            size_of::<uapi::DrmSyncobjCreate>() as u64,
+        ),
+        (
+            "sizeof.syncobj_destroy",
+            size_of::<uapi::DrmSyncobjDestroy>() as u64,
+        ),
+        (
+            "sizeof.syncobj_handle",
+            size_of::<uapi::DrmSyncobjHandle>() as u64,
+        ),
+        (
+            "syncobj_handle.fd",
+            offset_of!(uapi::DrmSyncobjHandle, fd) as u64,
+        ),
+        (
+            "sizeof.syncobj_transfer",
+            size_of::<uapi::DrmSyncobjTransfer>() as u64,
+        ),
+        (
+            "syncobj_transfer.dst_point",
+            offset_of!(uapi::DrmSyncobjTransfer, dst_point) as u64,
+        ),
+        (
+            "sizeof.syncobj_wait",
+            size_of::<uapi::DrmSyncobjWait>() as u64,
+        ),
+        (
+            "syncobj_wait.first_signaled",
+            offset_of!(uapi::DrmSyncobjWait, first_signaled) as u64,
+        ),
+        (
+            "sizeof.syncobj_timeline_wait",
+            size_of::<uapi::DrmSyncobjTimelineWait>() as u64,
+        ),
+        (
+            "syncobj_timeline_wait.first_signaled",
+            offset_of!(uapi::DrmSyncobjTimelineWait, first_signaled) as u64,
+        ),
+        (
+            "sizeof.syncobj_array",
+            size_of::<uapi::DrmSyncobjArray>() as u64,
+        ),
+        (
+            "sizeof.syncobj_timeline_array",
+            size_of::<uapi::DrmSyncobjTimelineArray>() as u64,
+        ),
+        (
+            "syncobj_timeline_array.flags",
+            offset_of!(uapi::DrmSyncobjTimelineArray, flags) as u64,
+        ),
+        (
+            "DRM_SYNCOBJ_CREATE_SIGNALED",
+            u64::from(uapi::SYNCOBJ_CREATE_SIGNALED),
+        ),
+        (
+            "DRM_SYNCOBJ_FD_TO_HANDLE_FLAGS_IMPORT_SYNC_FILE",
+            u64::from(uapi::SYNCOBJ_FD_TO_HANDLE_IMPORT_SYNC_FILE),
+        ),
+        (
+            "DRM_SYNCOBJ_HANDLE_TO_FD_FLAGS_EXPORT_SYNC_FILE",
+            u64::from(uapi::SYNCOBJ_HANDLE_TO_FD_EXPORT_SYNC_FILE),
+        ),
+        (
+            "DRM_SYNCOBJ_WAIT_FLAGS_WAIT_ALL",
+            u64::from(uapi::SYNCOBJ_WAIT_ALL),
+        ),
+        (
+            "DRM_SYNCOBJ_WAIT_FLAGS_WAIT_FOR_SUBMIT",
+            u64::from(uapi::SYNCOBJ_WAIT_FOR_SUBMIT),
+        ),
+        (
+            "DRM_SYNCOBJ_WAIT_FLAGS_WAIT_AVAILABLE",
+            u64::from(uapi::SYNCOBJ_WAIT_AVAILABLE),
+        ),
+        (
+            "DRM_SYNCOBJ_QUERY_FLAGS_LAST_SUBMITTED",
+            u64::from(uapi::SYNCOBJ_QUERY_LAST_SUBMITTED),
+        ),
+        (
+            "DRM_IOCTL_SYNCOBJ_CREATE",
+            u64::from(uapi::DRM_IOCTL_SYNCOBJ_CREATE),
+        ),
+        (
+            "DRM_IOCTL_SYNCOBJ_DESTROY",
+            u64::from(uapi::DRM_IOCTL_SYNCOBJ_DESTROY),
+        ),
+        (
+            "DRM_IOCTL_SYNCOBJ_HANDLE_TO_FD",
+            u64::from(uapi::DRM_IOCTL_SYNCOBJ_HANDLE_TO_FD),
+        ),
+        (
+            "DRM_IOCTL_SYNCOBJ_FD_TO_HANDLE",
+            u64::from(uapi::DRM_IOCTL_SYNCOBJ_FD_TO_HANDLE),
+        ),
+        (
+            "DRM_IOCTL_SYNCOBJ_WAIT",
+            u64::from(uapi::DRM_IOCTL_SYNCOBJ_WAIT),
+        ),
+        (
+            "DRM_IOCTL_SYNCOBJ_RESET",
+            u64::from(uapi::DRM_IOCTL_SYNCOBJ_RESET),
+        ),
+        (
+            "DRM_IOCTL_SYNCOBJ_SIGNAL",
+            u64::from(uapi::DRM_IOCTL_SYNCOBJ_SIGNAL),
+        ),
+        (
+            "DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT",
+            u64::from(uapi::DRM_IOCTL_SYNCOBJ_TIMELINE_WAIT),
+        ),
+        (
+            "DRM_IOCTL_SYNCOBJ_QUERY",
+            u64::from(uapi::DRM_IOCTL_SYNCOBJ_QUERY),
+        ),
+        (
+            "DRM_IOCTL_SYNCOBJ_TRANSFER",
+            u64::from(uapi::DRM_IOCTL_SYNCOBJ_TRANSFER),
+        ),
+        (
+            "DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL",
+            u64::from(uapi::DRM_IOCTL_SYNCOBJ_TIMELINE_SIGNAL),
+        ),
     ];
     let c = c_values();
     assert_eq!(c.len(), rust.len(), "probe and mirror list differ");
@@ -745,6 +1356,84 @@ fn rust_mirror_matches_c_header() {
         assert_eq!(ck, rk);
         assert_eq!(cv, rv, "{ck}: C header says {cv}, Rust mirror says {rv}");
     }
+}
+
+/// `#define PREFIXNAME VALUE` lines of the header: (NAME, VALUE).
+fn defines(prefix: &str) -> Vec<(String, u32)> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let h = std::fs::read_to_string(root.join("include/uapi/drm/vgpu_drm.h")).unwrap();
+    h.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("#define ")?.strip_prefix(prefix)?;
+            let mut it = rest.split_whitespace();
+            let name = it.next()?.to_owned();
+            let value = it.next()?.parse().ok()?;
+            Some((name, value))
+        })
+        .collect()
+}
+
+#[test]
+fn engine_error_and_fault_reason_names_are_hwifs() {
+    use vgpu_hwif::mmu::FaultReason;
+    use vgpu_hwif::packet::EngineError;
+    let errors = defines("VGPU_ENGINE_ERROR_");
+    assert_eq!(errors.len(), 17, "NONE and every EngineError");
+    for (name, v) in &errors {
+        match EngineError::from_u32(*v) {
+            Some(e) => assert_eq!(e.name(), name, "VGPU_ENGINE_ERROR_{name} = {v}"),
+            None => assert_eq!((name.as_str(), *v), ("NONE", 0)),
+        }
+    }
+    assert!(
+        EngineError::from_u32(errors.len() as u32).is_none(),
+        "every error is in the header"
+    );
+    assert_eq!(uapi::engine_error::SANITIZER, EngineError::Sanitizer as u32);
+    assert_eq!(uapi::engine_error::INTERNAL, EngineError::Internal as u32);
+    assert_eq!(
+        uapi::engine_error::BAD_HEADER,
+        EngineError::BadHeader as u32
+    );
+    let reasons = defines("VGPU_FAULT_REASON_");
+    assert_eq!(
+        reasons,
+        uapi::fault_reason::ALL
+            .iter()
+            .map(|&(v, n)| (n.to_owned(), v))
+            .collect::<Vec<_>>()
+    );
+    for (name, v) in &reasons {
+        match FaultReason::from_u8(*v as u8) {
+            Some(r) => assert_eq!(r.name(), name, "VGPU_FAULT_REASON_{name} = {v}"),
+            None => assert_eq!((name.as_str(), *v), ("NONE", 0)),
+        }
+    }
+}
+
+#[test]
+fn sanitizer_checks_in_header_are_hwifs() {
+    use vgpu_hwif::sanitize::{Check, CHECKS};
+    let checks: Vec<(String, u32)> = defines("VGPU_SAN_")
+        .into_iter()
+        .filter(|(n, _)| !n.starts_with("FLAG_") && !n.contains("WORDS") && n != "HISTORY")
+        .collect();
+    assert_eq!(checks.len(), CHECKS);
+    for (name, v) in &checks {
+        let c = Check::from_u32(*v).unwrap();
+        assert_eq!(
+            c.id(),
+            format!("SAN-{}", name.replace('_', "-")),
+            "VGPU_SAN_{name}"
+        );
+    }
+    assert_eq!(uapi::san::TEARDOWN, Check::Teardown as u32);
+    assert_eq!(uapi::san::RING_UNPUBLISHED, Check::RingUnpublished as u32);
+    assert_eq!(
+        size_of::<uapi::DrmVgpuSanRecord>(),
+        size_of::<vgpu_hwif::sanitize::SanReport>(),
+        "the record mirrors hwif's report"
+    );
 }
 
 #[test]

@@ -9,6 +9,7 @@
 .arg partial ptr
 .shared 1024                        // one u32 per thread
 .workgroup 256
+// LAB(8) BEGIN reduce-body
     s2r     r0, %tid.x
     s2r     r1, %gid.x
     ldarg   r2, [n]
@@ -41,4 +42,5 @@ step:
     mad.wide.u32 d12, r11, r10, d12
     st.32   [d12], r3
     exit
+// LAB(8) END reduce-body
 .end

@@ -3,7 +3,7 @@
 
 use crate::encode::{OFFSET_MAX, OFFSET_MIN};
 use crate::inst::*;
-use crate::module::{max_register, ArgInfo, ArgKind, Kernel, Module, ModuleError};
+use crate::module::{is_ident, max_register, ArgInfo, ArgKind, Kernel, Module, ModuleError};
 use std::collections::HashMap;
 use thiserror::Error;
 
@@ -243,12 +243,6 @@ pub fn parse_line(text: &str) -> Result<Instruction, AsmError> {
         None => {}
     }
     Ok(inst)
-}
-
-fn is_ident(s: &str) -> bool {
-    let mut c = s.chars();
-    matches!(c.next(), Some(x) if x.is_ascii_alphabetic() || x == '_')
-        && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
 }
 
 fn one_number(line: usize, rest: &[&str]) -> Result<u32, AsmError> {

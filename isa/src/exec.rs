@@ -46,7 +46,7 @@ pub enum LaunchError {
     SharedTooLarge(u32),
     #[error("workgroup size {0:?} is invalid (each ≥ 1, product ≤ {MAX_WORKGROUP_THREADS})")]
     BadWorkgroupSize([u32; 3]),
-    #[error("grid {0:?} is invalid (each dimension ≥ 1)")]
+    #[error("grid {0:?} is invalid (each dimension ≥ 1, at most 2^64 − 1 workgroups)")]
     BadGrid([u32; 3]),
     #[error("argument buffer has {have} bytes, the kernel needs {need}")]
     ArgsTooShort { need: u32, have: usize },
@@ -90,11 +90,13 @@ impl Launch {
         if shared_bytes > MAX_SHARED_BYTES {
             return Err(LaunchError::SharedTooLarge(shared_bytes));
         }
-        let threads: u64 = wg_size.iter().map(|&v| v as u64).product();
-        if wg_size.contains(&0) || threads > MAX_WORKGROUP_THREADS as u64 {
+        // Three u32 factors can exceed 64 bits (2^31 · 2^31 · 4 = 2^64
+        // wraps to 0): the products are checked.
+        let threads = checked_product(wg_size);
+        if wg_size.contains(&0) || threads.is_none_or(|t| t > MAX_WORKGROUP_THREADS as u64) {
             return Err(LaunchError::BadWorkgroupSize(wg_size));
         }
-        if grid.contains(&0) {
+        if grid.contains(&0) || checked_product(grid).is_none() {
             return Err(LaunchError::BadGrid(grid));
         }
         if args.len() < k.arg_size as usize {
@@ -127,9 +129,10 @@ impl Launch {
     pub fn shared_bytes(&self) -> u32 {
         self.shared_bytes
     }
-    /// Number of workgroups in the grid.
+    /// Number of workgroups in the grid (it fits 64 bits: checked when the
+    /// launch was made).
     pub fn workgroups(&self) -> u64 {
-        self.grid.iter().map(|&v| v as u64).product()
+        checked_product(self.grid).unwrap_or(u64::MAX)
     }
     /// The workgroup id of linear index `i` (x fastest).
     pub fn workgroup_id(&self, i: u64) -> [u32; 3] {
@@ -140,10 +143,18 @@ impl Launch {
             (i / (gx * gy)) as u32,
         ]
     }
-    /// Threads per workgroup.
+    /// Threads per workgroup (at most `MAX_WORKGROUP_THREADS`: checked when
+    /// the launch was made).
     pub fn threads_per_workgroup(&self) -> u32 {
-        self.wg_size.iter().product()
+        checked_product(self.wg_size)
+            .and_then(|t| u32::try_from(t).ok())
+            .unwrap_or(u32::MAX)
     }
+}
+
+/// The product of three dimensions, or `None` if it does not fit 64 bits.
+pub fn checked_product(d: [u32; 3]) -> Option<u64> {
+    d.iter().try_fold(1u64, |n, &v| n.checked_mul(u64::from(v)))
 }
 
 /// Limits of one [`WorkgroupExec::run`] call.
@@ -248,21 +259,23 @@ pub struct Stats {
     pub thread_instructions: u64,
 }
 
-struct Warp {
-    regs: Vec<Lanes>,
-    preds: [u32; NUM_PREDS],
+/// One warp's state; the JIT's generated code reads and writes the same
+/// fields (`crate::jit`), so either engine can continue the other's work.
+pub(crate) struct Warp {
+    pub(crate) regs: Vec<Lanes>,
+    pub(crate) preds: [u32; NUM_PREDS],
     /// PC of the lanes in `active`.
-    pc: u32,
-    active: u32,
+    pub(crate) pc: u32,
+    pub(crate) active: u32,
     /// PC of every lane not in `active`.
-    lane_pc: Lanes,
+    pub(crate) lane_pc: Lanes,
     /// Lanes that have not exited.
-    live: u32,
+    pub(crate) live: u32,
     /// Lanes waiting at a barrier (their `lane_pc` is the barrier).
-    blocked: u32,
+    pub(crate) blocked: u32,
     /// Lowest `lane_pc` of the runnable lanes outside `active`.
-    next_min: u32,
-    clock: u64,
+    pub(crate) next_min: u32,
+    pub(crate) clock: u64,
 }
 
 impl Warp {
@@ -282,7 +295,7 @@ impl Warp {
     }
 
     /// Recomputes the active group after PCs changed (min-PC rule).
-    fn reschedule(&mut self) {
+    pub(crate) fn reschedule(&mut self) {
         let mk = expand(self.active);
         for (l, pc) in self.lane_pc.iter_mut().enumerate() {
             *pc = (self.pc & mk[l]) | (*pc & !mk[l]);
@@ -543,7 +556,7 @@ fn compare(cmp: Cmp, ty: CmpType, a: &Lanes, b: &Lanes) -> u32 {
     }
 }
 
-enum WarpStop {
+pub(crate) enum WarpStop {
     /// Quantum used up; the warp can continue.
     Quantum,
     /// No runnable lanes (all exited or waiting at a barrier).
@@ -589,13 +602,19 @@ pub struct WorkgroupExec<'a> {
     wg: [u32; 3],
     warps: Vec<Warp>,
     /// Thread ids (x, y, z) of every lane of every warp.
-    tids: Vec<[Lanes; 3]>,
-    shared: Vec<u32>,
+    pub(crate) tids: Vec<[Lanes; 3]>,
+    pub(crate) shared: Vec<u32>,
     next_warp: usize,
     done: bool,
     /// How the workgroup ended, once it has.
     finished: Option<Result<Outcome, Fault>>,
-    stats: Stats,
+    pub(crate) stats: Stats,
+    /// Native code of the kernel: warps run it instead of the interpreter.
+    #[cfg(feature = "jit")]
+    jit: Option<Arc<crate::jit::JitKernel>>,
+    /// The JIT's software TLB (direct pages per memory instruction).
+    #[cfg(feature = "jit")]
+    pub(crate) jit_pages: crate::jit::Pages,
 }
 
 impl<'a> WorkgroupExec<'a> {
@@ -673,6 +692,10 @@ impl<'a> WorkgroupExec<'a> {
             done: false,
             finished: None,
             stats: Stats::default(),
+            #[cfg(feature = "jit")]
+            jit: None,
+            #[cfg(feature = "jit")]
+            jit_pages: crate::jit::Pages::default(),
         };
         exec.reset(wg)?;
         Ok(exec)
@@ -709,6 +732,48 @@ impl<'a> WorkgroupExec<'a> {
         self.finished = None;
         self.stats = Stats::default();
         Ok(())
+    }
+
+    /// Runs the warps on `kernel`'s native code (compiled from this
+    /// execution's kernel by [`crate::jit::JitModule::compile`]), or on the
+    /// interpreter with `None`. Results are the same either way; the state
+    /// may be switched between `run` calls. Refused (false) for the code of
+    /// another kernel.
+    #[cfg(feature = "jit")]
+    pub fn set_jit(&mut self, kernel: Option<Arc<crate::jit::JitKernel>>) -> bool {
+        if let Some(k) = &kernel {
+            let mine = self.module.kernels().get(self.launch.kernel);
+            if !mine.is_some_and(|m| k.matches(m)) {
+                return false;
+            }
+        }
+        self.jit_pages = crate::jit::Pages::for_kernel(kernel.as_deref());
+        self.jit = kernel;
+        true
+    }
+
+    /// Whether the warps run native code.
+    #[cfg(feature = "jit")]
+    pub fn jit_enabled(&self) -> bool {
+        self.jit.is_some()
+    }
+
+    /// The warps' states (for the JIT's differential tests).
+    #[cfg(all(test, feature = "jit"))]
+    pub(crate) fn warps(&self) -> &[Warp] {
+        &self.warps
+    }
+
+    /// The launch's argument buffer and grid, for the JIT's context.
+    #[cfg(feature = "jit")]
+    pub(crate) fn launch(&self) -> &Launch {
+        &self.launch
+    }
+
+    /// The workgroup id and the number of warps (for the JIT's context).
+    #[cfg(feature = "jit")]
+    pub(crate) fn position(&self) -> ([u32; 3], usize) {
+        (self.wg, self.warps.len())
     }
 
     /// Counters since the last reset.
@@ -891,13 +956,25 @@ impl<'a> WorkgroupExec<'a> {
                 clock: 0,
             },
         );
+        #[cfg(feature = "jit")]
+        let r = match self.jit.take() {
+            Some(k) => {
+                let r = crate::jit::run_warp(self, &k, w, &mut warp, code, mem, quantum);
+                self.jit = Some(k);
+                r
+            }
+            None => self.run_warp_inner(w, &mut warp, code, mem, quantum),
+        };
+        #[cfg(not(feature = "jit"))]
         let r = self.run_warp_inner(w, &mut warp, code, mem, quantum);
         self.warps[w] = warp;
         r
     }
 
+    /// The interpreter's warp loop: warp `w` (taken out of `self.warps`)
+    /// for at most `quantum` instructions.
     #[inline(never)]
-    fn run_warp_inner<M: GlobalMemory + ?Sized>(
+    pub(crate) fn run_warp_inner<M: GlobalMemory + ?Sized>(
         &mut self,
         w: usize,
         warp: &mut Warp,

@@ -42,6 +42,37 @@ pub fn run_grid<M: GlobalMemory + Sync + ?Sized>(
     units: usize,
     cancel: Option<&AtomicBool>,
 ) -> GridReport {
+    run_grid_on(module, launch, mem, units, cancel, None)
+}
+
+/// [`run_grid`] with the warps on `jit`'s native code (compiled from
+/// `module`) where it has the kernel's, on the interpreter otherwise.
+#[cfg(feature = "jit")]
+pub fn run_grid_jit<M: GlobalMemory + Sync + ?Sized>(
+    module: &Module,
+    launch: &Launch,
+    mem: &M,
+    units: usize,
+    cancel: Option<&AtomicBool>,
+    jit: &crate::jit::JitModule,
+) -> GridReport {
+    let code = jit.kernel(launch.kernel_index()).ok();
+    run_grid_on(module, launch, mem, units, cancel, code)
+}
+
+#[cfg(feature = "jit")]
+type Code<'a> = Option<&'a std::sync::Arc<crate::jit::JitKernel>>;
+#[cfg(not(feature = "jit"))]
+type Code<'a> = Option<&'a ()>;
+
+fn run_grid_on<M: GlobalMemory + Sync + ?Sized>(
+    module: &Module,
+    launch: &Launch,
+    mem: &M,
+    units: usize,
+    cancel: Option<&AtomicBool>,
+    code: Code<'_>,
+) -> GridReport {
     let total = launch.workgroups();
     let next = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
@@ -58,8 +89,9 @@ pub fn run_grid<M: GlobalMemory + Sync + ?Sized>(
     };
     let cancelled = || cancel.is_some_and(|c| c.load(Ordering::Relaxed));
     std::thread::scope(|s| {
+        let mut workers = Vec::with_capacity(units.max(1));
         for _ in 0..units.max(1) {
-            s.spawn(|| {
+            workers.push(s.spawn(|| {
                 let mut exec: Option<WorkgroupExec<'_>> = None;
                 'work: loop {
                     if stop.load(Ordering::Relaxed) {
@@ -76,7 +108,11 @@ pub fn run_grid<M: GlobalMemory + Sync + ?Sized>(
                     let wg = launch.workgroup_id(i);
                     let started = match exec.as_mut() {
                         Some(e) => e.reset(wg).map(|_| ()),
-                        None => WorkgroupExec::new(module, launch, wg).map(|e| {
+                        None => WorkgroupExec::new(module, launch, wg).map(|mut e| {
+                            #[cfg(feature = "jit")]
+                            e.set_jit(code.cloned());
+                            #[cfg(not(feature = "jit"))]
+                            let _ = (&mut e, code);
                             exec = Some(e);
                         }),
                     };
@@ -130,7 +166,15 @@ pub fn run_grid<M: GlobalMemory + Sync + ?Sized>(
                         break 'work;
                     }
                 }
-            });
+            }));
+        }
+        // Joined here rather than by the scope: a joined thread has fully
+        // exited (its thread-locals destroyed) when the grid returns, where
+        // the scope only waits for the closures to return.
+        for w in workers {
+            if let Err(panic) = w.join() {
+                std::panic::resume_unwind(panic);
+            }
         }
     });
     let outcome = first

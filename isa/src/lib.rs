@@ -8,11 +8,14 @@
 #![allow(clippy::needless_range_loop)]
 
 pub mod asm;
+pub mod bounds;
 pub mod disasm;
 pub mod encode;
 pub mod exec;
 pub mod grid;
 pub mod inst;
+#[cfg(feature = "jit")]
+pub mod jit;
 pub mod math;
 pub mod mem;
 pub mod module;
@@ -24,6 +27,8 @@ pub use exec::{
     run_workgroup, Fault, FaultKind, Launch, LaunchError, Limits, Outcome, Stats, Trap,
     WorkgroupExec,
 };
+#[cfg(feature = "jit")]
+pub use grid::run_grid_jit;
 pub use grid::{run_grid, GridOutcome, GridReport};
 pub use inst::*;
 pub use mem::{

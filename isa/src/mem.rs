@@ -36,7 +36,9 @@ pub enum MemFaultReason {
     /// The address is not a multiple of the access size (raised by the
     /// interpreter before the memory is asked).
     Misaligned,
-    /// The shared-memory offset is outside the workgroup's allocation.
+    /// The shared-memory offset is outside the workgroup's allocation, or
+    /// (a [`crate::bounds::BufferBounds`] memory) the global access is not
+    /// wholly inside one buffer.
     OutOfBounds,
     /// The memory behind the translation failed (device-defined).
     Bus,
@@ -108,6 +110,78 @@ pub trait GlobalMemory {
         store_lanes(size, va, mask, lo, hi, |va, size, v| {
             self.store(va, size, v)
         })
+    }
+
+    /// The page holding `va` if native code may reach it directly for
+    /// `access` (`Read` or `Write`); `None` (the default) sends every
+    /// access through the methods above. The JIT caches the answer for
+    /// the rest of one `run` call, as the device's compute units cache
+    /// translations for one step.
+    fn direct_page(&self, va: u64, access: Access) -> Option<DirectPage> {
+        let _ = (va, access);
+        None
+    }
+
+    /// How long the pages [`GlobalMemory::direct_page`] returns stay valid:
+    /// 0 (the default), for one `run` call; otherwise for as long as this
+    /// memory returns the same value, which it must change (to a value no
+    /// memory returned before, see [`new_epoch`]) before any of those pages
+    /// stops being valid as [`DirectPage::new`] describes — its mappings or
+    /// permissions change, or it is dropped.
+    fn direct_epoch(&self) -> u64 {
+        0
+    }
+}
+
+/// A page of global memory that native code may access directly: GPU VAs
+/// `va_base .. va_base + len` are the host bytes `host .. host + len`.
+/// Built only through the `unsafe` [`DirectPage::new`], whose caller
+/// vouches for the mapping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DirectPage {
+    va_base: u64,
+    len: u64,
+    host: std::ptr::NonNull<u8>,
+}
+
+impl DirectPage {
+    /// The page `va_base .. va_base + len` (`len` a multiple of 4096,
+    /// `va_base` aligned to it) at host address `host`.
+    ///
+    /// # Safety
+    ///
+    /// For as long as the memory that returns this page is borrowed, and
+    /// beyond while its [`GlobalMemory::direct_epoch`] stays the same
+    /// non-zero value:
+    /// `host .. host + len` stays mapped, every naturally aligned access of
+    /// 1, 2, 4 (and, as two or four such words, 8 or 16) bytes to it is
+    /// allowed for the access kind the page was asked for (reads for
+    /// `Read`, writes for `Write`), may race with other threads (the memory
+    /// is shared: only single-copy atomic accesses happen there), and has
+    /// exactly the effect of the memory's own `load`/`store` at the same VA
+    /// (same permissions, no poison, no fault).
+    pub unsafe fn new(va_base: u64, len: u64, host: std::ptr::NonNull<u8>) -> Option<DirectPage> {
+        let ok = len >= 4096
+            && len.is_power_of_two()
+            && va_base.is_multiple_of(len)
+            && va_base.checked_add(len).is_some();
+        ok.then_some(DirectPage { va_base, len, host })
+    }
+    /// The first GPU VA of the page.
+    pub fn va_base(&self) -> u64 {
+        self.va_base
+    }
+    /// The page's size in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+    /// Never empty (pages are at least 4 KiB).
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+    /// The host address of `va_base`.
+    pub fn host(&self) -> std::ptr::NonNull<u8> {
+        self.host
     }
 }
 
@@ -225,20 +299,32 @@ pub trait PagedMemory {
     /// warp lane by lane. Called with `lo <= hi`, both aligned to `size`,
     /// and `size` 1, 2, 4 or 8.
     fn page_span(&self, lo: u64, hi: u64, size: u8, access: Access) -> Option<Self::Page<'_>>;
+
+    /// [`GlobalMemory::direct_page`].
+    fn direct_page(&self, va: u64, access: Access) -> Option<DirectPage> {
+        let _ = (va, access);
+        None
+    }
+
+    /// [`GlobalMemory::direct_epoch`].
+    fn direct_epoch(&self) -> u64 {
+        0
+    }
 }
 
 /// `va[0]` if the access is the common one: a full warp of 32-bit words at
 /// consecutive, aligned addresses from `va[0]` upwards (no wrap).
 #[inline(always)]
 fn consecutive_words(size: u8, va: &[u64; WARP_SIZE], mask: u32) -> Option<u64> {
-    if size != 4 || mask != u32::MAX || !va[0].is_multiple_of(4) || va[0] > u64::MAX - 4 * 31 {
+    if size != 4 || mask != u32::MAX {
         return None;
     }
+    let first = va[0];
     let mut differ = 0u64;
     for (l, &a) in va.iter().enumerate() {
-        differ |= a ^ (va[0] + 4 * l as u64);
+        differ |= a ^ first.wrapping_add(4 * l as u64);
     }
-    (differ == 0).then_some(va[0])
+    (differ == 0 && first.is_multiple_of(4) && first <= u64::MAX - 4 * 31).then_some(first)
 }
 
 /// Lowest and highest address of the lanes in `mask` (non-zero), if every
@@ -336,6 +422,16 @@ impl<M: PagedMemory + ?Sized> GlobalMemory for M {
             self.lane_store(va, size, v)
         })
     }
+
+    #[inline]
+    fn direct_page(&self, va: u64, access: Access) -> Option<DirectPage> {
+        PagedMemory::direct_page(self, va, access)
+    }
+
+    #[inline]
+    fn direct_epoch(&self) -> u64 {
+        PagedMemory::direct_epoch(self)
+    }
 }
 
 /// Iterates over the set bits of a lane mask, lowest first.
@@ -402,9 +498,28 @@ impl Hasher for PageHasher {
 /// word an atomic so any number of compute units may share it.
 ///
 /// [`map`]: SparseMemory::map
-#[derive(Default)]
 pub struct SparseMemory {
     pages: HashMap<u64, SparsePage, BuildHasherDefault<PageHasher>>,
+    /// [`GlobalMemory::direct_epoch`]: new at creation and at every change
+    /// of the mappings.
+    epoch: u64,
+}
+
+impl Default for SparseMemory {
+    fn default() -> Self {
+        SparseMemory {
+            pages: HashMap::default(),
+            epoch: new_epoch(),
+        }
+    }
+}
+
+/// A value no memory had before: what [`GlobalMemory::direct_epoch`]
+/// implementations hand out.
+pub fn new_epoch() -> u64 {
+    use std::sync::atomic::AtomicU64;
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl fmt::Debug for SparseMemory {
@@ -423,6 +538,7 @@ impl SparseMemory {
     /// Maps the pages covering `[va, va + len)`, zero-filled (pages already
     /// mapped keep their contents and take the new permission).
     pub fn map(&mut self, va: u64, len: u64, writable: bool) {
+        self.epoch = new_epoch();
         if len == 0 {
             return;
         }
@@ -438,6 +554,7 @@ impl SparseMemory {
 
     /// Unmaps the pages covering `[va, va + len)`.
     pub fn unmap(&mut self, va: u64, len: u64) {
+        self.epoch = new_epoch();
         if len == 0 {
             return;
         }
@@ -638,6 +755,26 @@ impl PagedMemory for SparseMemory {
             return None;
         }
         self.page(lo, access, size).ok()
+    }
+
+    fn direct_page(&self, va: u64, access: Access) -> Option<DirectPage> {
+        if access == Access::Atomic {
+            return None;
+        }
+        let p = self.page(va & !3, access, 4).ok()?;
+        let host = std::ptr::NonNull::new(p.words.as_ptr().cast_mut().cast::<u8>())?;
+        // SAFETY: the page's words live in a box that stays in the map for
+        // as long as `self` is borrowed (unmapping needs `&mut self`); they
+        // are `AtomicU32`s, so shared aligned accesses of any thread are
+        // allowed and are what `load_in_page`/`store_in_page` do; `page`
+        // checked the permission for `access`; there is no poison here.
+        unsafe { DirectPage::new(va & !PAGE_MASK, PAGE_SIZE, host) }
+    }
+
+    fn direct_epoch(&self) -> u64 {
+        // Renewed by `map` and `unmap`, the only changes of the pages and
+        // their permissions (both need `&mut self`, as dropping does).
+        self.epoch
     }
 }
 

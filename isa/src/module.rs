@@ -159,7 +159,7 @@ pub enum ModuleError {
     BadInstruction { pc: u32, word: u64, err: InstError },
     #[error("string offset {0} is outside the string section or unterminated")]
     BadString(u32),
-    #[error("a name is not valid UTF-8 / is empty / is longer than {MAX_NAME_LEN} bytes")]
+    #[error("a name is not an identifier (ASCII letters, digits and `_`, not starting with a digit) or is longer than {MAX_NAME_LEN} bytes")]
     BadName,
     #[error("module has no kernels")]
     NoKernels,
@@ -322,8 +322,17 @@ pub fn max_register(op: &Op) -> Option<u32> {
     }
 }
 
+/// Whether `s` is an identifier: ASCII letters, digits and `_`, not
+/// starting with a digit (what the assembler accepts as a name, so that
+/// every loadable module disassembles to text that assembles).
+pub(crate) fn is_ident(s: &str) -> bool {
+    let mut c = s.chars();
+    matches!(c.next(), Some(x) if x.is_ascii_alphabetic() || x == '_')
+        && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
+}
+
 fn check_name(s: &str) -> Result<(), ModuleError> {
-    if s.is_empty() || s.len() > MAX_NAME_LEN || s.contains('\0') {
+    if !is_ident(s) || s.len() > MAX_NAME_LEN {
         Err(ModuleError::BadName)
     } else {
         Ok(())
@@ -361,8 +370,11 @@ fn validate_kernel(k: &Kernel, code: &[Instruction], gen: u32) -> Result<(), Mod
         });
     }
     let hint = k.wg_hint;
-    let product = hint.iter().map(|&v| v as u64).product::<u64>();
-    if hint != [0, 0, 0] && !(1..=MAX_WORKGROUP_THREADS as u64).contains(&product) {
+    // Checked: three u32 factors can exceed 64 bits and wrap into range.
+    let product = crate::exec::checked_product(hint);
+    if hint != [0, 0, 0]
+        && !product.is_some_and(|p| (1..=MAX_WORKGROUP_THREADS as u64).contains(&p))
+    {
         return Err(ModuleError::BadWorkgroupHint { kernel: kn(), hint });
     }
     let mut names = HashSet::new();

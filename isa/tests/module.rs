@@ -370,6 +370,17 @@ fn malformed_modules_are_rejected_precisely() {
             |e| matches!(e, ModuleError::ArgsOutsideTable { count: 50, .. }),
         ),
         (
+            // Found by fuzzing: a name the loader took but the assembler
+            // refuses, so the disassembly did not assemble.
+            "kernel name that is not an identifier",
+            |b| {
+                let name = rd32(b, kfield(b, 0)) as usize;
+                let (strings, _) = section(b, SECTION_STRINGS);
+                b[strings + name + 1] = b'?';
+            },
+            |e| *e == ModuleError::BadName,
+        ),
+        (
             "kernel name offset",
             |b| {
                 let o = kfield(b, 0);
@@ -388,6 +399,25 @@ fn malformed_modules_are_rejected_precisely() {
                     e,
                     ModuleError::BadWorkgroupHint {
                         hint: [256, 8, 1],
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "workgroup hint whose product wraps 64 bits to 0",
+            |b| {
+                // 2^31 · 2^31 · 4 = 2^64.
+                for (f, v) in [(8, 1 << 31), (9, 1 << 31), (10, 4)] {
+                    let o = kfield(b, f);
+                    wr32(b, o, v)
+                }
+            },
+            |e| {
+                matches!(
+                    e,
+                    ModuleError::BadWorkgroupHint {
+                        hint: [0x8000_0000, 0x8000_0000, 4],
                         ..
                     }
                 )
@@ -462,8 +492,14 @@ fn random_corruption_never_panics() {
             let n = r.range(0, b.len() as u32) as usize;
             b.truncate(n);
         }
-        if Module::from_bytes(&b).is_err() {
-            rejected += 1;
+        match Module::from_bytes(&b) {
+            Err(_) => rejected += 1,
+            // What loads disassembles to text that assembles to the same
+            // kernels.
+            Ok(m) => {
+                let again = vgpu_isa::assemble(&vgpu_isa::disassemble(&m), m.generation()).unwrap();
+                assert_eq!(kernels(&again), kernels(&m));
+            }
         }
     }
     assert!(
@@ -513,4 +549,85 @@ fn loader_enforces_the_device_generation() {
             ..
         })
     ));
+}
+
+#[test]
+fn launch_shapes_are_checked_without_wrapping() {
+    use vgpu_isa::{Launch, LaunchError};
+    let m = sample_module("vecadd");
+    let args = vec![0u8; 64];
+    let launch = |grid, wg| Launch::by_index(&m, 0, grid, wg, args.clone(), 0);
+    // 2^31 · 2^31 · 4 threads wraps to 0 in 64 bits.
+    let wrap = [1 << 31, 1 << 31, 4];
+    assert_eq!(
+        launch([1; 3], wrap).unwrap_err(),
+        LaunchError::BadWorkgroupSize(wrap)
+    );
+    assert_eq!(
+        launch([1; 3], [u32::MAX; 3]).unwrap_err(),
+        LaunchError::BadWorkgroupSize([u32::MAX; 3])
+    );
+    // More than 2^64 − 1 workgroups cannot be counted.
+    assert_eq!(
+        launch([u32::MAX; 3], [64, 1, 1]).unwrap_err(),
+        LaunchError::BadGrid([u32::MAX; 3])
+    );
+    // The largest countable grids are fine.
+    let l = launch([u32::MAX, u32::MAX, 1], [32, 32, 1]).unwrap();
+    assert_eq!(l.workgroups(), u64::from(u32::MAX) * u64::from(u32::MAX));
+    assert_eq!(l.threads_per_workgroup(), 1024);
+    assert_eq!(
+        l.workgroup_id(l.workgroups() - 1),
+        [u32::MAX - 1, u32::MAX - 1, 0]
+    );
+}
+
+/// Each kernel as it runs: its metadata (wherever its code starts) and its
+/// code.
+fn kernels(m: &Module) -> Vec<(Kernel, &[Instruction])> {
+    m.kernels()
+        .iter()
+        .map(|k| {
+            let code = &m.code()[k.entry as usize..(k.entry + k.len) as usize];
+            (
+                Kernel {
+                    entry: 0,
+                    ..k.clone()
+                },
+                code,
+            )
+        })
+        .collect()
+}
+
+/// The disassembler prints each kernel's code: code outside every kernel
+/// (which nothing can execute; the loader allows it) is left out, and
+/// kernels sharing code each get their copy, so the text assembles to a
+/// module with the same kernels, not always the same bytes. (The fuzz
+/// target `isa_module` checks this; it first assumed equal modules.)
+#[test]
+fn disassembly_keeps_every_kernel_not_unreachable_code() {
+    let exit = Instruction::new(Op::Exit);
+    let nop = Instruction::new(Op::Nop);
+    let k = |name: &str, entry| Kernel {
+        name: name.into(),
+        entry,
+        len: 2,
+        regs: 1,
+        shared_bytes: 0,
+        arg_size: 0,
+        args: vec![],
+        wg_hint: [0; 3],
+    };
+    // a and c share words 0..2, b has words 2..4, and word 4 belongs to no
+    // kernel.
+    let code = vec![nop, exit, nop, exit, nop];
+    let m = Module::new(2, code, vec![k("a", 0), k("b", 2), k("c", 0)]).unwrap();
+    let again = vgpu_isa::assemble(&vgpu_isa::disassemble(&m), 2).unwrap();
+    assert_eq!(kernels(&again), kernels(&m));
+    assert_eq!(
+        again.code().len(),
+        6,
+        "a, b and c have 2 words each; the 5th word is gone"
+    );
 }

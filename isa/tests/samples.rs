@@ -214,3 +214,42 @@ fn scan_matches_cpu() {
         assert_eq!(gpu.u32s(vout, n), want, "n={n}");
     }
 }
+
+/// The compare-and-swap loop of docs/isa.md §4.10: every lane of every
+/// workgroup adds into one word, on two compute units.
+#[test]
+fn float_atomic_add_matches_cpu() {
+    let m = sample_module("float_atomic_add");
+    let mut rng = Rng::new(7);
+    for n in [1usize, 63, 64, 1000, 4099] {
+        // Small integers: every partial sum is exact whatever the order.
+        let x: Vec<f32> = (0..n).map(|_| rng.range(0, 1000) as f32).collect();
+        let mut gpu = Gpu::new();
+        let (vx, vs) = (gpu.upload_f32(&x), gpu.upload_f32(&[0.5]));
+        let args = Args::new()
+            .set(&m, "float_atomic_add", "n", n as u64)
+            .set(&m, "float_atomic_add", "x", vx)
+            .set(&m, "float_atomic_add", "sum", vs);
+        let l = launch(
+            &m,
+            "float_atomic_add",
+            [n.div_ceil(64) as u32, 1, 1],
+            [64, 1, 1],
+            args,
+        );
+        run(&m, &gpu, &l, 2);
+        let want = x.iter().fold(0.5f32, |s, &v| s + v);
+        assert_eq!(gpu.f32s(vs, 1)[0], want, "n={n}");
+    }
+    // A NaN in the word: the loop compares bits, so it ends (with the
+    // canonical NaN every fp32 operation produces).
+    let mut gpu = Gpu::new();
+    let (vx, vs) = (gpu.upload_f32(&[1.0; 100]), gpu.upload_u32(&[0x7fc0_0000]));
+    let args = Args::new()
+        .set(&m, "float_atomic_add", "n", 100)
+        .set(&m, "float_atomic_add", "x", vx)
+        .set(&m, "float_atomic_add", "sum", vs);
+    let l = launch(&m, "float_atomic_add", [2, 1, 1], [64, 1, 1], args);
+    run(&m, &gpu, &l, 1);
+    assert_eq!(gpu.u32s(vs, 1)[0], 0x7fff_ffff);
+}

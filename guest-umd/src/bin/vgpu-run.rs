@@ -4,7 +4,8 @@
 //! Arguments are `kind:value`: `u32:10`, `i32:-1`, `f32:2.5`, `u64:0x10`,
 //! or a buffer: `buf:SIZE` (zeroed), `buf:SIZE:fill=BYTE`, `buf:SIZE:iota`
 //! (u32 0, 1, 2 …), `buf:SIZE:f32=1.5` (every f32), passed as its address.
-//! After the launch every buffer argument is printed (`--show N` words).
+//! After the launch every buffer argument is printed (`--show N` words): as
+//! floats for a buffer given as `f32=`, as hex words otherwise.
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -145,7 +146,7 @@ fn run(a: &Args) -> Result<(), String> {
         if kind == "buf" {
             let b = buffer(&ctx, &s, value)?;
             args.push(Arg::buf(&b));
-            bufs.push((i, b));
+            bufs.push((i, b, value.contains(":f32=")));
         } else {
             args.push(
                 Arg::parse(kind, value)
@@ -159,20 +160,29 @@ fn run(a: &Args) -> Result<(), String> {
     s.launch(&k, grid, wg, &args).map_err(|e| e.to_string())?;
     s.synchronize().map_err(|e| e.to_string())?;
     println!("{}: grid {grid:?} done in {:?}", k.info().name, t.elapsed());
-    for (i, b) in bufs {
+    for (i, b, floats) in bufs {
         let n = (b.size() as usize / 4).min(a.show);
         let mut v = vec![0u8; 4 * n];
         b.read(0, &mut v).map_err(|e| e.to_string())?;
         let words: Vec<String> = v
-            .chunks(4)
-            .map(|c| format!("{:#x}", u32::from_le_bytes(c.try_into().unwrap())))
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .map(|w| {
+                if floats {
+                    format!("{}", f32::from_bits(w))
+                } else {
+                    format!("{w:#x}")
+                }
+            })
             .collect();
-        println!("arg {i} ({} bytes): {}", b.size(), words.join(" "));
+        let kind = if floats { ", f32" } else { "" };
+        println!("arg {i} ({} bytes{kind}): {}", b.size(), words.join(" "));
     }
     Ok(())
 }
 
 fn main() -> ExitCode {
+    vgpu_umd::exit_quietly_on_closed_pipe();
     let a = Args::parse();
     match run(&a) {
         Ok(()) => ExitCode::SUCCESS,

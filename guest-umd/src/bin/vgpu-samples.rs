@@ -405,6 +405,7 @@ fn device_lost() -> R<()> {
 }
 
 fn main() -> ExitCode {
+    vgpu_umd::exit_quietly_on_closed_pipe();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let n = |d: u32| args.get(1).and_then(|s| s.parse().ok()).unwrap_or(d);
     let r = match args.first().map(String::as_str) {

@@ -177,7 +177,56 @@ fn pct(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1}%"))
 }
 
-fn print_text(prev: Option<&Stats>, s: &Stats) {
+/// Where a context's first error happened, as text (`None`: no error):
+/// the error's name, the packet (its header decoded), the SUBMIT and the
+/// offset in the command buffer the application gave.
+fn error_text(generation: u32, c: &uapi::DrmVgpuCtxStats) -> Option<String> {
+    if c.error_packet_va == 0 && c.engine_error == 0 {
+        return None;
+    }
+    let mut t = match vgpu_hwif::packet::EngineError::from_u32(c.engine_error) {
+        Some(e) if c.engine_error != 0 => format!("{} (engine error {})", e.name(), c.engine_error),
+        _ if c.engine_error != 0 => format!("engine error {}", c.engine_error),
+        _ => "GPU page fault".to_owned(),
+    };
+    if c.error_packet_va != 0 {
+        let _ = write!(
+            t,
+            " at packet {:#x} on {}",
+            c.error_packet_va,
+            if c.error_engine == uapi::ENGINE_COMPUTE {
+                "compute"
+            } else {
+                "copy"
+            }
+        );
+        if c.error_header != 0 {
+            let _ = write!(
+                t,
+                " [{}]",
+                vgpu_hwif::describe::HeaderWord {
+                    generation,
+                    word: c.error_header
+                }
+            );
+        }
+    }
+    if c.error_seqno != 0 {
+        let _ = write!(t, ", SUBMIT seqno {}", c.error_seqno);
+    }
+    if c.error_cmd_index != uapi::CMD_INDEX_NONE {
+        let _ = write!(
+            t,
+            ", command buffer {} +{:#x}",
+            c.error_cmd_index, c.error_cmd_offset
+        );
+    } else if c.error_packet_va != 0 {
+        t.push_str(", a packet the KMD wrote");
+    }
+    Some(t)
+}
+
+fn print_text(generation: u32, prev: Option<&Stats>, s: &Stats) {
     let dt_ms = prev.map(|p| s.sample_ns.saturating_sub(p.sample_ns) as f64 / 1e6);
     match dt_ms {
         Some(ms) => println!("engines (utilisation over {ms:.0} ms)"),
@@ -206,20 +255,27 @@ fn print_text(prev: Option<&Stats>, s: &Stats) {
     }
     row("device", None, &s.device);
     println!(
-        "memory    gem {} in {} objects, page tables {}",
+        "memory    gem {} in {} objects (limit {}, per file {}, refused {}), page tables {}",
         bytes(s.mem_bytes),
         s.mem_objects,
+        bytes(s.mem_limit),
+        bytes(s.file_mem_limit),
+        s.mem_refused,
         bytes(s.pt_bytes)
     );
     println!(
-        "recovery  faults {}  hangs {}  engine resets {}  device resets {}  wedged {}",
+        "recovery  faults {}  hangs {}  engine resets {}  device resets {}  retired pages {}  wedged {}  lost {}",
         s.faults,
         s.hangs,
         s.engine_resets,
         s.device_resets,
-        if s.wedged { "YES" } else { "no" }
+        s.retired_pages,
+        if s.wedged { "YES" } else { "no" },
+        if s.lost { "YES" } else { "no" }
     );
-    if s.wedged {
+    if s.lost {
+        println!("          the device stopped answering: the driver declared it lost (rebind the driver)");
+    } else if s.wedged {
         println!("          the device is wedged: rebind the driver (device counters not read)");
     }
     let shown = s.contexts.len();
@@ -276,6 +332,15 @@ fn print_text(prev: Option<&Stats>, s: &Stats) {
             c.faults,
             c.hangs
         );
+        if let Some(e) = error_text(generation, c) {
+            println!("        error: {e}");
+        }
+        if c.san_reports > 0 {
+            println!(
+                "        sanitizer: {} report(s) (debugfs sanitizer)",
+                c.san_reports
+            );
+        }
     }
     println!("  (fences: completed/submitted; MEM: GEM memory of the context's file)");
 }
@@ -339,16 +404,21 @@ fn json_view(dev: &Device, id: &Identity, prev: Option<&Stats>, s: &Stats) -> St
     }
     let _ = write!(
         o,
-        "],\"device_counters\":{},\"mem_bytes\":{},\"mem_objects\":{},\"pt_bytes\":{},\"faults\":{},\"hangs\":{},\"engine_resets\":{},\"device_resets\":{},\"wedged\":{},\"num_contexts\":{},\"contexts\":[",
+        "],\"device_counters\":{},\"mem_bytes\":{},\"mem_objects\":{},\"mem_limit\":{},\"file_mem_limit\":{},\"mem_refused\":{},\"pt_bytes\":{},\"faults\":{},\"hangs\":{},\"engine_resets\":{},\"device_resets\":{},\"retired_pages\":{},\"wedged\":{},\"lost\":{},\"num_contexts\":{},\"contexts\":[",
         json_counters(&s.device),
         s.mem_bytes,
         s.mem_objects,
+        s.mem_limit,
+        s.file_mem_limit,
+        s.mem_refused,
         s.pt_bytes,
         s.faults,
         s.hangs,
         s.engine_resets,
         s.device_resets,
+        s.retired_pages,
         s.wedged,
+        s.lost,
         s.total_contexts
     );
     for (i, c) in s.contexts.iter().enumerate() {
@@ -357,7 +427,7 @@ fn json_view(dev: &Device, id: &Identity, prev: Option<&Stats>, s: &Stats) -> St
         }
         let _ = write!(
             o,
-            "{{\"ctx_id\":{},\"pid\":{},\"command\":{},\"priority\":{},\"engines\":{},\"state\":{},\"reset_status\":{},\"hangs\":{},\"faults\":{},\"mem_bytes\":{},\"submitted\":[{},{}],\"completed\":[{},{}],\"utilisation\":{},\"counters\":{}}}",
+            "{{\"ctx_id\":{},\"pid\":{},\"command\":{},\"priority\":{},\"engines\":{},\"state\":{},\"reset_status\":{},\"hangs\":{},\"faults\":{},\"mem_bytes\":{},\"submitted\":[{},{}],\"completed\":[{},{}],\"utilisation\":{},\"counters\":{},\"error\":{},\"san_reports\":{}}}",
             c.ctx_id,
             c.pid,
             json_str(&comm(c.pid)),
@@ -373,7 +443,9 @@ fn json_view(dev: &Device, id: &Identity, prev: Option<&Stats>, s: &Stats) -> St
             c.completed[0],
             c.completed[1],
             json_opt(prev.map(|p| s.ctx_utilisation(p, c.ctx_id))),
-            json_counters(&c.counters)
+            json_counters(&c.counters),
+            error_text(id.generation, c).map_or("null".to_owned(), |t| json_str(&t)),
+            c.san_reports
         );
     }
     o.push_str("]}");
@@ -452,7 +524,7 @@ fn run(args: &Args) -> Result<bool, vgpu_umd::Error> {
             if args.watch.is_some() {
                 println!("--- view {}", n + 1);
             }
-            print_text(prev.as_ref(), &s);
+            print_text(id.generation, prev.as_ref(), &s);
             if args.status {
                 ok &= show_debugfs(&dev);
             }
@@ -469,6 +541,7 @@ fn run(args: &Args) -> Result<bool, vgpu_umd::Error> {
 }
 
 fn main() -> ExitCode {
+    vgpu_umd::exit_quietly_on_closed_pipe();
     let args = Args::parse();
     match run(&args) {
         Ok(true) => ExitCode::SUCCESS,
@@ -477,5 +550,43 @@ fn main() -> ExitCode {
             eprintln!("vgpu-smi: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+    use vgpu_umd::uapi;
+
+    #[test]
+    fn an_errored_context_names_its_packet() {
+        let header = vgpu_hwif::packet::encode_header(2, vgpu_hwif::packet::OP_FILL, 6);
+        let c = uapi::DrmVgpuCtxStats {
+            engine_error: uapi::engine_error::BAD_OPERAND,
+            error_engine: uapi::ENGINE_COPY,
+            error_header: header,
+            error_cmd_index: 1,
+            error_packet_va: 0x7f00_0040,
+            error_seqno: 5,
+            error_cmd_offset: 0x40,
+            ..Default::default()
+        };
+        let t = error_text(2, &c).unwrap();
+        assert!(
+            t.starts_with("BAD_OPERAND (engine error 6) at packet 0x7f000040 on copy [FILL"),
+            "{t}"
+        );
+        assert!(
+            t.ends_with(", SUBMIT seqno 5, command buffer 1 +0x40"),
+            "{t}"
+        );
+        let kmd = uapi::DrmVgpuCtxStats {
+            error_cmd_index: uapi::CMD_INDEX_NONE,
+            ..c
+        };
+        assert!(error_text(2, &kmd)
+            .unwrap()
+            .ends_with(", a packet the KMD wrote"));
+        assert_eq!(error_text(2, &uapi::DrmVgpuCtxStats::default()), None);
     }
 }

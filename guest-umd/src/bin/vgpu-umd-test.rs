@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use vgpu_hwif::packet::{self, Packet};
 use vgpu_umd::{
-    devices, Arg, Buffer, Context, Device, Error, Event, LostReason, MemKind, Module, Stream,
-    ENGINE_COPY,
+    devices, Arg, Buffer, Config, Context, Device, Error, Event, LostReason, MemKind, Module,
+    ReadPath, Stream, ENGINE_COPY,
 };
 
 struct T {
@@ -241,6 +241,59 @@ fn test_copy(t: &mut T, ctx: &Context) {
         s.copy(&ob, 0, &dev, 0, 16),
         |e| e.to_string().contains("another context"),
     );
+}
+
+/// Both read paths: straight from the buffer's mapping (the default; waits
+/// for the stream's work, submits nothing itself) and staged through the
+/// copy engine (`VGPU_READ=staged`; one COPY per piece). Each reads what a
+/// pending device copy wrote, at odd offsets and sizes, small and large.
+fn test_read_paths(t: &mut T, dev: &Device) {
+    for path in [ReadPath::Direct, ReadPath::Staged] {
+        let name = format!("{path:?}").to_lowercase();
+        let cfg = Config {
+            read: path,
+            ..Config::default()
+        };
+        let Some(ctx) = t.ok(
+            &format!("read {name}: context"),
+            Context::with_config(dev, cfg),
+        ) else {
+            return;
+        };
+        let s = Stream::new(&ctx).unwrap();
+        for size in [1usize, 4093, 70_001, (9 << 20) + 5] {
+            let a = ctx.alloc(size as u64 + 3, MemKind::DeviceLocal).unwrap();
+            let b = ctx.alloc(size as u64 + 3, MemKind::DeviceLocal).unwrap();
+            let data = pattern(size, size as u32 ^ 0x77);
+            s.write(&a, 1, &data).unwrap();
+            // Not synchronized: the read must wait for this copy.
+            s.copy(&b, 3, &a, 1, size as u64).unwrap();
+            let mut back = vec![0u8; size];
+            t.ok(&format!("read {name}: {size}"), s.read(&b, 3, &mut back));
+            t.check(&format!("read {name}: data {size}"), back == data, || {
+                let i = back.iter().zip(&data).position(|(x, y)| x != y);
+                format!("first difference at {i:?}")
+            });
+            // A synchronized stream: the direct read submits nothing, the
+            // staged one at least one COPY batch.
+            let before_idle = s.stats().submits;
+            t.ok(
+                &format!("read {name}: again {size}"),
+                s.read(&b, 3, &mut back),
+            );
+            let extra = s.stats().submits - before_idle;
+            t.check(
+                &format!("read {name}: submits of an idle read {size}"),
+                (extra == 0) == (path == ReadPath::Direct),
+                || format!("{extra} submits"),
+            );
+            t.check(
+                &format!("read {name}: data again {size}"),
+                back == data,
+                String::new,
+            );
+        }
+    }
 }
 
 fn test_batching(t: &mut T, ctx: &Context) {
@@ -834,15 +887,35 @@ fn test_stats(t: &mut T) {
         matches!(
             &r,
             Err(e @ Error::Lost {
-                reason: LostReason::EngineError { code: 6 },
+                reason: LostReason::EngineError { code: 6, .. },
                 ..
             }) if e.to_string().contains("BAD_OPERAND")
+        ),
+        || format!("{r:?}"),
+    );
+    // ... and names its packet: read back from the command buffer and
+    // decoded, with the SUBMIT and the offset in the buffer it was in.
+    t.check(
+        "stats: the engine error names its packet and where it was submitted",
+        matches!(
+            &r,
+            Err(e @ Error::Lost {
+                reason: LostReason::EngineError { at: Some(p), .. },
+                ..
+            }) if p.packet.starts_with("FILL")
+                && p.packet_va != 0
+                && p.seqno != 0
+                && p.cmd_index.is_some()
+                && p.depth == 1
+                && e.to_string().contains(&format!("at packet {:#x} [FILL", p.packet_va))
+                && e.to_string().contains(", command buffer ")
         ),
         || format!("{r:?}"),
     );
 }
 
 fn main() {
+    vgpu_umd::exit_quietly_on_closed_pipe();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let want = |s: &str| args.is_empty() || args.iter().any(|a| a == s);
     let mut t = T {
@@ -865,6 +938,7 @@ fn main() {
     }
     if want("copy") {
         test_copy(&mut t, &ctx);
+        test_read_paths(&mut t, &Device::open_first().expect("device"));
     }
     if want("batch") {
         test_batching(&mut t, &ctx);

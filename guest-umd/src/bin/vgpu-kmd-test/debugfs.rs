@@ -69,3 +69,28 @@ pub fn object(name: &str) -> i64 {
         .find(|(k, _)| k == name)
         .map_or(-1, |(_, v)| v)
 }
+
+/// The environments of the uevents a uevent helper recorded (one file per
+/// uevent, /tmp/uevent.<pid>: see tests/e2e.sh), once one contains
+/// `needle` or after 2 s (the helper runs asynchronously).
+pub fn uevents_with(needle: &str) -> Vec<String> {
+    let read = || -> Vec<String> {
+        std::fs::read_dir("/tmp")
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("uevent."))
+                    .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut events = Vec::new();
+    for _ in 0..100 {
+        events = read();
+        if events.iter().any(|e| e.contains(needle)) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    events
+}

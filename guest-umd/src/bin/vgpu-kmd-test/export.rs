@@ -9,38 +9,11 @@ use vgpu_umd::uapi;
 use crate::node::{fence, fill, open, scratch, sem_wait_eq, Map, Scratch, MS, PAGE};
 use crate::report::T;
 
-/// `struct sync_file_info` (linux/sync_file.h).
-#[repr(C)]
-#[derive(Default)]
-struct SyncFileInfo {
-    name: [u8; 32],
-    status: i32,
-    flags: u32,
-    num_fences: u32,
-    pad: u32,
-    sync_fence_info: u64,
-}
-
-/// `SYNC_IOC_FILE_INFO` = `_IOWR('>', 4, struct sync_file_info)`.
-const SYNC_IOC_FILE_INFO: u32 = uapi::ioc(3, 0x3e, 4, size_of::<SyncFileInfo>());
-
 /// A sync_file's status: 1 signalled, 0 active, < 0 the error it
-/// completed with; `Err(errno)` if the ioctl failed.
-fn sync_status(fd: &OwnedFd) -> Result<i32, i32> {
-    let mut info = SyncFileInfo::default();
-    // SAFETY: `fd` is an open descriptor of this process; `info` is a
-    // `sync_file_info` the kernel fills.
-    let r = unsafe {
-        libc::ioctl(
-            fd.as_raw_fd(),
-            SYNC_IOC_FILE_INFO as _,
-            &mut info as *mut SyncFileInfo,
-        )
-    };
-    if r < 0 {
-        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
-    }
-    Ok(info.status)
+/// completed with (the UMD's reading of `SYNC_IOC_FILE_INFO`; -1000 if the
+/// ioctl failed).
+fn sync_status(fd: &OwnedFd) -> i32 {
+    vgpu_umd::sync::sync_file_status(fd.as_raw_fd())
 }
 
 /// Whether `fd` polls readable within `ms`.
@@ -83,7 +56,7 @@ pub fn test_fence_export(t: &mut T, path: &Path) {
     };
     t.check(
         "export: pending fd not ready, status 0",
-        !poll_ready(&fa, 0) && sync_status(&fa) == Ok(0),
+        !poll_ready(&fa, 0) && sync_status(&fa) == 0,
         || format!("{:?}", sync_status(&fa)),
     );
     // Bad arguments.
@@ -129,7 +102,7 @@ pub fn test_fence_export(t: &mut T, path: &Path) {
     if let Some(fb) = t.ok("export: completed fence", export(b, 0, sb)) {
         t.check(
             "export: completed fd ready, status 1",
-            poll_ready(&fb, 0) && sync_status(&fb) == Ok(1),
+            poll_ready(&fb, 0) && sync_status(&fb) == 1,
             || format!("{:?}", sync_status(&fb)),
         );
         drop(fb);
@@ -138,7 +111,7 @@ pub fn test_fence_export(t: &mut T, path: &Path) {
     data.write(0, 1);
     t.check(
         "export: fd signals when the job completes",
-        poll_ready(&fa, 5_000) && sync_status(&fa) == Ok(1),
+        poll_ready(&fa, 5_000) && sync_status(&fa) == 1,
         || format!("{:?}", sync_status(&fa)),
     );
     t.check(
@@ -160,7 +133,7 @@ pub fn test_fence_export(t: &mut T, path: &Path) {
         data.write(0, 1);
         t.check(
             "export: faulting job's fd completes with EIO",
-            poll_ready(&fc, 5_000) && sync_status(&fc) == Ok(-libc::EIO),
+            poll_ready(&fc, 5_000) && sync_status(&fc) == -libc::EIO,
             || format!("{:?}", sync_status(&fc)),
         );
         drop(fc);
@@ -173,7 +146,7 @@ pub fn test_fence_export(t: &mut T, path: &Path) {
         let _ = n.ctx_destroy(a);
         t.check(
             "export: context destroy cancels the fd",
-            poll_ready(&fd, 1_000) && sync_status(&fd) == Ok(-libc::ECANCELED),
+            poll_ready(&fd, 1_000) && sync_status(&fd) == -libc::ECANCELED,
             || format!("{:?}", sync_status(&fd)),
         );
         drop(fd);
@@ -189,7 +162,7 @@ pub fn test_fence_export(t: &mut T, path: &Path) {
     if let Some(fd) = kept {
         t.check(
             "export: closing the file cancels the fd, which stays usable",
-            poll_ready(&fd, 1_000) && sync_status(&fd) == Ok(-libc::ECANCELED),
+            poll_ready(&fd, 1_000) && sync_status(&fd) == -libc::ECANCELED,
             || format!("{:?}", sync_status(&fd)),
         );
         drop(fd);

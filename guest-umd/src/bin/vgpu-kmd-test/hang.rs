@@ -8,7 +8,7 @@ use std::path::Path;
 use vgpu_hwif::packet::Packet;
 use vgpu_umd::uapi::{self, param};
 
-use crate::debugfs::{debugfs, field, summary_field};
+use crate::debugfs::{debugfs, field, summary_field, uevents_with};
 use crate::node::{copy, fence, fill, open, scratch, sem_wait_eq, Cmds, Scratch, MS, PAGE};
 use crate::report::{errname, errno, T};
 
@@ -103,9 +103,14 @@ pub fn test_hang_inflight(t: &mut T, path: &Path) {
     );
     let w = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let z = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
-    // Size the innocent jobs: one 256 MiB fill timed, then jobs of about
-    // 150 ms (well inside the job timeout) for about 3 s in all.
+    // Size the innocent jobs: a 256 MiB fill timed warm (the second of
+    // two: the first pays for the walks and the device's first touches,
+    // and timed alone it made later fills look slow, so the innocent work
+    // could end before the hang was found), then jobs of about 150 ms
+    // (well inside the job timeout) for about 3 s in all.
     let one = cmds.put(2 * 512, &slotted(fill(base, 256 << 20, 0x77), 1));
+    let s0 = n.submit(w, 0, &[one], &[]).unwrap_or(0);
+    let _ = n.wait(&[fence(w, 0, s0)], true, 10_000 * MS);
     let t1 = std::time::Instant::now();
     let s1 = n.submit(w, 0, &[one], &[]).unwrap_or(0);
     let _ = n.wait(&[fence(w, 0, s1)], true, 10_000 * MS);
@@ -200,9 +205,11 @@ pub fn test_watchdog(t: &mut T, path: &Path) {
         before.is_some() && after == before.map(|h| h + 1),
         || format!("{before:?} -> {after:?}"),
     );
+    // The counter moves when the hang is declared; the job fails when the
+    // reset ladder (capture, engine reset) has run, a moment later.
     t.err(
-        "watchdog: the hung job already failed",
-        n.wait(&[fence(c, 0, seq)], true, 0),
+        "watchdog: the hung job failed by the watchdog's reset",
+        n.wait(&[fence(c, 0, seq)], true, 5_000_000_000),
         libc::EIO,
     );
     let last = debugfs("contexts");
@@ -260,26 +267,7 @@ pub fn test_wedged(t: &mut T, path: &Path) {
         n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0),
         libc::EIO,
     );
-    // The helper runs asynchronously: give it a moment.
-    // One file per uevent: /tmp/uevent.<pid>, the helper's environment.
-    let read_events = || -> Vec<String> {
-        std::fs::read_dir("/tmp")
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| e.file_name().to_string_lossy().starts_with("uevent."))
-                    .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let mut events = Vec::new();
-    for _ in 0..100 {
-        events = read_events();
-        if events.iter().any(|e| e.contains("WEDGED=rebind")) {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let events = uevents_with("WEDGED=rebind");
     let ev = events.join("\n");
     let wedged: Vec<&String> = events
         .iter()

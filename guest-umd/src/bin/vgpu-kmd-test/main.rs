@@ -13,29 +13,61 @@
 //!   inflight, watchdog       hangs in flight and nobody waiting
 //!   events                   injected fence-event faults
 //!   wedged                   the bottom of the reset ladder
+//!   lost                     the device process dies under a job (an
+//!                            injected crash): the device declared lost
+//!   limits                   GEM limits (gem_limit_mib=64 file_gem_limit_mib=32)
+//!   ras                      ECC page retirement (two injected ecc faults,
+//!                            ras_max_pages=2)
 //!   unbind                   unbinds and rebinds the driver; the sections
 //!                            after it do not run
+//!   coredump                 a devcoredump of an injected hang, a fault and
+//!                            a malformed packet, each printed and cleared
+//!                            (--inject hang:engine=copy,packet=COPY,count=2)
+//!   coredump-off             the same hang with coredump=0: no dump
 //!   remap                    rebind a VA to another BO after the GPU used
 //!                            it: every page must read the new BO (the
 //!                            unbind invalidated the TLB)
+//!   syncobj                  DRM sync objects: waits, timelines, transfers,
+//!                            sync_files, jobs signalling and waiting
+//!   syncobj-hang             a job's out-syncobj carries -EIO after an
+//!                            injected hang (--inject hang:engine=copy)
+//!   queue                    the KMD job queue: another file's fence, 1,000
+//!                            jobs on a small ring, a dependency that never
+//!                            signals (sw_sync) cancelled at teardown
+//!   vmbind                   VM_BIND_OPS on GPUVM: partial unbind, remap,
+//!                            split maps, 2 MiB pages cut, ordered unmap
+//!   prime                    dma-buf sharing between files and processes,
+//!                            implicit sync, a foreign dma-buf refused
+//!   sanitizer                bugs planted in the KMD (debugfs
+//!                            `sanitizer_plant`) each caught by the
+//!                            device's sanitizer (vgpu-device --sanitize)
 //!
 //! Prints `ok NAME` / `FAIL NAME: why` per check and a closing
 //! `kmd-test: N passed, M failed`; exits 1 if anything failed.
 
 mod concurrent;
+mod coredump;
 mod debugfs;
 mod events;
 mod export;
 mod gem;
 mod hang;
 mod leaks;
+mod limits;
+mod lost;
 mod node;
+mod prime;
+mod queue;
+mod ras;
 mod remap;
 mod report;
+mod sanitizer;
 mod stats;
 mod submit;
+mod syncobj;
 mod unbind;
 mod vm;
+mod vmbind;
 
 use std::path::Path;
 
@@ -56,9 +88,20 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("watchdog", false, hang::test_watchdog),
     ("events", false, events::test_injected_events),
     ("wedged", false, hang::test_wedged),
+    ("lost", false, lost::test_device_lost),
+    ("limits", false, limits::test_limits),
+    ("ras", false, ras::test_ras),
+    ("coredump", false, coredump::test_coredump),
+    ("coredump-off", false, coredump::test_coredump_off),
     ("export", true, export::test_fence_export),
     ("unbind", false, unbind::test_unbind),
     ("remap", false, remap::test_remap),
+    ("syncobj", false, syncobj::test_syncobj),
+    ("syncobj-hang", false, syncobj::test_syncobj_hang),
+    ("queue", false, queue::test_queue),
+    ("vmbind", false, vmbind::test_vmbind),
+    ("prime", false, prime::test_prime),
+    ("sanitizer", false, sanitizer::test_sanitizer),
     ("stats", true, stats::test_stats),
     ("concurrent", true, concurrent::test_concurrent),
     ("leaks", true, |t, path| leaks::test_leaks(t, path, 1000)),

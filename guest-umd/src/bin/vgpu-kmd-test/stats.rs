@@ -6,7 +6,7 @@ use std::path::Path;
 use vgpu_umd::kmd::{Kmd, KmdError};
 use vgpu_umd::uapi::{self, param};
 
-use crate::node::{fence, fill, open, Cmds, MS};
+use crate::node::{encode, fence, fill, open, Cmds, MS};
 use crate::report::T;
 
 /// A `QUERY_STATS` with room for every context: the summary and the
@@ -285,9 +285,22 @@ pub fn test_stats(t: &mut T, path: &Path) {
     let q = n.ctx_query(ctx).unwrap_or_default();
     t.check(
         "ctx_query: engine_error names the error",
-        q.engine_error == vgpu_hwif::packet::EngineError::BadOperand as u32
-            && q.state & uapi::CTX_STATE_ERRORED != 0,
+        q.engine_error == uapi::engine_error::BAD_OPERAND && q.state & uapi::CTX_STATE_ERRORED != 0,
         || format!("{q:?}"),
+    );
+    // ... and names its packet: the FILL at the start of the command buffer
+    // the SUBMIT gave, its header word, the SUBMIT's seqno.
+    let fill_header = encode(cmds.generation, bad.va, &[fill(dva, 0, 1)])[0];
+    t.check(
+        "ctx_query: the error names its packet and where it was submitted",
+        q.error_packet_va == bad.va
+            && q.error_header == fill_header
+            && q.error_cmd_index == 0
+            && q.error_cmd_offset == 0
+            && q.error_depth == 1
+            && q.error_engine == uapi::ENGINE_COPY
+            && q.error_seqno != 0,
+        || format!("{q:?}, want packet {:#x} header {fill_header:#x}", bad.va),
     );
     if let Ok((_, c)) = stats(&n) {
         let me = c
@@ -299,6 +312,17 @@ pub fn test_stats(t: &mut T, path: &Path) {
             "stats: errored context shows state and guilt",
             me.state & uapi::CTX_STATE_ERRORED != 0 && me.reset_status == uapi::CTX_RESET_GUILTY,
             || format!("{me:?}"),
+        );
+        t.check(
+            "stats: errored context names the packet for every file (vgpu-smi)",
+            me.engine_error == q.engine_error
+                && me.error_packet_va == q.error_packet_va
+                && me.error_header == q.error_header
+                && me.error_seqno == q.error_seqno
+                && me.error_cmd_index == q.error_cmd_index
+                && me.error_cmd_offset == q.error_cmd_offset
+                && me.error_engine == q.error_engine,
+            || format!("{me:?} vs {q:?}"),
         );
     }
     let _ = n.ctx_destroy(ctx);

@@ -1,12 +1,17 @@
-//! Interpreter benchmarks: lane-ops/s on an ALU-heavy kernel, saxpy and
-//! matmul against plain native Rust loops on the same data, and scaling with
-//! compute-unit threads. Run with
-//! `cargo run --release -p vgpu-isa --example bench`.
+//! Kernel benchmarks, interpreter and JIT in the same run: lane-ops/s on an
+//! ALU-heavy kernel, saxpy and matmul against plain native Rust loops on the
+//! same data, and scaling with compute-unit threads. Run with
+//! `cargo run --release -p vgpu-isa --example isa_bench [alu|saxpy|matmul]`.
+//! Lines starting with `ratio ` are what `scripts/bench` collects.
+//! Single-threaded times are the process's CPU time (on a shared machine
+//! wall time mostly measures the other processes); runs on several
+//! threads are timed by the wall clock.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
+use vgpu_isa::jit::JitModule;
 use vgpu_isa::mem::PAGE_SIZE;
-use vgpu_isa::{assemble, run_grid, GridOutcome, Launch, Module, SparseMemory};
+use vgpu_isa::{assemble, run_grid, run_grid_jit, GridOutcome, Launch, Module, SparseMemory};
 
 const ALU: &str = r"
 // 64 dependent-free fp32/int operations per iteration, `iters` iterations.
@@ -79,19 +84,59 @@ fn sample(name: &str) -> Module {
 }
 
 /// Best of `reps` runs of `f`.
+/// CPU time of the whole process (every thread).
+fn cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-parameter for the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Best of `reps` runs of `f`: the CPU time the process spent (the
+/// machine is shared: wall time mostly measures the other processes) for
+/// single-threaded runs, wall time for runs on several threads (scaling).
 fn best(reps: usize, mut f: impl FnMut()) -> Duration {
     (0..reps)
         .map(|_| {
-            let t = Instant::now();
+            let (t, c) = (Instant::now(), cpu_time());
             f();
-            t.elapsed()
+            if MULTI.load(std::sync::atomic::Ordering::Relaxed) {
+                t.elapsed()
+            } else {
+                cpu_time() - c
+            }
         })
         .min()
         .unwrap_or_default()
 }
 
-fn grid(m: &Module, l: &Launch, mem: &SparseMemory, units: usize) -> u64 {
-    let r = run_grid(m, l, mem, units, None);
+/// Whether the runs measured use more than one thread.
+static MULTI: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn on_threads(units: usize) -> usize {
+    MULTI.store(units > 1, std::sync::atomic::Ordering::Relaxed);
+    units
+}
+
+/// The engines measured: the interpreter, and the JIT where the host has
+/// one.
+fn engines(m: &Module) -> Vec<(&'static str, Option<JitModule>)> {
+    let mut v = vec![("interpreter", None)];
+    match JitModule::compile(m) {
+        Ok(j) => v.push(("jit", Some(j))),
+        Err(e) => println!("jit: not measured: {e}"),
+    }
+    v
+}
+
+fn grid(m: &Module, l: &Launch, mem: &SparseMemory, units: usize, jit: Option<&JitModule>) -> u64 {
+    let r = match jit {
+        Some(j) => run_grid_jit(m, l, mem, units, None, j),
+        None => run_grid(m, l, mem, units, None),
+    };
     assert_eq!(r.outcome, GridOutcome::Completed);
     r.stats.thread_instructions
 }
@@ -129,18 +174,23 @@ fn alu(cores: usize) {
     );
     let l = Launch::new(&m, "alu", [threads / 256, 1, 1], [256, 1, 1], a).expect("launch");
     let mut ops = 0;
-    let mut alu_rates = Vec::new();
-    for units in 1..=cores {
-        let t = best(5, || ops = grid(&m, &l, &mem, units));
-        let rate = ops as f64 / t.as_secs_f64();
-        alu_rates.push(rate);
-        println!(
-            "alu: {units} thread(s): {:.2} G lane-ops/s ({} lane-ops in {:.1} ms), {:.2} G/s per thread",
-            rate / 1e9,
-            ops,
-            t.as_secs_f64() * 1e3,
-            rate / 1e9 / units as f64
-        );
+    for (engine, jit) in engines(&m) {
+        for units in 1..=cores {
+            let t = best(5, || {
+                ops = grid(&m, &l, &mem, on_threads(units), jit.as_ref())
+            });
+            let rate = ops as f64 / t.as_secs_f64();
+            println!(
+                "alu: {engine}, {units} thread(s): {:.2} G lane-ops/s ({} lane-ops in {:.1} ms), {:.2} G/s per thread",
+                rate / 1e9,
+                ops,
+                t.as_secs_f64() * 1e3,
+                rate / 1e9 / units as f64
+            );
+            if units == 1 {
+                println!("ratio alu.{engine}.glane_ops_per_s {:.3}", rate / 1e9);
+            }
+        }
     }
 }
 
@@ -171,35 +221,41 @@ fn saxpy(cores: usize) {
     );
     let l = Launch::new(&m, "saxpy", [(n / 256) as u32, 1, 1], [256, 1, 1], a).expect("launch");
     let mut y = y0.clone();
+    on_threads(1);
     let native = best(5, || {
         for (yi, xi) in y.iter_mut().zip(&x) {
             *yi += alpha * *xi;
         }
         black_box(&mut y);
     });
-    let mut saxpy_interp = Vec::new();
-    for units in 1..=cores {
-        let t = best(3, || {
-            grid(&m, &l, &mem, units);
-        });
-        saxpy_interp.push(t);
-    }
-    let t1 = saxpy_interp[0];
-    println!(
-        "saxpy n={n}: native {:.2} ms ({:.2} G elem/s), interpreter 1 thread {:.2} ms ({:.3} G elem/s): ratio {:.3}x",
-        native.as_secs_f64() * 1e3,
-        n as f64 / native.as_secs_f64() / 1e9,
-        t1.as_secs_f64() * 1e3,
-        n as f64 / t1.as_secs_f64() / 1e9,
-        native.as_secs_f64() / t1.as_secs_f64()
-    );
-    for (i, t) in saxpy_interp.iter().enumerate() {
+    for (engine, jit) in engines(&m) {
+        let mut times = Vec::new();
+        for units in 1..=cores {
+            times.push(best(3, || {
+                grid(&m, &l, &mem, on_threads(units), jit.as_ref());
+            }));
+        }
+        let t1 = times[0];
         println!(
-            "saxpy: {} thread(s): {:.2} ms, ratio to native (1 thread) {:.3}x",
-            i + 1,
-            t.as_secs_f64() * 1e3,
-            native.as_secs_f64() / t.as_secs_f64()
+            "saxpy n={n}: native {:.2} ms ({:.2} G elem/s), {engine} 1 thread {:.2} ms ({:.3} G elem/s): ratio {:.3}x",
+            native.as_secs_f64() * 1e3,
+            n as f64 / native.as_secs_f64() / 1e9,
+            t1.as_secs_f64() * 1e3,
+            n as f64 / t1.as_secs_f64() / 1e9,
+            native.as_secs_f64() / t1.as_secs_f64()
         );
+        println!(
+            "ratio saxpy.{engine}.vs_native {:.4}",
+            native.as_secs_f64() / t1.as_secs_f64()
+        );
+        for (i, t) in times.iter().enumerate() {
+            println!(
+                "saxpy: {engine}, {} thread(s): {:.2} ms, ratio to native (1 thread) {:.3}x",
+                i + 1,
+                t.as_secs_f64() * 1e3,
+                native.as_secs_f64() / t.as_secs_f64()
+            );
+        }
     }
 }
 
@@ -233,6 +289,7 @@ fn matmul(cores: usize) {
     let l =
         Launch::new(&m, k, [(d / 16) as u32, (d / 16) as u32, 1], [16, 16, 1], a).expect("launch");
     let mut c = vec![0f32; d * d];
+    on_threads(1);
     let native = best(3, || {
         c.fill(0.0);
         for i in 0..d {
@@ -247,27 +304,33 @@ fn matmul(cores: usize) {
         }
         black_box(&mut c);
     });
-    let mut mm = Vec::new();
-    for units in 1..=cores {
-        mm.push(best(2, || {
-            grid(&m, &l, &mem, units);
-        }));
-    }
     let flops = 2.0 * (d * d * d) as f64;
-    println!(
-        "matmul {d}x{d}x{d}: native {:.2} ms ({:.2} GFLOP/s), interpreter 1 thread {:.2} ms ({:.3} GFLOP/s): ratio {:.3}x",
-        native.as_secs_f64() * 1e3,
-        flops / native.as_secs_f64() / 1e9,
-        mm[0].as_secs_f64() * 1e3,
-        flops / mm[0].as_secs_f64() / 1e9,
-        native.as_secs_f64() / mm[0].as_secs_f64()
-    );
-    for (i, t) in mm.iter().enumerate() {
+    for (engine, jit) in engines(&m) {
+        let mut mm = Vec::new();
+        for units in 1..=cores {
+            mm.push(best(3, || {
+                grid(&m, &l, &mem, on_threads(units), jit.as_ref());
+            }));
+        }
         println!(
-            "matmul: {} thread(s): {:.2} ms, speedup over 1 thread {:.2}x",
-            i + 1,
-            t.as_secs_f64() * 1e3,
-            mm[0].as_secs_f64() / t.as_secs_f64()
+            "matmul {d}x{d}x{d}: native {:.2} ms ({:.2} GFLOP/s), {engine} 1 thread {:.2} ms ({:.3} GFLOP/s): ratio {:.3}x",
+            native.as_secs_f64() * 1e3,
+            flops / native.as_secs_f64() / 1e9,
+            mm[0].as_secs_f64() * 1e3,
+            flops / mm[0].as_secs_f64() / 1e9,
+            native.as_secs_f64() / mm[0].as_secs_f64()
         );
+        println!(
+            "ratio matmul.{engine}.vs_native {:.4}",
+            native.as_secs_f64() / mm[0].as_secs_f64()
+        );
+        for (i, t) in mm.iter().enumerate() {
+            println!(
+                "matmul: {engine}, {} thread(s): {:.2} ms, speedup over 1 thread {:.2}x",
+                i + 1,
+                t.as_secs_f64() * 1e3,
+                mm[0].as_secs_f64() / t.as_secs_f64()
+            );
+        }
     }
 }

@@ -1,0 +1,528 @@
+//! Per-lane instructions: a region of consecutive lane-local instructions
+//! runs chunk by chunk (4 lanes in one SIMD register), all instructions of
+//! the region for lanes 0–3, then for lanes 4–7, and so on. Lanes are
+//! independent in these instructions (no memory, no cross-lane reads), so
+//! this order gives the interpreter's results. Registers and predicates of
+//! a chunk stay in SSA values during the region and are written back at its
+//! end; every write is blended under the instruction's lane mask. A
+//! region never reads a guard predicate it writes itself (the caller
+//! splits there), so guard masks are computed once at its start.
+
+use super::codegen::{mf, Gen, CHUNKS};
+use crate::inst::*;
+use crate::math::CANONICAL_NAN;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::types::{F32X4, I32, I32X4, I64X2};
+use cranelift_codegen::ir::{InstBuilder, Value};
+use std::collections::HashMap;
+use std::mem::offset_of;
+
+use super::runtime::Ctx;
+
+/// One chunk's registers and predicates during a region: value, dirty.
+#[derive(Default)]
+struct Chunk {
+    c: usize,
+    regs: HashMap<u8, (Value, bool)>,
+    preds: HashMap<u8, (Value, bool)>,
+    masks: HashMap<Value, Value>,
+}
+
+/// `i32x4` lanes 0..3 interleaved with `hi`: the 64-bit values of lanes
+/// 0, 1 (`LO`) and 2, 3 (`HI`) as `i64x2`.
+const ZIP_LO: [u8; 16] = [0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23];
+const ZIP_HI: [u8; 16] = [8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31];
+/// Low and high halves of two `i64x2` back into `i32x4`.
+const UNZIP_LO: [u8; 16] = [0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27];
+const UNZIP_HI: [u8; 16] = [4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31];
+
+impl Gen<'_, '_> {
+    /// Emits `insts` (all `Kind::Lane`), the `first`-th instruction of a
+    /// block whose clock at entry is `base`.
+    ///
+    /// The region is emitted twice: for a warp whose 32 lanes are all
+    /// active, where unguarded instructions write whole registers, and for
+    /// any other active group, where every write is blended.
+    pub(super) fn emit_region(&mut self, insts: &[Instruction], first: usize, base: Value) {
+        let masks: Vec<Value> = insts.iter().map(|i| self.guard_mask(i.guard)).collect();
+        for &m in &masks {
+            self.add_threads(m);
+        }
+        let active = self.b.use_var(self.v_active);
+        let ones = self.c32(u32::MAX);
+        let full = self.b.ins().icmp(IntCC::Equal, active, ones);
+        let (bfull, bpart, join) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        self.b.ins().brif(full, bfull, &[], bpart, &[]);
+        for (block, all) in [(bfull, true), (bpart, false)] {
+            self.b.switch_to_block(block);
+            for c in 0..CHUNKS {
+                let mut ch = Chunk {
+                    c,
+                    ..Chunk::default()
+                };
+                for (k, inst) in insts.iter().enumerate() {
+                    let mv = if all && inst.guard == Guard::ALWAYS {
+                        None
+                    } else {
+                        Some(self.chunk_mask(&mut ch, masks[k]))
+                    };
+                    self.lane_op(&mut ch, inst, mv, first + k, base);
+                }
+                self.flush(ch);
+            }
+            self.b.ins().jump(join, &[]);
+        }
+        self.b.switch_to_block(join);
+    }
+
+    fn chunk_mask(&mut self, ch: &mut Chunk, m: Value) -> Value {
+        if let Some(&v) = ch.masks.get(&m) {
+            return v;
+        }
+        let v = self.mask_vec(m, ch.c);
+        ch.masks.insert(m, v);
+        v
+    }
+
+    fn flush(&mut self, ch: Chunk) {
+        let c = ch.c;
+        let mut regs: Vec<_> = ch.regs.into_iter().filter(|(_, (_, d))| *d).collect();
+        regs.sort_by_key(|(r, _)| *r);
+        for (r, (v, _)) in regs {
+            self.store_reg(r, c, v);
+        }
+        let mut preds: Vec<_> = ch.preds.into_iter().filter(|(_, (_, d))| *d).collect();
+        preds.sort_by_key(|(p, _)| *p);
+        for (p, (v, _)) in preds {
+            let bits = self.b.ins().vhigh_bits(I32, v);
+            let bits = self.b.ins().ishl_imm_s(bits, (4 * c) as i64);
+            let var = self.v_preds[p as usize];
+            let old = self.b.use_var(var);
+            let keep = self.c32(!(0xfu32 << (4 * c)));
+            let old = self.b.ins().band(old, keep);
+            let new = self.b.ins().bor(old, bits);
+            self.b.def_var(var, new);
+        }
+    }
+
+    fn reg(&mut self, ch: &mut Chunk, r: u8) -> Value {
+        if let Some(&(v, _)) = ch.regs.get(&r) {
+            return v;
+        }
+        let v = self.load_reg(r, ch.c);
+        ch.regs.insert(r, (v, false));
+        v
+    }
+
+    /// Writes `v` to register `r` in the lanes of `mv` (all lanes: `None`).
+    fn set_reg(&mut self, ch: &mut Chunk, r: u8, v: Value, mv: Option<Value>) {
+        let new = match mv {
+            Some(mv) => {
+                let old = self.reg(ch, r);
+                self.b.ins().bitselect(mv, v, old)
+            }
+            None => v,
+        };
+        ch.regs.insert(r, (new, true));
+    }
+
+    fn src(&mut self, ch: &mut Chunk, b: Src) -> Value {
+        match b {
+            Src::Reg(r) => self.reg(ch, r.0),
+            Src::Imm(v) => self.vsplat(v),
+        }
+    }
+
+    /// Predicate `p` of this chunk's lanes as lane masks (negated if `neg`).
+    fn pred(&mut self, ch: &mut Chunk, p: Pred, neg: bool) -> Value {
+        let v = if p == Pred::TRUE {
+            self.vsplat(u32::MAX)
+        } else if let Some(&(v, _)) = ch.preds.get(&p.0) {
+            v
+        } else {
+            let s = self.b.use_var(self.v_preds[(p.0 as usize).min(6)]);
+            let v = self.mask_vec(s, ch.c);
+            ch.preds.insert(p.0, (v, false));
+            v
+        };
+        if neg {
+            self.b.ins().bnot(v)
+        } else {
+            v
+        }
+    }
+
+    fn set_pred(&mut self, ch: &mut Chunk, p: Pred, v: Value, mv: Option<Value>) {
+        if p == Pred::TRUE {
+            return;
+        }
+        let new = match mv {
+            Some(mv) => {
+                let old = self.pred(ch, p, false);
+                self.b.ins().bitselect(mv, v, old)
+            }
+            None => v,
+        };
+        ch.preds.insert(p.0, (new, true));
+    }
+
+    fn ctx_u32(&mut self, off: usize) -> Value {
+        self.b.ins().load(I32, mf(), self.ctx, off as i32)
+    }
+
+    fn fl(&mut self, v: Value) -> Value {
+        self.cast(F32X4, v)
+    }
+
+    /// The bits of an fp32 result, NaN replaced by the canonical NaN.
+    fn canon(&mut self, f: Value) -> Value {
+        let nan = self.b.ins().fcmp(FloatCC::Unordered, f, f);
+        let bits = self.cast(I32X4, f);
+        let cn = self.vsplat(CANONICAL_NAN);
+        self.b.ins().bitselect(nan, cn, bits)
+    }
+
+    /// The pair `lo:hi` of 4 lanes as two `i64x2` (lanes 0, 1 and 2, 3).
+    fn zip(&mut self, lo: Value, hi: Value) -> (Value, Value) {
+        let a = self.shuffle(I64X2, lo, hi, ZIP_LO);
+        let b = self.shuffle(I64X2, lo, hi, ZIP_HI);
+        (a, b)
+    }
+
+    fn unzip(&mut self, a: Value, b: Value) -> (Value, Value) {
+        let lo = self.shuffle(I32X4, a, b, UNZIP_LO);
+        let hi = self.shuffle(I32X4, a, b, UNZIP_HI);
+        (lo, hi)
+    }
+
+    fn lane_op(
+        &mut self,
+        ch: &mut Chunk,
+        inst: &Instruction,
+        mv: Option<Value>,
+        k: usize,
+        base: Value,
+    ) {
+        match inst.op {
+            Op::Nop => {}
+            Op::Mov { d, b } => {
+                let v = self.src(ch, b);
+                self.set_reg(ch, d.0, v, mv);
+            }
+            Op::S2r { d, sr } => {
+                let v = self.special(ch, sr, k, base);
+                self.set_reg(ch, d.0, v, mv);
+            }
+            Op::Ldarg { d, wide, offset } => {
+                let w = self.b.ins().load(I32, mf(), self.args, offset as i32);
+                let v = self.b.ins().splat(I32X4, w);
+                self.set_reg(ch, d.0, v, mv);
+                if wide {
+                    let w = self.b.ins().load(I32, mf(), self.args, offset as i32 + 4);
+                    let v = self.b.ins().splat(I32X4, w);
+                    self.set_reg(ch, d.0 + 1, v, mv);
+                }
+            }
+            Op::Sel { d, a, b, p, neg } => {
+                let pv = self.pred(ch, p, neg);
+                let av = self.reg(ch, a.0);
+                let bv = self.src(ch, b);
+                let v = self.b.ins().bitselect(pv, av, bv);
+                self.set_reg(ch, d.0, v, mv);
+            }
+            Op::Bin { op, d, a, b } => {
+                let av = self.reg(ch, a.0);
+                let v = self.bin(ch, op, av, b);
+                self.set_reg(ch, d.0, v, mv);
+            }
+            Op::Un { op, d, a } => {
+                let av = self.reg(ch, a.0);
+                let v = self.un(op, av);
+                self.set_reg(ch, d.0, v, mv);
+            }
+            Op::Tri { op, d, a, b, c } => {
+                let (av, bv, cv) = (self.reg(ch, a.0), self.reg(ch, b.0), self.reg(ch, c.0));
+                let v = match op {
+                    TriOp::Mad => {
+                        let p = self.b.ins().imul(av, bv);
+                        self.b.ins().iadd(p, cv)
+                    }
+                    TriOp::FFma => {
+                        let (x, y, z) = (self.fl(av), self.fl(bv), self.fl(cv));
+                        let r = self.b.ins().fma(x, y, z);
+                        self.canon(r)
+                    }
+                };
+                self.set_reg(ch, d.0, v, mv);
+            }
+            Op::Add64 { d, a, b } => {
+                let (alo, ahi) = (self.reg(ch, a.0), self.reg(ch, a.0 + 1));
+                let (blo, bhi) = match b {
+                    Src::Reg(r) => (self.reg(ch, r.0), self.reg(ch, r.0 + 1)),
+                    Src::Imm(v) => (self.vsplat(v), self.vsplat(((v as i32) >> 31) as u32)),
+                };
+                let (a0, a1) = self.zip(alo, ahi);
+                let (b0, b1) = self.zip(blo, bhi);
+                let s0 = self.b.ins().iadd(a0, b0);
+                let s1 = self.b.ins().iadd(a1, b1);
+                let (lo, hi) = self.unzip(s0, s1);
+                self.set_reg(ch, d.0, lo, mv);
+                self.set_reg(ch, d.0 + 1, hi, mv);
+            }
+            Op::MadWide { signed, d, a, b, c } => {
+                let (av, bv) = (self.reg(ch, a.0), self.reg(ch, b.0));
+                let (clo, chi) = (self.reg(ch, c.0), self.reg(ch, c.0 + 1));
+                let (a0, a1, b0, b1) = if signed {
+                    (
+                        self.b.ins().swiden_low(av),
+                        self.b.ins().swiden_high(av),
+                        self.b.ins().swiden_low(bv),
+                        self.b.ins().swiden_high(bv),
+                    )
+                } else {
+                    (
+                        self.b.ins().uwiden_low(av),
+                        self.b.ins().uwiden_high(av),
+                        self.b.ins().uwiden_low(bv),
+                        self.b.ins().uwiden_high(bv),
+                    )
+                };
+                let p0 = self.b.ins().imul(a0, b0);
+                let p1 = self.b.ins().imul(a1, b1);
+                let (c0, c1) = self.zip(clo, chi);
+                let s0 = self.b.ins().iadd(p0, c0);
+                let s1 = self.b.ins().iadd(p1, c1);
+                let (lo, hi) = self.unzip(s0, s1);
+                self.set_reg(ch, d.0, lo, mv);
+                self.set_reg(ch, d.0 + 1, hi, mv);
+            }
+            Op::Setp { cmp, ty, p, a, b } => {
+                let av = self.reg(ch, a.0);
+                let bv = self.src(ch, b);
+                let v = match ty {
+                    CmpType::F32 => {
+                        let cc = match cmp {
+                            Cmp::Eq => FloatCC::Equal,
+                            Cmp::Ne => FloatCC::NotEqual,
+                            Cmp::Lt => FloatCC::LessThan,
+                            Cmp::Le => FloatCC::LessThanOrEqual,
+                            Cmp::Gt => FloatCC::GreaterThan,
+                            Cmp::Ge => FloatCC::GreaterThanOrEqual,
+                        };
+                        let (x, y) = (self.fl(av), self.fl(bv));
+                        let r = self.b.ins().fcmp(cc, x, y);
+                        self.cast(I32X4, r)
+                    }
+                    _ => {
+                        let s = ty == CmpType::S32;
+                        let cc = match (cmp, s) {
+                            (Cmp::Eq, _) => IntCC::Equal,
+                            (Cmp::Ne, _) => IntCC::NotEqual,
+                            (Cmp::Lt, false) => IntCC::UnsignedLessThan,
+                            (Cmp::Le, false) => IntCC::UnsignedLessThanOrEqual,
+                            (Cmp::Gt, false) => IntCC::UnsignedGreaterThan,
+                            (Cmp::Ge, false) => IntCC::UnsignedGreaterThanOrEqual,
+                            (Cmp::Lt, true) => IntCC::SignedLessThan,
+                            (Cmp::Le, true) => IntCC::SignedLessThanOrEqual,
+                            (Cmp::Gt, true) => IntCC::SignedGreaterThan,
+                            (Cmp::Ge, true) => IntCC::SignedGreaterThanOrEqual,
+                        };
+                        self.b.ins().icmp(cc, av, bv)
+                    }
+                };
+                self.set_pred(ch, p, v, mv);
+            }
+            Op::Plop {
+                op,
+                p,
+                a,
+                na,
+                b,
+                nb,
+            } => {
+                let x = self.pred(ch, a, na);
+                let y = self.pred(ch, b, nb);
+                let v = match op {
+                    PredOp::And => self.b.ins().band(x, y),
+                    PredOp::Or => self.b.ins().bor(x, y),
+                    PredOp::Xor => self.b.ins().bxor(x, y),
+                };
+                self.set_pred(ch, p, v, mv);
+            }
+            // Not `Kind::Lane`: never in a region.
+            _ => {}
+        }
+    }
+
+    fn special(&mut self, ch: &mut Chunk, sr: Special, k: usize, base: Value) -> Value {
+        use Special::*;
+        let c = ch.c;
+        let dim = |x, y, z| match sr {
+            s if s == x => 0usize,
+            s if s == y => 1,
+            s if s == z => 2,
+            _ => 0,
+        };
+        match sr {
+            TidX | TidY | TidZ => {
+                let d = dim(TidX, TidY, TidZ);
+                self.b
+                    .ins()
+                    .load(I32X4, mf(), self.tids, (d * 128 + 16 * c) as i32)
+            }
+            NtidX | NtidY | NtidZ => {
+                let d = dim(NtidX, NtidY, NtidZ);
+                let v = self.ctx_u32(offset_of!(Ctx, ntid) + 4 * d);
+                self.b.ins().splat(I32X4, v)
+            }
+            WgidX | WgidY | WgidZ => {
+                let d = dim(WgidX, WgidY, WgidZ);
+                let v = self.ctx_u32(offset_of!(Ctx, wg) + 4 * d);
+                self.b.ins().splat(I32X4, v)
+            }
+            NwgX | NwgY | NwgZ => {
+                let d = dim(NwgX, NwgY, NwgZ);
+                let v = self.ctx_u32(offset_of!(Ctx, nwg) + 4 * d);
+                self.b.ins().splat(I32X4, v)
+            }
+            GidX | GidY | GidZ => {
+                let d = dim(GidX, GidY, GidZ);
+                let wg = self.ctx_u32(offset_of!(Ctx, wg) + 4 * d);
+                let n = self.ctx_u32(offset_of!(Ctx, ntid) + 4 * d);
+                let first = self.b.ins().imul(wg, n);
+                let first = self.b.ins().splat(I32X4, first);
+                let tid = self
+                    .b
+                    .ins()
+                    .load(I32X4, mf(), self.tids, (d * 128 + 16 * c) as i32);
+                self.b.ins().iadd(first, tid)
+            }
+            LaneId => {
+                let l = (4 * c) as u32;
+                self.vconst([l, l + 1, l + 2, l + 3])
+            }
+            WarpId => {
+                let v = self.ctx_u32(offset_of!(Ctx, warp_index));
+                self.b.ins().splat(I32X4, v)
+            }
+            NWarps => {
+                let v = self.ctx_u32(offset_of!(Ctx, nwarps));
+                self.b.ins().splat(I32X4, v)
+            }
+            Clock | ClockHi => {
+                let clk = self.b.ins().iadd_imm_s(base, k as i64);
+                let clk = if sr == ClockHi {
+                    self.b.ins().ushr_imm_s(clk, 32)
+                } else {
+                    clk
+                };
+                let v = self.b.ins().ireduce(I32, clk);
+                self.b.ins().splat(I32X4, v)
+            }
+        }
+    }
+
+    fn bin(&mut self, ch: &mut Chunk, op: BinOp, a: Value, b: Src) -> Value {
+        use BinOp::*;
+        if let (Shl | ShrU | ShrS, Src::Imm(n)) = (op, b) {
+            return match op {
+                Shl if n >= 32 => self.vsplat(0),
+                ShrU if n >= 32 => self.vsplat(0),
+                Shl => self.b.ins().ishl_imm_s(a, n as i64),
+                ShrU => self.b.ins().ushr_imm_s(a, n as i64),
+                _ => self.b.ins().sshr_imm_s(a, n.min(31) as i64),
+            };
+        }
+        let bv = self.src(ch, b);
+        match op {
+            Add => self.b.ins().iadd(a, bv),
+            Sub => self.b.ins().isub(a, bv),
+            Mul => self.b.ins().imul(a, bv),
+            MinU => self.b.ins().umin(a, bv),
+            MinS => self.b.ins().smin(a, bv),
+            MaxU => self.b.ins().umax(a, bv),
+            MaxS => self.b.ins().smax(a, bv),
+            And => self.b.ins().band(a, bv),
+            Or => self.b.ins().bor(a, bv),
+            Xor => self.b.ins().bxor(a, bv),
+            FAdd | FSub | FMul | FDiv => {
+                let (x, y) = (self.fl(a), self.fl(bv));
+                let r = match op {
+                    FAdd => self.b.ins().fadd(x, y),
+                    FSub => self.b.ins().fsub(x, y),
+                    FMul => self.b.ins().fmul(x, y),
+                    _ => self.b.ins().fdiv(x, y),
+                };
+                self.canon(r)
+            }
+            FMin | FMax => self.fminmax(op == FMin, a, bv),
+            // Not `Kind::Lane` (division, high multiplies, shifts by a
+            // register): never in a region.
+            _ => a,
+        }
+    }
+
+    /// `math::fmin` / `math::fmax` per lane: a NaN operand is ignored (both
+    /// NaN: the canonical NaN), equal values combine their sign bits so
+    /// that −0 < +0.
+    fn fminmax(&mut self, min: bool, a: Value, b: Value) -> Value {
+        let (x, y) = (self.fl(a), self.fl(b));
+        let anan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
+        let bnan = self.b.ins().fcmp(FloatCC::Unordered, y, y);
+        let a_lt = self.b.ins().fcmp(FloatCC::LessThan, x, y);
+        let b_lt = self.b.ins().fcmp(FloatCC::LessThan, y, x);
+        let (a_wins, b_wins, eq) = if min {
+            (a_lt, b_lt, self.b.ins().bor(a, b))
+        } else {
+            (b_lt, a_lt, self.b.ins().band(a, b))
+        };
+        let (a_wins, b_wins) = (self.cast(I32X4, a_wins), self.cast(I32X4, b_wins));
+        let (anan, bnan) = (self.cast(I32X4, anan), self.cast(I32X4, bnan));
+        let r = self.b.ins().bitselect(a_wins, a, eq);
+        let r = self.b.ins().bitselect(b_wins, b, r);
+        let r = self.b.ins().bitselect(bnan, a, r);
+        let cn = self.vsplat(CANONICAL_NAN);
+        let canon_b = self.b.ins().bitselect(bnan, cn, b);
+        self.b.ins().bitselect(anan, canon_b, r)
+    }
+
+    fn un(&mut self, op: UnOp, a: Value) -> Value {
+        use UnOp::*;
+        match op {
+            Not => self.b.ins().bnot(a),
+            FAbs => {
+                let m = self.vsplat(0x7fff_ffff);
+                self.b.ins().band(a, m)
+            }
+            FNeg => {
+                let m = self.vsplat(0x8000_0000);
+                self.b.ins().bxor(a, m)
+            }
+            Rcp => {
+                let one = self.vsplat(1f32.to_bits());
+                let (one, x) = (self.fl(one), self.fl(a));
+                let r = self.b.ins().fdiv(one, x);
+                self.canon(r)
+            }
+            Sqrt => {
+                let x = self.fl(a);
+                let r = self.b.ins().sqrt(x);
+                self.canon(r)
+            }
+            CvtF32S32 => {
+                let r = self.b.ins().fcvt_from_sint(F32X4, a);
+                self.cast(I32X4, r)
+            }
+            CvtS32F32 => {
+                let x = self.fl(a);
+                self.b.ins().fcvt_to_sint_sat(I32X4, x)
+            }
+            // Not `Kind::Lane`: never in a region.
+            _ => a,
+        }
+    }
+}

@@ -1,0 +1,358 @@
+//! The JIT: kernels compiled to native code with Cranelift.
+//!
+//! A module is compiled once ([`JitModule::compile`], or through a
+//! [`JitCache`] keyed by the module image); each kernel becomes one native
+//! function that runs **one warp** on exactly the state the interpreter
+//! uses (`exec::Warp`: registers as `[u32; 32]` per register, predicate
+//! masks, per-lane PCs, the active group, the clock). The compute unit's
+//! scheduler (warp rotation, quantum, budget, cancel flag, barriers) stays
+//! the interpreter's; only the inner warp loop is replaced. So the two
+//! engines are interchangeable at every `run` call: a workgroup preempted
+//! on one resumes on the other.
+//!
+//! # Code shape
+//!
+//! The kernel's basic blocks (split after every `bra`, `exit`, `bar`,
+//! `trap` and at every branch target) are native blocks. A block runs only
+//! if the warp's remaining instruction budget covers all of it; otherwise
+//! the generated code returns and the interpreter runs the exact remaining
+//! count, so budgets, `%clock`, preemption points and statistics are the
+//! interpreter's to the instruction. Lane-local instructions (ALU, fp32,
+//! conversions, comparisons, `sel`, `mov`, `s2r`, `ldarg`, 64-bit address
+//! arithmetic) run in regions over the warp's eight 4-lane chunks with
+//! registers in SIMD registers; 32-bit global loads and stores of a full
+//! warp of consecutive words hit a per-run software TLB entry (one for
+//! reads, one for writes) checked inline, and 32-bit shared-memory accesses
+//! are bounds-checked inline. Everything else — other widths, misses,
+//! atomics, shuffles, votes, barriers, traps, the rarer ALU operations —
+//! executes as one interpreter step on the same state (`runtime.rs`), so it
+//! has the interpreter's semantics by construction: faults keep their VA,
+//! lane and PC, a miss refills the TLB entry from the memory's
+//! [`GlobalMemory::direct_page`](crate::mem::GlobalMemory::direct_page).
+//! Divergence follows the min-PC rule: a divergent branch or an exit
+//! hands the active group to the interpreter's rescheduling, and the
+//! generated code continues at the new group's block.
+
+mod analysis;
+mod codegen;
+mod lanes;
+mod runtime;
+
+use crate::exec::{Fault, Warp, WarpStop, WorkgroupExec};
+use crate::inst::Instruction;
+use crate::mem::GlobalMemory;
+use crate::module::{Kernel, Module};
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+
+pub(crate) use runtime::run_warp;
+
+/// Which engine runs kernels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum JitMode {
+    /// The interpreter only.
+    Off,
+    /// Native code where the host and the kernel allow it, the interpreter
+    /// otherwise (the reason logged once per module).
+    #[default]
+    Auto,
+    /// Native code required: tools fail, and the device refuses to start,
+    /// where the host cannot run it; a kernel that falls back is logged as
+    /// a warning.
+    On,
+}
+
+impl JitMode {
+    /// The name accepted by [`JitMode::from_str`].
+    pub const fn name(self) -> &'static str {
+        match self {
+            JitMode::Off => "off",
+            JitMode::Auto => "auto",
+            JitMode::On => "on",
+        }
+    }
+}
+
+impl fmt::Display for JitMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for JitMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(JitMode::Off),
+            "auto" => Ok(JitMode::Auto),
+            "on" => Ok(JitMode::On),
+            _ => Err(format!("'{s}' is not off, on or auto")),
+        }
+    }
+}
+
+/// Most instructions in a kernel the JIT compiles; longer kernels run on
+/// the interpreter (compile time grows with the kernel, and a guest picks
+/// the kernel).
+pub const MAX_KERNEL_LEN: u32 = 4096;
+
+/// Why the host cannot run native code, or `Ok`.
+pub fn host_support() -> Result<(), &'static str> {
+    runtime::host_support()
+}
+
+/// One kernel's native code, shared by every execution of it.
+pub struct JitKernel {
+    /// The compiled function (`runtime::KernelFn`).
+    entry: runtime::KernelFn,
+    /// Keeps the code alive.
+    _code: Arc<runtime::CodeMemory>,
+    /// The kernel's first instruction and length.
+    start: u32,
+    len: u32,
+    /// Registers per thread the code was compiled for.
+    regs: u32,
+    /// Bit `pc - start`: a basic block starts at `pc`.
+    block_starts: Vec<u64>,
+    /// Global memory instructions inlined (one TLB entry each).
+    sites: usize,
+}
+
+/// The software TLB of one execution: a direct page per inlined global
+/// memory instruction, valid while the memory's `direct_epoch` stays the
+/// one recorded (for one call when it is 0).
+#[derive(Debug, Default)]
+pub(crate) struct Pages {
+    epoch: u64,
+    tlb: Vec<runtime::Tlb>,
+}
+
+// SAFETY: the entries are addresses, dereferenced only by generated code
+// on the thread that runs the execution, and only while the memory's epoch
+// still vouches for them; that does not depend on the thread (the pages
+// are shared memory, valid for every thread).
+unsafe impl Send for Pages {}
+// SAFETY: a shared reference gives no access through the addresses.
+unsafe impl Sync for Pages {}
+
+impl Pages {
+    pub(crate) fn for_kernel(k: Option<&JitKernel>) -> Pages {
+        Pages {
+            epoch: 0,
+            tlb: vec![runtime::Tlb::EMPTY; k.map_or(0, |k| k.sites)],
+        }
+    }
+}
+
+impl fmt::Debug for JitKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JitKernel")
+            .field("start", &self.start)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JitKernel {
+    /// Whether this is the code of `k`.
+    pub(crate) fn matches(&self, k: &Kernel) -> bool {
+        k.entry == self.start && k.len == self.len && k.regs == self.regs
+    }
+
+    /// Whether a native block starts at `pc`.
+    #[inline]
+    pub(crate) fn is_block_start(&self, pc: u32) -> bool {
+        let i = pc.wrapping_sub(self.start);
+        i < self.len
+            && self
+                .block_starts
+                .get((i / 64) as usize)
+                .is_some_and(|w| w >> (i % 64) & 1 != 0)
+    }
+}
+
+/// A module's native code: per kernel, its code or why it runs on the
+/// interpreter.
+pub struct JitModule {
+    kernels: Vec<Result<Arc<JitKernel>, String>>,
+}
+
+impl fmt::Debug for JitModule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JitModule")
+            .field("kernels", &self.kernels.len())
+            .finish()
+    }
+}
+
+/// Why a module was not compiled at all.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum JitError {
+    /// The host cannot run the generated code.
+    #[error("the JIT cannot run on this host: {0}")]
+    Unsupported(&'static str),
+}
+
+impl JitModule {
+    /// Compiles every kernel of `module` (a validated module: the loader
+    /// ran first). A kernel the JIT cannot compile keeps the reason and
+    /// runs on the interpreter.
+    pub fn compile(module: &Module) -> Result<JitModule, JitError> {
+        host_support().map_err(JitError::Unsupported)?;
+        let kernels = module
+            .kernels()
+            .iter()
+            .map(|k| {
+                if k.len > MAX_KERNEL_LEN {
+                    return Err(format!(
+                        "{} instructions (the JIT compiles at most {MAX_KERNEL_LEN})",
+                        k.len
+                    ));
+                }
+                codegen::compile_kernel(module, k).map(Arc::new)
+            })
+            .collect();
+        Ok(JitModule { kernels })
+    }
+
+    /// The native code of kernel `index`, or why it has none.
+    pub fn kernel(&self, index: usize) -> Result<&Arc<JitKernel>, &str> {
+        match self.kernels.get(index) {
+            Some(Ok(k)) => Ok(k),
+            Some(Err(why)) => Err(why),
+            None => Err("no such kernel"),
+        }
+    }
+
+    /// Kernels that fall back to the interpreter: (index, reason).
+    pub fn fallbacks(&self) -> impl Iterator<Item = (usize, &str)> {
+        self.kernels
+            .iter()
+            .enumerate()
+            .filter_map(|(i, k)| k.as_ref().err().map(|e| (i, e.as_str())))
+    }
+}
+
+/// Compiled modules by image, bounded: what a device keeps so that a module
+/// dispatched again is not compiled again. Entries are matched on the
+/// whole image (a hash only picks the bucket), so no image can reach
+/// another's code.
+#[derive(Debug)]
+pub struct JitCache {
+    inner: Mutex<CacheInner>,
+    capacity: usize,
+}
+
+/// A module image and its compiled code.
+type CacheEntry = (Arc<[u8]>, Arc<JitModule>);
+
+#[derive(Debug, Default)]
+struct CacheInner {
+    by_hash: HashMap<u64, Vec<CacheEntry>>,
+    /// Insertion order, for eviction.
+    order: std::collections::VecDeque<(u64, Arc<[u8]>)>,
+    compiled: u64,
+}
+
+impl JitCache {
+    /// A cache of at most `capacity` modules.
+    pub fn new(capacity: usize) -> JitCache {
+        JitCache {
+            inner: Mutex::new(CacheInner::default()),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// Modules compiled since the cache was made (misses).
+    pub fn compiled(&self) -> u64 {
+        self.lock().compiled
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The native code of `module`, loaded from `image`: from the cache,
+    /// else compiled (and kernels that fall back logged once, at info
+    /// level, or warning under [`JitMode::On`]).
+    pub fn get(
+        &self,
+        image: &[u8],
+        module: &Module,
+        mode: JitMode,
+    ) -> Result<Arc<JitModule>, JitError> {
+        let h = fnv1a(image);
+        if let Some(m) = self.lock().by_hash.get(&h).and_then(|v| {
+            v.iter()
+                .find(|(img, _)| img[..] == *image)
+                .map(|(_, m)| Arc::clone(m))
+        }) {
+            return Ok(m);
+        }
+        let m = Arc::new(JitModule::compile(module)?);
+        log_fallbacks(module, &m, mode);
+        let mut g = self.lock();
+        g.compiled += 1;
+        let img: Arc<[u8]> = Arc::from(image);
+        g.by_hash
+            .entry(h)
+            .or_default()
+            .push((Arc::clone(&img), Arc::clone(&m)));
+        g.order.push_back((h, img));
+        while g.order.len() > self.capacity {
+            if let Some((oh, oimg)) = g.order.pop_front() {
+                if let Some(v) = g.by_hash.get_mut(&oh) {
+                    v.retain(|(i, _)| !Arc::ptr_eq(i, &oimg));
+                    if v.is_empty() {
+                        g.by_hash.remove(&oh);
+                    }
+                }
+            }
+        }
+        Ok(m)
+    }
+}
+
+/// Logs the kernels of a freshly compiled module that run on the
+/// interpreter.
+pub fn log_fallbacks(module: &Module, m: &JitModule, mode: JitMode) {
+    for (i, why) in m.fallbacks() {
+        let name = module.kernels().get(i).map_or("?", |k| k.name.as_str());
+        if mode == JitMode::On {
+            log::warn!("kernel {name}: runs on the interpreter: {why}");
+        } else {
+            log::info!("kernel {name}: runs on the interpreter: {why}");
+        }
+    }
+}
+
+fn fnv1a(b: &[u8]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &x in b {
+        h = (h ^ x as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// What the wrapper in `runtime.rs` hands back to the scheduler.
+pub(crate) type WarpResult = Result<(u64, WarpStop), Fault>;
+
+// The interpreter entry points the runtime uses, gathered here so the
+// runtime's unsafe code names them once.
+pub(crate) fn interp<M: GlobalMemory + ?Sized>(
+    exec: &mut WorkgroupExec<'_>,
+    w: usize,
+    warp: &mut Warp,
+    code: &[Instruction],
+    mem: &M,
+    quantum: u64,
+) -> WarpResult {
+    exec.run_warp_inner(w, warp, code, mem, quantum)
+}
+
+#[cfg(test)]
+mod tests;

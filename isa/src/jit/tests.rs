@@ -1,0 +1,672 @@
+//! Differential tests: random valid kernels run on the interpreter and on
+//! the JIT in lock step, in random budget slices; after every `run` call
+//! the outcome (faults with warp, lane, pc, VA and reason; traps),
+//! the statistics, every warp's whole state (registers, predicates, pcs,
+//! active group, live and blocked lanes, clock) and shared memory must be
+//! equal, and global memory at the end. A third execution switches engine
+//! at every slice (either engine resumes the other's state).
+//!
+//! `VGPU_JIT_DIFF_CASES=N` runs N programs instead of the quick default
+//! (`VGPU_JIT_DIFF_SEED` picks the first seed).
+
+use super::JitModule;
+use crate::exec::{Launch, Limits, WorkgroupExec};
+use crate::inst::*;
+use crate::mem::{SparseMemory, PAGE_SIZE};
+use crate::module::{Kernel, Module};
+use std::sync::Arc;
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u32) -> u32 {
+        (self.next() % n as u64) as u32
+    }
+    fn coin(&mut self, p_percent: u32) -> bool {
+        self.below(100) < p_percent
+    }
+    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
+        v[self.below(v.len() as u32) as usize]
+    }
+}
+
+const RW: u64 = 0x1_0000_0000;
+const RO: u64 = RW + PAGE_SIZE;
+/// Registers the random body writes; r20..r23 are address temporaries,
+/// r24..r27 the buffer pairs, r28 the loop counter.
+const BODY_REGS: u32 = 20;
+const LOOP: u8 = 28;
+
+fn reg(r: &mut Rng) -> Reg {
+    Reg(r.below(BODY_REGS) as u8)
+}
+fn pair(r: &mut Rng) -> Reg {
+    Reg(16 + 2 * r.below(2) as u8)
+}
+fn pred(r: &mut Rng) -> Pred {
+    Pred(r.below(8) as u8)
+}
+fn imm(r: &mut Rng) -> u32 {
+    match r.below(5) {
+        0 => r.below(40),
+        1 => (r.below(64) as i32 - 32) as u32,
+        2 => r.next() as u32,
+        3 => r.pick(&[
+            0x7fc0_0000,
+            0xff80_0000,
+            0x8000_0000,
+            0x7fff_ffff,
+            0x3f80_0000,
+        ]),
+        _ => (r.below(2000) as f32 * 0.37 - 300.0).to_bits(),
+    }
+}
+fn src(r: &mut Rng) -> Src {
+    if r.coin(50) {
+        Src::Reg(reg(r))
+    } else {
+        Src::Imm(imm(r))
+    }
+}
+fn guard(r: &mut Rng) -> Guard {
+    if r.coin(70) {
+        Guard::ALWAYS
+    } else {
+        Guard {
+            pred: Pred(r.below(7) as u8),
+            neg: r.coin(50),
+        }
+    }
+}
+fn g(op: Op, r: &mut Rng) -> Instruction {
+    Instruction {
+        guard: guard(r),
+        op,
+    }
+}
+fn u(op: Op) -> Instruction {
+    Instruction::new(op)
+}
+
+/// A random valid kernel body for generation `gen`.
+fn program(r: &mut Rng, gen: u32) -> Vec<Instruction> {
+    let mut v = vec![
+        u(Op::Ldarg {
+            d: Reg(24),
+            wide: true,
+            offset: 0,
+        }),
+        u(Op::Ldarg {
+            d: Reg(26),
+            wide: true,
+            offset: 8,
+        }),
+        u(Op::S2r {
+            d: Reg(0),
+            sr: Special::TidX,
+        }),
+        u(Op::S2r {
+            d: Reg(1),
+            sr: Special::LaneId,
+        }),
+    ];
+    // (index of a forward branch, distance wanted)
+    let mut forward: Vec<(usize, u32)> = Vec::new();
+    let n = 20 + r.below(60);
+    let mut in_loop: Option<usize> = None;
+    for _ in 0..n {
+        match r.below(30) {
+            0..=7 => {
+                let op = r.pick(BinOp::ALL);
+                v.push(g(
+                    Op::Bin {
+                        op,
+                        d: reg(r),
+                        a: reg(r),
+                        b: src(r),
+                    },
+                    r,
+                ));
+            }
+            8 => {
+                let op = r.pick(UnOp::ALL);
+                v.push(g(
+                    Op::Un {
+                        op,
+                        d: reg(r),
+                        a: reg(r),
+                    },
+                    r,
+                ));
+            }
+            9 => {
+                let op = r.pick(TriOp::ALL);
+                v.push(g(
+                    Op::Tri {
+                        op,
+                        d: reg(r),
+                        a: reg(r),
+                        b: reg(r),
+                        c: reg(r),
+                    },
+                    r,
+                ));
+            }
+            10 => {
+                let op = if r.coin(50) {
+                    Op::Add64 {
+                        d: pair(r),
+                        a: pair(r),
+                        b: if r.coin(50) {
+                            Src::Reg(pair(r))
+                        } else {
+                            Src::Imm(imm(r))
+                        },
+                    }
+                } else {
+                    Op::MadWide {
+                        signed: r.coin(50),
+                        d: pair(r),
+                        a: reg(r),
+                        b: reg(r),
+                        c: pair(r),
+                    }
+                };
+                v.push(g(op, r));
+            }
+            11 => v.push(g(
+                Op::Mov {
+                    d: reg(r),
+                    b: src(r),
+                },
+                r,
+            )),
+            12 => {
+                let sr = r.pick(&Special::ALL);
+                v.push(g(Op::S2r { d: reg(r), sr }, r));
+            }
+            13 | 14 => v.push(g(
+                Op::Setp {
+                    cmp: r.pick(&Cmp::ALL),
+                    ty: r.pick(&CmpType::ALL),
+                    p: pred(r),
+                    a: reg(r),
+                    b: src(r),
+                },
+                r,
+            )),
+            15 => v.push(g(
+                Op::Plop {
+                    op: r.pick(&PredOp::ALL),
+                    p: pred(r),
+                    a: pred(r),
+                    na: r.coin(50),
+                    b: pred(r),
+                    nb: r.coin(50),
+                },
+                r,
+            )),
+            16 => v.push(g(
+                Op::Sel {
+                    d: reg(r),
+                    a: reg(r),
+                    b: src(r),
+                    p: pred(r),
+                    neg: r.coin(50),
+                },
+                r,
+            )),
+            17..=20 => global_access(r, &mut v),
+            21 | 22 => shared_access(r, &mut v),
+            23 => {
+                forward.push((v.len(), 1 + r.below(8)));
+                v.push(g(Op::Bra { offset: 0 }, r));
+            }
+            24 => match in_loop {
+                None => {
+                    v.push(u(Op::Mov {
+                        d: Reg(LOOP),
+                        b: Src::Imm(1 + r.below(4)),
+                    }));
+                    in_loop = Some(v.len());
+                }
+                Some(start) => {
+                    v.push(u(Op::Bin {
+                        op: BinOp::Sub,
+                        d: Reg(LOOP),
+                        a: Reg(LOOP),
+                        b: Src::Imm(1),
+                    }));
+                    let p = Pred(r.below(7) as u8);
+                    v.push(u(Op::Setp {
+                        cmp: Cmp::Ne,
+                        ty: CmpType::U32,
+                        p,
+                        a: Reg(LOOP),
+                        b: Src::Imm(0),
+                    }));
+                    let here = v.len() as i32;
+                    v.push(Instruction {
+                        guard: Guard {
+                            pred: p,
+                            neg: false,
+                        },
+                        op: Op::Bra {
+                            offset: start as i32 - here,
+                        },
+                    });
+                    in_loop = None;
+                }
+            },
+            25 => v.push(u(Op::Bar)),
+            26 => {
+                if r.coin(60) {
+                    v.push(g(Op::Exit, r));
+                } else if r.coin(30) {
+                    v.push(Instruction {
+                        guard: Guard {
+                            pred: Pred(r.below(7) as u8),
+                            neg: r.coin(50),
+                        },
+                        op: Op::Trap { code: r.below(9) },
+                    });
+                } else {
+                    v.push(u(Op::Nop));
+                }
+            }
+            27 if gen >= 2 => {
+                let op = match r.below(3) {
+                    0 => Op::Shfl {
+                        mode: r.pick(ShflMode::ALL),
+                        d: reg(r),
+                        a: reg(r),
+                        b: src(r),
+                    },
+                    1 => Op::Vote {
+                        mode: r.pick(VoteMode::ALL),
+                        p: pred(r),
+                        src: pred(r),
+                        neg: r.coin(50),
+                    },
+                    _ => Op::Ballot {
+                        d: reg(r),
+                        src: pred(r),
+                        neg: r.coin(50),
+                    },
+                };
+                v.push(g(op, r));
+            }
+            28 if r.coin(20) => {
+                // A backward branch that may loop for ever (the budget
+                // bounds the test).
+                let back = r.below(v.len() as u32 - 3) as i32 + 1;
+                v.push(g(Op::Bra { offset: -back }, r));
+            }
+            _ => v.push(g(
+                Op::Bin {
+                    op: BinOp::Add,
+                    d: reg(r),
+                    a: reg(r),
+                    b: Src::Imm(imm(r)),
+                },
+                r,
+            )),
+        }
+    }
+    v.push(u(Op::Exit));
+    let last = v.len() - 1;
+    for (i, k) in forward {
+        let t = (i + k as usize).min(last);
+        v[i].op = Op::Bra {
+            offset: (t - i) as i32,
+        };
+    }
+    v
+}
+
+fn global_access(r: &mut Rng, v: &mut Vec<Instruction>) {
+    // r20 = offset, r21 = 0, d22 = base + offset.
+    let base = if r.coin(80) { Reg(24) } else { Reg(26) };
+    let consecutive = r.coin(50);
+    let (mask, shift) = if consecutive {
+        (0x3f, 2)
+    } else {
+        (r.pick(&[0xfc, 0x3ffc, 0xff, 0xfffc, 0x1fffc]), 0)
+    };
+    let from = if consecutive { Reg(1) } else { reg(r) };
+    v.push(u(Op::Bin {
+        op: BinOp::And,
+        d: Reg(20),
+        a: from,
+        b: Src::Imm(mask),
+    }));
+    v.push(u(Op::Bin {
+        op: BinOp::Shl,
+        d: Reg(20),
+        a: Reg(20),
+        b: Src::Imm(shift),
+    }));
+    v.push(u(Op::Mov {
+        d: Reg(21),
+        b: Src::Imm(0),
+    }));
+    v.push(u(Op::Add64 {
+        d: Reg(22),
+        a: base,
+        b: Src::Reg(Reg(20)),
+    }));
+    let offset = r.pick(&[0, 0, 0, 4, 8, -4, 64, 4096]);
+    let op = match r.below(6) {
+        0 | 1 => Op::Ld {
+            space: Space::Global,
+            width: if r.coin(70) {
+                Width::B32
+            } else {
+                r.pick(&Width::ALL)
+            },
+            d: if r.coin(80) { reg(r) } else { pair(r) },
+            addr: Reg(22),
+            offset,
+        },
+        2 | 3 => Op::St {
+            space: Space::Global,
+            width: if r.coin(70) {
+                Width::B32
+            } else {
+                r.pick(&[Width::U8, Width::U16, Width::B64])
+            },
+            addr: Reg(22),
+            offset,
+            v: if r.coin(80) { reg(r) } else { pair(r) },
+        },
+        _ => Op::Atom {
+            space: Space::Global,
+            op: r.pick(&AtomOp::ALL),
+            d: reg(r),
+            addr: Reg(22),
+            offset,
+            b: reg(r),
+            c: reg(r),
+        },
+    };
+    let op = match op {
+        Op::Ld {
+            width: Width::B64,
+            space,
+            addr,
+            offset,
+            ..
+        } => Op::Ld {
+            width: Width::B64,
+            space,
+            addr,
+            offset,
+            d: pair(r),
+        },
+        Op::St {
+            width: Width::B64,
+            space,
+            addr,
+            offset,
+            ..
+        } => Op::St {
+            width: Width::B64,
+            space,
+            addr,
+            offset,
+            v: pair(r),
+        },
+        o => o,
+    };
+    v.push(g(fix_atom(op), r));
+}
+
+/// `c` of an atomic other than `cas` is `r0`.
+fn fix_atom(op: Op) -> Op {
+    match op {
+        Op::Atom {
+            space,
+            op,
+            d,
+            addr,
+            offset,
+            b,
+            ..
+        } if op != AtomOp::Cas => Op::Atom {
+            space,
+            op,
+            d,
+            addr,
+            offset,
+            b,
+            c: Reg(0),
+        },
+        o => o,
+    }
+}
+
+fn shared_access(r: &mut Rng, v: &mut Vec<Instruction>) {
+    let mask = r.pick(&[0xfc, 0xfc, 0x3c, 0xff, 0x1fc]);
+    let from = if r.coin(40) { Reg(1) } else { reg(r) };
+    v.push(u(Op::Bin {
+        op: BinOp::And,
+        d: Reg(20),
+        a: from,
+        b: Src::Imm(mask),
+    }));
+    let offset = r.pick(&[0, 0, 4, -4, 128]);
+    let op = match r.below(5) {
+        0 | 1 => Op::Ld {
+            space: Space::Shared,
+            width: if r.coin(70) {
+                Width::B32
+            } else {
+                r.pick(&[Width::U8, Width::S8, Width::U16, Width::S16])
+            },
+            d: reg(r),
+            addr: Reg(20),
+            offset,
+        },
+        2 | 3 => Op::St {
+            space: Space::Shared,
+            width: if r.coin(70) {
+                Width::B32
+            } else {
+                r.pick(&[Width::U8, Width::U16])
+            },
+            addr: Reg(20),
+            offset,
+            v: reg(r),
+        },
+        _ => Op::Atom {
+            space: Space::Shared,
+            op: r.pick(&AtomOp::ALL),
+            d: reg(r),
+            addr: Reg(20),
+            offset,
+            b: reg(r),
+            c: reg(r),
+        },
+    };
+    v.push(g(fix_atom(op), r));
+}
+
+/// The module of a random program, through the encoder and the loader.
+fn module(r: &mut Rng) -> Module {
+    let gen = 1 + r.below(2);
+    let code = program(r, gen);
+    let k = Kernel {
+        name: "k".into(),
+        entry: 0,
+        len: code.len() as u32,
+        regs: 32,
+        shared_bytes: 256,
+        arg_size: 16,
+        args: Vec::new(),
+        wg_hint: [0, 0, 0],
+    };
+    let m = Module::new(gen, code, vec![k]).expect("a valid module");
+    let bytes = m.to_bytes().expect("encodes");
+    Module::load(&bytes, 2).expect("loads")
+}
+
+fn memory(seed: u64) -> SparseMemory {
+    let mut m = SparseMemory::new();
+    m.map(RW, PAGE_SIZE, true);
+    m.map(RO, PAGE_SIZE, false);
+    let mut r = Rng(seed);
+    let words: Vec<u32> = (0..PAGE_SIZE / 4).map(|_| r.next() as u32).collect();
+    m.write_u32s(RW, &words).unwrap();
+    m.write_u32s(RO, &words).unwrap();
+    m
+}
+
+fn dump(e: &WorkgroupExec<'_>) -> String {
+    let mut s = String::new();
+    for (i, w) in e.warps().iter().enumerate() {
+        s += &format!(
+            "warp {i}: pc {} active {:#x} live {:#x} blocked {:#x} next_min {} clock {} preds {:x?}\n lane_pc {:?}\n",
+            w.pc, w.active, w.live, w.blocked, w.next_min, w.clock, w.preds, w.lane_pc
+        );
+        for (r, v) in w.regs.iter().enumerate() {
+            s += &format!(" r{r} {v:x?}\n");
+        }
+    }
+    s += &format!("shared {:x?}\n", e.shared());
+    s
+}
+
+fn check_case(seed: u64) {
+    let mut r = Rng(seed);
+    let m = Arc::new(module(&mut r));
+    let jit = JitModule::compile(&m).expect("host supports the JIT");
+    let code = Arc::clone(jit.kernel(0).expect("every valid kernel compiles"));
+    let wg = r.pick(&[
+        [32, 1, 1],
+        [64, 1, 1],
+        [37, 1, 1],
+        [8, 4, 2],
+        [16, 3, 1],
+        [96, 1, 1],
+        [1, 1, 1],
+    ]);
+    let mut args = Vec::new();
+    args.extend_from_slice(&RW.to_le_bytes());
+    let other = if r.coin(50) { RO } else { RO + PAGE_SIZE };
+    args.extend_from_slice(&other.to_le_bytes());
+    let launch = Arc::new(Launch::by_index(&m, 0, [2, 1, 1], wg, args, 0).unwrap());
+    let mem_seed = r.next();
+    let (mi, mj, mx) = (memory(mem_seed), memory(mem_seed), memory(mem_seed));
+    for wgid in 0..2u32 {
+        let mk = || {
+            WorkgroupExec::new_shared(Arc::clone(&m), Arc::clone(&launch), [wgid, 0, 0]).unwrap()
+        };
+        let (mut ei, mut ej, mut ex) = (mk(), mk(), mk());
+        assert!(ej.set_jit(Some(Arc::clone(&code))));
+        let mut total = 0u64;
+        let mut turn = false;
+        loop {
+            let budget = match r.below(4) {
+                0 => 1 + r.below(5) as u64,
+                1 => 1 + r.below(100) as u64,
+                _ => 1 + r.below(3000) as u64,
+            };
+            let lim = Limits {
+                budget,
+                cancel: None,
+            };
+            let a = ei.run(&mi, lim);
+            let b = ej.run(&mj, lim);
+            turn = !turn;
+            ex.set_jit(turn.then(|| Arc::clone(&code)));
+            let c = ex.run(&mx, lim);
+            let ctx = || {
+                format!(
+                    "seed {seed} wg {wgid} after {total}+{budget}:\n{}",
+                    crate::disassemble(&m)
+                )
+            };
+            assert_eq!(a, b, "outcome, {}", ctx());
+            assert_eq!(a, c, "outcome (engines alternating), {}", ctx());
+            assert_eq!(ei.stats(), ej.stats(), "stats, {}", ctx());
+            assert_eq!(ei.stats(), ex.stats(), "stats (alternating), {}", ctx());
+            let (si, sj, sx) = (dump(&ei), dump(&ej), dump(&ex));
+            if si != sj || si != sx {
+                let diff: Vec<_> = si
+                    .lines()
+                    .zip(sj.lines())
+                    .filter(|(x, y)| x != y)
+                    .take(8)
+                    .collect();
+                panic!("state differs ({diff:#?}), {}", ctx());
+            }
+            total += budget;
+            if a != Ok(crate::Outcome::Preempted) || total > 6_000 {
+                break;
+            }
+        }
+    }
+    let all = |m: &SparseMemory| {
+        let mut v = m.read_u32s(RW, (PAGE_SIZE / 4) as usize).unwrap();
+        v.extend(m.read_u32s(RO, (PAGE_SIZE / 4) as usize).unwrap());
+        v
+    };
+    assert_eq!(all(&mi), all(&mj), "memory, seed {seed}");
+    assert_eq!(all(&mi), all(&mx), "memory (alternating), seed {seed}");
+}
+
+fn env(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[test]
+fn random_programs_match_the_interpreter() {
+    if super::host_support().is_err() {
+        return;
+    }
+    let first = env("VGPU_JIT_DIFF_SEED", 1);
+    let n = env("VGPU_JIT_DIFF_CASES", 100);
+    for seed in first..first + n {
+        check_case(seed);
+    }
+}
+
+/// A longer seeded run: `cargo test -p vgpu-isa --release -- --ignored`.
+#[test]
+#[ignore]
+fn many_random_programs_match_the_interpreter() {
+    if super::host_support().is_err() {
+        return;
+    }
+    let first = env("VGPU_JIT_DIFF_SEED", 1_000_000);
+    for seed in first..first + env("VGPU_JIT_DIFF_CASES", 5000) {
+        check_case(seed);
+    }
+}
+
+#[test]
+fn every_random_valid_program_compiles() {
+    if super::host_support().is_err() {
+        return;
+    }
+    let mut r = Rng(77);
+    for _ in 0..200 {
+        let m = module(&mut r);
+        let j = JitModule::compile(&m).unwrap();
+        assert!(
+            j.kernel(0).is_ok(),
+            "{:?}",
+            j.fallbacks().collect::<Vec<_>>()
+        );
+    }
+}

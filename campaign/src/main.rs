@@ -6,12 +6,40 @@
 //! happened from the guest's output, the kernel log and the device's
 //! injection log.
 
+/// `println!` that drops its line when standard output is closed (a
+/// reader that went away, `vgpu-campaign list | head -1`) instead of
+/// panicking. The campaign keeps SIGPIPE ignored, because it writes to its
+/// VMs' consoles and must see EPIPE when one dies rather than die itself;
+/// its results are in files, so a closed terminal or pipe loses nothing.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `eprintln!` that drops its line when standard error is closed.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `eprint!` that drops its text when standard error is closed.
+macro_rules! err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod report;
 mod reuse;
 mod run;
 mod spec;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -82,6 +110,19 @@ enum Cmd {
         /// campaign's `vm` setting, else fresh.
         #[arg(long, value_name = "MODE", value_parser = ["fresh", "reuse"])]
         vm: Option<String>,
+        /// Run the device's driver sanitizer (every check, or CHECKS as
+        /// for `vgpu-device --sanitize`), overriding the campaign's
+        /// `sanitize`; its reports are counted per run and class.
+        #[arg(long, value_name = "CHECKS", num_args = 0..=1, default_missing_value = "all")]
+        sanitize: Option<String>,
+        /// Fail every run with a sanitizer report (the campaign's
+        /// `require_no_sanitizer_reports`).
+        #[arg(long)]
+        require_no_sanitizer_reports: bool,
+        /// Record each VM's device session into `session.vgrec` of its log
+        /// directory (replay: `vgpu-replay --record FILE`).
+        #[arg(long)]
+        record: bool,
     },
     /// List the runs a campaign (or shard) would make.
     List {
@@ -103,11 +144,21 @@ enum Cmd {
         #[arg(long, default_value = "target/campaign/merged")]
         out: PathBuf,
     },
+    /// Compare two results (say, a merged set of shards with one run of
+    /// the whole campaign): the same runs with the same seeds, faults,
+    /// outcomes, verdicts and devcoredump counts. Timings are not
+    /// compared. Exit status 1 when they differ.
+    Compare {
+        /// results.json.
+        a: String,
+        /// results.json.
+        b: String,
+    },
 }
 
 fn summary_lines(r: &Results) {
-    eprintln!(
-        "{:<18} {:>4} {:>8} {:>8} {:>9} {:>6} {:>6} {:>7} {:>4} {:>10} {:>10}",
+    errln!(
+        "{:<18} {:>4} {:>8} {:>8} {:>9} {:>6} {:>6} {:>7} {:>4} {:>10} {:>10} {:>11}",
         "class",
         "runs",
         "injected",
@@ -118,12 +169,13 @@ fn summary_lines(r: &Results) {
         "crashes",
         "env",
         "rec.med ms",
-        "rec.max ms"
+        "rec.max ms",
+        "san (runs)"
     );
     let f = |v: Option<f64>| v.map_or("-".to_owned(), |x| format!("{x:.0}"));
     for (class, s) in r.summary() {
-        eprintln!(
-            "{:<18} {:>4} {:>8} {:>8} {:>9} {:>6} {:>6} {:>7} {:>4} {:>10} {:>10}",
+        errln!(
+            "{:<18} {:>4} {:>8} {:>8} {:>9} {:>6} {:>6} {:>7} {:>4} {:>10} {:>10} {:>11}",
             class,
             s.runs,
             s.injected,
@@ -134,23 +186,24 @@ fn summary_lines(r: &Results) {
             s.crashes,
             s.environment,
             f(s.recover_median_ms),
-            f(s.recover_max_ms)
+            f(s.recover_max_ms),
+            format!("{} ({})", s.sanitizer_reports, s.sanitizer_runs)
         );
     }
 }
 
 fn finish(r: &Results, out: &std::path::Path) -> ExitCode {
     if let Err(e) = r.write_all(out) {
-        eprintln!("vgpu-campaign: {e}");
+        errln!("vgpu-campaign: {e}");
         return ExitCode::from(2);
     }
     summary_lines(r);
-    eprintln!(
+    errln!(
         "results: {}/results.json, junit.xml, report.html",
         out.display()
     );
     let (p, f) = r.counts();
-    println!("campaign: {p} passed, {f} failed");
+    outln!("campaign: {p} passed, {f} failed");
     if f == 0 {
         ExitCode::SUCCESS
     } else {
@@ -170,7 +223,7 @@ fn main() -> ExitCode {
             let c = match Campaign::load(&campaign) {
                 Ok(c) => c,
                 Err(e) => {
-                    eprintln!("vgpu-campaign: {e}");
+                    errln!("vgpu-campaign: {e}");
                     return ExitCode::from(2);
                 }
             };
@@ -180,13 +233,39 @@ fn main() -> ExitCode {
                         .scenario(&r.scenario)
                         .and_then(|s| s.fault.clone())
                         .unwrap_or_else(|| "none".into());
-                    println!(
+                    outln!(
                         "{:4} {}#{} seed={} fault={fault}",
-                        r.index, r.scenario, r.rep, r.seed
+                        r.index,
+                        r.scenario,
+                        r.rep,
+                        r.seed
                     );
                 }
             }
             ExitCode::SUCCESS
+        }
+        Cmd::Compare { a, b } => {
+            let (ra, rb) = match (Results::read(&a), Results::read(&b)) {
+                (Ok(x), Ok(y)) => (x, y),
+                (Err(e), _) | (_, Err(e)) => {
+                    eprintln!("vgpu-campaign: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let diff = ra.differences(&rb);
+            for d in &diff {
+                println!("{d}");
+            }
+            println!(
+                "compare: {} runs, {} difference(s)",
+                ra.runs.len().max(rb.runs.len()),
+                diff.len()
+            );
+            if diff.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
         }
         Cmd::Merge { inputs, out } => {
             let mut parts = Vec::new();
@@ -194,15 +273,23 @@ fn main() -> ExitCode {
                 match Results::read(&p) {
                     Ok(r) => parts.push((p, r)),
                     Err(e) => {
-                        eprintln!("vgpu-campaign: {e}");
+                        errln!("vgpu-campaign: {e}");
                         return ExitCode::from(2);
                     }
+                }
+            }
+            // The runs' devcoredumps, at the same paths under `out`.
+            for (p, r) in &parts {
+                let from = Path::new(p).parent().unwrap_or(Path::new("."));
+                if let Err(e) = r.copy_dumps(from, &out) {
+                    eprintln!("vgpu-campaign: {e}");
+                    return ExitCode::from(2);
                 }
             }
             match Results::merge(parts) {
                 Ok(r) => finish(&r, &out),
                 Err(e) => {
-                    eprintln!("vgpu-campaign: {e}");
+                    errln!("vgpu-campaign: {e}");
                     ExitCode::from(2)
                 }
             }
@@ -216,21 +303,24 @@ fn main() -> ExitCode {
             out,
             no_build,
             vm,
+            sanitize,
+            require_no_sanitizer_reports,
+            record,
         } => {
             let c = match Campaign::load(&campaign) {
                 Ok(c) => c,
                 Err(e) => {
-                    eprintln!("vgpu-campaign: {e}");
+                    errln!("vgpu-campaign: {e}");
                     return ExitCode::from(2);
                 }
             };
             let Some(repo) = run::find_repo() else {
-                eprintln!("vgpu-campaign: no scripts/vm here or above (set VGPU_REPO)");
+                errln!("vgpu-campaign: no scripts/vm here or above (set VGPU_REPO)");
                 return ExitCode::from(2);
             };
             if let Some(o) = &only {
                 if c.scenario(o).is_none() {
-                    eprintln!("vgpu-campaign: no scenario '{o}' in {campaign}");
+                    errln!("vgpu-campaign: no scenario '{o}' in {campaign}");
                     return ExitCode::from(2);
                 }
             }
@@ -247,6 +337,10 @@ fn main() -> ExitCode {
                 build: !no_build,
                 campaign_path: campaign.clone(),
                 seed,
+                sanitize: sanitize.or_else(|| c.campaign.sanitize.clone()),
+                require_no_sanitizer_reports: require_no_sanitizer_reports
+                    || c.campaign.require_no_sanitizer_reports,
+                record,
             };
             let mut results = Results {
                 campaign: c.campaign.name.clone(),
@@ -261,7 +355,7 @@ fn main() -> ExitCode {
             let mut reuse = (vm == "reuse").then(|| reuse::ReuseRunner::new(&runner));
             let t0 = std::time::Instant::now();
             for (k, id) in runs.iter().enumerate() {
-                eprint!(
+                err!(
                     "[{}/{total}] {}#{} (seed {}) ... ",
                     k + 1,
                     id.scenario,
@@ -274,7 +368,7 @@ fn main() -> ExitCode {
                 };
                 match result {
                     Ok(r) => {
-                        eprintln!(
+                        errln!(
                             "{} {} ({:.1} s{}{}{})",
                             if r.passed { "PASS" } else { "FAIL" },
                             r.outcome,
@@ -293,7 +387,7 @@ fn main() -> ExitCode {
                         results.runs.push(r);
                     }
                     Err(e) => {
-                        eprintln!("error: {e}");
+                        errln!("error: {e}");
                         return ExitCode::from(2);
                     }
                 }
@@ -306,7 +400,7 @@ fn main() -> ExitCode {
                 None => total as u64,
             };
             drop(reuse);
-            eprintln!(
+            errln!(
                 "{total} runs in {:.0} s ({vm} VMs: {boots} booted)",
                 t0.elapsed().as_secs_f64()
             );

@@ -64,6 +64,12 @@ pub struct ClassSummary {
     pub recover_max_ms: Option<f64>,
     /// Median detection latency (ms).
     pub detect_median_ms: Option<f64>,
+    /// Device sanitizer reports over the class's runs.
+    #[serde(default)]
+    pub sanitizer_reports: u64,
+    /// Runs with at least one sanitizer report.
+    #[serde(default)]
+    pub sanitizer_runs: u64,
 }
 
 fn median(v: &mut [f64]) -> Option<f64> {
@@ -103,6 +109,11 @@ impl Results {
             }
             if r.passed {
                 s.passed += 1;
+            }
+            let n: u64 = r.sanitizer.values().sum();
+            s.sanitizer_reports += n;
+            if n > 0 {
+                s.sanitizer_runs += 1;
             }
             if let Some(x) = r.recover_ms {
                 rec.push(x);
@@ -158,6 +169,77 @@ impl Results {
         Ok(all)
     }
 
+    /// How `other` differs from these results in what a seeded campaign
+    /// must reproduce wherever it runs: the campaign, the seed, the runs
+    /// (index, scenario, repetition, seed, fault, class), their outcomes,
+    /// verdicts and how many devcoredumps each left. One line per
+    /// difference.
+    pub fn differences(&self, other: &Results) -> Vec<String> {
+        let mut d = vec![];
+        if (&self.campaign, self.seed) != (&other.campaign, other.seed) {
+            d.push(format!(
+                "campaign {} seed {:?} vs {} seed {:?}",
+                self.campaign, self.seed, other.campaign, other.seed
+            ));
+        }
+        let key = |r: &RunResult| {
+            (
+                r.id.clone(),
+                r.fault.clone(),
+                r.class.clone(),
+                r.outcome.clone(),
+                r.passed,
+                r.dumps.len(),
+            )
+        };
+        let by_index = |rs: &[RunResult]| -> std::collections::BTreeMap<u64, RunResult> {
+            rs.iter().map(|r| (r.id.index, r.clone())).collect()
+        };
+        let (a, b) = (by_index(&self.runs), by_index(&other.runs));
+        for i in a.keys().chain(b.keys().filter(|k| !a.contains_key(k))) {
+            match (a.get(i), b.get(i)) {
+                (Some(x), Some(y)) if key(x) == key(y) => {}
+                (Some(x), Some(y)) => d.push(format!(
+                    "run {i}: {}#{} seed {} {} passed={} dumps={} vs {}#{} seed {} {} passed={} dumps={}",
+                    x.id.scenario,
+                    x.id.rep,
+                    x.id.seed,
+                    x.outcome,
+                    x.passed,
+                    x.dumps.len(),
+                    y.id.scenario,
+                    y.id.rep,
+                    y.id.seed,
+                    y.outcome,
+                    y.passed,
+                    y.dumps.len()
+                )),
+                (Some(x), None) => d.push(format!("run {i} ({}) only in the first", x.id.scenario)),
+                (None, Some(y)) => d.push(format!("run {i} ({}) only in the second", y.id.scenario)),
+                (None, None) => {}
+            }
+        }
+        d
+    }
+
+    /// Copies the runs' devcoredumps (paths relative to the output
+    /// directory) from output directory `from` to `to`, at the same paths:
+    /// what `merge` does with each shard's.
+    pub fn copy_dumps(
+        &self,
+        from: &std::path::Path,
+        to: &std::path::Path,
+    ) -> Result<(), ReportError> {
+        for d in self.runs.iter().flat_map(|r| &r.dumps) {
+            let (src, dst) = (from.join(d), to.join(d));
+            dst.parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::copy(&src, &dst).map(drop))
+                .map_err(|e| ReportError::Io(src.display().to_string(), e))?;
+        }
+        Ok(())
+    }
+
     /// Writes `results.json`, `junit.xml` and `report.html` into `dir`.
     pub fn write_all(&self, dir: &std::path::Path) -> Result<(), ReportError> {
         std::fs::create_dir_all(dir).map_err(|e| ReportError::Io(dir.display().to_string(), e))?;
@@ -211,10 +293,15 @@ impl Results {
                 if !r.passed {
                     let _ = write!(
                         x,
-                        "<failure message=\"{}\">{}\nreplay: {}</failure>",
+                        "<failure message=\"{}\">{}\nreplay: {}{}</failure>",
                         esc(&r.outcome),
                         esc(&r.reasons.join("; ")),
-                        esc(&r.replay)
+                        esc(&r.replay),
+                        esc(&r
+                            .dump_replays
+                            .iter()
+                            .map(|d| format!("\ndevcoredump: {d}"))
+                            .collect::<String>())
                     );
                 }
                 let _ = writeln!(
@@ -253,15 +340,15 @@ impl Results {
         );
         h += "<h2>Per fault class</h2><table><tr><th>class</th><th>runs</th><th>injected</th><th>detected</th>\
               <th>recovered</th><th>silent</th><th>guest panics</th><th>device crashes</th><th>environment</th><th>passed</th>\
-              <th>detect median ms</th><th>recover median ms</th><th>recover max ms</th></tr>";
+              <th>detect median ms</th><th>recover median ms</th><th>recover max ms</th><th>sanitizer reports (runs)</th></tr>";
         let opt = |v: Option<f64>| v.map_or("–".to_owned(), |x| format!("{x:.0}"));
         for (class, s) in &sum {
             let cls = if s.passed == s.runs { "pass" } else { "fail" };
             let _ = write!(
                 h,
-                "<tr class=\"{cls}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr class=\"{cls}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} ({})</td></tr>",
                 esc(class), s.runs, s.injected, s.detected, s.recovered, s.silent, s.panics, s.crashes, s.environment, s.passed,
-                opt(s.detect_median_ms), opt(s.recover_median_ms), opt(s.recover_max_ms)
+                opt(s.detect_median_ms), opt(s.recover_median_ms), opt(s.recover_max_ms), s.sanitizer_reports, s.sanitizer_runs
             );
         }
         h += "</table>";
@@ -314,6 +401,11 @@ impl Results {
                     .collect::<Vec<_>>()
                     .join("; ")),
                 esc(&r.replay)
+                    + &r
+                        .dump_replays
+                        .iter()
+                        .map(|d| format!("</code><br>devcoredump: <code>{}", esc(d)))
+                        .collect::<String>()
             );
         }
         h += "</table></body></html>\n";
@@ -412,6 +504,9 @@ mod tests {
             recover_ms: rec,
             duration_s: 8.0,
             replay: "r".into(),
+            sanitizer: Default::default(),
+            dumps: vec![],
+            dump_replays: vec![],
             vm: "fresh".into(),
             vm_boot: 0,
             vm_replaced: None,
@@ -438,7 +533,46 @@ mod tests {
             ],
             ..a.clone()
         };
+        let mut b = b;
+        b.runs[0].dumps = vec!["runs/0001-hang-1/devcoredump-1.txt".into()];
+        let (shard, merged) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let d = shard.path().join("runs/0001-hang-1");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("devcoredump-1.txt"), "VGPU DEVCOREDUMP 1\n").unwrap();
+        b.copy_dumps(shard.path(), merged.path()).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(merged.path().join("runs/0001-hang-1/devcoredump-1.txt"))
+                .unwrap(),
+            "VGPU DEVCOREDUMP 1\n"
+        );
+        let whole = Results {
+            shards: vec![],
+            runs: a.runs.iter().chain(&b.runs).cloned().collect(),
+            ..a.clone()
+        };
         let m = Results::merge(vec![("a".into(), a), ("b".into(), b)]).unwrap();
+        assert_eq!(m.differences(&whole), Vec::<String>::new());
+        let mut other = whole.clone();
+        other.runs[1].outcome = "silent".into();
+        other.runs[2].dumps.clear();
+        other.runs.pop();
+        let diff = m.differences(&other);
+        assert_eq!(diff.len(), 3, "{diff:?}");
+        assert!(
+            diff[0].starts_with("run 1: ")
+                && diff[0].ends_with(
+                    " dumps=1 vs hang-s#0 seed 7 detected-recovered passed=true dumps=0"
+                ),
+            "{diff:?}"
+        );
+        assert!(
+            diff[1].starts_with("run 2: ") && diff[1].contains(" vs hang-s#0 seed 7 silent "),
+            "{diff:?}"
+        );
+        assert!(
+            diff[2].starts_with("run 4 ") && diff[2].ends_with("only in the first"),
+            "{diff:?}"
+        );
         assert_eq!(
             m.runs.iter().map(|r| r.id.index).collect::<Vec<_>>(),
             vec![0, 1, 2, 3, 4]

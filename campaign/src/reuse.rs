@@ -156,8 +156,17 @@ impl Vm {
             .arg(&device_log)
             .arg("--device-arg")
             .arg(format!("--control={}", control.display()));
+        if let Some(checks) = &runner.sanitize {
+            cmd.arg("--device-arg").arg(format!("--sanitize={checks}"));
+        }
         if !build {
             cmd.arg("--no-build");
+        }
+        if runner.record {
+            cmd.arg("--device-arg").arg(format!(
+                "--record={}",
+                crate::run::record_path(dir).display()
+            ));
         }
         if !kmd.is_empty() {
             cmd.arg("--kmd-args").arg(kmd);
@@ -335,7 +344,7 @@ impl<'a> ReuseRunner<'a> {
                     return Ok(());
                 }
                 Err(e) => {
-                    eprint!("(boot {} failed: {}) ", self.boots, e.0);
+                    err!("(boot {} failed: {}) ", self.boots, e.0);
                     // The host cannot run a VM: another try would fail the
                     // same way.
                     let env = ENVIRONMENT_STATUSES.contains(&e.1);

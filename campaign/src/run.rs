@@ -1,7 +1,8 @@
 //! Running one scenario run in a fresh VM and classifying what happened
 //! (for runs in a reused VM see [`crate::reuse`]).
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
@@ -55,6 +56,15 @@ pub struct RunResult {
     pub duration_s: f64,
     /// Command that replays this run.
     pub replay: String,
+    /// The devcoredumps the driver published during the run, copied out
+    /// of the guest: paths relative to the campaign's output directory
+    /// (`runs/NNNN-scenario-rep/devcoredump-N.txt`).
+    #[serde(default)]
+    pub dumps: Vec<String>,
+    /// For each dump, the command that runs its failing job again on the
+    /// host (`vgpu-replay`, from the output directory).
+    #[serde(default)]
+    pub dump_replays: Vec<String>,
     /// How its VM was used: `fresh` (booted for this run) or `reuse`
     /// (one VM serving runs in sequence).
     #[serde(default = "fresh")]
@@ -65,6 +75,9 @@ pub struct RunResult {
     /// Reuse mode: why the VM was replaced by a fresh one after this run.
     #[serde(default)]
     pub vm_replaced: Option<String>,
+    /// The device sanitizer's reports during the run, per check id.
+    #[serde(default)]
+    pub sanitizer: BTreeMap<String, u64>,
 }
 
 fn fresh() -> String {
@@ -107,6 +120,13 @@ pub struct Runner {
     pub campaign_path: String,
     /// The `--seed` given, if any (for replay commands).
     pub seed: Option<u64>,
+    /// `vgpu-device --sanitize=CHECKS` for every VM, if any.
+    pub sanitize: Option<String>,
+    /// A run with a sanitizer report fails.
+    pub require_no_sanitizer_reports: bool,
+    /// Record each VM's device session (`vgpu-device --record`) into
+    /// `session.vgrec` of its log directory, for `vgpu-replay --record`.
+    pub record: bool,
 }
 
 /// Kernel messages that show the driver noticed something.
@@ -145,6 +165,8 @@ pub struct DeviceLog {
     pub observations: Vec<(String, u64)>,
     /// The device process panicked.
     pub panicked: bool,
+    /// Sanitizer reports (`sanitizer: SAN-... #N` lines) per check id.
+    pub sanitizer: BTreeMap<String, u64>,
 }
 
 /// Reads a device log.
@@ -153,6 +175,15 @@ pub fn parse_device_log(text: &str) -> DeviceLog {
     for line in text.lines() {
         if line.contains("panicked at") {
             d.panicked = true;
+        }
+        if let Some(i) = line.find("sanitizer: SAN-") {
+            let id: String = line[i + "sanitizer: ".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || *c == '-')
+                .collect();
+            if line[i..].contains(" #") {
+                *d.sanitizer.entry(id).or_default() += 1;
+            }
         }
         if let Some(i) = line.find("inject-observe: ") {
             let l = &line[i..];
@@ -183,12 +214,33 @@ pub struct GuestOutput {
     pub dmesg: Vec<String>,
     /// Workload output.
     pub output: Vec<String>,
+    /// Devcoredumps printed after the run ([`DUMP_BEGIN`] .. [`DUMP_END`]).
+    pub dumps: Vec<String>,
 }
+
+/// The line before a devcoredump the guest script prints.
+pub const DUMP_BEGIN: &str = "campaign-devcoredump-begin";
+/// The line after it.
+pub const DUMP_END: &str = "campaign-devcoredump-end";
 
 /// Reads the guest's output.
 pub fn parse_guest(text: &str) -> GuestOutput {
     let mut g = GuestOutput::default();
+    let mut dump: Option<String> = None;
     for line in text.lines() {
+        if let Some(d) = dump.as_mut() {
+            if line == DUMP_END {
+                g.dumps.extend(dump.take());
+            } else {
+                d.push_str(line);
+                d.push('\n');
+            }
+            continue;
+        }
+        if line == DUMP_BEGIN {
+            dump = Some(String::new());
+            continue;
+        }
         let num = |p: &str| line.strip_prefix(p).and_then(|v| v.trim().parse().ok());
         if let Some(v) = num("campaign-workload=") {
             g.workload = Some(v);
@@ -223,6 +275,14 @@ pub fn guest_script(s: &Scenario, health: &str) -> String {
         None => sh += &format!("( {} ); echo campaign-workload=$?; ", s.workload),
     }
     sh += &format!("( {health} ) >/dev/null 2>&1; echo campaign-health=$?; ");
+    // The driver's devcoredumps (the first is kept until read): once none
+    // is still being written (debugfs `coredumps`: `pending 0`, at most 3
+    // s), printed, then cleared, so a reused VM starts the next run
+    // without one and a dump written late is not the next run's.
+    sh += "f=$(ls /sys/kernel/debug/vgpu/*/coredumps 2>/dev/null | head -1); [ -z \"$f\" ] || for i in $(seq 30); do grep -q ' pending 0 ' \"$f\" && break; sleep 0.1; done; ";
+    sh += &format!(
+        "for d in /sys/class/devcoredump/devcd*/data; do [ -e \"$d\" ] || continue; echo {DUMP_BEGIN}; cat \"$d\"; echo {DUMP_END}; echo 1 > \"$d\"; done; "
+    );
     // `-c`: a reused VM shows each run only the messages since the last.
     sh += "dmesg -c | grep -i vgpu | grep -v -e 'command line' -e vgpurun= -e vgpukmd= | sed 's/^/dmesg: /'; true";
     sh
@@ -357,9 +417,22 @@ pub fn classify(
     )
 }
 
-/// Checks `outcome` against the scenario's expectations.
-fn judge(s: &Scenario, r: &mut RunResult) {
+/// Checks `outcome` against the scenario's expectations (and, with
+/// `clean`, that the sanitizer reported nothing).
+fn judge(s: &Scenario, r: &mut RunResult, clean: bool) {
     let mut ok = s.expect.contains(&r.outcome);
+    if clean && !r.sanitizer.is_empty() {
+        ok = false;
+        let list: Vec<String> = r
+            .sanitizer
+            .iter()
+            .map(|(k, n)| format!("{k} x{n}"))
+            .collect();
+        r.reasons.push(format!(
+            "sanitizer reports (the campaign requires none): {}",
+            list.join(", ")
+        ));
+    }
     if !ok {
         r.reasons.push(format!(
             "outcome {} not in expected {:?}",
@@ -397,6 +470,13 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
+/// Where a VM whose logs go to `dir` records its device session: an
+/// absolute path (the launcher does not run the device in our directory).
+pub fn record_path(dir: &Path) -> PathBuf {
+    let p = dir.join("session.vgrec");
+    std::path::absolute(&p).unwrap_or(p)
+}
+
 impl Runner {
     /// The log directory of run `id` (created).
     pub fn run_dir(&self, id: &RunId) -> Result<PathBuf, RunError> {
@@ -427,6 +507,13 @@ impl Runner {
         }
         if !kmd.is_empty() {
             cmd.arg("--kmd-args").arg(kmd);
+        }
+        if let Some(checks) = &self.sanitize {
+            cmd.arg("--device-arg").arg(format!("--sanitize={checks}"));
+        }
+        if self.record {
+            cmd.arg("--device-arg")
+                .arg(format!("--record={}", record_path(&dir).display()));
         }
         if let Some(f) = &s.fault {
             for spec in fault_specs(f) {
@@ -484,6 +571,11 @@ impl Runner {
         if vm != "fresh" {
             replay += &format!(" --vm {vm}");
         }
+        let (dumps, mut dump_notes) = self.save_dumps(id, &g.dumps);
+        let dump_replays = dumps
+            .iter()
+            .map(|p| format!("vgpu-replay {}", shell_quote(p)))
+            .collect();
         let mut r = RunResult {
             id: id.clone(),
             fault: s.fault.clone(),
@@ -501,12 +593,44 @@ impl Runner {
             recover_ms,
             duration_s: ev.duration_s,
             replay,
+            dumps,
+            dump_replays,
             vm: vm.to_owned(),
             vm_boot: 0,
             vm_replaced: None,
+            sanitizer: d.sanitizer.clone(),
         };
-        judge(s, &mut r);
+        r.reasons.append(&mut dump_notes);
+        judge(s, &mut r, self.require_no_sanitizer_reports);
         r
+    }
+
+    /// Writes the run's devcoredumps into its log directory
+    /// (`devcoredump-N.txt`); returns their paths relative to the output
+    /// directory (the log directory's parent) and notes on any that could
+    /// not be written.
+    fn save_dumps(&self, id: &RunId, dumps: &[String]) -> (Vec<String>, Vec<String>) {
+        let mut paths = vec![];
+        let mut notes = vec![];
+        if dumps.is_empty() {
+            return (paths, notes);
+        }
+        let dir = match self.run_dir(id) {
+            Ok(d) => d,
+            Err(e) => return (paths, vec![format!("devcoredumps not saved: {e}")]),
+        };
+        for (i, d) in dumps.iter().enumerate() {
+            let p = dir.join(format!("devcoredump-{}.txt", i + 1));
+            match std::fs::write(&p, d) {
+                Ok(()) => {
+                    let base = self.log_dir.parent().unwrap_or(&self.log_dir);
+                    let rel = p.strip_prefix(base).unwrap_or(&p);
+                    paths.push(rel.display().to_string());
+                }
+                Err(e) => notes.push(format!("{}: {e}", p.display())),
+            }
+        }
+        (paths, notes)
     }
 }
 
@@ -556,6 +680,57 @@ mod tests {
 [WARN vgpu_device::core::inject] inject-observe: id=2 what=ENGINE_RESET ctx=-1 engine=0 device_ns=9 wall_ns=2000000000
 [WARN vgpu_device::core::inject] inject-observe: id=3 what=fence ctx=2 engine=0 device_ns=9 wall_ns=2500000000 seqno=4
 ";
+
+    #[test]
+    fn sanitizer_reports_are_counted_and_can_fail_a_run() {
+        let log = "[WARN vgpu_device::core::sanitize::report] sanitizer: SAN-TLB-STALE #1 ctx 1 copy: x\n\
+                   [WARN vgpu_device::core::sanitize::report] sanitizer: SAN-TLB-STALE #2 ctx 1 copy: y\n\
+                   [WARN vgpu_device::core::sanitize::report] sanitizer: SAN-FENCE-REGRESS #3 ctx 2 copy: z\n\
+                   [INFO vgpu_device::core::sanitize] sanitizer: checks SAN-RING-INDEX\n";
+        let d = parse_device_log(log);
+        assert_eq!(
+            d.sanitizer.into_iter().collect::<Vec<_>>(),
+            vec![
+                ("SAN-FENCE-REGRESS".to_owned(), 1),
+                ("SAN-TLB-STALE".to_owned(), 2)
+            ]
+        );
+        let mut s = scenario(None, false);
+        s.expect = vec!["not-injected".into()];
+        let mut runner = Runner {
+            repo: ".".into(),
+            log_dir: ".".into(),
+            build: false,
+            campaign_path: "c.toml".into(),
+            seed: None,
+            sanitize: Some("all".into()),
+            require_no_sanitizer_reports: false,
+            record: false,
+        };
+        let id = RunId {
+            index: 0,
+            scenario: "s".into(),
+            rep: 0,
+            seed: 1,
+        };
+        let ev = Evidence {
+            vm_status: 0,
+            guest: "campaign-workload=0\ncampaign-health=0\n".into(),
+            device_log: log.into(),
+            ..Evidence::default()
+        };
+        let r = runner.result(&s, &id, &ev, "fresh");
+        assert_eq!(r.sanitizer.values().sum::<u64>(), 3);
+        assert!(r.passed, "counted only: {:?}", r.reasons);
+        runner.require_no_sanitizer_reports = true;
+        let r = runner.result(&s, &id, &ev, "fresh");
+        assert!(!r.passed);
+        assert!(
+            r.reasons.iter().any(|x| x.contains("SAN-TLB-STALE x2")),
+            "{:?}",
+            r.reasons
+        );
+    }
 
     #[test]
     fn hang_detected_and_recovered_with_latencies() {
@@ -638,6 +813,9 @@ vm: QEMU failed to start (exit status 1)
             build: false,
             campaign_path: "c.toml".into(),
             seed: None,
+            sanitize: None,
+            require_no_sanitizer_reports: false,
+            record: false,
         };
         let id = RunId {
             index: 0,
@@ -660,11 +838,57 @@ vm: QEMU failed to start (exit status 1)
     }
 
     #[test]
+    fn devcoredumps_are_taken_out_of_the_guest_output() {
+        let g = parse_guest(&format!(
+            "x\ncampaign-workload=1\n{DUMP_BEGIN}\nVGPU DEVCOREDUMP 1\n[dump]\ndump reason=hang\n[end]\n{DUMP_END}\ncampaign-health=0\n"
+        ));
+        assert_eq!(
+            g.dumps,
+            vec!["VGPU DEVCOREDUMP 1\n[dump]\ndump reason=hang\n[end]\n"]
+        );
+        assert_eq!(g.output, vec!["x"]);
+        assert_eq!((g.workload, g.health), (Some(1), Some(0)));
+        let dir = tempfile::tempdir().unwrap();
+        let runner = Runner {
+            repo: dir.path().to_owned(),
+            log_dir: dir.path().join("runs"),
+            build: false,
+            campaign_path: "c.toml".into(),
+            seed: None,
+            sanitize: None,
+            require_no_sanitizer_reports: false,
+            record: false,
+        };
+        let id = RunId {
+            index: 3,
+            scenario: "hang".into(),
+            rep: 1,
+            seed: 9,
+        };
+        let ev = Evidence {
+            guest: format!("campaign-workload=1\n{DUMP_BEGIN}\nVGPU DEVCOREDUMP 1\n{DUMP_END}\ncampaign-health=0\n"),
+            ..Evidence::default()
+        };
+        let r = runner.result(&scenario(Some("hang"), false), &id, &ev, "fresh");
+        assert_eq!(r.dumps.len(), 1);
+        assert_eq!(r.dumps, vec!["runs/0003-hang-1/devcoredump-1.txt"]);
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join(&r.dumps[0])).unwrap(),
+            "VGPU DEVCOREDUMP 1\n"
+        );
+        assert_eq!(
+            r.dump_replays,
+            vec![format!("vgpu-replay '{}'", r.dumps[0])]
+        );
+    }
+
+    #[test]
     fn script_runs_workload_innocent_health_and_dmesg() {
         let sh = guest_script(&scenario(None, true), "h");
         assert!(sh.starts_with(
             "( w ) >/tmp/workload.log 2>&1 & WP=$!; sleep 0.3; ( i ) >/tmp/innocent.log"
         ));
         assert!(sh.contains("( h ) >/dev/null 2>&1; echo campaign-health=$?"));
+        assert!(sh.contains("cat \"$d\"; echo campaign-devcoredump-end; echo 1 > \"$d\""));
     }
 }

@@ -58,6 +58,14 @@ pub struct Settings {
     /// broke it). `--vm` overrides.
     #[serde(default = "fresh")]
     pub vm: String,
+    /// Run the device's driver sanitizer (`vgpu-device --sanitize=CHECKS`;
+    /// `"all"` for every check). Its reports are counted per run and class.
+    /// `--sanitize` overrides.
+    #[serde(default)]
+    pub sanitize: Option<String>,
+    /// A run with any sanitizer report fails (the driver broke a rule).
+    #[serde(default)]
+    pub require_no_sanitizer_reports: bool,
 }
 
 /// VM modes (`[campaign] vm`, `--vm`).

@@ -285,8 +285,9 @@ impl Vgpu {
     ///
     /// Marked unbound first (no new hang check starts), the watchdog stops
     /// (waiting for a running check), then the transport resets the device
-    /// and frees its queues, then every exported fence is cancelled and
-    /// every sleeper woken.
+    /// and frees its queues, then every exported fence is cancelled, the
+    /// page-table memory freed ([`PtPool::release`]) and every sleeper
+    /// woken.
     pub(crate) fn shutdown(&self) {
         if self.hw.link.set_unbound() {
             return;
@@ -301,6 +302,11 @@ impl Vgpu {
         self.gpu.cancel_exported();
         crate::ffi::flush_work(&self.gpu);
         self.retired.release_quarantine();
+        // The device walks no page table any more: the table memory goes
+        // with the binding, even while files still own address spaces.
+        if let Some(pool) = self.pt_pool.as_ref() {
+            pool.release();
+        }
         self.gpu.wake();
     }
 

@@ -515,19 +515,21 @@ impl VgpuFile {
 }
 
 /// Creates and registers the device's render node. It is unregistered
-/// automatically when the PCI device is unbound.
+/// automatically when the PCI device is unbound. Returns the registry of
+/// the device's BOs (their DMA mappings are released at unbind).
 ///
 /// # Errors
 ///
 /// The errno of a failed allocation or registration.
-pub(crate) fn register(pdev: &pci::Device<Core<'_>>, vgpu: &Arc<Vgpu>) -> Result {
+pub(crate) fn register(pdev: &pci::Device<Core<'_>>, vgpu: &Arc<Vgpu>) -> Result<Arc<BoRegistry>> {
+    let bos = BoRegistry::new()?;
     let data = Ok::<_, Error>(DrmData {
         vgpu: vgpu.clone(),
-        bos: BoRegistry::new()?,
+        bos: bos.clone(),
     });
     let drm = drm::UnregisteredDevice::<VgpuDrm>::new(pdev.as_ref(), data)?;
     drm::Registration::new_foreign_owned(drm, pdev.as_ref(), 0)?;
-    Ok(())
+    Ok(bos)
 }
 
 /// The sync arrays of `SUBMIT` and `VM_BIND_OPS`: the input fences and the

@@ -5,7 +5,8 @@
 //! Pages are allocated on first use: a CPU fault through an mmap of the
 //! object, a `VM_BIND` of a non-lazy object, or a GPU fault on a lazy one.
 //! [`segments`] pins the pages and DMA-maps them (the shmem helper keeps the
-//! mapping until the object is freed), so a mapping that holds a reference
+//! mapping until the object is freed, or until unbind:
+//! [`BoRegistry::unmap_all`]), so a mapping that holds a reference
 //! on the object keeps its pages where the page tables say they are.
 //!
 //! GEM memory is counted twice ([`MemAccount`]): per device (every object of
@@ -239,6 +240,94 @@ impl BoRegistry {
     fn contains(&self, addr: usize) -> bool {
         self.objects.lock().binary_search(&addr).is_ok()
     }
+
+    /// Releases the DMA mapping of every listed object (at unbind, once
+    /// the device is quiesced and reads no memory): the DMA API must see no
+    /// mapping of a device whose driver is gone. Pages stay pinned until the
+    /// object is freed, so CPU mmaps keep working. Ioctls are refused with
+    /// `ENODEV` once the render node is unplugged, right after unbind; an
+    /// ioctl that raced the unbind can map an object again, and that mapping
+    /// goes when the object is freed. Returns how many mappings were
+    /// released.
+    ///
+    /// Each object is visited holding a reference taken under the registry
+    /// lock (objects already being freed are skipped: their release unmaps
+    /// them), so the reservation lock is never taken under the registry's.
+    pub(crate) fn unmap_all(&self) -> usize {
+        let mut next = 0usize;
+        let mut released = 0;
+        loop {
+            let found = {
+                let l = self.objects.lock();
+                let start = l.partition_point(|&a| a < next);
+                let mut found = None;
+                for &addr in l.iter().skip(start) {
+                    next = addr.saturating_add(1);
+                    // SAFETY: A listed address is a live object: it is
+                    // unlisted (under this lock, held here) before its
+                    // memory goes.
+                    if unsafe { get_unless_zero(addr as *mut bindings::drm_gem_object) } {
+                        found = Some(addr);
+                        break;
+                    }
+                }
+                found
+            };
+            let Some(addr) = found else {
+                return released;
+            };
+            let raw = addr as *mut bindings::drm_gem_object;
+            // SAFETY:
+            // - `raw` is a live object: the reference taken above holds it.
+            // - It is one of this driver's shmem objects (only those are
+            //   listed), never an import, so its `sgt` is the helper's own
+            //   mapping, which `__drm_gem_shmem_free_sgt_locked` unmaps,
+            //   frees and clears under the reservation lock; the pages
+            //   reference it held is dropped when the object is freed, as
+            //   for an object never unmapped (`drm_gem_shmem_release`).
+            // - `dma_resv_lock` without an acquire context cannot fail.
+            // - The reference is dropped last; freeing the object unlists
+            //   it, which takes the registry lock (not held here).
+            unsafe {
+                let shmem = kernel::container_of!(raw, bindings::drm_gem_shmem_object, base);
+                let resv = (*raw).resv;
+                let _ = bindings::dma_resv_lock(resv, core::ptr::null_mut());
+                if !(*shmem).sgt.is_null() {
+                    bindings::__drm_gem_shmem_free_sgt_locked(shmem);
+                    released += 1;
+                }
+                bindings::dma_resv_unlock(resv);
+                bindings::drm_gem_object_put(raw);
+            }
+            if next == usize::MAX {
+                return released;
+            }
+        }
+    }
+}
+
+/// Takes a reference on GEM object `obj` unless its last one is gone (it is
+/// being freed). Returns whether it took one.
+///
+/// # Safety
+///
+/// `obj` points to a `drm_gem_object` whose memory stays valid for the call.
+unsafe fn get_unless_zero(obj: *mut bindings::drm_gem_object) -> bool {
+    // SAFETY: `obj` is valid (the caller's guarantee); the kref's counter is
+    // only ever accessed atomically (refcount_t).
+    let count = unsafe { Atomic::<i32>::from_ptr(&raw mut (*obj).refcount.refcount.refs.counter) };
+    let mut old = count.load(Relaxed);
+    loop {
+        // 0: being freed; negative: saturated (refcount_t's overflow
+        // state), left alone.
+        let Some(new) = (old > 0).then(|| old.checked_add(1)).flatten() else {
+            return false;
+        };
+        match count.cmpxchg(old, new, Relaxed) {
+            Ok(_) => return true,
+            Err(now) => old = now,
+        }
+    }
 }
 
 /// The [`Bo`] behind GEM handle `handle` of `file`.
@@ -350,21 +439,56 @@ pub(crate) struct Seg {
 ///
 /// # Errors
 ///
-/// `ENOMEM` (no pages), `EIO` (the mapping does not cover the object), or
-/// the shmem helper's errno.
+/// `ENOMEM` (no pages), `EIO` (the mapping does not cover the object),
+/// `ENODEV` (unmapped by an unbind meanwhile), or the shmem helper's errno.
 pub(crate) fn segments(bo: &Bo) -> Result<KVec<Seg>> {
     let raw = bo.as_raw();
     // SAFETY: `Bo` is a shmem object: its `drm_gem_object` is the `base`
     // field of a live `drm_gem_shmem_object`.
     let shmem = unsafe { kernel::container_of!(raw, bindings::drm_gem_shmem_object, base) };
     // SAFETY: `shmem` is valid (above). The helper takes the object's
-    // reservation lock itself; the table it returns is owned by the object
-    // and stays valid, with its pages pinned, until the object is freed
-    // (this driver never purges or evicts objects).
-    let sgt = from_err_ptr(unsafe { bindings::drm_gem_shmem_get_pages_sgt(shmem) })?;
-    // SAFETY: `sgt` is valid while `bo` is (above), and is not modified
-    // after creation.
-    let table = unsafe { SGTable::from_raw(sgt) };
+    // reservation lock itself and makes the mapping if there is none; the
+    // table is owned by the object (this driver never purges or evicts
+    // objects) and is only freed with it or at unbind
+    // ([`BoRegistry::unmap_all`]), both under the reservation lock.
+    from_err_ptr(unsafe { bindings::drm_gem_shmem_get_pages_sgt(shmem) })?;
+    // SAFETY: `raw` is valid (above); `dma_resv_lock` without an acquire
+    // context cannot fail.
+    let resv = unsafe { (*raw).resv };
+    // SAFETY: As above.
+    let _ = unsafe { bindings::dma_resv_lock(resv, core::ptr::null_mut()) };
+    // SAFETY: `shmem` is valid and its `sgt` is read under the reservation
+    // lock, which is held until the table has been read.
+    let sgt = unsafe { (*shmem).sgt };
+    let segs = if sgt.is_null() {
+        // Unmapped by an unbind since the call above.
+        Err(ENODEV)
+    } else {
+        // SAFETY: `sgt` is the object's live mapping, not freed or changed
+        // while the reservation lock is held.
+        read_segments(unsafe { SGTable::from_raw(sgt) })
+    };
+    // SAFETY: Taken above by this thread.
+    unsafe { bindings::dma_resv_unlock(resv) };
+    let segs = segs?;
+    let mapped = segs.last().map_or(0, |s| s.offset + s.len);
+    if usize::try_from(mapped).ok() != Some(bo.size()) {
+        crate::pr_err_ratelimited!(
+            "vgpu: object of {} bytes maps {} bytes\n",
+            bo.size(),
+            mapped
+        );
+        return Err(EIO);
+    }
+    Ok(segs)
+}
+
+/// A mapping's entries as contiguous segments in object order.
+///
+/// # Errors
+///
+/// `ENOMEM`.
+fn read_segments(table: &SGTable) -> Result<KVec<Seg>> {
     let mut segs = KVec::new();
     let mut offset = 0u64;
     for e in table.iter() {
@@ -377,14 +501,6 @@ pub(crate) fn segments(bo: &Bo) -> Result<KVec<Seg>> {
             _ => segs.push(Seg { offset, addr, len }, GFP_KERNEL)?,
         }
         offset += len;
-    }
-    if usize::try_from(offset).ok() != Some(bo.size()) {
-        crate::pr_err_ratelimited!(
-            "vgpu: object of {} bytes maps {} bytes\n",
-            bo.size(),
-            offset
-        );
-        return Err(EIO);
     }
     Ok(segs)
 }

@@ -11,8 +11,12 @@
 //! The pool is a few 2 MiB chunks carved into tables with a free list. Its
 //! size is the `pt_pool_kib` module parameter; a bind that needs more tables
 //! than are free fails with `ENOMEM`. The pool is reference-counted: every
-//! address space holds it, so table memory outlives the device binding for
-//! as long as an open file still owns tables.
+//! address space holds it, so its bookkeeping outlives the device binding
+//! for as long as an open file still owns tables. Its memory does not: at
+//! unbind, once the device is quiesced, [`PtPool::release`] frees the chunks
+//! (the DMA API must see no allocation of a device whose driver is gone);
+//! afterwards entries read as invalid and writes are dropped, so the address
+//! spaces of files still open tear down without touching freed memory.
 
 use crate::mmu::{
     Pte,
@@ -27,6 +31,7 @@ use kernel::{
     dma::Coherent,
     new_spinlock,
     prelude::*,
+    revocable::Revocable,
     sync::{
         Arc,
         SpinLock, //
@@ -56,7 +61,9 @@ struct FreeList {
 /// The page-table pool of one device.
 #[pin_data]
 pub(crate) struct PtPool {
-    chunks: KVec<Coherent<[u64]>>,
+    /// The table memory; revoked (freed) at unbind.
+    #[pin]
+    chunks: Revocable<KVec<Coherent<[u64]>>>,
     #[pin]
     state: SpinLock<FreeList>,
     total: usize,
@@ -86,7 +93,7 @@ impl PtPool {
         }
         Arc::pin_init(
             pin_init!(PtPool {
-                chunks,
+                chunks <- Revocable::new(chunks),
                 state <- new_spinlock!(FreeList { free, retired }),
                 total,
             }),
@@ -100,11 +107,21 @@ impl PtPool {
     ///
     /// `ENOMEM`.
     pub(crate) fn chunk_ranges(&self) -> Result<KVec<(u64, u64)>> {
-        let mut v = KVec::with_capacity(self.chunks.len(), GFP_KERNEL)?;
-        for c in self.chunks.iter() {
-            v.push((c.dma_handle(), CHUNK_BYTES as u64), GFP_KERNEL)?;
+        let chunks = self.chunks.try_access().ok_or(ENODEV)?;
+        let mut v = KVec::with_capacity(chunks.len(), GFP_ATOMIC)?;
+        for c in chunks.iter() {
+            v.push((c.dma_handle(), CHUNK_BYTES as u64), GFP_ATOMIC)?;
         }
         Ok(v)
+    }
+
+    /// Frees the table memory (at unbind, after the device is quiesced: it
+    /// walks no table any more). Waits for readers and writers in flight
+    /// (an RCU grace period); afterwards reads return [`Pte::INVALID`] and
+    /// writes are dropped. The free list is kept, so tables owned by files
+    /// still open are returned to it as their address spaces go.
+    pub(crate) fn release(&self) {
+        self.chunks.revoke();
     }
 
     /// Tables in the pool and tables free.
@@ -141,12 +158,14 @@ impl PtPool {
     /// pool.
     pub(crate) fn retire_at(&self, pa: u64) -> bool {
         let per_chunk = TABLES_PER_CHUNK as u64;
-        let found = self.chunks.iter().enumerate().find_map(|(c, chunk)| {
-            let base = chunk.dma_handle();
-            let off = pa.checked_sub(base)?;
-            (off < CHUNK_BYTES as u64).then(|| c as u64 * per_chunk + off / TABLE_SIZE)
+        let found = self.chunks.try_access_with(|chunks| {
+            chunks.iter().enumerate().find_map(|(c, chunk)| {
+                let base = chunk.dma_handle();
+                let off = pa.checked_sub(base)?;
+                (off < CHUNK_BYTES as u64).then(|| c as u64 * per_chunk + off / TABLE_SIZE)
+            })
         });
-        let Some(t) = found.and_then(|t| u32::try_from(t).ok()) else {
+        let Some(t) = found.flatten().and_then(|t| u32::try_from(t).ok()) else {
             return false;
         };
         let mut st = self.state.lock();
@@ -158,50 +177,57 @@ impl PtPool {
         true
     }
 
-    /// Where entry `index` of table `t` lives: (chunk, element).
-    fn locate(&self, t: TableId, index: usize) -> Option<(&Coherent<[u64]>, usize)> {
+    /// Runs `f` on the chunk holding entry `index` (modulo 512) of table
+    /// `t` and that entry's element index in it; `None` once the memory is
+    /// released or for a table outside the pool.
+    fn with_entry<R>(
+        &self,
+        t: TableId,
+        index: usize,
+        f: impl FnOnce(&Coherent<[u64]>, usize) -> R,
+    ) -> Option<R> {
         let t = usize::try_from(t.0).ok()?;
-        let chunk = self.chunks.get(t / TABLES_PER_CHUNK)?;
+        let chunks = self.chunks.try_access()?;
+        let chunk = chunks.get(t / TABLES_PER_CHUNK)?;
         let elem = (t % TABLES_PER_CHUNK) * ENTRIES_PER_TABLE + (index % ENTRIES_PER_TABLE);
-        (elem < chunk.len()).then_some((chunk, elem))
+        (elem < chunk.len()).then(|| f(chunk, elem))
     }
 
-    /// The DMA (guest-physical) address of table `t`.
+    /// The DMA (guest-physical) address of table `t` (0 once released).
     pub(crate) fn addr(&self, t: TableId) -> u64 {
-        match self.locate(t, 0) {
-            Some((chunk, elem)) => chunk.dma_handle() + (elem * 8) as u64,
-            None => 0,
-        }
+        self.with_entry(t, 0, |chunk, elem| chunk.dma_handle() + (elem * 8) as u64)
+            .unwrap_or(0)
     }
 
     /// Reads entry `index` (modulo 512) of table `t`.
     pub(crate) fn read(&self, t: TableId, index: usize) -> Pte {
-        let Some((chunk, elem)) = self.locate(t, index) else {
-            return Pte::INVALID;
-        };
-        // SAFETY: `elem < chunk.len()` (checked by `locate`), so the pointer
-        // is inside the allocation. The device may read the entry
-        // concurrently; a volatile read of an aligned u64 is the kernel's
-        // READ_ONCE for memory shared with a device.
-        Pte::from_bits(u64::from_le(unsafe {
-            chunk.as_ptr().cast::<u64>().add(elem).read_volatile()
-        }))
+        self.with_entry(t, index, |chunk, elem| {
+            // SAFETY: `elem < chunk.len()` (checked by `with_entry`), so the
+            // pointer is inside the allocation, which the access guard keeps
+            // alive. The device may read the entry concurrently; a volatile
+            // read of an aligned u64 is the kernel's READ_ONCE for memory
+            // shared with a device.
+            Pte::from_bits(u64::from_le(unsafe {
+                chunk.as_ptr().cast::<u64>().add(elem).read_volatile()
+            }))
+        })
+        .unwrap_or(Pte::INVALID)
     }
 
     /// Writes entry `index` (modulo 512) of table `t`.
     pub(crate) fn write(&self, t: TableId, index: usize, v: Pte) {
-        let Some((chunk, elem)) = self.locate(t, index) else {
-            return;
-        };
-        // SAFETY: As in `read`: in bounds; a volatile aligned u64 store is
-        // the kernel's WRITE_ONCE, so the device never sees a torn entry.
-        // Each table has one owner, which serialises writes to it.
-        unsafe {
-            chunk
-                .as_mut_ptr()
-                .cast::<u64>()
-                .add(elem)
-                .write_volatile(v.bits().to_le())
-        }
+        self.with_entry(t, index, |chunk, elem| {
+            // SAFETY: As in `read`: in bounds and alive; a volatile aligned
+            // u64 store is the kernel's WRITE_ONCE, so the device never sees
+            // a torn entry. Each table has one owner, which serialises
+            // writes to it.
+            unsafe {
+                chunk
+                    .as_mut_ptr()
+                    .cast::<u64>()
+                    .add(elem)
+                    .write_volatile(v.bits().to_le())
+            }
+        });
     }
 }

@@ -257,6 +257,12 @@ impl pci::Driver for VgpuPciDriver {
         // after that (device-managed resources).
         let vgpu: &Arc<Vgpu> = this.vgpu();
         vgpu.shutdown();
+        // Files still open keep their BOs; the device's DMA mappings of
+        // them go now (their pages stay until the BOs are freed).
+        let unmapped = this.bos.unmap_all();
+        if unmapped > 0 {
+            dev_info!(pdev, "{} buffer mappings released at unbind\n", unmapped);
+        }
         // An unread devcoredump goes with the binding.
         ffi::remove_coredump(pdev.as_ref());
         dev_info!(pdev, "device quiesced and unbound\n");
@@ -270,6 +276,8 @@ impl pci::Driver for VgpuPciDriver {
 /// debugfs directory.
 struct Binding {
     vgpu: Arc<Vgpu>,
+    /// The render node's BOs, whose DMA mappings go at unbind.
+    bos: Arc<gem::BoRegistry>,
     _irqs: Registrations<Vgpu>,
     _debugfs: Option<Pin<KBox<debugfs::DeviceDir>>>,
 }
@@ -308,11 +316,11 @@ impl Binding {
             vgpu.init_memory(pdev.as_ref())?;
             vgpu.start_watchdog()?;
             let dir = debugfs::create(pdev, &vgpu)?;
-            drm::register(pdev, &vgpu)?;
-            Ok::<_, Error>((id, dir))
+            let bos = drm::register(pdev, &vgpu)?;
+            Ok::<_, Error>((id, dir, bos))
         })();
         match up {
-            Ok((id, debugfs)) => {
+            Ok((id, debugfs, bos)) => {
                 let s = vgpu.hw.setup.as_ref();
                 dev_info!(
                     pdev,
@@ -337,6 +345,7 @@ impl Binding {
                 );
                 Ok(Binding {
                     vgpu,
+                    bos,
                     _irqs: irqs,
                     _debugfs: debugfs,
                 })

@@ -567,6 +567,45 @@ fn command_buffer_kept_mapped_is_clean() {
     assert_eq!(reports(&d), 0);
 }
 
+/// A command buffer whose ring an engine error stopped half way is no longer
+/// executing: the driver may unmap it (as the KMD does when it tears the
+/// errored job down), and the invalidation that follows reports nothing.
+#[test]
+fn command_buffer_of_a_stopped_ring_may_be_unmapped() {
+    let mut d = rig();
+    let mut c = ctx_with(&mut d, 1, &[COPY]);
+    let pa = d.buffer(&mut c, CB, 0x1000, RX).unwrap();
+    let mut cb = PacketWriter::buffer(pa, CB, 0x1000, 1);
+    cb.packet(&d.mem, &fence(SEM + 8, 7)).unwrap();
+    cb.words(&d.mem, &[0xdead_beef]).unwrap();
+    d.submit(
+        &mut c,
+        COPY,
+        &[Packet::Indirect {
+            va: CB,
+            size: cb.wptr(),
+        }],
+    )
+    .unwrap();
+    // The buffer's fence, then the error.
+    let ev = d.event(T).unwrap();
+    assert!(matches!(ev, Event::Fence { seqno: 7, .. }), "{ev:?}");
+    let ev = d.event(T).unwrap();
+    assert!(matches!(ev, Event::EngineError { .. }), "{ev:?}");
+    d.wait_status(&c, COPY, T, |s| s.state == ring_state::STOPPED)
+        .unwrap();
+    c.pt.unmap(&d.mem, CB).unwrap();
+    d.command(Command::TlbInvalidate {
+        ctx_id: 1,
+        engine_mask: 0,
+        va: CB,
+        size: 0x1000,
+    })
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(reports(&d), 0);
+}
+
 // --- SAN-FENCE-REGRESS / SAN-FENCE-WRAP -----------------------------------
 
 #[test]

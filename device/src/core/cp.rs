@@ -506,6 +506,18 @@ impl CommandProcessor {
         self.dispatches.retain(|(c, t, _)| live(*c, *t));
     }
 
+    /// Matches the command buffers the sanitizer recorded with the rings':
+    /// `frames(ctx)` gives the buffers context `ctx`'s ring on this engine
+    /// executes, outermost first (none for a ring stopped, reset or
+    /// destroyed); a recorded buffer that is no longer among them is
+    /// forgotten.
+    pub fn retain_san_frames(&mut self, mut frames: impl FnMut(u32) -> Vec<(u64, u32)>) {
+        for ctx in self.san_frames.contexts() {
+            let now = frames(ctx);
+            self.san_frames.sync(ctx, &now);
+        }
+    }
+
     /// Number of loaded dispatches.
     pub fn loaded_dispatches(&self) -> usize {
         self.dispatches.len()

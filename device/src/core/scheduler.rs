@@ -509,6 +509,8 @@ pub fn serve_requests(gpu: &Gpu, st: &mut GpuState, e: u32, cp: &mut CommandProc
                 super::capture::on_request(gpu, st, cp, e, id, ctx, reason);
             }
             Request::Invalidate { asid, va, size } => {
+                // Buffers of rings stopped or reset since are not checked.
+                prune_san_frames(st, e, cp);
                 let mut san_events = Vec::new();
                 gpu.inject
                     .on_invalidate(gpu.clock.now_ns(), e, asid, |pick| match pick {
@@ -553,6 +555,28 @@ pub fn prune_dispatches(st: &GpuState, e: u32, cp: &mut CommandProcessor) {
             .and_then(|c| c.ring(e))
             .and_then(|r| r.cursor.pending)
             .is_some_and(|p| matches!(p.op, Op::Dispatch(d) if d.token == token))
+    });
+}
+
+/// Forgets the sanitizer's record of command buffers that engine `e` no
+/// longer executes: their ring was stopped by an error, reset, destroyed,
+/// or has moved on.
+pub fn prune_san_frames(st: &GpuState, e: u32, cp: &mut CommandProcessor) {
+    cp.retain_san_frames(|ctx| {
+        st.contexts
+            .get(ctx)
+            .ok()
+            .and_then(|c| c.ring(e))
+            .filter(|r| !matches!(r.state, RingState::Stopped { .. }))
+            .map(|r| {
+                r.cursor
+                    .frames
+                    .iter()
+                    .take(r.cursor.depth as usize)
+                    .map(|f| (f.va, f.size))
+                    .collect()
+            })
+            .unwrap_or_default()
     });
 }
 

@@ -780,7 +780,9 @@ impl CommandProcessor {
             })
             .filter_map(|f| self.finding_report(f, asid, now))
             .collect();
-        reps.extend(self.san_cmdbufs(mem, now, Some(asid), None));
+        // Every executing buffer: frames are kept per context, and an
+        // address space may be any context's.
+        reps.extend(self.san_cmdbufs(mem, now, None, None));
         let Some(san) = self.sanitizer() else {
             return Vec::new();
         };

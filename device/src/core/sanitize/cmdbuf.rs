@@ -138,6 +138,11 @@ impl Frames {
     pub fn forget(&mut self, ctx: u32) {
         self.rings.remove(&ctx);
     }
+
+    /// The contexts with recorded buffers.
+    pub fn contexts(&self) -> Vec<u32> {
+        self.rings.keys().copied().collect()
+    }
 }
 
 #[cfg(test)]

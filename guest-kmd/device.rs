@@ -286,8 +286,8 @@ impl Vgpu {
     /// Marked unbound first (no new hang check starts), the watchdog stops
     /// (waiting for a running check), then the transport resets the device
     /// and frees its queues, then every exported fence is cancelled, the
-    /// page-table memory freed ([`PtPool::release`]) and every sleeper
-    /// woken.
+    /// page-table, ring and capture memory freed ([`PtPool::release`],
+    /// [`Gpu::release_dma`]) and every sleeper woken.
     pub(crate) fn shutdown(&self) {
         if self.hw.link.set_unbound() {
             return;
@@ -307,6 +307,7 @@ impl Vgpu {
         if let Some(pool) = self.pt_pool.as_ref() {
             pool.release();
         }
+        self.gpu.release_dma();
         self.gpu.wake();
     }
 

@@ -237,8 +237,8 @@ impl Gpu {
 
     /// Reads a device capture: `capture_id`, or the newest of slot `hw`.
     fn read_capture(&self, capture_id: u32, hw: u32) -> Result<(CaptureReadReply, KVVec<u8>)> {
-        let _g = self.dumping.lock();
-        let buf = self.dump_buf.as_ref().ok_or(ENODEV)?;
+        let g = self.dumping.lock();
+        let buf = g.as_ref().ok_or(ENODEV)?;
         let pa = buf.dma_handle();
         let mut out = KVVec::new();
         let mut id = capture_id;

@@ -42,6 +42,7 @@ use kernel::{
     },
     dma::Coherent,
     prelude::*,
+    revocable::Revocable,
     time::{
         Instant,
         Monotonic, //
@@ -83,10 +84,15 @@ pub(crate) const fn status_va(kmd_va: u64, e: usize) -> u64 {
     kmd_va + (e * STATUS_BLOCK) as u64
 }
 
-/// KMD memory of every device slot, allocated at probe.
+/// KMD memory of every device slot, allocated at probe and freed at unbind
+/// ([`SlotMemory::release`]); afterwards reads return 0 and writes are
+/// dropped.
 pub(crate) struct SlotMemory {
-    slots: KVec<Coherent<[u32]>>,
+    slots: Pin<KBox<Revocable<Slots>>>,
 }
+
+/// One coherent allocation per slot.
+type Slots = KVec<Coherent<[u32]>>;
 
 impl SlotMemory {
     /// Allocates `n` slots.
@@ -102,32 +108,47 @@ impl SlotMemory {
                 GFP_KERNEL,
             )?;
         }
-        Ok(SlotMemory { slots })
+        Ok(SlotMemory {
+            slots: KBox::pin_init(Revocable::new(Ok::<_, Error>(slots)), GFP_KERNEL)?,
+        })
     }
 
-    fn slot(&self, hw: u32) -> Option<&Coherent<[u32]>> {
-        self.slots.get(usize::try_from(hw).ok()?)
+    /// Frees the slots' memory (at unbind, once the device is quiesced: it
+    /// reads no ring any more). Waits for accesses in flight (an RCU grace
+    /// period).
+    pub(crate) fn release(&self) {
+        self.slots.revoke();
+    }
+
+    /// Runs `f` on slot `hw`'s memory; `None` once released or for a slot
+    /// that does not exist. `f` runs in an RCU read-side section: it must
+    /// not sleep.
+    fn with_slot<R>(&self, hw: u32, f: impl FnOnce(&Coherent<[u32]>) -> R) -> Option<R> {
+        let i = usize::try_from(hw).ok()?;
+        self.slots.try_access_with(|s| s.get(i).map(f)).flatten()
     }
 
     /// Word `word` of slot `hw` (0 outside the slot).
     pub(crate) fn read_u32(&self, hw: u32, word: usize) -> u32 {
-        match self.slot(hw) {
-            Some(m) if word < m.len() => {
-                // SAFETY: `word < len` is checked, so the pointer is inside
-                // the allocation; the device may write the word
-                // concurrently: a volatile read is the kernel's READ_ONCE.
-                let v = unsafe { m.as_ptr().cast::<u32>().add(word).read_volatile() };
-                u32::from_le(v)
+        self.with_slot(hw, |m| {
+            if word >= m.len() {
+                return 0;
             }
-            _ => 0,
-        }
+            // SAFETY: `word < len` is checked, so the pointer is inside the
+            // allocation, which the access keeps alive; the device may write
+            // the word concurrently: a volatile read is the kernel's
+            // READ_ONCE.
+            let v = unsafe { m.as_ptr().cast::<u32>().add(word).read_volatile() };
+            u32::from_le(v)
+        })
+        .unwrap_or(0)
     }
 
     fn write_u32(&self, hw: u32, word: usize, v: u32) {
-        if let Some(m) = self.slot(hw) {
+        self.with_slot(hw, |m| {
             if word < m.len() {
-                // SAFETY: in bounds (checked); WRITE_ONCE semantics for
-                // memory the device reads.
+                // SAFETY: in bounds (checked) and alive (the access);
+                // WRITE_ONCE semantics for memory the device reads.
                 unsafe {
                     m.as_mut_ptr()
                         .cast::<u32>()
@@ -135,16 +156,17 @@ impl SlotMemory {
                         .write_volatile(v.to_le())
                 }
             }
-        }
+        });
     }
 
     /// Writes an 8-byte aligned u64 in one store.
     fn write_u64(&self, hw: u32, byte: usize, v: u64) {
-        if let Some(m) = self.slot(hw) {
+        self.with_slot(hw, |m| {
             if byte % 8 == 0 && byte / 4 + 1 < m.len() {
                 // SAFETY:
-                // - in bounds (checked) and 8-byte aligned (the allocation is
-                //   page aligned and `byte % 8 == 0`);
+                // - in bounds (checked), alive (the access) and 8-byte
+                //   aligned (the allocation is page aligned and
+                //   `byte % 8 == 0`);
                 // - one volatile store, so the device never reads a torn value.
                 unsafe {
                     m.as_mut_ptr()
@@ -154,7 +176,7 @@ impl SlotMemory {
                         .write_volatile(v.to_le())
                 }
             }
-        }
+        });
     }
 
     fn read_u64(&self, hw: u32, byte: usize) -> u64 {
@@ -181,17 +203,19 @@ impl SlotMemory {
     /// The slot whose memory holds guest-physical address `pa`, if any.
     pub(crate) fn slot_at(&self, pa: u64) -> Option<u32> {
         self.slots
-            .iter()
-            .position(|m| {
-                pa.checked_sub(m.dma_handle())
-                    .is_some_and(|off| off < SLOT_BYTES as u64)
+            .try_access_with(|s| {
+                s.iter().position(|m| {
+                    pa.checked_sub(m.dma_handle())
+                        .is_some_and(|off| off < SLOT_BYTES as u64)
+                })
             })
+            .flatten()
             .and_then(|i| u32::try_from(i).ok())
     }
 
-    /// DMA (guest-physical) address of slot `hw`.
+    /// DMA (guest-physical) address of slot `hw` (0 once released).
     pub(crate) fn addr(&self, hw: u32) -> u64 {
-        self.slot(hw).map_or(0, |m| m.dma_handle())
+        self.with_slot(hw, |m| m.dma_handle()).unwrap_or(0)
     }
 
     /// The ring status block of engine `e`.

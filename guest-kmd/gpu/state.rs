@@ -393,15 +393,14 @@ pub(crate) struct Gpu {
     pub(crate) ras: SetOnce<Arc<Retired>>,
     /// The page-table pool, for retiring table pages (set at probe).
     pub(crate) pt_pool: SetOnce<Arc<PtPool>>,
-    /// The buffer `CAPTURE_READ` writes device captures into (set at
-    /// probe).
-    pub(crate) dump_buf: SetOnce<Coherent<[u32]>>,
     /// Whether a published devcoredump is still unread (set at probe).
     pub(crate) dump_slot: SetOnce<Arc<DumpSlot>>,
-    /// Serialises reads of device captures into `dump_buf`; held across
-    /// `CAPTURE_READ` round trips, never with the state lock.
+    /// The buffer `CAPTURE_READ` writes device captures into (set at
+    /// probe, freed at unbind). Its lock serialises reads of device
+    /// captures; held across `CAPTURE_READ` round trips, never with the
+    /// state lock.
     #[pin]
-    pub(crate) dumping: Mutex<()>,
+    pub(crate) dumping: Mutex<Option<Coherent<[u32]>>>,
     /// Serialises the operations that change which contexts and rings the
     /// device has, and their pointers: context creation and destruction,
     /// the reset ladder. Held across control-queue round trips.
@@ -437,9 +436,8 @@ impl Gpu {
             mem: SetOnce::new(),
             ras: SetOnce::new(),
             pt_pool: SetOnce::new(),
-            dump_buf: SetOnce::new(),
             dump_slot: SetOnce::new(),
-            dumping <- new_mutex!(()),
+            dumping <- new_mutex!(None),
             ops <- new_mutex!(()),
             state <- new_mutex!(GpuState {
                 slots: KVec::new(),
@@ -479,7 +477,7 @@ impl Gpu {
     ) -> Result {
         self.ras.populate(ras);
         self.pt_pool.populate(pool);
-        self.dump_buf.populate(Coherent::<u32>::zeroed_slice(
+        *self.dumping.lock() = Some(Coherent::<u32>::zeroed_slice(
             dev,
             CAPTURE_BUF_BYTES / 4,
             GFP_KERNEL,
@@ -492,6 +490,17 @@ impl Gpu {
             g.slots.push(None, GFP_KERNEL)?;
         }
         Ok(())
+    }
+
+    /// Frees the DMA memory the device used (at unbind, once it is
+    /// quiesced): the slots' rings and status pages, and the capture
+    /// buffer (waiting for a capture read in progress). Contexts of files
+    /// still open keep their bookkeeping until they are destroyed.
+    pub(crate) fn release_dma(&self) {
+        if let Some(m) = self.mem.as_ref() {
+            m.release();
+        }
+        *self.dumping.lock() = None;
     }
 
     /// The PCI function (for log messages).

@@ -273,13 +273,27 @@ impl pci::Driver for VgpuPciDriver {
 ///
 /// Dropped after [`pci::Driver::unbind`] has run [`Vgpu::shutdown`]: the
 /// interrupt handlers are freed first (waiting for running ones), then the
-/// debugfs directory.
+/// debugfs directory. A binding can also be dropped without an unbind: when
+/// the PCI core fails to store it after a successful [`Binding::probe`] (an
+/// allocation failure), the probe fails and nothing calls `unbind`; its
+/// `Drop` then shuts the device down itself, or the watchdog, which holds
+/// the device state, would keep firing after the module is gone.
 struct Binding {
     vgpu: Arc<Vgpu>,
     /// The render node's BOs, whose DMA mappings go at unbind.
     bos: Arc<gem::BoRegistry>,
     _irqs: Registrations<Vgpu>,
     _debugfs: Option<Pin<KBox<debugfs::DeviceDir>>>,
+}
+
+impl Drop for Binding {
+    fn drop(&mut self) {
+        // Idempotent: after an unbind, both find nothing left to do. Before
+        // the fields go: the device is quiesced before its interrupt
+        // handlers are freed.
+        self.vgpu.shutdown();
+        self.bos.unmap_all();
+    }
 }
 
 impl Binding {

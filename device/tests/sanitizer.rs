@@ -195,6 +195,40 @@ fn ring_packets_written_before_the_doorbell_are_clean() {
     assert_eq!(reports(&d), 0);
 }
 
+#[test]
+fn ring_word_changed_on_a_later_page_of_a_wrapping_ring_is_reported() {
+    // A 4-page ring; the second job wraps past the ring's end and covers
+    // pages 3, 0 and 1: the doorbell's snapshot spans pages and the wrap.
+    let mut d = rig();
+    let mut c = d.context(1, 1, 0).unwrap();
+    d.ring_of_size(&mut c, COPY, 0x4000).unwrap();
+    d.buffer(&mut c, SEM, 0x1000, RW).unwrap();
+    let nops = [Packet::Nop { words: 1024 }; 3];
+    let mut job = nops.to_vec();
+    job.push(fence(SEM, 1));
+    d.submit(&mut c, COPY, &job).unwrap();
+    wait_fence(&mut d, 1, COPY, 1);
+    assert_eq!(reports(&d), 0);
+    let mut w: PacketWriter = c.ring(COPY).unwrap().writer.clone();
+    assert_eq!(w.wptr(), 3 * 4096 + 24);
+    w.nop(&d.mem, 1024).unwrap();
+    w.nop(&d.mem, 1024).unwrap();
+    w.packet(&d.mem, &fence(SEM, 2)).unwrap();
+    d.doorbell(1, COPY, w.wptr()).unwrap();
+    // The bug: a published word (in the second NOP, on ring page 1)
+    // changes after the doorbell.
+    let changed = 4 * 4096 + 4100;
+    let mut late = w.clone();
+    late.set_wptr(changed);
+    late.words(&d.mem, &[0xdead_beef]).unwrap();
+    let (_, r, _) = next_report(&mut d);
+    assert_eq!(r.check(), Some(Check::RingUnpublished));
+    assert_eq!(r.detail[0], u64::from(changed), "the word that changed");
+    assert_eq!(r.detail[1], 0xdead_beef_u64 << 32, "0 published, then the new word");
+    wait_fence(&mut d, 1, COPY, 2);
+    assert_eq!(reports(&d), 1, "no other word of the three pages differs");
+}
+
 // --- SAN-RING-INDEX --------------------------------------------------------
 
 #[test]

@@ -996,7 +996,16 @@ impl CommandProcessor {
             .unwrap_or(&[]);
         if self.fetch.track {
             let n = words.len().min(vgpu_hwif::sanitize::SAN_PACKET_WORDS);
-            self.san_packet = Some((job.ctx, packet_va, words.get(..n).unwrap_or(&[]).to_vec()));
+            let words = words.get(..n).unwrap_or(&[]);
+            // The buffer is reused: this runs for every packet.
+            match &mut self.san_packet {
+                Some((c, va, w)) => {
+                    (*c, *va) = (job.ctx, packet_va);
+                    w.clear();
+                    w.extend_from_slice(words);
+                }
+                None => self.san_packet = Some((job.ctx, packet_va, words.to_vec())),
+            }
         }
         let decoded = Packet::decode(hdr, words);
         self.fetch.consume(hdr.words as usize);

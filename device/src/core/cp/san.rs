@@ -263,15 +263,12 @@ impl CommandProcessor {
         let now = host.now_ns();
         let mut findings = Vec::new();
         let mut accesses = Vec::new();
-        {
-            let mut tlbs: Vec<&mut crate::core::mmu::Tlb> = vec![&mut self.tlb];
-            tlbs.extend(self.cu_tlbs.iter_mut());
-            for t in tlbs {
-                if let Some(s) = t.san_mut() {
-                    findings.append(&mut s.findings);
-                    accesses.append(&mut s.accesses);
-                    s.now_ns = now;
-                }
+        // Runs after every step: no allocation unless a TLB has something.
+        for t in std::iter::once(&mut self.tlb).chain(self.cu_tlbs.iter_mut()) {
+            if let Some(s) = t.san_mut() {
+                findings.append(&mut s.findings);
+                accesses.append(&mut s.accesses);
+                s.now_ns = now;
             }
         }
         let mut end = None;
@@ -471,6 +468,10 @@ impl CommandProcessor {
     /// The fetcher read words: ring words are compared with their doorbell
     /// snapshot; command-buffer pages are recorded.
     pub(super) fn san_fetched(&mut self, host: &dyn Host, job: &mut Job) -> Option<SliceEnd> {
+        if self.fetch.reads.is_empty() {
+            // Served from the prefetch buffer: nothing new was read.
+            return None;
+        }
         // Taken for the loop and given back empty: its allocation is reused
         // by the next fetch.
         let mut reads = std::mem::take(&mut self.fetch.reads);

@@ -36,15 +36,36 @@ fn ring_words(
 ) -> Vec<Option<u32>> {
     use vm_memory::Bytes;
     let space = c.space(va_bits);
-    (0..n / 4)
-        .map(|i| {
-            let va = r.va_of(from.wrapping_add(4 * i));
-            let m = walk(mem, &space, va, Access::Execute).ok()?;
-            mem.read_obj::<u32>(vm_memory::GuestAddress(m.pa(va)))
-                .ok()
-                .map(u32::from_le)
-        })
-        .collect()
+    let total = (n / 4) as usize;
+    let mut out = Vec::with_capacity(total);
+    let mut buf = Vec::new();
+    // One walk per page (and per wrap of the ring), not per word.
+    while out.len() < total {
+        let ptr = from.wrapping_add(4 * out.len() as u32);
+        let va = r.va_of(ptr);
+        let to_wrap = ((r.size - (ptr & (r.size - 1))) / 4) as usize;
+        let Ok(m) = walk(mem, &space, va, Access::Execute) else {
+            out.push(None);
+            continue;
+        };
+        let run = to_wrap
+            .min((m.bytes_left(va) / 4) as usize)
+            .min(total - out.len())
+            .max(1);
+        buf.resize(run * 4, 0);
+        if mem
+            .read_slice(&mut buf, vm_memory::GuestAddress(m.pa(va)))
+            .is_ok()
+        {
+            out.extend(
+                buf.chunks_exact(4)
+                    .map(|w| Some(u32::from_le_bytes([w[0], w[1], w[2], w[3]]))),
+            );
+        } else {
+            out.extend(std::iter::repeat_n(None, run));
+        }
+    }
+    out
 }
 
 fn ring_loc(r: &Ring) -> Location {

@@ -871,6 +871,42 @@ fn wait_cycle_across_rings_is_reported_with_its_chain() {
 }
 
 #[test]
+fn wait_whose_writer_waits_for_a_hung_engine_is_clean() {
+    // The copy engine hangs on context 1's job (an injected fault). Context
+    // 2, created after, queues a copy job that signals its compute job's
+    // semaphore: the engine cannot take that doorbell while it is hung, but
+    // the work is published and runs once the engine is reset.
+    let mut d = rig();
+    let gpu = d.transport.device.gpu().clone();
+    gpu.inject.arm(
+        vgpu_device::core::inject::Spec::parse("hang:engine=copy,packet=FILL,ctx=1").unwrap(),
+        0,
+    );
+    let mut hung = ctx_with(&mut d, 1, &[COPY]);
+    let fill = Packet::Fill {
+        dst: SEM + 0x100,
+        size: 64,
+        pattern: 7,
+    };
+    d.submit(&mut hung, COPY, &[fill, fence(SEM, 1)]).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let mut c = ctx_with(&mut d, 2, &[COPY, COMPUTE]);
+    d.submit(&mut c, COMPUTE, &[sem_wait(SEM, 1), fence(SEM + 8, 1)])
+        .unwrap();
+    d.submit(&mut c, COPY, &[fence(SEM, 1)]).unwrap();
+    // Several grace periods: the wait is analysed more than once.
+    std::thread::sleep(cfg().wait_grace * 5);
+    assert_eq!(reports(&d), 0, "the writer is published behind the hang");
+    d.command(Command::EngineReset {
+        engine: COPY,
+        hung_ctx: 1,
+    })
+    .unwrap();
+    wait_fence(&mut d, 2, COMPUTE, 1);
+    assert_eq!(reports(&d), 0);
+}
+
+#[test]
 fn wait_whose_writer_is_queued_is_clean() {
     let mut d = rig();
     let mut c1 = ctx_with(&mut d, 1, &[COPY]);

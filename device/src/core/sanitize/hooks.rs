@@ -375,14 +375,25 @@ fn view_of(c: &Context, r: &Ring, va_bits: u32) -> RingView {
         };
         (op, p.words)
     });
+    // Work published by a doorbell the engine has not taken yet (its
+    // engine busy with another ring, e.g. hung on it) is queued too; a
+    // doorbell the engine will refuse (backwards, past the ring) is not.
+    let rptr = r.cursor.rptr;
+    let wptr = r
+        .doorbell
+        .filter(|&d| {
+            let ahead = d.wrapping_sub(rptr);
+            ahead <= r.size && ahead >= r.wptr.wrapping_sub(rptr)
+        })
+        .unwrap_or(r.wptr);
     RingView {
         ctx: c.id,
         engine: r.engine,
         space: c.space(va_bits),
         va: r.va,
         size: r.size,
-        rptr: r.cursor.rptr,
-        wptr: r.wptr,
+        rptr,
+        wptr,
         frames: r
             .cursor
             .frames

@@ -257,7 +257,7 @@ fn show_coredumps(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f,
         "coredumps {} pending {} unread {}",
         g.dumps_seq,
-        g.pending_dumps.len(),
+        g.pending_dumps.len() + g.publishing_dumps as usize,
         u8::from(v.gpu.dump_unread())
     )?;
     for d in g.dumps_log.iter() {

@@ -224,7 +224,11 @@ fn ring_word_changed_on_a_later_page_of_a_wrapping_ring_is_reported() {
     let (_, r, _) = next_report(&mut d);
     assert_eq!(r.check(), Some(Check::RingUnpublished));
     assert_eq!(r.detail[0], u64::from(changed), "the word that changed");
-    assert_eq!(r.detail[1], 0xdead_beef_u64 << 32, "0 published, then the new word");
+    assert_eq!(
+        r.detail[1],
+        0xdead_beef_u64 << 32,
+        "0 published, then the new word"
+    );
     wait_fence(&mut d, 1, COPY, 2);
     assert_eq!(reports(&d), 1, "no other word of the three pages differs");
 }

@@ -188,10 +188,18 @@ impl Gpu {
                 if g.pending_dumps.is_empty() {
                     return;
                 }
-                g.pending_dumps.remove(0).ok()
+                let p = g.pending_dumps.remove(0).ok();
+                if p.is_some() {
+                    g.publishing_dumps += 1;
+                }
+                p
             };
             match p {
-                Some(p) => self.publish(p),
+                Some(p) => {
+                    self.publish(p);
+                    let mut g = self.state.lock();
+                    g.publishing_dumps = g.publishing_dumps.saturating_sub(1);
+                }
                 None => return,
             }
         }

@@ -297,6 +297,11 @@ pub(crate) struct GpuState {
     pub(crate) last_hang: Option<KBox<HangDump>>,
     /// Devcoredumps waiting for the watchdog to write them.
     pub(crate) pending_dumps: KVec<PendingDump>,
+    /// Devcoredumps taken off `pending_dumps` and being written (their
+    /// capture read, `dev_coredumpm` not returned yet): still pending for
+    /// debugfs `coredumps`, so that a reader waiting for `pending 0` sees
+    /// them in `/sys/class/devcoredump` afterwards.
+    pub(crate) publishing_dumps: u32,
     /// The last devcoredumps (debugfs `coredumps`).
     pub(crate) dumps_log: KVec<DumpLog>,
     /// Devcoredumps numbered so far.
@@ -447,6 +452,7 @@ impl Gpu {
                 retired_slots: 0,
                 last_hang: None,
                 pending_dumps: KVec::new(),
+                publishing_dumps: 0,
                 dumps_log: KVec::new(),
                 dumps_seq: 0,
                 faults_log: KVec::new(),

@@ -78,6 +78,12 @@ pub trait Host {
     fn semaphores_changed(&self);
     /// Posts an event.
     fn post(&self, event: Event);
+    /// Posts `events` one after the other, with nothing of the transport
+    /// in between where the host can (an injected flood overflows the
+    /// event FIFO whatever the driver's buffers).
+    fn post_burst(&self, events: Vec<Event>) {
+        events.into_iter().for_each(|ev| self.post(ev));
+    }
     /// The fault injector, if faults may be injected.
     fn injector(&self) -> Option<&super::inject::Injector> {
         None
@@ -754,7 +760,7 @@ impl CommandProcessor {
                             let mut post = Vec::new();
                             let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space);
                             inj.on_done(host.now_ns(), &job.site(), &fl, &mut gm, &mut post);
-                            post.into_iter().for_each(|ev| host.post(ev));
+                            host.post_burst(post);
                         }
                         if let Some(end) = self.complete(host, mem, job, stats) {
                             return end;
@@ -829,7 +835,7 @@ impl CommandProcessor {
                 .map(|m| m.pa(va))
         };
         let verdict = inj.on_step(host.now_ns(), &job.site(), fl, &translate, &mut post);
-        post.into_iter().for_each(|ev| host.post(ev));
+        host.post_burst(post);
         match verdict {
             StepVerdict::Go => Injected::Go,
             StepVerdict::Hold => Injected::Stall,

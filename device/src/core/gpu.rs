@@ -317,6 +317,27 @@ impl Gpu {
         seq
     }
 
+    /// Posts `events` under one hold of the event unit, then wakes the
+    /// transport once: none reaches the driver's buffers before the last
+    /// is queued, so a burst longer than the FIFO's free room always loses
+    /// its newest events (the injected `event-overflow`), however fast the
+    /// driver returns buffers.
+    pub fn post_burst(&self, events: &[Event]) {
+        if events.is_empty() {
+            return;
+        }
+        let now = self.clock.now_ns();
+        let seqs: Vec<u64> = {
+            let mut ev = self.events();
+            events.iter().map(|&e| ev.post(e, now)).collect()
+        };
+        // The capture's lock is never taken under the event unit's.
+        for (e, seq) in events.iter().zip(seqs) {
+            self.capture.note_event(&e.to_record(seq, now));
+        }
+        self.kick_transport();
+    }
+
     /// Wakes the transport.
     pub fn kick_transport(&self) {
         if let Some(n) = unpoison(self.notifier.read()).as_ref() {

@@ -621,6 +621,9 @@ impl Host for EngineHost<'_> {
     fn post(&self, event: Event) {
         self.gpu.post(event);
     }
+    fn post_burst(&self, events: Vec<Event>) {
+        self.gpu.post_burst(&events);
+    }
     fn injector(&self) -> Option<&super::inject::Injector> {
         Some(&self.gpu.inject)
     }

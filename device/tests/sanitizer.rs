@@ -893,7 +893,11 @@ fn wait_whose_writer_waits_for_a_hung_engine_is_clean() {
         pattern: 7,
     };
     d.submit(&mut hung, COPY, &[fill, fence(SEM, 1)]).unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    let t0 = Instant::now();
+    while !gpu.inject.log(0).iter().any(|e| e.kind == "inject") {
+        assert!(t0.elapsed() < T, "the hang was never injected");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let mut c = ctx_with(&mut d, 2, &[COPY, COMPUTE]);
     d.submit(&mut c, COMPUTE, &[sem_wait(SEM, 1), fence(SEM + 8, 1)])
         .unwrap();

@@ -594,10 +594,8 @@ done
 # --- Record mode: the device records a UMD session (vgpu-device --record: commands, doorbells, the guest memory the
 #     engines read, events); vgpu-replay --record runs it again on the host without the VM and must reach the same
 #     replies and the same event records. The record's size and the replay's summary are printed.
-#     Run only when named (tests/e2e.sh record-replay): the replay of this session does not reproduce it yet (its
-#     copy engine faults on a command buffer's top-level page-table entry at its 2nd packet; docs/debugging.md).
 name=record-replay
-if [ ${#filters[@]} -gt 0 ] && selected "$name"; then
+if selected "$name"; then
     cargo build --quiet --release --manifest-path "$repo/Cargo.toml" -p vgpu-replay --bin vgpu-replay || exit 1
     rec=$logdir/$name.vgrec
     run_vm "$name" --gen 2 --device-arg --record --device-arg "$rec" \

@@ -19,8 +19,10 @@
 //!   virtio resets.
 //!
 //! On replay ([`Recorder::replaying`]) the same tap runs in reverse: before
-//! the engine reads a page the n-th time within a packet, the version
-//! recorded for that read is written into the replay's memory. Engine
+//! an engine reads a page, the newest version recorded for that engine at
+//! or before this read (packet, then read index) is written into the
+//! replay's memory — unless the page already holds a version the session
+//! recorded later (another engine's), which is never rolled back. Engine
 //! writes are not logged: the replay makes them itself.
 //!
 //! # Format (version 1, little-endian)
@@ -218,8 +220,9 @@ pub fn start(gpu: &super::gpu::Gpu, path: &Path, config: &str) -> io::Result<()>
 /// index, and how far the replay has got.
 #[derive(Debug, Default)]
 struct Versions {
-    /// (read index, contents), in index order.
-    list: Vec<(u32, Box<[u8]>)>,
+    /// (packets started, read index, place in the record, contents), in
+    /// read-point order.
+    list: Vec<(u64, u32, usize, Box<[u8]>)>,
     /// Versions applied so far.
     applied: usize,
 }
@@ -235,7 +238,11 @@ enum Mode {
         error: Option<io::Error>,
     },
     Replaying {
-        pages: HashMap<(u16, u64, u64), Versions>,
+        /// Per engine and page.
+        pages: HashMap<(u16, u64), Versions>,
+        /// Per page, the place in the record of the version last written
+        /// into the replay's memory.
+        written: HashMap<u64, usize>,
     },
 }
 
@@ -314,21 +321,33 @@ impl Recorder {
 
     /// Serves the `PAGE` entries of `entries` to the engines of a replay.
     pub fn replaying(entries: &[Entry]) -> Self {
-        let mut pages: HashMap<(u16, u64, u64), Versions> = HashMap::new();
-        for e in entries.iter().filter(|e| e.kind == kind::PAGE) {
+        let mut pages: HashMap<(u16, u64), Versions> = HashMap::new();
+        for (place, e) in entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.kind == kind::PAGE)
+        {
             let pa = le64(&e.payload, 0);
             let index = le32(&e.payload, 8);
             if let Some(data) = e.payload.get(12..12 + PAGE) {
-                pages
-                    .entry((e.engine, e.tag, pa))
-                    .or_default()
-                    .list
-                    .push((index, data.into()));
+                pages.entry((e.engine, pa)).or_default().list.push((
+                    e.tag,
+                    index,
+                    place,
+                    data.into(),
+                ));
             }
+        }
+        for v in pages.values_mut() {
+            // Stable: versions of one read point keep the record's order.
+            v.list.sort_by_key(|&(tag, index, _, _)| (tag, index));
         }
         Recorder {
             inner: Mutex::new(Inner {
-                mode: Mode::Replaying { pages },
+                mode: Mode::Replaying {
+                    pages,
+                    written: HashMap::new(),
+                },
                 reads: HashMap::new(),
                 bytes: 0,
                 pages: 0,
@@ -392,20 +411,32 @@ impl Recorder {
                     &[&pa.to_le_bytes(), &index.to_le_bytes(), &data],
                 );
             }
-            Mode::Replaying { pages } => {
-                let Some(v) = pages.get_mut(&(engine, tag, pa)) else {
+            Mode::Replaying { pages, written } => {
+                let Some(v) = pages.get_mut(&(engine, pa)) else {
                     return;
                 };
-                // The newest version recorded at or before this read.
+                // The newest version recorded at or before this read: the
+                // replay's engine may read a page at another packet than
+                // the session's did (a prefetch that saw more or fewer
+                // published words, a TLB that held or lost the entry), so
+                // a version recorded at an earlier packet is still due.
                 let mut newest = None;
-                while let Some((i, data)) = v.list.get(v.applied) {
-                    if *i > index {
+                while let Some((t, i, place, data)) = v.list.get(v.applied) {
+                    if (*t, *i) > (tag, index) {
                         break;
                     }
-                    newest = Some(data);
+                    newest = Some((*place, data));
                     v.applied += 1;
                 }
-                if let Some(data) = newest {
+                // Engines share the memory: a version another engine was
+                // served that the session recorded later (a page table it
+                // extended, a semaphore it saw written) is not rolled back
+                // by this engine's older one.
+                if let Some((place, data)) = newest {
+                    if written.get(&pa).is_some_and(|&w| w > place) {
+                        return;
+                    }
+                    written.insert(pa, place);
                     if mem.write_slice(data, GuestAddress(pa)).is_err() {
                         log::warn!("replay: recorded page {pa:#x} is not in guest memory");
                     }
@@ -495,5 +526,56 @@ impl Recorder {
     pub fn size(&self) -> (u64, u64) {
         let g = self.lock();
         (g.bytes, g.pages)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(engine: u16, tag: u64, pa: u64, index: u32, fill: u8) -> Entry {
+        let mut payload = pa.to_le_bytes().to_vec();
+        payload.extend(index.to_le_bytes());
+        payload.extend([fill; PAGE]);
+        Entry {
+            kind: kind::PAGE,
+            engine,
+            time_ns: 0,
+            tag,
+            payload,
+        }
+    }
+
+    fn first_byte(mem: &Mem, pa: u64) -> u8 {
+        mem.read_obj::<u8>(GuestAddress(pa)).unwrap()
+    }
+
+    #[test]
+    fn replay_serves_each_engine_its_versions_and_never_rolls_a_page_back() {
+        let mem = Mem::from_ranges(&[(GuestAddress(0), 1 << 20)]).unwrap();
+        let pa = 0x4000;
+        // The session: the compute engine read the page as 1, then the
+        // copy engine as 2 (the CPU had rewritten it), then as 3 at its
+        // fifth packet.
+        let r = Recorder::replaying(&[
+            page(1, 0, pa, 0, 1),
+            page(0, 2, pa, 0, 2),
+            page(0, 5, pa, 0, 3),
+        ]);
+        // The replay's copy engine gets there first: it is served 2.
+        r.packet_started(0);
+        r.packet_started(0);
+        r.tap(0).read(&mem, pa);
+        assert_eq!(first_byte(&mem, pa), 2);
+        // The compute engine's older version does not roll it back.
+        r.tap(1).read(&mem, pa);
+        assert_eq!(first_byte(&mem, pa), 2);
+        // A read after the packet of the next version gets it, even at a
+        // later packet than the session's read (here the seventh).
+        for _ in 0..5 {
+            r.packet_started(0);
+        }
+        r.tap(0).read(&mem, pa);
+        assert_eq!(first_byte(&mem, pa), 3);
     }
 }

@@ -51,7 +51,13 @@ if [ $debug_kernel -eq 1 ]; then
     logdir=$repo/target/e2e-debug
     build=("$repo/images/build" --debug)
     export VGPU_OUT_DIR=$repo/target/guest-debug
-    vm=("$repo/scripts/vm" --no-build --timeout "${VGPU_E2E_TIMEOUT:-900}" --mem 1G)
+    # no5lvl: with 5-level paging (QEMU's -cpu max has LA57) the clang
+    # KASAN kernel sometimes reports a wild-memory-access in
+    # do_raw_spin_lock from swapper/0 in interrupt context at ~0.006 s of
+    # boot, before any module (an address of the 5-level direct map,
+    # 0xff11...); 4-level paging is the configuration KASAN is most tested
+    # with (docs/testing.md).
+    vm=("$repo/scripts/vm" --no-build --timeout "${VGPU_E2E_TIMEOUT:-900}" --mem 1G --kernel-arg no5lvl)
 fi
 rm -rf "$logdir" && mkdir -p "$logdir"
 
@@ -406,7 +412,7 @@ name=kmd-ras
 if selected "$name"; then
     run_vm "$name" --gen 2 --kmd-args "ras_max_pages=2" \
         --device-arg --inject --device-arg "ecc:engine=copy,packet=COPY,count=2" \
-        run 'vgpu-kmd-test ras; n=1; until rmmod vgpu 2>/dev/null; do [ $n -ge 5 ] && break; n=$((n+1)); sleep 1; done; echo "rmmod-tries $n"; insmod /lib/modules/vgpu.ko ras_max_pages=4 && dmesg | grep -c "2 pages were retired earlier" | sed "s/^/reloaded-retired /"; head -1 /sys/kernel/debug/vgpu/*/ras; vgpu-samples copy >/dev/null && echo serves-after-reload; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
+        run 'vgpu-kmd-test ras; for d in /sys/class/devcoredump/devcd*/data; do [ -e "$d" ] && echo 1 > "$d"; done; n=1; until rmmod vgpu 2>/dev/null; do [ $n -ge 5 ] && break; n=$((n+1)); sleep 1; done; echo "rmmod-tries $n"; insmod /lib/modules/vgpu.ko ras_max_pages=4 && dmesg | grep -c "2 pages were retired earlier" | sed "s/^/reloaded-retired /"; head -1 /sys/kernel/debug/vgpu/*/ras; vgpu-samples copy >/dev/null && echo serves-after-reload; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
     elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"

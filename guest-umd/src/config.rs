@@ -68,7 +68,7 @@ pub struct Config {
     /// before it submits on its own; sync points submit earlier.
     pub batch_ops: u32,
     /// `VGPU_SPIN_US` (default 200, 0..=1000000): a fence wait first spins on
-    /// the fence's memory for this long.
+    /// the fence's memory for this long (0: it does not look at it at all).
     pub spin_us: u64,
     /// `VGPU_POLL_US` (default 2000, 0..=10000000): then polls with
     /// exponential backoff sleeps for this long.

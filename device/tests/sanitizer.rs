@@ -408,6 +408,60 @@ fn tlb_entry_changed_without_invalidation_is_reported() {
     );
 }
 
+/// Each finding is reported once per context, and a context created later
+/// in the slot is a new context: the same mistake, made again by it (a
+/// student's driver run test after test), is reported again.
+#[test]
+fn tlb_stale_finding_is_reported_once_per_context_and_again_for_a_new_context() {
+    let mut d = rig();
+    // Remaps SRC without TLB_INVALIDATE, copies from it: the reports made.
+    let stale_copy = |d: &mut D, c: &mut GpuContext, seqno: u64| -> Vec<SanReport> {
+        let new_pa = d.alloc.page(&d.mem).unwrap();
+        c.pt.map_4k(&d.mem, SRC, new_pa, RW).unwrap();
+        d.submit(
+            c,
+            COPY,
+            &[
+                Packet::Copy {
+                    src: SRC,
+                    dst: DST,
+                    size: 64,
+                },
+                fence(SEM, seqno),
+            ],
+        )
+        .unwrap();
+        wait_fence(d, c.id, COPY, seqno)
+            .into_iter()
+            .filter_map(|ev| match ev {
+                Event::Sanitizer { seq, .. } => Some(d.san_report(seq).unwrap()),
+                _ => None,
+            })
+            .collect()
+    };
+    let stale = |r: &[SanReport]| -> Vec<(Option<Check>, u32, u64)> {
+        r.iter().map(|r| (r.check(), r.ctx_id, r.va)).collect()
+    };
+    let (mut c, _) = copied_once(&mut d, 1);
+    let r = stale_copy(&mut d, &mut c, 2);
+    assert_eq!(stale(&r), [(Some(Check::TlbStale), 1, SRC)]);
+    // The same page again in the same context: already told.
+    let r = stale_copy(&mut d, &mut c, 3);
+    assert_eq!(stale(&r), [], "one report per finding of a context");
+    d.command(Command::ContextDestroy {
+        ctx_id: 1,
+        flags: 0,
+    })
+    .unwrap();
+    let (mut c, _) = copied_once(&mut d, 1);
+    let r = stale_copy(&mut d, &mut c, 2);
+    assert_eq!(
+        stale(&r),
+        [(Some(Check::TlbStale), 1, SRC)],
+        "the new context's own mistake"
+    );
+}
+
 #[test]
 fn tlb_entry_changed_and_invalidated_is_clean() {
     let mut d = rig();

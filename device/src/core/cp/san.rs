@@ -273,12 +273,7 @@ impl CommandProcessor {
         }
         let mut end = None;
         for f in findings {
-            let key = match f {
-                Finding::Stale { asid, va, .. } => (3, u64::from(asid), va >> 12),
-                Finding::Unowned { asid, pa, .. } => (10, u64::from(asid), pa >> 12),
-                Finding::InvOrder { asid, va, .. } => (4, u64::from(asid), va >> 12),
-            };
-            if !self.sanitizer()?.first_time(key) {
+            if !self.sanitizer()?.first_time(f.asid(), f.key()) {
                 continue;
             }
             if let Some(mut rep) = self.finding_report(&f, job.ctx, now) {
@@ -441,7 +436,12 @@ impl CommandProcessor {
                 None,
             ),
         };
-        if !san.on(check) || !san.first_time((check as u32, u64::from(job.ctx) << 48 ^ va, seqno)) {
+        if !san.on(check)
+            || !san.first_time(
+                job.ctx,
+                (check as u32, u64::from(job.ctx) << 48 ^ va, seqno),
+            )
+        {
             return None;
         }
         let mut rep = Report::new(check, now, msg).on(job.ctx, job.engine);
@@ -772,12 +772,8 @@ impl CommandProcessor {
         let mut reps: Vec<Report> = findings
             .iter()
             .filter(|f| {
-                let key = match **f {
-                    Finding::Stale { asid, va, .. } => (3, u64::from(asid), va >> 12),
-                    Finding::Unowned { asid, pa, .. } => (10, u64::from(asid), pa >> 12),
-                    Finding::InvOrder { asid, va, .. } => (4, u64::from(asid), va >> 12),
-                };
-                self.sanitizer().is_some_and(|s| s.first_time(key))
+                self.sanitizer()
+                    .is_some_and(|s| s.first_time(f.asid(), f.key()))
             })
             .filter_map(|f| self.finding_report(f, asid, now))
             .collect();

@@ -92,7 +92,7 @@ pub fn on_doorbell(gpu: &Gpu, st: &mut GpuState, ctx: u32, e: u32, wptr: u32) ->
         let destroyed = san.state().destroyed.get(ctx as usize).copied() == Some(true);
         if san.on(Check::Teardown)
             && destroyed
-            && san.first_time((11, u64::from(ctx), u64::from(wptr)))
+            && san.first_time(ctx, (11, u64::from(ctx), u64::from(wptr)))
         {
             let r = Report::new(
                 Check::Teardown,
@@ -116,11 +116,14 @@ pub fn on_doorbell(gpu: &Gpu, st: &mut GpuState, ctx: u32, e: u32, wptr: u32) ->
             .and_then(|s| s.stop_seen_ns);
         if san.on(Check::Teardown)
             && seen.is_some_and(|t| now.saturating_sub(t) >= STOPPED_GRACE_NS)
-            && san.first_time((
-                11,
-                u64::from(ctx) << 32 | u64::from(e),
-                u64::from(error_rptr),
-            ))
+            && san.first_time(
+                ctx,
+                (
+                    11,
+                    u64::from(ctx) << 32 | u64::from(e),
+                    u64::from(error_rptr),
+                ),
+            )
         {
             let mut rep = Report::new(
                 Check::Teardown,

@@ -414,9 +414,10 @@ impl Sanitizer {
         })
     }
 
-    /// Whether a finding with `key` is new (each is reported once).
-    pub fn first_time(&self, key: (u32, u64, u64)) -> bool {
-        self.log().first_time(key)
+    /// Whether a finding about context `ctx` with `key` is new (each is
+    /// reported once per context).
+    pub fn first_time(&self, ctx: u32, key: (u32, u64, u64)) -> bool {
+        self.log().first_time(ctx, key)
     }
 
     /// Forgets the shared state of context `ctx` (created or destroyed).
@@ -439,6 +440,10 @@ impl Sanitizer {
         // what happens to it.
         if created && (was_destroyed || !st.born_ns.contains_key(&ctx)) {
             st.born_ns.insert(ctx, now_ns);
+        }
+        drop(st);
+        if !created {
+            self.log().forget_context(ctx);
         }
     }
 

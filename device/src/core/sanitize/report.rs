@@ -391,7 +391,8 @@ pub struct ReportLog {
     next_seq: u64,
     counts: [u64; CHECKS],
     suppressed: u64,
-    seen: HashSet<(u32, u64, u64)>,
+    /// Findings reported, by context: (context, key).
+    seen: HashSet<(u32, (u32, u64, u64))>,
     file: Option<std::io::BufWriter<std::fs::File>>,
 }
 
@@ -412,13 +413,20 @@ impl ReportLog {
         self.file = Some(std::io::BufWriter::new(file));
     }
 
-    /// Whether a finding with this key was reported already (and remembers
-    /// it). Keys are (check, two check-specific values).
-    pub fn first_time(&mut self, key: (u32, u64, u64)) -> bool {
+    /// Whether a finding about context `ctx` with this key is new (and
+    /// remembers it). Keys are (check, two check-specific values).
+    pub fn first_time(&mut self, ctx: u32, key: (u32, u64, u64)) -> bool {
         if self.seen.len() >= SEEN {
             self.seen.clear();
         }
-        self.seen.insert(key)
+        self.seen.insert((ctx, key))
+    }
+
+    /// Forgets the findings about context `ctx` (destroyed: a context
+    /// created later in its slot makes its own mistakes, and is told of
+    /// each once).
+    pub fn forget_context(&mut self, ctx: u32) {
+        self.seen.retain(|&(c, _)| c != ctx);
     }
 
     /// Numbers, logs, writes and keeps `r`; returns it with its number.
@@ -583,7 +591,11 @@ mod tests {
         assert_eq!(log.since(0).len(), KEPT);
         assert_eq!(log.since(0)[0].seq, 11);
         assert_eq!(log.total(), (KEPT + 10) as u64);
-        assert!(log.first_time((1, 2, 3)));
-        assert!(!log.first_time((1, 2, 3)));
+        assert!(log.first_time(2, (1, 2, 3)));
+        assert!(!log.first_time(2, (1, 2, 3)));
+        assert!(log.first_time(5, (1, 2, 3)));
+        log.forget_context(2);
+        assert!(log.first_time(2, (1, 2, 3)));
+        assert!(!log.first_time(5, (1, 2, 3)));
     }
 }

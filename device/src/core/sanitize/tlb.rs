@@ -358,6 +358,26 @@ impl Finding {
             Finding::InvOrder { .. } => Check::TlbInvOrder,
         }
     }
+
+    /// The context (address space) it is about.
+    pub const fn asid(&self) -> u32 {
+        match *self {
+            Finding::Stale { asid, .. }
+            | Finding::Unowned { asid, .. }
+            | Finding::InvOrder { asid, .. } => asid,
+        }
+    }
+
+    /// What makes it the same finding as an earlier one of its context
+    /// (reported once): the page for a stale or misordered translation,
+    /// the physical page for an undeclared one.
+    pub const fn key(&self) -> (u32, u64, u64) {
+        match *self {
+            Finding::Stale { asid, va, .. } => (3, asid as u64, va >> 12),
+            Finding::Unowned { asid, pa, .. } => (10, asid as u64, pa >> 12),
+            Finding::InvOrder { asid, va, .. } => (4, asid as u64, va >> 12),
+        }
+    }
 }
 
 /// One data access an engine made, for the hazard check.

@@ -27,6 +27,8 @@
 //!   remap                    rebind a VA to another BO after the GPU used
 //!                            it: every page must read the new BO (the
 //!                            unbind invalidated the TLB)
+//!   unmapped                 unbind and close a BO the GPU read: the next
+//!                            copy from its range faults (EIO), none of it read
 //!   syncobj                  DRM sync objects: waits, timelines, transfers,
 //!                            sync_files, jobs signalling and waiting
 //!   syncobj-hang             a job's out-syncobj carries -EIO after an
@@ -96,6 +98,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("export", true, export::test_fence_export),
     ("unbind", false, unbind::test_unbind),
     ("remap", false, remap::test_remap),
+    ("unmapped", false, remap::test_unmapped),
     ("syncobj", false, syncobj::test_syncobj),
     ("syncobj-hang", false, syncobj::test_syncobj_hang),
     ("queue", false, queue::test_queue),

@@ -11,8 +11,14 @@ use crate::report::T;
 /// A VA the GPU has read is unbound and bound to another BO; the next GPU
 /// copy from it must read the new BO on every page (the unbind's TLB
 /// invalidation). A stale translation shows up as a page of the old BO.
+///
+/// The range spans three 64-byte lines of leaf entries (8 pages each): a
+/// TLB miss caches its whole line, so the first access after the remap
+/// refreshes the translations of pages 0..8 even if the unbind invalidated
+/// only its first page; pages 8.. are read through what the TLB still
+/// holds.
 pub fn test_remap(t: &mut T, path: &Path) {
-    const PAGES: u64 = 4;
+    const PAGES: u64 = 20;
     let n = open(path);
     let start = n.get_param(param::VA_START).unwrap_or(0);
     let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
@@ -79,5 +85,74 @@ pub fn test_remap(t: &mut T, path: &Path) {
             || format!("pages still read from a (stale translation): {stale:?}; from b: {fresh:?}"),
         );
     }
+    let _ = n.ctx_destroy(ctx);
+}
+
+/// A range the GPU has read, unbound and its BO closed, faults on the next
+/// GPU access: the unbind's invalidation dropped the cached translations,
+/// so the engine walks the page table, finds no entry and the job fails
+/// (`EIO`) instead of reading pages the driver no longer maps and has
+/// given back. A driver that skips the invalidation lets the copy read
+/// them (and the sanitizer names it).
+pub fn test_unmapped(t: &mut T, path: &Path) {
+    const PAGES: u64 = 4;
+    let n = open(path);
+    let start = n.get_param(param::VA_START).unwrap_or(0);
+    let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
+    let Some(ctx) = t.ok(
+        "unmapped: create copy context",
+        n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1 << uapi::ENGINE_COPY, 0),
+    ) else {
+        return;
+    };
+    let cmds = Cmds::new(&n, start + 0x100_0000, 4).expect("mmap cmds");
+    let size = PAGES * PAGE;
+    let (hx, hd) = (
+        n.gem_create(size, 0).unwrap_or(0),
+        n.gem_create(size, 0).unwrap_or(0),
+    );
+    let (sva, dva) = (start + 0x200_0000, start + 0x300_0000);
+    {
+        let x = Map::new(&n, hx, size).expect("mmap x");
+        for i in 0..(size / 8) as usize {
+            x.write(i, 0x5555_0000_0000_0000 | i as u64);
+        }
+    }
+    let d = Map::new(&n, hd, size).expect("mmap dst");
+    let _ = n.vm_bind(hd, dva, size, rw);
+    t.ok("unmapped: bind x", n.vm_bind(hx, sva, size, rw));
+    let run = |t: &mut T, slot: usize| {
+        let c = cmds.program(slot, &[copy(sva, dva, size)]);
+        t.ok("unmapped: submit", n.submit(ctx, 0, &[c], &[]))
+            .map(|s| n.wait(&[fence(ctx, 0, s)], true, 5_000 * MS))
+    };
+    if let Some(r) = run(t, 0) {
+        t.ok("unmapped: copy from x while bound", r);
+    }
+    t.check(
+        "unmapped: the copy read x",
+        d.read(0) == 0x5555_0000_0000_0000,
+        || format!("{:#x}", d.read(0)),
+    );
+    for i in 0..(size / 8) as usize {
+        d.write(i, 0);
+    }
+    t.ok("unmapped: unbind x", n.vm_unbind(sva, size));
+    t.ok("unmapped: close x", n.gem_close(hx));
+    if let Some(r) = run(t, 1) {
+        t.err(
+            "unmapped: a copy from the unbound range faults",
+            r,
+            libc::EIO,
+        );
+    }
+    let leaked: Vec<u64> = (0..PAGES)
+        .filter(|p| d.read((p * PAGE / 8) as usize) >> 48 == 0x5555)
+        .collect();
+    t.check(
+        "unmapped: nothing of x was read after its unbind",
+        leaked.is_empty(),
+        || format!("pages of x read through stale translations: {leaked:?}"),
+    );
     let _ = n.ctx_destroy(ctx);
 }

@@ -497,7 +497,8 @@ name=debug-fail-nth
 if [ $debug_kernel -eq 1 ] && selected "$name"; then
     fargs=${VGPU_FAILNTH_ARGS:---probe --module /lib/modules/vgpu.ko}
     case_splat_re=$splat_re_failnth
-    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=2000" run 'vgpu-ioctl-fuzz fail-nth '"$fargs"' > /tmp/fnth.out 2>&1; echo "fnth-rc $?"; grep -E "^(fail-nth|FAIL)" /tmp/fnth.out | head -80; vgpu-samples copy'
+    # The whole sweep took 1,342 s (probe, module load, every ioctl): far past the debug cases' 900 s.
+    run_vm "$name" --gen 2 --timeout "${VGPU_FAILNTH_TIMEOUT:-2700}" --kmd-args "job_timeout_ms=2000" run 'vgpu-ioctl-fuzz fail-nth '"$fargs"' > /tmp/fnth.out 2>&1; echo "fnth-rc $?"; grep -E "^(fail-nth|FAIL)" /tmp/fnth.out | head -80; vgpu-samples copy'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "$(grep -m1 "^FAIL" <<<"$case_out")"
     elif ! want "^fnth-rc 0$"; then result "$name" 0 "the sweep failed"

@@ -455,6 +455,19 @@ pub fn test_submit(t: &mut T, path: &Path) {
                 format!("{:#x}", m.read(512))
             });
         }
+        // Only a lazy mapping is paged in: the same context's copy into a
+        // VA nothing is bound at is not served, and the job fails.
+        let bad = cmds.program(15, &[copy(sva, start + 0x7200_0000, PAGE)]);
+        if let Some(sb) = t.ok(
+            "lazy: submit a copy into an unbound VA",
+            n.submit(r, 0, &[bad], &[]),
+        ) {
+            t.err(
+                "lazy: a fault outside every mapping is not served",
+                n.wait(&[fence(r, 0, sb)], true, 10_000 * MS),
+                libc::EIO,
+            );
+        }
     }
 
     // Hang: a semaphore never written. Timeout, reset, guilty/innocent.

@@ -143,6 +143,9 @@ fn counters(r: &StatsReply) -> uapi::drm_vgpu_counters {
         fences: r.fences,
         tlb_hits: r.tlb_hits,
         tlb_misses: r.tlb_misses,
+        workgroups: r.workgroups,
+        lane_ops: r.lane_ops,
+        cycles: r.cycles,
     }
 }
 
@@ -156,6 +159,9 @@ const ZERO: uapi::drm_vgpu_counters = uapi::drm_vgpu_counters {
     fences: 0,
     tlb_hits: 0,
     tlb_misses: 0,
+    workgroups: 0,
+    lane_ops: 0,
+    cycles: 0,
 };
 
 /// `c` as the uAPI's `struct drm_vgpu_ctx_stats`.
@@ -322,8 +328,9 @@ pub(crate) fn show(v: &Vgpu, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Res
     for (name, k) in rows {
         writeln!(
                 f,
-                "{} busy_ns {} packets {} bytes {} faults {} errors {} resets {} fences {} tlb_hits {} tlb_misses {}",
-                name, k.busy_ns, k.packets, k.bytes, k.faults, k.errors, k.resets, k.fences, k.tlb_hits, k.tlb_misses
+                "{} busy_ns {} packets {} bytes {} faults {} errors {} resets {} fences {} tlb_hits {} tlb_misses {} workgroups {} lane_ops {} cycles {}",
+                name, k.busy_ns, k.packets, k.bytes, k.faults, k.errors, k.resets, k.fences, k.tlb_hits, k.tlb_misses,
+                k.workgroups, k.lane_ops, k.cycles
             )?;
     }
     let mut ctxs = KVec::new();

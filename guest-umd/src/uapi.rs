@@ -611,6 +611,13 @@ pub struct DrmVgpuCounters {
     pub tlb_hits: u64,
     /// TLB misses (page-table walks).
     pub tlb_misses: u64,
+    /// Kernel workgroups completed.
+    pub workgroups: u64,
+    /// Kernel lane operations (instructions times the lanes executing them).
+    pub lane_ops: u64,
+    /// Modelled time of the completed workgroups, in compute-unit cycles
+    /// (docs/isa.md, "Performance model"): independent of the host.
+    pub cycles: u64,
 }
 
 /// `struct drm_vgpu_ctx_stats`: one context as `QUERY_STATS` lists it.

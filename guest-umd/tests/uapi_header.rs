@@ -204,6 +204,9 @@ int main(void) {
     P("counters.fences", offsetof(struct drm_vgpu_counters, fences));
     P("counters.tlb_hits", offsetof(struct drm_vgpu_counters, tlb_hits));
     P("counters.tlb_misses", offsetof(struct drm_vgpu_counters, tlb_misses));
+    P("counters.workgroups", offsetof(struct drm_vgpu_counters, workgroups));
+    P("counters.lane_ops", offsetof(struct drm_vgpu_counters, lane_ops));
+    P("counters.cycles", offsetof(struct drm_vgpu_counters, cycles));
     P("sizeof.ctx_stats", sizeof(struct drm_vgpu_ctx_stats));
     P("ctx_stats.ctx_id", offsetof(struct drm_vgpu_ctx_stats, ctx_id));
     P("ctx_stats.pid", offsetof(struct drm_vgpu_ctx_stats, pid));
@@ -908,6 +911,18 @@ fn rust_mirror_matches_c_header() {
         (
             "counters.tlb_misses",
             offset_of!(uapi::DrmVgpuCounters, tlb_misses) as u64,
+        ),
+        (
+            "counters.workgroups",
+            offset_of!(uapi::DrmVgpuCounters, workgroups) as u64,
+        ),
+        (
+            "counters.lane_ops",
+            offset_of!(uapi::DrmVgpuCounters, lane_ops) as u64,
+        ),
+        (
+            "counters.cycles",
+            offset_of!(uapi::DrmVgpuCounters, cycles) as u64,
         ),
         (
             "sizeof.ctx_stats",

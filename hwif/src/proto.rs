@@ -782,6 +782,16 @@ pod_struct! {
         pub tlb_hits: u64,
         /// TLB misses (page-table walks).
         pub tlb_misses: u64,
+        /// Kernel workgroups completed.
+        pub workgroups: u64,
+        /// Kernel lane operations: instructions times the lanes that
+        /// executed them.
+        pub lane_ops: u64,
+        /// Modelled time of the completed workgroups, in compute-unit
+        /// cycles: per workgroup, the larger of its longest warp's issued
+        /// instructions and all its warps' issued instructions / 4. The
+        /// same for the same kernels whatever the host does.
+        pub cycles: u64,
     }
 
     /// `SAN_MEM`: declare ([`SAN_MEM_OWN`]) or give back

@@ -588,6 +588,7 @@ impl CommandProcessor {
         let (end, st) = d.step(mem, job.space, &mut self.cu_tlbs, poison, tap);
         stats.workgroups += st.workgroups;
         stats.lane_ops += st.lane_ops;
+        stats.cycles += st.cycles;
         let r = match end {
             StepEnd::Progress => return Exec::Progress,
             StepEnd::Done => Exec::Done,

@@ -41,6 +41,9 @@ pub struct Stats {
     pub workgroups: u64,
     /// Kernel lane operations (instructions times the lanes executing them).
     pub lane_ops: u64,
+    /// Modelled time of the kernels' completed workgroups, in compute-unit
+    /// cycles (docs/isa.md, "Performance model").
+    pub cycles: u64,
 }
 
 impl Stats {
@@ -58,6 +61,7 @@ impl Stats {
             (&mut self.tlb_misses, o.tlb_misses),
             (&mut self.workgroups, o.workgroups),
             (&mut self.lane_ops, o.lane_ops),
+            (&mut self.cycles, o.cycles),
         ];
         for (a, b) in pairs {
             *a = a.saturating_add(b);
@@ -83,6 +87,9 @@ impl Stats {
             fences: self.fences,
             tlb_hits: self.tlb_hits,
             tlb_misses: self.tlb_misses,
+            workgroups: self.workgroups,
+            lane_ops: self.lane_ops,
+            cycles: self.cycles,
         }
     }
 }

@@ -643,6 +643,15 @@ struct drm_vgpu_fence_export {
  * @fences:     fences written.
  * @tlb_hits:   TLB hits.
  * @tlb_misses: TLB misses (page-table walks).
+ * @workgroups: kernel workgroups completed.
+ * @lane_ops:   kernel lane operations (instructions times the lanes that
+ *              executed them).
+ * @cycles:     modelled time of the completed workgroups, in compute-unit
+ *              cycles: per workgroup, the larger of its longest warp's
+ *              issued instructions and all its warps' issued instructions
+ *              divided by 4 (docs/isa.md, "Performance model"). Unlike
+ *              busy_ns it does not depend on the host: the same kernels
+ *              give the same cycles.
  *
  * Device and engine counters count since the device powered on, a
  * context's since the context was created. Utilisation over an interval is
@@ -658,6 +667,9 @@ struct drm_vgpu_counters {
 	__u64 fences;
 	__u64 tlb_hits;
 	__u64 tlb_misses;
+	__u64 workgroups;
+	__u64 lane_ops;
+	__u64 cycles;
 };
 
 /**

@@ -152,7 +152,9 @@ impl Job {
             packets: self.cursor.packets,
             error: 0,
             error_rptr: 0,
-            reserved: [0; 4],
+            wptr: self.wptr,
+            reserved0: 0,
+            reserved: [0; 3],
         }
     }
 }

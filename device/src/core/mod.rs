@@ -20,6 +20,7 @@
 //! | retired pages | [`ras`] | the driver's retired pages, kept across resets and driver reloads (a RAS EEPROM) |
 //! | driver sanitizer | [`sanitize`] | per check family: rings (published → fetched), TLB entries (filled → hit → dropped), pages (declared → given back), fence slots, access epochs, blocked waits; reports numbered and kept |
 //! | telemetry | [`telemetry`], [`counters`] | counters and the packet trace |
+//! | doorbell watcher | [`watch`] | polling ⇄ sleeping; per watched block: translated → read on every pass → fault ends it |
 //! | captures | [`capture`] | failure or request → frozen context state → kept for `CAPTURE_READ` |
 //! | time | [`clock`] | device clock |
 //!
@@ -51,6 +52,7 @@ pub mod ring;
 pub mod sanitize;
 pub mod scheduler;
 pub mod telemetry;
+pub mod watch;
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -111,6 +113,16 @@ impl Device {
                     }
                 }
             }
+        }
+        let g = gpu.clone();
+        match std::thread::Builder::new()
+            .name("vgpu-doorbells".to_owned())
+            .spawn(move || watch::watcher_main(g))
+        {
+            Ok(t) => threads.push(t),
+            // Without it, watched doorbells are never seen: DOORBELL still
+            // works.
+            Err(err) => log::error!("cannot start the doorbell watcher thread: {err}"),
         }
         Device {
             config,
@@ -300,6 +312,7 @@ impl Drop for Device {
             self.gpu.poke(e);
             drop(st);
         }
+        self.gpu.watch.shut_down();
         for t in self.threads.drain(..) {
             if t.join().is_err() {
                 log::error!("an engine thread panicked");

@@ -17,6 +17,7 @@
 //!   looked up here.
 //! * `QUERY_STATS`: [`crate::stats`].
 //! * `SAN_REPORT`: the device sanitizer's reports ([`crate::gpu::sanitizer`]).
+//! * `UQ_CREATE`, `UQ_KICK`: user-mode queues ([`crate::gpu::uqctl`]).
 //!
 //! The render node advertises DRM sync objects (binary and timeline), so the
 //! generic `DRM_IOCTL_SYNCOBJ_*` ioctls work on it, and PRIME works through
@@ -158,6 +159,8 @@ impl drm::Driver for VgpuDrm {
         (VGPU_FENCE_EXPORT, drm_vgpu_fence_export, ioctl::RENDER_ALLOW, VgpuFile::fence_export),
         (VGPU_VM_BIND_OPS, drm_vgpu_vm_bind_ops, ioctl::RENDER_ALLOW, VgpuFile::vm_bind_ops),
         (VGPU_SAN_REPORT, drm_vgpu_san_report, ioctl::RENDER_ALLOW, VgpuFile::san_report),
+        (VGPU_UQ_CREATE, drm_vgpu_uq_create, ioctl::RENDER_ALLOW, VgpuFile::uq_create),
+        (VGPU_UQ_KICK, drm_vgpu_uq_kick, ioctl::RENDER_ALLOW, VgpuFile::uq_kick),
     }
 }
 
@@ -380,6 +383,22 @@ impl VgpuFile {
         args.error_depth = at.depth;
         args.san_reports = q.san_reports;
         args.san_last_seq = q.san_last_seq;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_VGPU_UQ_CREATE`.
+    fn uq_create(
+        dev: &VgpuDrmDevice,
+        args: &mut uapi::drm_vgpu_uq_create,
+        file: &File,
+    ) -> Result<u32> {
+        args.ctx_id = dev.vgpu.gpu.uq_create(&file.inner().client, args)?;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_VGPU_UQ_KICK`.
+    fn uq_kick(dev: &VgpuDrmDevice, args: &mut uapi::drm_vgpu_uq_kick, file: &File) -> Result<u32> {
+        dev.vgpu.gpu.uq_kick(&file.inner().client, args)?;
         Ok(0)
     }
 

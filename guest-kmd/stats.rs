@@ -101,6 +101,12 @@ pub(crate) fn snapshot(gpu: &Gpu, out: &mut KVec<CtxSnapshot>) -> Result<KmdCoun
             submitted[e] = r.next_seqno - 1;
             completed[e] = r.completed.max(fence.min(submitted[e]));
         }
+        // A user-mode queue: the KMD submits nothing; its ring's last fence.
+        if let Some(q) = &c.uq {
+            if let (Some(m), Some(done)) = (mem, completed.get_mut(q.engine)) {
+                *done = m.status(i as u32, q.engine).last_fence;
+            }
+        }
         out.push(
             CtxSnapshot {
                 hw: i as u32,
@@ -108,7 +114,7 @@ pub(crate) fn snapshot(gpu: &Gpu, out: &mut KVec<CtxSnapshot>) -> Result<KmdCoun
                 client: c.client.clone(),
                 pid: c.pid,
                 priority: c.priority,
-                engines: c.engine_mask,
+                engines: c.engine_mask | c.uq.as_ref().map_or(0, |q| 1 << q.engine),
                 reset_status: c.reset_status,
                 state: c.state_bits(),
                 hangs: c.hangs,

@@ -346,6 +346,20 @@ if selected "$name"; then
     else result "$name" 1; fi
 fi
 
+# --- User-mode queues: UQ_CREATE's checks, work published through the doorbell block with no ioctl, the
+#     device's sleep and UQ_KICK, WAIT, a fault and an unbound doorbell block (DOORBELL_FAULT); a hung queue
+#     reset and suspended, an innocent one restarted by a device reset; nothing left behind.
+name=kmd-uq
+if selected "$name"; then
+    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=1000" run 'vgpu-kmd-test uq uq-hang; grep -E "^(contexts|bos|mappings|pt_pool_used) " /sys/kernel/debug/vgpu/*/objects; dmesg | grep -v "Kernel command line\|vgpurun=\|vgpukmd=\|DMA-API: preallocated\|DMA-API: debugging enabled" | grep -E "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problem: /"; echo dmesg-checked'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
+    elif want "^(contexts|bos|mappings|pt_pool_used) [1-9]"; then result "$name" 0 "objects left after close"
+    elif ! want "^dmesg-checked$" || want "^dmesg-problem:"; then result "$name" 0 "warnings in dmesg"
+    else result "$name" 1; fi
+fi
+
 # --- Fence interrupts that go wrong (injected by the device): a dropped interrupt is reported while the ring
 #     lives on and never blocks a waiter; duplicate and early events are not believed twice; a doorbell the
 #     device refuses is rung again; a fence never written is reported when a later one's event jumps over it.

@@ -580,14 +580,17 @@ fi
 
 # --- The UMD API end to end: memory and pools (no reuse before the fence), copies, memsets, batching, events and
 #     cross-stream semaphore waits, invalid arguments and use after destroy, threads and streams, sticky loss on a
-#     page fault and on a hang, launches.
+#     page fault and on a hang, launches. Generation 2 runs it again with the streams on user-mode queues
+#     (VGPU_SUBMIT=user: batches published through doorbell blocks, no SUBMIT).
 for g in 1 2; do
     name=umd-api-gen$g
     selected "$name" || continue
-    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=1000" run 'vgpu-umd-test'
+    cmd='vgpu-umd-test'; runs=1
+    [ "$g" = 2 ] && { cmd='vgpu-umd-test; echo "== user-mode queues"; VGPU_SUBMIT=user vgpu-umd-test'; runs=2; }
+    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=1000" run "$cmd"
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
-    elif ! want "^umd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
+    elif [ "$(grep -cE "^umd-test: [0-9]+ passed, 0 failed$" <<<"$case_out")" != "$runs" ]; then result "$name" 0 "no summary"
     else result "$name" 1; fi
 done
 

@@ -25,7 +25,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use crate::cmdbuf::{CmdBuf, CmdError};
 use crate::config::{ReadPath, SubmitPath};
-use crate::context::{Buffer, Context, CtxInner, PendingWork};
+use crate::context::{Buffer, Context, CtxInner, PendingWork, UqLog};
 use crate::fence::{wait_all, SyncPoint, WaitPath};
 use crate::kmd::SubmitSyncs;
 use crate::memory::Block;
@@ -155,7 +155,8 @@ impl StreamShared {
             sync: None,
         };
         let ctx_id = uq.ctx_id;
-        uq.submit(&ctx.cfg, &packets, sp.clone())
+        let log = cmds.iter().map(|c| (c.va, c.size)).collect();
+        uq.submit(&ctx.cfg, &packets, log, sp.clone())
             .map_err(|e| match e {
                 UqError::Kmd(k) => ctx.fail(call, ctx_id, k),
                 other => Error::Invalid {
@@ -571,6 +572,16 @@ impl Stream {
                     })?;
                     v.push(q);
                 }
+                let mut logs = inner.uq_logs.lock().unwrap();
+                logs.retain(|l| l.log.strong_count() > 0);
+                for q in &v {
+                    logs.push(UqLog {
+                        group: v[0].ctx_id,
+                        ctx: q.ctx_id,
+                        log: Arc::downgrade(&q.log),
+                    });
+                }
+                drop(logs);
                 Some(v)
             }
             SubmitPath::Ioctl => None,

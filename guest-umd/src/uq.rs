@@ -48,6 +48,32 @@ pub enum UqError {
     Unencodable(Packet),
 }
 
+/// Batches a queue remembers for naming where an error happened.
+const LOG_LEN: usize = 256;
+
+/// One batch as a queue submitted it: its seqno and command buffers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct BatchRec {
+    pub(crate) seqno: u64,
+    /// (GPU VA, bytes) of each command buffer, in `INDIRECT` order.
+    pub(crate) cmds: Vec<(u64, u64)>,
+}
+
+/// A queue's recent batches, oldest first, shared with the context that
+/// explains errors ([`crate::context`]).
+pub(crate) type BatchLog = Arc<Mutex<VecDeque<BatchRec>>>;
+
+/// Where `va` lies among the batches of `log`: the oldest batch holding it
+/// (the first to run; later ones stop with it), with the command buffer's
+/// index and the offset in it.
+pub(crate) fn locate(log: &VecDeque<BatchRec>, va: u64) -> Option<(u64, u32, u32)> {
+    log.iter().find_map(|b| {
+        b.cmds.iter().enumerate().find_map(|(i, &(cva, size))| {
+            (va >= cva && va - cva < size).then(|| (b.seqno, i as u32, (va - cva) as u32))
+        })
+    })
+}
+
 /// Counters of a queue.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UqStats {
@@ -71,6 +97,8 @@ pub(crate) struct UserQueue {
     wptr: u32,
     /// Start pointer of each batch not known complete, with its fence.
     pending: VecDeque<(u32, SyncPoint)>,
+    /// Recent batches, for naming where an error happened.
+    pub(crate) log: BatchLog,
     pub(crate) stats: UqStats,
 }
 
@@ -112,6 +140,7 @@ impl UserQueue {
             bell,
             wptr: 0,
             pending: VecDeque::new(),
+            log: Arc::new(Mutex::new(VecDeque::new())),
             stats: UqStats::default(),
         })
     }
@@ -133,12 +162,14 @@ impl UserQueue {
     }
 
     /// Writes `packets` into the ring as one batch whose completion is
-    /// `done`, then publishes it: the doorbell block's `wptr`, and a kick
-    /// if the device had stopped polling.
+    /// `done` (its command buffers `cmds`, for the log), then publishes it:
+    /// the doorbell block's `wptr`, and a kick if the device had stopped
+    /// polling.
     pub(crate) fn submit(
         &mut self,
         cfg: &Config,
         packets: &[Packet],
+        cmds: Vec<(u64, u64)>,
         done: SyncPoint,
     ) -> Result<(), UqError> {
         let mut words = Vec::with_capacity(packets.len() * 16);
@@ -175,6 +206,16 @@ impl UserQueue {
             at = (at + 1) % size_words;
         }
         self.wptr = self.wptr.wrapping_add(bytes as u32);
+        {
+            let mut log = self.log.lock().unwrap();
+            if log.len() >= LOG_LEN {
+                log.pop_front();
+            }
+            log.push_back(BatchRec {
+                seqno: done.kmd.seqno,
+                cmds,
+            });
+        }
         self.pending.push_back((start, done));
         self.publish()
     }

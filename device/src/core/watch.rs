@@ -415,14 +415,16 @@ fn scan(gpu: &Gpu, sleeping: Option<u32>) -> bool {
 
 /// The watcher thread: polls while there is activity, sleeps otherwise.
 pub fn watcher_main(gpu: std::sync::Arc<Gpu>) {
+    // Whether the device replays a record (then nothing is read); asked at
+    // every use: replay starts after the thread does.
+    let replay = || gpu.record.get().is_some_and(|r| r.is_replay());
     let mut active_until = Instant::now();
     loop {
         if gpu.shutdown.load(Ordering::Acquire) {
             return;
         }
-        let replay = gpu.record.get().is_some_and(|r| r.is_replay());
         let kicked = std::mem::take(&mut gpu.watch.lock().kicked);
-        let changed = !replay && scan(&gpu, None);
+        let changed = !replay() && scan(&gpu, None);
         let now = Instant::now();
         if changed || kicked {
             active_until = now + gpu.watch.poll_window;
@@ -436,7 +438,7 @@ pub fn watcher_main(gpu: std::sync::Arc<Gpu>) {
         }
         // Going to sleep: announce it in every block, then look once more
         // (see the module documentation).
-        if !replay && !gpu.watch.lock().watches.is_empty() {
+        if !replay() && !gpu.watch.lock().watches.is_empty() {
             gpu.watch.lock().sleeping = true;
             if scan(&gpu, Some(1)) {
                 gpu.watch.lock().sleeping = false;
@@ -458,7 +460,7 @@ pub fn watcher_main(gpu: std::sync::Arc<Gpu>) {
             }
             u.sleeping = false;
         }
-        if !replay {
+        if !replay() {
             scan(&gpu, Some(0));
         }
         active_until = Instant::now() + gpu.watch.poll_window;

@@ -308,6 +308,7 @@ impl Gpu {
             st.last_fence,
             format_args!("{}", HangAt(loc))
         );
+        self.hw.trace.hang(h.hw, h.engine, h.handle);
         // LAB(6) BEGIN reset-ladder
         // 1. Engine reset. One that names the hung context clears its ring
         // on that engine whatever the ring's state, so success means
@@ -379,6 +380,7 @@ impl Gpu {
         ok: bool,
         start: &Instant<Monotonic>,
     ) {
+        self.hw.trace.device_reset(guilty, ok);
         let mut g = self.state.lock();
         g.counters.device_resets += 1;
         push_log(

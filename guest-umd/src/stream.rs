@@ -30,6 +30,7 @@ use crate::fence::{wait_all, SyncPoint, WaitPath};
 use crate::kmd::SubmitSyncs;
 use crate::memory::Block;
 use crate::sync::{self as syncobj, Timeline};
+use crate::trace;
 use crate::{uapi, Error, Result};
 
 /// Engine a packet runs on.
@@ -106,6 +107,9 @@ impl StreamShared {
         let Some(mut b) = st.batch.take() else {
             return Ok(());
         };
+        let mut span = trace::span("api", "submit");
+        trace::set(&mut span, "ctx", self.ctx_id);
+        trace::set(&mut span, "engine", b.engine);
         let ctx = &*self.ctx;
         let gen = ctx.identity.generation;
         let e = b.engine as usize;
@@ -205,6 +209,8 @@ impl StreamShared {
                 }
             }
         };
+        trace::set(&mut span, "seqno", seqno);
+        trace::set(&mut span, "cmds", cmds.len() as u64);
         st.submits += 1;
         st.next_seq[e] = seqno + 1;
         st.tl_point = point;
@@ -247,6 +253,7 @@ impl StreamShared {
         deferred: Vec<Block>,
         notify: Option<Notify>,
     ) -> Result<()> {
+        let mut span = trace::span("api", call);
         self.ctx.check(call)?;
         let ctx = &*self.ctx;
         let gen = ctx.identity.generation;
@@ -258,6 +265,9 @@ impl StreamShared {
             });
         }
         let engine = engine.unwrap_or(st.batch.as_ref().map_or(st.engine, |b| b.engine));
+        trace::set(&mut span, "ctx", self.ctx_id);
+        trace::set(&mut span, "engine", engine);
+        trace::set(&mut span, "packets", packets.len() as u64);
         if st.batch.as_ref().is_some_and(|b| b.engine != engine) {
             self.flush_locked(&mut st, call)?;
         }
@@ -362,6 +372,7 @@ impl StreamShared {
     }
 
     fn synchronize(&self, call: &'static str) -> Result<WaitPath> {
+        let _span = trace::span("api", call);
         self.ctx.check(call)?;
         let sps = self.flush_all(&self.ctx, call)?;
         let r = wait_all(&self.ctx.kmd, &self.ctx.cfg, &sps, None)

@@ -534,8 +534,9 @@ pub fn merge(
                     "steps": c.points.iter().map(|p| json!([STEPS[p.step], p.start])).collect::<Vec<_>>() })
         })
         .collect();
+    // No displayTimeUnit: some Perfetto versions read it as the unit of
+    // `ts`, which the format says is always microseconds.
     let doc = json!({
-        "displayTimeUnit": "ns",
         "otherData": {
             "generator": "vgpu-timeline",
             "clock": "guest CLOCK_MONOTONIC (us); device time mapped onto it",

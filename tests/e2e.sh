@@ -634,8 +634,13 @@ if selected "$name"; then
     cargo build --quiet --release --manifest-path "$repo/Cargo.toml" -p vgpu-timeline || exit 1
     t0=$(date +%s.%N)
     tl=$logdir/$name/timeline.json
-    case_out=$("$repo/scripts/timeline" --no-build --out "$tl" --keep "$logdir/$name" \
+    tl_args=()
+    [ "$sanitize" = 1 ] && tl_args+=(--vm-arg --device-arg --vm-arg --sanitize)
+    for a in ${VGPU_E2E_DEVICE_ARGS:-}; do tl_args+=(--vm-arg --device-arg --vm-arg "$a"); done
+    case_out=$("$repo/scripts/timeline" --no-build --out "$tl" --keep "$logdir/$name" "${tl_args[@]}" \
         'vgpu-samples copy; vgpu-samples vecadd' 2>"$logdir/$name.stderr"); case_rc=$?
+    # Where result() looks for the device's sanitizer reports.
+    ln -sf vm/device.log "$logdir/$name/device.log"
     "$repo/target/release/vgpu-timeline" check "$tl" > "$logdir/$name.check" 2>&1; crc=$?
     case_secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
     printf '%s\n' "$case_out" > "$logdir/$name.out"

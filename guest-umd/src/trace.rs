@@ -41,14 +41,38 @@ pub enum TraceError {
     },
 }
 
+/// Arguments a span holds.
+pub const MAX_ARGS: usize = 6;
+
+/// A finished span as kept until the flush (formatted only then).
+#[derive(Clone, Copy)]
+struct Rec {
+    cat: &'static str,
+    name: &'static str,
+    start: u64,
+    end: u64,
+    tid: u32,
+    args: [(&'static str, i128); MAX_ARGS],
+    nargs: usize,
+}
+
 /// The process's tracer.
 struct Tracer {
     path: PathBuf,
     pid: u32,
-    lines: Mutex<Vec<String>>,
+    /// The first line, written by the first flush.
+    head: Mutex<Option<String>>,
+    recs: Mutex<Vec<Rec>>,
 }
 
 static TRACER: OnceLock<Option<Tracer>> = OnceLock::new();
+
+thread_local! {
+    static TID: u32 = {
+        // SAFETY: `gettid` has no preconditions.
+        unsafe { libc::gettid() as u32 }
+    };
+}
 
 /// `CLOCK_MONOTONIC` in nanoseconds.
 pub fn now_ns() -> u64 {
@@ -61,11 +85,6 @@ pub fn now_ns() -> u64 {
     (t.tv_sec as u64)
         .saturating_mul(1_000_000_000)
         .saturating_add(t.tv_nsec as u64)
-}
-
-fn gettid() -> u32 {
-    // SAFETY: `gettid` has no preconditions.
-    unsafe { libc::gettid() as u32 }
 }
 
 extern "C" fn flush_at_exit() {
@@ -86,20 +105,25 @@ fn tracer() -> Option<&'static Tracer> {
             // SAFETY: `flush_at_exit` is an `extern "C" fn()` that stays
             // valid for the life of the process (a static function).
             unsafe { libc::atexit(flush_at_exit) };
-            Some(Tracer {
-                path: PathBuf::from(path),
-                pid,
-                lines: Mutex::new(vec![head.to_string()]),
-            })
+            Some(Tracer::new(PathBuf::from(path), pid, head.to_string()))
         })
         .as_ref()
 }
 
 impl Tracer {
-    fn push(&self, line: String) {
+    fn new(path: PathBuf, pid: u32, head: String) -> Tracer {
+        Tracer {
+            path,
+            pid,
+            head: Mutex::new(Some(head)),
+            recs: Mutex::new(Vec::with_capacity(FLUSH_EVERY)),
+        }
+    }
+
+    fn push(&self, r: Rec) {
         let full = {
-            let mut l = self.lines.lock().unwrap_or_else(|e| e.into_inner());
-            l.push(line);
+            let mut l = self.recs.lock().unwrap_or_else(|e| e.into_inner());
+            l.push(r);
             l.len() >= FLUSH_EVERY
         };
         if full {
@@ -109,14 +133,21 @@ impl Tracer {
         }
     }
 
-    /// Appends the kept lines to the file in one write.
+    /// Formats the kept records and appends them to the file in one write.
     fn flush(&self) -> Result<(), TraceError> {
-        let lines = std::mem::take(&mut *self.lines.lock().unwrap_or_else(|e| e.into_inner()));
-        if lines.is_empty() {
+        let recs = std::mem::take(&mut *self.recs.lock().unwrap_or_else(|e| e.into_inner()));
+        let head = self.head.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let mut text = String::new();
+        for l in head
+            .into_iter()
+            .chain(recs.iter().map(|r| r.line(self.pid)))
+        {
+            text.push_str(&l);
+            text.push('\n');
+        }
+        if text.is_empty() {
             return Ok(());
         }
-        let mut text = lines.join("\n");
-        text.push('\n');
         let err = |source| TraceError::Write {
             path: self.path.display().to_string(),
             source,
@@ -131,13 +162,32 @@ impl Tracer {
     }
 }
 
-/// One span: from [`span`] to its drop.
+impl Rec {
+    /// The record as one JSON line.
+    fn line(&self, pid: u32) -> String {
+        let mut line = format!(
+            "{{\"ts\":{},\"dur\":{},\"cat\":{},\"name\":{},\"pid\":{},\"tid\":{},\"args\":{{",
+            self.start,
+            self.end.saturating_sub(self.start),
+            serde_json::Value::from(self.cat),
+            serde_json::Value::from(self.name),
+            pid,
+            self.tid
+        );
+        for (i, (k, v)) in self.args[..self.nargs].iter().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            let _ = write!(line, "{sep}{}:{v}", serde_json::Value::from(*k));
+        }
+        line.push_str("}}");
+        line
+    }
+}
+
+/// One span: from [`span`] to its drop. Costs two clock reads and a push
+/// under a mutex; it is formatted when the trace is flushed.
 #[must_use = "a span ends when it is dropped"]
 pub struct Span {
-    cat: &'static str,
-    name: &'static str,
-    start: u64,
-    args: Vec<(&'static str, i128)>,
+    rec: Rec,
 }
 
 /// Starts a span of category `cat` (`api`, `ioctl`, `wait`) named `name`,
@@ -146,20 +196,29 @@ pub struct Span {
 pub fn span(cat: &'static str, name: &'static str) -> Option<Span> {
     tracer()?;
     Some(Span {
-        cat,
-        name,
-        start: now_ns(),
-        args: Vec::new(),
+        rec: Rec {
+            cat,
+            name,
+            start: now_ns(),
+            end: 0,
+            tid: TID.with(|t| *t),
+            args: [("", 0); MAX_ARGS],
+            nargs: 0,
+        },
     })
 }
 
 impl Span {
-    /// Sets argument `key` (later values replace earlier ones).
+    /// Sets argument `key` (later values replace earlier ones; past
+    /// [`MAX_ARGS`] keys the new ones are dropped).
     pub fn set(&mut self, key: &'static str, value: impl Into<i128>) {
         let v = value.into();
-        match self.args.iter_mut().find(|(k, _)| *k == key) {
-            Some(a) => a.1 = v,
-            None => self.args.push((key, v)),
+        let r = &mut self.rec;
+        if let Some(a) = r.args[..r.nargs].iter_mut().find(|(k, _)| *k == key) {
+            a.1 = v;
+        } else if r.nargs < MAX_ARGS {
+            r.args[r.nargs] = (key, v);
+            r.nargs += 1;
         }
     }
 }
@@ -172,31 +231,11 @@ pub fn set(span: &mut Option<Span>, key: &'static str, value: impl Into<i128>) {
     }
 }
 
-impl Span {
-    /// The span as one JSON line, ending at `end`.
-    fn line(&self, pid: u32, tid: u32, end: u64) -> String {
-        let mut line = format!(
-            "{{\"ts\":{},\"dur\":{},\"cat\":{},\"name\":{},\"pid\":{},\"tid\":{},\"args\":{{",
-            self.start,
-            end.saturating_sub(self.start),
-            serde_json::Value::from(self.cat),
-            serde_json::Value::from(self.name),
-            pid,
-            tid
-        );
-        for (i, (k, v)) in self.args.iter().enumerate() {
-            let sep = if i == 0 { "" } else { "," };
-            let _ = write!(line, "{sep}{}:{v}", serde_json::Value::from(*k));
-        }
-        line.push_str("}}");
-        line
-    }
-}
-
 impl Drop for Span {
     fn drop(&mut self) {
         let Some(t) = tracer() else { return };
-        t.push(self.line(t.pid, gettid(), now_ns()));
+        self.rec.end = now_ns();
+        t.push(self.rec);
     }
 }
 
@@ -210,27 +249,39 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.jsonl");
         let _ = std::fs::remove_file(&path);
-        let t = Tracer {
-            path: path.clone(),
-            pid: 12,
-            lines: Mutex::new(vec!["{\"process\":\"p\",\"pid\":12}".into()]),
-        };
+        let t = Tracer::new(path.clone(), 12, "{\"process\":\"p\",\"pid\":12}".into());
         let mut s = Some(Span {
-            cat: "api",
-            name: "Stream::flush",
-            start: 1000,
-            args: Vec::new(),
+            rec: Rec {
+                cat: "api",
+                name: "Stream::flush",
+                start: 1000,
+                end: 1500,
+                tid: 13,
+                args: [("", 0); MAX_ARGS],
+                nargs: 0,
+            },
         });
         set(&mut s, "ctx", 3u32);
         set(&mut s, "seqno", 7u64);
         set(&mut s, "seqno", 8u64);
         set(&mut s, "ret", -11i32);
+        for k in ["a", "b", "c", "d"] {
+            set(&mut s, k, 1u8);
+        }
         let s = s.unwrap();
-        t.push(s.line(12, 13, 1500));
-        drop(s);
+        t.push(s.rec);
+        std::mem::forget(s);
         t.flush().unwrap();
         // A second flush appends; an empty one writes nothing.
-        t.push("{\"x\":1}".into());
+        t.push(Rec {
+            cat: "wait",
+            name: "x",
+            start: 1,
+            end: 2,
+            tid: 1,
+            args: [("", 0); MAX_ARGS],
+            nargs: 0,
+        });
         t.flush().unwrap();
         t.flush().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
@@ -250,11 +301,15 @@ mod tests {
             (Some("Stream::flush"), Some("api"))
         );
         assert_eq!((l["pid"].as_u64(), l["tid"].as_u64()), (Some(12), Some(13)));
+        // Six arguments at most: the last two were dropped.
         assert_eq!(
             l["args"],
-            serde_json::json!({"ctx": 3, "seqno": 8, "ret": -11})
+            serde_json::json!({"ctx": 3, "seqno": 8, "ret": -11, "a": 1, "b": 1, "c": 1})
         );
-        assert_eq!(lines[2]["x"], 1);
+        assert_eq!(
+            (lines[2]["name"].as_str(), lines[2]["cat"].as_str()),
+            (Some("x"), Some("wait"))
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

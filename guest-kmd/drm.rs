@@ -19,6 +19,9 @@
 //! * `SAN_REPORT`: the device sanitizer's reports ([`crate::gpu::sanitizer`]).
 //! * `UQ_CREATE`, `UQ_KICK`: user-mode queues ([`crate::gpu::uqctl`]).
 //!
+//! Every handler runs inside [`traced`] (the table's macro wraps it): its
+//! entry and exit are in the driver's trace buffer when that is on.
+//!
 //! The render node advertises DRM sync objects (binary and timeline), so the
 //! generic `DRM_IOCTL_SYNCOBJ_*` ioctls work on it, and PRIME works through
 //! the GEM shmem helpers: handles of objects that are not this device's BOs
@@ -132,6 +135,39 @@ const INFO: drm::DriverInfo = drm::DriverInfo {
     desc: c"vgpu virtual GPU",
 };
 
+/// `declare_drm_ioctls!` with every handler wrapped in [`traced`]: entry
+/// and exit, with the return code, in the driver's trace buffer.
+macro_rules! traced_drm_ioctls {
+    ($(($cmd:ident, $struct:ident, $flags:expr, $func:expr)),* $(,)?) => {
+        kernel::declare_drm_ioctls! {
+            $(($cmd, $struct, $flags, |dev, args, file| {
+                traced(dev, ::core::stringify!($cmd), || $func(dev, args, file))
+            })),*
+        }
+    };
+}
+
+/// Runs ioctl handler `f`, traced as `name` when the driver's trace is on
+/// (one relaxed load otherwise).
+fn traced<T: Copy + TryInto<i64>>(
+    dev: &VgpuDrmDevice,
+    name: &'static str,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let trace = &dev.vgpu.hw.trace;
+    if !trace.on() {
+        return f();
+    }
+    trace.ioctl_enter(name);
+    let r = f();
+    let ret = match &r {
+        Ok(v) => (*v).try_into().unwrap_or(i64::MAX),
+        Err(e) => i64::from(e.to_errno()),
+    };
+    trace.ioctl_exit(name, ret);
+    r
+}
+
 #[vtable]
 impl drm::Driver for VgpuDrm {
     type Data = DrmData;
@@ -143,7 +179,7 @@ impl drm::Driver for VgpuDrm {
     const FEAT_SYNCOBJ: bool = true;
     const FEAT_SYNCOBJ_TIMELINE: bool = true;
 
-    kernel::declare_drm_ioctls! {
+    traced_drm_ioctls! {
         (VGPU_GET_PARAM, drm_vgpu_get_param, ioctl::RENDER_ALLOW, VgpuFile::get_param),
         (VGPU_PING, drm_vgpu_ping, ioctl::RENDER_ALLOW, VgpuFile::ping),
         (VGPU_GEM_CREATE, drm_vgpu_gem_create, ioctl::RENDER_ALLOW, VgpuFile::gem_create),

@@ -247,6 +247,16 @@ impl Gpu {
         };
         r.retire(seqno.min(value));
         // LAB(2) END fence-verdict
+        let trace = &self.hw.trace;
+        if trace.on() {
+            let name = match verdict {
+                Verdict::New => "new",
+                Verdict::Early(_) => "early",
+                Verdict::Duplicate => "duplicate",
+                Verdict::Skipped(..) => "skipped",
+            };
+            trace.fence_signal(ctx_id, engine, seqno, mem.fence_value(ctx_id, e), name);
+        }
         let k = &mut g.counters;
         match verdict {
             Verdict::New => k.fences_signalled += 1,

@@ -54,6 +54,9 @@
 //! 5. The transport's locks (control: command serialisation, then queue
 //!    state; events: event state), innermost. Fence locks (`dma_fence`
 //!    spinlocks: callbacks, signalling) nest inside everything.
+//! 6. The trace buffer's spinlock ([`crate::ktrace`]): under any of the
+//!    above, only to append a record; nothing is taken under it, and it is
+//!    never taken in a fence callback.
 //!
 //! Fence callbacks of the job queue's dependencies run in any context with
 //! the fence's lock held: they only queue the GPU's work item, which runs

@@ -332,6 +332,7 @@ impl Gpu {
             st.last_fence,
             format_args!("{}", HangAt(loc))
         );
+        self.hw.trace.hang(h.hw, h.engine, h.handle);
         // User-mode queues on the engine stop being watched while it resets,
         // so that no doorbell reaches a ring the reset is clearing.
         let suspended = self.suspend_queues(Some(h.engine));
@@ -414,6 +415,7 @@ impl Gpu {
         ok: bool,
         start: &Instant<Monotonic>,
     ) {
+        self.hw.trace.device_reset(guilty, ok);
         let mut g = self.state.lock();
         g.counters.device_resets += 1;
         push_log(

@@ -150,6 +150,7 @@ impl Kmd {
     /// `EFAULT`). Pointers the ioctl only reads (`SUBMIT`'s command and
     /// fence arrays, `WAIT`'s fences) may hold any value.
     pub unsafe fn ioctl_raw<A: IoctlArg>(&self, arg: &mut A) -> Result<(), KmdError> {
+        let mut span = crate::trace::span("ioctl", A::NAME);
         loop {
             // SAFETY:
             // - `A::REQUEST` takes exactly one `A` (the `IoctlArg` contract)
@@ -164,6 +165,7 @@ impl Kmd {
                 )
             };
             if rc == 0 {
+                crate::trace::set(&mut span, "ret", 0);
                 return Ok(());
             }
             let errno = std::io::Error::last_os_error()
@@ -172,6 +174,7 @@ impl Kmd {
             if errno == libc::EINTR {
                 continue;
             }
+            crate::trace::set(&mut span, "ret", -errno);
             return Err(KmdError {
                 call: A::NAME,
                 errno,

@@ -26,6 +26,7 @@ pub mod module;
 pub mod stats;
 pub mod stream;
 pub mod sync;
+pub mod trace;
 pub mod uapi;
 pub mod uq;
 

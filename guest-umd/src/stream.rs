@@ -30,6 +30,7 @@ use crate::fence::{wait_all, SyncPoint, WaitPath};
 use crate::kmd::SubmitSyncs;
 use crate::memory::Block;
 use crate::sync::{self as syncobj, Timeline};
+use crate::trace;
 use crate::uq::{UqError, UserQueue};
 use crate::{uapi, Error, Result};
 
@@ -172,6 +173,9 @@ impl StreamShared {
         let Some(mut b) = st.batch.take() else {
             return Ok(());
         };
+        let mut span = trace::span("api", "submit");
+        trace::set(&mut span, "ctx", self.ctx_id);
+        trace::set(&mut span, "engine", b.engine);
         let ctx = &*self.ctx;
         let gen = ctx.identity.generation;
         let e = b.engine as usize;
@@ -212,7 +216,12 @@ impl StreamShared {
         if b.bufs.len() > 1 {
             ctx.cmds.lock().unwrap().stats.chained += 1;
         }
-        if st.uqs.is_some() {
+        if let Some(q) = st.uqs.as_ref().and_then(|q| q.get(e)) {
+            // On a user-mode queue: its own context id, the stream's seqno.
+            trace::set(&mut span, "ctx", q.ctx_id);
+            trace::set(&mut span, "seqno", predicted);
+            trace::set(&mut span, "cmds", cmds.len() as u64);
+            trace::set(&mut span, "user_queue", 1);
             let sp = match self.flush_user(st, &b, &cmds, predicted, call) {
                 Ok(sp) => sp,
                 Err(err) => {
@@ -289,6 +298,8 @@ impl StreamShared {
                 }
             }
         };
+        trace::set(&mut span, "seqno", seqno);
+        trace::set(&mut span, "cmds", cmds.len() as u64);
         st.submits += 1;
         st.next_seq[e] = seqno + 1;
         st.tl_point = point;
@@ -341,6 +352,7 @@ impl StreamShared {
         deferred: Vec<Block>,
         notify: Option<Notify>,
     ) -> Result<()> {
+        let mut span = trace::span("api", call);
         self.ctx.check(call)?;
         let ctx = &*self.ctx;
         let gen = ctx.identity.generation;
@@ -352,6 +364,9 @@ impl StreamShared {
             });
         }
         let engine = engine.unwrap_or(st.batch.as_ref().map_or(st.engine, |b| b.engine));
+        trace::set(&mut span, "ctx", self.ctx_id);
+        trace::set(&mut span, "engine", engine);
+        trace::set(&mut span, "packets", packets.len() as u64);
         if st.batch.as_ref().is_some_and(|b| b.engine != engine) {
             self.flush_locked(&mut st, call)?;
         }
@@ -456,6 +471,7 @@ impl StreamShared {
     }
 
     fn synchronize(&self, call: &'static str) -> Result<WaitPath> {
+        let _span = trace::span("api", call);
         self.ctx.check(call)?;
         let sps = self.flush_all(&self.ctx, call)?;
         let r = wait_all(&self.ctx.kmd, &self.ctx.cfg, &sps, None)

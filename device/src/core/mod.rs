@@ -194,19 +194,27 @@ impl Device {
     /// Executes one command (bytes copied out of guest memory) whose reply
     /// buffer holds `reply_room` bytes.
     pub fn handle_command(&mut self, bytes: &[u8], reply_room: usize) -> Reply {
-        let Some(r) = self.gpu.record.get() else {
-            return self.control.process(bytes, reply_room);
+        let traced = self.gpu.trace.as_ref().map(|_| self.gpu.clock.now_ns());
+        let reply = match self.gpu.record.get() {
+            None => self.control.process(bytes, reply_room),
+            Some(r) => {
+                r.command(self.gpu.clock.now_ns(), bytes, reply_room);
+                let reply = self.control.process(bytes, reply_room);
+                let t = self.gpu.clock.now_ns();
+                r.log(
+                    record::kind::REPLY,
+                    record::NO_ENGINE,
+                    t,
+                    0,
+                    &[reply.as_bytes()],
+                );
+                reply
+            }
         };
-        r.command(self.gpu.clock.now_ns(), bytes, reply_room);
-        let reply = self.control.process(bytes, reply_room);
-        let t = self.gpu.clock.now_ns();
-        r.log(
-            record::kind::REPLY,
-            record::NO_ENGINE,
-            t,
-            0,
-            &[reply.as_bytes()],
-        );
+        if let (Some(t0), Some(trace)) = (traced, self.gpu.trace.as_ref()) {
+            let rec = telemetry::command_record(bytes, t0, self.gpu.clock.now_ns());
+            unpoison(trace.lock()).extend(&[rec]);
+        }
         reply
     }
 
@@ -224,6 +232,9 @@ impl Device {
             if let Ok(ev) = vgpu_hwif::event::Event::from_record(r) {
                 sanitize::hooks::on_event_delivered(&self.gpu, &ev);
             }
+        }
+        if let (Some(t), Some(e)) = (self.gpu.trace.as_ref(), rec.as_ref()) {
+            unpoison(t.lock()).extend(&[telemetry::event_record(e, now)]);
         }
         if let (Some(r), Some(e)) = (self.gpu.record.get(), rec.as_ref()) {
             use vgpu_hwif::pod::Pod;
@@ -336,6 +347,10 @@ mod model_tests;
 
 #[cfg(test)]
 mod panic_tests;
+
+fn unpoison<T>(r: Result<T, std::sync::PoisonError<T>>) -> T {
+    r.unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 #[cfg(test)]
 mod tests {

@@ -914,7 +914,7 @@ impl Stream {
             // the device's writes before them are visible here.
             self.s.synchronize(call)?;
             let b = src.block.as_ref().expect("live buffer");
-            b.bo.populate_read(b.offset + off, out.len() as u64);
+            b.bo.populate_read();
             b.bo.read(b.offset + off, out);
             return Ok(());
         }

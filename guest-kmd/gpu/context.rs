@@ -27,7 +27,10 @@ use super::{
         Gpu,
         MAX_FILE_CONTEXTS, //
     },
-    uqueue::UqHw,
+    uqueue::{
+        self,
+        UqHw, //
+    },
 };
 use crate::{
     file::{
@@ -401,11 +404,16 @@ impl Gpu {
         // flight is refused, and the device's sanitizer reports it as a
         // teardown mistake). BUSY is retried for the work the driver
         // could not know of (a slice finishing after its last fence).
-        let pending = self
-            .state
-            .lock()
-            .slot(hw)
-            .is_some_and(|c| c.rings.iter().any(|r| !r.jobs.is_empty()));
+        // A user-mode queue's work is in its status block: accepted and not
+        // yet executed, or running, or waiting on a semaphore.
+        let mem = self.slots().ok();
+        let pending = self.state.lock().slot(hw).is_some_and(|c| {
+            c.rings.iter().any(|r| !r.jobs.is_empty())
+                || c.uq
+                    .as_ref()
+                    .zip(mem)
+                    .is_some_and(|(q, m)| uqueue::has_work(&m.status(hw, q.engine)))
+        });
         if self.check_usable().is_ok() {
             let mut delay = 5;
             let mut done = false;

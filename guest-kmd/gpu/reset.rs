@@ -48,6 +48,7 @@ use super::{
         GpuState,
         ResetLog, //
     },
+    uqueue,
 };
 use crate::{
     dev_info_ratelimited, dev_warn_ratelimited, ffi,
@@ -492,11 +493,7 @@ impl Gpu {
                 // its read pointer: the work not yet done runs again.
                 let status = c.uq.as_ref().map(|q| mem.status(hw, q.engine));
                 let start = status.as_ref().map_or(0, |st| st.rptr);
-                let had_work = status.is_some_and(|st| {
-                    st.rptr != st.wptr
-                        || st.state == ring_state::RUNNING
-                        || st.state == ring_state::SEM_WAIT
-                });
+                let had_work = status.as_ref().is_some_and(uqueue::has_work);
                 if let Some(q) = c.uq.as_mut() {
                     q.restart_clock();
                 }

@@ -88,6 +88,12 @@ impl Progress {
     }
 }
 
+/// Whether a queue's ring, as its status block `s` shows it, has work it
+/// has not finished.
+pub(crate) fn has_work(s: &RingStatus) -> bool {
+    Progress::of(s).pending()
+}
+
 /// How a queue's ring is (re)created on the device.
 #[derive(Clone, Copy)]
 pub(crate) struct UqHw {

@@ -284,20 +284,84 @@ impl Bo {
         };
     }
 
-    /// Copies bytes from `off` into `dst`.
+    /// Copies bytes from `off` into `dst` with `memcpy`.
     pub fn read(&self, off: u64, dst: &mut [u8]) {
+        self.read_with(off, dst, std::ptr::copy_nonoverlapping::<u8>);
+    }
+
+    /// Copies bytes from `off` into `dst` with a vector loop
+    /// ([`read_blocks`]): the direct read path's copy out of a buffer the
+    /// device wrote.
+    pub fn read_blocks(&self, off: u64, dst: &mut [u8]) {
+        self.read_with(off, dst, read_blocks);
+    }
+
+    /// Copies bytes from `off` into `dst`: with `copy` when the ranges do
+    /// not overlap, with `memmove` when they do. `copy` is called only with
+    /// ranges valid for `n` bytes that do not overlap.
+    fn read_with(&self, off: u64, dst: &mut [u8], copy: unsafe fn(*const u8, *mut u8, usize)) {
         assert!(off + dst.len() as u64 <= self.size);
         let s = self.ptr(off);
         if disjoint(dst.as_ptr(), s, dst.len()) {
-            // SAFETY: the source range lies inside the mapping (checked)
-            // and the ranges do not overlap (checked).
-            unsafe { std::ptr::copy_nonoverlapping(s, dst.as_mut_ptr(), dst.len()) };
+            // SAFETY: the source range lies inside the mapping (checked),
+            // `dst` is a live slice of that length, and the ranges do not
+            // overlap (checked): `copy`'s contract.
+            unsafe { copy(s, dst.as_mut_ptr(), dst.len()) };
         } else {
             // SAFETY: the source range lies inside the mapping (checked);
             // `copy` allows the overlap.
             unsafe { std::ptr::copy(s, dst.as_mut_ptr(), dst.len()) };
         }
     }
+}
+
+/// Copies `len` bytes out of a BO's mapping in 64-byte blocks of 16-byte
+/// vector loads and stores, the tail with `memcpy`. Reads of memory the
+/// device shares are what real UMDs copy with their own vector loop
+/// (Mesa's streaming-load memcpy); here, under TCG, the guest's `memcpy`
+/// (`rep movsq`) out of a BO ran at 0.4–0.6× its speed between two
+/// anonymous buffers while this loop ran about twice as fast
+/// (docs/performance.md, device-to-host reads).
+///
+/// # Safety
+/// `src` is valid for reads and `dst` for writes of `len` bytes, and the
+/// two ranges do not overlap.
+unsafe fn read_blocks(src: *const u8, dst: *mut u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_storeu_si128};
+        let blocks = len / 64;
+        for b in 0..blocks {
+            let o = b * 64;
+            // SAFETY: `o + 64 <= len`, so all four 16-byte loads lie in
+            // `src`'s range and all four stores in `dst`'s (the caller's
+            // contract); the unaligned forms need no alignment, and SSE2
+            // is part of every x86-64 CPU.
+            unsafe {
+                let s = src.add(o).cast::<__m128i>();
+                let d = dst.add(o).cast::<__m128i>();
+                let (a, b2, c, e) = (
+                    _mm_loadu_si128(s),
+                    _mm_loadu_si128(s.add(1)),
+                    _mm_loadu_si128(s.add(2)),
+                    _mm_loadu_si128(s.add(3)),
+                );
+                _mm_storeu_si128(d, a);
+                _mm_storeu_si128(d.add(1), b2);
+                _mm_storeu_si128(d.add(2), c);
+                _mm_storeu_si128(d.add(3), e);
+            }
+        }
+        let done = blocks * 64;
+        // SAFETY: the remaining `len - done` bytes of both ranges (the
+        // caller's contract), which do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(done), dst.add(done), len - done) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: the caller's contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst, len)
+    };
 }
 
 /// Whether `len` bytes at `a` and at `b` do not overlap. Copies between
@@ -623,6 +687,21 @@ mod tests {
         assert_eq!(SizeClass::reserve(1500), 4096);
         assert_eq!(SizeClass::reserve(5000), 8192);
         assert_eq!(SizeClass::reserve((64 << 10) + 1), 128 << 10);
+    }
+
+    #[test]
+    fn block_reads_copy_every_byte_and_no_more() {
+        let src: Vec<u8> = (0..1000u32).map(|i| (i * 7 + 3) as u8).collect();
+        for start in [0usize, 1, 15, 64] {
+            for len in [0usize, 1, 63, 64, 65, 127, 128, 200, 900] {
+                let mut dst = vec![0xeeu8; len + 2];
+                // SAFETY: `src[start..start + len]` and `dst[1..len + 1]`
+                // are in bounds (start + len <= 964 < 1000) and distinct.
+                unsafe { read_blocks(src.as_ptr().add(start), dst.as_mut_ptr().add(1), len) };
+                assert_eq!(&dst[1..len + 1], &src[start..start + len], "start {start} len {len}");
+                assert_eq!((dst[0], dst[len + 1]), (0xee, 0xee), "start {start} len {len}");
+            }
+        }
     }
 
     #[test]

@@ -915,7 +915,7 @@ impl Stream {
             self.s.synchronize(call)?;
             let b = src.block.as_ref().expect("live buffer");
             b.bo.populate_read();
-            b.bo.read(b.offset + off, out);
+            b.bo.read_blocks(b.offset + off, out);
             return Ok(());
         }
         if out.len() as u64 > STAGING_CHUNK {

@@ -11,8 +11,8 @@ use crate::module::{Kernel, Module};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I32X4, I64, I8X16};
 use cranelift_codegen::ir::{
-    self, AbiParam, Block, ConstantData, Endianness, InstBuilder, JumpTableData, MemFlagsData,
-    SigRef, Signature, Value,
+    self, AbiParam, AliasRegion, AliasRegionData, Block, ConstantData, Endianness, InstBuilder,
+    JumpTableData, MemFlagsData, SigRef, Signature, Value,
 };
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -25,11 +25,41 @@ use std::sync::Arc;
 /// Chunks of 4 lanes in a warp.
 pub(super) const CHUNKS: usize = WARP_SIZE / 4;
 
-/// Loads and stores of the context, the warp and the register file: never
-/// trapping (every address is valid, see `runtime.rs`), not necessarily
-/// 16-byte aligned.
-pub(super) fn mf() -> MemFlagsData {
-    MemFlagsData::new().with_notrap()
+/// What a load or store reaches. Every access is non-trapping (every
+/// address is valid, see `runtime.rs`); each kind is its own alias region
+/// (they are distinct allocations), so that Cranelift may forward a stored
+/// register to a later load of it and keep loads of one kind across stores
+/// of another. A helper call is a fence for all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mem {
+    /// The scalar fields of `Ctx` that do not change during a call
+    /// (pointers, launch geometry): loaded once, anywhere.
+    CtxFixed,
+    /// The fields of `Ctx` the generated code writes.
+    Ctx,
+    /// The scalar fields of the warp.
+    Warp,
+    /// The register file.
+    Regs,
+    /// Thread ids, kernel arguments and the constant table: read-only for
+    /// the whole call, but loaded where used (hoisted to the function's
+    /// entry, vectors would be spilled there on every call).
+    Fixed,
+    /// The software TLB entries (refilled by helpers).
+    Tlb,
+    /// Shared memory.
+    Shared,
+    /// Global memory through a TLB entry.
+    Global,
+}
+
+const MEM_KINDS: usize = 8;
+
+/// Offset of a `Ctx` field.
+macro_rules! cx {
+    ($f:ident) => {
+        offset_of!(Ctx, $f) as i32
+    };
 }
 
 /// Compiles kernel `k` of `module`; never panics (a failure of the code
@@ -71,12 +101,13 @@ fn compile(module: &Module, k: &Kernel) -> Result<JitKernel, String> {
     let blocks = analysis::blocks(module.code(), k);
     let mut fctx = FunctionBuilderContext::new();
     let frontend = jm.target_config();
-    let sites;
+    let (sites, consts);
     {
         let b = FunctionBuilder::new(&mut cctx.func, &mut fctx);
         let mut g = Gen::new(b, module.code(), k, &blocks, ptr, call_conv, fma);
         g.emit()?;
         sites = g.sites.len();
+        consts = std::mem::take(&mut g.consts);
         g.b.seal_all_blocks();
         g.b.finalize(frontend);
     }
@@ -101,6 +132,7 @@ fn compile(module: &Module, k: &Kernel) -> Result<JitKernel, String> {
         regs: k.regs,
         block_starts: blocks.starts,
         sites,
+        consts: consts.into_iter().map(runtime::Vector).collect(),
     })
 }
 
@@ -138,13 +170,12 @@ pub(super) struct Gen<'a, 'b> {
     sig_refill: SigRef,
     /// The TLB entry of each inlined global memory instruction.
     sites: HashMap<u32, u32>,
-}
-
-/// Offset of a `Ctx` field.
-macro_rules! cx {
-    ($f:ident) => {
-        offset_of!(Ctx, $f) as i32
-    };
+    /// Alias regions by `Mem` kind.
+    regions: [AliasRegion; MEM_KINDS],
+    /// The constant table (`Ctx::consts`) and the index of each vector.
+    pub(super) consts: Vec<[u32; 4]>,
+    const_ix: HashMap<[u32; 4], u32>,
+    cbase: Value,
 }
 
 impl<'a, 'b> Gen<'a, 'b> {
@@ -172,12 +203,20 @@ impl<'a, 'b> Gen<'a, 'b> {
         b.append_block_params_for_function_params(entry);
         b.switch_to_block(entry);
         let ctx = b.block_params(entry)[0];
-        let ld = |b: &mut FunctionBuilder, off| b.ins().load(ptr, mf(), ctx, off);
+        let regions = std::array::from_fn(|i| {
+            b.func.dfg.alias_regions.insert(AliasRegionData {
+                user_id: i as u32,
+                description: "vgpu".into(),
+            })
+        });
+        let fixed = mem_flags(&regions, Mem::CtxFixed);
+        let ld = |b: &mut FunctionBuilder, off| b.ins().load(ptr, fixed, ctx, off);
         let regs = ld(&mut b, cx!(regs));
         let warp = ld(&mut b, cx!(warp));
         let tids = ld(&mut b, cx!(tids));
         let args = ld(&mut b, cx!(args));
         let shared = ld(&mut b, cx!(shared));
+        let cbase = ld(&mut b, cx!(consts));
         let v_active = b.declare_var(I32);
         let v_next_min = b.declare_var(I32);
         let v_clock = b.declare_var(I64);
@@ -227,6 +266,10 @@ impl<'a, 'b> Gen<'a, 'b> {
             sig_resched,
             sig_refill,
             sites: HashMap::new(),
+            regions,
+            consts: Vec::new(),
+            const_ix: HashMap::new(),
+            cbase,
         };
         for pc in k.entry..k.entry + k.len {
             let global = code.get(pc as usize).is_some_and(|i| {
@@ -238,7 +281,8 @@ impl<'a, 'b> Gen<'a, 'b> {
             }
         }
         g.load_full();
-        let rem = g.b.ins().load(I64, mf(), ctx, cx!(budget));
+        let f = g.mf(Mem::Ctx);
+        let rem = g.b.ins().load(I64, f, ctx, cx!(budget));
         g.b.def_var(v_remaining, rem);
         let z = g.b.ins().iconst(I64, 0);
         g.b.def_var(v_jwarp, z);
@@ -266,11 +310,22 @@ impl<'a, 'b> Gen<'a, 'b> {
         self.b.ins().iconst(I64, v as i64)
     }
 
-    /// A 4 × u32 constant vector.
+    /// Flags of an access of kind `m`.
+    pub(super) fn mf(&self, m: Mem) -> MemFlagsData {
+        mem_flags(&self.regions, m)
+    }
+
+    /// A 4 × u32 constant vector, loaded from the constant table where it
+    /// is used (a `vconst` would be hoisted to the function's entry and
+    /// spilled there, on every call).
     pub(super) fn vconst(&mut self, v: [u32; 4]) -> Value {
-        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-        let c = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
-        self.b.ins().vconst(I32X4, c)
+        let n = self.consts.len() as u32;
+        let i = *self.const_ix.entry(v).or_insert(n);
+        if i == n {
+            self.consts.push(v);
+        }
+        let f = self.mf(Mem::Fixed).with_aligned();
+        self.b.ins().load(I32X4, f, self.cbase, 16 * i as i32)
     }
 
     pub(super) fn vsplat(&mut self, v: u32) -> Value {
@@ -303,12 +358,14 @@ impl<'a, 'b> Gen<'a, 'b> {
     /// Register `r`, lanes `4c..4c + 4`, from the register file.
     pub(super) fn load_reg(&mut self, r: u8, c: usize) -> Value {
         let off = r as i32 * REG_BYTES + 16 * c as i32;
-        self.b.ins().load(I32X4, mf(), self.regs, off)
+        let f = self.mf(Mem::Regs);
+        self.b.ins().load(I32X4, f, self.regs, off)
     }
 
     pub(super) fn store_reg(&mut self, r: u8, c: usize, v: Value) {
         let off = r as i32 * REG_BYTES + 16 * c as i32;
-        self.b.ins().store(mf(), v, self.regs, off);
+        let f = self.mf(Mem::Regs);
+        self.b.ins().store(f, v, self.regs, off);
     }
 
     /// All-ones in the lanes `4c..4c + 4` whose bit is set in the scalar
@@ -353,11 +410,13 @@ impl<'a, 'b> Gen<'a, 'b> {
     }
 
     fn warp_field(&mut self, ty: ir::Type, off: usize) -> Value {
-        self.b.ins().load(ty, mf(), self.warp, off as i32)
+        let f = self.mf(Mem::Warp);
+        self.b.ins().load(ty, f, self.warp, off as i32)
     }
 
     fn set_warp_field(&mut self, off: usize, v: Value) {
-        self.b.ins().store(mf(), v, self.warp, off as i32);
+        let f = self.mf(Mem::Warp);
+        self.b.ins().store(f, v, self.warp, off as i32);
     }
 
     // --- the warp's scalar state ---------------------------------------
@@ -399,7 +458,8 @@ impl<'a, 'b> Gen<'a, 'b> {
     }
 
     fn helper(&mut self, off: i32) -> Value {
-        self.b.ins().load(self.ptr, mf(), self.ctx, off)
+        let f = self.mf(Mem::CtxFixed);
+        self.b.ins().load(self.ptr, f, self.ctx, off)
     }
 
     // --- dispatch and exits --------------------------------------------
@@ -432,11 +492,12 @@ impl<'a, 'b> Gen<'a, 'b> {
 
     fn write_counters(&mut self) {
         let r = self.b.use_var(self.v_remaining);
-        self.b.ins().store(mf(), r, self.ctx, cx!(remaining));
+        let f = self.mf(Mem::Ctx);
+        self.b.ins().store(f, r, self.ctx, cx!(remaining));
         let w = self.b.use_var(self.v_jwarp);
-        self.b.ins().store(mf(), w, self.ctx, cx!(jit_warp));
+        self.b.ins().store(f, w, self.ctx, cx!(jit_warp));
         let t = self.b.use_var(self.v_jthreads);
-        self.b.ins().store(mf(), t, self.ctx, cx!(jit_threads));
+        self.b.ins().store(f, t, self.ctx, cx!(jit_threads));
     }
 
     fn emit_exits(&mut self) {
@@ -663,7 +724,21 @@ impl<'a, 'b> Gen<'a, 'b> {
         let gone = self.b.create_block();
         self.b.ins().brif(active, fall, &[], gone, &[]);
         self.b.switch_to_block(gone);
+        // No lane left to run (the usual end of a warp): the interpreter's
+        // rescheduling would only clear `next_min`.
         let pcv = self.c32(pc);
+        let blocked = self.warp_field(I32, offset_of!(Warp, blocked));
+        let runnable = self.b.ins().band_not(live, blocked);
+        let (done, resched) = (self.b.create_block(), self.b.create_block());
+        self.b.ins().brif(runnable, resched, &[], done, &[]);
+        self.b.switch_to_block(done);
+        self.b.def_var(self.v_pc, pcv);
+        self.b.def_var(self.v_clock, clock);
+        let none = self.c32(u32::MAX);
+        self.b.def_var(self.v_next_min, none);
+        let idle = self.c32(status::IDLE);
+        self.b.ins().jump(self.exit, &[idle.into()]);
+        self.b.switch_to_block(resched);
         self.reschedule_and_dispatch(pcv, clock);
         self.b.switch_to_block(fall);
         self.goto(pc + 1, clock);
@@ -695,8 +770,9 @@ impl<'a, 'b> Gen<'a, 'b> {
 
         self.b.switch_to_block(check);
         let lo_off = addr.0 as i32 * REG_BYTES;
-        let lo0 = self.b.ins().load(I32, mf(), self.regs, lo_off);
-        let hi0 = self.b.ins().load(I32, mf(), self.regs, lo_off + REG_BYTES);
+        let f = self.mf(Mem::Regs);
+        let lo0 = self.b.ins().load(I32, f, self.regs, lo_off);
+        let hi0 = self.b.ins().load(I32, f, self.regs, lo_off + REG_BYTES);
         let slo = self.b.ins().splat(I32X4, lo0);
         let shi = self.b.ins().splat(I32X4, hi0);
         let mut acc: Option<Value> = None;
@@ -744,15 +820,16 @@ impl<'a, 'b> Gen<'a, 'b> {
         let t = site as i32 * std::mem::size_of::<Tlb>() as i32;
         for (blk, on_miss) in [(lookup, miss), (lookup2, slow)] {
             self.b.switch_to_block(blk);
-            let tlbs = self.b.ins().load(self.ptr, mf(), self.ctx, cx!(tlb));
+            let tlbs = self.helper(cx!(tlb));
+            let f = self.mf(Mem::Tlb);
             let base = self
                 .b
                 .ins()
-                .load(I64, mf(), tlbs, t + offset_of!(Tlb, base) as i32);
+                .load(I64, f, tlbs, t + offset_of!(Tlb, base) as i32);
             let limit = self
                 .b
                 .ins()
-                .load(I64, mf(), tlbs, t + offset_of!(Tlb, limit) as i32);
+                .load(I64, f, tlbs, t + offset_of!(Tlb, limit) as i32);
             let off = self.b.ins().isub(va0, base);
             let hit = self
                 .b
@@ -772,19 +849,21 @@ impl<'a, 'b> Gen<'a, 'b> {
 
         self.b.switch_to_block(fast);
         let off = self.b.block_params(fast)[0];
-        let tlbs = self.b.ins().load(self.ptr, mf(), self.ctx, cx!(tlb));
+        let tlbs = self.helper(cx!(tlb));
+        let f = self.mf(Mem::Tlb);
         let host = self
             .b
             .ins()
-            .load(self.ptr, mf(), tlbs, t + offset_of!(Tlb, host) as i32);
+            .load(self.ptr, f, tlbs, t + offset_of!(Tlb, host) as i32);
+        let f = self.mf(Mem::Global);
         let hp = self.b.ins().iadd(host, off);
         for c in 0..CHUNKS {
             if load {
-                let v = self.b.ins().load(I32X4, mf(), hp, 16 * c as i32);
+                let v = self.b.ins().load(I32X4, f, hp, 16 * c as i32);
                 self.store_reg(data.0, c, v);
             } else {
                 let v = self.load_reg(data.0, c);
-                self.b.ins().store(mf(), v, hp, 16 * c as i32);
+                self.b.ins().store(f, v, hp, 16 * c as i32);
             }
         }
         self.add_jwarp(1);
@@ -814,6 +893,7 @@ impl<'a, 'b> Gen<'a, 'b> {
             } => (false, v, addr, offset),
             _ => return,
         };
+        let fsh = self.mf(Mem::Shared);
         let m = self.guard_mask(inst.guard);
         let check = self.b.create_block();
         let slow = self.b.create_block();
@@ -826,7 +906,8 @@ impl<'a, 'b> Gen<'a, 'b> {
         self.b.ins().jump(cont, &[]);
 
         self.b.switch_to_block(check);
-        let sb = self.b.ins().load(I64, mf(), self.ctx, cx!(shared_bytes));
+        let fx = self.mf(Mem::CtxFixed);
+        let sb = self.b.ins().load(I64, fx, self.ctx, cx!(shared_bytes));
         let small = self.b.ins().icmp_imm_s(IntCC::UnsignedLessThan, sb, 4);
         let check2 = self.b.create_block();
         self.b.ins().brif(small, slow, &[], check2, &[]);
@@ -909,11 +990,11 @@ impl<'a, 'b> Gen<'a, 'b> {
             let idx = self.b.ins().uextend(self.ptr, idx);
             let p = self.b.ins().iadd(self.shared, idx);
             if load {
-                let v = self.b.ins().load(I32X4, mf(), p, 0);
+                let v = self.b.ins().load(I32X4, fsh, p, 0);
                 self.store_reg(data.0, c, v);
             } else {
                 let v = self.load_reg(data.0, c);
-                self.b.ins().store(mf(), v, p, 0);
+                self.b.ins().store(fsh, v, p, 0);
             }
         }
         self.add_jwarp(1);
@@ -925,7 +1006,7 @@ impl<'a, 'b> Gen<'a, 'b> {
                 let idx = self.b.ins().extractlane(a, 0);
                 let idx = self.b.ins().uextend(self.ptr, idx);
                 let p = self.b.ins().iadd(self.shared, idx);
-                let w = self.b.ins().load(I32, mf(), p, 0);
+                let w = self.b.ins().load(I32, fsh, p, 0);
                 let v = self.b.ins().splat(I32X4, w);
                 self.store_reg(data.0, c, v);
             }
@@ -943,7 +1024,7 @@ impl<'a, 'b> Gen<'a, 'b> {
                     let idx = self.b.ins().extractlane(a, l);
                     let idx = self.b.ins().uextend(self.ptr, idx);
                     let p = self.b.ins().iadd(self.shared, idx);
-                    let w = self.b.ins().load(I32, mf(), p, 0);
+                    let w = self.b.ins().load(I32, fsh, p, 0);
                     v = self.b.ins().insertlane(v, w, l);
                 }
                 let old = self.load_reg(data.0, c);
@@ -955,12 +1036,12 @@ impl<'a, 'b> Gen<'a, 'b> {
                     let idx = self.b.ins().extractlane(a, l);
                     let idx = self.b.ins().uextend(self.ptr, idx);
                     let p = self.b.ins().iadd(self.shared, idx);
-                    let old = self.b.ins().load(I32, mf(), p, 0);
+                    let old = self.b.ins().load(I32, fsh, p, 0);
                     let x = self.b.ins().extractlane(val, l);
                     let bit = self.b.ins().ushr_imm_s(m, (4 * c + l as usize) as i64);
                     let bit = self.b.ins().band_imm_s(bit, 1);
                     let w = self.b.ins().select(bit, x, old);
-                    self.b.ins().store(mf(), w, p, 0);
+                    self.b.ins().store(fsh, w, p, 0);
                 }
             }
         }
@@ -974,5 +1055,17 @@ impl<'a, 'b> Gen<'a, 'b> {
             self.b.ins().jump(cont, &[]);
         }
         self.b.switch_to_block(cont);
+    }
+}
+
+/// The flags of an access of kind `m` given the function's alias regions.
+fn mem_flags(regions: &[AliasRegion; MEM_KINDS], m: Mem) -> MemFlagsData {
+    let f = MemFlagsData::new()
+        .with_notrap()
+        .with_alias_region(Some(regions[m as usize]));
+    match m {
+        Mem::CtxFixed => f.with_readonly().with_can_move(),
+        Mem::Fixed => f.with_readonly(),
+        _ => f,
     }
 }

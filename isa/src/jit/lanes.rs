@@ -8,7 +8,7 @@
 //! region never reads a guard predicate it writes itself (the caller
 //! splits there), so guard masks are computed once at its start.
 
-use super::codegen::{mf, Gen, CHUNKS};
+use super::codegen::{Gen, Mem, CHUNKS};
 use crate::inst::*;
 use crate::math::CANONICAL_NAN;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -171,7 +171,8 @@ impl Gen<'_, '_> {
     }
 
     fn ctx_u32(&mut self, off: usize) -> Value {
-        self.b.ins().load(I32, mf(), self.ctx, off as i32)
+        let f = self.mf(Mem::CtxFixed);
+        self.b.ins().load(I32, f, self.ctx, off as i32)
     }
 
     fn fl(&mut self, v: Value) -> Value {
@@ -218,11 +219,12 @@ impl Gen<'_, '_> {
                 self.set_reg(ch, d.0, v, mv);
             }
             Op::Ldarg { d, wide, offset } => {
-                let w = self.b.ins().load(I32, mf(), self.args, offset as i32);
+                let f = self.mf(Mem::Fixed);
+                let w = self.b.ins().load(I32, f, self.args, offset as i32);
                 let v = self.b.ins().splat(I32X4, w);
                 self.set_reg(ch, d.0, v, mv);
                 if wide {
-                    let w = self.b.ins().load(I32, mf(), self.args, offset as i32 + 4);
+                    let w = self.b.ins().load(I32, f, self.args, offset as i32 + 4);
                     let v = self.b.ins().splat(I32X4, w);
                     self.set_reg(ch, d.0 + 1, v, mv);
                 }
@@ -370,9 +372,10 @@ impl Gen<'_, '_> {
         match sr {
             TidX | TidY | TidZ => {
                 let d = dim(TidX, TidY, TidZ);
+                let f = self.mf(Mem::Fixed);
                 self.b
                     .ins()
-                    .load(I32X4, mf(), self.tids, (d * 128 + 16 * c) as i32)
+                    .load(I32X4, f, self.tids, (d * 128 + 16 * c) as i32)
             }
             NtidX | NtidY | NtidZ => {
                 let d = dim(NtidX, NtidY, NtidZ);
@@ -395,10 +398,11 @@ impl Gen<'_, '_> {
                 let n = self.ctx_u32(offset_of!(Ctx, ntid) + 4 * d);
                 let first = self.b.ins().imul(wg, n);
                 let first = self.b.ins().splat(I32X4, first);
+                let f = self.mf(Mem::Fixed);
                 let tid = self
                     .b
                     .ins()
-                    .load(I32X4, mf(), self.tids, (d * 128 + 16 * c) as i32);
+                    .load(I32X4, f, self.tids, (d * 128 + 16 * c) as i32);
                 self.b.ins().iadd(first, tid)
             }
             LaneId => {

@@ -118,6 +118,8 @@ pub struct JitKernel {
     block_starts: Vec<u64>,
     /// Global memory instructions inlined (one TLB entry each).
     sites: usize,
+    /// The vector constants the code loads (`Ctx::consts`).
+    consts: Box<[runtime::Vector]>,
 }
 
 /// The software TLB of one execution: a direct page per inlined global

@@ -84,6 +84,11 @@ impl Tlb {
     }
 }
 
+/// A 16-byte vector of the constant table.
+#[repr(C, align(16))]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Vector(pub(crate) [u32; 4]);
+
 /// What the generated code reads and writes; field offsets are taken with
 /// `offset_of!` by the code generator.
 #[repr(C)]
@@ -94,6 +99,8 @@ pub(crate) struct Ctx {
     pub(crate) args: *const u8,
     pub(crate) shared: *mut u32,
     pub(crate) shared_bytes: u64,
+    /// The kernel's constant table (`JitKernel::consts`).
+    pub(crate) consts: *const Vector,
     pub(crate) wg: [u32; 3],
     pub(crate) ntid: [u32; 3],
     pub(crate) nwg: [u32; 3],
@@ -321,6 +328,7 @@ pub(crate) fn run_warp<M: GlobalMemory + ?Sized>(
         args,
         shared,
         shared_bytes,
+        consts: kernel.consts.as_ptr(),
         wg,
         ntid,
         nwg,

@@ -8,6 +8,7 @@
 //! region never reads a guard predicate it writes itself (the caller
 //! splits there), so guard masks are computed once at its start.
 
+use super::analysis;
 use super::codegen::{Gen, Mem, CHUNKS};
 use crate::inst::*;
 use crate::math::CANONICAL_NAN;
@@ -45,6 +46,7 @@ impl Gen<'_, '_> {
     /// any other active group, where every write is blended.
     pub(super) fn emit_region(&mut self, insts: &[Instruction], first: usize, base: Value) {
         let masks: Vec<Value> = insts.iter().map(|i| self.guard_mask(i.guard)).collect();
+        let canon = analysis::canon_needed(insts);
         for &m in &masks {
             self.add_threads(m);
         }
@@ -70,7 +72,7 @@ impl Gen<'_, '_> {
                     } else {
                         Some(self.chunk_mask(&mut ch, masks[k]))
                     };
-                    self.lane_op(&mut ch, inst, mv, first + k, base);
+                    self.lane_op(&mut ch, inst, mv, first + k, base, canon[k]);
                 }
                 self.flush(ch);
             }
@@ -179,10 +181,14 @@ impl Gen<'_, '_> {
         self.cast(F32X4, v)
     }
 
-    /// The bits of an fp32 result, NaN replaced by the canonical NaN.
-    fn canon(&mut self, f: Value) -> Value {
-        let nan = self.b.ins().fcmp(FloatCC::Unordered, f, f);
+    /// The bits of an fp32 result, NaN replaced by the canonical NaN if
+    /// `canon` (see `analysis::canon_needed`).
+    fn canon(&mut self, f: Value, canon: bool) -> Value {
         let bits = self.cast(I32X4, f);
+        if !canon {
+            return bits;
+        }
+        let nan = self.b.ins().fcmp(FloatCC::Unordered, f, f);
         let cn = self.vsplat(CANONICAL_NAN);
         self.b.ins().bitselect(nan, cn, bits)
     }
@@ -207,6 +213,7 @@ impl Gen<'_, '_> {
         mv: Option<Value>,
         k: usize,
         base: Value,
+        canon: bool,
     ) {
         match inst.op {
             Op::Nop => {}
@@ -238,12 +245,12 @@ impl Gen<'_, '_> {
             }
             Op::Bin { op, d, a, b } => {
                 let av = self.reg(ch, a.0);
-                let v = self.bin(ch, op, av, b);
+                let v = self.bin(ch, op, av, b, canon);
                 self.set_reg(ch, d.0, v, mv);
             }
             Op::Un { op, d, a } => {
                 let av = self.reg(ch, a.0);
-                let v = self.un(op, av);
+                let v = self.un(op, av, canon);
                 self.set_reg(ch, d.0, v, mv);
             }
             Op::Tri { op, d, a, b, c } => {
@@ -256,7 +263,7 @@ impl Gen<'_, '_> {
                     TriOp::FFma => {
                         let (x, y, z) = (self.fl(av), self.fl(bv), self.fl(cv));
                         let r = self.b.ins().fma(x, y, z);
-                        self.canon(r)
+                        self.canon(r, canon)
                     }
                 };
                 self.set_reg(ch, d.0, v, mv);
@@ -430,7 +437,7 @@ impl Gen<'_, '_> {
         }
     }
 
-    fn bin(&mut self, ch: &mut Chunk, op: BinOp, a: Value, b: Src) -> Value {
+    fn bin(&mut self, ch: &mut Chunk, op: BinOp, a: Value, b: Src, canon: bool) -> Value {
         use BinOp::*;
         if let (Shl | ShrU | ShrS, Src::Imm(n)) = (op, b) {
             return match op {
@@ -461,7 +468,7 @@ impl Gen<'_, '_> {
                     FMul => self.b.ins().fmul(x, y),
                     _ => self.b.ins().fdiv(x, y),
                 };
-                self.canon(r)
+                self.canon(r, canon)
             }
             FMin | FMax => self.fminmax(op == FMin, a, bv),
             // Not `Kind::Lane` (division, high multiplies, shifts by a
@@ -473,28 +480,46 @@ impl Gen<'_, '_> {
     /// `math::fmin` / `math::fmax` per lane: a NaN operand is ignored (both
     /// NaN: the canonical NaN), equal values combine their sign bits so
     /// that −0 < +0.
+    ///
+    /// A NaN operand is first replaced by the other one (`x`, `y`); the
+    /// host's `minps`/`maxps` return their second operand when the two are
+    /// equal (or unordered: only when both were NaN), so computing both
+    /// operand orders and combining the results bitwise (`|` for min, `&`
+    /// for max) gives the larger (smaller) value, or the sign-combined one
+    /// for equal values. Both NaN: the canonical NaN.
     fn fminmax(&mut self, min: bool, a: Value, b: Value) -> Value {
-        let (x, y) = (self.fl(a), self.fl(b));
-        let anan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
-        let bnan = self.b.ins().fcmp(FloatCC::Unordered, y, y);
-        let a_lt = self.b.ins().fcmp(FloatCC::LessThan, x, y);
-        let b_lt = self.b.ins().fcmp(FloatCC::LessThan, y, x);
-        let (a_wins, b_wins, eq) = if min {
-            (a_lt, b_lt, self.b.ins().bor(a, b))
-        } else {
-            (b_lt, a_lt, self.b.ins().band(a, b))
+        let (fa, fb) = (self.fl(a), self.fl(b));
+        let anan = self.b.ins().fcmp(FloatCC::Unordered, fa, fa);
+        let bnan = self.b.ins().fcmp(FloatCC::Unordered, fb, fb);
+        let x = self.b.ins().bitselect(bnan, a, b);
+        let y = self.b.ins().bitselect(anan, x, a);
+        let (fx, fy) = (self.fl(x), self.fl(y));
+        // `bitselect(x < y, x, y)` is `minps x, y`; `bitselect(y < x, x,
+        // y)` is `maxps x, y` (both: `y` when unordered or equal).
+        let pick = |g: &mut Self, p: Value, q: Value| {
+            let lt = if min {
+                g.b.ins().fcmp(FloatCC::LessThan, p, q)
+            } else {
+                g.b.ins().fcmp(FloatCC::LessThan, q, p)
+            };
+            let lt = g.cast(F32X4, lt);
+            let r = g.b.ins().bitselect(lt, p, q);
+            g.cast(I32X4, r)
         };
-        let (a_wins, b_wins) = (self.cast(I32X4, a_wins), self.cast(I32X4, b_wins));
-        let (anan, bnan) = (self.cast(I32X4, anan), self.cast(I32X4, bnan));
-        let r = self.b.ins().bitselect(a_wins, a, eq);
-        let r = self.b.ins().bitselect(b_wins, b, r);
-        let r = self.b.ins().bitselect(bnan, a, r);
+        let m1 = pick(self, fx, fy);
+        let m2 = pick(self, fy, fx);
+        let r = if min {
+            self.b.ins().bor(m1, m2)
+        } else {
+            self.b.ins().band(m1, m2)
+        };
+        let both = self.b.ins().band(anan, bnan);
+        let both = self.cast(I32X4, both);
         let cn = self.vsplat(CANONICAL_NAN);
-        let canon_b = self.b.ins().bitselect(bnan, cn, b);
-        self.b.ins().bitselect(anan, canon_b, r)
+        self.b.ins().bitselect(both, cn, r)
     }
 
-    fn un(&mut self, op: UnOp, a: Value) -> Value {
+    fn un(&mut self, op: UnOp, a: Value, canon: bool) -> Value {
         use UnOp::*;
         match op {
             Not => self.b.ins().bnot(a),
@@ -510,12 +535,12 @@ impl Gen<'_, '_> {
                 let one = self.vsplat(1f32.to_bits());
                 let (one, x) = (self.fl(one), self.fl(a));
                 let r = self.b.ins().fdiv(one, x);
-                self.canon(r)
+                self.canon(r, canon)
             }
             Sqrt => {
                 let x = self.fl(a);
                 let r = self.b.ins().sqrt(x);
-                self.canon(r)
+                self.canon(r, canon)
             }
             CvtF32S32 => {
                 let r = self.b.ins().fcvt_from_sint(F32X4, a);

@@ -747,6 +747,8 @@ impl<'a> WorkgroupExec<'a> {
                 return false;
             }
         }
+        // The code specialised for the launch's workgroup shape.
+        let kernel = kernel.map(|k| k.for_shape(self.launch.wg_size));
         self.jit_pages = crate::jit::Pages::for_kernel(kernel.as_deref());
         self.jit = kernel;
         true

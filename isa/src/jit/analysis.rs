@@ -27,6 +27,23 @@ pub(crate) enum Kind {
     Interp,
 }
 
+/// The inlined global memory instructions of kernel `k` (each has a TLB
+/// entry): pc → entry index.
+pub(crate) fn sites(code: &[Instruction], k: &Kernel) -> std::collections::HashMap<u32, u32> {
+    let mut m = std::collections::HashMap::new();
+    for pc in k.entry..k.entry + k.len {
+        let global = code.get(pc as usize).is_some_and(|i| {
+            // Independent of `fma`: only `ffma` depends on it.
+            matches!(kind(i, true), Kind::GlobalLoad | Kind::GlobalStore)
+        });
+        if global {
+            let n = m.len() as u32;
+            m.insert(pc, n);
+        }
+    }
+    m
+}
+
 /// Whether the instruction ends a basic block.
 pub(crate) fn ends_block(op: &Op) -> bool {
     matches!(op, Op::Bra { .. } | Op::Exit | Op::Bar | Op::Trap { .. })

@@ -4,12 +4,19 @@
 //! independent in these instructions (no memory, no cross-lane reads), so
 //! this order gives the interpreter's results. Registers and predicates of
 //! a chunk stay in SSA values during the region and are written back at its
-//! end; every write is blended under the instruction's lane mask. A
-//! region never reads a guard predicate it writes itself (the caller
+//! end. A region never reads a guard predicate it writes itself (the caller
 //! splits there), so guard masks are computed once at its start.
+//!
+//! In a block's partial version every write is blended under the
+//! instruction's lane mask. In a full-warp version unguarded instructions
+//! write whole registers, and what the scalar pass (`scalar.rs`) computed
+//! is not computed again: a shaped result is written back as
+//! `splat(base) + k`, a shaped operand whose offsets are 0 in a chunk is
+//! a splat of its base.
 
 use super::analysis;
 use super::codegen::{Gen, Mem, CHUNKS};
+use super::scalar::{Plan, Sv};
 use crate::inst::*;
 use crate::math::CANONICAL_NAN;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -17,16 +24,42 @@ use cranelift_codegen::ir::types::{F32X4, I32, I32X4, I64X2};
 use cranelift_codegen::ir::{InstBuilder, Value};
 use std::collections::HashMap;
 use std::mem::offset_of;
+use std::rc::Rc;
 
 use super::runtime::Ctx;
+
+/// What the scalar pass says about a region: the plans of its
+/// instructions and the shaped registers at its start.
+pub(super) type RegionPlan<'p> = (&'p [Plan], Rc<Vec<Option<Sv>>>);
+
+/// A chunk of a register in a region.
+#[derive(Clone, Debug)]
+enum Cv {
+    Vec(Value),
+    /// A shaped value, materialised where needed.
+    Shaped(Sv),
+}
+
+/// A chunk of a predicate in a region.
+#[derive(Clone, Copy, Debug)]
+enum Pv {
+    /// Lane masks.
+    Vec(Value),
+    /// The whole predicate, as a scalar mask.
+    Mask(Value),
+}
 
 /// One chunk's registers and predicates during a region: value, dirty.
 #[derive(Default)]
 struct Chunk {
     c: usize,
-    regs: HashMap<u8, (Value, bool)>,
-    preds: HashMap<u8, (Value, bool)>,
+    regs: HashMap<u8, (Cv, bool)>,
+    preds: HashMap<u8, (Pv, bool)>,
     masks: HashMap<Value, Value>,
+    /// Shaped registers at the region's start (clean in the register file).
+    state: Rc<Vec<Option<Sv>>>,
+    /// Predicate masks at the region's start.
+    pstart: [Option<Value>; 7],
 }
 
 /// `i32x4` lanes 0..3 interleaved with `hi`: the 64-bit values of lanes
@@ -39,46 +72,65 @@ const UNZIP_HI: [u8; 16] = [4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 
 
 impl Gen<'_, '_> {
     /// Emits `insts` (all `Kind::Lane`), the `first`-th instruction of a
-    /// block whose clock at entry is `base`.
-    ///
-    /// The region is emitted twice: for a warp whose 32 lanes are all
-    /// active, where unguarded instructions write whole registers, and for
-    /// any other active group, where every write is blended.
-    pub(super) fn emit_region(&mut self, insts: &[Instruction], first: usize, base: Value) {
+    /// block whose clock at entry is `base`: in a full-warp version with
+    /// the scalar pass's plans and the shaped registers at the region's
+    /// start (`plan`), else for the active group.
+    pub(super) fn emit_region(
+        &mut self,
+        insts: &[Instruction],
+        first: usize,
+        base: Value,
+        plan: Option<RegionPlan<'_>>,
+    ) {
         let masks: Vec<Value> = insts.iter().map(|i| self.guard_mask(i.guard)).collect();
         let canon = analysis::canon_needed(insts);
         for &m in &masks {
             self.add_threads(m);
         }
-        let active = self.b.use_var(self.v_active);
-        let ones = self.c32(u32::MAX);
-        let full = self.b.ins().icmp(IntCC::Equal, active, ones);
-        let (bfull, bpart, join) = (
-            self.b.create_block(),
-            self.b.create_block(),
-            self.b.create_block(),
-        );
-        self.b.ins().brif(full, bfull, &[], bpart, &[]);
-        for (block, all) in [(bfull, true), (bpart, false)] {
-            self.b.switch_to_block(block);
-            for c in 0..CHUNKS {
-                let mut ch = Chunk {
-                    c,
-                    ..Chunk::default()
+        let full = plan.is_some();
+        let (plans, state) = match plan {
+            Some((p, s)) => (Some(p), s),
+            None => (None, Rc::new(Vec::new())),
+        };
+        let pstart: [Option<Value>; 7] =
+            std::array::from_fn(|p| Some(self.b.use_var(self.v_preds[p])));
+        // Per predicate written: the chunks' bits, or the whole mask.
+        let mut pout: HashMap<u8, Value> = HashMap::new();
+        for c in 0..CHUNKS {
+            let mut ch = Chunk {
+                c,
+                state: Rc::clone(&state),
+                pstart,
+                ..Chunk::default()
+            };
+            for (k, inst) in insts.iter().enumerate() {
+                let mv = if full && inst.guard == Guard::ALWAYS {
+                    None
+                } else {
+                    Some(self.chunk_mask(&mut ch, masks[k]))
                 };
-                for (k, inst) in insts.iter().enumerate() {
-                    let mv = if all && inst.guard == Guard::ALWAYS {
-                        None
-                    } else {
-                        Some(self.chunk_mask(&mut ch, masks[k]))
-                    };
-                    self.lane_op(&mut ch, inst, mv, first + k, base, canon[k]);
+                match plans.map(|p| &p[k]) {
+                    Some(Plan::Shaped(svs)) => {
+                        let (d, _) = analysis::writes(&inst.op);
+                        for (i, sv) in svs.iter().enumerate() {
+                            ch.regs.insert(d + i as u8, (Cv::Shaped(sv.clone()), true));
+                        }
+                    }
+                    Some(Plan::Pred(m)) => {
+                        if let Some(p) = analysis::pred_written(&inst.op) {
+                            ch.preds.insert(p, (Pv::Mask(*m), true));
+                        }
+                    }
+                    _ => self.lane_op(&mut ch, inst, mv, first + k, base, canon[k]),
                 }
-                self.flush(ch);
             }
-            self.b.ins().jump(join, &[]);
+            self.flush(ch, &mut pout);
         }
-        self.b.switch_to_block(join);
+        let mut pout: Vec<_> = pout.into_iter().collect();
+        pout.sort_by_key(|(p, _)| *p);
+        for (p, v) in pout {
+            self.b.def_var(self.v_preds[p as usize], v);
+        }
     }
 
     fn chunk_mask(&mut self, ch: &mut Chunk, m: Value) -> Value {
@@ -90,33 +142,68 @@ impl Gen<'_, '_> {
         v
     }
 
-    fn flush(&mut self, ch: Chunk) {
+    /// Register `r`'s lanes of chunk `c` from the shaped value `sv`.
+    fn materialize(&mut self, sv: &Sv, c: usize) -> Value {
+        let b = self.b.ins().splat(I32X4, sv.base[c / (CHUNKS / 2)]);
+        let k: [u32; 4] = std::array::from_fn(|i| sv.shape.k[4 * c + i]);
+        if k == [0; 4] {
+            return b;
+        }
+        let kv = self.vconst(k);
+        self.b.ins().iadd(b, kv)
+    }
+
+    /// Writes the chunk's dirty registers back and collects its predicate
+    /// bits in `pout`.
+    fn flush(&mut self, ch: Chunk, pout: &mut HashMap<u8, Value>) {
         let c = ch.c;
         let mut regs: Vec<_> = ch.regs.into_iter().filter(|(_, (_, d))| *d).collect();
         regs.sort_by_key(|(r, _)| *r);
         for (r, (v, _)) in regs {
+            let v = match v {
+                Cv::Vec(v) => v,
+                Cv::Shaped(sv) => self.materialize(&sv, c),
+            };
             self.store_reg(r, c, v);
         }
         let mut preds: Vec<_> = ch.preds.into_iter().filter(|(_, (_, d))| *d).collect();
         preds.sort_by_key(|(p, _)| *p);
         for (p, (v, _)) in preds {
-            let bits = self.b.ins().vhigh_bits(I32, v);
-            let bits = self.b.ins().ishl_imm_s(bits, (4 * c) as i64);
-            let var = self.v_preds[p as usize];
-            let old = self.b.use_var(var);
-            let keep = self.c32(!(0xfu32 << (4 * c)));
-            let old = self.b.ins().band(old, keep);
-            let new = self.b.ins().bor(old, bits);
-            self.b.def_var(var, new);
+            match v {
+                Pv::Mask(m) => {
+                    pout.insert(p, m);
+                }
+                Pv::Vec(v) => {
+                    let bits = self.b.ins().vhigh_bits(I32, v);
+                    let bits = self.b.ins().ishl_imm_s(bits, (4 * c) as i64);
+                    let new = match pout.get(&p) {
+                        Some(&acc) => self.b.ins().bor(acc, bits),
+                        None => bits,
+                    };
+                    pout.insert(p, new);
+                }
+            }
         }
     }
 
     fn reg(&mut self, ch: &mut Chunk, r: u8) -> Value {
-        if let Some(&(v, _)) = ch.regs.get(&r) {
-            return v;
+        match ch.regs.get(&r).cloned() {
+            Some((Cv::Vec(v), _)) => return v,
+            Some((Cv::Shaped(sv), dirty)) => {
+                let v = self.materialize(&sv, ch.c);
+                ch.regs.insert(r, (Cv::Vec(v), dirty));
+                return v;
+            }
+            None => {}
         }
-        let v = self.load_reg(r, ch.c);
-        ch.regs.insert(r, (v, false));
+        let shaped = ch.state.get(r as usize).cloned().flatten();
+        let v = match shaped {
+            Some(sv) if (0..4).all(|i| sv.shape.k[4 * ch.c + i] == 0) => {
+                self.materialize(&sv, ch.c)
+            }
+            _ => self.load_reg(r, ch.c),
+        };
+        ch.regs.insert(r, (Cv::Vec(v), false));
         v
     }
 
@@ -129,7 +216,7 @@ impl Gen<'_, '_> {
             }
             None => v,
         };
-        ch.regs.insert(r, (new, true));
+        ch.regs.insert(r, (Cv::Vec(new), true));
     }
 
     fn src(&mut self, ch: &mut Chunk, b: Src) -> Value {
@@ -143,13 +230,26 @@ impl Gen<'_, '_> {
     fn pred(&mut self, ch: &mut Chunk, p: Pred, neg: bool) -> Value {
         let v = if p == Pred::TRUE {
             self.vsplat(u32::MAX)
-        } else if let Some(&(v, _)) = ch.preds.get(&p.0) {
-            v
         } else {
-            let s = self.b.use_var(self.v_preds[(p.0 as usize).min(6)]);
-            let v = self.mask_vec(s, ch.c);
-            ch.preds.insert(p.0, (v, false));
-            v
+            match ch.preds.get(&p.0).copied() {
+                Some((Pv::Vec(v), _)) => v,
+                Some((Pv::Mask(m), dirty)) => {
+                    let v = self.mask_vec(m, ch.c);
+                    // Keep the mask for the write-back.
+                    let _ = dirty;
+                    v
+                }
+                None => {
+                    let i = (p.0 as usize).min(6);
+                    let s = match ch.pstart[i] {
+                        Some(s) => s,
+                        None => self.b.use_var(self.v_preds[i]),
+                    };
+                    let v = self.mask_vec(s, ch.c);
+                    ch.preds.insert(p.0, (Pv::Vec(v), false));
+                    v
+                }
+            }
         };
         if neg {
             self.b.ins().bnot(v)
@@ -169,7 +269,30 @@ impl Gen<'_, '_> {
             }
             None => v,
         };
-        ch.preds.insert(p.0, (new, true));
+        ch.preds.insert(p.0, (Pv::Vec(new), true));
+    }
+
+    /// Lanes 0–3 of the results of `inst` for the operand vectors `regs`
+    /// (every register it reads): the scalar pass's way to compute any
+    /// lane-local instruction on two lanes.
+    pub(super) fn lane_probe(
+        &mut self,
+        inst: &Instruction,
+        regs: &[(u8, Value)],
+    ) -> Option<Vec<Value>> {
+        let mut ch = Chunk::default();
+        for &(r, v) in regs {
+            ch.regs.insert(r, (Cv::Vec(v), false));
+        }
+        let zero = self.c64(0);
+        self.lane_op(&mut ch, inst, None, 0, zero, true);
+        let (d, n) = analysis::writes(&inst.op);
+        (0..n)
+            .map(|i| match ch.regs.get(&(d + i)) {
+                Some((Cv::Vec(v), true)) => Some(*v),
+                _ => None,
+            })
+            .collect()
     }
 
     fn ctx_u32(&mut self, off: usize) -> Value {

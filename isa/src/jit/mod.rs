@@ -34,9 +34,15 @@
 //! generated code continues at the new group's block.
 
 mod analysis;
+mod blocks;
 mod codegen;
+mod facts;
 mod lanes;
+mod memory;
 mod runtime;
+mod scalar;
+mod shape;
+mod shaped;
 
 use crate::exec::{Fault, Warp, WarpStop, WorkgroupExec};
 use crate::inst::Instruction;
@@ -103,21 +109,45 @@ pub fn host_support() -> Result<(), &'static str> {
     runtime::host_support()
 }
 
-/// One kernel's native code, shared by every execution of it.
+/// One kernel's native code, shared by every execution of it: code for
+/// any workgroup shape, and code specialised for the shape of a launch
+/// (compiled when a launch of that shape first runs, see
+/// [`JitKernel::for_shape`]).
 pub struct JitKernel {
-    /// The compiled function (`runtime::KernelFn`).
-    entry: runtime::KernelFn,
-    /// Keeps the code alive.
-    _code: Arc<runtime::CodeMemory>,
+    /// The code this value runs.
+    native: Arc<Native>,
+    /// The workgroup shape `native` is specialised for, if any.
+    shape: Option<[u32; 3]>,
     /// The kernel's first instruction and length.
     start: u32,
     len: u32,
     /// Registers per thread the code was compiled for.
     regs: u32,
     /// Bit `pc - start`: a basic block starts at `pc`.
-    block_starts: Vec<u64>,
+    block_starts: Arc<[u64]>,
     /// Global memory instructions inlined (one TLB entry each).
     sites: usize,
+    /// What specialised code is compiled from, and what was compiled.
+    source: Arc<Source>,
+}
+
+/// A kernel's instructions and the code specialised for each workgroup
+/// shape so far.
+struct Source {
+    code: Arc<[Instruction]>,
+    kernel: Kernel,
+    shaped: Mutex<Vec<Arc<JitKernel>>>,
+}
+
+/// Specialised variants kept per kernel (a guest picks the shapes).
+const MAX_SHAPES: usize = 16;
+
+/// One compiled function.
+pub(crate) struct Native {
+    /// The compiled function (`runtime::KernelFn`).
+    entry: runtime::KernelFn,
+    /// Keeps the code alive.
+    _code: runtime::CodeMemory,
     /// The vector constants the code loads (`Ctx::consts`).
     consts: Box<[runtime::Vector]>,
 }
@@ -158,6 +188,49 @@ impl fmt::Debug for JitKernel {
 }
 
 impl JitKernel {
+    /// The code of this kernel specialised for workgroups of `wg` threads:
+    /// compiled on the first request for a shape (the kernel's other code
+    /// if that fails, or when too many shapes were asked for).
+    pub fn for_shape(self: &Arc<Self>, wg: [u32; 3]) -> Arc<JitKernel> {
+        if self.shape == Some(wg) {
+            return Arc::clone(self);
+        }
+        let src = &self.source;
+        let mut shaped = src
+            .shaped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(k) = shaped.iter().find(|k| k.shape == Some(wg)) {
+            return Arc::clone(k);
+        }
+        if shaped.len() >= MAX_SHAPES {
+            return Arc::clone(self);
+        }
+        match codegen::compile_kernel(&src.code, &src.kernel, Some(wg)) {
+            Ok(native) => {
+                let k = Arc::new(JitKernel {
+                    native: Arc::new(native),
+                    shape: Some(wg),
+                    start: self.start,
+                    len: self.len,
+                    regs: self.regs,
+                    block_starts: Arc::clone(&self.block_starts),
+                    sites: self.sites,
+                    source: Arc::clone(&self.source),
+                });
+                shaped.push(Arc::clone(&k));
+                k
+            }
+            Err(why) => {
+                log::warn!(
+                    "kernel {}: no code for workgroups of {wg:?}: {why}",
+                    src.kernel.name
+                );
+                Arc::clone(self)
+            }
+        }
+    }
+
     /// Whether this is the code of `k`.
     pub(crate) fn matches(&self, k: &Kernel) -> bool {
         k.entry == self.start && k.len == self.len && k.regs == self.regs
@@ -203,6 +276,7 @@ impl JitModule {
     /// runs on the interpreter.
     pub fn compile(module: &Module) -> Result<JitModule, JitError> {
         host_support().map_err(JitError::Unsupported)?;
+        let code: Arc<[Instruction]> = Arc::from(module.code());
         let kernels = module
             .kernels()
             .iter()
@@ -213,7 +287,23 @@ impl JitModule {
                         k.len
                     ));
                 }
-                codegen::compile_kernel(module, k).map(Arc::new)
+                let native = codegen::compile_kernel(&code, k, None)?;
+                let blocks = analysis::blocks(&code, k);
+                let sites = analysis::sites(&code, k).len();
+                Ok(Arc::new(JitKernel {
+                    native: Arc::new(native),
+                    shape: None,
+                    start: k.entry,
+                    len: k.len,
+                    regs: k.regs,
+                    block_starts: blocks.starts.into(),
+                    sites,
+                    source: Arc::new(Source {
+                        code: Arc::clone(&code),
+                        kernel: k.clone(),
+                        shaped: Mutex::new(Vec::new()),
+                    }),
+                }))
             })
             .collect();
         Ok(JitModule { kernels })

@@ -54,6 +54,9 @@ pub(crate) mod status {
     pub const MIDBLOCK: u32 = 2;
     /// An interpreter step trapped or faulted (kept in the host state).
     pub const STOP: u32 = 3;
+    /// A run-time condition of the block's full-warp code failed: the
+    /// interpreter runs the block.
+    pub const GUARD: u32 = 4;
     /// A helper's answer: carry on.
     pub const OK: u32 = 0;
 }
@@ -328,7 +331,7 @@ pub(crate) fn run_warp<M: GlobalMemory + ?Sized>(
         args,
         shared,
         shared_bytes,
-        consts: kernel.consts.as_ptr(),
+        consts: kernel.native.consts.as_ptr(),
         wg,
         ntid,
         nwg,
@@ -347,6 +350,9 @@ pub(crate) fn run_warp<M: GlobalMemory + ?Sized>(
         host: ptr::from_mut(&mut host).cast(),
     };
     let mut used = 0u64;
+    // The native code declined the block at the warp's pc (`GUARD`): the
+    // interpreter steps to the next block start.
+    let mut interpret = false;
     loop {
         // SAFETY: the generated code is not running; these are plain reads
         // of the warp through the pointer the helpers also use.
@@ -357,7 +363,8 @@ pub(crate) fn run_warp<M: GlobalMemory + ?Sized>(
         if used >= quantum {
             return Ok((used, WarpStop::Quantum));
         }
-        if !kernel.is_block_start(pc) {
+        if interpret || !kernel.is_block_start(pc) {
+            interpret = false;
             // SAFETY: as above; no other reference to the warp or the
             // execution is live here.
             let (e, wp) = unsafe { (&mut *exec_ptr, &mut *warp_ptr) };
@@ -376,7 +383,7 @@ pub(crate) fn run_warp<M: GlobalMemory + ?Sized>(
         // (`WorkgroupExec::set_jit` checks), whose register count the warp
         // has (checked above); every pointer in `ctx` is valid for the
         // call as the module comment explains, and `host` outlives it.
-        let st = unsafe { (kernel.entry)(&mut ctx) };
+        let st = unsafe { (kernel.native.entry)(&mut ctx) };
         used += ctx.budget - ctx.remaining.min(ctx.budget);
         // SAFETY: as above.
         let e = unsafe { &mut *exec_ptr };
@@ -391,6 +398,7 @@ pub(crate) fn run_warp<M: GlobalMemory + ?Sized>(
                     Err(f) => fail(e, f),
                 };
             }
+            status::GUARD => interpret = true,
             status::STOP => match host.stop.take() {
                 Some(Ok((_, stop))) => return Ok((used, stop)),
                 Some(Err(f)) => return fail(e, f),

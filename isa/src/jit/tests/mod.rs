@@ -16,6 +16,8 @@ use crate::mem::{SparseMemory, PAGE_SIZE};
 use crate::module::{Kernel, Module};
 use std::sync::Arc;
 
+mod shaped;
+
 struct Rng(u64);
 
 impl Rng {
@@ -502,18 +504,18 @@ fn shared_access(r: &mut Rng, v: &mut Vec<Instruction>) {
 fn module(r: &mut Rng) -> Module {
     let gen = 1 + r.below(2);
     let code = program(r, gen);
-    module_of(gen, code)
+    module_of(gen, code, 256)
 }
 
-/// The module of kernel `code` (32 registers, 256 bytes of shared memory,
-/// two 64-bit arguments), through the encoder and the loader.
-fn module_of(gen: u32, code: Vec<Instruction>) -> Module {
+/// The module of kernel `code` (32 registers, `shared` bytes of shared
+/// memory, two 64-bit arguments), through the encoder and the loader.
+fn module_of(gen: u32, code: Vec<Instruction>, shared: u32) -> Module {
     let k = Kernel {
         name: "k".into(),
         entry: 0,
         len: code.len() as u32,
         regs: 32,
-        shared_bytes: 256,
+        shared_bytes: shared,
         arg_size: 16,
         args: Vec::new(),
         wg_hint: [0, 0, 0],

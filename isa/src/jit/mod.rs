@@ -53,7 +53,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
-pub(crate) use runtime::run_warp;
+pub(crate) use runtime::schedule;
 
 /// Which engine runs kernels.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

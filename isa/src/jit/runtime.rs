@@ -33,7 +33,7 @@
 //! shared memory, so the pointers in `ctx` stay valid across calls.
 
 use super::{interp, JitKernel, WarpResult};
-use crate::exec::{Warp, WarpStop, WorkgroupExec};
+use crate::exec::{Fault, Limits, Outcome, Warp, WarpStop, WorkgroupExec};
 use crate::inst::{Instruction, Op, Space, WARP_SIZE};
 use crate::mem::{lanes, Access, DirectPage, GlobalMemory};
 use std::ffi::c_void;
@@ -277,12 +277,78 @@ extern "C" fn reschedule<M: ?Sized>(ctx: *mut Ctx) {
     unsafe { &mut *h.warp }.reschedule();
 }
 
+/// Runs the workgroup's `warps` on `kernel`'s native code for one `run`
+/// call, under the interpreter's scheduler (`WorkgroupExec::schedule`):
+/// the context is built once, each warp only sets its own fields.
+pub(crate) fn schedule<M: GlobalMemory + ?Sized>(
+    exec: &mut WorkgroupExec<'_>,
+    kernel: &JitKernel,
+    warps: &mut [Warp],
+    code: &[Instruction],
+    mem: &M,
+    limits: Limits<'_>,
+) -> Result<Outcome, Fault> {
+    let (wg, nwarps) = exec.position();
+    let launch = exec.launch();
+    let (ntid, nwg, args) = (launch.wg_size(), launch.grid(), launch.args().as_ptr());
+    let shared_bytes = exec.shared.len() as u64 * 4;
+    let epoch = mem.direct_epoch();
+    let pages = &mut exec.jit_pages;
+    if epoch == 0 || epoch != pages.epoch || pages.tlb.len() != kernel.sites {
+        pages.tlb.clear();
+        pages.tlb.resize(kernel.sites, Tlb::EMPTY);
+        pages.epoch = epoch;
+    }
+    let tlb = pages.tlb.as_mut_ptr();
+    let mut host = Host::<M> {
+        exec: ptr::null_mut(),
+        warp: ptr::null_mut(),
+        code: ptr::from_ref(code),
+        mem: ptr::from_ref(mem),
+        w: 0,
+        sites: kernel.sites,
+        stop: None,
+    };
+    let host_ptr: *mut Host<M> = &mut host;
+    let mut ctx = Ctx {
+        regs: ptr::null_mut(),
+        warp: ptr::null_mut(),
+        tids: ptr::null(),
+        args,
+        shared: ptr::null_mut(),
+        shared_bytes,
+        consts: kernel.native.consts.as_ptr(),
+        wg,
+        ntid,
+        nwg,
+        warp_index: 0,
+        nwarps: nwarps as u32,
+        budget: 0,
+        remaining: 0,
+        jit_warp: 0,
+        jit_threads: 0,
+        tlb,
+        step: step::<M>,
+        mem_step: mem_step::<M>,
+        refill: refill::<M>,
+        diverge: diverge::<M>,
+        reschedule: reschedule::<M>,
+        host: host_ptr.cast(),
+    };
+    exec.schedule(warps, limits, |e, w, warp, quantum| {
+        run_warp(e, kernel, &mut ctx, host_ptr, w, warp, code, mem, quantum)
+    })
+}
+
 /// Runs warp `w` (taken out of `exec`) for at most `quantum` instructions
 /// on `kernel`'s code: the JIT's replacement of the interpreter's warp
 /// loop, with the same result, state, statistics and faults.
-pub(crate) fn run_warp<M: GlobalMemory + ?Sized>(
+#[allow(clippy::too_many_arguments)]
+fn run_warp<M: GlobalMemory + ?Sized>(
     exec: &mut WorkgroupExec<'_>,
     kernel: &JitKernel,
+    ctx: &mut Ctx,
+    host: *mut Host<M>,
     w: usize,
     warp: &mut Warp,
     code: &[Instruction],
@@ -298,57 +364,22 @@ pub(crate) fn run_warp<M: GlobalMemory + ?Sized>(
         exec.stats = stats0;
         Err(f)
     };
-    let (wg, nwarps) = exec.position();
-    let launch = exec.launch();
-    let (ntid, nwg, args) = (launch.wg_size(), launch.grid(), launch.args().as_ptr());
-    let tids = exec.tids[w].as_ptr().cast::<u32>();
-    let shared_bytes = exec.shared.len() as u64 * 4;
-    let shared = exec.shared.as_mut_ptr();
-    let regs = warp.regs.as_mut_ptr().cast::<u32>();
-    let epoch = mem.direct_epoch();
-    let pages = &mut exec.jit_pages;
-    if epoch == 0 || epoch != pages.epoch || pages.tlb.len() != kernel.sites {
-        pages.tlb.clear();
-        pages.tlb.resize(kernel.sites, Tlb::EMPTY);
-        pages.epoch = epoch;
-    }
-    let tlb = pages.tlb.as_mut_ptr();
+    ctx.tids = exec.tids[w].as_ptr().cast::<u32>();
+    ctx.shared = exec.shared.as_mut_ptr();
+    ctx.regs = warp.regs.as_mut_ptr().cast::<u32>();
+    ctx.warp_index = w as u32;
     let warp_ptr: *mut Warp = warp;
     let exec_ptr: *mut WorkgroupExec<'_> = exec;
-    let mut host = Host::<M> {
-        exec: exec_ptr.cast(),
-        warp: warp_ptr,
-        code: ptr::from_ref(code),
-        mem: ptr::from_ref(mem),
-        w,
-        sites: kernel.sites,
-        stop: None,
-    };
-    let mut ctx = Ctx {
-        regs,
-        warp: warp_ptr,
-        tids,
-        args,
-        shared,
-        shared_bytes,
-        consts: kernel.native.consts.as_ptr(),
-        wg,
-        ntid,
-        nwg,
-        warp_index: w as u32,
-        nwarps: nwarps as u32,
-        budget: 0,
-        remaining: 0,
-        jit_warp: 0,
-        jit_threads: 0,
-        tlb,
-        step: step::<M>,
-        mem_step: mem_step::<M>,
-        refill: refill::<M>,
-        diverge: diverge::<M>,
-        reschedule: reschedule::<M>,
-        host: ptr::from_mut(&mut host).cast(),
-    };
+    ctx.warp = warp_ptr;
+    // SAFETY: `host` points at the `Host` of `schedule`, alive for its
+    // whole call and only accessed through that pointer (here and by the
+    // helpers, which run inside the native code this function calls); no
+    // reference to it outlives a statement.
+    unsafe {
+        (*host).exec = exec_ptr.cast();
+        (*host).warp = warp_ptr;
+        (*host).w = w;
+    }
     let mut used = 0u64;
     // The native code declined the block at the warp's pc (`GUARD`): the
     // interpreter steps to the next block start.
@@ -382,8 +413,9 @@ pub(crate) fn run_warp<M: GlobalMemory + ?Sized>(
         // SAFETY: `kernel` was compiled from this execution's kernel
         // (`WorkgroupExec::set_jit` checks), whose register count the warp
         // has (checked above); every pointer in `ctx` is valid for the
-        // call as the module comment explains, and `host` outlives it.
-        let st = unsafe { (kernel.native.entry)(&mut ctx) };
+        // call as the module comment explains (`schedule` set the ones of
+        // the call, this function the warp's), and `host` outlives it.
+        let st = unsafe { (kernel.native.entry)(ctx) };
         used += ctx.budget - ctx.remaining.min(ctx.budget);
         // SAFETY: as above.
         let e = unsafe { &mut *exec_ptr };
@@ -399,7 +431,8 @@ pub(crate) fn run_warp<M: GlobalMemory + ?Sized>(
                 };
             }
             status::GUARD => interpret = true,
-            status::STOP => match host.stop.take() {
+            // SAFETY: as for the writes above.
+            status::STOP => match unsafe { (*host).stop.take() } {
                 Some(Ok((_, stop))) => return Ok((used, stop)),
                 Some(Err(f)) => return fail(e, f),
                 None => {}

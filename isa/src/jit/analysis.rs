@@ -98,6 +98,34 @@ pub(crate) fn kind(inst: &Instruction, fma: bool) -> Kind {
     }
 }
 
+/// The predicates (`pt` excluded) an instruction reads or writes, as a
+/// mask.
+pub(crate) fn preds_used(inst: &Instruction) -> u8 {
+    let mut m = 0u8;
+    let mut add = |p: Pred| {
+        if p != Pred::TRUE {
+            m |= 1 << (p.0 & 7);
+        }
+    };
+    add(inst.guard.pred);
+    match inst.op {
+        Op::Sel { p, .. } => add(p),
+        Op::Setp { p, .. } => add(p),
+        Op::Plop { p, a, b, .. } => {
+            add(p);
+            add(a);
+            add(b);
+        }
+        Op::Vote { p, src, .. } => {
+            add(p);
+            add(src);
+        }
+        Op::Ballot { src, .. } => add(src),
+        _ => {}
+    }
+    m & 0x7f
+}
+
 /// The predicate an instruction writes, if any (`pt` excluded).
 pub(crate) fn pred_written(op: &Op) -> Option<u8> {
     let p = match *op {

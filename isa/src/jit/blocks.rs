@@ -39,13 +39,38 @@ impl Gen<'_, '_> {
         let active = self.b.use_var(self.v_active);
         let full = self.b.ins().icmp_imm_s(IntCC::Equal, active, -1);
         let (cold, part) = (self.b.create_block(), self.b.create_block());
-        self.b.ins().brif(full, cold, &[], part, &[]);
+        let cf = self.facts.cold.get(bi).cloned().unwrap_or_default();
+        match self.hot_heads.get(&s).copied() {
+            Some(hot) => {
+                // A full warp from the dispatch or from code that does not
+                // know the hot version's facts: check them.
+                let check = self.b.create_block();
+                self.b.ins().brif(full, check, &[], part, &[]);
+                self.b.switch_to_block(check);
+                let need = self
+                    .facts
+                    .hot
+                    .get(bi)
+                    .cloned()
+                    .flatten()
+                    .unwrap_or_default();
+                let missing = missing(&cf, &need);
+                if missing.len() <= MAX_CHECKED {
+                    let ok = self.check_shapes(&missing);
+                    self.b.ins().brif(ok, hot, &[], cold, &[]);
+                } else {
+                    self.b.ins().jump(cold, &[]);
+                }
+            }
+            None => {
+                self.b.ins().brif(full, cold, &[], part, &[]);
+            }
+        }
         self.b.switch_to_block(part);
         self.full = false;
         self.emit_body(&insts, s, None)?;
         self.b.switch_to_block(cold);
         self.full = true;
-        let cf = self.facts.cold.get(bi).cloned().unwrap_or_default();
         self.emit_body(&insts, s, Some(&cf))?;
         if let Some(&h) = self.hot_heads.get(&s) {
             self.b.switch_to_block(h);
@@ -217,16 +242,13 @@ impl Gen<'_, '_> {
             .cloned()
             .flatten()
             .unwrap_or_default();
-        let missing: Vec<(u8, Rc<Shape>)> = need
-            .iter()
-            .enumerate()
-            .filter_map(|(r, n)| {
-                let have = out.get(r).cloned().flatten();
-                (!Shape::implies(&have, n)).then(|| n.clone().map(|s| (r as u8, s)))?
-            })
-            .collect();
+        let missing = missing(out, &need);
         if missing.is_empty() {
             self.b.ins().jump(hot, &[]);
+            return;
+        }
+        if missing.len() > MAX_CHECKED {
+            self.goto(target, clock);
             return;
         }
         // Entered from code that does not know these facts (a backward
@@ -381,4 +403,19 @@ fn address(op: &Op) -> u8 {
         Op::Ld { addr, .. } | Op::St { addr, .. } | Op::Atom { addr, .. } => addr.0,
         _ => 0,
     }
+}
+
+/// Most registers checked on an entry into a hot version (more: the cold
+/// version runs).
+const MAX_CHECKED: usize = 8;
+
+/// The facts of `need` that `have` does not imply.
+fn missing(have: &[Fact], need: &[Fact]) -> Vec<(u8, Rc<Shape>)> {
+    need.iter()
+        .enumerate()
+        .filter_map(|(r, n)| {
+            let h = have.get(r).cloned().flatten();
+            (!Shape::implies(&h, n)).then(|| n.clone().map(|s| (r as u8, s)))?
+        })
+        .collect()
 }

@@ -192,6 +192,9 @@ pub(super) struct Gen<'a, 'b> {
     /// Whether the code being emitted runs a full warp (all 32 lanes
     /// active).
     pub(super) full: bool,
+    /// Bit `p`: the kernel uses predicate `p` (the others never change
+    /// and are neither loaded nor written back).
+    pub(super) used_preds: u8,
 }
 
 impl<'a, 'b> Gen<'a, 'b> {
@@ -294,6 +297,9 @@ impl<'a, 'b> Gen<'a, 'b> {
             nregs: 0,
             hot_heads: HashMap::new(),
             full: false,
+            used_preds: (k.entry..k.entry + k.len)
+                .filter_map(|pc| code.get(pc as usize))
+                .fold(0, |m, i| m | analysis::preds_used(i)),
         };
         g.load_full();
         let f = g.mf(Mem::Ctx);
@@ -418,11 +424,26 @@ impl<'a, 'b> Gen<'a, 'b> {
     }
 
     pub(super) fn add_threads(&mut self, m: Value) {
-        let n = self.b.ins().popcnt(m);
-        let n = self.b.ins().uextend(I64, n);
         let t = self.b.use_var(self.v_jthreads);
-        let t = self.b.ins().iadd(t, n);
+        let t = match self.const_of(m) {
+            Some(c) => self.b.ins().iadd_imm_s(t, c.count_ones() as i64),
+            None => {
+                let n = self.b.ins().popcnt(m);
+                let n = self.b.ins().uextend(I64, n);
+                self.b.ins().iadd(t, n)
+            }
+        };
         self.b.def_var(self.v_jthreads, t);
+    }
+
+    /// The value of an `iconst`.
+    pub(super) fn const_of(&self, v: Value) -> Option<u32> {
+        let dfg = &self.b.func.dfg;
+        let inst = dfg.value_def(v).inst()?;
+        match dfg.insts[inst] {
+            ir::InstructionData::UnaryImm { imm, .. } => Some(imm.bits() as u32),
+            _ => None,
+        }
     }
 
     pub(super) fn add_jwarp(&mut self, n: u64) {
@@ -454,8 +475,10 @@ impl<'a, 'b> Gen<'a, 'b> {
         let n = self.warp_field(I32, offset_of!(Warp, next_min));
         self.b.def_var(self.v_next_min, n);
         for p in 0..7 {
-            let v = self.warp_field(I32, offset_of!(Warp, preds) + 4 * p);
-            self.b.def_var(self.v_preds[p], v);
+            if self.used_preds >> p & 1 != 0 {
+                let v = self.warp_field(I32, offset_of!(Warp, preds) + 4 * p);
+                self.b.def_var(self.v_preds[p], v);
+            }
         }
     }
 
@@ -477,8 +500,10 @@ impl<'a, 'b> Gen<'a, 'b> {
         let n = self.b.use_var(self.v_next_min);
         self.set_warp_field(offset_of!(Warp, next_min), n);
         for p in 0..7 {
-            let v = self.b.use_var(self.v_preds[p]);
-            self.set_warp_field(offset_of!(Warp, preds) + 4 * p, v);
+            if self.used_preds >> p & 1 != 0 {
+                let v = self.b.use_var(self.v_preds[p]);
+                self.set_warp_field(offset_of!(Warp, preds) + 4 * p, v);
+            }
         }
     }
 

@@ -11,14 +11,15 @@
 //!   (arguments, thread ids, constants, and invariant registers), every
 //!   lane holds that definition's value for that lane, whose shape is
 //!   known. The *cold* version of a block assumes these.
-//! * **Chain facts** hold when a full warp arrives from the full-warp code
-//!   of a predecessor without leaving the native code (a uniform branch,
-//!   a fall-through): a loop counter is uniform, an address advanced by a
-//!   constant keeps its lane offsets. The *hot* version assumes these;
-//!   native code enters it from the hot versions of its predecessors and
-//!   from the cold ones on forward edges (whose facts took part in the
-//!   analysis), and from the cold ones on backward edges only after
-//!   checking the register file (`codegen.rs`).
+//! * **Chain facts** hold for a warp that stayed full and took every fast
+//!   path since the kernel's start: a loop counter is uniform, an address
+//!   advanced by a constant keeps its lane offsets. They are a forward
+//!   analysis over every edge (a barrier leaves the warp's registers
+//!   alone), dropping known constants at loop heads. The *hot* version of
+//!   a block assumes them; native code enters it directly where its own
+//!   facts imply them, and otherwise (from the dispatch, from a cold
+//!   version) only after checking the missing ones in the register file
+//!   (`blocks.rs`). A wrong guess costs a check, never a result.
 
 use super::analysis::{self, Blocks, Kind};
 use super::shape::{self, Fact, NoWrap, Shape, Specials};
@@ -277,52 +278,74 @@ pub(crate) fn analyse(
         .map(|r| (0..nregs).map(|i| fact_of(&inv, r[i], i)).collect())
         .collect();
 
-    // Chain facts: the meet over the hot versions of predecessors and the
-    // cold versions of predecessors on forward edges, joined with the
-    // invariant facts.
-    let mut hot: Vec<Option<Vec<Fact>>> = vec![None; n];
+    // Chain facts: what a warp that stays full and takes every fast path
+    // from the kernel's start carries into each block (the meet over all
+    // predecessors; a barrier leaves a warp's registers alone), with the
+    // known constants dropped at loop heads, joined with the invariant
+    // facts. Native code checks them in the register file where it
+    // cannot know them (`blocks.rs`).
+    let mut looped = vec![false; n];
+    for (a, s) in succ.iter().enumerate() {
+        for &(t, _) in s {
+            if blocks.list[t].0 <= blocks.list[a].0 {
+                looped[t] = true;
+            }
+        }
+    }
+    let mut spec: Vec<Option<Vec<Fact>>> = vec![None; n];
+    if n > 0 {
+        spec[0] = Some(vec![Some(Rc::clone(&zero)); nregs]);
+    }
     let mut changed = true;
     let mut rounds = 0;
     while changed && rounds < 64 {
         changed = false;
         rounds += 1;
-        let mut next: Vec<Option<Vec<Fact>>> = vec![None; n];
         for a in 0..n {
-            let mut outs = vec![through(code, blocks.list[a], &cold[a], sp, fma)];
-            if let Some(h) = &hot[a] {
-                outs.push(through(code, blocks.list[a], h, sp, fma));
-            }
-            for &(t, is_hot) in &succ[a] {
-                if !is_hot {
-                    continue;
+            let Some(f) = spec[a].clone() else { continue };
+            let out = through(code, blocks.list[a], &f, sp, fma);
+            for &(t, _) in &succ[a] {
+                let mut new: Vec<Fact> = match &spec[t] {
+                    None => out.clone(),
+                    Some(prev) => prev
+                        .iter()
+                        .zip(&out)
+                        .map(|(x, y)| Shape::meet(x, y))
+                        .collect(),
+                };
+                if looped[t] {
+                    for x in new.iter_mut() {
+                        if let Some(s) = x.as_ref().filter(|s| s.known.is_some()) {
+                            let mut s = (**s).clone();
+                            s.known = None;
+                            *x = Some(Rc::new(s));
+                        }
+                    }
                 }
-                let forward = blocks.list[t].0 > blocks.list[a].0;
-                let sources = if forward { &outs[..] } else { &outs[1..] };
-                for o in sources {
-                    next[t] = Some(match next[t].take() {
-                        None => o.clone(),
-                        Some(prev) => prev.iter().zip(o).map(|(x, y)| Shape::meet(x, y)).collect(),
-                    });
+                if spec[t].as_ref() != Some(&new) {
+                    spec[t] = Some(new);
+                    changed = true;
                 }
             }
         }
-        for (t, f) in next.iter_mut().enumerate() {
-            if let Some(f) = f {
-                for (x, c) in f.iter_mut().zip(&cold[t]) {
-                    if x.is_none() {
+    }
+    let hot: Vec<Option<Vec<Fact>>> = if changed {
+        // No fixed point within the bound: no hot versions.
+        vec![None; n]
+    } else {
+        spec.into_iter()
+            .zip(&cold)
+            .map(|(s, c)| {
+                let mut f = s?;
+                for (x, c) in f.iter_mut().zip(c) {
+                    // Both hold: the stronger.
+                    if Shape::implies(c, x) {
                         *x = c.clone();
                     }
                 }
-            }
-        }
-        if next != hot {
-            hot = next;
-            changed = true;
-        }
-    }
-    if changed {
-        // No fixed point within the bound: no hot versions.
-        hot = vec![None; n];
-    }
+                (f != *c).then_some(f)
+            })
+            .collect()
+    };
     BlockFacts { cold, hot }
 }

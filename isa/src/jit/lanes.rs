@@ -92,8 +92,9 @@ impl Gen<'_, '_> {
             Some((p, s)) => (Some(p), s),
             None => (None, Rc::new(Vec::new())),
         };
+        let used = self.used_preds;
         let pstart: [Option<Value>; 7] =
-            std::array::from_fn(|p| Some(self.b.use_var(self.v_preds[p])));
+            std::array::from_fn(|p| (used >> p & 1 != 0).then(|| self.b.use_var(self.v_preds[p])));
         // Per predicate written: the chunks' bits, or the whole mask.
         let mut pout: HashMap<u8, Value> = HashMap::new();
         for c in 0..CHUNKS {
@@ -143,9 +144,15 @@ impl Gen<'_, '_> {
     }
 
     /// Register `r`'s lanes of chunk `c` from the shaped value `sv`.
-    fn materialize(&mut self, sv: &Sv, c: usize) -> Value {
-        let b = self.b.ins().splat(I32X4, sv.base[c / (CHUNKS / 2)]);
+    pub(super) fn materialize(&mut self, sv: &Sv, c: usize) -> Value {
+        let g = c / (CHUNKS / 2);
         let k: [u32; 4] = std::array::from_fn(|i| sv.shape.k[4 * c + i]);
+        if let Some(b) = sv.shape.known_base(g) {
+            // A constant: from the table, where it is used (an operand
+            // the host instruction can read from memory).
+            return self.vconst(k.map(|k| k.wrapping_add(b)));
+        }
+        let b = self.b.ins().splat(I32X4, sv.base[g]);
         if k == [0; 4] {
             return b;
         }

@@ -7,7 +7,7 @@
 //! the register file as `splat(base) + k` where its region ends.
 
 use super::analysis;
-use super::codegen::{Gen, Mem};
+use super::codegen::{Gen, Mem, CHUNKS};
 use super::facts;
 use super::runtime::{Ctx, REG_BYTES};
 use super::shape::{Fact, NoWrap, Probe, Shape};
@@ -350,16 +350,6 @@ impl Gen<'_, '_> {
         })
     }
 
-    /// The value of an `iconst`.
-    fn const_of(&self, v: Value) -> Option<u32> {
-        let dfg = &self.b.func.dfg;
-        let inst = dfg.value_def(v).inst()?;
-        match dfg.insts[inst] {
-            cranelift_codegen::ir::InstructionData::UnaryImm { imm, .. } => Some(imm.bits() as u32),
-            _ => None,
-        }
-    }
-
     /// The bases of a source operand.
     fn src_bases(&mut self, b: Src, cur: &[Option<Sv>]) -> Option<[Value; 2]> {
         match b {
@@ -469,8 +459,15 @@ impl Gen<'_, '_> {
                     Src::Reg(r) => cur.get(r.0 as usize).cloned().flatten()?.shape.per_half(),
                     Src::Imm(_) => true,
                 };
-                if !a.shape.per_half() || !b_ok {
+                if !b_ok {
                     return None;
+                }
+                if !a.shape.per_half() {
+                    if ty == CmpType::F32 {
+                        return None;
+                    }
+                    return Some(self.range_compare(cmp, ty == CmpType::S32, &a, bb))
+                        .and_then(|m| self.guarded_pred(inst, m, preds));
                 }
                 let mut halves = [None; 2];
                 for h in 0..2 {
@@ -506,16 +503,143 @@ impl Gen<'_, '_> {
             }
             _ => return None,
         };
+        self.guarded_pred(inst, new, preds)
+    }
+
+    /// The mask predicate write `inst` leaves: `new` in the lanes of its
+    /// guard, the predicate's old value elsewhere.
+    fn guarded_pred(
+        &mut self,
+        inst: &Instruction,
+        new: Value,
+        preds: &[Option<Value>; 7],
+    ) -> Option<Value> {
         let p = analysis::pred_written(&inst.op)?;
         if inst.guard == Guard::ALWAYS {
             return Some(new);
         }
         // Blend under the guard (the warp is full: the guard's mask).
-        let m = pv(inst.guard.pred, inst.guard.neg, self)?;
+        let g = inst.guard.pred;
+        let m = if g == Pred::TRUE {
+            self.c32(u32::MAX)
+        } else {
+            preds[(g.0 as usize).min(6)]?
+        };
+        let m = if inst.guard.neg {
+            self.b.ins().bnot(m)
+        } else {
+            m
+        };
         let old = preds[p as usize]?;
         let keep = self.b.ins().band_not(old, m);
         let set = self.b.ins().band(new, m);
         Some(self.b.ins().bor(keep, set))
+    }
+
+    /// The mask of the integer comparison `a cmp b` for a shaped `a` and
+    /// a `b` the same in each half: from the range of each half's lanes
+    /// when that decides every lane (no lane wraps, and the range lies on
+    /// one side of `b`), else lane by lane.
+    fn range_compare(&mut self, cmp: Cmp, signed: bool, a: &Sv, b: [Value; 2]) -> Value {
+        let (lo_b, hi_b) = if signed {
+            (i32::MIN as i64, i32::MAX as i64)
+        } else {
+            (0, u32::MAX as i64)
+        };
+        let ext = |g: &mut Self, v: Value| {
+            if signed {
+                g.b.ins().sextend(I64, v)
+            } else {
+                g.b.ins().uextend(I64, v)
+            }
+        };
+        let mut decided: Option<Value> = None;
+        let mut mask: Option<Value> = None;
+        for h in 0..2 {
+            let (kmin, kmax) = a.shape.range(h);
+            let base = ext(self, a.base[h]);
+            let bv = ext(self, b[h]);
+            let lo = self.b.ins().iadd_imm_s(base, kmin);
+            let hi = self.b.ins().iadd_imm_s(base, kmax);
+            let w1 = self
+                .b
+                .ins()
+                .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, lo, lo_b);
+            let w2 = self
+                .b
+                .ins()
+                .icmp_imm_s(IntCC::SignedLessThanOrEqual, hi, hi_b);
+            let ok = self.b.ins().band(w1, w2);
+            let c = |g: &mut Self, cc, x, y| g.b.ins().icmp(cc, x, y);
+            use IntCC::*;
+            let (all, none) = match cmp {
+                Cmp::Lt => (
+                    c(self, SignedLessThan, hi, bv),
+                    c(self, SignedGreaterThanOrEqual, lo, bv),
+                ),
+                Cmp::Le => (
+                    c(self, SignedLessThanOrEqual, hi, bv),
+                    c(self, SignedGreaterThan, lo, bv),
+                ),
+                Cmp::Gt => (
+                    c(self, SignedGreaterThan, lo, bv),
+                    c(self, SignedLessThanOrEqual, hi, bv),
+                ),
+                Cmp::Ge => (
+                    c(self, SignedGreaterThanOrEqual, lo, bv),
+                    c(self, SignedLessThan, hi, bv),
+                ),
+                Cmp::Eq | Cmp::Ne => {
+                    // Offsets differ within the half: never all equal.
+                    let below = c(self, SignedLessThan, bv, lo);
+                    let above = self.b.ins().icmp(IntCC::SignedGreaterThan, bv, hi);
+                    let out = self.b.ins().bor(below, above);
+                    let f = self.b.ins().iconst(I8, 0);
+                    if cmp == Cmp::Eq {
+                        (f, out)
+                    } else {
+                        (out, f)
+                    }
+                }
+            };
+            let either = self.b.ins().bor(all, none);
+            let d = self.b.ins().band(ok, either);
+            decided = Some(match decided {
+                Some(x) => self.b.ins().band(x, d),
+                None => d,
+            });
+            let half = self.c32(if h == 0 { 0xffff } else { 0xffff_0000 });
+            let z = self.c32(0);
+            let m = self.b.ins().select(all, half, z);
+            mask = Some(match mask {
+                Some(x) => self.b.ins().bor(x, m),
+                None => m,
+            });
+        }
+        let (Some(decided), Some(mask)) = (decided, mask) else {
+            return self.c32(0);
+        };
+        let (lanes, join) = (self.b.create_block(), self.b.create_block());
+        self.b.append_block_param(join, I32);
+        self.b.ins().brif(decided, join, &[mask.into()], lanes, &[]);
+        self.b.switch_to_block(lanes);
+        let cc = compare_cc(cmp, signed);
+        let mut bits: Option<Value> = None;
+        for c in 0..CHUNKS {
+            let av = self.materialize(a, c);
+            let bv = self.b.ins().splat(I32X4, b[c / (CHUNKS / 2)]);
+            let r = self.b.ins().icmp(cc, av, bv);
+            let m = self.b.ins().vhigh_bits(I32, r);
+            let m = self.b.ins().ishl_imm_s(m, 4 * c as i64);
+            bits = Some(match bits {
+                Some(x) => self.b.ins().bor(x, m),
+                None => m,
+            });
+        }
+        let bits = bits.unwrap_or_else(|| self.c32(0));
+        self.b.ins().jump(join, &[bits.into()]);
+        self.b.switch_to_block(join);
+        self.b.block_params(join)[0]
     }
 
     /// `a cmp b` on scalars (an `i8`).
@@ -534,19 +658,22 @@ impl Gen<'_, '_> {
             };
             return self.b.ins().fcmp(cc, x, y);
         }
-        let s = ty == CmpType::S32;
-        let cc = match (cmp, s) {
-            (Cmp::Eq, _) => IntCC::Equal,
-            (Cmp::Ne, _) => IntCC::NotEqual,
-            (Cmp::Lt, false) => IntCC::UnsignedLessThan,
-            (Cmp::Le, false) => IntCC::UnsignedLessThanOrEqual,
-            (Cmp::Gt, false) => IntCC::UnsignedGreaterThan,
-            (Cmp::Ge, false) => IntCC::UnsignedGreaterThanOrEqual,
-            (Cmp::Lt, true) => IntCC::SignedLessThan,
-            (Cmp::Le, true) => IntCC::SignedLessThanOrEqual,
-            (Cmp::Gt, true) => IntCC::SignedGreaterThan,
-            (Cmp::Ge, true) => IntCC::SignedGreaterThanOrEqual,
-        };
-        self.b.ins().icmp(cc, a, b)
+        self.b.ins().icmp(compare_cc(cmp, ty == CmpType::S32), a, b)
+    }
+}
+
+/// The condition code of an integer comparison.
+pub(super) fn compare_cc(cmp: Cmp, signed: bool) -> IntCC {
+    match (cmp, signed) {
+        (Cmp::Eq, _) => IntCC::Equal,
+        (Cmp::Ne, _) => IntCC::NotEqual,
+        (Cmp::Lt, false) => IntCC::UnsignedLessThan,
+        (Cmp::Le, false) => IntCC::UnsignedLessThanOrEqual,
+        (Cmp::Gt, false) => IntCC::UnsignedGreaterThan,
+        (Cmp::Ge, false) => IntCC::UnsignedGreaterThanOrEqual,
+        (Cmp::Lt, true) => IntCC::SignedLessThan,
+        (Cmp::Le, true) => IntCC::SignedLessThanOrEqual,
+        (Cmp::Gt, true) => IntCC::SignedGreaterThan,
+        (Cmp::Ge, true) => IntCC::SignedGreaterThanOrEqual,
     }
 }

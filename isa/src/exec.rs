@@ -294,9 +294,11 @@ impl Warp {
 
     /// Recomputes the active group after PCs changed (min-PC rule).
     pub(crate) fn reschedule(&mut self) {
-        let mk = expand(self.active);
-        for (l, pc) in self.lane_pc.iter_mut().enumerate() {
-            *pc = (self.pc & mk[l]) | (*pc & !mk[l]);
+        if self.active != 0 {
+            let mk = expand(self.active);
+            for (l, pc) in self.lane_pc.iter_mut().enumerate() {
+                *pc = (self.pc & mk[l]) | (*pc & !mk[l]);
+            }
         }
         let runnable = self.live & !self.blocked;
         if runnable == 0 {
@@ -903,6 +905,45 @@ impl<'a> WorkgroupExec<'a> {
     /// Releases a barrier every live thread waits at. Returns false when no
     /// thread is waiting (the workgroup is finished).
     fn release_barrier(&mut self, warps: &mut [Warp]) -> Result<bool, Fault> {
+        // The pc of the first waiting lane; when every waiting lane is
+        // there (the usual case, checked lane-parallel), release them.
+        let first = warps
+            .iter()
+            .find(|w| w.blocked != 0)
+            .map(|w| w.lane_pc[w.blocked.trailing_zeros() as usize]);
+        let Some(pc) = first else {
+            return Ok(false);
+        };
+        let elsewhere = |w: &Warp| {
+            let mut d = [0u8; WARP_SIZE];
+            for l in 0..WARP_SIZE {
+                d[l] = (w.lane_pc[l] != pc) as u8;
+            }
+            bits_of(&d) & w.blocked
+        };
+        if warps.iter().all(|w| elsewhere(w) == 0) {
+            for warp in warps.iter_mut() {
+                let bk = expand(warp.blocked);
+                for l in 0..WARP_SIZE {
+                    warp.lane_pc[l] = ((pc + 1) & bk[l]) | (warp.lane_pc[l] & !bk[l]);
+                }
+                if warp.active == 0 && warp.live == warp.blocked {
+                    // What rescheduling gives when nothing but the released
+                    // lanes can run (always, at a release): all of them, at
+                    // the barrier's next instruction.
+                    warp.active = warp.blocked;
+                    if warp.active != 0 {
+                        warp.pc = pc + 1;
+                    }
+                    warp.next_min = u32::MAX;
+                    warp.blocked = 0;
+                } else {
+                    warp.blocked = 0;
+                    warp.reschedule();
+                }
+            }
+            return Ok(true);
+        }
         let mut bar: Option<(u32, u32, u32)> = None; // pc, warp, lane
         for (w, warp) in warps.iter().enumerate() {
             for l in lanes(warp.blocked) {

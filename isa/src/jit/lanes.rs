@@ -318,9 +318,19 @@ impl Gen<'_, '_> {
         if !canon {
             return bits;
         }
+        // A branch rather than a blend: results are rarely NaN, and the
+        // value then does not wait for the test.
         let nan = self.b.ins().fcmp(FloatCC::Unordered, f, f);
+        let any = self.b.ins().vany_true(nan);
+        let (slow, join) = (self.b.create_block(), self.b.create_block());
+        self.b.append_block_param(join, I32X4);
+        self.b.ins().brif(any, slow, &[], join, &[bits.into()]);
+        self.b.switch_to_block(slow);
         let cn = self.vsplat(CANONICAL_NAN);
-        self.b.ins().bitselect(nan, cn, bits)
+        let r = self.b.ins().bitselect(nan, cn, bits);
+        self.b.ins().jump(join, &[r.into()]);
+        self.b.switch_to_block(join);
+        self.b.block_params(join)[0]
     }
 
     /// The pair `lo:hi` of 4 lanes as two `i64x2` (lanes 0, 1 and 2, 3).
@@ -619,11 +629,6 @@ impl Gen<'_, '_> {
     /// for equal values. Both NaN: the canonical NaN.
     fn fminmax(&mut self, min: bool, a: Value, b: Value) -> Value {
         let (fa, fb) = (self.fl(a), self.fl(b));
-        let anan = self.b.ins().fcmp(FloatCC::Unordered, fa, fa);
-        let bnan = self.b.ins().fcmp(FloatCC::Unordered, fb, fb);
-        let x = self.b.ins().bitselect(bnan, a, b);
-        let y = self.b.ins().bitselect(anan, x, a);
-        let (fx, fy) = (self.fl(x), self.fl(y));
         // `bitselect(x < y, x, y)` is `minps x, y`; `bitselect(y < x, x,
         // y)` is `maxps x, y` (both: `y` when unordered or equal).
         let pick = |g: &mut Self, p: Value, q: Value| {
@@ -636,17 +641,42 @@ impl Gen<'_, '_> {
             let r = g.b.ins().bitselect(lt, p, q);
             g.cast(I32X4, r)
         };
-        let m1 = pick(self, fx, fy);
-        let m2 = pick(self, fy, fx);
-        let r = if min {
-            self.b.ins().bor(m1, m2)
-        } else {
-            self.b.ins().band(m1, m2)
+        let both_orders = |g: &mut Self, x: Value, y: Value| {
+            let m1 = pick(g, x, y);
+            let m2 = pick(g, y, x);
+            if min {
+                g.b.ins().bor(m1, m2)
+            } else {
+                g.b.ins().band(m1, m2)
+            }
         };
+        // Without a NaN (the usual case) the two orders suffice.
+        let (fast, slow, join) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        self.b.append_block_param(join, I32X4);
+        let un = self.b.ins().fcmp(FloatCC::Unordered, fa, fb);
+        let any = self.b.ins().vany_true(un);
+        self.b.ins().brif(any, slow, &[], fast, &[]);
+        self.b.switch_to_block(fast);
+        let r = both_orders(self, fa, fb);
+        self.b.ins().jump(join, &[r.into()]);
+        self.b.switch_to_block(slow);
+        let anan = self.b.ins().fcmp(FloatCC::Unordered, fa, fa);
+        let bnan = self.b.ins().fcmp(FloatCC::Unordered, fb, fb);
+        let x = self.b.ins().bitselect(bnan, a, b);
+        let y = self.b.ins().bitselect(anan, x, a);
+        let (fx, fy) = (self.fl(x), self.fl(y));
+        let r = both_orders(self, fx, fy);
         let both = self.b.ins().band(anan, bnan);
         let both = self.cast(I32X4, both);
         let cn = self.vsplat(CANONICAL_NAN);
-        self.b.ins().bitselect(both, cn, r)
+        let r = self.b.ins().bitselect(both, cn, r);
+        self.b.ins().jump(join, &[r.into()]);
+        self.b.switch_to_block(join);
+        self.b.block_params(join)[0]
     }
 
     fn un(&mut self, op: UnOp, a: Value, canon: bool) -> Value {

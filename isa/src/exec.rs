@@ -280,7 +280,7 @@ pub(crate) struct Warp {
 
 impl Warp {
     fn reset(&mut self, live: u32, entry: u32) {
-        self.regs.fill([0; WARP_SIZE]);
+        self.regs.as_flattened_mut().fill(0);
         self.preds = [0; NUM_PREDS];
         self.preds[Pred::TRUE.0 as usize] = FULL;
         self.pc = entry;

@@ -185,7 +185,8 @@ impl Gen<'_, '_> {
         };
         let mut bad: Option<Value> = None;
         for (h, &v) in base.iter().enumerate() {
-            if h == 1 && base[1] == base[0] && g.min[1] == g.min[0] && g.max[1] == g.max[0] {
+            let same = base[1] == base[0] && g.min[1] == g.min[0] && g.max[1] == g.max[0];
+            if h == 1 && (g.whole || same) {
                 break;
             }
             let v = if g.signed {
@@ -555,8 +556,15 @@ impl Gen<'_, '_> {
         };
         let mut decided: Option<Value> = None;
         let mut mask: Option<Value> = None;
-        for h in 0..2 {
-            let (kmin, kmax) = a.shape.range(h);
+        // Linked halves and a uniform `b`: one range for the whole warp.
+        let whole = a.shape.whole().filter(|_| b[0] == b[1]).map(|w| {
+            (
+                w.iter().copied().min().unwrap_or(0),
+                w.iter().copied().max().unwrap_or(0),
+            )
+        });
+        for h in 0..if whole.is_some() { 1 } else { 2 } {
+            let (kmin, kmax) = whole.unwrap_or_else(|| a.shape.range(h));
             let base = ext(self, a.base[h]);
             let bv = ext(self, b[h]);
             let lo = self.b.ins().iadd_imm_s(base, kmin);
@@ -608,7 +616,11 @@ impl Gen<'_, '_> {
                 Some(x) => self.b.ins().band(x, d),
                 None => d,
             });
-            let half = self.c32(if h == 0 { 0xffff } else { 0xffff_0000 });
+            let half = self.c32(match (whole, h) {
+                (Some(_), _) => u32::MAX,
+                (None, 0) => 0xffff,
+                (None, _) => 0xffff_0000,
+            });
             let z = self.c32(0);
             let m = self.b.ins().select(all, half, z);
             mask = Some(match mask {

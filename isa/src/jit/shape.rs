@@ -85,6 +85,17 @@ impl Shape {
         }
     }
 
+    /// The offsets of every lane from lane 0, as signed numbers, when the
+    /// halves' bases are linked at compile time.
+    pub(crate) fn whole(&self) -> Option<[i64; L]> {
+        let link = self.link? as i32 as i64;
+        Some(std::array::from_fn(|l| {
+            let k = self.k[l] as i64;
+            let v = if l < 16 { k } else { k + link };
+            v as u32 as i32 as i64
+        }))
+    }
+
     /// Smallest and largest offset of half `g`, as signed numbers.
     pub(crate) fn range(&self, g: usize) -> (i64, i64) {
         let ks = self.k[16 * g..16 * g + 16].iter().map(|&k| k as i32 as i64);
@@ -172,11 +183,13 @@ pub(crate) fn tid_shapes(wg: [u32; 3]) -> [Fact; 3] {
 /// run time on the values of lanes 0 and 16: for both halves `g`, the
 /// value plus `min` and plus `max` (as signed numbers if `signed`, else
 /// unsigned) lie in the 32-bit range, so that no lane of the half wraps
-/// around it.
+/// around it. With `whole`, only lane 0's value with `min[0]`, `max[0]`:
+/// the offsets of the whole warp from lane 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct NoWrap {
     pub(crate) what: Probe,
     pub(crate) signed: bool,
+    pub(crate) whole: bool,
     pub(crate) min: [i64; 2],
     pub(crate) max: [i64; 2],
 }
@@ -239,6 +252,17 @@ pub(crate) fn transfer(
                     Rc::new(Shape::uniform(Some(((v as i32) >> 31) as u32))),
                 ),
             };
+            // The whole warp's offsets from lane 0, where the halves are
+            // linked: one condition instead of one per half.
+            let whole = || {
+                let mut guards = Vec::new();
+                let da = whole_wide(&alo, &ahi, a.0, &mut guards)?;
+                let db = whole_wide(&blo, &bhi, b_reg(b), &mut guards)?;
+                split_whole(std::array::from_fn(|l| da[l] + db[l]), guards)
+            };
+            if let Some(r) = whole() {
+                return Some(r);
+            }
             let mut guards = Vec::new();
             let da = wide_offsets(&alo, &ahi, a.0, false, &mut guards)?;
             let db = wide_offsets(&blo, &bhi, b_reg(b), false, &mut guards)?;
@@ -254,6 +278,34 @@ pub(crate) fn transfer(
         } => {
             let (sa, sb) = (sh(a)?, sh(b)?);
             let (clo, chi) = (f(c.0)?, f(c.0 + 1)?);
+            let whole = || {
+                let (x, xr, y) = if sb.is_uniform() {
+                    (&sa, a, &sb)
+                } else {
+                    (&sb, b, &sa)
+                };
+                if !y.is_uniform() {
+                    return None;
+                }
+                let mut guards = Vec::new();
+                let dx: [i128; L] = if x.is_uniform() {
+                    [0; L]
+                } else {
+                    let yv = y.known?;
+                    let yv = if signed {
+                        yv as i32 as i128
+                    } else {
+                        yv as i128
+                    };
+                    let w = whole_offsets(x, xr.0, signed, &mut guards)?;
+                    w.map(|o| o * yv)
+                };
+                let dc = whole_wide(&clo, &chi, c.0, &mut guards)?;
+                split_whole(std::array::from_fn(|l| dx[l] + dc[l]), guards)
+            };
+            if let Some(r) = whole() {
+                return Some(r);
+            }
             let mut guards = Vec::new();
             // One factor must be the same in each half (and known where
             // the other varies).
@@ -389,6 +441,7 @@ fn lane_offsets(s: &Shape, r: u8, signed: bool, guards: &mut Vec<NoWrap>) -> Opt
         guards.push(NoWrap {
             what: Probe::Reg(r),
             signed,
+            whole: false,
             min: [s.range(0).0, s.range(1).0],
             max: [s.range(0).1, s.range(1).1],
         });
@@ -439,6 +492,7 @@ fn split(
         guards.push(NoWrap {
             what: Probe::Result,
             signed: false,
+            whole: false,
             min: [range(0).0, range(1).0],
             max: [range(0).1, range(1).1],
         });
@@ -449,6 +503,58 @@ fn split(
         known: None,
     };
     Some((vec![lo, hi], guards))
+}
+
+/// The offsets of every lane of a 32-bit operand from lane 0 as exact
+/// integers, if no lane wraps (a condition recorded in `guards` unless
+/// they are all 0); `None` if the halves are not linked.
+fn whole_offsets(s: &Shape, r: u8, signed: bool, guards: &mut Vec<NoWrap>) -> Option<[i128; L]> {
+    let w = s.whole()?;
+    if w != [0; L] {
+        let (min, max) = (w.iter().copied().min()?, w.iter().copied().max()?);
+        guards.push(NoWrap {
+            what: Probe::Reg(r),
+            signed,
+            whole: true,
+            min: [min, min],
+            max: [max, max],
+        });
+    }
+    Some(w.map(i128::from))
+}
+
+/// [`whole_offsets`] of the 64-bit pair `lo:hi`: the high word must be
+/// the same in every lane.
+fn whole_wide(lo: &Shape, hi: &Shape, r: u8, guards: &mut Vec<NoWrap>) -> Option<[i128; L]> {
+    if !hi.is_uniform() {
+        return None;
+    }
+    whole_offsets(lo, r, false, guards)
+}
+
+/// [`split`] for offsets `d` from lane 0: the high word is the same in
+/// every lane if no lane's low word carries or borrows.
+fn split_whole(d: [i128; L], mut guards: Vec<NoWrap>) -> Option<(Vec<Shape>, Vec<NoWrap>)> {
+    if d.iter().any(|&x| x.unsigned_abs() >= 1 << 40) {
+        return None;
+    }
+    let lo = Shape {
+        k: std::array::from_fn(|l| (d[l] - d[l & 16]) as u32),
+        link: Some((d[16] - d[0]) as u32),
+        known: None,
+    };
+    if d != [0; L] {
+        let min = d.iter().copied().min()? as i64;
+        let max = d.iter().copied().max()? as i64;
+        guards.push(NoWrap {
+            what: Probe::Result,
+            signed: false,
+            whole: true,
+            min: [min, min],
+            max: [max, max],
+        });
+    }
+    Some((vec![lo, Shape::uniform(None)], guards))
 }
 
 /// The shapes of the special registers in a launch whose workgroup

@@ -20,7 +20,17 @@ use std::mem::offset_of;
 const HALF: usize = WARP_SIZE / 2;
 
 /// The offsets of a shape as signed numbers, and each half's range.
-fn offsets(s: &Sv) -> ([i64; WARP_SIZE], [(i64, i64); 2]) {
+/// The lane offsets of `s` and how many bases they are relative to: one
+/// (lane 0's, for every lane) where `one` allows and the halves are
+/// linked, else each half's. With each group's range.
+fn offsets(s: &Sv, one: bool) -> ([i64; WARP_SIZE], [(i64, i64); 2], usize) {
+    if let Some(w) = s.shape.whole().filter(|_| one) {
+        let r = (
+            w.iter().copied().min().unwrap_or(0),
+            w.iter().copied().max().unwrap_or(0),
+        );
+        return (w, [r, r], 1);
+    }
     let k = s.shape.k.map(|k| k as i32 as i64);
     let range = |g: usize| {
         let h = &k[HALF * g..HALF * g + HALF];
@@ -29,7 +39,13 @@ fn offsets(s: &Sv) -> ([i64; WARP_SIZE], [(i64, i64); 2]) {
             h.iter().copied().max().unwrap_or(0),
         )
     };
-    (k, [range(0), range(1)])
+    let (r0, r1) = (range(0), range(1));
+    let halves = if s.base[0] == s.base[1] && r0 == r1 {
+        1
+    } else {
+        2
+    };
+    (k, [r0, r1], halves)
 }
 
 impl Gen<'_, '_> {
@@ -58,18 +74,17 @@ impl Gen<'_, '_> {
             } => (false, v, offset),
             _ => return false,
         };
-        let (k, range) = offsets(lo);
+        let (k, range, halves) = offsets(lo, hi.shape.is_uniform());
         if !hi.shape.per_half()
             || k.iter().any(|&x| x & 3 != 0)
             || range.iter().any(|&(a, b)| b - a > 124)
         {
             return false;
         }
-        let halves = if lo.base[0] == lo.base[1] && hi.base[0] == hi.base[1] && range[0] == range[1]
-        {
-            1
-        } else {
+        let halves = if halves == 1 && hi.base[0] != hi.base[1] && !hi.shape.is_uniform() {
             2
+        } else {
+            halves
         };
         let (fast, slow, cont) = (
             self.b.create_block(),
@@ -184,15 +199,10 @@ impl Gen<'_, '_> {
             } => (false, v, offset),
             _ => return false,
         };
-        let (k, range) = offsets(a);
+        let (k, range, halves) = offsets(a, true);
         if k.iter().any(|&x| x & 3 != 0) {
             return false;
         }
-        let halves = if a.base[0] == a.base[1] && range[0] == range[1] {
-            1
-        } else {
-            2
-        };
         let (fast, slow, cont) = (
             self.b.create_block(),
             self.b.create_block(),

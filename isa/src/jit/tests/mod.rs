@@ -41,6 +41,9 @@ impl Rng {
 
 const RW: u64 = 0x1_0000_0000;
 const RO: u64 = RW + PAGE_SIZE;
+/// Two writable pages across a 4 GiB boundary: addresses whose low words
+/// wrap from lane to lane.
+const WRAP: u64 = 0x2_0000_0000 - PAGE_SIZE;
 /// Registers the random body writes; r20..r23 are address temporaries,
 /// r24..r27 the buffer pairs, r28 the loop counter.
 const BODY_REGS: u32 = 20;
@@ -529,10 +532,13 @@ fn memory(seed: u64) -> SparseMemory {
     let mut m = SparseMemory::new();
     m.map(RW, PAGE_SIZE, true);
     m.map(RO, PAGE_SIZE, false);
+    m.map(WRAP, 2 * PAGE_SIZE, true);
     let mut r = Rng(seed);
     let words: Vec<u32> = (0..PAGE_SIZE / 4).map(|_| r.next() as u32).collect();
     m.write_u32s(RW, &words).unwrap();
     m.write_u32s(RO, &words).unwrap();
+    m.write_u32s(WRAP, &words).unwrap();
+    m.write_u32s(WRAP + PAGE_SIZE, &words).unwrap();
     m
 }
 
@@ -575,7 +581,12 @@ fn check_module(m: Module, wg: [u32; 3], r: &mut Rng, seed: u64) {
     let code = Arc::clone(jit.kernel(0).expect("every valid kernel compiles"));
     let mut args = Vec::new();
     args.extend_from_slice(&RW.to_le_bytes());
-    let other = if r.coin(50) { RO } else { RO + PAGE_SIZE };
+    let other = match r.below(3) {
+        0 => RO,
+        1 => RO + PAGE_SIZE,
+        // Lanes' addresses cross 4 GiB.
+        _ => WRAP + PAGE_SIZE - 64,
+    };
     args.extend_from_slice(&other.to_le_bytes());
     let launch = Arc::new(Launch::by_index(&m, 0, [2, 1, 1], wg, args, 0).unwrap());
     let mem_seed = r.next();
@@ -632,6 +643,7 @@ fn check_module(m: Module, wg: [u32; 3], r: &mut Rng, seed: u64) {
     let all = |m: &SparseMemory| {
         let mut v = m.read_u32s(RW, (PAGE_SIZE / 4) as usize).unwrap();
         v.extend(m.read_u32s(RO, (PAGE_SIZE / 4) as usize).unwrap());
+        v.extend(m.read_u32s(WRAP, (2 * PAGE_SIZE / 4) as usize).unwrap());
         v
     };
     assert_eq!(all(&mi), all(&mj), "memory, seed {seed}");

@@ -73,7 +73,7 @@ fn shaped_op(r: &mut Rng) -> Op {
 fn address_offset(r: &mut Rng, v: &mut Vec<Instruction>, in_loop: bool) {
     let s = sreg(r);
     let t = r.pick(&[0u8, 1, 3, 2, s]);
-    match r.below(4) {
+    match r.below(5) {
         0 => v.push(u(bin(BinOp::Shl, 20, t, imm(2)))),
         1 => {
             // row * width + column
@@ -91,6 +91,26 @@ fn address_offset(r: &mut Rng, v: &mut Vec<Instruction>, in_loop: bool) {
             v.push(u(bin(BinOp::Shl, 20, 20, imm(2))));
         }
         2 => v.push(u(bin(BinOp::Mul, 20, t, imm(r.pick(&[4, 8, 12]))))),
+        3 => {
+            // A row stride known only at run time (the warp index): the
+            // halves' bases are unrelated; sometimes near wrapping.
+            v.push(u(Op::Tri {
+                op: TriOp::Mad,
+                d: Reg(20),
+                a: Reg(2),
+                b: Reg(5),
+                c: Reg(t),
+            }));
+            v.push(u(bin(BinOp::Shl, 20, 20, imm(2))));
+            if r.coin(40) {
+                v.push(u(bin(
+                    BinOp::Add,
+                    20,
+                    20,
+                    imm(r.pick(&[0xffff_ffc0, 0x7fff_fff0])),
+                )));
+            }
+        }
         _ => {
             // Something that may wrap or run far: run-time checks fail.
             v.push(u(bin(BinOp::Shl, 20, t, imm(2))));
@@ -109,7 +129,7 @@ fn address_offset(r: &mut Rng, v: &mut Vec<Instruction>, in_loop: bool) {
 
 fn global_op(r: &mut Rng, v: &mut Vec<Instruction>, in_loop: bool) {
     address_offset(r, v, in_loop);
-    let base = if r.coin(85) { 24 } else { 26 };
+    let base = if r.coin(60) { 24 } else { 26 };
     if r.coin(50) {
         v.push(u(Op::Mov {
             d: Reg(21),

@@ -329,17 +329,23 @@ pub(crate) fn analyse(
             }
         }
     }
+    // Only facts about registers a block may read before writing them are
+    // worth assuming (and checking on entry).
+    let live = liveness(code, blocks, &succ, nregs);
     let hot: Vec<Option<Vec<Fact>>> = if changed {
         // No fixed point within the bound: no hot versions.
         vec![None; n]
     } else {
         spec.into_iter()
             .zip(&cold)
-            .map(|(s, c)| {
+            .zip(&live)
+            .map(|((s, c), &live)| {
                 let mut f = s?;
-                for (x, c) in f.iter_mut().zip(c) {
-                    // Both hold: the stronger.
-                    if Shape::implies(c, x) {
+                for (r, (x, c)) in f.iter_mut().zip(c).enumerate() {
+                    if live >> r & 1 == 0 {
+                        *x = c.clone();
+                    } else if Shape::implies(c, x) {
+                        // Both hold: the stronger.
                         *x = c.clone();
                     }
                 }
@@ -348,4 +354,56 @@ pub(crate) fn analyse(
             .collect()
     };
     BlockFacts { cold, hot }
+}
+
+/// Per block: the registers (bit `r`) it or a block after it may read
+/// before writing them in every lane.
+fn liveness(
+    code: &[Instruction],
+    blocks: &Blocks,
+    succ: &[Vec<(usize, bool)>],
+    nregs: usize,
+) -> Vec<u64> {
+    let n = blocks.list.len();
+    let all = if nregs >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << nregs) - 1
+    };
+    // Per block: read before written, and written (unguarded) at all.
+    let (mut uses, mut defs) = (vec![0u64; n], vec![0u64; n]);
+    for (b, &(s, e)) in blocks.list.iter().enumerate() {
+        for pc in s..e {
+            let Some(inst) = code.get(pc as usize) else {
+                break;
+            };
+            for (r, _) in analysis::reads(&inst.op) {
+                if r < 64 && defs[b] >> r & 1 == 0 {
+                    uses[b] |= 1 << r;
+                }
+            }
+            if inst.guard == Guard::ALWAYS {
+                let (d, k) = analysis::writes(&inst.op);
+                for r in d..d.saturating_add(k) {
+                    if r < 64 {
+                        defs[b] |= 1 << r;
+                    }
+                }
+            }
+        }
+    }
+    let mut live = vec![0u64; n];
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for b in (0..n).rev() {
+            let out = succ[b].iter().fold(0u64, |m, &(t, _)| m | live[t]);
+            let new = (uses[b] | (out & !defs[b])) & all;
+            if new != live[b] {
+                live[b] = new;
+                changed = true;
+            }
+        }
+    }
+    live
 }

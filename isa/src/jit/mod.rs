@@ -1,33 +1,44 @@
 //! The JIT: kernels compiled to native code with Cranelift.
 //!
 //! A module is compiled once ([`JitModule::compile`], or through a
-//! [`JitCache`] keyed by the module image); each kernel becomes one native
-//! function that runs **one warp** on exactly the state the interpreter
-//! uses (`exec::Warp`: registers as `[u32; 32]` per register, predicate
-//! masks, per-lane PCs, the active group, the clock). The compute unit's
-//! scheduler (warp rotation, quantum, budget, cancel flag, barriers) stays
-//! the interpreter's; only the inner warp loop is replaced. So the two
-//! engines are interchangeable at every `run` call: a workgroup preempted
-//! on one resumes on the other.
+//! [`JitCache`] keyed by the module image), and each kernel again for the
+//! workgroup shape of a launch when the first launch of that shape starts
+//! ([`JitKernel::for_shape`]: thread ids have known lane offsets per
+//! shape). A kernel's code is one native function that runs **one warp**
+//! on exactly the state the interpreter uses (`exec::Warp`: registers as
+//! `[u32; 32]` per register, predicate masks, per-lane PCs, the active
+//! group, the clock). The compute unit's scheduler (warp rotation,
+//! quantum, budget, cancel flag, barriers) stays the interpreter's
+//! (`WorkgroupExec::schedule`); only the inner warp loop is replaced. So
+//! the two engines are interchangeable at every `run` call: a workgroup
+//! preempted on one resumes on the other.
 //!
 //! # Code shape
 //!
 //! The kernel's basic blocks (split after every `bra`, `exit`, `bar`,
-//! `trap` and at every branch target) are native blocks. A block runs only
-//! if the warp's remaining instruction budget covers all of it; otherwise
-//! the generated code returns and the interpreter runs the exact remaining
-//! count, so budgets, `%clock`, preemption points and statistics are the
-//! interpreter's to the instruction. Lane-local instructions (ALU, fp32,
-//! conversions, comparisons, `sel`, `mov`, `s2r`, `ldarg`, 64-bit address
-//! arithmetic) run in regions over the warp's eight 4-lane chunks with
-//! registers in SIMD registers; 32-bit global loads and stores of a full
-//! warp of consecutive words hit a per-run software TLB entry (one for
-//! reads, one for writes) checked inline, and 32-bit shared-memory accesses
-//! are bounds-checked inline. Everything else — other widths, misses,
-//! atomics, shuffles, votes, barriers, traps, the rarer ALU operations —
-//! executes as one interpreter step on the same state (`runtime.rs`), so it
-//! has the interpreter's semantics by construction: faults keep their VA,
-//! lane and PC, a miss refills the TLB entry from the memory's
+//! `trap` and at every branch target) are native blocks (`blocks.rs`). A
+//! block runs only if the warp's remaining instruction budget covers all
+//! of it; otherwise the generated code returns and the interpreter runs
+//! the exact remaining count, so budgets, `%clock`, preemption points and
+//! statistics are the interpreter's to the instruction. Each block has a
+//! version for any active group and versions for a full warp, which know
+//! at compile time which registers are uniform or a uniform value plus
+//! per-lane constants (`shape.rs`, `facts.rs`) and compute those as
+//! scalars at the block's start (`scalar.rs`). Lane-local instructions
+//! (ALU, fp32, conversions, comparisons, `sel`, `mov`, `s2r`, `ldarg`,
+//! 64-bit address arithmetic) run in regions over the warp's eight 4-lane
+//! chunks with registers in SIMD registers (`lanes.rs`); every register a
+//! block writes is in the register file when the block ends. 32-bit
+//! global loads and stores go through a software TLB entry per
+//! instruction, checked inline, and 32-bit shared-memory accesses are
+//! bounds-checked inline: once per half-warp (or warp) for a shaped
+//! address (`shaped.rs`), lane by lane otherwise (`memory.rs`).
+//! Everything else — other widths, misses, atomics, shuffles, votes,
+//! barriers, traps, the rarer ALU operations, and any block whose
+//! run-time conditions fail — executes as interpreter steps on the same
+//! state (`runtime.rs`), so it has the interpreter's semantics by
+//! construction: faults keep their VA, lane and PC, a miss refills the TLB
+//! entry from the memory's
 //! [`GlobalMemory::direct_page`](crate::mem::GlobalMemory::direct_page).
 //! Divergence follows the min-PC rule: a divergent branch or an exit
 //! hands the active group to the interpreter's rescheduling, and the

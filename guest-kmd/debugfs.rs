@@ -21,6 +21,9 @@
 //!   `1`): the reset ladder's device reset.
 //! * `sanitizer`: the device sanitizer's reports (counts, the last ones);
 //!   `sanitizer_plant` (write a name): commit one driver bug on purpose.
+//! * `trace`: the driver's trace buffer as text ([`crate::ktrace`]);
+//!   `trace_ctl` (write `on [N]`, `off`, `clear`, `sync`): start it (N
+//!   records), stop it, empty it, take a clock-sync sample.
 //! * Test only, in a module built for the debug kernel (KASAN):
 //!   `selftest_bug` (write a bug's name): the planted bugs of selftest.rs
 //!   that prove the checkers report.
@@ -116,6 +119,8 @@ pub(crate) fn create(
             dir.read_callback_file(c"ras", v, &show_ras);
             dir.read_callback_file(c"sanitizer", v, &show_sanitizer);
             dir.write_only_callback_file(c"sanitizer_plant", v, &write_sanitizer_plant);
+            dir.read_callback_file(c"trace", v, &show_trace);
+            dir.write_only_callback_file(c"trace_ctl", v, &write_trace_ctl);
             // Test only: the debug kernel's planted bugs (selftest.rs).
             #[cfg(CONFIG_KASAN)]
             dir.write_only_callback_file(c"selftest_bug", v, &write_selftest_bug);
@@ -327,6 +332,40 @@ fn write_sanitizer_plant(v: &Arc<Vgpu>, r: &mut kernel::uaccess::UserSliceReader
     let p = crate::gpu::sanlog::Plant::parse(&buf[..n])?;
     v.gpu.plant(p);
     Ok(())
+}
+
+/// The driver's trace buffer, oldest record first.
+fn show_trace(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    v.hw.trace.show(f)
+}
+
+/// `on [N]` (N records, default [`crate::ktrace::DEFAULT_RECORDS`]),
+/// `off`, `clear` or `sync`.
+fn write_trace_ctl(v: &Arc<Vgpu>, r: &mut kernel::uaccess::UserSliceReader) -> Result {
+    let mut buf = [0u8; 32];
+    let n = r.len().min(buf.len());
+    r.read_slice(&mut buf[..n])?;
+    let text = core::str::from_utf8(&buf[..n]).map_err(|_| EINVAL)?;
+    let mut words = text.split_whitespace();
+    match (words.next(), words.next(), words.next()) {
+        (Some("on"), size, None) => {
+            let records = match size {
+                Some(w) => w.parse::<usize>().map_err(|_| EINVAL)?,
+                None => crate::ktrace::DEFAULT_RECORDS,
+            };
+            v.trace_on(records)
+        }
+        (Some("off"), None, None) => {
+            v.hw.trace.disable();
+            Ok(())
+        }
+        (Some("clear"), None, None) => {
+            v.hw.trace.clear();
+            Ok(())
+        }
+        (Some("sync"), None, None) => v.hw.sync_clock(),
+        _ => Err(EINVAL),
+    }
 }
 
 /// Retired pages and quarantined objects.

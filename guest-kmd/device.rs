@@ -205,6 +205,36 @@ impl Vgpu {
         san.declare(ranges).map(Some)
     }
 
+    /// Starts the driver's trace at probe when `trace_records` asks for it,
+    /// with a first clock sync. A trace that cannot start (no memory, the
+    /// sync refused) is reported and the driver runs without it.
+    pub(crate) fn start_trace(&self) {
+        let n = crate::params::trace_records();
+        if n == 0 {
+            return;
+        }
+        if let Err(e) = self.trace_on(n) {
+            dev_warn!(
+                self.hw.pdev(),
+                "trace_records={}: tracing not started (error {})\n",
+                n,
+                e.to_errno()
+            );
+        }
+    }
+
+    /// Starts (or continues) the driver's trace into `records` records and
+    /// takes a clock sync (debugfs `trace_ctl on`).
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` (no buffer); the errno of a failed `TIME_QUERY` (tracing
+    /// is on, without that sample).
+    pub(crate) fn trace_on(&self, records: usize) -> Result {
+        self.hw.trace.enable(records)?;
+        self.hw.sync_clock()
+    }
+
     /// Starts the hang watchdog.
     ///
     /// # Errors
@@ -424,6 +454,10 @@ impl Periodic for Vgpu {
         if self.hw.heartbeat() {
             self.gpu.device_gone();
             return;
+        }
+        // While tracing, a clock sync every second: the fit follows drift.
+        if self.hw.trace.sync_due() {
+            let _ = self.hw.sync_clock();
         }
         self.gpu.hang_check();
         self.gpu.publish_dumps();

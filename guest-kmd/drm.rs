@@ -17,6 +17,10 @@
 //!   looked up here.
 //! * `QUERY_STATS`: [`crate::stats`].
 //! * `SAN_REPORT`: the device sanitizer's reports ([`crate::gpu::sanitizer`]).
+//! * `UQ_CREATE`, `UQ_KICK`: user-mode queues ([`crate::gpu::uqctl`]).
+//!
+//! Every handler runs inside [`traced`] (the table's macro wraps it): its
+//! entry and exit are in the driver's trace buffer when that is on.
 //!
 //! The render node advertises DRM sync objects (binary and timeline), so the
 //! generic `DRM_IOCTL_SYNCOBJ_*` ioctls work on it, and PRIME works through
@@ -131,6 +135,39 @@ const INFO: drm::DriverInfo = drm::DriverInfo {
     desc: c"vgpu virtual GPU",
 };
 
+/// `declare_drm_ioctls!` with every handler wrapped in [`traced`]: entry
+/// and exit, with the return code, in the driver's trace buffer.
+macro_rules! traced_drm_ioctls {
+    ($(($cmd:ident, $struct:ident, $flags:expr, $func:expr)),* $(,)?) => {
+        kernel::declare_drm_ioctls! {
+            $(($cmd, $struct, $flags, |dev, args, file| {
+                traced(dev, ::core::stringify!($cmd), || $func(dev, args, file))
+            })),*
+        }
+    };
+}
+
+/// Runs ioctl handler `f`, traced as `name` when the driver's trace is on
+/// (one relaxed load otherwise).
+fn traced<T: Copy + TryInto<i64>>(
+    dev: &VgpuDrmDevice,
+    name: &'static str,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let trace = &dev.vgpu.hw.trace;
+    if !trace.on() {
+        return f();
+    }
+    trace.ioctl_enter(name);
+    let r = f();
+    let ret = match &r {
+        Ok(v) => (*v).try_into().unwrap_or(i64::MAX),
+        Err(e) => i64::from(e.to_errno()),
+    };
+    trace.ioctl_exit(name, ret);
+    r
+}
+
 #[vtable]
 impl drm::Driver for VgpuDrm {
     type Data = DrmData;
@@ -142,7 +179,7 @@ impl drm::Driver for VgpuDrm {
     const FEAT_SYNCOBJ: bool = true;
     const FEAT_SYNCOBJ_TIMELINE: bool = true;
 
-    kernel::declare_drm_ioctls! {
+    traced_drm_ioctls! {
         (VGPU_GET_PARAM, drm_vgpu_get_param, ioctl::RENDER_ALLOW, VgpuFile::get_param),
         (VGPU_PING, drm_vgpu_ping, ioctl::RENDER_ALLOW, VgpuFile::ping),
         (VGPU_GEM_CREATE, drm_vgpu_gem_create, ioctl::RENDER_ALLOW, VgpuFile::gem_create),
@@ -158,6 +195,8 @@ impl drm::Driver for VgpuDrm {
         (VGPU_FENCE_EXPORT, drm_vgpu_fence_export, ioctl::RENDER_ALLOW, VgpuFile::fence_export),
         (VGPU_VM_BIND_OPS, drm_vgpu_vm_bind_ops, ioctl::RENDER_ALLOW, VgpuFile::vm_bind_ops),
         (VGPU_SAN_REPORT, drm_vgpu_san_report, ioctl::RENDER_ALLOW, VgpuFile::san_report),
+        (VGPU_UQ_CREATE, drm_vgpu_uq_create, ioctl::RENDER_ALLOW, VgpuFile::uq_create),
+        (VGPU_UQ_KICK, drm_vgpu_uq_kick, ioctl::RENDER_ALLOW, VgpuFile::uq_kick),
     }
 }
 
@@ -380,6 +419,22 @@ impl VgpuFile {
         args.error_depth = at.depth;
         args.san_reports = q.san_reports;
         args.san_last_seq = q.san_last_seq;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_VGPU_UQ_CREATE`.
+    fn uq_create(
+        dev: &VgpuDrmDevice,
+        args: &mut uapi::drm_vgpu_uq_create,
+        file: &File,
+    ) -> Result<u32> {
+        args.ctx_id = dev.vgpu.gpu.uq_create(&file.inner().client, args)?;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_VGPU_UQ_KICK`.
+    fn uq_kick(dev: &VgpuDrmDevice, args: &mut uapi::drm_vgpu_uq_kick, file: &File) -> Result<u32> {
+        dev.vgpu.gpu.uq_kick(&file.inner().client, args)?;
         Ok(0)
     }
 

@@ -11,7 +11,8 @@
 //! * [`flush_work`]: `flush_work()` (the workqueue abstraction has none).
 //! * [`send_wedged_uevent`]: DRM's `WEDGED=` uevent on a device's DRM nodes.
 //! * [`monotonic_ns`]: `ktime_get()` as nanoseconds; [`total_ram_bytes`]:
-//!   `si_meminfo()`.
+//!   `si_meminfo()`; [`current_ids`]: the current thread's process and
+//!   thread ids (`task_tgid_nr_ns`, `__task_pid_nr_ns`).
 //! * [`ModuleRef`]: a reference on this module (`try_module_get`).
 //! * [`publish_coredump`], [`remove_coredump`], [`DumpSlot`]: devcoredumps
 //!   (`dev_coredumpm`, `dev_coredump_put`; not in the bindings).
@@ -304,6 +305,31 @@ pub(crate) fn total_ram_bytes() -> u64 {
 pub(crate) fn monotonic_ns() -> u64 {
     // SAFETY: `ktime_get` may be called from any context but NMI.
     u64::try_from(unsafe { bindings::ktime_get() }).unwrap_or(0)
+}
+
+/// The current task's thread group and thread ids, as the guest's
+/// processes see them (`getpid`, `gettid` in the initial namespace).
+///
+/// The thread id goes through `__task_pid_nr_ns` rather than the Rust
+/// `Task::pid`, which reads the `pid` field through the generated
+/// `task_struct` layout (it read 0 on the pinned kernel).
+pub(crate) fn current_ids() -> (u32, u32) {
+    let t = kernel::current!();
+    let tgid = t.tgid_nr_ns(None);
+    // SAFETY: `t` is the running task, alive for the call;
+    // `__task_pid_nr_ns` accepts any live task and, with a null namespace,
+    // uses the caller's active one.
+    let tid = unsafe {
+        bindings::__task_pid_nr_ns(
+            t.as_ptr(),
+            bindings::pid_type_PIDTYPE_PID,
+            core::ptr::null_mut(),
+        )
+    };
+    (
+        u32::try_from(tgid).unwrap_or(0),
+        u32::try_from(tid).unwrap_or(0),
+    )
 }
 
 // ---------------------------------------------------------------- modules

@@ -22,6 +22,7 @@ pub(crate) struct Params {
     pub(crate) file_gem_limit_mib: u32,
     pub(crate) ras_max_pages: u32,
     pub(crate) coredump: u32,
+    pub(crate) trace_records: u32,
 }
 
 /// The defaults of the `module!` declaration.
@@ -36,6 +37,7 @@ const DEFAULTS: Params = Params {
     file_gem_limit_mib: 0,
     ras_max_pages: 16,
     coredump: 1,
+    trace_records: 0,
 };
 
 static PARAMS: SetOnce<Params> = SetOnce::new();
@@ -79,6 +81,12 @@ pub(crate) fn ban_window_ms() -> u32 {
 /// engine error (and ask the device for a capture at a hang).
 pub(crate) fn coredump() -> bool {
     get().coredump != 0
+}
+
+/// `trace_records`: the driver's trace buffer from probe on, this many
+/// records (clamped by [`crate::ktrace`]); 0 (the default): off.
+pub(crate) fn trace_records() -> usize {
+    get().trace_records as usize
 }
 
 /// `force_intx`: use the legacy INTx interrupt even if MSI-X is available.

@@ -101,6 +101,12 @@ pub(crate) fn snapshot(gpu: &Gpu, out: &mut KVec<CtxSnapshot>) -> Result<KmdCoun
             submitted[e] = r.next_seqno - 1;
             completed[e] = r.completed.max(fence.min(submitted[e]));
         }
+        // A user-mode queue: the KMD submits nothing; its ring's last fence.
+        if let Some(q) = &c.uq {
+            if let (Some(m), Some(done)) = (mem, completed.get_mut(q.engine)) {
+                *done = m.status(i as u32, q.engine).last_fence;
+            }
+        }
         out.push(
             CtxSnapshot {
                 hw: i as u32,
@@ -108,7 +114,7 @@ pub(crate) fn snapshot(gpu: &Gpu, out: &mut KVec<CtxSnapshot>) -> Result<KmdCoun
                 client: c.client.clone(),
                 pid: c.pid,
                 priority: c.priority,
-                engines: c.engine_mask,
+                engines: c.engine_mask | c.uq.as_ref().map_or(0, |q| 1 << q.engine),
                 reset_status: c.reset_status,
                 state: c.state_bits(),
                 hangs: c.hangs,
@@ -143,6 +149,9 @@ fn counters(r: &StatsReply) -> uapi::drm_vgpu_counters {
         fences: r.fences,
         tlb_hits: r.tlb_hits,
         tlb_misses: r.tlb_misses,
+        workgroups: r.workgroups,
+        lane_ops: r.lane_ops,
+        cycles: r.cycles,
     }
 }
 
@@ -156,6 +165,9 @@ const ZERO: uapi::drm_vgpu_counters = uapi::drm_vgpu_counters {
     fences: 0,
     tlb_hits: 0,
     tlb_misses: 0,
+    workgroups: 0,
+    lane_ops: 0,
+    cycles: 0,
 };
 
 /// `c` as the uAPI's `struct drm_vgpu_ctx_stats`.
@@ -322,8 +334,9 @@ pub(crate) fn show(v: &Vgpu, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Res
     for (name, k) in rows {
         writeln!(
                 f,
-                "{} busy_ns {} packets {} bytes {} faults {} errors {} resets {} fences {} tlb_hits {} tlb_misses {}",
-                name, k.busy_ns, k.packets, k.bytes, k.faults, k.errors, k.resets, k.fences, k.tlb_hits, k.tlb_misses
+                "{} busy_ns {} packets {} bytes {} faults {} errors {} resets {} fences {} tlb_hits {} tlb_misses {} workgroups {} lane_ops {} cycles {}",
+                name, k.busy_ns, k.packets, k.bytes, k.faults, k.errors, k.resets, k.fences, k.tlb_hits, k.tlb_misses,
+                k.workgroups, k.lane_ops, k.cycles
             )?;
     }
     let mut ctxs = KVec::new();

@@ -54,6 +54,7 @@ mod ffi_sync;
 mod file;
 mod gem;
 mod gpu;
+mod ktrace;
 mod pagetable;
 mod params;
 mod ptpool;
@@ -183,6 +184,10 @@ module! {
             default: 1,
             description: "Non-zero: a devcoredump for every hang, aborted fault and engine error (0: none, and no device capture at a hang)",
         },
+        trace_records: u32 {
+            default: 0,
+            description: "Non-zero: trace the driver from probe into a buffer of this many records (64..=262144; debugfs trace, trace_ctl)",
+        },
     },
 }
 
@@ -211,6 +216,7 @@ impl kernel::InPlaceModule for VgpuModule {
             file_gem_limit_mib: *module_parameters::file_gem_limit_mib.value(),
             ras_max_pages: *module_parameters::ras_max_pages.value(),
             coredump: *module_parameters::coredump.value(),
+            trace_records: *module_parameters::trace_records.value(),
         });
         try_pin_init!(Self {
             _debugfs: debugfs::Root::create(),
@@ -328,6 +334,7 @@ impl Binding {
                 .hw
                 .bring_up(pdev, &vgpu, params::force_intx(), &mut irqs)?;
             vgpu.init_memory(pdev.as_ref())?;
+            vgpu.start_trace();
             vgpu.start_watchdog()?;
             let dir = debugfs::create(pdev, &vgpu)?;
             let bos = drm::register(pdev, &vgpu)?;

@@ -346,6 +346,20 @@ if selected "$name"; then
     else result "$name" 1; fi
 fi
 
+# --- User-mode queues: UQ_CREATE's checks, work published through the doorbell block with no ioctl, the
+#     device's sleep and UQ_KICK, WAIT, a fault and an unbound doorbell block (DOORBELL_FAULT); a hung queue
+#     reset and suspended, an innocent one restarted by a device reset; nothing left behind.
+name=kmd-uq
+if selected "$name"; then
+    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=1000" run 'vgpu-kmd-test uq uq-hang; grep -E "^(contexts|bos|mappings|pt_pool_used) " /sys/kernel/debug/vgpu/*/objects; dmesg | grep -v "Kernel command line\|vgpurun=\|vgpukmd=\|DMA-API: preallocated\|DMA-API: debugging enabled" | grep -E "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problem: /"; echo dmesg-checked'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
+    elif want "^(contexts|bos|mappings|pt_pool_used) [1-9]"; then result "$name" 0 "objects left after close"
+    elif ! want "^dmesg-checked$" || want "^dmesg-problem:"; then result "$name" 0 "warnings in dmesg"
+    else result "$name" 1; fi
+fi
+
 # --- Fence interrupts that go wrong (injected by the device): a dropped interrupt is reported while the ring
 #     lives on and never blocks a waiter; duplicate and early events are not believed twice; a doorbell the
 #     device refuses is rung again; a fence never written is reported when a later one's event jumps over it.
@@ -566,14 +580,17 @@ fi
 
 # --- The UMD API end to end: memory and pools (no reuse before the fence), copies, memsets, batching, events and
 #     cross-stream semaphore waits, invalid arguments and use after destroy, threads and streams, sticky loss on a
-#     page fault and on a hang, launches.
+#     page fault and on a hang, launches. Generation 2 runs it again with the streams on user-mode queues
+#     (VGPU_SUBMIT=user: batches published through doorbell blocks, no SUBMIT).
 for g in 1 2; do
     name=umd-api-gen$g
     selected "$name" || continue
-    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=1000" run 'vgpu-umd-test'
+    cmd='vgpu-umd-test'; runs=1
+    [ "$g" = 2 ] && { cmd='vgpu-umd-test; echo "== user-mode queues"; VGPU_SUBMIT=user vgpu-umd-test'; runs=2; }
+    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=1000" run "$cmd"
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
-    elif ! want "^umd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
+    elif [ "$(grep -cE "^umd-test: [0-9]+ passed, 0 failed$" <<<"$case_out")" != "$runs" ]; then result "$name" 0 "no summary"
     else result "$name" 1; fi
 done
 
@@ -619,6 +636,61 @@ if selected "$name"; then
     elif [ ! -s "$rec" ]; then result "$name" 0 "no record written"
     elif [ $rrc -ne 0 ] || ! grep -q '^result: reproduced' "$logdir/$name.replay"; then
         result "$name" 0 "the replay did not reproduce the session (status $rrc): $(grep -m1 -E '^(divergence|vgpu-replay)' "$logdir/$name.replay")"
+    else result "$name" 1; fi
+fi
+
+# --- One timeline (scripts/timeline): the device's packet trace, the KMD's trace (debugfs trace_ctl/trace) and the UMD's
+#     spans (VGPU_TRACE) of a known workload — vgpu-samples copy (one copy job) and vecadd (copies and a dispatch) —
+#     merged on the guest's clock. Every layer is present; every job written to a ring has its whole chain (UMD submit,
+#     KMD submit, ring write, doorbell, the device receiving it, its first packet, its FENCE, the FENCE event, the KMD
+#     receiving it, the fence signalled) and it is in causal order on the one clock, whose bounds are consistent; the
+#     file passes vgpu-timeline's strict format check, and, when node and npm are at hand, Chrome DevTools' trace engine
+#     parses it into the same slices (the package is installed into the cache on first use).
+name=timeline
+if selected "$name"; then
+    cargo build --quiet --release --manifest-path "$repo/Cargo.toml" -p vgpu-timeline || exit 1
+    t0=$(date +%s.%N)
+    tl=$logdir/$name/timeline.json
+    tl_args=()
+    [ "$sanitize" = 1 ] && tl_args+=(--vm-arg --device-arg --vm-arg --sanitize)
+    for a in ${VGPU_E2E_DEVICE_ARGS:-}; do tl_args+=(--vm-arg --device-arg --vm-arg "$a"); done
+    case_out=$("$repo/scripts/timeline" --no-build --out "$tl" --keep "$logdir/$name" "${tl_args[@]}" \
+        'vgpu-samples copy; vgpu-samples vecadd' 2>"$logdir/$name.stderr"); case_rc=$?
+    # Where result() looks for the device's sanitizer reports.
+    ln -sf vm/device.log "$logdir/$name/device.log"
+    "$repo/target/release/vgpu-timeline" check "$tl" > "$logdir/$name.check" 2>&1; crc=$?
+    case_secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+    printf '%s\n' "$case_out" > "$logdir/$name.out"
+    jobs_line=$(grep -m1 '^jobs: ' <<<"$case_out")
+    read -r written complete ordered < <(sed -E 's/^jobs: ([0-9]+) written to rings, ([0-9]+) with the whole chain.*, ([0-9]+) of them ordered.*/\1 \2 \3/' <<<"${jobs_line:-jobs: 0 written to rings, 0 with the whole chain, 0 of them ordered}")
+    slices_of() { sed -nE "s/^process [0-9]+ '$1[^']*': [0-9]+ tracks, ([0-9]+) slices$/\\1/p" "$logdir/$name.check" | head -1; }
+    umd_slices=$(slices_of 'UMD vgpu-samples'); kmd_slices=$(slices_of 'vgpu.ko'); dev_slices=$(slices_of 'vgpu device')
+    total_slices=$(sed -nE 's/^check: [0-9]+ events, ([0-9]+) slices, .*/\1/p' "$logdir/$name.check")
+    # Chrome DevTools' trace engine, an independent parser, when it can be had.
+    devtools="not run (no node or npm)"; dtrc=0
+    if command -v node >/dev/null && command -v npm >/dev/null; then
+        nm=${VGPU_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/vgpu}/node-trace-engine
+        if [ -d "$nm/node_modules/@paulirish/trace_engine" ] || npm install --silent --no-audit --no-fund --prefix "$nm" @paulirish/trace_engine@0.0.65 >"$logdir/$name.npm" 2>&1; then
+            NODE_PATH=$nm/node_modules node "$repo/scripts/lib/devtools-trace-check.mjs" "$tl" > "$logdir/$name.devtools" 2>&1; dtrc=$?
+            devtools=$(tail -1 "$logdir/$name.devtools")
+        else
+            devtools="not run (npm install failed: $(tail -1 "$logdir/$name.npm"))"
+        fi
+    fi
+    dt_entries=$(sed -nE 's/^devtools: .* ([0-9]+) entries$/\1/p' <<<"$devtools")
+    grep -E '^(clock|jobs|example):' <<<"$case_out" | sed 's/^/     /'
+    printf '     %s\n     %s\n' "$(tail -1 "$logdir/$name.check")" "$devtools"
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif [ "$(grep -cE '^(copy|vecadd): ok' <<<"$case_out")" != 2 ]; then result "$name" 0 "the workload did not verify"
+    elif [ $crc -ne 0 ]; then result "$name" 0 "the format check failed: $(grep -m1 '^error' "$logdir/$name.check")"
+    elif [ "${umd_slices:-0}" -eq 0 ] || [ "${kmd_slices:-0}" -eq 0 ] || [ "${dev_slices:-0}" -eq 0 ]; then
+        result "$name" 0 "a layer is missing (UMD ${umd_slices:-0}, KMD ${kmd_slices:-0}, device ${dev_slices:-0} slices)"
+    elif ! grep -q '^clock: .*; consistent, ' <<<"$case_out"; then result "$name" 0 "the clock bounds are inconsistent"
+    elif [ "$written" -lt 4 ] || [ "$complete" != "$written" ] || [ "$ordered" != "$written" ]; then
+        result "$name" 0 "jobs: $written written, $complete complete, $ordered ordered ($(grep -m1 '^misordered' <<<"$case_out"))"
+    elif [ $dtrc -ne 0 ]; then result "$name" 0 "DevTools' trace engine failed: $(tail -2 "$logdir/$name.devtools" | head -1)"
+    elif [ -n "$dt_entries" ] && [ "$dt_entries" != "$total_slices" ]; then
+        result "$name" 0 "DevTools built $dt_entries entries for $total_slices slices"
     else result "$name" 1; fi
 fi
 

@@ -182,6 +182,7 @@ impl Results {
                 self.campaign, self.seed, other.campaign, other.seed
             ));
         }
+        // Dumps: where they are, their replay commands and what they are.
         let key = |r: &RunResult| {
             (
                 r.id.clone(),
@@ -189,7 +190,12 @@ impl Results {
                 r.class.clone(),
                 r.outcome.clone(),
                 r.passed,
-                r.dumps.len(),
+                (
+                    r.dumps.clone(),
+                    r.dump_replays.clone(),
+                    r.dump_kinds.clone(),
+                ),
+                r.replay.clone(),
             )
         };
         let by_index = |rs: &[RunResult]| -> std::collections::BTreeMap<u64, RunResult> {
@@ -200,19 +206,24 @@ impl Results {
             match (a.get(i), b.get(i)) {
                 (Some(x), Some(y)) if key(x) == key(y) => {}
                 (Some(x), Some(y)) => d.push(format!(
-                    "run {i}: {}#{} seed {} {} passed={} dumps={} vs {}#{} seed {} {} passed={} dumps={}",
+                    "run {i}: {}#{} seed {} {} passed={} dumps=[{}] vs {}#{} seed {} {} passed={} dumps=[{}]{}",
                     x.id.scenario,
                     x.id.rep,
                     x.id.seed,
                     x.outcome,
                     x.passed,
-                    x.dumps.len(),
+                    x.dump_kinds.join(", "),
                     y.id.scenario,
                     y.id.rep,
                     y.id.seed,
                     y.outcome,
                     y.passed,
-                    y.dumps.len()
+                    y.dump_kinds.join(", "),
+                    if x.replay == y.replay && x.dump_replays == y.dump_replays {
+                        ""
+                    } else {
+                        "; replay commands differ"
+                    }
                 )),
                 (Some(x), None) => d.push(format!("run {i} ({}) only in the first", x.id.scenario)),
                 (None, Some(y)) => d.push(format!("run {i} ({}) only in the second", y.id.scenario)),
@@ -507,6 +518,7 @@ mod tests {
             sanitizer: Default::default(),
             dumps: vec![],
             dump_replays: vec![],
+            dump_kinds: vec![],
             vm: "fresh".into(),
             vm_boot: 0,
             vm_replaced: None,
@@ -535,6 +547,8 @@ mod tests {
         };
         let mut b = b;
         b.runs[0].dumps = vec!["runs/0001-hang-1/devcoredump-1.txt".into()];
+        b.runs[0].dump_replays = vec!["vgpu-replay runs/0001-hang-1/devcoredump-1.txt".into()];
+        b.runs[0].dump_kinds = vec!["hang engine=0 capture=ok".into()];
         let (shard, merged) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let d = shard.path().join("runs/0001-hang-1");
         std::fs::create_dir_all(&d).unwrap();
@@ -555,15 +569,28 @@ mod tests {
         let mut other = whole.clone();
         other.runs[1].outcome = "silent".into();
         other.runs[2].dumps.clear();
+        other.runs[2].dump_replays.clear();
+        other.runs[2].dump_kinds.clear();
         other.runs.pop();
         let diff = m.differences(&other);
         assert_eq!(diff.len(), 3, "{diff:?}");
         assert!(
             diff[0].starts_with("run 1: ")
                 && diff[0].ends_with(
-                    " dumps=1 vs hang-s#0 seed 7 detected-recovered passed=true dumps=0"
+                    " dumps=[hang engine=0 capture=ok] vs hang-s#0 seed 7 detected-recovered passed=true dumps=[]; replay commands differ"
                 ),
             "{diff:?}"
+        );
+        // The same number of dumps, but another kind, or another replay.
+        let mut kind = whole.clone();
+        kind.runs[2].dump_kinds = vec!["fault engine=0 capture=ok".into()];
+        assert_eq!(m.differences(&kind).len(), 1);
+        let mut replay = whole.clone();
+        replay.runs[0].replay = "other".into();
+        let d = m.differences(&replay);
+        assert!(
+            d.len() == 1 && d[0].ends_with("; replay commands differ"),
+            "{d:?}"
         );
         assert!(
             diff[1].starts_with("run 2: ") && diff[1].contains(" vs hang-s#0 seed 7 silent "),

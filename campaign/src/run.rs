@@ -65,6 +65,11 @@ pub struct RunResult {
     /// host (`vgpu-replay`, from the output directory).
     #[serde(default)]
     pub dump_replays: Vec<String>,
+    /// What each dump is, as far as a seeded campaign reproduces it: its
+    /// reason, engine and whether it holds the device's capture
+    /// (`hang engine=0 capture=ok`; [`dump_kind`]).
+    #[serde(default)]
+    pub dump_kinds: Vec<String>,
     /// How its VM was used: `fresh` (booted for this run) or `reuse`
     /// (one VM serving runs in sequence).
     #[serde(default = "fresh")]
@@ -576,6 +581,7 @@ impl Runner {
             .iter()
             .map(|p| format!("vgpu-replay {}", shell_quote(p)))
             .collect();
+        let dump_kinds = g.dumps.iter().map(|d| dump_kind(d)).collect();
         let mut r = RunResult {
             id: id.clone(),
             fault: s.fault.clone(),
@@ -595,6 +601,7 @@ impl Runner {
             replay,
             dumps,
             dump_replays,
+            dump_kinds,
             vm: vm.to_owned(),
             vm_boot: 0,
             vm_replaced: None,
@@ -632,6 +639,29 @@ impl Runner {
         }
         (paths, notes)
     }
+}
+
+/// What a devcoredump is, in the terms a seeded campaign reproduces (not
+/// its sequence number, context slot or times, which depend on what ran
+/// before in the VM): the `reason` and `engine` of its `dump` line and the
+/// `status` of its device capture (`ok`, or why there is none).
+pub fn dump_kind(text: &str) -> String {
+    let field = |line: &str, key: &str| -> Option<String> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key).map(str::to_owned))
+    };
+    let dump = text.lines().find(|l| l.starts_with("dump "));
+    let device = text.lines().find(|l| l.starts_with("device "));
+    format!(
+        "{} engine={} capture={}",
+        dump.and_then(|l| field(l, "reason="))
+            .unwrap_or_else(|| "?".into()),
+        dump.and_then(|l| field(l, "engine="))
+            .unwrap_or_else(|| "?".into()),
+        device
+            .and_then(|l| field(l, "status="))
+            .unwrap_or_else(|| "none".into())
+    )
 }
 
 /// The `;`-separated fault specifications of a scenario's `fault`.
@@ -835,6 +865,15 @@ vm: QEMU failed to start (exit status 1)
             .reasons
             .iter()
             .any(|x| x.ends_with("status 123): qemu-system-x86_64: boom")));
+    }
+
+    #[test]
+    fn a_dump_kind_is_what_a_seeded_campaign_reproduces() {
+        let d = "VGPU DEVCOREDUMP 1\n[dump]\ndump seq=4 reason=fault slot=2 ctx=9 engine=1 time_ns=5\n[device]\ndevice capture=3 size=10 status=ok capture_ms=1\n[end]\n";
+        assert_eq!(dump_kind(d), "fault engine=1 capture=ok");
+        let lost = "VGPU DEVCOREDUMP 1\n[dump]\ndump seq=1 reason=hang slot=0 engine=0\n[device]\ndevice capture=0 status=lost\n";
+        assert_eq!(dump_kind(lost), "hang engine=0 capture=lost");
+        assert_eq!(dump_kind("garbage"), "? engine=? capture=none");
     }
 
     #[test]

@@ -21,6 +21,9 @@ pub const COMPUTE_UNITS_RANGE: std::ops::RangeInclusive<u32> = 1..=1024;
 /// Default number of compute units.
 pub const DEFAULT_COMPUTE_UNITS: u32 = 4;
 
+/// Default time the doorbell watcher polls after the last activity.
+pub const DEFAULT_DOORBELL_POLL: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// A hardware generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Generation {
@@ -82,6 +85,9 @@ pub struct DeviceConfig {
     pub trace: bool,
     /// Which engine runs kernels (`--jit`).
     pub jit: JitMode,
+    /// How long the doorbell watcher polls watched doorbell blocks after
+    /// the last activity before it sleeps (`--doorbell-poll-us`).
+    pub doorbell_poll: std::time::Duration,
 }
 
 impl DeviceConfig {
@@ -95,6 +101,7 @@ impl DeviceConfig {
             compute_units,
             trace: false,
             jit: JitMode::Auto,
+            doorbell_poll: DEFAULT_DOORBELL_POLL,
         })
     }
 
@@ -107,6 +114,15 @@ impl DeviceConfig {
     pub fn with_jit(self, jit: JitMode) -> DeviceConfig {
         DeviceConfig { jit, ..self }
     }
+
+    /// The same configuration, the doorbell watcher polling for `poll`
+    /// after the last activity.
+    pub fn with_doorbell_poll(self, poll: std::time::Duration) -> DeviceConfig {
+        DeviceConfig {
+            doorbell_poll: poll,
+            ..self
+        }
+    }
 }
 
 impl Default for DeviceConfig {
@@ -116,6 +132,7 @@ impl Default for DeviceConfig {
             compute_units: DEFAULT_COMPUTE_UNITS,
             trace: false,
             jit: JitMode::Auto,
+            doorbell_poll: DEFAULT_DOORBELL_POLL,
         }
     }
 }

@@ -72,6 +72,15 @@ struct Cli {
     #[arg(long, value_name = "MODE", default_value = "auto")]
     jit: JitMode,
 
+    /// How long the doorbell watcher (user-mode queues: DOORBELL_WATCH)
+    /// keeps polling the watched doorbell blocks after the last activity,
+    /// in microseconds, before it sleeps until a DOORBELL_KICK. Longer:
+    /// fewer kicks under bursty submission, more CPU spent after the last
+    /// one; an idle device costs nothing either way.
+    #[arg(long, value_name = "US", default_value_t = 2000,
+          value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    doorbell_poll_us: u64,
+
     /// Record every packet's fetch, execution, fences, faults, errors and
     /// resets, and write them as a Chrome/Perfetto trace (JSON) to FILE
     /// when the device exits.
@@ -206,7 +215,10 @@ fn main() -> ExitCode {
     };
 
     let config = match DeviceConfig::new(cli.generation, cli.compute_units) {
-        Ok(c) => c.with_trace(cli.trace.is_some()).with_jit(cli.jit),
+        Ok(c) => c
+            .with_trace(cli.trace.is_some())
+            .with_jit(cli.jit)
+            .with_doorbell_poll(std::time::Duration::from_micros(cli.doorbell_poll_us)),
         Err(e) => {
             eprintln!("vgpu-device: {e}");
             return ExitCode::from(2);

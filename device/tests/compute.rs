@@ -308,6 +308,55 @@ fn samples_match_the_cpu_on_four_compute_units() {
     assert_eq!((s.state, s.packets), (ring_state::IDLE, 10));
 }
 
+/// The compute engine's and the context's `cycles` counters are the
+/// modelled time of the kernels' workgroups (docs/isa.md §15): the same as
+/// the host-side grid of the same launch counts, on one unit or two.
+#[test]
+fn cycles_counters_are_the_kernels_modelled_time() {
+    for units in [1, 2] {
+        let mut d = rig_with(DeviceConfig::new(Generation::Gen2, units).unwrap(), 16);
+        let mut c = setup(&mut d, 1, PRIORITY_NORMAL, 0, 2);
+        let m = sample("reduce", 2);
+        let n = 3000u32;
+        let data: Vec<u32> = (0..n).map(|i| i.wrapping_mul(2_654_435_761)).collect();
+        write_va(&d, &c, buf(0), &u32s_to_bytes(&data));
+        let argv = args(
+            &m,
+            "reduce",
+            &[("n", u64::from(n)), ("input", buf(0)), ("partial", buf(1))],
+        );
+        let grid = [n.div_ceil(256), 1, 1];
+        let p = dispatch(&d, &c, &m, "reduce", &argv, grid, [256, 1, 1]);
+        run(&mut d, &mut c, p, 1);
+        run(&mut d, &mut c, p, 2);
+        d.settle(&c, COMPUTE, T).unwrap();
+
+        let mut host = vgpu_isa::mem::SparseMemory::new();
+        host.map(buf(0), 1 << 20, true);
+        host.map(buf(1), 1 << 20, true);
+        let launch = vgpu_isa::Launch::new(&m, "reduce", grid, [256, 1, 1], argv.clone()).unwrap();
+        let want = vgpu_isa::run_grid(&m, &launch, &host, 1, None);
+        assert_eq!(want.outcome, vgpu_isa::GridOutcome::Completed);
+        assert!(want.cycles > 0);
+
+        let deadline = Instant::now() + T;
+        let (e, ctx) = loop {
+            let e = d.engine_stats(COMPUTE).unwrap();
+            let ctx = d
+                .stats(vgpu_hwif::proto::stats_kind::CONTEXT, c.id)
+                .unwrap();
+            if e.packets >= 4 || Instant::now() > deadline {
+                break (e, ctx);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(e.workgroups, 2 * u64::from(grid[0]), "{units} unit(s)");
+        assert_eq!(e.cycles, 2 * want.cycles, "{units} unit(s)");
+        assert_eq!(ctx.cycles, 2 * want.cycles, "{units} unit(s)");
+        assert_eq!(e.lane_ops, 2 * want.stats.thread_instructions);
+    }
+}
+
 #[test]
 fn histogram_is_the_same_on_one_and_two_compute_units() {
     let mut results = Vec::new();

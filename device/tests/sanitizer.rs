@@ -345,7 +345,8 @@ fn copied_once(d: &mut D, id: u32) -> (GpuContext, u64) {
     (c, src_pa)
 }
 
-fn copy(d: &mut D, c: &mut GpuContext, seqno: u64) {
+/// Copies SRC to DST and waits for its fence: the events seen before it.
+fn copy(d: &mut D, c: &mut GpuContext, seqno: u64) -> Vec<Event> {
     d.submit(
         c,
         COPY,
@@ -359,7 +360,7 @@ fn copy(d: &mut D, c: &mut GpuContext, seqno: u64) {
         ],
     )
     .unwrap();
-    wait_fence(d, c.id, COPY, seqno);
+    wait_fence(d, c.id, COPY, seqno)
 }
 
 #[test]
@@ -418,20 +419,7 @@ fn tlb_stale_finding_is_reported_once_per_context_and_again_for_a_new_context() 
     let stale_copy = |d: &mut D, c: &mut GpuContext, seqno: u64| -> Vec<SanReport> {
         let new_pa = d.alloc.page(&d.mem).unwrap();
         c.pt.map_4k(&d.mem, SRC, new_pa, RW).unwrap();
-        d.submit(
-            c,
-            COPY,
-            &[
-                Packet::Copy {
-                    src: SRC,
-                    dst: DST,
-                    size: 64,
-                },
-                fence(SEM, seqno),
-            ],
-        )
-        .unwrap();
-        wait_fence(d, c.id, COPY, seqno)
+        copy(d, c, seqno)
             .into_iter()
             .filter_map(|ev| match ev {
                 Event::Sanitizer { seq, .. } => Some(d.san_report(seq).unwrap()),

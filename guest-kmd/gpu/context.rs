@@ -27,6 +27,10 @@ use super::{
         Gpu,
         MAX_FILE_CONTEXTS, //
     },
+    uqueue::{
+        self,
+        UqHw, //
+    },
 };
 use crate::{
     file::{
@@ -90,11 +94,14 @@ pub(crate) struct HwCtx {
     pub(crate) pt_root: u64,
     pub(crate) engine_mask: u32,
     pub(crate) kmd_va: u64,
+    /// A user-mode queue's ring and doorbell.
+    pub(crate) uq: Option<UqHw>,
 }
 
 impl HwCtx {
-    /// The parameters of `c` in slot `hw`.
-    pub(crate) fn of(hw: u32, c: &Ctx) -> HwCtx {
+    /// The parameters of `c` in slot `hw`; a user-mode queue restarts at
+    /// `uq_start`, watched unless `c` failed.
+    pub(crate) fn of(hw: u32, c: &Ctx, uq_start: u32) -> HwCtx {
         HwCtx {
             hw,
             priority: c.priority,
@@ -102,6 +109,10 @@ impl HwCtx {
             pt_root: c.pt_root,
             engine_mask: c.engine_mask,
             kmd_va: c.kmd_va,
+            uq: c
+                .uq
+                .as_ref()
+                .map(|q| q.hw(uq_start, !(c.errored || c.banned))),
         }
     }
 }
@@ -137,6 +148,31 @@ impl Gpu {
         {
             return Err(EINVAL);
         }
+        let hw_flags = if flags & uapi::VGPU_CTX_CREATE_REPLAYABLE != 0 {
+            CTX_FLAG_REPLAYABLE_FAULTS
+        } else {
+            0
+        };
+        self.create_context(client, priority, engine_mask, hw_flags, None)
+    }
+
+    /// A context of `client` in a free slot: KMD rings on the engines of
+    /// `engine_mask`, or the user-mode queue `uq`; device flags `hw_flags`.
+    /// Returns its id.
+    ///
+    /// # Errors
+    ///
+    /// `ENOSPC` (no free slot, or the file's [`MAX_FILE_CONTEXTS`]), `EIO`
+    /// (wedged or broken), `ENODEV`, `ENOMEM`, or the errno of a device
+    /// command.
+    pub(crate) fn create_context(
+        &self,
+        client: &Arc<Client>,
+        priority: u32,
+        engine_mask: u32,
+        hw_flags: u32,
+        uq: Option<UqHw>,
+    ) -> Result<u32> {
         self.check_usable()?;
         let slots = self.slots()?;
         // No other creation, destruction or reset runs until the context is
@@ -186,11 +222,6 @@ impl Gpu {
                 return Err(e);
             }
         }
-        let hw_flags = if flags & uapi::VGPU_CTX_CREATE_REPLAYABLE != 0 {
-            CTX_FLAG_REPLAYABLE_FAULTS
-        } else {
-            0
-        };
         let hc = HwCtx {
             hw,
             priority,
@@ -198,6 +229,7 @@ impl Gpu {
             pt_root,
             engine_mask,
             kmd_va,
+            uq,
         };
         if let Err(e) = self.hw_create(&hc) {
             self.unmap_slot(client, hw, kmd_va);
@@ -212,6 +244,7 @@ impl Gpu {
             pt_root,
             kmd_va,
             pid: current_tgid(),
+            uq,
         });
         if let Some(s) = self.state.lock().slots.get_mut(hw as usize) {
             *s = Some(ctx);
@@ -244,6 +277,38 @@ impl Gpu {
                 ring_va: ring_va(c.kmd_va, e),
                 status_va: status_va(c.kmd_va, e),
             });
+            if let Err(err) = r {
+                let _ = self.cmd(Command::ContextDestroy {
+                    ctx_id: c.hw,
+                    flags: DESTROY_FLAG_FORCE,
+                });
+                return Err(err);
+            }
+        }
+        if let Some(uq) = &c.uq {
+            // A user-mode queue's ring is the file's, its status block the
+            // slot's; the doorbell is the block the device watches.
+            let r = self
+                .cmd(Command::RingCreate {
+                    ctx_id: c.hw,
+                    engine: uq.engine as u32,
+                    size: uq.ring_size,
+                    ring_va: uq.ring_va,
+                    status_va: status_va(c.kmd_va, uq.engine),
+                })
+                .and_then(|_| {
+                    if !uq.watch {
+                        return Ok(());
+                    }
+                    self.cmd(Command::DoorbellWatch {
+                        ctx_id: c.hw,
+                        engine: uq.engine as u32,
+                        doorbell_va: uq.doorbell_va,
+                        start: uq.start,
+                        flags: 0,
+                    })
+                    .map(|_| ())
+                });
             if let Err(err) = r {
                 let _ = self.cmd(Command::ContextDestroy {
                     ctx_id: c.hw,
@@ -339,11 +404,16 @@ impl Gpu {
         // flight is refused, and the device's sanitizer reports it as a
         // teardown mistake). BUSY is retried for the work the driver
         // could not know of (a slice finishing after its last fence).
-        let pending = self
-            .state
-            .lock()
-            .slot(hw)
-            .is_some_and(|c| c.rings.iter().any(|r| !r.jobs.is_empty()));
+        // A user-mode queue's work is in its status block: accepted and not
+        // yet executed, or running, or waiting on a semaphore.
+        let mem = self.slots().ok();
+        let pending = self.state.lock().slot(hw).is_some_and(|c| {
+            c.rings.iter().any(|r| !r.jobs.is_empty())
+                || c.uq
+                    .as_ref()
+                    .zip(mem)
+                    .is_some_and(|(q, m)| uqueue::has_work(&m.status(hw, q.engine)))
+        });
         if self.check_usable().is_ok() {
             let mut delay = 5;
             let mut done = false;

@@ -218,6 +218,7 @@ impl Gpu {
                 served,
             },
         );
+        self.hw.trace.fault(hw, u32::from(info.engine), va, served);
         if let Ok(mem) = self.slots() {
             g.release_failed(mem);
         }
@@ -232,6 +233,9 @@ impl Gpu {
     /// application submitted.
     pub(crate) fn on_engine_error(&self, ctx_id: u32, engine: u32, code: u32, p: PacketAt) {
         let name = EngineError::from_u32(code).map_or("?", |c| c.name());
+        self.hw
+            .trace
+            .engine_error(ctx_id, engine, code, name, p.packet_va);
         let generation = self.hw.generation();
         let mut g = self.state.lock();
         let mut loc = None;

@@ -49,8 +49,15 @@ use kernel::{
     uapi,
 };
 
+/// How often `WAIT` looks at a user-mode queue's fences.
+const UQ_POLL_NS: u64 = 1_000_000;
+
 impl Gpu {
     /// `WAIT`: for any one, or all, of the fences, `timeout_ns` at most.
+    /// A user-mode queue's fence (its context id, its engine) is complete
+    /// once its ring executed a `FENCE` with that seqno or a later one
+    /// (its status block's `last_fence`); its queue failing completes it
+    /// with an error.
     /// Sets `a.first_signaled` to the index of the first complete fence.
     ///
     /// # Errors
@@ -73,13 +80,32 @@ impl Gpu {
         let mem = self.slots()?;
         let step_ns = u64::from(crate::params::job_timeout_ms()) * 250_000;
         let mut g = self.lock()?;
+        let mut checked = Instant::<Monotonic>::now();
         loop {
             let mut done = 0;
             let mut failed = false;
             let mut first = None;
+            // A user-mode queue's fences are FENCE packets of the process's
+            // own, usually without an event: polled.
+            let mut poll = false;
             for (i, f) in fences.iter().map(|f| f.0).enumerate() {
                 let (hw, c) = g.find(client, f.ctx_id)?;
                 let e = usize::try_from(f.engine).map_err(|_| EINVAL)?;
+                if let Some(q) = &c.uq {
+                    if e != q.engine {
+                        return Err(EINVAL);
+                    }
+                    if Self::uq_fence_done(mem, hw, e, f.seqno) {
+                        done += 1;
+                        first.get_or_insert(i);
+                    } else if c.errored || c.banned {
+                        done += 1;
+                        failed = true;
+                        first.get_or_insert(i);
+                    }
+                    poll = true;
+                    continue;
+                }
                 let r = c.rings.get_mut(e).filter(|r| r.present).ok_or(EINVAL)?;
                 if !r.submitted(f.seqno) {
                     return Err(EINVAL);
@@ -110,7 +136,10 @@ impl Gpu {
             if spent >= a.timeout_ns {
                 return Err(crate::errno::etime());
             }
-            let sleep = (a.timeout_ns - spent).min(step_ns.max(1_000_000));
+            let mut sleep = (a.timeout_ns - spent).min(step_ns.max(1_000_000));
+            if poll {
+                sleep = sleep.min(UQ_POLL_NS);
+            }
             let res = self
                 .fences
                 .wait_interruptible_timeout(&mut g, ns_to_jiffies(sleep));
@@ -118,9 +147,12 @@ impl Gpu {
                 return Err(ERESTARTSYS);
             }
             if let CondVarTimeoutResult::Timeout = res {
-                drop(g);
-                self.hang_check();
-                g = self.lock()?;
+                if elapsed_ns(&checked) >= step_ns.min(a.timeout_ns) || !poll {
+                    drop(g);
+                    self.hang_check();
+                    g = self.lock()?;
+                    checked = Instant::now();
+                }
             }
         }
     }
@@ -215,6 +247,16 @@ impl Gpu {
         };
         r.retire(seqno.min(value));
         // LAB(2) END fence-verdict
+        let trace = &self.hw.trace;
+        if trace.on() {
+            let name = match verdict {
+                Verdict::New => "new",
+                Verdict::Early(_) => "early",
+                Verdict::Duplicate => "duplicate",
+                Verdict::Skipped(..) => "skipped",
+            };
+            trace.fence_signal(ctx_id, engine, seqno, mem.fence_value(ctx_id, e), name);
+        }
         let k = &mut g.counters;
         match verdict {
             Verdict::New => k.fences_signalled += 1,

@@ -8,6 +8,7 @@
 //! | file | block |
 //! |------|-------|
 //! | [`ring`] | KMD ring memory per device slot, the job list, ring space, the packets the driver writes (no I/O) |
+//! | [`uqueue`] | a user-mode queue as the driver keeps it: its ring and doorbell, watched or suspended, the hang check's view of its progress (no I/O) |
 //! | [`records`] | what the state keeps of failures and what a snapshot holds: fault and reset logs, counters, the hang dump, pending and written devcoredumps (no I/O) |
 //! | [`queue`] | a ring's job queue: jobs waiting in the KMD, oldest first (no I/O) |
 //! | [`sanlog`] | the device sanitizer's reports as the driver keeps them, the bug planted on purpose (no I/O) |
@@ -23,6 +24,7 @@
 //! | [`reset`] | the hang check and the reset ladder (engine → device → wedged), bans |
 //! | [`sanitizer`] | the device sanitizer's reports (dmesg, debugfs, `SAN_REPORT`), bugs planted on purpose |
 //! | [`coredump`] | devcoredumps: the device's capture read in chunks, the dump published, its history |
+//! | [`uqctl`] | user-mode queues: `UQ_CREATE`, `UQ_KICK`, the device's watch of their doorbells suspended and resumed around resets, their fences |
 //!
 //! Each block uses only blocks above it in that table (and the transport,
 //! the address spaces and the hardware interface); this file, on top,
@@ -52,6 +54,9 @@
 //! 5. The transport's locks (control: command serialisation, then queue
 //!    state; events: event state), innermost. Fence locks (`dma_fence`
 //!    spinlocks: callbacks, signalling) nest inside everything.
+//! 6. The trace buffer's spinlock ([`crate::ktrace`]): under any of the
+//!    above, only to append a record; nothing is taken under it, and it is
+//!    never taken in a fence callback.
 //!
 //! Fence callbacks of the job queue's dependencies run in any context with
 //! the fence's lock held: they only queue the GPU's work item, which runs
@@ -80,6 +85,8 @@ pub(crate) mod sanlog;
 pub(crate) mod sched;
 pub(crate) mod state;
 pub(crate) mod submit;
+pub(crate) mod uqctl;
+pub(crate) mod uqueue;
 
 pub(crate) use state::Gpu;
 

@@ -48,6 +48,7 @@ use super::{
         GpuState,
         ResetLog, //
     },
+    uqueue,
 };
 use crate::{
     dev_info_ratelimited, dev_warn_ratelimited, ffi,
@@ -94,6 +95,9 @@ impl Gpu {
         };
         let timeout_ns = u64::from(crate::params::job_timeout_ms()) * 1_000_000;
         let Ok(mem) = self.slots() else { return };
+        // User-mode queues that a fault or an engine error stopped take no
+        // more work (the event that reported it could not tell the device).
+        self.suspend_failed_queues();
         let refused = self.hw.take_failed_doorbells();
         // Slots for ringing them again, before the state lock.
         let mut doorbells = KVec::new();
@@ -194,6 +198,27 @@ impl Gpu {
                     let h = Hung {
                         hw: i as u32,
                         engine: e,
+                        handle: c.handle,
+                        client: c.client.id,
+                        pt_root: c.pt_root,
+                    };
+                    hung = Some((h, waiting));
+                }
+            }
+            // A user-mode queue: no jobs the KMD knows of; its status block
+            // says whether it has work and whether that moves.
+            let failed = c.errored || c.banned;
+            if let Some(q) = c.uq.as_mut().filter(|q| q.watched && !failed) {
+                let st = mem.status(i as u32, q.engine);
+                let waiting = st.state == ring_state::SEM_WAIT;
+                let better = match &hung {
+                    None => true,
+                    Some((_, w)) => *w && !waiting,
+                };
+                if st.state != ring_state::FAULT_STALLED && q.hung(&st, timeout_ns) && better {
+                    let h = Hung {
+                        hw: i as u32,
+                        engine: q.engine,
                         handle: c.handle,
                         client: c.client.id,
                         pt_root: c.pt_root,
@@ -308,6 +333,10 @@ impl Gpu {
             st.last_fence,
             format_args!("{}", HangAt(loc))
         );
+        self.hw.trace.hang(h.hw, h.engine, h.handle);
+        // User-mode queues on the engine stop being watched while it resets,
+        // so that no doorbell reaches a ring the reset is clearing.
+        let suspended = self.suspend_queues(Some(h.engine));
         // LAB(6) BEGIN reset-ladder
         // 1. Engine reset. One that names the hung context clears its ring
         // on that engine whatever the ring's state, so success means
@@ -321,6 +350,7 @@ impl Gpu {
             })
             .and_then(|r| r.get::<EngineResetReply>());
         let drained = reply.is_ok();
+        let in_flight = reply.as_ref().ok().map(|r| (r.ctx_id, r.rptr));
         // An innocent context that lost its job in flight.
         let innocent = reply
             .ok()
@@ -332,6 +362,10 @@ impl Gpu {
             if drained {
                 if let Some(c) = g.slot(h.hw) {
                     c.rings[h.engine].fail_pending();
+                    // A hung user-mode queue lost its work: it takes no more.
+                    if c.uq.is_some() {
+                        c.set_errored();
+                    }
                 }
             }
             let w = innocent
@@ -357,6 +391,9 @@ impl Gpu {
             });
         }
         if drained {
+            // Queues watched again; an innocent one in flight restarts
+            // where the reset stopped it.
+            self.resume_queues(&suspended, in_flight.filter(|&(i, _)| i != h.hw));
             return;
         }
         // 2. Device reset.
@@ -379,6 +416,7 @@ impl Gpu {
         ok: bool,
         start: &Instant<Monotonic>,
     ) {
+        self.hw.trace.device_reset(guilty, ok);
         let mut g = self.state.lock();
         g.counters.device_resets += 1;
         push_log(
@@ -448,7 +486,21 @@ impl Gpu {
             let mut g = self.state.lock();
             for hw in 0..g.slots.len() as u32 {
                 let Some(c) = g.slot(hw) else { continue };
-                if ctxs.push(HwCtx::of(hw, c), GFP_KERNEL).is_err() {
+                if hw == guilty && c.uq.is_some() {
+                    c.set_errored();
+                }
+                // A user-mode queue restarts where its status block shows
+                // its read pointer: the work not yet done runs again.
+                let status = c.uq.as_ref().map(|q| mem.status(hw, q.engine));
+                let start = status.as_ref().map_or(0, |st| st.rptr);
+                let had_work = status.as_ref().is_some_and(uqueue::has_work);
+                if let Some(q) = c.uq.as_mut() {
+                    q.restart_clock();
+                }
+                if had_work && hw != guilty {
+                    c.set_innocent();
+                }
+                if ctxs.push(HwCtx::of(hw, c, start), GFP_KERNEL).is_err() {
                     return false;
                 }
                 for (e, r) in c.rings.iter_mut().enumerate() {
@@ -468,6 +520,10 @@ impl Gpu {
         for c in ctxs.iter() {
             if self.hw_create(c).is_err() {
                 return false;
+            }
+            let watched = c.uq.as_ref().is_some_and(|q| q.watch);
+            if let Some(q) = self.state.lock().slot(c.hw).and_then(|x| x.uq.as_mut()) {
+                q.watched = watched;
             }
         }
         for c in ctxs.iter() {

@@ -228,7 +228,9 @@ impl SlotMemory {
             packets: self.read_u64(hw, b + 16),
             error: self.read_u32(hw, b / 4 + 6),
             error_rptr: self.read_u32(hw, b / 4 + 7),
-            reserved: [0; 4],
+            wptr: self.read_u32(hw, b / 4 + 8),
+            reserved0: 0,
+            reserved: [0; 3],
         }
     }
 

@@ -32,9 +32,11 @@
 use super::{
     queue::Queued,
     ring::{
+        ring_va,
         Job,
         SlotMemory,
-        ENGINES, //
+        ENGINES,
+        RING_SIZE, //
     },
     state::{
         Dep,
@@ -44,7 +46,11 @@ use super::{
 };
 use crate::{
     dev_warn_ratelimited,
-    ffi_sync::Kick, //
+    ffi_sync::Kick,
+    ktrace::{
+        JobAt,
+        Trace, //
+    },
 };
 use core::fmt;
 use kernel::{
@@ -128,7 +134,7 @@ impl Gpu {
                 return;
             };
             let Some(c) = g.slot(hw) else { return };
-            let wptr = Self::drain_queue(c, hw, e, mem);
+            let wptr = Self::drain_queue(c, hw, e, mem, &self.hw.trace);
             if let Err(err) = self.hw.post_doorbell(slot, hw, e as u32, wptr) {
                 // The device state is unknown: the jobs are treated as lost.
                 if let Some(c) = g.slot(hw) {
@@ -182,9 +188,15 @@ impl Gpu {
     }
 
     /// Writes the ready jobs at the head of queue `e` of `c` (slot `hw`)
-    /// to the ring, in order, as long as they fit; returns the new write
-    /// pointer.
-    fn drain_queue(c: &mut super::state::Ctx, hw: u32, e: usize, mem: &SlotMemory) -> u32 {
+    /// to the ring, in order, as long as they fit (each traced); returns
+    /// the new write pointer.
+    fn drain_queue(
+        c: &mut super::state::Ctx,
+        hw: u32,
+        e: usize,
+        mem: &SlotMemory,
+        trace: &Trace,
+    ) -> u32 {
         loop {
             let ring = &c.rings[e];
             let Some(j) = c.queues[e].front() else { break };
@@ -201,6 +213,18 @@ impl Gpu {
                 ring.progress_at = Instant::now();
             }
             let at = ring.wptr;
+            trace.ring_write(
+                hw,
+                e,
+                j.seqno,
+                JobAt {
+                    ring_va: ring_va(c.kmd_va, e),
+                    size: RING_SIZE,
+                    wptr: at,
+                    bytes: j.words.len() * 4,
+                },
+            );
+            let ring = &mut c.rings[e];
             ring.wptr = mem.write_ring(hw, e, at, &j.words);
             // The dependencies signalled: dropping them only unlinks their
             // callbacks, which ran.

@@ -41,6 +41,10 @@ use super::{
         SlotMemory,
         ENGINES, //
     },
+    uqueue::{
+        UqHw,
+        UserQueue, //
+    },
 };
 use crate::{
     ffi::DumpSlot,
@@ -130,6 +134,8 @@ pub(crate) struct Ctx {
     /// Sanitizer reports about it, and the latest one's number.
     pub(crate) san_reports: u32,
     pub(crate) san_last_seq: u64,
+    /// A user-mode queue: its ring and doorbell are the file's.
+    pub(crate) uq: Option<UserQueue>,
 }
 
 /// Where an error happened: the packet, and the SUBMIT and command buffer
@@ -158,6 +164,7 @@ pub(crate) struct CtxArgs {
     pub(crate) pt_root: u64,
     pub(crate) kmd_va: u64,
     pub(crate) pid: u32,
+    pub(crate) uq: Option<UqHw>,
 }
 
 impl Ctx {
@@ -191,6 +198,7 @@ impl Ctx {
             error_at: None,
             san_reports: 0,
             san_last_seq: 0,
+            uq: a.uq.as_ref().map(UserQueue::new),
         }
     }
 
@@ -205,6 +213,12 @@ impl Ctx {
         }
         if self.fault_access != 0 {
             state |= uapi::VGPU_CTX_STATE_FAULTED;
+        }
+        if let Some(q) = &self.uq {
+            state |= uapi::VGPU_CTX_STATE_USER_QUEUE;
+            if !q.watched {
+                state |= uapi::VGPU_CTX_STATE_SUSPENDED;
+            }
         }
         state
     }

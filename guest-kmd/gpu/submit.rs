@@ -33,9 +33,11 @@ use super::{
     ring::{
         build_job,
         fence_va,
+        ring_va,
         CmdBuf,
         Job,
-        ENGINES, //
+        ENGINES,
+        RING_SIZE, //
     },
     sanlog::Plant,
     state::Gpu,
@@ -54,6 +56,7 @@ use crate::{
     },
     file::Client,
     gem::Bo,
+    ktrace::JobAt,
     mmu::{
         PTE_EXEC,
         PTE_READ, //
@@ -246,6 +249,21 @@ impl Gpu {
             let Ok((_, c)) = g.find(client, a.ctx_id) else {
                 return Err(ENOENT);
             };
+            let trace = &self.hw.trace;
+            trace.submit(a.ctx_id, hw, e, seqno, !fast);
+            if fast {
+                trace.ring_write(
+                    hw,
+                    e,
+                    seqno,
+                    JobAt {
+                        ring_va: ring_va(c.kmd_va, e),
+                        size: RING_SIZE,
+                        wptr: c.rings[e].wptr,
+                        bytes: bytes as usize,
+                    },
+                );
+            }
             if fast {
                 let ring = &mut c.rings[e];
                 ring.jobs.reserve(1, GFP_KERNEL)?;

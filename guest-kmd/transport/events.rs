@@ -31,9 +31,11 @@ use super::{
 use crate::{
     event::{
         Event,
+        EventKind,
         EventRecord,
         EVENT_RECORD_SIZE, //
     },
+    ktrace::Trace,
     proto::QUEUE_EVENT,
     time::{
         elapsed_ns,
@@ -571,6 +573,16 @@ impl Drop for PingWatch<'_> {
     }
 }
 
+/// Traces the arrival at `at` of the record copy `bytes` (a malformed one
+/// is not traced: the tracker counts it).
+fn trace_record(trace: &Trace, at: u64, bytes: &[u8]) {
+    if let Ok(r) = EventRecord::parse(bytes) {
+        let name = EventKind::from_u32(r.kind).map_or("?", |k| k.name());
+        let d = r.data;
+        trace.event(at, r.kind, name, r.seq, r.timestamp_ns, [d[0], d[1], d[2]]);
+    }
+}
+
 /// Where the event path hands the records it does not handle itself
 /// (fences, faults, engine errors, resets): the GPU blocks above.
 pub(crate) trait EventSink {
@@ -583,10 +595,11 @@ pub(crate) trait EventSink {
 
 impl Events {
     /// Consumes every used event buffer, reposts it, decodes the record
-    /// copies and hands GPU events to `sink`. Runs in the interrupt thread
-    /// (process context).
-    pub(crate) fn process(&self, link: &Link, sink: &impl EventSink) {
+    /// copies and hands GPU events to `sink`; each record that arrived is
+    /// traced in `trace`. Runs in the interrupt thread (process context).
+    pub(crate) fn process(&self, link: &Link, sink: &impl EventSink, trace: &Trace) {
         let now = Instant::<Monotonic>::now();
+        let traced_at = trace.start();
         // GPU events of this batch, handled after the event lock is dropped.
         // Without the allocation they are counted as unhandled.
         let mut gpu =
@@ -634,6 +647,9 @@ impl Events {
             }
             // LAB(0) END event-repost
 
+            if copied && traced_at != 0 {
+                trace_record(trace, traced_at, &rec[..len]);
+            }
             if copied {
                 let before = tracker.stats.received;
                 wake |= tracker.record(&link.pdev, &rec[..len], now, &mut gpu);

@@ -27,15 +27,18 @@ pub(crate) mod virtqueue;
 use crate::{
     errno,
     event::EVENT_RECORD_SIZE,
+    ffi::monotonic_ns,
+    ktrace::Trace,
     layout,
     proto::{
         Command,
         IdentifyReply,
+        TimeReply, //
         IDENTIFY_MAGIC,
         NUM_QUEUES,
         PROTOCOL_MAJOR,
         QUEUE_CONTROL,
-        QUEUE_EVENT, //
+        QUEUE_EVENT,
     },
 };
 use control::{
@@ -112,7 +115,14 @@ pub(crate) struct Hw {
     pub(crate) identity: SetOnce<IdentifyReply>,
     /// Negotiation results.
     pub(crate) setup: SetOnce<Setup>,
+    /// The driver's trace buffer ([`crate::ktrace`]): here because every
+    /// block reaches the transport.
+    #[pin]
+    pub(crate) trace: Trace,
 }
+
+/// `TIME_QUERY` round trips per clock sync; the shortest is kept.
+pub(crate) const SYNC_SAMPLES: u32 = 8;
 
 impl Hw {
     /// The transport of `pdev`: capabilities found and BARs mapped, no queue
@@ -132,6 +142,7 @@ impl Hw {
                 events <- Events::new(),
                 identity: SetOnce::new(),
                 setup: SetOnce::new(),
+                trace <- Trace::new(),
             }),
             GFP_KERNEL,
         )
@@ -162,7 +173,9 @@ impl Hw {
     ///
     /// As [`Control::command_locked`].
     pub(crate) fn command(&self, cmd: Command) -> Result<Reply> {
+        let (start, name) = (self.trace.start(), cmd.opcode().name());
         let r = self.control.command(&self.link, cmd);
+        self.trace.command(start, name, ret_of(&r));
         if r.is_err() && self.link.check_usable().is_err() {
             self.events.wake();
         }
@@ -184,7 +197,10 @@ impl Hw {
         serial: &MutexGuard<'_, ()>,
         cmd: Command,
     ) -> Result<Reply> {
-        self.control.command_locked(&self.link, serial, cmd)
+        let (start, name) = (self.trace.start(), cmd.opcode().name());
+        let r = self.control.command_locked(&self.link, serial, cmd);
+        self.trace.command(start, name, ret_of(&r));
+        r
     }
 
     /// Reserves a control slot for one posted doorbell (may wait).
@@ -208,8 +224,48 @@ impl Hw {
         engine: u32,
         wptr: u32,
     ) -> Result {
-        self.control
-            .post_doorbell(&self.link, slot, ctx_id, engine, wptr)
+        let start = self.trace.start();
+        let r = self
+            .control
+            .post_doorbell(&self.link, slot, ctx_id, engine, wptr);
+        self.trace.doorbell(start, ctx_id, engine, wptr, ret_of(&r));
+        r
+    }
+
+    /// A clock-sync sample for the trace: [`SYNC_SAMPLES`] `TIME_QUERY`
+    /// round trips, the device clock of the shortest kept with the guest
+    /// times around it ([`Trace::sync`]). The device's reading lies within
+    /// them, so the round trip bounds the error of the correlation.
+    ///
+    /// # Errors
+    ///
+    /// As [`Hw::command`] (the samples taken before a failure are kept).
+    pub(crate) fn sync_clock(&self) -> Result {
+        let mut best: Option<(u64, u64, u64)> = None;
+        let mut res = Ok(());
+        for _ in 0..SYNC_SAMPLES {
+            let t0 = monotonic_ns();
+            let r = self
+                .control
+                .command(&self.link, Command::TimeQuery)
+                .and_then(|r| r.get::<TimeReply>());
+            let t1 = monotonic_ns();
+            match r {
+                Ok(reply) => {
+                    if best.is_none_or(|(a, b, _)| t1 - t0 < b - a) {
+                        best = Some((t0, t1, reply.device_ns));
+                    }
+                }
+                Err(e) => {
+                    res = Err(e);
+                    break;
+                }
+            }
+        }
+        if let Some((t0, t1, d)) = best {
+            self.trace.sync(t0, t1, d);
+        }
+        res
     }
 
     /// The heartbeat: when the device has answered nothing for
@@ -232,7 +288,7 @@ impl Hw {
 
     /// Processes the event queue (event interrupt thread).
     pub(crate) fn process_events(&self, sink: &impl EventSink) {
-        self.events.process(&self.link, sink);
+        self.events.process(&self.link, sink, &self.trace);
     }
 
     /// Re-checks the device status; returns whether the device just broke
@@ -511,4 +567,12 @@ fn queue_size(max: u16, want: u16, min: u16) -> Option<u16> {
     }
     let size = 1u16 << (15 - cap.leading_zeros());
     (size >= min).then_some(size)
+}
+
+/// A result as the trace records it: 0 or -errno.
+fn ret_of<T>(r: &Result<T>) -> i64 {
+    match r {
+        Ok(_) => 0,
+        Err(e) => i64::from(e.to_errno()),
+    }
 }

@@ -53,6 +53,21 @@ pub enum ReadPath {
     Staged,
 }
 
+/// How streams submit their batches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SubmitPath {
+    /// A `SUBMIT` ioctl per batch; the KMD writes its ring. Every stream
+    /// feature works this way (sync objects, sync_file export, implicit
+    /// synchronisation).
+    #[default]
+    Ioctl,
+    /// User-mode queues: the stream writes its batches into rings of its
+    /// own and publishes them through doorbell blocks, with no system call
+    /// (`crate::uq`). Streams cannot then wait for or signal sync objects,
+    /// nor export their events as sync_files.
+    User,
+}
+
 /// The UMD's tunables.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -86,6 +101,9 @@ pub struct Config {
     /// `VGPU_READ` (default `staged`, or `direct`): the path of
     /// device-to-host reads ([`ReadPath`]).
     pub read: ReadPath,
+    /// `VGPU_SUBMIT` (default `ioctl`, or `user`): how streams submit
+    /// ([`SubmitPath`]).
+    pub submit: SubmitPath,
 }
 
 impl Default for Config {
@@ -100,6 +118,7 @@ impl Default for Config {
             pool_cache: 64 << 20,
             dump: None,
             read: ReadPath::Staged,
+            submit: SubmitPath::Ioctl,
         }
     }
 }
@@ -166,6 +185,17 @@ impl Config {
                 })
             }
         };
+        let submit = match get("VGPU_SUBMIT").as_deref().map(str::trim) {
+            None | Some("") | Some("ioctl") => SubmitPath::Ioctl,
+            Some("user") => SubmitPath::User,
+            Some(v) => {
+                return Err(ConfigError::NotAChoice {
+                    var: "VGPU_SUBMIT",
+                    value: v.to_string(),
+                    choices: "ioctl|user",
+                })
+            }
+        };
         Ok(Config {
             cmdbuf_size,
             cmdbuf_max: num("VGPU_CMDBUF_MAX", u64::from(d.cmdbuf_max), 2, 4096)? as u32,
@@ -176,6 +206,7 @@ impl Config {
             pool_cache: num("VGPU_POOL_CACHE", d.pool_cache, 0, 16 << 30)?,
             dump,
             read,
+            submit,
         })
     }
 }
@@ -263,5 +294,21 @@ mod tests {
             }
         ));
         assert!(e.to_string().contains("direct|staged"), "{e}");
+    }
+
+    #[test]
+    fn submit_path() {
+        assert_eq!(cfg(&[]).unwrap().submit, SubmitPath::Ioctl);
+        assert_eq!(
+            cfg(&[("VGPU_SUBMIT", "user")]).unwrap().submit,
+            SubmitPath::User
+        );
+        assert!(matches!(
+            cfg(&[("VGPU_SUBMIT", "ring")]),
+            Err(ConfigError::NotAChoice {
+                var: "VGPU_SUBMIT",
+                ..
+            })
+        ));
     }
 }

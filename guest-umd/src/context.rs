@@ -221,6 +221,17 @@ pub(crate) struct CtxInner {
     pub(crate) retired: Mutex<Vec<Block>>,
     /// The address space's VA allocator (shared with the pools).
     pub(crate) vas: Arc<Mutex<VaAllocator>>,
+    /// The batch logs of the streams' user-mode queues (`VGPU_SUBMIT=user`):
+    /// the KMD does not see their batches, so errors are placed from these.
+    pub(crate) uq_logs: Mutex<Vec<UqLog>>,
+}
+
+/// One user-mode queue's batch log, and the stream (`group`: the id of its
+/// first queue) it belongs to.
+pub(crate) struct UqLog {
+    pub(crate) group: u32,
+    pub(crate) ctx: u32,
+    pub(crate) log: std::sync::Weak<Mutex<std::collections::VecDeque<crate::uq::BatchRec>>>,
 }
 
 impl CtxInner {
@@ -258,6 +269,7 @@ impl CtxInner {
     }
 
     fn reason_of(&self, ctx: u32) -> LostReason {
+        let ctx = self.failed_queue(ctx);
         let Ok(q) = self.kmd.ctx_query(ctx) else {
             // No context to ask (none yet, or gone): the device's state.
             return match self.kmd.query_stats(&mut []) {
@@ -288,6 +300,35 @@ impl CtxInner {
         } else {
             LostReason::Wedged
         }
+    }
+
+    /// A stream on user-mode queues fails through whichever of its queues
+    /// failed: `ctx`, unless it is a queue that did not and a queue of the
+    /// same stream did.
+    fn failed_queue(&self, ctx: u32) -> u32 {
+        let bad = uapi::CTX_STATE_ERRORED | uapi::CTX_STATE_BANNED;
+        let group = {
+            let logs = self.uq_logs.lock().unwrap();
+            match logs.iter().find(|l| l.ctx == ctx) {
+                Some(l) => l.group,
+                None => return ctx,
+            }
+        };
+        if self.kmd.ctx_query(ctx).is_ok_and(|q| q.state & bad != 0) {
+            return ctx;
+        }
+        let siblings: Vec<u32> = self
+            .uq_logs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.group == group && l.ctx != ctx)
+            .map(|l| l.ctx)
+            .collect();
+        siblings
+            .into_iter()
+            .find(|&s| self.kmd.ctx_query(s).is_ok_and(|q| q.state & bad != 0))
+            .unwrap_or(ctx)
     }
 
     /// Where the error `q` describes happened, with the packet read back
@@ -326,13 +367,34 @@ impl CtxInner {
         } else {
             None
         };
+        // A user-mode queue's batches are the UMD's own: it places the
+        // packet in them (the KMD cannot).
+        let (mut seqno, mut cmd_index, mut cmd_offset) = (
+            q.error_seqno,
+            (q.error_cmd_index != uapi::CMD_INDEX_NONE).then_some(q.error_cmd_index),
+            q.error_cmd_offset,
+        );
+        if q.state & uapi::CTX_STATE_USER_QUEUE != 0 && seqno == 0 {
+            let log = self
+                .uq_logs
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|l| l.ctx == ctx)
+                .and_then(|l| l.log.upgrade());
+            if let Some((s, i, off)) =
+                log.and_then(|l| crate::uq::locate(&l.lock().unwrap(), q.error_packet_va))
+            {
+                (seqno, cmd_index, cmd_offset) = (s, Some(i), off);
+            }
+        }
         Some(Box::new(ErrorPlace {
             packet_va: q.error_packet_va,
             header: q.error_header,
             engine: q.error_engine,
-            seqno: q.error_seqno,
-            cmd_index: (q.error_cmd_index != uapi::CMD_INDEX_NONE).then_some(q.error_cmd_index),
-            cmd_offset: q.error_cmd_offset,
+            seqno,
+            cmd_index,
+            cmd_offset,
             depth: q.error_depth,
             packet,
             sanitizer,
@@ -611,6 +673,7 @@ impl Context {
                 dump,
                 retired: Mutex::new(Vec::new()),
                 vas,
+                uq_logs: Mutex::new(Vec::new()),
             }),
         })
     }

@@ -78,6 +78,26 @@ pub fn wait_all(
     if sps.is_empty() {
         return Ok(WaitPath::Spin);
     }
+    let mut span = crate::trace::span("wait", "wait");
+    if let Some(last) = sps.last() {
+        crate::trace::set(&mut span, "fences", sps.len() as u64);
+        crate::trace::set(&mut span, "ctx", last.kmd.ctx_id);
+        crate::trace::set(&mut span, "engine", last.kmd.engine);
+        crate::trace::set(&mut span, "seqno", last.kmd.seqno);
+    }
+    let r = wait_inner(kmd, cfg, sps, timeout);
+    if let Ok(path) = &r {
+        crate::trace::set(&mut span, "path", *path as u8);
+    }
+    r
+}
+
+fn wait_inner(
+    kmd: &Kmd,
+    cfg: &Config,
+    sps: &[SyncPoint],
+    timeout: Option<Duration>,
+) -> Result<WaitPath, KmdError> {
     let all_mem = || sps.iter().all(|s| s.mem_signalled() == Some(true));
     let t0 = Instant::now();
     let spin = Duration::from_micros(cfg.spin_us);

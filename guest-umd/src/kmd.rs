@@ -99,6 +99,8 @@ ioctl_args! {
     DrmVgpuQueryStats => DRM_IOCTL_VGPU_QUERY_STATS, "QUERY_STATS";
     DrmVgpuVmBindOps => DRM_IOCTL_VGPU_VM_BIND_OPS, "VM_BIND_OPS";
     DrmVgpuSanReport => DRM_IOCTL_VGPU_SAN_REPORT, "SAN_REPORT";
+    DrmVgpuUqCreate => DRM_IOCTL_VGPU_UQ_CREATE, "UQ_CREATE";
+    DrmVgpuUqKick => DRM_IOCTL_VGPU_UQ_KICK, "UQ_KICK";
     DrmGetCap => DRM_IOCTL_GET_CAP, "GET_CAP";
     DrmPrimeHandle => DRM_IOCTL_PRIME_HANDLE_TO_FD, "PRIME_HANDLE_TO_FD";
     DrmSyncobjCreate => DRM_IOCTL_SYNCOBJ_CREATE, "SYNCOBJ_CREATE";
@@ -148,6 +150,7 @@ impl Kmd {
     /// `EFAULT`). Pointers the ioctl only reads (`SUBMIT`'s command and
     /// fence arrays, `WAIT`'s fences) may hold any value.
     pub unsafe fn ioctl_raw<A: IoctlArg>(&self, arg: &mut A) -> Result<(), KmdError> {
+        let mut span = crate::trace::span("ioctl", A::NAME);
         loop {
             // SAFETY:
             // - `A::REQUEST` takes exactly one `A` (the `IoctlArg` contract)
@@ -162,6 +165,7 @@ impl Kmd {
                 )
             };
             if rc == 0 {
+                crate::trace::set(&mut span, "ret", 0);
                 return Ok(());
             }
             let errno = std::io::Error::last_os_error()
@@ -170,6 +174,7 @@ impl Kmd {
             if errno == libc::EINTR {
                 continue;
             }
+            crate::trace::set(&mut span, "ret", -errno);
             return Err(KmdError {
                 call: A::NAME,
                 errno,
@@ -300,6 +305,19 @@ impl Kmd {
         };
         self.call(&mut a)?;
         Ok(a.ctx_id)
+    }
+
+    /// `UQ_CREATE`: a user-mode queue as `a` describes it; returns its
+    /// context id.
+    pub fn uq_create(&self, a: &uapi::DrmVgpuUqCreate) -> Result<u32, KmdError> {
+        let mut a = *a;
+        self.call(&mut a)?;
+        Ok(a.ctx_id)
+    }
+
+    /// `UQ_KICK`.
+    pub fn uq_kick(&self, ctx_id: u32) -> Result<(), KmdError> {
+        self.call(&mut uapi::DrmVgpuUqKick { ctx_id, pad: 0 })
     }
 
     /// `CTX_DESTROY`.
@@ -710,6 +728,8 @@ mod tests {
         check::<uapi::DrmVgpuFenceExport>();
         check::<uapi::DrmVgpuQueryStats>();
         check::<uapi::DrmVgpuVmBindOps>();
+        check::<uapi::DrmVgpuUqCreate>();
+        check::<uapi::DrmVgpuUqKick>();
         check::<uapi::DrmGetCap>();
         check::<uapi::DrmPrimeHandle>();
         check::<uapi::DrmSyncobjCreate>();

@@ -26,9 +26,11 @@ pub mod module;
 pub mod stats;
 pub mod stream;
 pub mod sync;
+pub mod trace;
 pub mod uapi;
+pub mod uq;
 
-pub use config::{Config, ReadPath};
+pub use config::{Config, ReadPath, SubmitPath};
 pub use context::{sanitizer_line, Buffer, Context, ErrorPlace, LostReason, MemKind};
 pub use module::{Arg, Kernel, LaunchError, Module};
 pub use stats::Stats;

@@ -24,12 +24,14 @@ use vgpu_hwif::packet::{self, Packet};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use crate::cmdbuf::{CmdBuf, CmdError};
-use crate::config::ReadPath;
-use crate::context::{Buffer, Context, CtxInner, PendingWork};
+use crate::config::{ReadPath, SubmitPath};
+use crate::context::{Buffer, Context, CtxInner, PendingWork, UqLog};
 use crate::fence::{wait_all, SyncPoint, WaitPath};
 use crate::kmd::SubmitSyncs;
 use crate::memory::Block;
 use crate::sync::{self as syncobj, Timeline};
+use crate::trace;
+use crate::uq::{UqError, UserQueue};
 use crate::{uapi, Error, Result};
 
 /// Engine a packet runs on.
@@ -75,6 +77,9 @@ struct StreamState {
     tl_point: u64,
     /// Sync objects the next batch waits for ([`Stream::wait`]).
     next_in_syncs: Vec<uapi::DrmVgpuSync>,
+    /// With `VGPU_SUBMIT=user`: the stream's user-mode queue per engine
+    /// (no KMD context then).
+    uqs: Option<Vec<UserQueue>>,
 }
 
 pub(crate) struct StreamShared {
@@ -101,11 +106,76 @@ impl StreamShared {
         }
     }
 
+    /// Submits batch `b` through the stream's user-mode queue of its engine
+    /// (`VGPU_SUBMIT=user`): `INDIRECT`s of its command buffers, after a
+    /// `SEM_WAIT` on the other engine's timeline word for ordering, written
+    /// into the queue's ring and published by its doorbell block. The
+    /// batch's seqno is the stream's own (the queue's ring fence).
+    fn flush_user(
+        &self,
+        st: &mut StreamState,
+        b: &Batch,
+        cmds: &[uapi::DrmVgpuCmd],
+        seqno: u64,
+        call: &'static str,
+    ) -> Result<SyncPoint> {
+        let ctx = &*self.ctx;
+        if !b.in_syncs.is_empty() || !b.out_syncs.is_empty() {
+            return Err(Error::Invalid {
+                call,
+                what: "a stream on user-mode queues (VGPU_SUBMIT=user) cannot wait for or signal sync objects".into(),
+            });
+        }
+        let t = self.timeline.as_ref().expect("live stream");
+        let mut packets = Vec::with_capacity(cmds.len() + 1);
+        for f in &b.in_fences {
+            packets.push(Packet::SemWait {
+                va: t.va() + 8 * u64::from(f.engine),
+                value: f.seqno,
+                op: packet::SEM_WAIT_GEQ,
+            });
+        }
+        for c in cmds {
+            packets.push(Packet::Indirect {
+                va: c.va,
+                size: c.size as u32,
+            });
+        }
+        let uq = st
+            .uqs
+            .as_mut()
+            .and_then(|q| q.get_mut(b.engine as usize))
+            .expect("a queue per engine");
+        let sp = SyncPoint {
+            kmd: uapi::DrmVgpuFence {
+                ctx_id: uq.ctx_id,
+                engine: b.engine,
+                seqno,
+            },
+            mem: Some((t.bo.clone(), t.offset + 8 * u64::from(b.engine), seqno)),
+            sync: None,
+        };
+        let ctx_id = uq.ctx_id;
+        let log = cmds.iter().map(|c| (c.va, c.size)).collect();
+        uq.submit(&ctx.cfg, &packets, log, sp.clone())
+            .map_err(|e| match e {
+                UqError::Kmd(k) => ctx.fail(call, ctx_id, k),
+                other => Error::Invalid {
+                    call,
+                    what: other.to_string(),
+                },
+            })?;
+        Ok(sp)
+    }
+
     /// Submits the pending batch, if any.
     fn flush_locked(&self, st: &mut StreamState, call: &'static str) -> Result<()> {
         let Some(mut b) = st.batch.take() else {
             return Ok(());
         };
+        let mut span = trace::span("api", "submit");
+        trace::set(&mut span, "ctx", self.ctx_id);
+        trace::set(&mut span, "engine", b.engine);
         let ctx = &*self.ctx;
         let gen = ctx.identity.generation;
         let e = b.engine as usize;
@@ -145,6 +215,29 @@ impl StreamShared {
         }
         if b.bufs.len() > 1 {
             ctx.cmds.lock().unwrap().stats.chained += 1;
+        }
+        if let Some(q) = st.uqs.as_ref().and_then(|q| q.get(e)) {
+            // On a user-mode queue: its own context id, the stream's seqno.
+            trace::set(&mut span, "ctx", q.ctx_id);
+            trace::set(&mut span, "seqno", predicted);
+            trace::set(&mut span, "cmds", cmds.len() as u64);
+            trace::set(&mut span, "user_queue", 1);
+            let sp = match self.flush_user(st, &b, &cmds, predicted, call) {
+                Ok(sp) => sp,
+                Err(err) => {
+                    let mut cp = ctx.cmds.lock().unwrap();
+                    for c in b.bufs {
+                        cp.put(c);
+                    }
+                    drop(cp);
+                    ctx.retired.lock().unwrap().extend(b.deferred);
+                    return Err(err);
+                }
+            };
+            st.submits += 1;
+            st.next_seq[e] = predicted + 1;
+            self.retire_batch(st, b, sp);
+            return Ok(());
         }
         // The KMD wants the fences of the sync objects waited for to exist:
         // wait (in the UMD) until their points are submitted.
@@ -205,10 +298,21 @@ impl StreamShared {
                 }
             }
         };
+        trace::set(&mut span, "seqno", seqno);
+        trace::set(&mut span, "cmds", cmds.len() as u64);
         st.submits += 1;
         st.next_seq[e] = seqno + 1;
         st.tl_point = point;
         let sp = self.timeline_sp(b.engine, seqno, predicted, point);
+        self.retire_batch(st, b, sp);
+        Ok(())
+    }
+
+    /// A submitted batch's command buffers and deferred frees wait for its
+    /// fence `sp`; what was waiting for the batch learns it.
+    fn retire_batch(&self, st: &mut StreamState, mut b: Batch, sp: SyncPoint) {
+        let ctx = &*self.ctx;
+        let e = b.engine as usize;
         {
             let mut cp = ctx.cmds.lock().unwrap();
             let keep = b.bufs.pop().expect("a batch has a buffer");
@@ -234,8 +338,9 @@ impl StreamShared {
         for n in b.notify {
             *n.lock().unwrap() = Some(sp.clone());
         }
-        st.last[e] = Some(sp);
-        Ok(())
+        if let Some(l) = st.last.get_mut(e) {
+            *l = Some(sp);
+        }
     }
 
     /// Appends packets for `engine`, chaining command buffers as they fill.
@@ -247,6 +352,7 @@ impl StreamShared {
         deferred: Vec<Block>,
         notify: Option<Notify>,
     ) -> Result<()> {
+        let mut span = trace::span("api", call);
         self.ctx.check(call)?;
         let ctx = &*self.ctx;
         let gen = ctx.identity.generation;
@@ -258,6 +364,9 @@ impl StreamShared {
             });
         }
         let engine = engine.unwrap_or(st.batch.as_ref().map_or(st.engine, |b| b.engine));
+        trace::set(&mut span, "ctx", self.ctx_id);
+        trace::set(&mut span, "engine", engine);
+        trace::set(&mut span, "packets", packets.len() as u64);
         if st.batch.as_ref().is_some_and(|b| b.engine != engine) {
             self.flush_locked(&mut st, call)?;
         }
@@ -362,6 +471,7 @@ impl StreamShared {
     }
 
     fn synchronize(&self, call: &'static str) -> Result<WaitPath> {
+        let _span = trace::span("api", call);
         self.ctx.check(call)?;
         let sps = self.flush_all(&self.ctx, call)?;
         let r = wait_all(&self.ctx.kmd, &self.ctx.cfg, &sps, None)
@@ -385,7 +495,13 @@ impl Drop for StreamShared {
         let destroyed = self.st.lock().unwrap().destroyed;
         if !destroyed {
             let _ = self.synchronize("Stream::drop");
-            let _ = self.ctx.kmd.ctx_destroy(self.ctx_id);
+            let uqs = self.st.lock().unwrap().uqs.take();
+            match uqs {
+                Some(q) => drop(q),
+                None => {
+                    let _ = self.ctx.kmd.ctx_destroy(self.ctx_id);
+                }
+            }
         }
         if let Some(b) = self.st.lock().unwrap().spare.take() {
             self.ctx.cmds.lock().unwrap().put(b);
@@ -399,10 +515,16 @@ impl Drop for StreamShared {
 /// Counters of a stream.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StreamStats {
-    /// SUBMIT ioctls.
+    /// Batches submitted (SUBMIT ioctls, or with `VGPU_SUBMIT=user`
+    /// batches published through a user-mode queue).
     pub submits: u64,
     /// Synchronizes that finished while spinning, polling, blocking.
     pub waits: [u64; 3],
+    /// With `VGPU_SUBMIT=user`: `UQ_KICK` system calls (the device had
+    /// stopped polling the doorbell block), over both engines.
+    pub kicks: u64,
+    /// With `VGPU_SUBMIT=user`: batches that waited for ring space.
+    pub ring_waits: u64,
 }
 
 /// An ordered queue of GPU work. Clones share the stream.
@@ -444,14 +566,59 @@ impl Stream {
         let inner = &ctx.inner;
         inner.check(call)?;
         let mask = (inner.identity.engine_mask & 3) as u32;
-        let ctx_id = inner
-            .kmd
-            .ctx_create(prio as u32, mask, 0)
-            .map_err(|e| inner.fail(call, 0, e))?;
+        // User-mode queues: one per engine, their ids the stream's contexts
+        // (the copy engine's names the stream). Else one KMD context.
+        let uqs = match inner.cfg.submit {
+            SubmitPath::User => {
+                let mut v = Vec::new();
+                for e in [ENGINE_COPY, ENGINE_COMPUTE] {
+                    let q = UserQueue::new(
+                        &inner.kmd,
+                        &inner.vas,
+                        inner.identity.generation,
+                        e,
+                        prio as u32,
+                    )
+                    .map_err(|err| match err {
+                        UqError::Kmd(k) => inner.fail(call, 0, k),
+                        other => Error::Invalid {
+                            call,
+                            what: other.to_string(),
+                        },
+                    })?;
+                    v.push(q);
+                }
+                let mut logs = inner.uq_logs.lock().unwrap();
+                logs.retain(|l| l.log.strong_count() > 0);
+                for q in &v {
+                    logs.push(UqLog {
+                        group: v[0].ctx_id,
+                        ctx: q.ctx_id,
+                        log: Arc::downgrade(&q.log),
+                    });
+                }
+                drop(logs);
+                Some(v)
+            }
+            SubmitPath::Ioctl => None,
+        };
+        let ctx_id = match &uqs {
+            Some(q) => q[0].ctx_id,
+            None => inner
+                .kmd
+                .ctx_create(prio as u32, mask, 0)
+                .map_err(|e| inner.fail(call, 0, e))?,
+        };
+        let owns_ctx = uqs.is_none();
+        let destroy = move |inner: &CtxInner| {
+            if owns_ctx {
+                let _ = inner.kmd.ctx_destroy(ctx_id);
+            }
+        };
         let timeline = match inner.pool.lock().unwrap().alloc(16) {
             Ok(t) => t,
             Err(source) => {
-                let _ = inner.kmd.ctx_destroy(ctx_id);
+                destroy(inner);
                 return Err(Error::Mem { call, source });
             }
         };
@@ -459,7 +626,7 @@ impl Stream {
         let sync = match Timeline::new(ctx) {
             Ok(t) => t,
             Err(e) => {
-                let _ = inner.kmd.ctx_destroy(ctx_id);
+                destroy(inner);
                 inner.retired.lock().unwrap().push(timeline);
                 return Err(e);
             }
@@ -481,6 +648,7 @@ impl Stream {
                 waits: [0; 3],
                 tl_point: 0,
                 next_in_syncs: Vec::new(),
+                uqs,
             }),
         });
         let weak: Weak<StreamShared> = Arc::downgrade(&s);
@@ -525,9 +693,12 @@ impl Stream {
     /// Counters.
     pub fn stats(&self) -> StreamStats {
         let st = self.s.st.lock().unwrap();
+        let q = st.uqs.iter().flatten().map(|q| q.stats);
         StreamStats {
             submits: st.submits,
             waits: st.waits,
+            kicks: q.clone().map(|s| s.kicks).sum(),
+            ring_waits: q.map(|s| s.waited).sum(),
         }
     }
 
@@ -582,8 +753,19 @@ impl Stream {
             });
         }
         let r = self.s.synchronize(call);
-        self.s.st.lock().unwrap().destroyed = true;
-        let d = self.s.ctx.kmd.ctx_destroy(self.s.ctx_id);
+        let uqs = {
+            let mut st = self.s.st.lock().unwrap();
+            st.destroyed = true;
+            st.uqs.take()
+        };
+        let d = match uqs {
+            // Each queue's context goes with it.
+            Some(q) => {
+                drop(q);
+                Ok(())
+            }
+            None => self.s.ctx.kmd.ctx_destroy(self.s.ctx_id),
+        };
         r?;
         d.map_err(|e| self.s.ctx.fail(call, self.s.ctx_id, e))
     }
@@ -732,6 +914,7 @@ impl Stream {
             // the device's writes before them are visible here.
             self.s.synchronize(call)?;
             let b = src.block.as_ref().expect("live buffer");
+            b.bo.populate_read();
             b.bo.read(b.offset + off, out);
             return Ok(());
         }

@@ -112,6 +112,12 @@ pub const CTX_STATE_BANNED: u32 = 1 << 1;
 pub const CTX_STATE_FAULTED: u32 = 1 << 2;
 /// `VGPU_CTX_STATE_DEVICE_LOST`.
 pub const CTX_STATE_DEVICE_LOST: u32 = 1 << 3;
+/// `VGPU_CTX_STATE_USER_QUEUE`.
+pub const CTX_STATE_USER_QUEUE: u32 = 1 << 4;
+/// `VGPU_CTX_STATE_SUSPENDED`.
+pub const CTX_STATE_SUSPENDED: u32 = 1 << 5;
+/// `VGPU_UQ_CREATE_FLAGS`.
+pub const UQ_CREATE_FLAGS: u32 = 0;
 /// `VGPU_ACCESS_READ`.
 pub const ACCESS_READ: u32 = 1;
 /// `VGPU_ACCESS_WRITE`.
@@ -183,6 +189,8 @@ pub mod engine_error {
     pub const INTERNAL: u32 = 15;
     /// `VGPU_ENGINE_ERROR_SANITIZER`.
     pub const SANITIZER: u32 = 16;
+    /// `VGPU_ENGINE_ERROR_DOORBELL_FAULT`.
+    pub const DOORBELL_FAULT: u32 = 17;
 }
 
 /// `VGPU_CMD_INDEX_NONE`: CTX_QUERY `error_cmd_index` of a KMD packet.
@@ -430,6 +438,52 @@ pub struct DrmVgpuSanRecord {
     pub history: [u32; san::HISTORY],
 }
 
+/// `struct drm_vgpu_doorbell`: a user-mode queue's doorbell block.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuDoorbell {
+    /// Written by the process: the ring's new write pointer.
+    pub wptr: u32,
+    /// Written by the device: 1 once it stopped polling the block.
+    pub sleeping: u32,
+    /// Written by the device: the last `wptr` it took.
+    pub seen: u32,
+    /// Zero.
+    pub reserved: [u32; 13],
+}
+
+/// `struct drm_vgpu_uq_create`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuUqCreate {
+    /// In: `CTX_PRIORITY_*`.
+    pub priority: u32,
+    /// In: the engine the queue feeds.
+    pub engine: u32,
+    /// In: the ring (READ|EXEC mapping).
+    pub ring_va: u64,
+    /// In: the doorbell block (READ|WRITE mapping).
+    pub doorbell_va: u64,
+    /// In: a power of two, 4 KiB..=1 MiB.
+    pub ring_size: u32,
+    /// In: `UQ_CREATE_*`.
+    pub flags: u32,
+    /// Out: the queue's context id.
+    pub ctx_id: u32,
+    /// Zero.
+    pub pad: u32,
+}
+
+/// `struct drm_vgpu_uq_kick`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuUqKick {
+    /// In: the queue.
+    pub ctx_id: u32,
+    /// Zero.
+    pub pad: u32,
+}
+
 /// `struct drm_vgpu_san_report`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -611,6 +665,13 @@ pub struct DrmVgpuCounters {
     pub tlb_hits: u64,
     /// TLB misses (page-table walks).
     pub tlb_misses: u64,
+    /// Kernel workgroups completed.
+    pub workgroups: u64,
+    /// Kernel lane operations (instructions times the lanes executing them).
+    pub lane_ops: u64,
+    /// Modelled time of the completed workgroups, in compute-unit cycles
+    /// (docs/isa.md, "Performance model"): independent of the host.
+    pub cycles: u64,
 }
 
 /// `struct drm_vgpu_ctx_stats`: one context as `QUERY_STATS` lists it.
@@ -738,6 +799,10 @@ pub const DRM_VGPU_FENCE_EXPORT: u32 = 0x0c;
 pub const DRM_VGPU_VM_BIND_OPS: u32 = 0x0d;
 /// `DRM_VGPU_SAN_REPORT`.
 pub const DRM_VGPU_SAN_REPORT: u32 = 0x0e;
+/// `DRM_VGPU_UQ_CREATE`.
+pub const DRM_VGPU_UQ_CREATE: u32 = 0x0f;
+/// `DRM_VGPU_UQ_KICK`.
+pub const DRM_VGPU_UQ_KICK: u32 = 0x10;
 
 /// `struct drm_vgpu_fence_export`: a fence as a sync_file fd.
 #[repr(C)]
@@ -814,6 +879,12 @@ pub const DRM_IOCTL_VGPU_VM_BIND_OPS: u32 =
 /// `DRM_IOCTL_VGPU_SAN_REPORT`.
 pub const DRM_IOCTL_VGPU_SAN_REPORT: u32 =
     drm_iowr::<DrmVgpuSanReport>(DRM_COMMAND_BASE + DRM_VGPU_SAN_REPORT);
+/// `DRM_IOCTL_VGPU_UQ_CREATE`.
+pub const DRM_IOCTL_VGPU_UQ_CREATE: u32 =
+    drm_iowr::<DrmVgpuUqCreate>(DRM_COMMAND_BASE + DRM_VGPU_UQ_CREATE);
+/// `DRM_IOCTL_VGPU_UQ_KICK`.
+pub const DRM_IOCTL_VGPU_UQ_KICK: u32 =
+    drm_iow::<DrmVgpuUqKick>(DRM_COMMAND_BASE + DRM_VGPU_UQ_KICK);
 /// `DRM_IOCTL_GEM_CLOSE` from drm.h.
 pub const DRM_IOCTL_GEM_CLOSE: u32 = drm_iow::<DrmGemClose>(0x09);
 

@@ -118,6 +118,28 @@ int main(void) {
     P("san_report.after_seq", offsetof(struct drm_vgpu_san_report, after_seq));
     P("san_report.report", offsetof(struct drm_vgpu_san_report, report));
     P("DRM_IOCTL_VGPU_SAN_REPORT", (unsigned int)DRM_IOCTL_VGPU_SAN_REPORT);
+    P("sizeof.doorbell", sizeof(struct drm_vgpu_doorbell));
+    P("doorbell.wptr", offsetof(struct drm_vgpu_doorbell, wptr));
+    P("doorbell.sleeping", offsetof(struct drm_vgpu_doorbell, sleeping));
+    P("doorbell.seen", offsetof(struct drm_vgpu_doorbell, seen));
+    P("doorbell.reserved", offsetof(struct drm_vgpu_doorbell, reserved));
+    P("sizeof.uq_create", sizeof(struct drm_vgpu_uq_create));
+    P("uq_create.priority", offsetof(struct drm_vgpu_uq_create, priority));
+    P("uq_create.engine", offsetof(struct drm_vgpu_uq_create, engine));
+    P("uq_create.ring_va", offsetof(struct drm_vgpu_uq_create, ring_va));
+    P("uq_create.doorbell_va", offsetof(struct drm_vgpu_uq_create, doorbell_va));
+    P("uq_create.ring_size", offsetof(struct drm_vgpu_uq_create, ring_size));
+    P("uq_create.flags", offsetof(struct drm_vgpu_uq_create, flags));
+    P("uq_create.ctx_id", offsetof(struct drm_vgpu_uq_create, ctx_id));
+    P("uq_create.pad", offsetof(struct drm_vgpu_uq_create, pad));
+    P("sizeof.uq_kick", sizeof(struct drm_vgpu_uq_kick));
+    P("uq_kick.ctx_id", offsetof(struct drm_vgpu_uq_kick, ctx_id));
+    P("uq_kick.pad", offsetof(struct drm_vgpu_uq_kick, pad));
+    P("DRM_IOCTL_VGPU_UQ_CREATE", (unsigned int)DRM_IOCTL_VGPU_UQ_CREATE);
+    P("DRM_IOCTL_VGPU_UQ_KICK", (unsigned int)DRM_IOCTL_VGPU_UQ_KICK);
+    P("VGPU_CTX_STATE_USER_QUEUE", VGPU_CTX_STATE_USER_QUEUE);
+    P("VGPU_CTX_STATE_SUSPENDED", VGPU_CTX_STATE_SUSPENDED);
+    P("VGPU_UQ_CREATE_FLAGS", VGPU_UQ_CREATE_FLAGS);
     P("VGPU_SAN_FLAG_STOPPED", VGPU_SAN_FLAG_STOPPED);
     P("VGPU_SAN_FLAG_PRIOR", VGPU_SAN_FLAG_PRIOR);
     P("VGPU_SAN_FLAG_PACKET", VGPU_SAN_FLAG_PACKET);
@@ -204,6 +226,9 @@ int main(void) {
     P("counters.fences", offsetof(struct drm_vgpu_counters, fences));
     P("counters.tlb_hits", offsetof(struct drm_vgpu_counters, tlb_hits));
     P("counters.tlb_misses", offsetof(struct drm_vgpu_counters, tlb_misses));
+    P("counters.workgroups", offsetof(struct drm_vgpu_counters, workgroups));
+    P("counters.lane_ops", offsetof(struct drm_vgpu_counters, lane_ops));
+    P("counters.cycles", offsetof(struct drm_vgpu_counters, cycles));
     P("sizeof.ctx_stats", sizeof(struct drm_vgpu_ctx_stats));
     P("ctx_stats.ctx_id", offsetof(struct drm_vgpu_ctx_stats, ctx_id));
     P("ctx_stats.pid", offsetof(struct drm_vgpu_ctx_stats, pid));
@@ -715,6 +740,82 @@ fn rust_mirror_matches_c_header() {
             "DRM_IOCTL_VGPU_SAN_REPORT",
             u64::from(uapi::DRM_IOCTL_VGPU_SAN_REPORT),
         ),
+        ("sizeof.doorbell", size_of::<uapi::DrmVgpuDoorbell>() as u64),
+        (
+            "doorbell.wptr",
+            offset_of!(uapi::DrmVgpuDoorbell, wptr) as u64,
+        ),
+        (
+            "doorbell.sleeping",
+            offset_of!(uapi::DrmVgpuDoorbell, sleeping) as u64,
+        ),
+        (
+            "doorbell.seen",
+            offset_of!(uapi::DrmVgpuDoorbell, seen) as u64,
+        ),
+        (
+            "doorbell.reserved",
+            offset_of!(uapi::DrmVgpuDoorbell, reserved) as u64,
+        ),
+        (
+            "sizeof.uq_create",
+            size_of::<uapi::DrmVgpuUqCreate>() as u64,
+        ),
+        (
+            "uq_create.priority",
+            offset_of!(uapi::DrmVgpuUqCreate, priority) as u64,
+        ),
+        (
+            "uq_create.engine",
+            offset_of!(uapi::DrmVgpuUqCreate, engine) as u64,
+        ),
+        (
+            "uq_create.ring_va",
+            offset_of!(uapi::DrmVgpuUqCreate, ring_va) as u64,
+        ),
+        (
+            "uq_create.doorbell_va",
+            offset_of!(uapi::DrmVgpuUqCreate, doorbell_va) as u64,
+        ),
+        (
+            "uq_create.ring_size",
+            offset_of!(uapi::DrmVgpuUqCreate, ring_size) as u64,
+        ),
+        (
+            "uq_create.flags",
+            offset_of!(uapi::DrmVgpuUqCreate, flags) as u64,
+        ),
+        (
+            "uq_create.ctx_id",
+            offset_of!(uapi::DrmVgpuUqCreate, ctx_id) as u64,
+        ),
+        (
+            "uq_create.pad",
+            offset_of!(uapi::DrmVgpuUqCreate, pad) as u64,
+        ),
+        ("sizeof.uq_kick", size_of::<uapi::DrmVgpuUqKick>() as u64),
+        (
+            "uq_kick.ctx_id",
+            offset_of!(uapi::DrmVgpuUqKick, ctx_id) as u64,
+        ),
+        ("uq_kick.pad", offset_of!(uapi::DrmVgpuUqKick, pad) as u64),
+        (
+            "DRM_IOCTL_VGPU_UQ_CREATE",
+            u64::from(uapi::DRM_IOCTL_VGPU_UQ_CREATE),
+        ),
+        (
+            "DRM_IOCTL_VGPU_UQ_KICK",
+            u64::from(uapi::DRM_IOCTL_VGPU_UQ_KICK),
+        ),
+        (
+            "VGPU_CTX_STATE_USER_QUEUE",
+            u64::from(uapi::CTX_STATE_USER_QUEUE),
+        ),
+        (
+            "VGPU_CTX_STATE_SUSPENDED",
+            u64::from(uapi::CTX_STATE_SUSPENDED),
+        ),
+        ("VGPU_UQ_CREATE_FLAGS", u64::from(uapi::UQ_CREATE_FLAGS)),
         ("VGPU_SAN_FLAG_STOPPED", u64::from(uapi::san::FLAG_STOPPED)),
         ("VGPU_SAN_FLAG_PRIOR", u64::from(uapi::san::FLAG_PRIOR)),
         ("VGPU_SAN_FLAG_PACKET", u64::from(uapi::san::FLAG_PACKET)),
@@ -908,6 +1009,18 @@ fn rust_mirror_matches_c_header() {
         (
             "counters.tlb_misses",
             offset_of!(uapi::DrmVgpuCounters, tlb_misses) as u64,
+        ),
+        (
+            "counters.workgroups",
+            offset_of!(uapi::DrmVgpuCounters, workgroups) as u64,
+        ),
+        (
+            "counters.lane_ops",
+            offset_of!(uapi::DrmVgpuCounters, lane_ops) as u64,
+        ),
+        (
+            "counters.cycles",
+            offset_of!(uapi::DrmVgpuCounters, cycles) as u64,
         ),
         (
             "sizeof.ctx_stats",
@@ -1378,7 +1491,7 @@ fn engine_error_and_fault_reason_names_are_hwifs() {
     use vgpu_hwif::mmu::FaultReason;
     use vgpu_hwif::packet::EngineError;
     let errors = defines("VGPU_ENGINE_ERROR_");
-    assert_eq!(errors.len(), 17, "NONE and every EngineError");
+    assert_eq!(errors.len(), 18, "NONE and every EngineError");
     for (name, v) in &errors {
         match EngineError::from_u32(*v) {
             Some(e) => assert_eq!(e.name(), name, "VGPU_ENGINE_ERROR_{name} = {v}"),

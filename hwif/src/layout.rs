@@ -12,10 +12,11 @@ use super::event::EventRecord;
 use super::pod::{Pod, StructLayout};
 use super::proto::{
     CaptureCmd, CaptureReadCmd, CaptureReadReply, CaptureReply, CommandHeader, ContextCreateCmd,
-    ContextDestroyCmd, ContextQueryCmd, ContextQueryReply, DoorbellCmd, EngineResetCmd,
-    EngineResetReply, FaultResumeCmd, IdentifyReply, PingCmd, PingReply, QueryStatsCmd,
-    RasQueryCmd, RasQueryReply, RasRetireCmd, ReplyHeader, RingCreateCmd, RingDestroyCmd,
-    RingStatus, SanMemCmd, SanReportCmd, SanReportReply, StatsReply, TimeReply, TlbInvalidateCmd,
+    ContextDestroyCmd, ContextQueryCmd, ContextQueryReply, DoorbellBlock, DoorbellCmd,
+    DoorbellWatchCmd, EngineResetCmd, EngineResetReply, FaultResumeCmd, IdentifyReply, PingCmd,
+    PingReply, QueryStatsCmd, RasQueryCmd, RasQueryReply, RasRetireCmd, ReplyHeader, RingCreateCmd,
+    RingDestroyCmd, RingStatus, SanMemCmd, SanReportCmd, SanReportReply, StatsReply, TimeReply,
+    TlbInvalidateCmd,
 };
 use super::sanitize::{SanRange, SanReport};
 
@@ -34,6 +35,8 @@ pub const TABLE: &[StructLayout] = &[
     RingCreateCmd::LAYOUT,
     RingDestroyCmd::LAYOUT,
     DoorbellCmd::LAYOUT,
+    DoorbellWatchCmd::LAYOUT,
+    DoorbellBlock::LAYOUT,
     TlbInvalidateCmd::LAYOUT,
     FaultResumeCmd::LAYOUT,
     EngineResetCmd::LAYOUT,

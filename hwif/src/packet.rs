@@ -148,6 +148,11 @@ pub enum EngineError {
     /// The driver sanitizer stopped the ring on a finding
     /// (`vgpu-device --sanitize-mode stop`; see [`super::sanitize`]).
     Sanitizer = 16,
+    /// The ring's watched doorbell block (`DOORBELL_WATCH`) could not be
+    /// read or written through the context's page tables: not mapped, not
+    /// writable, or outside RAM. The event's packet VA is the block's VA;
+    /// the device stops watching it.
+    DoorbellFault = 17,
 }
 
 impl EngineError {
@@ -170,6 +175,7 @@ impl EngineError {
             14 => EngineError::EccUncorrectable,
             15 => EngineError::Internal,
             16 => EngineError::Sanitizer,
+            17 => EngineError::DoorbellFault,
             _ => return None,
         })
     }
@@ -193,6 +199,7 @@ impl EngineError {
             EngineError::EccUncorrectable => "ECC_UNCORRECTABLE",
             EngineError::Internal => "INTERNAL",
             EngineError::Sanitizer => "SANITIZER",
+            EngineError::DoorbellFault => "DOORBELL_FAULT",
         }
     }
 }

@@ -101,6 +101,13 @@ pub enum Opcode {
     RingDestroy = 0x0202,
     /// Publish a ring's new write pointer ([`DoorbellCmd`]).
     Doorbell = 0x0203,
+    /// Watch a doorbell block in the context's memory: every change of
+    /// its write pointer is a doorbell for the ring, with no command
+    /// ([`DoorbellWatchCmd`], [`DoorbellBlock`]); a user-mode queue.
+    DoorbellWatch = 0x0204,
+    /// Wake the doorbell watcher: look at every watched doorbell now and
+    /// poll them again (header only; see [`DoorbellBlock::sleeping`]).
+    DoorbellKick = 0x0205,
     /// Drop TLB entries of a context ([`TlbInvalidateCmd`]).
     TlbInvalidate = 0x0301,
     /// Answer a replayable fault ([`FaultResumeCmd`]).
@@ -142,7 +149,7 @@ pub enum Opcode {
 
 impl Opcode {
     /// Every opcode, for tables and tests.
-    pub const ALL: [Opcode; 20] = [
+    pub const ALL: [Opcode; 22] = [
         Opcode::Identify,
         Opcode::Ping,
         Opcode::ContextCreate,
@@ -151,6 +158,8 @@ impl Opcode {
         Opcode::RingCreate,
         Opcode::RingDestroy,
         Opcode::Doorbell,
+        Opcode::DoorbellWatch,
+        Opcode::DoorbellKick,
         Opcode::TlbInvalidate,
         Opcode::FaultResume,
         Opcode::EngineReset,
@@ -181,7 +190,7 @@ impl Opcode {
     pub const fn command_size(self) -> usize {
         use core::mem::size_of;
         match self {
-            Opcode::Identify | Opcode::DeviceReset | Opcode::TimeQuery => {
+            Opcode::Identify | Opcode::DeviceReset | Opcode::TimeQuery | Opcode::DoorbellKick => {
                 size_of::<CommandHeader>()
             }
             Opcode::Ping => size_of::<PingCmd>(),
@@ -191,6 +200,7 @@ impl Opcode {
             Opcode::RingCreate => size_of::<RingCreateCmd>(),
             Opcode::RingDestroy => size_of::<RingDestroyCmd>(),
             Opcode::Doorbell => size_of::<DoorbellCmd>(),
+            Opcode::DoorbellWatch => size_of::<DoorbellWatchCmd>(),
             Opcode::TlbInvalidate => size_of::<TlbInvalidateCmd>(),
             Opcode::FaultResume => size_of::<FaultResumeCmd>(),
             Opcode::EngineReset => size_of::<EngineResetCmd>(),
@@ -233,6 +243,8 @@ impl Opcode {
             Opcode::RingCreate => "RING_CREATE",
             Opcode::RingDestroy => "RING_DESTROY",
             Opcode::Doorbell => "DOORBELL",
+            Opcode::DoorbellWatch => "DOORBELL_WATCH",
+            Opcode::DoorbellKick => "DOORBELL_KICK",
             Opcode::TlbInvalidate => "TLB_INVALIDATE",
             Opcode::FaultResume => "FAULT_RESUME",
             Opcode::EngineReset => "ENGINE_RESET",
@@ -404,6 +416,11 @@ pub mod ring_state {
     /// until the ring is destroyed and created again (or the engine reset).
     pub const STOPPED: u32 = 4;
 }
+
+/// `DOORBELL_WATCH` flag: watch the block without moving the ring's
+/// pointers (the ring may have work; the watcher starts from the ring's
+/// latest write pointer, so a block that moved on meanwhile rings at once).
+pub const WATCH_KEEP_POINTERS: u32 = 1;
 
 /// `QUERY_STATS` kinds.
 pub mod stats_kind {
@@ -594,6 +611,48 @@ pod_struct! {
         pub reserved: u32,
     }
 
+    /// `DOORBELL_WATCH`: from now on the write pointer of the ring's
+    /// doorbell block at `doorbell_va` is the ring's doorbell.
+    pub struct DoorbellWatchCmd {
+        /// Header.
+        pub hdr: CommandHeader,
+        /// Context id.
+        pub ctx_id: u32,
+        /// Engine.
+        pub engine: u32,
+        /// GPU VA of the [`DoorbellBlock`] in the context's address space
+        /// (64-byte aligned, mapped read-write); 0 stops watching.
+        pub doorbell_va: u64,
+        /// Where the ring starts: its read and write pointers are set to
+        /// this value (the ring must be idle; 0 when `doorbell_va` is 0 or
+        /// with [`WATCH_KEEP_POINTERS`]).
+        pub start: u32,
+        /// [`WATCH_KEEP_POINTERS`] or 0.
+        pub flags: u32,
+    }
+
+    /// A doorbell block (64 bytes in guest memory): the driver's side of a
+    /// watched doorbell, shared by the driver (usually a user-mode driver
+    /// with the block mapped into its process) and the device.
+    pub struct DoorbellBlock {
+        /// Written by the driver: the ring's new write pointer, as in
+        /// `DOORBELL` (total bytes ever written, wrapping at 2^32). Every
+        /// change the device sees is a doorbell.
+        pub wptr: u32,
+        /// Written by the device: 0 while it polls the block, 1 once it
+        /// stopped polling. A driver that published a new `wptr` and then
+        /// reads 1 here (after a full memory barrier) sends
+        /// `DOORBELL_KICK`.
+        pub sleeping: u32,
+        /// Written by the device: the last write pointer it took from
+        /// `wptr`.
+        pub seen: u32,
+        /// Zero.
+        pub reserved0: u32,
+        /// Zero.
+        pub reserved: [u64; 6],
+    }
+
     /// `TLB_INVALIDATE`.
     pub struct TlbInvalidateCmd {
         /// Header.
@@ -782,6 +841,16 @@ pod_struct! {
         pub tlb_hits: u64,
         /// TLB misses (page-table walks).
         pub tlb_misses: u64,
+        /// Kernel workgroups completed.
+        pub workgroups: u64,
+        /// Kernel lane operations: instructions times the lanes that
+        /// executed them.
+        pub lane_ops: u64,
+        /// Modelled time of the completed workgroups, in compute-unit
+        /// cycles: per workgroup, the larger of its longest warp's issued
+        /// instructions and all its warps' issued instructions / 4. The
+        /// same for the same kernels whatever the host does.
+        pub cycles: u64,
     }
 
     /// `SAN_MEM`: declare ([`SAN_MEM_OWN`]) or give back
@@ -828,8 +897,14 @@ pod_struct! {
         pub error: u32,
         /// Read pointer of the packet that stopped the ring.
         pub error_rptr: u32,
+        /// The write pointer the engine accepted (the last valid
+        /// doorbell it took): the ring has work while it differs from
+        /// `rptr`.
+        pub wptr: u32,
         /// Zero.
-        pub reserved: [u64; 4],
+        pub reserved0: u32,
+        /// Zero.
+        pub reserved: [u64; 3],
     }
 }
 
@@ -931,6 +1006,21 @@ pub enum Command {
         /// Write pointer.
         wptr: u32,
     },
+    /// `DOORBELL_WATCH`.
+    DoorbellWatch {
+        /// Context id.
+        ctx_id: u32,
+        /// Engine.
+        engine: u32,
+        /// Doorbell block VA (0: stop watching).
+        doorbell_va: u64,
+        /// The ring's new read and write pointer.
+        start: u32,
+        /// [`WATCH_KEEP_POINTERS`] or 0.
+        flags: u32,
+    },
+    /// `DOORBELL_KICK`.
+    DoorbellKick,
     /// `TLB_INVALIDATE`.
     TlbInvalidate {
         /// Context id.
@@ -1058,6 +1148,7 @@ impl Command {
             Opcode::Identify => Command::Identify,
             Opcode::DeviceReset => Command::DeviceReset,
             Opcode::TimeQuery => Command::TimeQuery,
+            Opcode::DoorbellKick => Command::DoorbellKick,
             Opcode::Capture => {
                 let c: CaptureCmd = read(bytes, op)?;
                 zero(c.flags, op)?;
@@ -1129,6 +1220,17 @@ impl Command {
                     ctx_id: c.ctx_id,
                     engine: c.engine,
                     wptr: c.wptr,
+                }
+            }
+            Opcode::DoorbellWatch => {
+                let c: DoorbellWatchCmd = read(bytes, op)?;
+                zero(c.flags & !WATCH_KEEP_POINTERS, op)?;
+                Command::DoorbellWatch {
+                    ctx_id: c.ctx_id,
+                    engine: c.engine,
+                    doorbell_va: c.doorbell_va,
+                    start: c.start,
+                    flags: c.flags,
                 }
             }
             Opcode::TlbInvalidate => {
@@ -1208,6 +1310,8 @@ impl Command {
             Command::RingCreate { .. } => Opcode::RingCreate,
             Command::RingDestroy { .. } => Opcode::RingDestroy,
             Command::Doorbell { .. } => Opcode::Doorbell,
+            Command::DoorbellWatch { .. } => Opcode::DoorbellWatch,
+            Command::DoorbellKick => Opcode::DoorbellKick,
             Command::TlbInvalidate { .. } => Opcode::TlbInvalidate,
             Command::FaultResume { .. } => Opcode::FaultResume,
             Command::EngineReset { .. } => Opcode::EngineReset,
@@ -1232,7 +1336,10 @@ impl Command {
             tag,
         };
         match *self {
-            Command::Identify | Command::DeviceReset | Command::TimeQuery => hdr.write_to(out),
+            Command::Identify
+            | Command::DeviceReset
+            | Command::TimeQuery
+            | Command::DoorbellKick => hdr.write_to(out),
             Command::Capture {
                 ctx_id,
                 engine,
@@ -1316,6 +1423,21 @@ impl Command {
                 engine,
                 wptr,
                 reserved: 0,
+            }
+            .write_to(out),
+            Command::DoorbellWatch {
+                ctx_id,
+                engine,
+                doorbell_va,
+                start,
+                flags,
+            } => DoorbellWatchCmd {
+                hdr,
+                ctx_id,
+                engine,
+                doorbell_va,
+                start,
+                flags,
             }
             .write_to(out),
             Command::TlbInvalidate {

@@ -152,7 +152,7 @@ fn fingerprint_sees_every_field() {
 fn engine_errors_round_trip() {
     use vgpu_hwif::packet::EngineError;
     let mut names = Vec::new();
-    for v in 1..=16 {
+    for v in 1..=17 {
         let e = EngineError::from_u32(v).unwrap();
         assert_eq!(e as u32, v);
         names.push(e.name());
@@ -168,10 +168,12 @@ fn engine_errors_round_trip() {
     assert_eq!(EngineError::Internal.name(), "INTERNAL");
     assert_eq!(EngineError::from_u32(16), Some(EngineError::Sanitizer));
     assert_eq!(EngineError::Sanitizer.name(), "SANITIZER");
-    assert!(EngineError::from_u32(0).is_none() && EngineError::from_u32(17).is_none());
+    assert_eq!(EngineError::from_u32(17), Some(EngineError::DoorbellFault));
+    assert_eq!(EngineError::DoorbellFault.name(), "DOORBELL_FAULT");
+    assert!(EngineError::from_u32(0).is_none() && EngineError::from_u32(18).is_none());
     names.sort_unstable();
     names.dedup();
-    assert_eq!(names.len(), 16, "names are distinct");
+    assert_eq!(names.len(), 17, "names are distinct");
 }
 
 #[test]

@@ -250,6 +250,11 @@ impl fmt::Display for Fault {
 
 impl std::error::Error for Fault {}
 
+/// Warps of one workgroup that can issue an instruction in the same cycle:
+/// the width of [`WorkgroupExec::cycles`]' performance model (a compute unit
+/// with four warp schedulers).
+pub const ISSUE_WIDTH: u64 = 4;
+
 /// Counters of a workgroup's execution.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -785,6 +790,21 @@ impl<'a> WorkgroupExec<'a> {
     /// Counters since the last reset.
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// The workgroup's modelled time since the last reset, in compute-unit
+    /// cycles (docs/isa.md, "Performance model"): each warp issues at most
+    /// one instruction per cycle and at most [`ISSUE_WIDTH`] warps issue in
+    /// the same cycle, so the workgroup takes the larger of its longest
+    /// warp's issued instructions (`%clock`) and all its warps' issued
+    /// instructions divided by [`ISSUE_WIDTH`] (rounded up). It counts
+    /// issue slots, not host time: the same kernel and launch give the same
+    /// cycles on the interpreter and the JIT, on any host, under any load.
+    pub fn cycles(&self) -> u64 {
+        let (longest, total) = self.warps.iter().fold((0u64, 0u64), |(m, t), w| {
+            (m.max(w.clock), t.saturating_add(w.clock))
+        });
+        longest.max(total.div_ceil(ISSUE_WIDTH))
     }
 
     /// The workgroup's shared memory, as 32-bit words.

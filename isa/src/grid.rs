@@ -30,6 +30,9 @@ pub struct GridReport {
     /// Workgroups that completed.
     pub workgroups_completed: u64,
     pub stats: Stats,
+    /// Modelled time of the completed workgroups: the sum of their
+    /// [`WorkgroupExec::cycles`](crate::exec::WorkgroupExec::cycles).
+    pub cycles: u64,
 }
 
 /// Runs every workgroup of `launch` on `units` compute units (host threads).
@@ -80,6 +83,7 @@ fn run_grid_on<M: GlobalMemory + Sync + ?Sized>(
     let completed = AtomicU64::new(0);
     let warp_insts = AtomicU64::new(0);
     let thread_insts = AtomicU64::new(0);
+    let cycles = AtomicU64::new(0);
     let record = |o: GridOutcome| {
         let mut g = first.lock().unwrap_or_else(|e| e.into_inner());
         if g.is_none() {
@@ -137,6 +141,7 @@ fn run_grid_on<M: GlobalMemory + Sync + ?Sized>(
                             }
                             Ok(Outcome::Completed) => {
                                 completed.fetch_add(1, Ordering::Relaxed);
+                                cycles.fetch_add(e.cycles(), Ordering::Relaxed);
                                 break true;
                             }
                             Ok(Outcome::Cancelled) => {
@@ -184,6 +189,7 @@ fn run_grid_on<M: GlobalMemory + Sync + ?Sized>(
     GridReport {
         outcome,
         workgroups_completed: completed.into_inner(),
+        cycles: cycles.into_inner(),
         stats: Stats {
             warp_instructions: warp_insts.into_inner(),
             thread_instructions: thread_insts.into_inner(),

@@ -25,7 +25,7 @@ pub use disasm::{disassemble, disassemble_instruction};
 pub use encode::{decode, encode, InstError};
 pub use exec::{
     run_workgroup, Fault, FaultKind, Launch, LaunchError, Limits, Outcome, Stats, Trap,
-    WorkgroupExec,
+    WorkgroupExec, ISSUE_WIDTH,
 };
 #[cfg(feature = "jit")]
 pub use grid::run_grid_jit;

@@ -557,3 +557,46 @@ cas:
     let sum: u32 = (0..total).sum();
     assert_eq!(gpu.u32s(ctr, 4), vec![total, total - 1, sum, total]);
 }
+
+/// Cycles (docs/isa.md §15): per workgroup the longest warp's issued
+/// instructions, or all warps' issued instructions / 4 when that is more;
+/// summed over the grid's workgroups.
+#[test]
+fn cycles_count_the_longest_warp_and_four_issue_slots() {
+    let gpu = Gpu::new();
+    let cycles = |src: &str, grid: [u32; 3], wg: [u32; 3]| {
+        let m = assemble(src, 2).unwrap_or_else(|e| panic!("{e}"));
+        let l = launch(&m, "k", grid, wg, Args::new());
+        let r = run_grid(&m, &l, &gpu.mem, 1, None);
+        assert_eq!(r.outcome, GridOutcome::Completed);
+        r.cycles
+    };
+    // Eleven issued instructions per warp, straight line.
+    let straight = ".kernel k\n".to_string() + &"    nop\n".repeat(10) + "    exit\n.end\n";
+    // One warp, or two: the longest warp (11) is more than all / 4.
+    assert_eq!(cycles(&straight, [1, 1, 1], [32, 1, 1]), 11);
+    assert_eq!(cycles(&straight, [1, 1, 1], [64, 1, 1]), 11);
+    // Eight warps: 88 issue slots over 4 schedulers take 22 cycles.
+    assert_eq!(cycles(&straight, [1, 1, 1], [256, 1, 1]), 22);
+    // Five warps: 55 / 4 rounds up to 14.
+    assert_eq!(cycles(&straight, [1, 1, 1], [160, 1, 1]), 14);
+    // A partial warp costs what a full one does.
+    assert_eq!(cycles(&straight, [1, 1, 1], [1, 1, 1]), 11);
+    // Summed over workgroups.
+    assert_eq!(cycles(&straight, [3, 2, 1], [256, 1, 1]), 6 * 22);
+    // Only warp 0 goes on: warps 1..7 issue s2r, setp and exit (3 each);
+    // warp 0 also issues the guarded exit with no lane left, 10 nops and
+    // exit (14). max(14, ceil(35 / 4) = 9) = 14.
+    let one_warp = ".kernel k\n    s2r r0, %tid.x\n    setp.ge.u32 p0, r0, 32\n    @p0 exit\n"
+        .to_string()
+        + &"    nop\n".repeat(10)
+        + "    exit\n.end\n";
+    assert_eq!(cycles(&one_warp, [1, 1, 1], [256, 1, 1]), 14);
+    // A workgroup that faults adds nothing.
+    let faults = ".kernel k\n    mov r2, 0\n    mov r3, 0\n    ld.32 r4, [d2]\n    exit\n.end\n";
+    let m = assemble(faults, 2).unwrap();
+    let l = launch(&m, "k", [1, 1, 1], [32, 1, 1], Args::new());
+    let r = run_grid(&m, &l, &gpu.mem, 1, None);
+    assert!(matches!(r.outcome, GridOutcome::Faulted { .. }), "{r:?}");
+    assert_eq!(r.cycles, 0);
+}

@@ -183,10 +183,11 @@ fn replay_record(cli: &Cli, path: &std::path::Path) -> ExitCode {
     let t0 = std::time::Instant::now();
     let rep = r.run();
     println!(
-        "replayed {} commands ({} replies equal, {} not compared: times and counters), {} guest pages, {} injector requests in {:.2} s",
+        "replayed {} commands ({} replies equal, {} not compared: times and counters), {} watched doorbells, {} guest pages, {} injector requests in {:.2} s",
         rep.commands,
         rep.replies_equal,
         rep.replies_uncompared,
+        rep.watched_doorbells,
         rep.pages,
         rep.control.len(),
         t0.elapsed().as_secs_f64()

@@ -21,6 +21,7 @@ use vgpu_device::core::gpu::{GpuConfig, ENGINES};
 use vgpu_device::core::inject::Spec;
 use vgpu_device::core::mmu::Mem;
 use vgpu_device::core::record::{self, kind, le32, le64, Entry};
+use vgpu_device::core::watch;
 use vgpu_device::core::Device;
 use vgpu_device::inject_ctl::handle_line;
 use vgpu_hwif::event::{EventRecord, EVENT_RECORD_SIZE};
@@ -93,6 +94,9 @@ pub struct Report {
     pub control: Vec<(String, String)>,
     /// Pages of guest memory the record holds.
     pub pages: u64,
+    /// Doorbells the watcher took from watched blocks (user-mode queues),
+    /// rung again at the same points.
+    pub watched_doorbells: u64,
     /// Differences, in the order found.
     pub divergences: Vec<String>,
 }
@@ -345,6 +349,28 @@ impl RecordReplay {
                     if let Some(p) = final_packets.get_mut(usize::from(e.engine)) {
                         *p = (*p).max(e.tag);
                     }
+                }
+                kind::WATCHED_DOORBELL => {
+                    let want = [le64(&e.payload, 0), le64(&e.payload, 8)];
+                    let (ctx, eng, wptr) = (
+                        le32(&e.payload, 16),
+                        le32(&e.payload, 20),
+                        le32(&e.payload, 24),
+                    );
+                    let n = rep.watched_doorbells;
+                    for (en, got) in self.catch_up(want, &mut replayed) {
+                        rep.divergences.push(format!(
+                            "before watched doorbell {n}: engine {en} started {got} packets, the record {}",
+                            want[en]
+                        ));
+                    }
+                    self.set_time(e.time_ns);
+                    if let Err(err) = watch::ring_doorbell(self.dev.gpu(), ctx, eng, wptr) {
+                        rep.divergences.push(format!(
+                            "watched doorbell {n} (context {ctx} engine {eng} wptr {wptr:#x}): {err}"
+                        ));
+                    }
+                    rep.watched_doorbells += 1;
                 }
                 kind::RESET => self.dev.reset(),
                 kind::CONTROL => {

@@ -172,6 +172,9 @@ pub struct StepStats {
     pub warp_instructions: u64,
     /// Lane operations: instructions times the lanes that executed them.
     pub lane_ops: u64,
+    /// Modelled time of the workgroups completed, in compute-unit cycles
+    /// (`WorkgroupExec::cycles`).
+    pub cycles: u64,
 }
 
 /// One compute unit's workgroup in progress.
@@ -345,6 +348,7 @@ impl Dispatch {
                             stats.workgroups += st.workgroups;
                             stats.warp_instructions += st.warp_instructions;
                             stats.lane_ops += st.lane_ops;
+                            stats.cycles += st.cycles;
                         }
                         Ok(None) | Err(_) => failed = true,
                     }
@@ -475,6 +479,7 @@ fn run_unit(
         match r {
             Ok(Outcome::Completed) => {
                 st.workgroups += 1;
+                st.cycles += e.cycles();
                 slot.current = None;
             }
             Ok(Outcome::Preempted) => break,

@@ -43,7 +43,9 @@ use super::ring::{self, Ring, RingError, RingState};
 use super::sanitize::hooks;
 use super::sanitize::tlb::OwnError;
 use super::telemetry::Stats;
+use super::watch::{self, WatchError};
 use crate::config::DeviceConfig;
+use vgpu_hwif::proto::WATCH_KEEP_POINTERS;
 
 /// Size of a reply header.
 pub const REPLY_HEADER_SIZE: usize = core::mem::size_of::<ReplyHeader>();
@@ -101,6 +103,9 @@ pub enum CommandError {
     /// Pages given back that were not declared.
     #[error("pages given back that were not declared")]
     NotDeclared,
+    /// A doorbell or a doorbell watch was refused.
+    #[error(transparent)]
+    Watch(#[from] WatchError),
 }
 
 impl CommandError {
@@ -109,6 +114,12 @@ impl CommandError {
         match self {
             CommandError::Context(e) => e.status(),
             CommandError::Ring(e) => e.status(),
+            CommandError::Watch(WatchError::Context(e)) => e.status(),
+            CommandError::Watch(WatchError::Ring(e)) => e.status(),
+            CommandError::Watch(WatchError::BadVa(_) | WatchError::StartWithoutBlock) => {
+                Status::InvalidArgument
+            }
+            CommandError::Watch(WatchError::NotIdle(..)) => Status::Busy,
             CommandError::Reset(ResetError::BadEngine(_)) | CommandError::Invalid(_) => {
                 Status::InvalidArgument
             }
@@ -379,6 +390,8 @@ impl ControlProcessor {
                     }
                     Some(_) => {
                         *slot = None;
+                        drop(st);
+                        gpu.watch.forget(ctx_id, Some(e));
                         Ok(header_only)
                     }
                 }
@@ -388,36 +401,22 @@ impl ControlProcessor {
                 engine: e,
                 wptr,
             } => {
-                let mut st = gpu.lock();
-                let san_events = hooks::on_doorbell(gpu, &mut st, ctx_id, e, wptr);
-                if !san_events.is_empty() {
-                    for ev in san_events {
-                        gpu.post(ev);
-                    }
-                }
-                let current = st
-                    .engines
-                    .get(e as usize)
-                    .and_then(|es| es.current)
-                    .map(|(_, prio)| prio);
-                let ctx = st.contexts.get_mut(ctx_id)?;
-                if e >= engine::COUNT {
-                    return Err(RingError::BadEngine(e).into());
-                }
-                let priority = ctx.priority;
-                let ring = ctx.ring_mut(e).ok_or(RingError::NotFound(ctx_id, e))?;
-                // A stopped ring ignores its doorbell (the register write
-                // is accepted and has no effect).
-                if !matches!(ring.state, RingState::Stopped { .. }) {
-                    ring.doorbell = Some(wptr);
-                    if current.is_some_and(|p| priority > p) {
-                        gpu.poke(e as usize);
-                    }
-                }
-                drop(st);
-                // Wakes the engine; rings waiting on semaphores (which the
-                // driver may just have written) look again.
-                gpu.semaphores_changed();
+                watch::ring_doorbell(gpu, ctx_id, e, wptr)?;
+                Ok(header_only)
+            }
+            Command::DoorbellWatch {
+                ctx_id,
+                engine: e,
+                doorbell_va,
+                start,
+                flags,
+            } => {
+                let keep = flags & WATCH_KEEP_POINTERS != 0;
+                watch::watch(gpu, ctx_id, e, doorbell_va, start, keep)?;
+                Ok(header_only)
+            }
+            Command::DoorbellKick => {
+                gpu.watch.kick();
                 Ok(header_only)
             }
             Command::TlbInvalidate {
@@ -434,6 +433,9 @@ impl ControlProcessor {
                     return Err(CommandError::Invalid("invalidation range wraps"));
                 }
                 let mask = if engine_mask == 0 { all } else { engine_mask };
+                // The watcher's translations are TLB entries of every
+                // engine (its lock is never taken under the state lock).
+                gpu.watch.invalidate(ctx_id, va, size);
                 let mut st = gpu.lock();
                 st.contexts.get(ctx_id)?;
                 let mut ids = [0u64; ENGINES];
@@ -664,7 +666,8 @@ fn command_target(cmd: &Command) -> (u32, u32) {
         | Command::FaultResume { ctx_id, .. } => (ctx_id, u32::MAX),
         Command::RingCreate { ctx_id, engine, .. }
         | Command::RingDestroy { ctx_id, engine }
-        | Command::Doorbell { ctx_id, engine, .. } => (ctx_id, engine),
+        | Command::Doorbell { ctx_id, engine, .. }
+        | Command::DoorbellWatch { ctx_id, engine, .. } => (ctx_id, engine),
         Command::EngineReset { engine, .. } => (u32::MAX, engine),
         _ => (u32::MAX, u32::MAX),
     }
@@ -722,6 +725,8 @@ pub fn destroy_context(gpu: &Gpu, id: u32, force: bool) -> Result<(), CommandErr
         }
     }
     st.contexts.remove(id);
+    drop(st);
+    gpu.watch.forget(id, None);
     match lost {
         Some(e) => Err(ResetError::EngineLost(e).into()),
         None => Ok(()),

@@ -152,7 +152,9 @@ impl Job {
             packets: self.cursor.packets,
             error: 0,
             error_rptr: 0,
-            reserved: [0; 4],
+            wptr: self.wptr,
+            reserved0: 0,
+            reserved: [0; 3],
         }
     }
 }
@@ -588,6 +590,7 @@ impl CommandProcessor {
         let (end, st) = d.step(mem, job.space, &mut self.cu_tlbs, poison, tap);
         stats.workgroups += st.workgroups;
         stats.lane_ops += st.lane_ops;
+        stats.cycles += st.cycles;
         let r = match end {
             StepEnd::Progress => return Exec::Progress,
             StepEnd::Done => Exec::Done,

@@ -62,6 +62,8 @@ pub struct GpuConfig {
     pub trace: bool,
     /// Which engine runs kernels.
     pub jit: vgpu_isa::jit::JitMode,
+    /// How long the doorbell watcher polls after the last activity.
+    pub doorbell_poll: Duration,
 }
 
 impl GpuConfig {
@@ -77,6 +79,7 @@ impl GpuConfig {
             sem_poll: SEM_POLL,
             trace: cfg.trace,
             jit: cfg.jit,
+            doorbell_poll: cfg.doorbell_poll,
         }
     }
 }
@@ -225,6 +228,8 @@ pub struct Gpu {
     /// The session's record (record mode) or the recorded memory a replay
     /// serves; set before the first command.
     pub record: std::sync::OnceLock<Arc<super::record::Recorder>>,
+    /// Watched doorbell blocks (user-mode queues).
+    pub watch: super::watch::Watcher,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -262,6 +267,7 @@ impl Gpu {
             test_panic: Mutex::new([None; ENGINES]),
             capture: CaptureUnit::new(),
             record: std::sync::OnceLock::new(),
+            watch: super::watch::Watcher::new(cfg.doorbell_poll),
         }
     }
 

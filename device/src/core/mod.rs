@@ -20,6 +20,7 @@
 //! | retired pages | [`ras`] | the driver's retired pages, kept across resets and driver reloads (a RAS EEPROM) |
 //! | driver sanitizer | [`sanitize`] | per check family: rings (published → fetched), TLB entries (filled → hit → dropped), pages (declared → given back), fence slots, access epochs, blocked waits; reports numbered and kept |
 //! | telemetry | [`telemetry`], [`counters`] | counters and the packet trace |
+//! | doorbell watcher | [`watch`] | polling ⇄ sleeping; per watched block: translated → read on every pass → fault ends it |
 //! | captures | [`capture`] | failure or request → frozen context state → kept for `CAPTURE_READ` |
 //! | time | [`clock`] | device clock |
 //!
@@ -51,6 +52,7 @@ pub mod ring;
 pub mod sanitize;
 pub mod scheduler;
 pub mod telemetry;
+pub mod watch;
 
 use std::io;
 use std::sync::atomic::Ordering;
@@ -111,6 +113,16 @@ impl Device {
                     }
                 }
             }
+        }
+        let g = gpu.clone();
+        match std::thread::Builder::new()
+            .name("vgpu-doorbells".to_owned())
+            .spawn(move || watch::watcher_main(g))
+        {
+            Ok(t) => threads.push(t),
+            // Without it, watched doorbells are never seen: DOORBELL still
+            // works.
+            Err(err) => log::error!("cannot start the doorbell watcher thread: {err}"),
         }
         Device {
             config,
@@ -182,19 +194,27 @@ impl Device {
     /// Executes one command (bytes copied out of guest memory) whose reply
     /// buffer holds `reply_room` bytes.
     pub fn handle_command(&mut self, bytes: &[u8], reply_room: usize) -> Reply {
-        let Some(r) = self.gpu.record.get() else {
-            return self.control.process(bytes, reply_room);
+        let traced = self.gpu.trace.as_ref().map(|_| self.gpu.clock.now_ns());
+        let reply = match self.gpu.record.get() {
+            None => self.control.process(bytes, reply_room),
+            Some(r) => {
+                r.command(self.gpu.clock.now_ns(), bytes, reply_room);
+                let reply = self.control.process(bytes, reply_room);
+                let t = self.gpu.clock.now_ns();
+                r.log(
+                    record::kind::REPLY,
+                    record::NO_ENGINE,
+                    t,
+                    0,
+                    &[reply.as_bytes()],
+                );
+                reply
+            }
         };
-        r.command(self.gpu.clock.now_ns(), bytes, reply_room);
-        let reply = self.control.process(bytes, reply_room);
-        let t = self.gpu.clock.now_ns();
-        r.log(
-            record::kind::REPLY,
-            record::NO_ENGINE,
-            t,
-            0,
-            &[reply.as_bytes()],
-        );
+        if let (Some(t0), Some(trace)) = (traced, self.gpu.trace.as_ref()) {
+            let rec = telemetry::command_record(bytes, t0, self.gpu.clock.now_ns());
+            unpoison(trace.lock()).extend(&[rec]);
+        }
         reply
     }
 
@@ -212,6 +232,9 @@ impl Device {
             if let Ok(ev) = vgpu_hwif::event::Event::from_record(r) {
                 sanitize::hooks::on_event_delivered(&self.gpu, &ev);
             }
+        }
+        if let (Some(t), Some(e)) = (self.gpu.trace.as_ref(), rec.as_ref()) {
+            unpoison(t.lock()).extend(&[telemetry::event_record(e, now)]);
         }
         if let (Some(r), Some(e)) = (self.gpu.record.get(), rec.as_ref()) {
             use vgpu_hwif::pod::Pod;
@@ -300,6 +323,7 @@ impl Drop for Device {
             self.gpu.poke(e);
             drop(st);
         }
+        self.gpu.watch.shut_down();
         for t in self.threads.drain(..) {
             if t.join().is_err() {
                 log::error!("an engine thread panicked");
@@ -323,6 +347,10 @@ mod model_tests;
 
 #[cfg(test)]
 mod panic_tests;
+
+fn unpoison<T>(r: Result<T, std::sync::PoisonError<T>>) -> T {
+    r.unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 #[cfg(test)]
 mod tests {

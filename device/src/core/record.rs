@@ -42,6 +42,7 @@
 //! | 6 `EVENT` | the 64-byte event record delivered |
 //! | 7 `RESET` | none (virtio reset) |
 //! | 8 `CONTROL` | a request line of the fault-injection control socket |
+//! | 9 `WATCHED_DOORBELL` | `u64` copy packets started, `u64` compute packets started, `u32` context, `u32` engine, `u32` write pointer: a change the doorbell watcher saw in a watched block ([`super::watch`]), rung as a doorbell |
 //!
 //! Readers skip unknown kinds; a new field or a changed meaning bumps the
 //! version.
@@ -88,6 +89,8 @@ pub mod kind {
     pub const RESET: u16 = 7;
     /// A fault-injection control request.
     pub const CONTROL: u16 = 8;
+    /// A doorbell the watcher took from a watched block.
+    pub const WATCHED_DOORBELL: u16 = 9;
 }
 
 /// One entry of a record.
@@ -490,6 +493,32 @@ impl Recorder {
             0,
             &[&c0, &c1, &room, bytes],
         );
+    }
+
+    /// Logs a doorbell the watcher took from a watched block, before it
+    /// is rung.
+    pub fn watched_doorbell(&self, time_ns: u64, ctx: u32, engine: u32, wptr: u32) {
+        let c0 = self.packets(0).to_le_bytes();
+        let c1 = self.packets(1).to_le_bytes();
+        self.log(
+            kind::WATCHED_DOORBELL,
+            NO_ENGINE,
+            time_ns,
+            0,
+            &[
+                &c0,
+                &c1,
+                &ctx.to_le_bytes(),
+                &engine.to_le_bytes(),
+                &wptr.to_le_bytes(),
+            ],
+        );
+    }
+
+    /// Whether this recorder serves a replay (the watcher then reads no
+    /// block: the record's doorbells are rung instead).
+    pub fn is_replay(&self) -> bool {
+        matches!(self.lock().mode, Mode::Replaying { .. })
     }
 
     /// Logs the guest memory map.

@@ -141,6 +141,9 @@ pub fn reset_engine(gpu: &Gpu, e: u32, hung_ctx: Option<u32>) -> Result<ResetRep
 /// Returns the device to its power-on state (see the module
 /// documentation); posts `RESET_DONE` for engine `ALL` if `announce`.
 pub fn reset_device(gpu: &Gpu, announce: bool) -> Result<(), ResetError> {
+    // Watches end with their contexts (taken before the state lock: see
+    // the watcher's lock order).
+    gpu.watch.clear();
     let mut st = gpu.lock();
     for c in st.contexts.iter_mut() {
         c.dying = true;

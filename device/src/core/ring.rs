@@ -244,6 +244,9 @@ pub struct Ring {
     pub status_dirty: bool,
     /// Writing the status block faulted: no further writes are attempted.
     pub status_broken: bool,
+    /// The watched doorbell block at this VA could not be accessed: the
+    /// engine stops the ring with `DOORBELL_FAULT` when it next looks.
+    pub doorbell_fault: Option<u64>,
 }
 
 impl Ring {
@@ -260,6 +263,7 @@ impl Ring {
             cursor: Cursor::default(),
             status_dirty: true,
             status_broken: false,
+            doorbell_fault: None,
         }
     }
 
@@ -276,7 +280,9 @@ impl Ring {
             packets: self.cursor.packets,
             error,
             error_rptr,
-            reserved: [0; 4],
+            wptr: self.wptr,
+            reserved0: 0,
+            reserved: [0; 3],
         }
     }
 

@@ -126,13 +126,20 @@ pub fn take_doorbells(st: &mut GpuState, e: u32, events: &mut Vec<Event>) {
         if r.state == RingState::Running {
             continue;
         }
-        let Some(new) = r.doorbell.take() else {
+        let bell_fault = r.doorbell_fault.take();
+        let Some(new) = r.doorbell.take().or(bell_fault.map(|_| r.wptr)) else {
             continue;
         };
         if matches!(r.state, RingState::Stopped { .. }) {
             continue;
         }
-        match check_doorbell(new, r.wptr, r.cursor.rptr, r.size) {
+        let checked = match bell_fault {
+            // The watched block could not be read: the ring stops, the
+            // event names the block.
+            Some(_) => Err(EngineError::DoorbellFault),
+            None => check_doorbell(new, r.wptr, r.cursor.rptr, r.size),
+        };
+        match checked {
             Ok(w) => {
                 r.wptr = w;
                 if r.state == RingState::Idle && r.has_packets() {
@@ -153,7 +160,7 @@ pub fn take_doorbells(st: &mut GpuState, e: u32, events: &mut Vec<Event>) {
                     ctx_id: id,
                     engine: e,
                     code: code as u32,
-                    packet_va: r.map_or(0, |r| r.va_of(rptr)),
+                    packet_va: bell_fault.unwrap_or_else(|| r.map_or(0, |r| r.va_of(rptr))),
                     rptr,
                     depth: r.map_or(0, |r| r.cursor.depth),
                     cmd_offset: r.map_or(0, |r| cmd_offset(&r.cursor)),

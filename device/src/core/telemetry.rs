@@ -6,15 +6,21 @@
 //! lag the hardware by at most one time slice.
 //!
 //! The trace records, per packet, its fetch (an instant), its execution (a
-//! span from start to end) and each fence, fault, engine error and reset,
-//! and is written as a Chrome trace-event JSON file (open it in Perfetto or
-//! `chrome://tracing`): one process, one track per engine, times in
-//! microseconds of device time. It holds at most [`TRACE_LIMIT`] records;
-//! later ones are counted in the file's metadata and dropped.
+//! span from start to end) and each fence, fault, engine error and reset;
+//! each control command from its arrival to its reply (the `control` track:
+//! a `DOORBELL` with its context, engine and write pointer) and each event
+//! record from its raising to its delivery into a driver buffer (the
+//! `events` track, with its sequence number). It is written as a Chrome
+//! trace-event JSON file (open it in Perfetto or `chrome://tracing`, or
+//! join it with the drivers' traces with `vgpu-timeline`): one process, one
+//! track per engine, times in microseconds of device time. It holds at most
+//! [`TRACE_LIMIT`] records; later ones are counted in the file's metadata
+//! and dropped.
 
 use std::io::{self, Write};
 
-use vgpu_hwif::proto::{engine, StatsReply};
+use vgpu_hwif::event::{Event, EventKind, EventRecord};
+use vgpu_hwif::proto::{engine, Command, StatsReply, CTX_NONE};
 
 /// Counters of one engine, one context, or the whole device.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -41,6 +47,9 @@ pub struct Stats {
     pub workgroups: u64,
     /// Kernel lane operations (instructions times the lanes executing them).
     pub lane_ops: u64,
+    /// Modelled time of the kernels' completed workgroups, in compute-unit
+    /// cycles (docs/isa.md, "Performance model").
+    pub cycles: u64,
 }
 
 impl Stats {
@@ -58,6 +67,7 @@ impl Stats {
             (&mut self.tlb_misses, o.tlb_misses),
             (&mut self.workgroups, o.workgroups),
             (&mut self.lane_ops, o.lane_ops),
+            (&mut self.cycles, o.cycles),
         ];
         for (a, b) in pairs {
             *a = a.saturating_add(b);
@@ -83,6 +93,9 @@ impl Stats {
             fences: self.fences,
             tlb_hits: self.tlb_hits,
             tlb_misses: self.tlb_misses,
+            workgroups: self.workgroups,
+            lane_ops: self.lane_ops,
+            cycles: self.cycles,
         }
     }
 }
@@ -105,6 +118,73 @@ pub enum TraceKind {
     Error,
     /// The engine was reset (instant).
     Reset,
+    /// A control command from its arrival (`ts`) to its reply (`dur`);
+    /// for a `DOORBELL` `ctx`, `engine` and `arg` = the write pointer.
+    Command,
+    /// An event record from its raising (`ts`) to its delivery (`dur`):
+    /// `arg` = its sequence number, `packet_va` = its value (a fence's
+    /// seqno, a fault's VA, an engine error's code).
+    Event,
+}
+
+/// Track of the control commands in the JSON trace.
+pub const TRACK_CONTROL: u32 = 2;
+/// Track of the event records in the JSON trace.
+pub const TRACK_EVENTS: u32 = 3;
+
+/// The trace record of command `bytes`, arrived at `t0` and answered at
+/// `t1` (device ns).
+pub fn command_record(bytes: &[u8], t0: u64, t1: u64) -> TraceRecord {
+    let (name, ctx, engine, arg) = match Command::decode(bytes).1 {
+        Ok(Command::Doorbell {
+            ctx_id,
+            engine,
+            wptr,
+        }) => ("DOORBELL", ctx_id, engine, u64::from(wptr)),
+        Ok(c) => (c.opcode().name(), CTX_NONE, 0, 0),
+        Err(_) => ("malformed", CTX_NONE, 0, 0),
+    };
+    TraceRecord {
+        kind: TraceKind::Command,
+        name,
+        engine,
+        ctx,
+        ts_ns: t0,
+        dur_ns: t1.saturating_sub(t0),
+        packet_va: 0,
+        arg,
+    }
+}
+
+/// The trace record of event record `rec`, delivered at `delivered_ns`.
+pub fn event_record(rec: &EventRecord, delivered_ns: u64) -> TraceRecord {
+    let name = EventKind::from_u32(rec.kind).map_or("?", EventKind::name);
+    let (ctx, engine, value) = match Event::from_record(rec) {
+        Ok(Event::Fence {
+            ctx_id,
+            engine,
+            seqno,
+            ..
+        }) => (ctx_id, engine, seqno),
+        Ok(Event::EngineError {
+            ctx_id,
+            engine,
+            code,
+            ..
+        }) => (ctx_id, engine, u64::from(code)),
+        Ok(Event::Fault { va, info, .. }) => (u32::from(info.ctx_id), u32::from(info.engine), va),
+        _ => (CTX_NONE, 0, rec.data[0]),
+    };
+    TraceRecord {
+        kind: TraceKind::Event,
+        name,
+        engine,
+        ctx,
+        ts_ns: rec.timestamp_ns,
+        dur_ns: delivered_ns.saturating_sub(rec.timestamp_ns),
+        packet_va: value,
+        arg: rec.seq,
+    }
 }
 
 /// One trace record.
@@ -181,6 +261,8 @@ impl Trace {
         for (e, name) in [
             (engine::COPY, "copy engine"),
             (engine::COMPUTE, "compute engine"),
+            (TRACK_CONTROL, "control"),
+            (TRACK_EVENTS, "events"),
         ] {
             write!(
                 out,
@@ -195,24 +277,42 @@ impl Trace {
                 TraceKind::Fault => ("i", "fault"),
                 TraceKind::Error => ("i", "error"),
                 TraceKind::Reset => ("i", "reset"),
+                TraceKind::Command => ("X", "command"),
+                TraceKind::Event => ("X", "event"),
+            };
+            let tid = match r.kind {
+                TraceKind::Command => TRACK_CONTROL,
+                TraceKind::Event => TRACK_EVENTS,
+                _ => r.engine,
             };
             write!(
                 out,
-                ",\n{{\"name\":\"{}\",\"cat\":\"{cat}\",\"ph\":\"{ph}\",\"pid\":1,\"tid\":{},\"ts\":{}",
+                ",\n{{\"name\":\"{}\",\"cat\":\"{cat}\",\"ph\":\"{ph}\",\"pid\":1,\"tid\":{tid},\"ts\":{}",
                 r.name,
-                r.engine,
                 us(r.ts_ns)
             )?;
-            if r.kind == TraceKind::Packet {
+            if ph == "X" {
                 write!(out, ",\"dur\":{}", us(r.dur_ns))?;
             } else {
                 write!(out, ",\"s\":\"t\"")?;
             }
-            write!(
-                out,
-                ",\"args\":{{\"ctx\":{},\"packet_va\":\"{:#x}\",\"arg\":{}}}}}",
-                r.ctx, r.packet_va, r.arg
-            )?;
+            match r.kind {
+                TraceKind::Command => write!(
+                    out,
+                    ",\"args\":{{\"ctx\":{},\"engine\":{},\"wptr\":{}}}}}",
+                    r.ctx, r.engine, r.arg
+                )?,
+                TraceKind::Event => write!(
+                    out,
+                    ",\"args\":{{\"ctx\":{},\"engine\":{},\"seq\":{},\"value\":{}}}}}",
+                    r.ctx, r.engine, r.arg, r.packet_va
+                )?,
+                _ => write!(
+                    out,
+                    ",\"args\":{{\"ctx\":{},\"packet_va\":\"{:#x}\",\"arg\":{}}}}}",
+                    r.ctx, r.packet_va, r.arg
+                )?,
+            }
         }
         writeln!(out, "\n]}}")
     }
@@ -270,6 +370,38 @@ mod tests {
         assert!(s.contains("\"packet_va\":\"0x1000\""));
         assert_eq!(s.matches('{').count(), s.matches('}').count());
         assert!(s.trim_end().ends_with("]}"));
+        let db = Command::Doorbell {
+            ctx_id: 2,
+            engine: 1,
+            wptr: 0x40,
+        };
+        let mut bytes = [0u8; 64];
+        let n = db.encode(9, &mut bytes).unwrap();
+        let ev = Event::Fence {
+            ctx_id: 2,
+            engine: 1,
+            seqno: 5,
+            va: 0x1000,
+        }
+        .to_record(12, 3_000);
+        t.extend(&[
+            command_record(&bytes[..n], 1_000, 1_500),
+            command_record(&[1, 2], 2_000, 2_000),
+            event_record(&ev, 4_250),
+        ]);
+        let mut out = Vec::new();
+        t.write_json(&mut out).unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.contains("{\"name\":\"DOORBELL\",\"cat\":\"command\",\"ph\":\"X\",\"pid\":1,\"tid\":2,\"ts\":1.000,\"dur\":0.500,\"args\":{\"ctx\":2,\"engine\":1,\"wptr\":64}}"), "{s}");
+        assert!(
+            s.contains("{\"name\":\"malformed\",\"cat\":\"command\""),
+            "{s}"
+        );
+        assert!(s.contains("{\"name\":\"FENCE\",\"cat\":\"event\",\"ph\":\"X\",\"pid\":1,\"tid\":3,\"ts\":3.000,\"dur\":1.250,\"args\":{\"ctx\":2,\"engine\":1,\"seq\":12,\"value\":5}}"), "{s}");
+        assert!(
+            s.contains("\"args\":{\"name\":\"control\"}")
+                && s.contains("\"args\":{\"name\":\"events\"}")
+        );
         let many = vec![rec; 1000];
         for _ in 0..(TRACE_LIMIT / 1000 + 1) {
             t.extend(&many);

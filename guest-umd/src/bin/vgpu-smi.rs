@@ -254,6 +254,11 @@ fn print_text(generation: u32, prev: Option<&Stats>, s: &Stats) {
         row(name, util_engine(prev, s, e), &s.engines[e]);
     }
     row("device", None, &s.device);
+    let k = &s.device;
+    println!(
+        "kernels   workgroups {}  lane-ops {}  cycles {} (modelled compute-unit time)",
+        k.workgroups, k.lane_ops, k.cycles
+    );
     println!(
         "memory    gem {} in {} objects (limit {}, per file {}, refused {}), page tables {}",
         bytes(s.mem_bytes),
@@ -363,8 +368,9 @@ fn json_str(s: &str) -> String {
 
 fn json_counters(k: &DrmVgpuCounters) -> String {
     format!(
-        "{{\"busy_ns\":{},\"packets\":{},\"bytes\":{},\"faults\":{},\"errors\":{},\"resets\":{},\"fences\":{},\"tlb_hits\":{},\"tlb_misses\":{}}}",
-        k.busy_ns, k.packets, k.bytes, k.faults, k.errors, k.resets, k.fences, k.tlb_hits, k.tlb_misses
+        "{{\"busy_ns\":{},\"packets\":{},\"bytes\":{},\"faults\":{},\"errors\":{},\"resets\":{},\"fences\":{},\"tlb_hits\":{},\"tlb_misses\":{},\"workgroups\":{},\"lane_ops\":{},\"cycles\":{}}}",
+        k.busy_ns, k.packets, k.bytes, k.faults, k.errors, k.resets, k.fences, k.tlb_hits, k.tlb_misses,
+        k.workgroups, k.lane_ops, k.cycles
     )
 }
 

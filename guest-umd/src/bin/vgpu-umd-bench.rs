@@ -1,17 +1,25 @@
 //! UMD benchmarks, each against a raw reference measured in the same run:
 //!
 //! * no-op submit → fence signalled (user to user) vs a raw `PING` round
-//!   trip through the control and event queues;
+//!   trip through the control and event queues; the same on user-mode
+//!   queues (`VGPU_SUBMIT=user`: no system call) vs the `SUBMIT` path,
+//!   measured in alternating rounds of ten;
 //! * batched submissions per second vs the raw echo rate;
 //! * host↔device copy bandwidth through the API vs guest `memcpy`; reads
 //!   both straight from the buffer's mapping (`VGPU_READ=direct`) and
 //!   staged through the copy engine (the default).
 //!
-//!   vgpu-umd-bench [--iters N] [--mib M]
+//! ```text
+//! vgpu-umd-bench [--iters N] [--mib M]
+//! vgpu-umd-bench --uq-idle SECS   user-mode queues open and idle for SECS
+//!                                 between `uq-idle: begin` and `uq-idle: end`
+//!                                 (the host measures the device process's
+//!                                 CPU meanwhile), then one more submission
+//! ```
 use std::time::{Duration, Instant};
 
 use vgpu_hwif::packet::Packet;
-use vgpu_umd::{Config, Context, Device, MemKind, ReadPath, Stream, ENGINE_COPY};
+use vgpu_umd::{Config, Context, Device, MemKind, ReadPath, Stream, SubmitPath, ENGINE_COPY};
 
 fn arg(name: &str, default: u64) -> u64 {
     let a: Vec<String> = std::env::args().collect();
@@ -32,6 +40,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let iters = arg("--iters", 200) as usize;
     let mib = arg("--mib", 16) as usize;
     let dev = Device::open_first()?;
+    let idle = arg("--uq-idle", 0);
+    if idle > 0 {
+        return uq_idle(&dev, idle);
+    }
     // The direct read path for this context (VGPU_READ=direct); the staged
     // one gets a context of its own below.
     let ctx = Context::with_config(
@@ -58,21 +70,42 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect::<Result<_, _>>()?;
     let ping = median(pings);
 
-    // No-op submit (one NOP + the batch's FENCE) and wait, user to user.
+    // No-op submit (one NOP + the batch's FENCE) and wait, user to user:
+    // through SUBMIT, and on user-mode queues, one of each per iteration.
     let s = Stream::new(&ctx)?;
+    let uctx = Context::with_config(
+        &dev,
+        Config {
+            submit: SubmitPath::User,
+            ..ctx.config().clone()
+        },
+    )?;
+    let us = Stream::new(&uctx)?;
     let nop = [Packet::Nop { words: 1 }];
-    for _ in 0..10 {
+    let once = |s: &Stream| -> Result<Duration, vgpu_umd::Error> {
+        let t = Instant::now();
         s.push_packets(ENGINE_COPY, &nop)?;
-        s.synchronize()?;
+        s.synchronize().map(|_| t.elapsed())
+    };
+    for _ in 0..10 {
+        once(&s)?;
+        once(&us)?;
     }
-    let noops: Vec<Duration> = (0..iters)
-        .map(|_| {
-            let t = Instant::now();
-            s.push_packets(ENGINE_COPY, &nop)?;
-            s.synchronize().map(|_| t.elapsed())
-        })
-        .collect::<Result<_, _>>()?;
+    // Rounds of ten of each, alternating: both paths see the same drift of
+    // the guest's speed, and a user-mode queue's submissions follow each
+    // other as an application's would (the device keeps polling between
+    // them rather than sleeping after every one).
+    let (mut noops, mut unoops) = (Vec::new(), Vec::new());
+    for _ in 0..iters.div_ceil(10) {
+        for _ in 0..10 {
+            noops.push(once(&s)?);
+        }
+        for _ in 0..10 {
+            unoops.push(once(&us)?);
+        }
+    }
     let noop = median(noops);
+    let unoop = median(unoops);
     let st = s.stats();
     println!(
         "bench: noop submit->fence median {:.1} us, raw PING echo median {:.1} us, ratio {:.2} (waits: spin {} poll {} block {})",
@@ -84,21 +117,41 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         st.waits[2]
     );
 
+    let ust = us.stats();
+    println!(
+        "bench: user-queue noop submit->fence median {:.1} us, SUBMIT path median {:.1} us, ratio {:.2} (kicks {} of {} batches)",
+        unoop.as_secs_f64() * 1e6,
+        noop.as_secs_f64() * 1e6,
+        unoop.as_secs_f64() / noop.as_secs_f64(),
+        ust.kicks,
+        ust.submits
+    );
+
     // Submissions per second: one no-op batch per flush, waited for at the end.
     let n = iters * 4;
-    let t = Instant::now();
-    for _ in 0..n {
-        s.push_packets(ENGINE_COPY, &nop)?;
-        s.flush()?;
-    }
-    s.synchronize()?;
-    let rate = n as f64 / t.elapsed().as_secs_f64();
+    let burst = |s: &Stream| -> Result<f64, vgpu_umd::Error> {
+        let t = Instant::now();
+        for _ in 0..n {
+            s.push_packets(ENGINE_COPY, &nop)?;
+            s.flush()?;
+        }
+        s.synchronize()?;
+        Ok(n as f64 / t.elapsed().as_secs_f64())
+    };
+    let rate = burst(&s)?;
+    let urate = burst(&us)?;
     let echo_rate = 1.0 / ping.as_secs_f64();
     println!(
         "bench: submissions {:.0}/s, raw echo {:.0}/s, ratio {:.2}",
         rate,
         echo_rate,
         rate / echo_rate
+    );
+    println!(
+        "bench: user-queue submissions {:.0}/s, SUBMIT path {:.0}/s, ratio {:.2}",
+        urate,
+        rate,
+        urate / rate
     );
 
     // Copy bandwidth. Under TCG on a shared host the guest's speed varies
@@ -178,6 +231,38 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         first / memcpy,
         mib_s(staged),
         staged / memcpy
+    );
+    Ok(())
+}
+
+/// User-mode queues open and idle: two streams' queues (four rings) do
+/// some work, then nothing for `secs` seconds between two marker lines, then
+/// one more batch (the device has stopped polling by then: a kick).
+fn uq_idle(dev: &Device, secs: u64) -> Result<(), Box<dyn std::error::Error>> {
+    let ctx = Context::with_config(
+        dev,
+        Config {
+            submit: SubmitPath::User,
+            ..Config::from_env()?
+        },
+    )?;
+    let streams = [Stream::new(&ctx)?, Stream::new(&ctx)?];
+    let nop = [Packet::Nop { words: 1 }];
+    for s in &streams {
+        for _ in 0..20 {
+            s.push_packets(ENGINE_COPY, &nop)?;
+            s.synchronize()?;
+        }
+    }
+    println!("uq-idle: begin {secs} s, 4 user-mode queues open");
+    std::thread::sleep(Duration::from_secs(secs));
+    println!("uq-idle: end");
+    let before = streams[0].stats().kicks;
+    streams[0].push_packets(ENGINE_COPY, &nop)?;
+    streams[0].synchronize()?;
+    println!(
+        "uq-idle: a submission after the idle time ran ({} kick)",
+        streams[0].stats().kicks - before
     );
     Ok(())
 }

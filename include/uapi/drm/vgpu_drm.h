@@ -326,6 +326,8 @@ struct drm_vgpu_ctx_destroy {
 #define VGPU_CTX_STATE_BANNED        (1u << 1) /* too many hangs: submits fail with EIO */
 #define VGPU_CTX_STATE_FAULTED       (1u << 2) /* fault_va/fault_access describe a GPU fault */
 #define VGPU_CTX_STATE_DEVICE_LOST   (1u << 3) /* the device stopped answering: every call fails with EIO */
+#define VGPU_CTX_STATE_USER_QUEUE    (1u << 4) /* a user-mode queue (UQ_CREATE) */
+#define VGPU_CTX_STATE_SUSPENDED     (1u << 5) /* a user-mode queue whose doorbell the device does not watch */
 
 /* CTX_QUERY fault_access (hwif mmu::Access). */
 #define VGPU_ACCESS_READ             1
@@ -361,6 +363,7 @@ struct drm_vgpu_ctx_destroy {
 #define VGPU_ENGINE_ERROR_ECC_UNCORRECTABLE  14 /* a read touched a poisoned page */
 #define VGPU_ENGINE_ERROR_INTERNAL           15 /* the device failed internally (a device bug) */
 #define VGPU_ENGINE_ERROR_SANITIZER          16 /* the device's sanitizer stopped the ring */
+#define VGPU_ENGINE_ERROR_DOORBELL_FAULT     17 /* a user-mode queue's doorbell block is not mapped READ|WRITE */
 
 /* CTX_QUERY error_cmd_index when the packet is the KMD's own (in the ring:
  * a SEM_WAIT for an input fence, an INDIRECT, the job's FENCE). */
@@ -643,6 +646,15 @@ struct drm_vgpu_fence_export {
  * @fences:     fences written.
  * @tlb_hits:   TLB hits.
  * @tlb_misses: TLB misses (page-table walks).
+ * @workgroups: kernel workgroups completed.
+ * @lane_ops:   kernel lane operations (instructions times the lanes that
+ *              executed them).
+ * @cycles:     modelled time of the completed workgroups, in compute-unit
+ *              cycles: per workgroup, the larger of its longest warp's
+ *              issued instructions and all its warps' issued instructions
+ *              divided by 4 (docs/isa.md, "Performance model"). Unlike
+ *              busy_ns it does not depend on the host: the same kernels
+ *              give the same cycles.
  *
  * Device and engine counters count since the device powered on, a
  * context's since the context was created. Utilisation over an interval is
@@ -658,6 +670,9 @@ struct drm_vgpu_counters {
 	__u64 fences;
 	__u64 tlb_hits;
 	__u64 tlb_misses;
+	__u64 workgroups;
+	__u64 lane_ops;
+	__u64 cycles;
 };
 
 /**
@@ -871,6 +886,79 @@ struct drm_vgpu_san_report {
 	struct drm_vgpu_san_record report;
 };
 
+/**
+ * struct drm_vgpu_doorbell - a user-mode queue's doorbell block (64 bytes),
+ * in a BO the process maps and binds READ|WRITE in its VM
+ * @wptr:     written by the process: the queue ring's new write pointer
+ *            (total bytes ever written, wrapping at 2^32).
+ * @sleeping: written by the device: 1 once it stopped polling the block.
+ *            After storing @wptr, a full barrier, then reading 1 here, the
+ *            process calls DRM_IOCTL_VGPU_UQ_KICK.
+ * @seen:     written by the device: the last @wptr it took.
+ * @reserved: zero.
+ */
+struct drm_vgpu_doorbell {
+	__u32 wptr;
+	__u32 sleeping;
+	__u32 seen;
+	__u32 reserved[13];
+};
+
+/* UQ_CREATE flags. */
+#define VGPU_UQ_CREATE_FLAGS         0
+
+/**
+ * struct drm_vgpu_uq_create - create a user-mode queue: a context whose ring
+ * and doorbell live in the file's own memory
+ * @priority:    in, VGPU_CTX_PRIORITY_*.
+ * @engine:      in, VGPU_ENGINE_*: the engine the queue's ring feeds.
+ * @ring_va:     in, the ring: 4 KiB aligned, @ring_size bytes inside one
+ *               mapping of the file's VM with READ and EXEC.
+ * @doorbell_va: in, a struct drm_vgpu_doorbell, 64-byte aligned, inside one
+ *               mapping with READ and WRITE. Its @wptr must be 0.
+ * @ring_size:   in, a power of two from 4 KiB to 1 MiB.
+ * @flags:       in, VGPU_UQ_CREATE_* (none yet: zero).
+ * @ctx_id:      out, the queue's context id.
+ * @pad:         zero.
+ *
+ * The process writes packets into the ring and publishes them by storing the
+ * new write pointer in the doorbell block: no ioctl per submission (see
+ * docs/uapi.md, "User-mode queues"). The id is a context id: CTX_QUERY,
+ * CTX_DESTROY and WAIT (fences of the queue's engine: a seqno is complete
+ * once a FENCE packet with that seqno or a later one executed on the ring)
+ * take it; SUBMIT on it is EINVAL. The hang check and the reset ladder cover
+ * the queue: a hang, fault or engine error makes it errored (guilty) and the
+ * device stops watching its doorbell; work lost to another context's reset
+ * runs again.
+ *
+ * EINVAL (flags, priority, engine, sizes, alignment, a range not mapped as
+ * required), ENOSPC (no free context slot, or the file's 16 contexts), EIO
+ * (wedged), ENODEV.
+ */
+struct drm_vgpu_uq_create {
+	__u32 priority;
+	__u32 engine;
+	__u64 ring_va;
+	__u64 doorbell_va;
+	__u32 ring_size;
+	__u32 flags;
+	__u32 ctx_id;
+	__u32 pad;
+};
+
+/**
+ * struct drm_vgpu_uq_kick - wake the device's doorbell watcher
+ * @ctx_id: in, a user-mode queue of the file (ENOENT otherwise; EINVAL for
+ *          a context that is not one).
+ * @pad:    zero.
+ *
+ * Needed only when the doorbell block's @sleeping is 1 after publishing.
+ */
+struct drm_vgpu_uq_kick {
+	__u32 ctx_id;
+	__u32 pad;
+};
+
 #define DRM_VGPU_GET_PARAM      0x00
 #define DRM_VGPU_PING           0x01
 #define DRM_VGPU_GEM_CREATE     0x02
@@ -886,6 +974,8 @@ struct drm_vgpu_san_report {
 #define DRM_VGPU_FENCE_EXPORT   0x0c
 #define DRM_VGPU_VM_BIND_OPS    0x0d
 #define DRM_VGPU_SAN_REPORT     0x0e
+#define DRM_VGPU_UQ_CREATE      0x0f
+#define DRM_VGPU_UQ_KICK        0x10
 
 /* Note: enum members, not #defines, so that bindgen can resolve them. */
 enum {
@@ -919,6 +1009,10 @@ enum {
 					     struct drm_vgpu_vm_bind_ops),
 	DRM_IOCTL_VGPU_SAN_REPORT = DRM_IOWR(DRM_COMMAND_BASE + DRM_VGPU_SAN_REPORT,
 					     struct drm_vgpu_san_report),
+	DRM_IOCTL_VGPU_UQ_CREATE = DRM_IOWR(DRM_COMMAND_BASE + DRM_VGPU_UQ_CREATE,
+					    struct drm_vgpu_uq_create),
+	DRM_IOCTL_VGPU_UQ_KICK   = DRM_IOW(DRM_COMMAND_BASE + DRM_VGPU_UQ_KICK,
+					   struct drm_vgpu_uq_kick),
 };
 
 #if defined(__cplusplus)

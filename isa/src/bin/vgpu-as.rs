@@ -69,7 +69,8 @@ Buffer placement (GPU VAs): the first buffer at 0x100000000, each further one
 Output (stdout):
   line 1   completed | cancelled | trap CODE in workgroup [X, Y, Z], warp W, pc P,
            lanes MASK | fault in workgroup [X, Y, Z]: <fault>
-  line 2   D of N workgroups, W warp instructions, T thread instructions, MS ms
+  line 2   D of N workgroups, W warp instructions, T thread instructions, C cycles
+           (modelled GPU time, docs/isa.md §15), MS ms (host time)
   then     NAME @ VA: [v0, v1, ...] per buffer, in --arg order, the first --show
            elements (' ...' if there are more); f32 as shortest round-trip
            decimals, u32/i32 as decimal integers
@@ -408,11 +409,12 @@ fn run(r: &RunArgs) -> Result<bool, String> {
         }
     }
     println!(
-        "{} of {} workgroups, {} warp instructions, {} thread instructions, {:.3} ms",
+        "{} of {} workgroups, {} warp instructions, {} thread instructions, {} cycles, {:.3} ms",
         report.workgroups_completed,
         launch.workgroups(),
         report.stats.warp_instructions,
         report.stats.thread_instructions,
+        report.cycles,
         elapsed.as_secs_f64() * 1e3
     );
     for b in &buffers {

@@ -43,6 +43,13 @@
 //!   sanitizer                bugs planted in the KMD (debugfs
 //!                            `sanitizer_plant`) each caught by the
 //!                            device's sanitizer (vgpu-device --sanitize)
+//!   uq                       user-mode queues: UQ_CREATE's checks, work
+//!                            published through the doorbell block, the
+//!                            device's sleep and UQ_KICK, WAIT, a fault, a
+//!                            doorbell block unbound (DOORBELL_FAULT)
+//!   uq-hang                  a hung user-mode queue reset and suspended,
+//!                            an innocent one restarted by a device reset
+//!                            (job_timeout_ms=1000)
 //!
 //! Prints `ok NAME` / `FAIL NAME: why` per check and a closing
 //! `kmd-test: N passed, M failed`; exits 1 if anything failed.
@@ -68,6 +75,7 @@ mod stats;
 mod submit;
 mod syncobj;
 mod unbind;
+mod uqueue;
 mod vm;
 mod vmbind;
 
@@ -105,6 +113,8 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("vmbind", false, vmbind::test_vmbind),
     ("prime", false, prime::test_prime),
     ("sanitizer", false, sanitizer::test_sanitizer),
+    ("uq", false, uqueue::test_uq),
+    ("uq-hang", false, uqueue::test_uq_hang),
     ("stats", true, stats::test_stats),
     ("concurrent", true, concurrent::test_concurrent),
     ("leaks", true, |t, path| leaks::test_leaks(t, path, 1000)),

@@ -98,6 +98,14 @@ impl Map {
         unsafe { self.ptr.add(i).read_volatile() }
     }
 
+    /// Stores the 32-bit word `k` alone (a word another agent writes next
+    /// to it is not rewritten).
+    pub fn write_u32(&self, k: usize, v: u32) {
+        assert!(k < self.len / 4);
+        // SAFETY: In bounds of the live mapping (asserted), 4-byte aligned.
+        unsafe { self.ptr.cast::<u32>().add(k).write_volatile(v) }
+    }
+
     /// Writes `words` from 32-bit word `first` on, leaving the words around
     /// them as they are.
     pub fn write_words(&self, first: usize, words: &[u32]) {

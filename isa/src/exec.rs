@@ -285,9 +285,7 @@ pub(crate) struct Warp {
 
 impl Warp {
     fn reset(&mut self, live: u32, entry: u32) {
-        for r in &mut self.regs {
-            *r = [0; WARP_SIZE];
-        }
+        self.regs.as_flattened_mut().fill(0);
         self.preds = [0; NUM_PREDS];
         self.preds[Pred::TRUE.0 as usize] = FULL;
         self.pc = entry;
@@ -301,9 +299,11 @@ impl Warp {
 
     /// Recomputes the active group after PCs changed (min-PC rule).
     pub(crate) fn reschedule(&mut self) {
-        let mk = expand(self.active);
-        for (l, pc) in self.lane_pc.iter_mut().enumerate() {
-            *pc = (self.pc & mk[l]) | (*pc & !mk[l]);
+        if self.active != 0 {
+            let mk = expand(self.active);
+            for (l, pc) in self.lane_pc.iter_mut().enumerate() {
+                *pc = (self.pc & mk[l]) | (*pc & !mk[l]);
+            }
         }
         let runnable = self.live & !self.blocked;
         if runnable == 0 {
@@ -605,7 +605,10 @@ pub struct WorkgroupExec<'a> {
     entry: u32,
     launch: Held<'a, Launch>,
     wg: [u32; 3],
+    /// The warps; taken out (empty) while `run` executes them.
     warps: Vec<Warp>,
+    /// How many warps the workgroup has.
+    nwarps: usize,
     /// Thread ids (x, y, z) of every lane of every warp.
     pub(crate) tids: Vec<[Lanes; 3]>,
     pub(crate) shared: Vec<u32>,
@@ -691,6 +694,7 @@ impl<'a> WorkgroupExec<'a> {
             launch,
             wg,
             warps,
+            nwarps,
             tids,
             shared: vec![0; shared_words],
             next_warp: 0,
@@ -752,6 +756,8 @@ impl<'a> WorkgroupExec<'a> {
                 return false;
             }
         }
+        // The code specialised for the launch's workgroup shape.
+        let kernel = kernel.map(|k| k.for_shape(self.launch.wg_size));
         self.jit_pages = crate::jit::Pages::for_kernel(kernel.as_deref());
         self.jit = kernel;
         true
@@ -778,7 +784,7 @@ impl<'a> WorkgroupExec<'a> {
     /// The workgroup id and the number of warps (for the JIT's context).
     #[cfg(feature = "jit")]
     pub(crate) fn position(&self) -> ([u32; 3], usize) {
-        (self.wg, self.warps.len())
+        (self.wg, self.nwarps)
     }
 
     /// Counters since the last reset.
@@ -833,6 +839,35 @@ impl<'a> WorkgroupExec<'a> {
         if self.done {
             return Ok(Outcome::Completed);
         }
+        // The warps are taken out for the whole call (each warp runs on
+        // the execution's other state), and put back whatever happens.
+        let mut warps = std::mem::take(&mut self.warps);
+        let module = self.module.clone();
+        let code = module.code();
+        #[cfg(feature = "jit")]
+        if let Some(k) = self.jit.take() {
+            let r = crate::jit::schedule(self, &k, &mut warps, code, mem, limits);
+            self.jit = Some(k);
+            self.warps = warps;
+            return r;
+        }
+        let r = self.schedule(&mut warps, limits, |e, w, warp, quantum| {
+            e.run_warp_inner(w, warp, code, mem, quantum)
+        });
+        self.warps = warps;
+        r
+    }
+
+    /// The scheduler: runs `warps` in rotation until the workgroup ends or
+    /// `limits` stop it; `run` runs warp `w` for at most a quantum of
+    /// instructions (the interpreter, or native code).
+    #[inline(always)]
+    pub(crate) fn schedule(
+        &mut self,
+        warps: &mut [Warp],
+        limits: Limits<'_>,
+        mut run: impl FnMut(&mut Self, usize, &mut Warp, u64) -> Result<(u64, WarpStop), Fault>,
+    ) -> Result<Outcome, Fault> {
         let mut budget = limits.budget;
         loop {
             if let Some(c) = limits.cancel {
@@ -842,12 +877,12 @@ impl<'a> WorkgroupExec<'a> {
                 }
             }
             let mut ran = false;
-            let n = self.warps.len();
+            let n = warps.len();
             let mut i = 0;
             while i < n {
                 let w = (self.next_warp + i) % n;
                 i += 1;
-                if self.warps[w].active == 0 {
+                if warps[w].active == 0 {
                     continue;
                 }
                 if budget == 0 {
@@ -856,7 +891,7 @@ impl<'a> WorkgroupExec<'a> {
                 }
                 ran = true;
                 let quantum = budget.min(QUANTUM);
-                let (used, stop) = match self.run_warp(w, mem, quantum) {
+                let (used, stop) = match run(self, w, &mut warps[w], quantum) {
                     Ok(r) => r,
                     Err(f) => {
                         self.done = true;
@@ -879,7 +914,7 @@ impl<'a> WorkgroupExec<'a> {
             if !ran {
                 // Nothing runnable: every live lane is at a barrier, or all
                 // threads have exited.
-                if !self.release_barrier()? {
+                if !self.release_barrier(warps)? {
                     self.done = true;
                     return Ok(Outcome::Completed);
                 }
@@ -889,9 +924,48 @@ impl<'a> WorkgroupExec<'a> {
 
     /// Releases a barrier every live thread waits at. Returns false when no
     /// thread is waiting (the workgroup is finished).
-    fn release_barrier(&mut self) -> Result<bool, Fault> {
+    fn release_barrier(&mut self, warps: &mut [Warp]) -> Result<bool, Fault> {
+        // The pc of the first waiting lane; when every waiting lane is
+        // there (the usual case, checked lane-parallel), release them.
+        let first = warps
+            .iter()
+            .find(|w| w.blocked != 0)
+            .map(|w| w.lane_pc[w.blocked.trailing_zeros() as usize]);
+        let Some(pc) = first else {
+            return Ok(false);
+        };
+        let elsewhere = |w: &Warp| {
+            let mut d = [0u8; WARP_SIZE];
+            for l in 0..WARP_SIZE {
+                d[l] = (w.lane_pc[l] != pc) as u8;
+            }
+            bits_of(&d) & w.blocked
+        };
+        if warps.iter().all(|w| elsewhere(w) == 0) {
+            for warp in warps.iter_mut() {
+                let bk = expand(warp.blocked);
+                for l in 0..WARP_SIZE {
+                    warp.lane_pc[l] = ((pc + 1) & bk[l]) | (warp.lane_pc[l] & !bk[l]);
+                }
+                if warp.active == 0 && warp.live == warp.blocked {
+                    // What rescheduling gives when nothing but the released
+                    // lanes can run (always, at a release): all of them, at
+                    // the barrier's next instruction.
+                    warp.active = warp.blocked;
+                    if warp.active != 0 {
+                        warp.pc = pc + 1;
+                    }
+                    warp.next_min = u32::MAX;
+                    warp.blocked = 0;
+                } else {
+                    warp.blocked = 0;
+                    warp.reschedule();
+                }
+            }
+            return Ok(true);
+        }
         let mut bar: Option<(u32, u32, u32)> = None; // pc, warp, lane
-        for (w, warp) in self.warps.iter().enumerate() {
+        for (w, warp) in warps.iter().enumerate() {
             for l in lanes(warp.blocked) {
                 let pc = warp.lane_pc[l];
                 match bar {
@@ -912,7 +986,7 @@ impl<'a> WorkgroupExec<'a> {
         let Some((pc, _, _)) = bar else {
             return Ok(false);
         };
-        for warp in &mut self.warps {
+        for warp in warps.iter_mut() {
             for l in lanes(warp.blocked) {
                 warp.lane_pc[l] = pc + 1;
             }
@@ -947,48 +1021,10 @@ impl<'a> WorkgroupExec<'a> {
             Special::GidZ => gid(2, nz),
             Special::LaneId => std::array::from_fn(|l| l as u32),
             Special::WarpId => [w as u32; WARP_SIZE],
-            Special::NWarps => [self.warps.len() as u32; WARP_SIZE],
+            Special::NWarps => [self.nwarps as u32; WARP_SIZE],
             Special::Clock => [warp.clock as u32; WARP_SIZE],
             Special::ClockHi => [(warp.clock >> 32) as u32; WARP_SIZE],
         }
-    }
-
-    /// Runs warp `w` for at most `quantum` instructions.
-    fn run_warp<M: GlobalMemory + ?Sized>(
-        &mut self,
-        w: usize,
-        mem: &M,
-        quantum: u64,
-    ) -> Result<(u64, WarpStop), Fault> {
-        let module = self.module.clone();
-        let code = module.code();
-        let mut warp = std::mem::replace(
-            &mut self.warps[w],
-            Warp {
-                regs: Vec::new(),
-                preds: [0; NUM_PREDS],
-                pc: 0,
-                active: 0,
-                lane_pc: [0; WARP_SIZE],
-                live: 0,
-                blocked: 0,
-                next_min: 0,
-                clock: 0,
-            },
-        );
-        #[cfg(feature = "jit")]
-        let r = match self.jit.take() {
-            Some(k) => {
-                let r = crate::jit::run_warp(self, &k, w, &mut warp, code, mem, quantum);
-                self.jit = Some(k);
-                r
-            }
-            None => self.run_warp_inner(w, &mut warp, code, mem, quantum),
-        };
-        #[cfg(not(feature = "jit"))]
-        let r = self.run_warp_inner(w, &mut warp, code, mem, quantum);
-        self.warps[w] = warp;
-        r
     }
 
     /// The interpreter's warp loop: warp `w` (taken out of `self.warps`)

@@ -27,6 +27,23 @@ pub(crate) enum Kind {
     Interp,
 }
 
+/// The inlined global memory instructions of kernel `k` (each has a TLB
+/// entry): pc → entry index.
+pub(crate) fn sites(code: &[Instruction], k: &Kernel) -> std::collections::HashMap<u32, u32> {
+    let mut m = std::collections::HashMap::new();
+    for pc in k.entry..k.entry + k.len {
+        let global = code.get(pc as usize).is_some_and(|i| {
+            // Independent of `fma`: only `ffma` depends on it.
+            matches!(kind(i, true), Kind::GlobalLoad | Kind::GlobalStore)
+        });
+        if global {
+            let n = m.len() as u32;
+            m.insert(pc, n);
+        }
+    }
+    m
+}
+
 /// Whether the instruction ends a basic block.
 pub(crate) fn ends_block(op: &Op) -> bool {
     matches!(op, Op::Bra { .. } | Op::Exit | Op::Bar | Op::Trap { .. })
@@ -81,6 +98,34 @@ pub(crate) fn kind(inst: &Instruction, fma: bool) -> Kind {
     }
 }
 
+/// The predicates (`pt` excluded) an instruction reads or writes, as a
+/// mask.
+pub(crate) fn preds_used(inst: &Instruction) -> u8 {
+    let mut m = 0u8;
+    let mut add = |p: Pred| {
+        if p != Pred::TRUE {
+            m |= 1 << (p.0 & 7);
+        }
+    };
+    add(inst.guard.pred);
+    match inst.op {
+        Op::Sel { p, .. } => add(p),
+        Op::Setp { p, .. } => add(p),
+        Op::Plop { p, a, b, .. } => {
+            add(p);
+            add(a);
+            add(b);
+        }
+        Op::Vote { p, src, .. } => {
+            add(p);
+            add(src);
+        }
+        Op::Ballot { src, .. } => add(src),
+        _ => {}
+    }
+    m & 0x7f
+}
+
 /// The predicate an instruction writes, if any (`pt` excluded).
 pub(crate) fn pred_written(op: &Op) -> Option<u8> {
     let p = match *op {
@@ -133,4 +178,155 @@ pub(crate) fn blocks(code: &[Instruction], k: &Kernel) -> Blocks {
         }
     }
     Blocks { list, starts }
+}
+
+/// How an instruction reads a register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Read {
+    /// As bits.
+    Bits,
+    /// As an fp32 operand whose NaN payload does not matter (every NaN
+    /// gives the same result).
+    Float,
+}
+
+/// The registers `op` reads, with how.
+pub(crate) fn reads(op: &Op) -> Vec<(u8, Read)> {
+    use Read::*;
+    let src = |b: Src, how| match b {
+        Src::Reg(r) => Some((r.0, how)),
+        Src::Imm(_) => None,
+    };
+    let pair = |r: Reg| [(r.0, Bits), (r.0.wrapping_add(1), Bits)];
+    let mut v = Vec::with_capacity(4);
+    match *op {
+        Op::Nop | Op::Exit | Op::Bar | Op::Trap { .. } | Op::Bra { .. } => {}
+        Op::S2r { .. } | Op::Ldarg { .. } | Op::Plop { .. } => {}
+        Op::Vote { .. } | Op::Ballot { .. } => {}
+        Op::Mov { b, .. } => v.extend(src(b, Bits)),
+        Op::Sel { a, b, .. } => {
+            v.push((a.0, Bits));
+            v.extend(src(b, Bits));
+        }
+        Op::Bin { op, a, b, .. } => {
+            let how = if op.is_float() { Float } else { Bits };
+            v.push((a.0, how));
+            v.extend(src(b, how));
+        }
+        Op::Un { op, a, .. } => {
+            let how = match op {
+                UnOp::Rcp | UnOp::Sqrt | UnOp::CvtS32F32 => Float,
+                _ => Bits,
+            };
+            v.push((a.0, how));
+        }
+        Op::Tri { op, a, b, c, .. } => {
+            let how = if op == TriOp::FFma { Float } else { Bits };
+            v.extend([(a.0, how), (b.0, how), (c.0, how)]);
+        }
+        Op::Add64 { a, b, .. } => {
+            v.extend(pair(a));
+            if let Src::Reg(r) = b {
+                v.extend(pair(r));
+            }
+        }
+        Op::MadWide { a, b, c, .. } => {
+            v.extend([(a.0, Bits), (b.0, Bits)]);
+            v.extend(pair(c));
+        }
+        Op::Setp { ty, a, b, .. } => {
+            let how = if ty == CmpType::F32 { Float } else { Bits };
+            v.push((a.0, how));
+            v.extend(src(b, how));
+        }
+        Op::Ld { space, addr, .. } => match space {
+            Space::Global => v.extend(pair(addr)),
+            Space::Shared => v.push((addr.0, Bits)),
+        },
+        Op::St {
+            space,
+            width,
+            addr,
+            v: val,
+            ..
+        } => {
+            match space {
+                Space::Global => v.extend(pair(addr)),
+                Space::Shared => v.push((addr.0, Bits)),
+            }
+            if width == Width::B64 {
+                v.extend(pair(val));
+            } else {
+                v.push((val.0, Bits));
+            }
+        }
+        Op::Atom {
+            space, addr, b, c, ..
+        } => {
+            match space {
+                Space::Global => v.extend(pair(addr)),
+                Space::Shared => v.push((addr.0, Bits)),
+            }
+            v.extend([(b.0, Bits), (c.0, Bits)]);
+        }
+        Op::Shfl { a, b, .. } => {
+            v.push((a.0, Bits));
+            v.extend(src(b, Bits));
+        }
+    }
+    v
+}
+
+/// The registers `op` writes: the first and how many (0, 1 or 2).
+pub(crate) fn writes(op: &Op) -> (u8, u8) {
+    match *op {
+        Op::Mov { d, .. }
+        | Op::S2r { d, .. }
+        | Op::Sel { d, .. }
+        | Op::Bin { d, .. }
+        | Op::Un { d, .. }
+        | Op::Tri { d, .. }
+        | Op::Atom { d, .. }
+        | Op::Shfl { d, .. }
+        | Op::Ballot { d, .. } => (d.0, 1),
+        Op::Ldarg { d, wide, .. } => (d.0, 1 + wide as u8),
+        Op::Add64 { d, .. } | Op::MadWide { d, .. } => (d.0, 2),
+        Op::Ld { d, width, .. } => (d.0, 1 + (width == Width::B64) as u8),
+        _ => (0, 0),
+    }
+}
+
+/// Whether `op` writes register `r`.
+pub(crate) fn writes_reg(op: &Op, r: u8) -> bool {
+    let (d, n) = writes(op);
+    r.wrapping_sub(d) < n
+}
+
+/// For each instruction of a lane-local region: whether its fp32 result
+/// must be canonicalised (NaN replaced by the canonical NaN). It need not
+/// be when, before the region ends (and the register is written back),
+/// the register is only read as a payload-insensitive fp32 operand and
+/// then overwritten in every active lane (an unguarded write): such reads
+/// give the same result for every NaN, and nothing else sees the value.
+pub(crate) fn canon_needed(insts: &[Instruction]) -> Vec<bool> {
+    (0..insts.len())
+        .map(|k| {
+            let (d, n) = writes(&insts[k].op);
+            if n != 1 {
+                return true;
+            }
+            for later in &insts[k + 1..] {
+                if reads(&later.op)
+                    .iter()
+                    .any(|&(r, how)| r == d && how == Read::Bits)
+                {
+                    return true;
+                }
+                if writes_reg(&later.op, d) {
+                    return later.guard != Guard::ALWAYS;
+                }
+            }
+            true
+        })
+        .collect()
 }

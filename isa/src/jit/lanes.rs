@@ -4,11 +4,19 @@
 //! independent in these instructions (no memory, no cross-lane reads), so
 //! this order gives the interpreter's results. Registers and predicates of
 //! a chunk stay in SSA values during the region and are written back at its
-//! end; every write is blended under the instruction's lane mask. A
-//! region never reads a guard predicate it writes itself (the caller
+//! end. A region never reads a guard predicate it writes itself (the caller
 //! splits there), so guard masks are computed once at its start.
+//!
+//! In a block's partial version every write is blended under the
+//! instruction's lane mask. In a full-warp version unguarded instructions
+//! write whole registers, and what the scalar pass (`scalar.rs`) computed
+//! is not computed again: a shaped result is written back as
+//! `splat(base) + k`, a shaped operand whose offsets are 0 in a chunk is
+//! a splat of its base.
 
-use super::codegen::{mf, Gen, CHUNKS};
+use super::analysis;
+use super::codegen::{Gen, Mem, CHUNKS};
+use super::scalar::{Plan, Sv};
 use crate::inst::*;
 use crate::math::CANONICAL_NAN;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
@@ -16,16 +24,42 @@ use cranelift_codegen::ir::types::{F32X4, I32, I32X4, I64X2};
 use cranelift_codegen::ir::{InstBuilder, Value};
 use std::collections::HashMap;
 use std::mem::offset_of;
+use std::rc::Rc;
 
 use super::runtime::Ctx;
+
+/// What the scalar pass says about a region: the plans of its
+/// instructions and the shaped registers at its start.
+pub(super) type RegionPlan<'p> = (&'p [Plan], Rc<Vec<Option<Sv>>>);
+
+/// A chunk of a register in a region.
+#[derive(Clone, Debug)]
+enum Cv {
+    Vec(Value),
+    /// A shaped value, materialised where needed.
+    Shaped(Sv),
+}
+
+/// A chunk of a predicate in a region.
+#[derive(Clone, Copy, Debug)]
+enum Pv {
+    /// Lane masks.
+    Vec(Value),
+    /// The whole predicate, as a scalar mask.
+    Mask(Value),
+}
 
 /// One chunk's registers and predicates during a region: value, dirty.
 #[derive(Default)]
 struct Chunk {
     c: usize,
-    regs: HashMap<u8, (Value, bool)>,
-    preds: HashMap<u8, (Value, bool)>,
+    regs: HashMap<u8, (Cv, bool)>,
+    preds: HashMap<u8, (Pv, bool)>,
     masks: HashMap<Value, Value>,
+    /// Shaped registers at the region's start (clean in the register file).
+    state: Rc<Vec<Option<Sv>>>,
+    /// Predicate masks at the region's start.
+    pstart: [Option<Value>; 7],
 }
 
 /// `i32x4` lanes 0..3 interleaved with `hi`: the 64-bit values of lanes
@@ -38,45 +72,66 @@ const UNZIP_HI: [u8; 16] = [4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 
 
 impl Gen<'_, '_> {
     /// Emits `insts` (all `Kind::Lane`), the `first`-th instruction of a
-    /// block whose clock at entry is `base`.
-    ///
-    /// The region is emitted twice: for a warp whose 32 lanes are all
-    /// active, where unguarded instructions write whole registers, and for
-    /// any other active group, where every write is blended.
-    pub(super) fn emit_region(&mut self, insts: &[Instruction], first: usize, base: Value) {
+    /// block whose clock at entry is `base`: in a full-warp version with
+    /// the scalar pass's plans and the shaped registers at the region's
+    /// start (`plan`), else for the active group.
+    pub(super) fn emit_region(
+        &mut self,
+        insts: &[Instruction],
+        first: usize,
+        base: Value,
+        plan: Option<RegionPlan<'_>>,
+    ) {
         let masks: Vec<Value> = insts.iter().map(|i| self.guard_mask(i.guard)).collect();
+        let canon = analysis::canon_needed(insts);
         for &m in &masks {
             self.add_threads(m);
         }
-        let active = self.b.use_var(self.v_active);
-        let ones = self.c32(u32::MAX);
-        let full = self.b.ins().icmp(IntCC::Equal, active, ones);
-        let (bfull, bpart, join) = (
-            self.b.create_block(),
-            self.b.create_block(),
-            self.b.create_block(),
-        );
-        self.b.ins().brif(full, bfull, &[], bpart, &[]);
-        for (block, all) in [(bfull, true), (bpart, false)] {
-            self.b.switch_to_block(block);
-            for c in 0..CHUNKS {
-                let mut ch = Chunk {
-                    c,
-                    ..Chunk::default()
+        let full = plan.is_some();
+        let (plans, state) = match plan {
+            Some((p, s)) => (Some(p), s),
+            None => (None, Rc::new(Vec::new())),
+        };
+        let used = self.used_preds;
+        let pstart: [Option<Value>; 7] =
+            std::array::from_fn(|p| (used >> p & 1 != 0).then(|| self.b.use_var(self.v_preds[p])));
+        // Per predicate written: the chunks' bits, or the whole mask.
+        let mut pout: HashMap<u8, Value> = HashMap::new();
+        for c in 0..CHUNKS {
+            let mut ch = Chunk {
+                c,
+                state: Rc::clone(&state),
+                pstart,
+                ..Chunk::default()
+            };
+            for (k, inst) in insts.iter().enumerate() {
+                let mv = if full && inst.guard == Guard::ALWAYS {
+                    None
+                } else {
+                    Some(self.chunk_mask(&mut ch, masks[k]))
                 };
-                for (k, inst) in insts.iter().enumerate() {
-                    let mv = if all && inst.guard == Guard::ALWAYS {
-                        None
-                    } else {
-                        Some(self.chunk_mask(&mut ch, masks[k]))
-                    };
-                    self.lane_op(&mut ch, inst, mv, first + k, base);
+                match plans.map(|p| &p[k]) {
+                    Some(Plan::Shaped(svs)) => {
+                        let (d, _) = analysis::writes(&inst.op);
+                        for (i, sv) in svs.iter().enumerate() {
+                            ch.regs.insert(d + i as u8, (Cv::Shaped(sv.clone()), true));
+                        }
+                    }
+                    Some(Plan::Pred(m)) => {
+                        if let Some(p) = analysis::pred_written(&inst.op) {
+                            ch.preds.insert(p, (Pv::Mask(*m), true));
+                        }
+                    }
+                    _ => self.lane_op(&mut ch, inst, mv, first + k, base, canon[k]),
                 }
-                self.flush(ch);
             }
-            self.b.ins().jump(join, &[]);
+            self.flush(ch, &mut pout);
         }
-        self.b.switch_to_block(join);
+        let mut pout: Vec<_> = pout.into_iter().collect();
+        pout.sort_by_key(|(p, _)| *p);
+        for (p, v) in pout {
+            self.b.def_var(self.v_preds[p as usize], v);
+        }
     }
 
     fn chunk_mask(&mut self, ch: &mut Chunk, m: Value) -> Value {
@@ -88,33 +143,74 @@ impl Gen<'_, '_> {
         v
     }
 
-    fn flush(&mut self, ch: Chunk) {
+    /// Register `r`'s lanes of chunk `c` from the shaped value `sv`.
+    pub(super) fn materialize(&mut self, sv: &Sv, c: usize) -> Value {
+        let g = c / (CHUNKS / 2);
+        let k: [u32; 4] = std::array::from_fn(|i| sv.shape.k[4 * c + i]);
+        if let Some(b) = sv.shape.known_base(g) {
+            // A constant: from the table, where it is used (an operand
+            // the host instruction can read from memory).
+            return self.vconst(k.map(|k| k.wrapping_add(b)));
+        }
+        let b = self.b.ins().splat(I32X4, sv.base[g]);
+        if k == [0; 4] {
+            return b;
+        }
+        let kv = self.vconst(k);
+        self.b.ins().iadd(b, kv)
+    }
+
+    /// Writes the chunk's dirty registers back and collects its predicate
+    /// bits in `pout`.
+    fn flush(&mut self, ch: Chunk, pout: &mut HashMap<u8, Value>) {
         let c = ch.c;
         let mut regs: Vec<_> = ch.regs.into_iter().filter(|(_, (_, d))| *d).collect();
         regs.sort_by_key(|(r, _)| *r);
         for (r, (v, _)) in regs {
+            let v = match v {
+                Cv::Vec(v) => v,
+                Cv::Shaped(sv) => self.materialize(&sv, c),
+            };
             self.store_reg(r, c, v);
         }
         let mut preds: Vec<_> = ch.preds.into_iter().filter(|(_, (_, d))| *d).collect();
         preds.sort_by_key(|(p, _)| *p);
         for (p, (v, _)) in preds {
-            let bits = self.b.ins().vhigh_bits(I32, v);
-            let bits = self.b.ins().ishl_imm_s(bits, (4 * c) as i64);
-            let var = self.v_preds[p as usize];
-            let old = self.b.use_var(var);
-            let keep = self.c32(!(0xfu32 << (4 * c)));
-            let old = self.b.ins().band(old, keep);
-            let new = self.b.ins().bor(old, bits);
-            self.b.def_var(var, new);
+            match v {
+                Pv::Mask(m) => {
+                    pout.insert(p, m);
+                }
+                Pv::Vec(v) => {
+                    let bits = self.b.ins().vhigh_bits(I32, v);
+                    let bits = self.b.ins().ishl_imm_s(bits, (4 * c) as i64);
+                    let new = match pout.get(&p) {
+                        Some(&acc) => self.b.ins().bor(acc, bits),
+                        None => bits,
+                    };
+                    pout.insert(p, new);
+                }
+            }
         }
     }
 
     fn reg(&mut self, ch: &mut Chunk, r: u8) -> Value {
-        if let Some(&(v, _)) = ch.regs.get(&r) {
-            return v;
+        match ch.regs.get(&r).cloned() {
+            Some((Cv::Vec(v), _)) => return v,
+            Some((Cv::Shaped(sv), dirty)) => {
+                let v = self.materialize(&sv, ch.c);
+                ch.regs.insert(r, (Cv::Vec(v), dirty));
+                return v;
+            }
+            None => {}
         }
-        let v = self.load_reg(r, ch.c);
-        ch.regs.insert(r, (v, false));
+        let shaped = ch.state.get(r as usize).cloned().flatten();
+        let v = match shaped {
+            Some(sv) if (0..4).all(|i| sv.shape.k[4 * ch.c + i] == 0) => {
+                self.materialize(&sv, ch.c)
+            }
+            _ => self.load_reg(r, ch.c),
+        };
+        ch.regs.insert(r, (Cv::Vec(v), false));
         v
     }
 
@@ -127,7 +223,7 @@ impl Gen<'_, '_> {
             }
             None => v,
         };
-        ch.regs.insert(r, (new, true));
+        ch.regs.insert(r, (Cv::Vec(new), true));
     }
 
     fn src(&mut self, ch: &mut Chunk, b: Src) -> Value {
@@ -141,13 +237,26 @@ impl Gen<'_, '_> {
     fn pred(&mut self, ch: &mut Chunk, p: Pred, neg: bool) -> Value {
         let v = if p == Pred::TRUE {
             self.vsplat(u32::MAX)
-        } else if let Some(&(v, _)) = ch.preds.get(&p.0) {
-            v
         } else {
-            let s = self.b.use_var(self.v_preds[(p.0 as usize).min(6)]);
-            let v = self.mask_vec(s, ch.c);
-            ch.preds.insert(p.0, (v, false));
-            v
+            match ch.preds.get(&p.0).copied() {
+                Some((Pv::Vec(v), _)) => v,
+                Some((Pv::Mask(m), dirty)) => {
+                    let v = self.mask_vec(m, ch.c);
+                    // Keep the mask for the write-back.
+                    let _ = dirty;
+                    v
+                }
+                None => {
+                    let i = (p.0 as usize).min(6);
+                    let s = match ch.pstart[i] {
+                        Some(s) => s,
+                        None => self.b.use_var(self.v_preds[i]),
+                    };
+                    let v = self.mask_vec(s, ch.c);
+                    ch.preds.insert(p.0, (Pv::Vec(v), false));
+                    v
+                }
+            }
         };
         if neg {
             self.b.ins().bnot(v)
@@ -167,23 +276,61 @@ impl Gen<'_, '_> {
             }
             None => v,
         };
-        ch.preds.insert(p.0, (new, true));
+        ch.preds.insert(p.0, (Pv::Vec(new), true));
+    }
+
+    /// Lanes 0–3 of the results of `inst` for the operand vectors `regs`
+    /// (every register it reads): the scalar pass's way to compute any
+    /// lane-local instruction on two lanes.
+    pub(super) fn lane_probe(
+        &mut self,
+        inst: &Instruction,
+        regs: &[(u8, Value)],
+    ) -> Option<Vec<Value>> {
+        let mut ch = Chunk::default();
+        for &(r, v) in regs {
+            ch.regs.insert(r, (Cv::Vec(v), false));
+        }
+        let zero = self.c64(0);
+        self.lane_op(&mut ch, inst, None, 0, zero, true);
+        let (d, n) = analysis::writes(&inst.op);
+        (0..n)
+            .map(|i| match ch.regs.get(&(d + i)) {
+                Some((Cv::Vec(v), true)) => Some(*v),
+                _ => None,
+            })
+            .collect()
     }
 
     fn ctx_u32(&mut self, off: usize) -> Value {
-        self.b.ins().load(I32, mf(), self.ctx, off as i32)
+        let f = self.mf(Mem::CtxFixed);
+        self.b.ins().load(I32, f, self.ctx, off as i32)
     }
 
     fn fl(&mut self, v: Value) -> Value {
         self.cast(F32X4, v)
     }
 
-    /// The bits of an fp32 result, NaN replaced by the canonical NaN.
-    fn canon(&mut self, f: Value) -> Value {
-        let nan = self.b.ins().fcmp(FloatCC::Unordered, f, f);
+    /// The bits of an fp32 result, NaN replaced by the canonical NaN if
+    /// `canon` (see `analysis::canon_needed`).
+    fn canon(&mut self, f: Value, canon: bool) -> Value {
         let bits = self.cast(I32X4, f);
+        if !canon {
+            return bits;
+        }
+        // A branch rather than a blend: results are rarely NaN, and the
+        // value then does not wait for the test.
+        let nan = self.b.ins().fcmp(FloatCC::Unordered, f, f);
+        let any = self.b.ins().vany_true(nan);
+        let (slow, join) = (self.b.create_block(), self.b.create_block());
+        self.b.append_block_param(join, I32X4);
+        self.b.ins().brif(any, slow, &[], join, &[bits.into()]);
+        self.b.switch_to_block(slow);
         let cn = self.vsplat(CANONICAL_NAN);
-        self.b.ins().bitselect(nan, cn, bits)
+        let r = self.b.ins().bitselect(nan, cn, bits);
+        self.b.ins().jump(join, &[r.into()]);
+        self.b.switch_to_block(join);
+        self.b.block_params(join)[0]
     }
 
     /// The pair `lo:hi` of 4 lanes as two `i64x2` (lanes 0, 1 and 2, 3).
@@ -206,6 +353,7 @@ impl Gen<'_, '_> {
         mv: Option<Value>,
         k: usize,
         base: Value,
+        canon: bool,
     ) {
         match inst.op {
             Op::Nop => {}
@@ -218,11 +366,12 @@ impl Gen<'_, '_> {
                 self.set_reg(ch, d.0, v, mv);
             }
             Op::Ldarg { d, wide, offset } => {
-                let w = self.b.ins().load(I32, mf(), self.args, offset as i32);
+                let f = self.mf(Mem::Fixed);
+                let w = self.b.ins().load(I32, f, self.args, offset as i32);
                 let v = self.b.ins().splat(I32X4, w);
                 self.set_reg(ch, d.0, v, mv);
                 if wide {
-                    let w = self.b.ins().load(I32, mf(), self.args, offset as i32 + 4);
+                    let w = self.b.ins().load(I32, f, self.args, offset as i32 + 4);
                     let v = self.b.ins().splat(I32X4, w);
                     self.set_reg(ch, d.0 + 1, v, mv);
                 }
@@ -236,12 +385,12 @@ impl Gen<'_, '_> {
             }
             Op::Bin { op, d, a, b } => {
                 let av = self.reg(ch, a.0);
-                let v = self.bin(ch, op, av, b);
+                let v = self.bin(ch, op, av, b, canon);
                 self.set_reg(ch, d.0, v, mv);
             }
             Op::Un { op, d, a } => {
                 let av = self.reg(ch, a.0);
-                let v = self.un(op, av);
+                let v = self.un(op, av, canon);
                 self.set_reg(ch, d.0, v, mv);
             }
             Op::Tri { op, d, a, b, c } => {
@@ -254,7 +403,7 @@ impl Gen<'_, '_> {
                     TriOp::FFma => {
                         let (x, y, z) = (self.fl(av), self.fl(bv), self.fl(cv));
                         let r = self.b.ins().fma(x, y, z);
-                        self.canon(r)
+                        self.canon(r, canon)
                     }
                 };
                 self.set_reg(ch, d.0, v, mv);
@@ -370,9 +519,10 @@ impl Gen<'_, '_> {
         match sr {
             TidX | TidY | TidZ => {
                 let d = dim(TidX, TidY, TidZ);
+                let f = self.mf(Mem::Fixed);
                 self.b
                     .ins()
-                    .load(I32X4, mf(), self.tids, (d * 128 + 16 * c) as i32)
+                    .load(I32X4, f, self.tids, (d * 128 + 16 * c) as i32)
             }
             NtidX | NtidY | NtidZ => {
                 let d = dim(NtidX, NtidY, NtidZ);
@@ -395,10 +545,11 @@ impl Gen<'_, '_> {
                 let n = self.ctx_u32(offset_of!(Ctx, ntid) + 4 * d);
                 let first = self.b.ins().imul(wg, n);
                 let first = self.b.ins().splat(I32X4, first);
+                let f = self.mf(Mem::Fixed);
                 let tid = self
                     .b
                     .ins()
-                    .load(I32X4, mf(), self.tids, (d * 128 + 16 * c) as i32);
+                    .load(I32X4, f, self.tids, (d * 128 + 16 * c) as i32);
                 self.b.ins().iadd(first, tid)
             }
             LaneId => {
@@ -426,7 +577,7 @@ impl Gen<'_, '_> {
         }
     }
 
-    fn bin(&mut self, ch: &mut Chunk, op: BinOp, a: Value, b: Src) -> Value {
+    fn bin(&mut self, ch: &mut Chunk, op: BinOp, a: Value, b: Src, canon: bool) -> Value {
         use BinOp::*;
         if let (Shl | ShrU | ShrS, Src::Imm(n)) = (op, b) {
             return match op {
@@ -457,7 +608,7 @@ impl Gen<'_, '_> {
                     FMul => self.b.ins().fmul(x, y),
                     _ => self.b.ins().fdiv(x, y),
                 };
-                self.canon(r)
+                self.canon(r, canon)
             }
             FMin | FMax => self.fminmax(op == FMin, a, bv),
             // Not `Kind::Lane` (division, high multiplies, shifts by a
@@ -469,28 +620,66 @@ impl Gen<'_, '_> {
     /// `math::fmin` / `math::fmax` per lane: a NaN operand is ignored (both
     /// NaN: the canonical NaN), equal values combine their sign bits so
     /// that −0 < +0.
+    ///
+    /// A NaN operand is first replaced by the other one (`x`, `y`); the
+    /// host's `minps`/`maxps` return their second operand when the two are
+    /// equal (or unordered: only when both were NaN), so computing both
+    /// operand orders and combining the results bitwise (`|` for min, `&`
+    /// for max) gives the larger (smaller) value, or the sign-combined one
+    /// for equal values. Both NaN: the canonical NaN.
     fn fminmax(&mut self, min: bool, a: Value, b: Value) -> Value {
-        let (x, y) = (self.fl(a), self.fl(b));
-        let anan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
-        let bnan = self.b.ins().fcmp(FloatCC::Unordered, y, y);
-        let a_lt = self.b.ins().fcmp(FloatCC::LessThan, x, y);
-        let b_lt = self.b.ins().fcmp(FloatCC::LessThan, y, x);
-        let (a_wins, b_wins, eq) = if min {
-            (a_lt, b_lt, self.b.ins().bor(a, b))
-        } else {
-            (b_lt, a_lt, self.b.ins().band(a, b))
+        let (fa, fb) = (self.fl(a), self.fl(b));
+        // `bitselect(x < y, x, y)` is `minps x, y`; `bitselect(y < x, x,
+        // y)` is `maxps x, y` (both: `y` when unordered or equal).
+        let pick = |g: &mut Self, p: Value, q: Value| {
+            let lt = if min {
+                g.b.ins().fcmp(FloatCC::LessThan, p, q)
+            } else {
+                g.b.ins().fcmp(FloatCC::LessThan, q, p)
+            };
+            let lt = g.cast(F32X4, lt);
+            let r = g.b.ins().bitselect(lt, p, q);
+            g.cast(I32X4, r)
         };
-        let (a_wins, b_wins) = (self.cast(I32X4, a_wins), self.cast(I32X4, b_wins));
-        let (anan, bnan) = (self.cast(I32X4, anan), self.cast(I32X4, bnan));
-        let r = self.b.ins().bitselect(a_wins, a, eq);
-        let r = self.b.ins().bitselect(b_wins, b, r);
-        let r = self.b.ins().bitselect(bnan, a, r);
+        let both_orders = |g: &mut Self, x: Value, y: Value| {
+            let m1 = pick(g, x, y);
+            let m2 = pick(g, y, x);
+            if min {
+                g.b.ins().bor(m1, m2)
+            } else {
+                g.b.ins().band(m1, m2)
+            }
+        };
+        // Without a NaN (the usual case) the two orders suffice.
+        let (fast, slow, join) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        self.b.append_block_param(join, I32X4);
+        let un = self.b.ins().fcmp(FloatCC::Unordered, fa, fb);
+        let any = self.b.ins().vany_true(un);
+        self.b.ins().brif(any, slow, &[], fast, &[]);
+        self.b.switch_to_block(fast);
+        let r = both_orders(self, fa, fb);
+        self.b.ins().jump(join, &[r.into()]);
+        self.b.switch_to_block(slow);
+        let anan = self.b.ins().fcmp(FloatCC::Unordered, fa, fa);
+        let bnan = self.b.ins().fcmp(FloatCC::Unordered, fb, fb);
+        let x = self.b.ins().bitselect(bnan, a, b);
+        let y = self.b.ins().bitselect(anan, x, a);
+        let (fx, fy) = (self.fl(x), self.fl(y));
+        let r = both_orders(self, fx, fy);
+        let both = self.b.ins().band(anan, bnan);
+        let both = self.cast(I32X4, both);
         let cn = self.vsplat(CANONICAL_NAN);
-        let canon_b = self.b.ins().bitselect(bnan, cn, b);
-        self.b.ins().bitselect(anan, canon_b, r)
+        let r = self.b.ins().bitselect(both, cn, r);
+        self.b.ins().jump(join, &[r.into()]);
+        self.b.switch_to_block(join);
+        self.b.block_params(join)[0]
     }
 
-    fn un(&mut self, op: UnOp, a: Value) -> Value {
+    fn un(&mut self, op: UnOp, a: Value, canon: bool) -> Value {
         use UnOp::*;
         match op {
             Not => self.b.ins().bnot(a),
@@ -506,12 +695,12 @@ impl Gen<'_, '_> {
                 let one = self.vsplat(1f32.to_bits());
                 let (one, x) = (self.fl(one), self.fl(a));
                 let r = self.b.ins().fdiv(one, x);
-                self.canon(r)
+                self.canon(r, canon)
             }
             Sqrt => {
                 let x = self.fl(a);
                 let r = self.b.ins().sqrt(x);
-                self.canon(r)
+                self.canon(r, canon)
             }
             CvtF32S32 => {
                 let r = self.b.ins().fcvt_from_sint(F32X4, a);

@@ -1,42 +1,59 @@
 //! The JIT: kernels compiled to native code with Cranelift.
 //!
 //! A module is compiled once ([`JitModule::compile`], or through a
-//! [`JitCache`] keyed by the module image); each kernel becomes one native
-//! function that runs **one warp** on exactly the state the interpreter
-//! uses (`exec::Warp`: registers as `[u32; 32]` per register, predicate
-//! masks, per-lane PCs, the active group, the clock). The compute unit's
-//! scheduler (warp rotation, quantum, budget, cancel flag, barriers) stays
-//! the interpreter's; only the inner warp loop is replaced. So the two
-//! engines are interchangeable at every `run` call: a workgroup preempted
-//! on one resumes on the other.
+//! [`JitCache`] keyed by the module image), and each kernel again for the
+//! workgroup shape of a launch when the first launch of that shape starts
+//! ([`JitKernel::for_shape`]: thread ids have known lane offsets per
+//! shape). A kernel's code is one native function that runs **one warp**
+//! on exactly the state the interpreter uses (`exec::Warp`: registers as
+//! `[u32; 32]` per register, predicate masks, per-lane PCs, the active
+//! group, the clock). The compute unit's scheduler (warp rotation,
+//! quantum, budget, cancel flag, barriers) stays the interpreter's
+//! (`WorkgroupExec::schedule`); only the inner warp loop is replaced. So
+//! the two engines are interchangeable at every `run` call: a workgroup
+//! preempted on one resumes on the other.
 //!
 //! # Code shape
 //!
 //! The kernel's basic blocks (split after every `bra`, `exit`, `bar`,
-//! `trap` and at every branch target) are native blocks. A block runs only
-//! if the warp's remaining instruction budget covers all of it; otherwise
-//! the generated code returns and the interpreter runs the exact remaining
-//! count, so budgets, `%clock`, preemption points and statistics are the
-//! interpreter's to the instruction. Lane-local instructions (ALU, fp32,
-//! conversions, comparisons, `sel`, `mov`, `s2r`, `ldarg`, 64-bit address
-//! arithmetic) run in regions over the warp's eight 4-lane chunks with
-//! registers in SIMD registers; 32-bit global loads and stores of a full
-//! warp of consecutive words hit a per-run software TLB entry (one for
-//! reads, one for writes) checked inline, and 32-bit shared-memory accesses
-//! are bounds-checked inline. Everything else — other widths, misses,
-//! atomics, shuffles, votes, barriers, traps, the rarer ALU operations —
-//! executes as one interpreter step on the same state (`runtime.rs`), so it
-//! has the interpreter's semantics by construction: faults keep their VA,
-//! lane and PC, a miss refills the TLB entry from the memory's
+//! `trap` and at every branch target) are native blocks (`blocks.rs`). A
+//! block runs only if the warp's remaining instruction budget covers all
+//! of it; otherwise the generated code returns and the interpreter runs
+//! the exact remaining count, so budgets, `%clock`, preemption points and
+//! statistics are the interpreter's to the instruction. Each block has a
+//! version for any active group and versions for a full warp, which know
+//! at compile time which registers are uniform or a uniform value plus
+//! per-lane constants (`shape.rs`, `facts.rs`) and compute those as
+//! scalars at the block's start (`scalar.rs`). Lane-local instructions
+//! (ALU, fp32, conversions, comparisons, `sel`, `mov`, `s2r`, `ldarg`,
+//! 64-bit address arithmetic) run in regions over the warp's eight 4-lane
+//! chunks with registers in SIMD registers (`lanes.rs`); every register a
+//! block writes is in the register file when the block ends. 32-bit
+//! global loads and stores go through a software TLB entry per
+//! instruction, checked inline, and 32-bit shared-memory accesses are
+//! bounds-checked inline: once per half-warp (or warp) for a shaped
+//! address (`shaped.rs`), lane by lane otherwise (`memory.rs`).
+//! Everything else — other widths, misses, atomics, shuffles, votes,
+//! barriers, traps, the rarer ALU operations, and any block whose
+//! run-time conditions fail — executes as interpreter steps on the same
+//! state (`runtime.rs`), so it has the interpreter's semantics by
+//! construction: faults keep their VA, lane and PC, a miss refills the TLB
+//! entry from the memory's
 //! [`GlobalMemory::direct_page`](crate::mem::GlobalMemory::direct_page).
 //! Divergence follows the min-PC rule: a divergent branch or an exit
 //! hands the active group to the interpreter's rescheduling, and the
 //! generated code continues at the new group's block.
 
 mod analysis;
+mod blocks;
 mod codegen;
+mod facts;
 mod lanes;
+mod memory;
 mod runtime;
+mod scalar;
+mod shape;
+mod shaped;
 
 use crate::exec::{Fault, Warp, WarpStop, WorkgroupExec};
 use crate::inst::Instruction;
@@ -47,7 +64,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
-pub(crate) use runtime::run_warp;
+pub(crate) use runtime::schedule;
 
 /// Which engine runs kernels.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -103,21 +120,47 @@ pub fn host_support() -> Result<(), &'static str> {
     runtime::host_support()
 }
 
-/// One kernel's native code, shared by every execution of it.
+/// One kernel's native code, shared by every execution of it: code for
+/// any workgroup shape, and code specialised for the shape of a launch
+/// (compiled when a launch of that shape first runs, see
+/// [`JitKernel::for_shape`]).
 pub struct JitKernel {
-    /// The compiled function (`runtime::KernelFn`).
-    entry: runtime::KernelFn,
-    /// Keeps the code alive.
-    _code: Arc<runtime::CodeMemory>,
+    /// The code this value runs.
+    native: Arc<Native>,
+    /// The workgroup shape `native` is specialised for, if any.
+    shape: Option<[u32; 3]>,
     /// The kernel's first instruction and length.
     start: u32,
     len: u32,
     /// Registers per thread the code was compiled for.
     regs: u32,
     /// Bit `pc - start`: a basic block starts at `pc`.
-    block_starts: Vec<u64>,
+    block_starts: Arc<[u64]>,
     /// Global memory instructions inlined (one TLB entry each).
     sites: usize,
+    /// What specialised code is compiled from, and what was compiled.
+    source: Arc<Source>,
+}
+
+/// A kernel's instructions and the code specialised for each workgroup
+/// shape so far.
+struct Source {
+    code: Arc<[Instruction]>,
+    kernel: Kernel,
+    shaped: Mutex<Vec<Arc<JitKernel>>>,
+}
+
+/// Specialised variants kept per kernel (a guest picks the shapes).
+const MAX_SHAPES: usize = 16;
+
+/// One compiled function.
+pub(crate) struct Native {
+    /// The compiled function (`runtime::KernelFn`).
+    entry: runtime::KernelFn,
+    /// Keeps the code alive.
+    _code: runtime::CodeMemory,
+    /// The vector constants the code loads (`Ctx::consts`).
+    consts: Box<[runtime::Vector]>,
 }
 
 /// The software TLB of one execution: a direct page per inlined global
@@ -156,6 +199,49 @@ impl fmt::Debug for JitKernel {
 }
 
 impl JitKernel {
+    /// The code of this kernel specialised for workgroups of `wg` threads:
+    /// compiled on the first request for a shape (the kernel's other code
+    /// if that fails, or when too many shapes were asked for).
+    pub fn for_shape(self: &Arc<Self>, wg: [u32; 3]) -> Arc<JitKernel> {
+        if self.shape == Some(wg) {
+            return Arc::clone(self);
+        }
+        let src = &self.source;
+        let mut shaped = src
+            .shaped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(k) = shaped.iter().find(|k| k.shape == Some(wg)) {
+            return Arc::clone(k);
+        }
+        if shaped.len() >= MAX_SHAPES {
+            return Arc::clone(self);
+        }
+        match codegen::compile_kernel(&src.code, &src.kernel, Some(wg)) {
+            Ok(native) => {
+                let k = Arc::new(JitKernel {
+                    native: Arc::new(native),
+                    shape: Some(wg),
+                    start: self.start,
+                    len: self.len,
+                    regs: self.regs,
+                    block_starts: Arc::clone(&self.block_starts),
+                    sites: self.sites,
+                    source: Arc::clone(&self.source),
+                });
+                shaped.push(Arc::clone(&k));
+                k
+            }
+            Err(why) => {
+                log::warn!(
+                    "kernel {}: no code for workgroups of {wg:?}: {why}",
+                    src.kernel.name
+                );
+                Arc::clone(self)
+            }
+        }
+    }
+
     /// Whether this is the code of `k`.
     pub(crate) fn matches(&self, k: &Kernel) -> bool {
         k.entry == self.start && k.len == self.len && k.regs == self.regs
@@ -201,6 +287,7 @@ impl JitModule {
     /// runs on the interpreter.
     pub fn compile(module: &Module) -> Result<JitModule, JitError> {
         host_support().map_err(JitError::Unsupported)?;
+        let code: Arc<[Instruction]> = Arc::from(module.code());
         let kernels = module
             .kernels()
             .iter()
@@ -211,7 +298,23 @@ impl JitModule {
                         k.len
                     ));
                 }
-                codegen::compile_kernel(module, k).map(Arc::new)
+                let native = codegen::compile_kernel(&code, k, None)?;
+                let blocks = analysis::blocks(&code, k);
+                let sites = analysis::sites(&code, k).len();
+                Ok(Arc::new(JitKernel {
+                    native: Arc::new(native),
+                    shape: None,
+                    start: k.entry,
+                    len: k.len,
+                    regs: k.regs,
+                    block_starts: blocks.starts.into(),
+                    sites,
+                    source: Arc::new(Source {
+                        code: Arc::clone(&code),
+                        kernel: k.clone(),
+                        shaped: Mutex::new(Vec::new()),
+                    }),
+                }))
             })
             .collect();
         Ok(JitModule { kernels })

@@ -33,7 +33,7 @@
 //! shared memory, so the pointers in `ctx` stay valid across calls.
 
 use super::{interp, JitKernel, WarpResult};
-use crate::exec::{Warp, WarpStop, WorkgroupExec};
+use crate::exec::{Fault, Limits, Outcome, Warp, WarpStop, WorkgroupExec};
 use crate::inst::{Instruction, Op, Space, WARP_SIZE};
 use crate::mem::{lanes, Access, DirectPage, GlobalMemory};
 use std::ffi::c_void;
@@ -54,6 +54,9 @@ pub(crate) mod status {
     pub const MIDBLOCK: u32 = 2;
     /// An interpreter step trapped or faulted (kept in the host state).
     pub const STOP: u32 = 3;
+    /// A run-time condition of the block's full-warp code failed: the
+    /// interpreter runs the block.
+    pub const GUARD: u32 = 4;
     /// A helper's answer: carry on.
     pub const OK: u32 = 0;
 }
@@ -84,6 +87,11 @@ impl Tlb {
     }
 }
 
+/// A 16-byte vector of the constant table.
+#[repr(C, align(16))]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Vector(pub(crate) [u32; 4]);
+
 /// What the generated code reads and writes; field offsets are taken with
 /// `offset_of!` by the code generator.
 #[repr(C)]
@@ -94,6 +102,8 @@ pub(crate) struct Ctx {
     pub(crate) args: *const u8,
     pub(crate) shared: *mut u32,
     pub(crate) shared_bytes: u64,
+    /// The kernel's constant table (`JitKernel::consts`).
+    pub(crate) consts: *const Vector,
     pub(crate) wg: [u32; 3],
     pub(crate) ntid: [u32; 3],
     pub(crate) nwg: [u32; 3],
@@ -267,12 +277,78 @@ extern "C" fn reschedule<M: ?Sized>(ctx: *mut Ctx) {
     unsafe { &mut *h.warp }.reschedule();
 }
 
+/// Runs the workgroup's `warps` on `kernel`'s native code for one `run`
+/// call, under the interpreter's scheduler (`WorkgroupExec::schedule`):
+/// the context is built once, each warp only sets its own fields.
+pub(crate) fn schedule<M: GlobalMemory + ?Sized>(
+    exec: &mut WorkgroupExec<'_>,
+    kernel: &JitKernel,
+    warps: &mut [Warp],
+    code: &[Instruction],
+    mem: &M,
+    limits: Limits<'_>,
+) -> Result<Outcome, Fault> {
+    let (wg, nwarps) = exec.position();
+    let launch = exec.launch();
+    let (ntid, nwg, args) = (launch.wg_size(), launch.grid(), launch.args().as_ptr());
+    let shared_bytes = exec.shared.len() as u64 * 4;
+    let epoch = mem.direct_epoch();
+    let pages = &mut exec.jit_pages;
+    if epoch == 0 || epoch != pages.epoch || pages.tlb.len() != kernel.sites {
+        pages.tlb.clear();
+        pages.tlb.resize(kernel.sites, Tlb::EMPTY);
+        pages.epoch = epoch;
+    }
+    let tlb = pages.tlb.as_mut_ptr();
+    let mut host = Host::<M> {
+        exec: ptr::null_mut(),
+        warp: ptr::null_mut(),
+        code: ptr::from_ref(code),
+        mem: ptr::from_ref(mem),
+        w: 0,
+        sites: kernel.sites,
+        stop: None,
+    };
+    let host_ptr: *mut Host<M> = &mut host;
+    let mut ctx = Ctx {
+        regs: ptr::null_mut(),
+        warp: ptr::null_mut(),
+        tids: ptr::null(),
+        args,
+        shared: ptr::null_mut(),
+        shared_bytes,
+        consts: kernel.native.consts.as_ptr(),
+        wg,
+        ntid,
+        nwg,
+        warp_index: 0,
+        nwarps: nwarps as u32,
+        budget: 0,
+        remaining: 0,
+        jit_warp: 0,
+        jit_threads: 0,
+        tlb,
+        step: step::<M>,
+        mem_step: mem_step::<M>,
+        refill: refill::<M>,
+        diverge: diverge::<M>,
+        reschedule: reschedule::<M>,
+        host: host_ptr.cast(),
+    };
+    exec.schedule(warps, limits, |e, w, warp, quantum| {
+        run_warp(e, kernel, &mut ctx, host_ptr, w, warp, code, mem, quantum)
+    })
+}
+
 /// Runs warp `w` (taken out of `exec`) for at most `quantum` instructions
 /// on `kernel`'s code: the JIT's replacement of the interpreter's warp
 /// loop, with the same result, state, statistics and faults.
-pub(crate) fn run_warp<M: GlobalMemory + ?Sized>(
+#[allow(clippy::too_many_arguments)]
+fn run_warp<M: GlobalMemory + ?Sized>(
     exec: &mut WorkgroupExec<'_>,
     kernel: &JitKernel,
+    ctx: &mut Ctx,
+    host: *mut Host<M>,
     w: usize,
     warp: &mut Warp,
     code: &[Instruction],
@@ -288,57 +364,26 @@ pub(crate) fn run_warp<M: GlobalMemory + ?Sized>(
         exec.stats = stats0;
         Err(f)
     };
-    let (wg, nwarps) = exec.position();
-    let launch = exec.launch();
-    let (ntid, nwg, args) = (launch.wg_size(), launch.grid(), launch.args().as_ptr());
-    let tids = exec.tids[w].as_ptr().cast::<u32>();
-    let shared_bytes = exec.shared.len() as u64 * 4;
-    let shared = exec.shared.as_mut_ptr();
-    let regs = warp.regs.as_mut_ptr().cast::<u32>();
-    let epoch = mem.direct_epoch();
-    let pages = &mut exec.jit_pages;
-    if epoch == 0 || epoch != pages.epoch || pages.tlb.len() != kernel.sites {
-        pages.tlb.clear();
-        pages.tlb.resize(kernel.sites, Tlb::EMPTY);
-        pages.epoch = epoch;
-    }
-    let tlb = pages.tlb.as_mut_ptr();
+    ctx.tids = exec.tids[w].as_ptr().cast::<u32>();
+    ctx.shared = exec.shared.as_mut_ptr();
+    ctx.regs = warp.regs.as_mut_ptr().cast::<u32>();
+    ctx.warp_index = w as u32;
     let warp_ptr: *mut Warp = warp;
     let exec_ptr: *mut WorkgroupExec<'_> = exec;
-    let mut host = Host::<M> {
-        exec: exec_ptr.cast(),
-        warp: warp_ptr,
-        code: ptr::from_ref(code),
-        mem: ptr::from_ref(mem),
-        w,
-        sites: kernel.sites,
-        stop: None,
-    };
-    let mut ctx = Ctx {
-        regs,
-        warp: warp_ptr,
-        tids,
-        args,
-        shared,
-        shared_bytes,
-        wg,
-        ntid,
-        nwg,
-        warp_index: w as u32,
-        nwarps: nwarps as u32,
-        budget: 0,
-        remaining: 0,
-        jit_warp: 0,
-        jit_threads: 0,
-        tlb,
-        step: step::<M>,
-        mem_step: mem_step::<M>,
-        refill: refill::<M>,
-        diverge: diverge::<M>,
-        reschedule: reschedule::<M>,
-        host: ptr::from_mut(&mut host).cast(),
-    };
+    ctx.warp = warp_ptr;
+    // SAFETY: `host` points at the `Host` of `schedule`, alive for its
+    // whole call and only accessed through that pointer (here and by the
+    // helpers, which run inside the native code this function calls); no
+    // reference to it outlives a statement.
+    unsafe {
+        (*host).exec = exec_ptr.cast();
+        (*host).warp = warp_ptr;
+        (*host).w = w;
+    }
     let mut used = 0u64;
+    // The native code declined the block at the warp's pc (`GUARD`): the
+    // interpreter steps to the next block start.
+    let mut interpret = false;
     loop {
         // SAFETY: the generated code is not running; these are plain reads
         // of the warp through the pointer the helpers also use.
@@ -349,7 +394,8 @@ pub(crate) fn run_warp<M: GlobalMemory + ?Sized>(
         if used >= quantum {
             return Ok((used, WarpStop::Quantum));
         }
-        if !kernel.is_block_start(pc) {
+        if interpret || !kernel.is_block_start(pc) {
+            interpret = false;
             // SAFETY: as above; no other reference to the warp or the
             // execution is live here.
             let (e, wp) = unsafe { (&mut *exec_ptr, &mut *warp_ptr) };
@@ -367,8 +413,9 @@ pub(crate) fn run_warp<M: GlobalMemory + ?Sized>(
         // SAFETY: `kernel` was compiled from this execution's kernel
         // (`WorkgroupExec::set_jit` checks), whose register count the warp
         // has (checked above); every pointer in `ctx` is valid for the
-        // call as the module comment explains, and `host` outlives it.
-        let st = unsafe { (kernel.entry)(&mut ctx) };
+        // call as the module comment explains (`schedule` set the ones of
+        // the call, this function the warp's), and `host` outlives it.
+        let st = unsafe { (kernel.native.entry)(ctx) };
         used += ctx.budget - ctx.remaining.min(ctx.budget);
         // SAFETY: as above.
         let e = unsafe { &mut *exec_ptr };
@@ -383,7 +430,9 @@ pub(crate) fn run_warp<M: GlobalMemory + ?Sized>(
                     Err(f) => fail(e, f),
                 };
             }
-            status::STOP => match host.stop.take() {
+            status::GUARD => interpret = true,
+            // SAFETY: as for the writes above.
+            status::STOP => match unsafe { (*host).stop.take() } {
                 Some(Ok((_, stop))) => return Ok((used, stop)),
                 Some(Err(f)) => return fail(e, f),
                 None => {}

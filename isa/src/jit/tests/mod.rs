@@ -16,6 +16,8 @@ use crate::mem::{SparseMemory, PAGE_SIZE};
 use crate::module::{Kernel, Module};
 use std::sync::Arc;
 
+mod shaped;
+
 struct Rng(u64);
 
 impl Rng {
@@ -39,6 +41,9 @@ impl Rng {
 
 const RW: u64 = 0x1_0000_0000;
 const RO: u64 = RW + PAGE_SIZE;
+/// Two writable pages across a 4 GiB boundary: addresses whose low words
+/// wrap from lane to lane.
+const WRAP: u64 = 0x2_0000_0000 - PAGE_SIZE;
 /// Registers the random body writes; r20..r23 are address temporaries,
 /// r24..r27 the buffer pairs, r28 the loop counter.
 const BODY_REGS: u32 = 20;
@@ -502,12 +507,18 @@ fn shared_access(r: &mut Rng, v: &mut Vec<Instruction>) {
 fn module(r: &mut Rng) -> Module {
     let gen = 1 + r.below(2);
     let code = program(r, gen);
+    module_of(gen, code, 256)
+}
+
+/// The module of kernel `code` (32 registers, `shared` bytes of shared
+/// memory, two 64-bit arguments), through the encoder and the loader.
+fn module_of(gen: u32, code: Vec<Instruction>, shared: u32) -> Module {
     let k = Kernel {
         name: "k".into(),
         entry: 0,
         len: code.len() as u32,
         regs: 32,
-        shared_bytes: 256,
+        shared_bytes: shared,
         arg_size: 16,
         args: Vec::new(),
         wg_hint: [0, 0, 0],
@@ -521,10 +532,13 @@ fn memory(seed: u64) -> SparseMemory {
     let mut m = SparseMemory::new();
     m.map(RW, PAGE_SIZE, true);
     m.map(RO, PAGE_SIZE, false);
+    m.map(WRAP, 2 * PAGE_SIZE, true);
     let mut r = Rng(seed);
     let words: Vec<u32> = (0..PAGE_SIZE / 4).map(|_| r.next() as u32).collect();
     m.write_u32s(RW, &words).unwrap();
     m.write_u32s(RO, &words).unwrap();
+    m.write_u32s(WRAP, &words).unwrap();
+    m.write_u32s(WRAP + PAGE_SIZE, &words).unwrap();
     m
 }
 
@@ -545,9 +559,7 @@ fn dump(e: &WorkgroupExec<'_>) -> String {
 
 fn check_case(seed: u64) {
     let mut r = Rng(seed);
-    let m = Arc::new(module(&mut r));
-    let jit = JitModule::compile(&m).expect("host supports the JIT");
-    let code = Arc::clone(jit.kernel(0).expect("every valid kernel compiles"));
+    let m = module(&mut r);
     let wg = r.pick(&[
         [32, 1, 1],
         [64, 1, 1],
@@ -557,9 +569,24 @@ fn check_case(seed: u64) {
         [96, 1, 1],
         [1, 1, 1],
     ]);
+    check_module(m, wg, &mut r, seed);
+}
+
+/// Runs two workgroups of shape `wg` of kernel 0 of `m` on both engines
+/// and alternating between them, in random slices (from `r`), comparing
+/// everything (see the module comment).
+fn check_module(m: Module, wg: [u32; 3], r: &mut Rng, seed: u64) {
+    let m = Arc::new(m);
+    let jit = JitModule::compile(&m).expect("host supports the JIT");
+    let code = Arc::clone(jit.kernel(0).expect("every valid kernel compiles"));
     let mut args = Vec::new();
     args.extend_from_slice(&RW.to_le_bytes());
-    let other = if r.coin(50) { RO } else { RO + PAGE_SIZE };
+    let other = match r.below(3) {
+        0 => RO,
+        1 => RO + PAGE_SIZE,
+        // Lanes' addresses cross 4 GiB.
+        _ => WRAP + PAGE_SIZE - 64,
+    };
     args.extend_from_slice(&other.to_le_bytes());
     let launch = Arc::new(Launch::by_index(&m, 0, [2, 1, 1], wg, args, 0).unwrap());
     let mem_seed = r.next();
@@ -616,6 +643,7 @@ fn check_case(seed: u64) {
     let all = |m: &SparseMemory| {
         let mut v = m.read_u32s(RW, (PAGE_SIZE / 4) as usize).unwrap();
         v.extend(m.read_u32s(RO, (PAGE_SIZE / 4) as usize).unwrap());
+        v.extend(m.read_u32s(WRAP, (2 * PAGE_SIZE / 4) as usize).unwrap());
         v
     };
     assert_eq!(all(&mi), all(&mj), "memory, seed {seed}");
@@ -669,4 +697,78 @@ fn every_random_valid_program_compiles() {
             j.fallbacks().collect::<Vec<_>>()
         );
     }
+}
+
+/// Assembles `src` (kernel `k`, generation 2) for `check_module`.
+fn assembled(src: &str) -> Module {
+    let m = crate::assemble(src, 2).expect("assembles");
+    let bytes = m.to_bytes().expect("encodes");
+    Module::load(&bytes, 2).expect("loads")
+}
+
+/// fp32 results whose canonicalisation the code generator leaves out
+/// (`analysis::canon_needed`: read only as fp32 operands, then
+/// overwritten) next to ones it must keep (read as bits, overwritten
+/// under a guard, written back), with NaNs of every origin (payloads,
+/// invalid operations), and `fmin`/`fmax` over every pairing of ±0, a
+/// NaN and numbers, lane by lane: bit for bit on both engines.
+#[test]
+fn nan_results_and_left_out_canonicalisations_match_the_interpreter() {
+    if super::host_support().is_err() {
+        return;
+    }
+    let m = assembled(
+        r"
+.kernel k
+.arg a ptr
+.arg b ptr
+    s2r     r1, %laneid
+    and     r20, r1, 1
+    setp.ne.u32 p1, r20, 0
+    and     r20, r1, 2
+    setp.ne.u32 p2, r20, 0
+    and     r20, r1, 4
+    setp.ne.u32 p3, r20, 0
+    and     r20, r1, 8
+    setp.ne.u32 p4, r20, 0
+    mov     r2, 0x7fa00001          // a signalling NaN with a payload
+    mov     r3, 0x7f800000          // +inf
+    mov     r4, 0.0
+    mov     r21, 0x80000000         // -0
+    sel     r2, r2, r21, p1         // NaN or -0, by lane
+    sel     r4, r4, 1.5, p2
+    fadd    r5, r2, 1.0             // left out: read as fp32, overwritten
+    fmul    r5, r5, 2.0             // kept: written back
+    fmul    r6, r3, r4              // inf * 0: the host's default NaN
+    mov     r7, r6                  // kept: read as bits
+    fadd    r8, r2, r4
+    setp.eq.u32 p0, r8, r8          // kept: compared as bits
+    fadd    r9, r2, r4
+    @p3 fmul r9, r9, 1.0            // kept: overwritten in some lanes only
+    fsub    r10, r2, r4             // left out
+    fmin    r11, r10, r4
+    fmax    r12, r10, r2
+    setp.lt.f32 p5, r10, r4
+    mov     r10, 5
+    ffma    r13, r2, r4, r3         // left out
+    ffma    r13, r13, r4, r4        // kept
+    sqrt    r14, r2
+    rcp     r15, r2
+    cvt.s32.f32 r16, r2
+    sub     r17, r3, 1              // the largest finite
+    sel     r17, r17, r21, p3
+    sel     r18, r2, 0.0, p4
+    fmin    r22, r17, r18
+    fmax    r23, r17, r18
+    fmin    r24, r18, r17
+    fmax    r25, r18, r17
+    fmin    r26, r2, r2
+    fmax    r27, r21, r4
+    fmin    r28, r4, r21
+    exit
+.end
+",
+    );
+    let mut r = Rng(5);
+    check_module(m, [64, 1, 1], &mut r, 5);
 }

@@ -1,0 +1,421 @@
+//! A kernel's blocks, each in up to three versions, and the branches and
+//! exits between them.
+//!
+//! Every block has a generic entry (from the dispatch, or from code whose
+//! warp may not be full) that checks the budget and then runs the block's
+//! *partial* version (any active group: every write blended under the
+//! active mask) or, for a full warp, its *cold* full-warp version, which
+//! assumes the block's invariant register facts. A block that native
+//! full-warp code can reach directly also has a *hot* version assuming
+//! the chain facts (`facts.rs`). A full-warp version first runs the
+//! scalar pass (`scalar.rs`); if a run-time condition of its shapes fails
+//! it returns `GUARD` before any effect and the interpreter runs the
+//! block.
+
+use super::analysis::{self, Kind};
+use super::codegen::{cx, Gen, Mem, CHUNKS};
+use super::runtime::{status, REG_BYTES};
+use super::scalar::Pass;
+use super::shape::{Fact, Shape};
+use crate::exec::Warp;
+use crate::inst::*;
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::{I32, I32X4};
+use cranelift_codegen::ir::{InstBuilder, Value};
+use std::mem::offset_of;
+use std::rc::Rc;
+
+impl Gen<'_, '_> {
+    /// Emits block `bi` of `blocks.list` in its versions.
+    pub(super) fn emit_block(&mut self, bi: usize) -> Result<(), String> {
+        let (s, e) = self.blocks.list[bi];
+        let insts: Vec<Instruction> = (s..e)
+            .map(|pc| self.code.get(pc as usize).copied())
+            .collect::<Option<_>>()
+            .ok_or("kernel outside the code")?;
+        let head = *self.heads.get(&s).ok_or("no block head")?;
+        self.b.switch_to_block(head);
+        self.enter(s, e);
+        let active = self.b.use_var(self.v_active);
+        let full = self.b.ins().icmp_imm_s(IntCC::Equal, active, -1);
+        let (cold, part) = (self.b.create_block(), self.b.create_block());
+        let cf = self.facts.cold.get(bi).cloned().unwrap_or_default();
+        match self.hot_heads.get(&s).copied() {
+            Some(hot) => {
+                // A full warp from the dispatch or from code that does not
+                // know the hot version's facts: check them.
+                let check = self.b.create_block();
+                self.b.ins().brif(full, check, &[], part, &[]);
+                self.b.switch_to_block(check);
+                let need = self
+                    .facts
+                    .hot
+                    .get(bi)
+                    .cloned()
+                    .flatten()
+                    .unwrap_or_default();
+                let missing = missing(&cf, &need);
+                if missing.len() <= MAX_CHECKED {
+                    let ok = self.check_shapes(&missing);
+                    self.b.ins().brif(ok, hot, &[], cold, &[]);
+                } else {
+                    self.b.ins().jump(cold, &[]);
+                }
+            }
+            None => {
+                self.b.ins().brif(full, cold, &[], part, &[]);
+            }
+        }
+        self.b.switch_to_block(part);
+        self.full = false;
+        self.emit_body(&insts, s, None)?;
+        self.b.switch_to_block(cold);
+        self.full = true;
+        self.emit_body(&insts, s, Some(&cf))?;
+        if let Some(&h) = self.hot_heads.get(&s) {
+            self.b.switch_to_block(h);
+            self.enter(s, e);
+            let hf = self
+                .facts
+                .hot
+                .get(bi)
+                .cloned()
+                .flatten()
+                .unwrap_or_default();
+            if hf == cf {
+                self.b.ins().jump(cold, &[]);
+            } else {
+                self.emit_body(&insts, s, Some(&hf))?;
+            }
+        }
+        self.full = false;
+        Ok(())
+    }
+
+    /// The start of block `s..e`: the pc, and the exit when the budget does
+    /// not cover the block. Leaves the builder in a new block.
+    fn enter(&mut self, s: u32, e: u32) {
+        let spc = self.c32(s);
+        self.b.def_var(self.v_pc, spc);
+        let rem = self.b.use_var(self.v_remaining);
+        let short = self
+            .b
+            .ins()
+            .icmp_imm_s(IntCC::UnsignedLessThan, rem, (e - s) as i64);
+        let body = self.b.create_block();
+        let tail = self.c32(status::TAIL);
+        self.b
+            .ins()
+            .brif(short, self.exit, &[tail.into()], body, &[]);
+        self.b.switch_to_block(body);
+    }
+
+    /// One version of the block `insts` starting at `s`: for a full warp
+    /// from `facts`, or for any active group (`None`).
+    fn emit_body(
+        &mut self,
+        insts: &[Instruction],
+        s: u32,
+        facts: Option<&[Fact]>,
+    ) -> Result<(), String> {
+        let base = self.b.use_var(self.v_clock);
+        let pass = facts.map(|f| self.scalar_pass(insts, base, f));
+        if let Some(fail) = pass.as_ref().and_then(|p| p.fail) {
+            let (ok, bad) = (self.b.create_block(), self.b.create_block());
+            self.b.ins().brif(fail, bad, &[], ok, &[]);
+            self.b.switch_to_block(bad);
+            let st = self.c32(status::GUARD);
+            self.b.ins().jump(self.exit, &[st.into()]);
+            self.b.switch_to_block(ok);
+        }
+        let rem = self.b.use_var(self.v_remaining);
+        let rem = self.b.ins().iadd_imm_s(rem, -(insts.len() as i64));
+        self.b.def_var(self.v_remaining, rem);
+        let kinds: Vec<Kind> = insts.iter().map(|i| analysis::kind(i, self.fma)).collect();
+        let inline = kinds
+            .iter()
+            .filter(|k| matches!(k, Kind::Lane | Kind::Branch | Kind::Exit))
+            .count();
+        self.add_jwarp(inline as u64);
+        let after = pass.as_ref().map(|p| p.after.clone());
+        let clock_at = |g: &mut Self, k: usize| g.b.ins().iadd_imm_s(base, k as i64);
+        let mut i = 0usize;
+        while i < insts.len() {
+            let pc = s + i as u32;
+            match kinds[i] {
+                Kind::Lane => {
+                    let mut j = i;
+                    let mut written = 0u8;
+                    while j < insts.len() && kinds[j] == Kind::Lane {
+                        let g = insts[j].guard.pred;
+                        if g != Pred::TRUE && written >> g.0 & 1 != 0 {
+                            break;
+                        }
+                        if let Some(p) = analysis::pred_written(&insts[j].op) {
+                            written |= 1 << p;
+                        }
+                        j += 1;
+                    }
+                    let plan = pass
+                        .as_ref()
+                        .map(|p: &Pass| (&p.plans[i..j], Rc::clone(&p.before[i])));
+                    self.emit_region(&insts[i..j], i, base, plan);
+                    i = j;
+                    continue;
+                }
+                Kind::GlobalLoad | Kind::GlobalStore => {
+                    let clock = clock_at(self, i);
+                    let a = address(&insts[i].op);
+                    let sv = |r: u8| {
+                        pass.as_ref()
+                            .and_then(|p| p.before[i].get(r as usize).cloned().flatten())
+                    };
+                    let done = match (sv(a), sv(a.wrapping_add(1))) {
+                        (Some(lo), Some(hi)) => {
+                            self.emit_global_shaped(pc, &insts[i], clock, &lo, &hi)
+                        }
+                        _ => false,
+                    };
+                    if !done {
+                        self.emit_global(pc, &insts[i], clock);
+                    }
+                }
+                Kind::SharedLoad | Kind::SharedStore => {
+                    let clock = clock_at(self, i);
+                    let a = address(&insts[i].op);
+                    let sv = pass
+                        .as_ref()
+                        .and_then(|p| p.before[i].get(a as usize).cloned().flatten());
+                    let done = match sv {
+                        Some(sv) => self.emit_shared_shaped(pc, &insts[i], clock, &sv),
+                        None => false,
+                    };
+                    if !done {
+                        self.emit_shared(pc, &insts[i], clock);
+                    }
+                }
+                Kind::Interp => {
+                    let clock = clock_at(self, i);
+                    let control = analysis::ends_block(&insts[i].op);
+                    self.step(pc, clock, control, None);
+                    if control {
+                        return Ok(());
+                    }
+                }
+                Kind::Branch => {
+                    let clock = clock_at(self, i + 1);
+                    self.emit_branch(pc, &insts[i], clock, after.as_deref());
+                    return Ok(());
+                }
+                Kind::Exit => {
+                    let clock = clock_at(self, i + 1);
+                    self.emit_exit(pc, &insts[i], clock, after.as_deref());
+                    return Ok(());
+                }
+            }
+            i += 1;
+        }
+        let clock = clock_at(self, insts.len());
+        let e = s + insts.len() as u32;
+        self.goto_next(e, clock, after.as_deref());
+        Ok(())
+    }
+
+    /// Continues at `target` with the warp unchanged: in full-warp code
+    /// with the register facts `out`, at the target's hot version where it
+    /// has one; otherwise at its generic entry.
+    fn goto_next(&mut self, target: u32, clock: Value, out: Option<&[Fact]>) {
+        let hot = self.hot_heads.get(&target).copied();
+        let (Some(hot), Some(out), true) = (hot, out, self.full) else {
+            self.goto(target, clock);
+            return;
+        };
+        let Some(ti) = self.blocks.list.iter().position(|b| b.0 == target) else {
+            self.goto(target, clock);
+            return;
+        };
+        self.b.def_var(self.v_clock, clock);
+        let need = self
+            .facts
+            .hot
+            .get(ti)
+            .cloned()
+            .flatten()
+            .unwrap_or_default();
+        let missing = missing(out, &need);
+        if missing.is_empty() {
+            self.b.ins().jump(hot, &[]);
+            return;
+        }
+        if missing.len() > MAX_CHECKED {
+            self.goto(target, clock);
+            return;
+        }
+        // Entered from code that does not know these facts (a backward
+        // edge of a cold version): check them in the register file.
+        let ok = self.check_shapes(&missing);
+        let cold = self.heads.get(&target).copied();
+        match cold {
+            Some(c) => {
+                self.b.ins().brif(ok, hot, &[], c, &[]);
+            }
+            None => {
+                self.b.ins().jump(hot, &[]);
+            }
+        }
+    }
+
+    /// Whether the register file holds values of these shapes (an `i8`).
+    fn check_shapes(&mut self, regs: &[(u8, Rc<Shape>)]) -> Value {
+        let f = self.mf(Mem::Regs);
+        let mut ok: Option<Value> = None;
+        let mut and = |g: &mut Self, c: Value| {
+            ok = Some(match ok {
+                Some(x) => g.b.ins().band(x, c),
+                None => c,
+            });
+        };
+        for (r, s) in regs {
+            let off = *r as i32 * REG_BYTES;
+            let b0 = self.b.ins().load(I32, f, self.regs, off);
+            let b1 = self.b.ins().load(I32, f, self.regs, off + 64);
+            if let Some(k) = s.known {
+                let c = self.b.ins().icmp_imm_s(IntCC::Equal, b0, k as i32 as i64);
+                and(self, c);
+            }
+            if let Some(l) = s.link {
+                let want = self.b.ins().iadd_imm_s(b0, l as i32 as i64);
+                let c = self.b.ins().icmp(IntCC::Equal, b1, want);
+                and(self, c);
+            }
+            let s0 = self.b.ins().splat(I32X4, b0);
+            let s1 = self.b.ins().splat(I32X4, b1);
+            let mut acc: Option<Value> = None;
+            for c in 0..CHUNKS {
+                let v = self.load_reg(*r, c);
+                let k: [u32; 4] = std::array::from_fn(|i| s.k[4 * c + i]);
+                let b = if c < CHUNKS / 2 { s0 } else { s1 };
+                let want = if k == [0; 4] {
+                    b
+                } else {
+                    let kv = self.vconst(k);
+                    self.b.ins().iadd(b, kv)
+                };
+                let e = self.b.ins().icmp(IntCC::Equal, v, want);
+                acc = Some(match acc {
+                    Some(a) => self.b.ins().band(a, e),
+                    None => e,
+                });
+            }
+            if let Some(acc) = acc {
+                let all = self.b.ins().vall_true(acc);
+                and(self, all);
+            }
+        }
+        ok.unwrap_or_else(|| self.b.ins().iconst(cranelift_codegen::ir::types::I8, 1))
+    }
+
+    fn emit_branch(&mut self, pc: u32, inst: &Instruction, clock: Value, out: Option<&[Fact]>) {
+        let Op::Bra { offset } = inst.op else { return };
+        let target = (pc as i64 + offset as i64) as u32;
+        let m = self.guard_mask(inst.guard);
+        self.add_threads(m);
+        if inst.guard == Guard::ALWAYS {
+            self.goto_next(target, clock, out);
+            return;
+        }
+        let active = self.active();
+        let all = self.b.ins().icmp(IntCC::Equal, m, active);
+        let taken = self.b.create_block();
+        let not_all = self.b.create_block();
+        self.b.ins().brif(all, taken, &[], not_all, &[]);
+        self.b.switch_to_block(taken);
+        self.goto_next(target, clock, out);
+        self.b.switch_to_block(not_all);
+        let none = self.b.create_block();
+        let split = self.b.create_block();
+        self.b.ins().brif(m, split, &[], none, &[]);
+        self.b.switch_to_block(none);
+        self.goto_next(pc + 1, clock, out);
+        self.b.switch_to_block(split);
+        let pcv = self.c32(pc);
+        let before = self.b.ins().iadd_imm_s(clock, -1);
+        self.store_state(pcv, before);
+        let f = self.helper(cx!(diverge));
+        self.b
+            .ins()
+            .call_indirect(self.sig_diverge, f, &[self.ctx, m]);
+        self.reload();
+        self.goto(target, clock);
+    }
+
+    /// The active group: all lanes in full-warp code.
+    fn active(&mut self) -> Value {
+        if self.full {
+            self.c32(u32::MAX)
+        } else {
+            self.b.use_var(self.v_active)
+        }
+    }
+
+    fn emit_exit(&mut self, pc: u32, inst: &Instruction, clock: Value, out: Option<&[Fact]>) {
+        let m = self.guard_mask(inst.guard);
+        self.add_threads(m);
+        let fall = self.b.create_block();
+        let some = self.b.create_block();
+        self.b.ins().brif(m, some, &[], fall, &[]);
+        self.b.switch_to_block(fall);
+        self.goto_next(pc + 1, clock, out);
+        self.b.switch_to_block(some);
+        let live = self.warp_field(I32, offset_of!(Warp, live));
+        let live = self.b.ins().band_not(live, m);
+        self.set_warp_field(offset_of!(Warp, live), live);
+        let active = self.active();
+        let active = self.b.ins().band_not(active, m);
+        self.b.def_var(self.v_active, active);
+        let (gone, rest) = (self.b.create_block(), self.b.create_block());
+        self.b.ins().brif(active, rest, &[], gone, &[]);
+        self.b.switch_to_block(rest);
+        self.goto(pc + 1, clock);
+        self.b.switch_to_block(gone);
+        // No lane left to run (the usual end of a warp): the interpreter's
+        // rescheduling would only clear `next_min`.
+        let pcv = self.c32(pc);
+        let blocked = self.warp_field(I32, offset_of!(Warp, blocked));
+        let runnable = self.b.ins().band_not(live, blocked);
+        let (done, resched) = (self.b.create_block(), self.b.create_block());
+        self.b.ins().brif(runnable, resched, &[], done, &[]);
+        self.b.switch_to_block(done);
+        self.b.def_var(self.v_pc, pcv);
+        self.b.def_var(self.v_clock, clock);
+        let none = self.c32(u32::MAX);
+        self.b.def_var(self.v_next_min, none);
+        let idle = self.c32(status::IDLE);
+        self.b.ins().jump(self.exit, &[idle.into()]);
+        self.b.switch_to_block(resched);
+        self.reschedule_and_dispatch(pcv, clock);
+    }
+}
+
+/// The address register of a memory instruction.
+fn address(op: &Op) -> u8 {
+    match *op {
+        Op::Ld { addr, .. } | Op::St { addr, .. } | Op::Atom { addr, .. } => addr.0,
+        _ => 0,
+    }
+}
+
+/// Most registers checked on an entry into a hot version (more: the cold
+/// version runs).
+const MAX_CHECKED: usize = 8;
+
+/// The facts of `need` that `have` does not imply.
+fn missing(have: &[Fact], need: &[Fact]) -> Vec<(u8, Rc<Shape>)> {
+    need.iter()
+        .enumerate()
+        .filter_map(|(r, n)| {
+            let h = have.get(r).cloned().flatten();
+            (!Shape::implies(&h, n)).then(|| n.clone().map(|s| (r as u8, s)))?
+        })
+        .collect()
+}

@@ -1,0 +1,327 @@
+//! Memory instructions of full-warp code whose address register is shaped
+//! (`shape.rs`): lane `l`'s address is a half-warp's scalar plus the
+//! compile-time offset `k[l]`, so one check of each half's span replaces
+//! the check of every lane, and the access moves a chunk of four lanes as
+//! one vector (consecutive words), one word (the same word: a broadcast on
+//! loads, the last lane's value on stores) or word by word, as the offsets
+//! dictate. When a run-time check fails the instruction is an interpreter
+//! step, as in the generic paths (`memory.rs`).
+
+use super::codegen::{cx, Gen, Mem, CHUNKS};
+use super::runtime::Tlb;
+use super::scalar::Sv;
+use crate::inst::*;
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::{I32, I32X4, I64, I8};
+use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};
+use std::mem::offset_of;
+
+/// Lanes per half-warp.
+const HALF: usize = WARP_SIZE / 2;
+
+/// The offsets of a shape as signed numbers, and each half's range.
+/// The lane offsets of `s` and how many bases they are relative to: one
+/// (lane 0's, for every lane) where `one` allows and the halves are
+/// linked, else each half's. With each group's range.
+fn offsets(s: &Sv, one: bool) -> ([i64; WARP_SIZE], [(i64, i64); 2], usize) {
+    if let Some(w) = s.shape.whole().filter(|_| one) {
+        let r = (
+            w.iter().copied().min().unwrap_or(0),
+            w.iter().copied().max().unwrap_or(0),
+        );
+        return (w, [r, r], 1);
+    }
+    let k = s.shape.k.map(|k| k as i32 as i64);
+    let range = |g: usize| {
+        let h = &k[HALF * g..HALF * g + HALF];
+        (
+            h.iter().copied().min().unwrap_or(0),
+            h.iter().copied().max().unwrap_or(0),
+        )
+    };
+    let (r0, r1) = (range(0), range(1));
+    let halves = if s.base[0] == s.base[1] && r0 == r1 {
+        1
+    } else {
+        2
+    };
+    (k, [r0, r1], halves)
+}
+
+impl Gen<'_, '_> {
+    /// `ld.32`/`st.32` on global memory through the shaped address pair
+    /// `lo`, `hi`; false (nothing emitted) if the shapes do not allow it.
+    pub(super) fn emit_global_shaped(
+        &mut self,
+        pc: u32,
+        inst: &Instruction,
+        clock: Value,
+        lo: &Sv,
+        hi: &Sv,
+    ) -> bool {
+        let (load, data, offset) = match inst.op {
+            Op::Ld {
+                d,
+                offset,
+                width: Width::B32,
+                ..
+            } => (true, d, offset),
+            Op::St {
+                v,
+                offset,
+                width: Width::B32,
+                ..
+            } => (false, v, offset),
+            _ => return false,
+        };
+        let (k, range, halves) = offsets(lo, hi.shape.is_uniform());
+        if !hi.shape.per_half()
+            || k.iter().any(|&x| x & 3 != 0)
+            || range.iter().any(|&(a, b)| b - a > 124)
+        {
+            return false;
+        }
+        let halves = if halves == 1 && hi.base[0] != hi.base[1] && !hi.shape.is_uniform() {
+            2
+        } else {
+            halves
+        };
+        let (fast, slow, cont) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        // Every lane (a guard must hold in all of them).
+        let m = self.guard_mask(inst.guard);
+        let mut bad = self.b.ins().icmp_imm_s(IntCC::NotEqual, m, -1);
+        let mut va0 = [None; 2];
+        let mut first = [None; 2];
+        for g in 0..halves {
+            let l = self.b.ins().uextend(I64, lo.base[g]);
+            let (kmin, kmax) = range[g];
+            let a = self.b.ins().iadd_imm_s(l, kmin);
+            let b = self.b.ins().iadd_imm_s(l, kmax);
+            let c1 = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, a, 0);
+            let c2 = self
+                .b
+                .ins()
+                .icmp_imm_s(IntCC::SignedGreaterThan, b, u32::MAX as i64);
+            let h = self.b.ins().uextend(I64, hi.base[g]);
+            let h = self.b.ins().ishl_imm_s(h, 32);
+            let v = self.b.ins().bor(h, l);
+            let v = self.b.ins().iadd_imm_s(v, offset as i64);
+            let low = self.b.ins().band_imm_s(v, 3);
+            let c3 = self.b.ins().icmp_imm_s(IntCC::NotEqual, low, 0);
+            for c in [c1, c2, c3] {
+                bad = self.b.ins().bor(bad, c);
+            }
+            va0[g] = Some(v);
+            first[g] = Some(self.b.ins().iadd_imm_s(v, kmin));
+        }
+        let (check, lookup2, miss) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        self.b.ins().brif(bad, slow, &[], check, &[]);
+        // Each half's span lies in the page of the instruction's TLB entry
+        // (refilled once, for half 0, on a miss).
+        let site = self.sites.get(&pc).copied().unwrap_or(0);
+        let tag = site | if load { 0 } else { 1 << 31 };
+        let t = site as i32 * std::mem::size_of::<Tlb>() as i32;
+        let firsts: Vec<Value> = first.iter().take(halves).flatten().copied().collect();
+        self.b.switch_to_block(check);
+        let out = self.span_miss(t, &firsts);
+        self.b.ins().brif(out, miss, &[], fast, &[]);
+        self.b.switch_to_block(miss);
+        let f = self.helper(cx!(refill));
+        let tagv = self.c32(tag);
+        let call = self
+            .b
+            .ins()
+            .call_indirect(self.sig_refill, f, &[self.ctx, tagv, firsts[0]]);
+        let got = self.b.inst_results(call)[0];
+        self.b.ins().brif(got, lookup2, &[], slow, &[]);
+        self.b.switch_to_block(lookup2);
+        let out = self.span_miss(t, &firsts);
+        self.b.ins().brif(out, slow, &[], fast, &[]);
+
+        self.b.switch_to_block(fast);
+        let tlbs = self.helper(cx!(tlb));
+        let f = self.mf(Mem::Tlb);
+        let base = self
+            .b
+            .ins()
+            .load(I64, f, tlbs, t + offset_of!(Tlb, base) as i32);
+        let host = self
+            .b
+            .ins()
+            .load(self.ptr, f, tlbs, t + offset_of!(Tlb, host) as i32);
+        let ptrs: [Value; 2] = std::array::from_fn(|g| {
+            let v = va0[g.min(halves - 1)].unwrap_or(base);
+            let off = self.b.ins().isub(v, base);
+            self.b.ins().iadd(host, off)
+        });
+        let fg = self.mf(Mem::Global);
+        self.chunks(load, data.0, &ptrs, &k, fg);
+        self.add_jwarp(1);
+        self.add_threads(m);
+        self.b.ins().jump(cont, &[]);
+
+        self.b.switch_to_block(slow);
+        self.step(pc, clock, false, Some(tag));
+        self.b.ins().jump(cont, &[]);
+        self.b.switch_to_block(cont);
+        true
+    }
+
+    /// `lds.32`/`sts.32` through the shaped address register `a`; false
+    /// (nothing emitted) if its shape does not allow it.
+    pub(super) fn emit_shared_shaped(
+        &mut self,
+        pc: u32,
+        inst: &Instruction,
+        clock: Value,
+        a: &Sv,
+    ) -> bool {
+        let (load, data, offset) = match inst.op {
+            Op::Ld {
+                d,
+                offset,
+                width: Width::B32,
+                ..
+            } => (true, d, offset),
+            Op::St {
+                v,
+                offset,
+                width: Width::B32,
+                ..
+            } => (false, v, offset),
+            _ => return false,
+        };
+        let (k, range, halves) = offsets(a, true);
+        if k.iter().any(|&x| x & 3 != 0) {
+            return false;
+        }
+        let (fast, slow, cont) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        let m = self.guard_mask(inst.guard);
+        let mut bad = self.b.ins().icmp_imm_s(IntCC::NotEqual, m, -1);
+        let fx = self.mf(Mem::CtxFixed);
+        let sb = self.b.ins().load(I64, fx, self.ctx, cx!(shared_bytes));
+        let mut start = [None; 2];
+        for g in 0..halves {
+            // Lane addresses `base + offset + k` as exact numbers: inside
+            // shared memory with every lane's word, and aligned.
+            let t = self.b.ins().uextend(I64, a.base[g]);
+            let t = self.b.ins().iadd_imm_s(t, offset as i64);
+            let (kmin, kmax) = range[g];
+            let lo = self.b.ins().iadd_imm_s(t, kmin);
+            let hi = self.b.ins().iadd_imm_s(t, kmax + 4);
+            let c1 = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, lo, 0);
+            let c2 = self.b.ins().icmp(IntCC::SignedGreaterThan, hi, sb);
+            let low = self.b.ins().band_imm_s(t, 3);
+            let c3 = self.b.ins().icmp_imm_s(IntCC::NotEqual, low, 0);
+            for c in [c1, c2, c3] {
+                bad = self.b.ins().bor(bad, c);
+            }
+            start[g] = Some(t);
+        }
+        self.b.ins().brif(bad, slow, &[], fast, &[]);
+
+        self.b.switch_to_block(fast);
+        let ptrs: [Value; 2] = std::array::from_fn(|g| {
+            let t = start[g.min(halves - 1)].unwrap_or(sb);
+            let t = if self.ptr == I64 {
+                t
+            } else {
+                self.b.ins().ireduce(self.ptr, t)
+            };
+            self.b.ins().iadd(self.shared, t)
+        });
+        let fsh = self.mf(Mem::Shared);
+        self.chunks(load, data.0, &ptrs, &k, fsh);
+        self.add_jwarp(1);
+        self.add_threads(m);
+        self.b.ins().jump(cont, &[]);
+
+        self.b.switch_to_block(slow);
+        self.step(pc, clock, false, None);
+        self.b.ins().jump(cont, &[]);
+        self.b.switch_to_block(cont);
+        true
+    }
+
+    /// Whether a span starting at one of `firsts` (at most 128 bytes
+    /// long) is not inside the page of TLB entry `t` (an `i8`).
+    fn span_miss(&mut self, t: i32, firsts: &[Value]) -> Value {
+        let tlbs = self.helper(cx!(tlb));
+        let f = self.mf(Mem::Tlb);
+        let base = self
+            .b
+            .ins()
+            .load(I64, f, tlbs, t + offset_of!(Tlb, base) as i32);
+        let limit = self
+            .b
+            .ins()
+            .load(I64, f, tlbs, t + offset_of!(Tlb, limit) as i32);
+        let mut out = self.b.ins().iconst(I8, 0);
+        for &fv in firsts {
+            let off = self.b.ins().isub(fv, base);
+            let o = self.b.ins().icmp(IntCC::UnsignedGreaterThan, off, limit);
+            out = self.b.ins().bor(out, o);
+        }
+        out
+    }
+
+    /// Moves register `data` (all lanes) from or to the addresses
+    /// `ptrs[l / 16] + k[l]`, in ascending lane order.
+    fn chunks(
+        &mut self,
+        load: bool,
+        data: u8,
+        ptrs: &[Value; 2],
+        k: &[i64; WARP_SIZE],
+        f: MemFlagsData,
+    ) {
+        for c in 0..CHUNKS {
+            let p = ptrs[c / (CHUNKS / 2)];
+            let kc: [i64; 4] = std::array::from_fn(|i| k[4 * c + i]);
+            let x = kc[0] as i32;
+            let consecutive = (0..4).all(|i| kc[i] == kc[0] + 4 * i as i64);
+            let same = kc.iter().all(|&v| v == kc[0]);
+            if load {
+                let v = if consecutive {
+                    self.b.ins().load(I32X4, f, p, x)
+                } else if same {
+                    let w = self.b.ins().load(I32, f, p, x);
+                    self.b.ins().splat(I32X4, w)
+                } else {
+                    let mut v = self.vsplat(0);
+                    for (i, &o) in kc.iter().enumerate() {
+                        let w = self.b.ins().load(I32, f, p, o as i32);
+                        v = self.b.ins().insertlane(v, w, i as u8);
+                    }
+                    v
+                };
+                self.store_reg(data, c, v);
+            } else {
+                let v = self.load_reg(data, c);
+                if consecutive {
+                    self.b.ins().store(f, v, p, x);
+                } else if same {
+                    let w = self.b.ins().extractlane(v, 3);
+                    self.b.ins().store(f, w, p, x);
+                } else {
+                    for (i, &o) in kc.iter().enumerate() {
+                        let w = self.b.ins().extractlane(v, i as u8);
+                        self.b.ins().store(f, w, p, o as i32);
+                    }
+                }
+            }
+        }
+    }
+}

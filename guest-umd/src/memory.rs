@@ -698,8 +698,16 @@ mod tests {
                 // SAFETY: `src[start..start + len]` and `dst[1..len + 1]`
                 // are in bounds (start + len <= 964 < 1000) and distinct.
                 unsafe { read_blocks(src.as_ptr().add(start), dst.as_mut_ptr().add(1), len) };
-                assert_eq!(&dst[1..len + 1], &src[start..start + len], "start {start} len {len}");
-                assert_eq!((dst[0], dst[len + 1]), (0xee, 0xee), "start {start} len {len}");
+                assert_eq!(
+                    &dst[1..len + 1],
+                    &src[start..start + len],
+                    "start {start} len {len}"
+                );
+                assert_eq!(
+                    (dst[0], dst[len + 1]),
+                    (0xee, 0xee),
+                    "start {start} len {len}"
+                );
             }
         }
     }

@@ -143,11 +143,13 @@ pub struct JitKernel {
 }
 
 /// A kernel's instructions and the code specialised for each workgroup
-/// shape so far.
+/// shape so far. It holds the compiled code, not [`JitKernel`]s, which
+/// hold it: no reference cycle keeps a kernel's code alive after the
+/// module's last user dropped it.
 struct Source {
     code: Arc<[Instruction]>,
     kernel: Kernel,
-    shaped: Mutex<Vec<Arc<JitKernel>>>,
+    shaped: Mutex<Vec<([u32; 3], Arc<Native>)>>,
 }
 
 /// Specialised variants kept per kernel (a guest picks the shapes).
@@ -211,26 +213,29 @@ impl JitKernel {
             .shaped
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(k) = shaped.iter().find(|k| k.shape == Some(wg)) {
-            return Arc::clone(k);
+        let with = |native: &Arc<Native>| {
+            Arc::new(JitKernel {
+                native: Arc::clone(native),
+                shape: Some(wg),
+                start: self.start,
+                len: self.len,
+                regs: self.regs,
+                block_starts: Arc::clone(&self.block_starts),
+                sites: self.sites,
+                source: Arc::clone(&self.source),
+            })
+        };
+        if let Some((_, native)) = shaped.iter().find(|(s, _)| *s == wg) {
+            return with(native);
         }
         if shaped.len() >= MAX_SHAPES {
             return Arc::clone(self);
         }
         match codegen::compile_kernel(&src.code, &src.kernel, Some(wg)) {
             Ok(native) => {
-                let k = Arc::new(JitKernel {
-                    native: Arc::new(native),
-                    shape: Some(wg),
-                    start: self.start,
-                    len: self.len,
-                    regs: self.regs,
-                    block_starts: Arc::clone(&self.block_starts),
-                    sites: self.sites,
-                    source: Arc::clone(&self.source),
-                });
-                shaped.push(Arc::clone(&k));
-                k
+                let native = Arc::new(native);
+                shaped.push((wg, Arc::clone(&native)));
+                with(&native)
             }
             Err(why) => {
                 log::warn!(

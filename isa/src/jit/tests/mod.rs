@@ -699,6 +699,37 @@ fn every_random_valid_program_compiles() {
     }
 }
 
+/// A kernel's code specialised for workgroup shapes goes with the module:
+/// nothing keeps the kernel's source alive once every user dropped it (a
+/// cycle through the shape cache leaked it, which the fuzz targets'
+/// LeakSanitizer caught).
+#[test]
+fn shaped_code_is_freed_with_its_module() {
+    if super::host_support().is_err() {
+        return;
+    }
+    let mut r = Rng(78);
+    let m = module(&mut r);
+    let j = JitModule::compile(&m).unwrap();
+    let k = Arc::clone(j.kernel(0).unwrap());
+    let a = k.for_shape([32, 1, 1]);
+    let b = k.for_shape([32, 1, 1]);
+    assert!(Arc::ptr_eq(&a.native, &b.native), "one compile per shape");
+    let c = k.for_shape([7, 2, 1]);
+    assert!(!Arc::ptr_eq(&a.native, &c.native));
+    let source = Arc::downgrade(&k.source);
+    let native = Arc::downgrade(&a.native);
+    drop((j, k, a, b, c));
+    assert!(
+        source.upgrade().is_none(),
+        "the kernel's source outlived it"
+    );
+    assert!(
+        native.upgrade().is_none(),
+        "shaped code outlived its kernel"
+    );
+}
+
 /// Assembles `src` (kernel `k`, generation 2) for `check_module`.
 fn assembled(src: &str) -> Module {
     let m = crate::assemble(src, 2).expect("assembles");

@@ -313,6 +313,33 @@ pub fn chains(
     out
 }
 
+/// Where the jobs' time goes: for each pair of consecutive steps, the
+/// median time from one to the next (ns) over the complete chains in
+/// causal order that have both, and how many had them.
+pub fn step_medians(chains: &[Chain]) -> Vec<(usize, usize, i64, usize)> {
+    let mut gaps: Vec<((usize, usize), Vec<i64>)> = Vec::new();
+    for c in chains
+        .iter()
+        .filter(|c| c.complete() && c.misorder().is_none())
+    {
+        for w in c.points.windows(2) {
+            let key = (w[0].step, w[1].step);
+            let d = w[1].start - w[0].start;
+            match gaps.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, v)) => v.push(d),
+                None => gaps.push((key, vec![d])),
+            }
+        }
+    }
+    gaps.sort_by_key(|(k, _)| *k);
+    gaps.into_iter()
+        .map(|((a, b), mut v)| {
+            v.sort_unstable();
+            (a, b, v[v.len() / 2], v.len())
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,5 +374,32 @@ mod tests {
         assert_eq!(c.misorder(), Some((5, 6, 15)));
         c.points.remove(0);
         assert!(!c.complete());
+    }
+
+    #[test]
+    fn step_medians_take_ordered_complete_chains() {
+        let chain = |seqno, gap: i64| Chain {
+            hw: 0,
+            engine: 0,
+            seqno,
+            ctx: Some(1),
+            points: (1..10)
+                .map(|s| Point {
+                    step: s,
+                    pid: 1,
+                    tid: 1,
+                    start: s as i64 * gap,
+                    dur: 1,
+                })
+                .collect(),
+        };
+        let mut late = chain(4, 10);
+        late.points[3].start = 0; // misordered: left out
+        let m = step_medians(&[chain(1, 10), chain(2, 30), chain(3, 20), late]);
+        assert_eq!(m.len(), 8);
+        assert_eq!(m[0], (1, 2, 20, 3));
+        assert!(m
+            .iter()
+            .all(|&(a, b, d, n)| b == a + 1 && d == 20 && n == 3));
     }
 }

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use vgpu_timeline::check::check;
 use vgpu_timeline::input::{between_markers, parse_device, parse_kmd, parse_umd};
-use vgpu_timeline::jobs::STEPS;
+use vgpu_timeline::jobs::{self, STEPS};
 use vgpu_timeline::merge::{merge, Summary};
 
 const EXAMPLES: &str = "\
@@ -195,6 +195,21 @@ fn print_summary(s: &Summary, out: &Path) {
             .map(|p| format!("{} +{:.1}", STEPS[p.step], (p.start - t0) as f64 / 1000.0))
             .collect();
         println!("example: {}: {} (us)", c.name(), steps.join(", "));
+    }
+    let medians = jobs::step_medians(&s.chains);
+    if !medians.is_empty() {
+        let parts: Vec<String> = medians
+            .iter()
+            .map(|&(a, b, ns, n)| {
+                format!(
+                    "{} -> {} {:.1} ({n})",
+                    STEPS[a],
+                    STEPS[b],
+                    ns as f64 / 1000.0
+                )
+            })
+            .collect();
+        println!("median step times (us, jobs): {}", parts.join(", "));
     }
     println!(
         "wrote {}: {} events, {} flows",

@@ -7,8 +7,11 @@
 //! (a span of at least the longest round trip / `MAX_SLOPE_ERROR`: 30 s
 //! for 300 us round trips); else it is 1 (both clocks count host
 //! nanoseconds; a short trace gains nothing from a slope its samples
-//! cannot resolve). The offset is then chosen within the interval that
-//! every causal pair allows:
+//! cannot resolve) — unless the bounds below contradict slope 1 (a guest
+//! under TCG calibrates its TSC against emulated timers, and its clock can
+//! run hundreds of ppm off): then the slope within 1 ± [`MAX_DRIFT`] that
+//! leaves the widest feasible offset interval. The offset is then chosen
+//! within the interval that every causal pair allows:
 //!
 //! * a `TIME_QUERY`: the device read its clock between the guest's send and
 //!   the reply's arrival;
@@ -106,41 +109,22 @@ impl Clock {
             .map(|&(t0, t1, _)| t1.saturating_sub(t0))
             .max()
             .unwrap_or(0);
-        let slope = if span > 0.0 && max_rtt as f64 / span <= MAX_SLOPE_ERROR && sgg > 0.0 {
-            sgd / sgg
-        } else {
-            1.0
-        };
+        let fitted = span > 0.0 && max_rtt as f64 / span <= MAX_SLOPE_ERROR && sgg > 0.0;
+        let slope = if fitted { sgd / sgg } else { 1.0 };
         let fit_offset = md - slope * mg;
-        let mut bounds = Vec::with_capacity(2 * syncs.len() + pairs.len());
-        for &(t0, t1, d) in syncs {
-            bounds.push(Bound {
-                v: d as f64 - slope * t1 as f64,
-                lower: true,
-            });
-            bounds.push(Bound {
-                v: d as f64 - slope * t0 as f64,
-                lower: false,
-            });
+        let (mut lo, mut hi) = interval(syncs, pairs, slope);
+        let mut slope = slope;
+        if lo > hi && !fitted {
+            // Slope 1 contradicts the bounds: the guest's clock runs at a
+            // slightly different rate (a guest under TCG calibrates its TSC
+            // against emulated timers). Take the slope within
+            // `MAX_DRIFT` that leaves the widest feasible offset interval.
+            let s = widest_slope(syncs, pairs);
+            let (l, h) = interval(syncs, pairs, s);
+            if l <= h {
+                (slope, lo, hi) = (s, l, h);
+            }
         }
-        for p in pairs {
-            // device_after: guest <= (device - offset) / slope, so
-            // offset <= device - slope * guest; else offset >= that.
-            bounds.push(Bound {
-                v: p.device_ns as f64 - slope * p.guest_ns as f64,
-                lower: !p.device_after,
-            });
-        }
-        let lo = bounds
-            .iter()
-            .filter(|b| b.lower)
-            .map(|b| b.v)
-            .fold(f64::MIN, f64::max);
-        let hi = bounds
-            .iter()
-            .filter(|b| !b.lower)
-            .map(|b| b.v)
-            .fold(f64::MAX, f64::min);
         let rtts = syncs.iter().map(|&(t0, t1, _)| t1.saturating_sub(t0));
         let rtt_ns = (rtts.clone().min().unwrap_or(0), rtts.max().unwrap_or(0));
         let (offset, uncertainty_ns, conflict_ns) = if lo <= hi {
@@ -164,6 +148,66 @@ impl Clock {
     pub fn to_guest(&self, device_ns: u64) -> f64 {
         (device_ns as f64 - self.offset) / self.slope
     }
+}
+
+/// How far from 1 a slope found from the causal bounds may go: 1000 ppm.
+pub const MAX_DRIFT: f64 = 1e-3;
+
+/// Every bound on the offset at `slope`: the feasible interval `(lo, hi)`
+/// (empty when `lo > hi`).
+fn interval(syncs: &[(u64, u64, u64)], pairs: &[Pair], slope: f64) -> (f64, f64) {
+    let mut bounds = Vec::with_capacity(2 * syncs.len() + pairs.len());
+    for &(t0, t1, d) in syncs {
+        bounds.push(Bound {
+            v: d as f64 - slope * t1 as f64,
+            lower: true,
+        });
+        bounds.push(Bound {
+            v: d as f64 - slope * t0 as f64,
+            lower: false,
+        });
+    }
+    for p in pairs {
+        // device_after: guest <= (device - offset) / slope, so
+        // offset <= device - slope * guest; else offset >= that.
+        bounds.push(Bound {
+            v: p.device_ns as f64 - slope * p.guest_ns as f64,
+            lower: !p.device_after,
+        });
+    }
+    let lo = bounds
+        .iter()
+        .filter(|b| b.lower)
+        .map(|b| b.v)
+        .fold(f64::MIN, f64::max);
+    let hi = bounds
+        .iter()
+        .filter(|b| !b.lower)
+        .map(|b| b.v)
+        .fold(f64::MAX, f64::min);
+    (lo, hi)
+}
+
+/// The slope within `1 ± MAX_DRIFT` whose feasible offset interval is the
+/// widest. The width (the smallest upper bound minus the largest lower
+/// one, each linear in the slope) is concave in the slope, so a ternary
+/// search finds its maximum.
+fn widest_slope(syncs: &[(u64, u64, u64)], pairs: &[Pair]) -> f64 {
+    let width = |s: f64| {
+        let (lo, hi) = interval(syncs, pairs, s);
+        hi - lo
+    };
+    let (mut a, mut b) = (1.0 - MAX_DRIFT, 1.0 + MAX_DRIFT);
+    for _ in 0..200 {
+        let m1 = a + (b - a) / 3.0;
+        let m2 = b - (b - a) / 3.0;
+        if width(m1) < width(m2) {
+            a = m1;
+        } else {
+            b = m2;
+        }
+    }
+    (a + b) / 2.0
 }
 
 #[cfg(test)]
@@ -214,9 +258,13 @@ mod tests {
         )
         .unwrap();
         assert!((c.slope - 1.001).abs() < 1e-9, "{c:?}");
-        // Round trips of 200 us over 10 s could blur it by 20 ppm: slope 1.
+        // Round trips of 200 us over 10 s could blur a fit by 20 ppm: no
+        // least-squares slope, but slope 1 contradicts the round trips
+        // themselves, so the slope is the one that leaves them the widest
+        // interval, within the 20 ppm they allow.
         let c = Clock::fit(&[s(0, 200_000), s(10_000_000_000, 200_000)], &[]).unwrap();
-        assert_eq!(c.slope, 1.0);
+        assert!((c.slope - 1.001).abs() < 2e-5, "{c:?}");
+        assert_eq!(c.conflict_ns, None);
         let short = Clock::fit(&[s(0, 10), s(1_000, 10)], &[]).unwrap();
         assert_eq!(short.slope, 1.0);
         // An event "received" long before it was raised: impossible.
@@ -230,5 +278,35 @@ mod tests {
         assert!(c.conflict_ns.unwrap() > 0.0);
         assert_eq!(c.offset, c.fit_offset);
         assert_eq!(Clock::fit(&[], &[]), Err(ClockError::NoSamples));
+    }
+
+    #[test]
+    fn a_drifting_guest_clock_gets_the_slope_its_bounds_allow() {
+        // The guest's clock runs 200 ppm slow: device = 1.0002 * guest +
+        // 5000. Two round trips at the start (too short a span to fit a
+        // slope), then doorbells and events over 5 s, each 20 us from its
+        // cause: with slope 1 the late ones contradict the early ones by
+        // about 1 ms.
+        let dev = |g: f64| (g * 1.0002 + 5000.0) as u64;
+        let syncs = [(1_000, 1_040, dev(1_020.0)), (2_000, 2_040, dev(2_020.0))];
+        let mut pairs = Vec::new();
+        for i in 1..=50u64 {
+            let g = i * 100_000_000;
+            pairs.push(Pair {
+                guest_ns: g,
+                device_ns: dev(g as f64 + 20_000.0),
+                device_after: true,
+            });
+            pairs.push(Pair {
+                guest_ns: g + 50_000,
+                device_ns: dev((g + 30_000) as f64),
+                device_after: false,
+            });
+        }
+        let c = Clock::fit(&syncs, &pairs).unwrap();
+        assert_eq!(c.conflict_ns, None, "{c:?}");
+        assert!((c.slope - 1.0002).abs() < 5e-6, "{c:?}");
+        let g = 4_000_000_000.0;
+        assert!((c.to_guest(dev(g)) - g).abs() < 25_000.0, "{c:?}");
     }
 }

@@ -128,15 +128,25 @@ fn pairs(kmd: &KmdTrace, dev: Option<&DevTrace>, clock0: &Clock) -> Vec<Pair> {
             let (Some(name), Some(end)) = (r.text("name"), r.u("end")) else {
                 continue;
             };
-            let m = d
+            // The nearest command of that name, when no other one is
+            // nearly as near: commands of one name sent in a burst (the
+            // KMD's TIME_QUERY samples, tens of us apart) are told apart
+            // only if clock0's error (up to a round trip) cannot swap them;
+            // a wrong partner would be a false bound.
+            let dist = |e: &crate::input::DevEvent| (clock0.to_guest(e.ts) - r.ts as f64).abs();
+            let mut near: Vec<(f64, &crate::input::DevEvent)> = d
                 .events
                 .iter()
                 .filter(|e| e.cat == "command" && e.name == name)
-                .min_by(|a, b| {
-                    let dist =
-                        |e: &crate::input::DevEvent| (clock0.to_guest(e.ts) - r.ts as f64).abs();
-                    dist(a).total_cmp(&dist(b))
-                });
+                .map(|e| (dist(e), e))
+                .collect();
+            near.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let margin = 2.0 * clock0.rtt_ns.1 as f64;
+            let m = match near.as_slice() {
+                [(_, e)] => Some(*e),
+                [(d1, e), (d2, _), ..] if d2 - d1 > margin => Some(*e),
+                _ => None,
+            };
             if let Some(e) = m {
                 p.push(Pair {
                     guest_ns: r.ts,

@@ -128,24 +128,27 @@ fn pairs(kmd: &KmdTrace, dev: Option<&DevTrace>, clock0: &Clock) -> Vec<Pair> {
             let (Some(name), Some(end)) = (r.text("name"), r.u("end")) else {
                 continue;
             };
-            // The nearest command of that name, when no other one is
-            // nearly as near: commands of one name sent in a burst (the
-            // KMD's TIME_QUERY samples, tens of us apart) are told apart
-            // only if clock0's error (up to a round trip) cannot swap them;
-            // a wrong partner would be a false bound.
-            let dist = |e: &crate::input::DevEvent| (clock0.to_guest(e.ts) - r.ts as f64).abs();
-            let mut near: Vec<(f64, &crate::input::DevEvent)> = d
+            // The device's command of that name whose span falls within
+            // the KMD's send and reply on clock0 (give or take clock0's
+            // error, at most its longest TIME_QUERY round trip), when
+            // exactly one does: back-to-back commands of one name (a
+            // TIME_QUERY burst, a PING loop) are otherwise paired with a
+            // neighbour, a false bound. With none there (a device trace
+            // that does not belong to this clock), the first one after the
+            // send, whose bounds then show the contradiction.
+            let tol = clock0.rtt_ns.1 as f64;
+            let after = |e: &&crate::input::DevEvent| {
+                e.cat == "command" && e.name == name && clock0.to_guest(e.ts) >= r.ts as f64 - tol
+            };
+            let mut within = d
                 .events
                 .iter()
-                .filter(|e| e.cat == "command" && e.name == name)
-                .map(|e| (dist(e), e))
-                .collect();
-            near.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let margin = 2.0 * clock0.rtt_ns.1 as f64;
-            let m = match near.as_slice() {
-                [(_, e)] => Some(*e),
-                [(d1, e), (d2, _), ..] if d2 - d1 > margin => Some(*e),
-                _ => None,
+                .filter(after)
+                .filter(|e| clock0.to_guest(e.ts + e.dur) <= end as f64 + tol);
+            let m = match (within.next(), within.next()) {
+                (Some(e), None) => Some(e),
+                (Some(_), Some(_)) => None,
+                _ => d.events.iter().filter(after).min_by_key(|e| e.ts),
             };
             if let Some(e) = m {
                 p.push(Pair {

@@ -105,7 +105,8 @@ fn without_the_device_trace_the_drivers_still_merge() {
 /// `TIME_QUERY` commands, tens of microseconds apart, lay closer together
 /// than the first clock's error: matching each command to the nearest
 /// device command of its name paired one with its neighbour's, a false
-/// bound 31 us past the others. Ambiguous commands now give no bound.
+/// bound 31 us past the others. A command is now matched only to a device
+/// command within its send and reply.
 #[test]
 fn a_burst_of_same_named_commands_gives_no_false_bound() {
     let (kmd, dev, umd) = traces(

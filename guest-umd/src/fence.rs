@@ -16,8 +16,9 @@ use crate::uapi::DrmVgpuFence;
 pub struct SyncPoint {
     pub(crate) kmd: DrmVgpuFence,
     pub(crate) mem: Option<(Arc<Bo>, u64, u64)>,
-    /// The point of the stream's timeline sync object the batch signals.
-    pub(crate) sync: Option<(u32, u64)>,
+    /// Whether `kmd` is a KMD job fence (`FENCE_EXPORT` makes a sync_file
+    /// of it); a user-mode queue's batch has none.
+    pub(crate) exportable: bool,
 }
 
 impl SyncPoint {

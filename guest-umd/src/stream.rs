@@ -73,8 +73,6 @@ struct StreamState {
     /// Staging bytes of large writes still in flight, oldest first, with
     /// the batch that frees each.
     staging: std::collections::VecDeque<(u64, SyncPoint)>,
-    /// The last point of the stream's timeline a batch signals.
-    tl_point: u64,
     /// Sync objects the next batch waits for ([`Stream::wait`]).
     next_in_syncs: Vec<uapi::DrmVgpuSync>,
     /// With `VGPU_SUBMIT=user`: the stream's user-mode queue per engine
@@ -86,13 +84,11 @@ pub(crate) struct StreamShared {
     pub(crate) ctx: Arc<CtxInner>,
     pub(crate) ctx_id: u32,
     timeline: Option<Block>,
-    /// The stream's timeline sync object: every batch signals a point.
-    sync: Timeline,
     st: Mutex<StreamState>,
 }
 
 impl StreamShared {
-    fn timeline_sp(&self, engine: u32, seqno: u64, predicted: u64, point: u64) -> SyncPoint {
+    fn timeline_sp(&self, engine: u32, seqno: u64, predicted: u64) -> SyncPoint {
         let t = self.timeline.as_ref().expect("live stream");
         SyncPoint {
             kmd: uapi::DrmVgpuFence {
@@ -102,7 +98,7 @@ impl StreamShared {
             },
             mem: (seqno == predicted)
                 .then(|| (t.bo.clone(), t.offset + 8 * u64::from(engine), seqno)),
-            sync: Some((self.sync.handle, point)),
+            exportable: true,
         }
     }
 
@@ -153,7 +149,7 @@ impl StreamShared {
                 seqno,
             },
             mem: Some((t.bo.clone(), t.offset + 8 * u64::from(b.engine), seqno)),
-            sync: None,
+            exportable: false,
         };
         let ctx_id = uq.ctx_id;
         let log = cmds.iter().map(|c| (c.va, c.size)).collect();
@@ -250,16 +246,13 @@ impl StreamShared {
             ctx.retired.lock().unwrap().extend(b.deferred);
             return Err(ctx.fail(call, self.ctx_id, e));
         }
-        let point = st.tl_point + 1;
-        let mut outs = b.out_syncs.clone();
-        outs.push(uapi::DrmVgpuSync {
-            handle: self.sync.handle,
-            flags: 0,
-            point,
-        });
+        // No sync object of the stream's own is signalled per batch (an
+        // exported fence and a timeline point per submit that nothing but
+        // `Event::export_fd` used): an event exported as a sync_file takes
+        // its batch's KMD fence (`FENCE_EXPORT`) instead.
         let syncs = SubmitSyncs {
             ins: &b.in_syncs,
-            outs: &outs,
+            outs: &b.out_syncs,
             bos: &[],
         };
         let mut tries = 0u32;
@@ -302,8 +295,7 @@ impl StreamShared {
         trace::set(&mut span, "cmds", cmds.len() as u64);
         st.submits += 1;
         st.next_seq[e] = seqno + 1;
-        st.tl_point = point;
-        let sp = self.timeline_sp(b.engine, seqno, predicted, point);
+        let sp = self.timeline_sp(b.engine, seqno, predicted);
         self.retire_batch(st, b, sp);
         Ok(())
     }
@@ -623,19 +615,10 @@ impl Stream {
             }
         };
         timeline.bo.write(timeline.offset, &[0u8; 16]);
-        let sync = match Timeline::new(ctx) {
-            Ok(t) => t,
-            Err(e) => {
-                destroy(inner);
-                inner.retired.lock().unwrap().push(timeline);
-                return Err(e);
-            }
-        };
         let s = Arc::new(StreamShared {
             ctx: inner.clone(),
             ctx_id,
             timeline: Some(timeline),
-            sync,
             st: Mutex::new(StreamState {
                 batch: None,
                 last: [None, None],
@@ -646,7 +629,6 @@ impl Stream {
                 staging: std::collections::VecDeque::new(),
                 submits: 0,
                 waits: [0; 3],
-                tl_point: 0,
                 next_in_syncs: Vec::new(),
                 uqs,
             }),
@@ -1237,11 +1219,13 @@ impl Event {
         }
         self.submitted(call)?;
         let sp = self.sync_point().expect("submitted");
-        let (h, point) = sp.sync.ok_or_else(|| Error::Invalid {
-            call,
-            what: "the event's batch signals no sync object".into(),
-        })?;
-        syncobj::export_sync_file(&self.ctx.kmd, h, point).map_err(fail)
+        if !sp.exportable {
+            return Err(Error::Invalid {
+                call,
+                what: "the event's batch went to a user-mode queue, which has no KMD fence".into(),
+            });
+        }
+        self.ctx.kmd.fence_export(sp.kmd).map_err(fail)
     }
 
     /// An imported event: whether its fence signalled (blocking up to

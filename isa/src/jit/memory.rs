@@ -7,22 +7,29 @@ use super::runtime::{Tlb, REG_BYTES};
 use crate::inst::*;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I32X4, I64};
-use cranelift_codegen::ir::{InstBuilder, Value};
+use cranelift_codegen::ir::{InstBuilder, Type, Value};
 use std::mem::offset_of;
 
 impl Gen<'_, '_> {
+    /// Fields of software TLB entry `t` (its byte offset in `ctx.tlb`):
+    /// each a byte offset in [`Tlb`] and the type to load, under one load
+    /// of the table's address.
+    pub(super) fn tlb_fields<const N: usize>(
+        &mut self,
+        t: i32,
+        fields: [(usize, Type); N],
+    ) -> [Value; N] {
+        let tlbs = self.helper(cx!(tlb));
+        let f = self.mf(Mem::Tlb);
+        fields.map(|(off, ty)| self.b.ins().load(ty, f, tlbs, t + off as i32))
+    }
+
     /// `ld.32` / `st.32` on global memory: a full warp of consecutive,
     /// aligned words inside the TLB entry is moved inline; anything else
     /// is an interpreter step that refills the entry.
     pub(super) fn emit_global(&mut self, pc: u32, inst: &Instruction, clock: Value) {
-        let (load, data, addr, offset) = match inst.op {
-            Op::Ld {
-                d, addr, offset, ..
-            } => (true, d, addr, offset),
-            Op::St {
-                v, addr, offset, ..
-            } => (false, v, addr, offset),
-            _ => return,
+        let Some((load, data, addr, offset, _)) = mem_operands(&inst.op) else {
+            return;
         };
         let m = self.guard_mask(inst.guard);
         let ones = self.c32(u32::MAX);
@@ -85,16 +92,10 @@ impl Gen<'_, '_> {
         let t = site as i32 * std::mem::size_of::<Tlb>() as i32;
         for (blk, on_miss) in [(lookup, miss), (lookup2, slow)] {
             self.b.switch_to_block(blk);
-            let tlbs = self.helper(cx!(tlb));
-            let f = self.mf(Mem::Tlb);
-            let base = self
-                .b
-                .ins()
-                .load(I64, f, tlbs, t + offset_of!(Tlb, base) as i32);
-            let limit = self
-                .b
-                .ins()
-                .load(I64, f, tlbs, t + offset_of!(Tlb, limit) as i32);
+            let [base, limit] = self.tlb_fields(
+                t,
+                [(offset_of!(Tlb, base), I64), (offset_of!(Tlb, limit), I64)],
+            );
             let off = self.b.ins().isub(va0, base);
             let hit = self
                 .b
@@ -114,12 +115,7 @@ impl Gen<'_, '_> {
 
         self.b.switch_to_block(fast);
         let off = self.b.block_params(fast)[0];
-        let tlbs = self.helper(cx!(tlb));
-        let f = self.mf(Mem::Tlb);
-        let host = self
-            .b
-            .ins()
-            .load(self.ptr, f, tlbs, t + offset_of!(Tlb, host) as i32);
+        let [host] = self.tlb_fields(t, [(offset_of!(Tlb, host), self.ptr)]);
         let f = self.mf(Mem::Global);
         let hp = self.b.ins().iadd(host, off);
         for c in 0..CHUNKS {
@@ -152,14 +148,8 @@ impl Gen<'_, '_> {
     /// (aligned, inside shared memory), then lane by lane; a bad lane is an
     /// interpreter step, which reports the fault.
     pub(super) fn emit_shared(&mut self, pc: u32, inst: &Instruction, clock: Value) {
-        let (load, data, addr, offset) = match inst.op {
-            Op::Ld {
-                d, addr, offset, ..
-            } => (true, d, addr, offset),
-            Op::St {
-                v, addr, offset, ..
-            } => (false, v, addr, offset),
-            _ => return,
+        let Some((load, data, addr, offset, _)) = mem_operands(&inst.op) else {
+            return;
         };
         let fsh = self.mf(Mem::Shared);
         let m = self.guard_mask(inst.guard);
@@ -321,5 +311,27 @@ impl Gen<'_, '_> {
         self.step(pc, clock, false, None);
         self.b.ins().jump(cont, &[]);
         self.b.switch_to_block(cont);
+    }
+}
+
+/// A memory instruction's operands: (load, the data register, the address
+/// register, the offset, the width), or `None` for any other instruction.
+pub(super) fn mem_operands(op: &Op) -> Option<(bool, Reg, Reg, i32, Width)> {
+    match *op {
+        Op::Ld {
+            d,
+            addr,
+            offset,
+            width,
+            ..
+        } => Some((true, d, addr, offset, width)),
+        Op::St {
+            v,
+            addr,
+            offset,
+            width,
+            ..
+        } => Some((false, v, addr, offset, width)),
+        _ => None,
     }
 }

@@ -8,6 +8,7 @@
 //! step, as in the generic paths (`memory.rs`).
 
 use super::codegen::{cx, Gen, Mem, CHUNKS};
+use super::memory::mem_operands;
 use super::runtime::Tlb;
 use super::scalar::Sv;
 use crate::inst::*;
@@ -59,20 +60,8 @@ impl Gen<'_, '_> {
         lo: &Sv,
         hi: &Sv,
     ) -> bool {
-        let (load, data, offset) = match inst.op {
-            Op::Ld {
-                d,
-                offset,
-                width: Width::B32,
-                ..
-            } => (true, d, offset),
-            Op::St {
-                v,
-                offset,
-                width: Width::B32,
-                ..
-            } => (false, v, offset),
-            _ => return false,
+        let Some((load, data, _, offset, Width::B32)) = mem_operands(&inst.op) else {
+            return false;
         };
         let (k, range, halves) = offsets(lo, hi.shape.is_uniform());
         if !hi.shape.per_half()
@@ -147,16 +136,13 @@ impl Gen<'_, '_> {
         self.b.ins().brif(out, slow, &[], fast, &[]);
 
         self.b.switch_to_block(fast);
-        let tlbs = self.helper(cx!(tlb));
-        let f = self.mf(Mem::Tlb);
-        let base = self
-            .b
-            .ins()
-            .load(I64, f, tlbs, t + offset_of!(Tlb, base) as i32);
-        let host = self
-            .b
-            .ins()
-            .load(self.ptr, f, tlbs, t + offset_of!(Tlb, host) as i32);
+        let [base, host] = self.tlb_fields(
+            t,
+            [
+                (offset_of!(Tlb, base), I64),
+                (offset_of!(Tlb, host), self.ptr),
+            ],
+        );
         let ptrs: [Value; 2] = std::array::from_fn(|g| {
             let v = va0[g.min(halves - 1)].unwrap_or(base);
             let off = self.b.ins().isub(v, base);
@@ -184,20 +170,8 @@ impl Gen<'_, '_> {
         clock: Value,
         a: &Sv,
     ) -> bool {
-        let (load, data, offset) = match inst.op {
-            Op::Ld {
-                d,
-                offset,
-                width: Width::B32,
-                ..
-            } => (true, d, offset),
-            Op::St {
-                v,
-                offset,
-                width: Width::B32,
-                ..
-            } => (false, v, offset),
-            _ => return false,
+        let Some((load, data, _, offset, Width::B32)) = mem_operands(&inst.op) else {
+            return false;
         };
         let (k, range, halves) = offsets(a, true);
         if k.iter().any(|&x| x & 3 != 0) {
@@ -258,16 +232,10 @@ impl Gen<'_, '_> {
     /// Whether a span starting at one of `firsts` (at most 128 bytes
     /// long) is not inside the page of TLB entry `t` (an `i8`).
     fn span_miss(&mut self, t: i32, firsts: &[Value]) -> Value {
-        let tlbs = self.helper(cx!(tlb));
-        let f = self.mf(Mem::Tlb);
-        let base = self
-            .b
-            .ins()
-            .load(I64, f, tlbs, t + offset_of!(Tlb, base) as i32);
-        let limit = self
-            .b
-            .ins()
-            .load(I64, f, tlbs, t + offset_of!(Tlb, limit) as i32);
+        let [base, limit] = self.tlb_fields(
+            t,
+            [(offset_of!(Tlb, base), I64), (offset_of!(Tlb, limit), I64)],
+        );
         let mut out = self.b.ins().iconst(I8, 0);
         for &fv in firsts {
             let off = self.b.ins().isub(fv, base);

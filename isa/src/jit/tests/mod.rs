@@ -100,9 +100,10 @@ fn u(op: Op) -> Instruction {
     Instruction::new(op)
 }
 
-/// A random valid kernel body for generation `gen`.
-fn program(r: &mut Rng, gen: u32) -> Vec<Instruction> {
-    let mut v = vec![
+/// The start every random kernel shares: the two buffer addresses in
+/// r24:r25 and r26:r27, `%tid.x` in r0 and the lane in r1.
+fn prologue() -> Vec<Instruction> {
+    vec![
         u(Op::Ldarg {
             d: Reg(24),
             wide: true,
@@ -121,7 +122,12 @@ fn program(r: &mut Rng, gen: u32) -> Vec<Instruction> {
             d: Reg(1),
             sr: Special::LaneId,
         }),
-    ];
+    ]
+}
+
+/// A random valid kernel body for generation `gen`.
+fn program(r: &mut Rng, gen: u32) -> Vec<Instruction> {
+    let mut v = prologue();
     // (index of a forward branch, distance wanted)
     let mut forward: Vec<(usize, u32)> = Vec::new();
     let n = 20 + r.below(60);

@@ -267,25 +267,8 @@ fn other_op(r: &mut Rng, v: &mut Vec<Instruction>) {
 
 /// A random kernel of the kind described in the module comment.
 pub(super) fn program(r: &mut Rng) -> Vec<Instruction> {
-    let mut v = vec![
-        u(Op::Ldarg {
-            d: Reg(24),
-            wide: true,
-            offset: 0,
-        }),
-        u(Op::Ldarg {
-            d: Reg(26),
-            wide: true,
-            offset: 8,
-        }),
-        u(Op::S2r {
-            d: Reg(0),
-            sr: Special::TidX,
-        }),
-        u(Op::S2r {
-            d: Reg(1),
-            sr: Special::LaneId,
-        }),
+    let mut v = prologue();
+    v.extend([
         u(Op::S2r {
             d: Reg(2),
             sr: Special::TidY,
@@ -302,7 +285,7 @@ pub(super) fn program(r: &mut Rng) -> Vec<Instruction> {
             d: Reg(5),
             sr: Special::WarpId,
         }),
-    ];
+    ]);
     let mut in_loop: Option<usize> = None;
     let mut forward: Vec<(usize, u32)> = Vec::new();
     let n = 15 + r.below(45);

@@ -142,29 +142,34 @@ impl PageTables {
     /// Maps `[from, to)` of `b` (page aligned, inside the mapping): tables
     /// first, then leaves. Returns the (4 KiB, 2 MiB) pages written.
     pub(crate) fn populate(&mut self, b: &Backing<'_>, from: u64, to: u64) -> Result<(u64, u64)> {
+        // The end of the 2 MiB block holding `va`, or `to`: a block that
+        // does not start with a 2 MiB page has only 4 KiB pages, all in one
+        // level-0 table.
+        let block_end = |va: u64| ((va & !(PAGE_2M - 1)) + PAGE_2M).min(to);
         let mut va = from;
         while va < to {
             let huge = self.huge_ok(b, va, to);
             self.ensure(va, if huge { 1 } else { 0 })?;
-            va += if huge { PAGE_2M } else { PAGE_4K };
+            va = if huge { va + PAGE_2M } else { block_end(va) };
         }
         let (mut n4, mut n2) = (0, 0);
         let mut va = from;
         while va < to {
-            let huge = self.huge_ok(b, va, to);
-            let (pa, _) = b.addr(va).ok_or(EINVAL)?;
-            let level = if huge { 1 } else { 0 };
-            let t = self.lookup(va, level).ok_or(EINVAL)?;
-            let entry = if huge {
-                Pte::huge(pa, b.perms, CachePolicy::Cached)
-            } else {
-                Pte::leaf(pa, b.perms, CachePolicy::Cached)
-            };
-            self.pool.write(t, level_index(va, level), entry);
-            if huge {
+            if self.huge_ok(b, va, to) {
+                let (pa, _) = b.addr(va).ok_or(EINVAL)?;
+                let t = self.lookup(va, 1).ok_or(EINVAL)?;
+                let entry = Pte::huge(pa, b.perms, CachePolicy::Cached);
+                self.pool.write(t, level_index(va, 1), entry);
                 n2 += 1;
                 va += PAGE_2M;
-            } else {
+                continue;
+            }
+            let t = self.lookup(va, 0).ok_or(EINVAL)?;
+            let end = block_end(va);
+            while va < end {
+                let (pa, _) = b.addr(va).ok_or(EINVAL)?;
+                let entry = Pte::leaf(pa, b.perms, CachePolicy::Cached);
+                self.pool.write(t, level_index(va, 0), entry);
                 n4 += 1;
                 va += PAGE_4K;
             }
@@ -295,6 +300,9 @@ impl PageTables {
     pub(crate) fn clear(&mut self, from: u64, to: u64) {
         let mut va = from;
         while va < to {
+            // One 2 MiB block at a time: its level-1 entry, or the entries
+            // of its level-0 table (looked up once).
+            let block_end = ((va & !(PAGE_2M - 1)) + PAGE_2M).min(to);
             if let Some(l1) = self.lookup(va, 1) {
                 let i1 = level_index(va, 1);
                 if self.pool.read(l1, i1).is_huge() {
@@ -304,9 +312,12 @@ impl PageTables {
                 }
             }
             if let Some(l0) = self.lookup(va, 0) {
-                self.pool.write(l0, level_index(va, 0), Pte::INVALID);
+                while va < block_end {
+                    self.pool.write(l0, level_index(va, 0), Pte::INVALID);
+                    va += PAGE_4K;
+                }
             }
-            va += PAGE_4K;
+            va = block_end;
         }
     }
 

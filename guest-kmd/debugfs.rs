@@ -142,8 +142,9 @@ fn show_vms(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 /// Object counts, for leak checks.
 fn show_objects(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let clients = v.clients.lock();
-    let (mut maps, mut tables) = (0, 0);
+    let (mut maps, mut tables, mut hosts) = (0, 0, 0);
     for c in clients.iter() {
+        hosts += c.host.lock().count();
         let vm = c.vm.lock();
         maps += vm.mapping_count();
         tables += vm.table_count();
@@ -153,6 +154,8 @@ fn show_objects(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "bos {}", crate::gem::live_objects())?;
     writeln!(f, "mappings {}", maps)?;
     writeln!(f, "vm_tables {}", tables)?;
+    writeln!(f, "host_maps {}", hosts)?;
+    writeln!(f, "host_pinned_pages {}", crate::hostmem::pinned_pages())?;
     if let Some(p) = v.pt_pool.as_ref() {
         let (total, free) = p.usage();
         writeln!(f, "pt_pool_used {}", total - free)?;

@@ -327,6 +327,11 @@ impl Vgpu {
             w.stop();
         }
         self.hw.quiesce();
+        // The device reaches no memory any more: host mappings give their
+        // DMA mappings back with it (their pins stay until their files go).
+        for c in Iterator::chain(self.clients.lock().iter(), self.zombies.lock().iter()) {
+            c.host.lock().release_dma();
+        }
         // Every queued job and bind job cancelled (no fence callback can
         // kick the worker afterwards), then the worker waited for.
         self.gpu.cancel_exported();

@@ -56,6 +56,7 @@ use crate::{
         VgpuObject, //
     },
     gpu::submit::JobSyncs,
+    hostmem,
     uarray::{
         self,
         USubmitBo,
@@ -197,6 +198,8 @@ impl drm::Driver for VgpuDrm {
         (VGPU_SAN_REPORT, drm_vgpu_san_report, ioctl::RENDER_ALLOW, VgpuFile::san_report),
         (VGPU_UQ_CREATE, drm_vgpu_uq_create, ioctl::RENDER_ALLOW, VgpuFile::uq_create),
         (VGPU_UQ_KICK, drm_vgpu_uq_kick, ioctl::RENDER_ALLOW, VgpuFile::uq_kick),
+        (VGPU_HOST_MAP, drm_vgpu_host_map, ioctl::RENDER_ALLOW, VgpuFile::host_map),
+        (VGPU_HOST_UNMAP, drm_vgpu_host_unmap, ioctl::RENDER_ALLOW, VgpuFile::host_unmap),
     }
 }
 
@@ -430,6 +433,46 @@ impl VgpuFile {
     ) -> Result<u32> {
         args.ctx_id = dev.vgpu.gpu.uq_create(&file.inner().client, args)?;
         Ok(0)
+    }
+
+    /// `DRM_IOCTL_VGPU_HOST_MAP`.
+    fn host_map(
+        dev: &VgpuDrmDevice,
+        args: &mut uapi::drm_vgpu_host_map,
+        file: &File,
+    ) -> Result<u32> {
+        let vgpu = &dev.vgpu;
+        vgpu.check_usable()?;
+        let client = &file.inner().client;
+        let ma = hostmem::MapArgs {
+            dev: vgpu.gpu.pdev().as_ref(),
+            device_mem: vgpu.mem.clone(),
+            file_mem: client.mem.clone(),
+            host: &client.host,
+            vm: &client.vm,
+        };
+        args.gpu_va = hostmem::map(ma, args)?;
+        Ok(0)
+    }
+
+    /// `DRM_IOCTL_VGPU_HOST_UNMAP`.
+    fn host_unmap(
+        dev: &VgpuDrmDevice,
+        args: &mut uapi::drm_vgpu_host_unmap,
+        file: &File,
+    ) -> Result<u32> {
+        let client = &file.inner().client;
+        let m = hostmem::unmap(&client.host, &client.vm, args.gpu_va)?;
+        let (va, size) = m.range();
+        // The entries are clear; the pages go only once no context of this
+        // file can translate to them any more.
+        if dev.vgpu.gpu.invalidate_after_unbind(client, va, size) {
+            drop(m);
+            Ok(0)
+        } else {
+            client.host.lock().retire(m);
+            Err(EIO)
+        }
     }
 
     /// `DRM_IOCTL_VGPU_UQ_KICK`.

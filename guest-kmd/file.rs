@@ -7,7 +7,7 @@
 //! to it from every context the file creates (a context runs on its file's
 //! address space), and debugfs lists every client.
 
-use crate::{gem::MemAccount, vm::Vm};
+use crate::{gem::MemAccount, hostmem::HostMaps, vm::Vm};
 use kernel::{
     new_mutex,
     prelude::*,
@@ -31,6 +31,9 @@ pub(crate) struct Client {
     pub(crate) vm: Mutex<Vm>,
     /// GEM objects created through this file.
     pub(crate) mem: Arc<MemAccount>,
+    /// Process memory mapped for the GPU (`HOST_MAP`); locked before `vm`.
+    #[pin]
+    pub(crate) host: Mutex<HostMaps>,
     /// dma_fence context of the file's bind jobs (`VM_BIND_OPS`).
     pub(crate) bind_fence_ctx: u64,
     /// The last bind job's seqno.
@@ -53,6 +56,7 @@ impl Client {
                 id: NEXT_CLIENT.fetch_add(1, Relaxed),
                 vm <- new_mutex!(vm),
                 mem,
+                host <- new_mutex!(HostMaps::new()),
                 bind_fence_ctx: crate::ffi::new_fence_context(),
                 bind_seqno: Atomic::new(0),
             }),

@@ -488,7 +488,7 @@ pub(crate) fn segments(bo: &Bo) -> Result<KVec<Seg>> {
 /// # Errors
 ///
 /// `ENOMEM`.
-fn read_segments(table: &SGTable) -> Result<KVec<Seg>> {
+pub(crate) fn read_segments(table: &SGTable) -> Result<KVec<Seg>> {
     let mut segs = KVec::new();
     let mut offset = 0u64;
     for e in table.iter() {

@@ -54,6 +54,7 @@ mod ffi_sync;
 mod file;
 mod gem;
 mod gpu;
+mod hostmem;
 mod ktrace;
 mod pagetable;
 mod params;

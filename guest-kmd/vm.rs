@@ -397,7 +397,34 @@ impl Vm {
         Ok(())
     }
 
-    /// Clears a range mapped with [`Vm::map_kmd`]. The caller invalidates
+    /// Maps `size` bytes at `va` in the KMD range onto memory whose pages
+    /// are `segs` (in order, from offset 0): 2 MiB pages where the VA and the
+    /// memory are both 2 MiB aligned and contiguous, 4 KiB pages elsewhere.
+    /// Tables first, then leaves.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` (a range outside the KMD range, alignment, `segs` shorter
+    /// than `size`), `ENOMEM` (tables).
+    pub(crate) fn map_kmd_segs(&mut self, va: u64, segs: &[Seg], size: u64, perms: u64) -> Result {
+        let pt = &mut self.gpuvm.data().pt;
+        let end = va.checked_add(size).ok_or(EINVAL)?;
+        if va < pt.user_range().1 || end > 1u64 << pt.va_bits || (va | size) % PAGE_4K != 0 {
+            return Err(EINVAL);
+        }
+        let backing = Backing {
+            va,
+            gem_offset: 0,
+            segs,
+            perms,
+        };
+        pt.populate(&backing, va, end)?;
+        pt.kmd_pages += size / PAGE_4K;
+        Ok(())
+    }
+
+    /// Clears a range mapped with [`Vm::map_kmd`] or [`Vm::map_kmd_segs`].
+    /// The caller invalidates
     /// the TLBs of the address space's remaining contexts.
     pub(crate) fn unmap_kmd(&mut self, va: u64, size: u64) {
         let pt = &mut self.gpuvm.data().pt;

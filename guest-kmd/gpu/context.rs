@@ -69,6 +69,9 @@ const DESTROY_RETRIES: u32 = 4;
 
 // Every slot's memory fits the KMD range of an address space.
 const _: () = assert!(SLOT_VA_STRIDE * crate::proto::MAX_CONTEXTS as u64 <= vm::VA_KMD_RESERVED);
+// They fit below the window of host mappings.
+const _: () =
+    assert!(SLOT_VA_STRIDE * crate::proto::MAX_CONTEXTS as u64 <= crate::hostmem::WINDOW_OFFSET);
 
 /// What `CTX_QUERY` returns.
 pub(crate) struct CtxQuery {

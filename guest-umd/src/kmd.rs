@@ -101,6 +101,8 @@ ioctl_args! {
     DrmVgpuSanReport => DRM_IOCTL_VGPU_SAN_REPORT, "SAN_REPORT";
     DrmVgpuUqCreate => DRM_IOCTL_VGPU_UQ_CREATE, "UQ_CREATE";
     DrmVgpuUqKick => DRM_IOCTL_VGPU_UQ_KICK, "UQ_KICK";
+    DrmVgpuHostMap => DRM_IOCTL_VGPU_HOST_MAP, "HOST_MAP";
+    DrmVgpuHostUnmap => DRM_IOCTL_VGPU_HOST_UNMAP, "HOST_UNMAP";
     DrmGetCap => DRM_IOCTL_GET_CAP, "GET_CAP";
     DrmPrimeHandle => DRM_IOCTL_PRIME_HANDLE_TO_FD, "PRIME_HANDLE_TO_FD";
     DrmSyncobjCreate => DRM_IOCTL_SYNCOBJ_CREATE, "SYNCOBJ_CREATE";
@@ -318,6 +320,25 @@ impl Kmd {
     /// `UQ_KICK`.
     pub fn uq_kick(&self, ctx_id: u32) -> Result<(), KmdError> {
         self.call(&mut uapi::DrmVgpuUqKick { ctx_id, pad: 0 })
+    }
+
+    /// `HOST_MAP`: pins `size` bytes of this process's memory at `addr`
+    /// (both 4 KiB aligned) and maps them in the file's VM; returns the GPU
+    /// VA.
+    pub fn host_map(&self, addr: u64, size: u64, flags: u32) -> Result<u64, KmdError> {
+        let mut a = uapi::DrmVgpuHostMap {
+            addr,
+            size,
+            flags,
+            ..Default::default()
+        };
+        self.call(&mut a)?;
+        Ok(a.gpu_va)
+    }
+
+    /// `HOST_UNMAP`.
+    pub fn host_unmap(&self, gpu_va: u64) -> Result<(), KmdError> {
+        self.call(&mut uapi::DrmVgpuHostUnmap { gpu_va })
     }
 
     /// `CTX_DESTROY`.

@@ -484,6 +484,39 @@ pub struct DrmVgpuUqKick {
     pub pad: u32,
 }
 
+/// `VGPU_HOST_MAP_READ_ONLY`: the device only reads the memory.
+pub const HOST_MAP_READ_ONLY: u32 = 1 << 0;
+/// `VGPU_HOST_MAP_FLAGS`.
+pub const HOST_MAP_FLAGS: u32 = HOST_MAP_READ_ONLY;
+/// `VGPU_HOST_MAP_MAX_SIZE`.
+pub const HOST_MAP_MAX_SIZE: u64 = 64 << 20;
+/// `VGPU_HOST_MAP_MAX_TOTAL`.
+pub const HOST_MAP_MAX_TOTAL: u64 = 192 << 20;
+
+/// `struct drm_vgpu_host_map`: process memory mapped for the GPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuHostMap {
+    /// In: the process address, 4 KiB aligned.
+    pub addr: u64,
+    /// In: bytes, a multiple of 4 KiB.
+    pub size: u64,
+    /// In: `HOST_MAP_*`.
+    pub flags: u32,
+    /// Zero.
+    pub pad: u32,
+    /// Out: where the file's VM maps it.
+    pub gpu_va: u64,
+}
+
+/// `struct drm_vgpu_host_unmap`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DrmVgpuHostUnmap {
+    /// In: the VA `HOST_MAP` returned.
+    pub gpu_va: u64,
+}
+
 /// `struct drm_vgpu_san_report`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -803,6 +836,10 @@ pub const DRM_VGPU_SAN_REPORT: u32 = 0x0e;
 pub const DRM_VGPU_UQ_CREATE: u32 = 0x0f;
 /// `DRM_VGPU_UQ_KICK`.
 pub const DRM_VGPU_UQ_KICK: u32 = 0x10;
+/// `DRM_VGPU_HOST_MAP`.
+pub const DRM_VGPU_HOST_MAP: u32 = 0x11;
+/// `DRM_VGPU_HOST_UNMAP`.
+pub const DRM_VGPU_HOST_UNMAP: u32 = 0x12;
 
 /// `struct drm_vgpu_fence_export`: a fence as a sync_file fd.
 #[repr(C)]
@@ -885,6 +922,12 @@ pub const DRM_IOCTL_VGPU_UQ_CREATE: u32 =
 /// `DRM_IOCTL_VGPU_UQ_KICK`.
 pub const DRM_IOCTL_VGPU_UQ_KICK: u32 =
     drm_iow::<DrmVgpuUqKick>(DRM_COMMAND_BASE + DRM_VGPU_UQ_KICK);
+/// `DRM_IOCTL_VGPU_HOST_MAP`.
+pub const DRM_IOCTL_VGPU_HOST_MAP: u32 =
+    drm_iowr::<DrmVgpuHostMap>(DRM_COMMAND_BASE + DRM_VGPU_HOST_MAP);
+/// `DRM_IOCTL_VGPU_HOST_UNMAP`.
+pub const DRM_IOCTL_VGPU_HOST_UNMAP: u32 =
+    drm_iow::<DrmVgpuHostUnmap>(DRM_COMMAND_BASE + DRM_VGPU_HOST_UNMAP);
 /// `DRM_IOCTL_GEM_CLOSE` from drm.h.
 pub const DRM_IOCTL_GEM_CLOSE: u32 = drm_iow::<DrmGemClose>(0x09);
 

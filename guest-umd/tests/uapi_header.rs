@@ -137,6 +137,20 @@ int main(void) {
     P("uq_kick.pad", offsetof(struct drm_vgpu_uq_kick, pad));
     P("DRM_IOCTL_VGPU_UQ_CREATE", (unsigned int)DRM_IOCTL_VGPU_UQ_CREATE);
     P("DRM_IOCTL_VGPU_UQ_KICK", (unsigned int)DRM_IOCTL_VGPU_UQ_KICK);
+    P("sizeof.host_map", sizeof(struct drm_vgpu_host_map));
+    P("host_map.addr", offsetof(struct drm_vgpu_host_map, addr));
+    P("host_map.size", offsetof(struct drm_vgpu_host_map, size));
+    P("host_map.flags", offsetof(struct drm_vgpu_host_map, flags));
+    P("host_map.pad", offsetof(struct drm_vgpu_host_map, pad));
+    P("host_map.gpu_va", offsetof(struct drm_vgpu_host_map, gpu_va));
+    P("sizeof.host_unmap", sizeof(struct drm_vgpu_host_unmap));
+    P("host_unmap.gpu_va", offsetof(struct drm_vgpu_host_unmap, gpu_va));
+    P("DRM_IOCTL_VGPU_HOST_MAP", (unsigned int)DRM_IOCTL_VGPU_HOST_MAP);
+    P("DRM_IOCTL_VGPU_HOST_UNMAP", (unsigned int)DRM_IOCTL_VGPU_HOST_UNMAP);
+    P("VGPU_HOST_MAP_READ_ONLY", VGPU_HOST_MAP_READ_ONLY);
+    P("VGPU_HOST_MAP_FLAGS", VGPU_HOST_MAP_FLAGS);
+    P("VGPU_HOST_MAP_MAX_SIZE", VGPU_HOST_MAP_MAX_SIZE);
+    P("VGPU_HOST_MAP_MAX_TOTAL", VGPU_HOST_MAP_MAX_TOTAL);
     P("VGPU_CTX_STATE_USER_QUEUE", VGPU_CTX_STATE_USER_QUEUE);
     P("VGPU_CTX_STATE_SUSPENDED", VGPU_CTX_STATE_SUSPENDED);
     P("VGPU_UQ_CREATE_FLAGS", VGPU_UQ_CREATE_FLAGS);
@@ -807,6 +821,47 @@ fn rust_mirror_matches_c_header() {
             "DRM_IOCTL_VGPU_UQ_KICK",
             u64::from(uapi::DRM_IOCTL_VGPU_UQ_KICK),
         ),
+        ("sizeof.host_map", size_of::<uapi::DrmVgpuHostMap>() as u64),
+        (
+            "host_map.addr",
+            offset_of!(uapi::DrmVgpuHostMap, addr) as u64,
+        ),
+        (
+            "host_map.size",
+            offset_of!(uapi::DrmVgpuHostMap, size) as u64,
+        ),
+        (
+            "host_map.flags",
+            offset_of!(uapi::DrmVgpuHostMap, flags) as u64,
+        ),
+        ("host_map.pad", offset_of!(uapi::DrmVgpuHostMap, pad) as u64),
+        (
+            "host_map.gpu_va",
+            offset_of!(uapi::DrmVgpuHostMap, gpu_va) as u64,
+        ),
+        (
+            "sizeof.host_unmap",
+            size_of::<uapi::DrmVgpuHostUnmap>() as u64,
+        ),
+        (
+            "host_unmap.gpu_va",
+            offset_of!(uapi::DrmVgpuHostUnmap, gpu_va) as u64,
+        ),
+        (
+            "DRM_IOCTL_VGPU_HOST_MAP",
+            u64::from(uapi::DRM_IOCTL_VGPU_HOST_MAP),
+        ),
+        (
+            "DRM_IOCTL_VGPU_HOST_UNMAP",
+            u64::from(uapi::DRM_IOCTL_VGPU_HOST_UNMAP),
+        ),
+        (
+            "VGPU_HOST_MAP_READ_ONLY",
+            u64::from(uapi::HOST_MAP_READ_ONLY),
+        ),
+        ("VGPU_HOST_MAP_FLAGS", u64::from(uapi::HOST_MAP_FLAGS)),
+        ("VGPU_HOST_MAP_MAX_SIZE", uapi::HOST_MAP_MAX_SIZE),
+        ("VGPU_HOST_MAP_MAX_TOTAL", uapi::HOST_MAP_MAX_TOTAL),
         (
             "VGPU_CTX_STATE_USER_QUEUE",
             u64::from(uapi::CTX_STATE_USER_QUEUE),

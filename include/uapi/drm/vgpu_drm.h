@@ -959,6 +959,61 @@ struct drm_vgpu_uq_kick {
 	__u32 pad;
 };
 
+/* HOST_MAP flags. */
+/* The device only reads the memory: pages pinned without write access,
+ * mapped READ. Without it they are mapped READ|WRITE. */
+#define VGPU_HOST_MAP_READ_ONLY      (1u << 0)
+#define VGPU_HOST_MAP_FLAGS          VGPU_HOST_MAP_READ_ONLY
+
+/* Largest host mapping, and the most a file may have mapped at once. */
+#define VGPU_HOST_MAP_MAX_SIZE       (64ull << 20)
+#define VGPU_HOST_MAP_MAX_TOTAL      (192ull << 20)
+
+/**
+ * struct drm_vgpu_host_map - map process memory for the GPU (zero-copy)
+ * @addr:   in, the process address of the memory: 4 KiB aligned.
+ * @size:   in, bytes: a multiple of 4 KiB, at most VGPU_HOST_MAP_MAX_SIZE.
+ * @flags:  in, VGPU_HOST_MAP_*.
+ * @pad:    zero.
+ * @gpu_va: out, where the file's VM maps the memory: a VA in the range the
+ *          KMD keeps (above VGPU_PARAM_VA_END), chosen by the KMD.
+ *
+ * The pages are pinned (long-term, as for DMA) and mapped in the file's VM,
+ * so that the file's contexts can COPY or DISPATCH straight into (or out of)
+ * the process's memory: a device-to-host read becomes one copy, made by the
+ * device. Until DRM_IOCTL_VGPU_HOST_UNMAP (or the file's close) the pages
+ * stay where they are whatever the process does with its mapping; the
+ * process sees the device's writes once the job's fence signalled. The
+ * pinned bytes count against the file's GEM memory (ENOSPC) and the
+ * device's (ENOMEM) like GEM_CREATE's, and a file maps at most
+ * VGPU_HOST_MAP_MAX_TOTAL bytes at once (ENOSPC).
+ *
+ * EINVAL (alignment, size, flags, pad), EFAULT (the range is not mapped in
+ * the process, or not writable without VGPU_HOST_MAP_READ_ONLY), ENOMEM,
+ * ENOSPC, EIO (wedged), ENODEV.
+ */
+struct drm_vgpu_host_map {
+	__u64 addr;
+	__u64 size;
+	__u32 flags;
+	__u32 pad;
+	__u64 gpu_va;
+};
+
+/**
+ * struct drm_vgpu_host_unmap - undo a DRM_IOCTL_VGPU_HOST_MAP
+ * @gpu_va: in, the @gpu_va HOST_MAP returned (ENOENT otherwise).
+ *
+ * The entries are cleared and every context of the file has its TLBs
+ * invalidated before the pages are unpinned (marked dirty unless mapped
+ * read-only): a job still using the range faults, it never reaches memory
+ * the process gave back. EIO if an invalidation failed: the mapping is gone
+ * but its pages stay pinned until the file is closed.
+ */
+struct drm_vgpu_host_unmap {
+	__u64 gpu_va;
+};
+
 #define DRM_VGPU_GET_PARAM      0x00
 #define DRM_VGPU_PING           0x01
 #define DRM_VGPU_GEM_CREATE     0x02
@@ -976,6 +1031,8 @@ struct drm_vgpu_uq_kick {
 #define DRM_VGPU_SAN_REPORT     0x0e
 #define DRM_VGPU_UQ_CREATE      0x0f
 #define DRM_VGPU_UQ_KICK        0x10
+#define DRM_VGPU_HOST_MAP       0x11
+#define DRM_VGPU_HOST_UNMAP     0x12
 
 /* Note: enum members, not #defines, so that bindgen can resolve them. */
 enum {
@@ -1013,6 +1070,10 @@ enum {
 					    struct drm_vgpu_uq_create),
 	DRM_IOCTL_VGPU_UQ_KICK   = DRM_IOW(DRM_COMMAND_BASE + DRM_VGPU_UQ_KICK,
 					   struct drm_vgpu_uq_kick),
+	DRM_IOCTL_VGPU_HOST_MAP  = DRM_IOWR(DRM_COMMAND_BASE + DRM_VGPU_HOST_MAP,
+					    struct drm_vgpu_host_map),
+	DRM_IOCTL_VGPU_HOST_UNMAP = DRM_IOW(DRM_COMMAND_BASE + DRM_VGPU_HOST_UNMAP,
+					    struct drm_vgpu_host_unmap),
 };
 
 #if defined(__cplusplus)

@@ -81,6 +81,8 @@ const IOCTL_OPS: &[&str] = &[
     "wait",
     "fence_export",
     "query_stats",
+    "host_map",
+    "host_unmap",
 ];
 
 /// dmesg lines that are splats (a fault injected makes the kernel print
@@ -369,6 +371,28 @@ impl Env {
         })
     }
 
+    /// `len` bytes of anonymous memory, faulted in (so that the armed call
+    /// takes no page fault of ours), unmapped at teardown.
+    fn anon(&mut self, len: usize) -> Result<u64, String> {
+        // SAFETY: a new private anonymous mapping, unmapped at teardown;
+        // nothing else refers to it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err("set-up anonymous mmap failed".into());
+        }
+        self.maps.push((p as usize, len));
+        Ok(p as u64)
+    }
+
     /// A FILL of the data BO, as words.
     fn fill_words(&self) -> Vec<u32> {
         use vgpu_hwif::packet::Packet;
@@ -539,6 +563,26 @@ fn prepare(op: &str, env: &mut Env) -> Result<Call, String> {
                 va,
                 size: 64 * 1024
             })
+        }
+        "host_map" => {
+            let addr = env.anon(64 * 1024)?;
+            ioctl!(uapi::DrmVgpuHostMap {
+                addr,
+                size: 64 * 1024,
+                ..Default::default()
+            })
+        }
+        "host_unmap" => {
+            let addr = env.anon(64 * 1024)?;
+            let mut a = uapi::DrmVgpuHostMap {
+                addr,
+                size: 64 * 1024,
+                ..Default::default()
+            };
+            env.io("host_map", &mut a)?;
+            // A context, so that the unmap invalidates its TLBs.
+            env.ctx()?;
+            ioctl!(uapi::DrmVgpuHostUnmap { gpu_va: a.gpu_va })
         }
         "ctx_create" => ioctl!(uapi::DrmVgpuCtxCreate {
             priority: uapi::CTX_PRIORITY_NORMAL,

@@ -28,6 +28,7 @@ mod failprobe;
 mod guard;
 mod oplog;
 mod ops_gpu;
+mod ops_host;
 mod ops_mem;
 mod ops_misc;
 mod packets;

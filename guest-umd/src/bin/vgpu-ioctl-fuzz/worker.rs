@@ -78,6 +78,8 @@ pub struct FileState {
     /// Destroyed context ids (never handed out again).
     pub dead_ctxs: Vec<u32>,
     pub kit: Option<Kit>,
+    /// GPU VAs of host mappings (`HOST_MAP`).
+    pub hosts: Vec<u64>,
     /// The VA allocator's cursor.
     pub next_va: u64,
     /// Raw ioctls may have made objects the fuzzer does not know: answers

@@ -4,7 +4,7 @@
 //! submission, fences, faults, hangs and resets on the device.
 //!
 //!   vgpu-kmd-test            the default sections: gem vm submit export
-//!                            stats concurrent leaks
+//!                            hostmap stats concurrent leaks
 //!   vgpu-kmd-test gem vm     only these sections (in the order below,
 //!                            whatever the order of the arguments)
 //!
@@ -61,6 +61,7 @@ mod events;
 mod export;
 mod gem;
 mod hang;
+mod hostmap;
 mod leaks;
 mod limits;
 mod lost;
@@ -104,6 +105,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("coredump", false, coredump::test_coredump),
     ("coredump-off", false, coredump::test_coredump_off),
     ("export", true, export::test_fence_export),
+    ("hostmap", true, hostmap::test_hostmap),
     ("unbind", false, unbind::test_unbind),
     ("remap", false, remap::test_remap),
     ("unmapped", false, remap::test_unmapped),

@@ -43,14 +43,20 @@ pub enum ConfigError {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReadPath {
     /// The CPU copies straight from the buffer's own mapping once the
-    /// stream's work is done: one copy.
+    /// stream's work is done: one copy, by the CPU.
     Direct,
     /// The copy engine moves the data into host-visible staging blocks, the
     /// CPU copies them out: two copies, but every byte is read by the
-    /// device (its faults and memory errors included). The default: under
-    /// TCG it measured faster than `Direct` (docs/performance.md).
-    #[default]
+    /// device (its faults and memory errors included).
     Staged,
+    /// The caller's memory is pinned and mapped for the device (`HOST_MAP`)
+    /// and the copy engine writes straight into it: one copy, by the
+    /// device, and the device reads every byte. The default; reads smaller
+    /// than [`crate::hostmap::MAPPED_READ_MIN`] go staged (pinning and
+    /// mapping cost more than copying them), and so does a read the KMD
+    /// refuses to map.
+    #[default]
+    Mapped,
 }
 
 /// How streams submit their batches.
@@ -98,7 +104,7 @@ pub struct Config {
     /// `/tmp/vgpu-dump.<pid>`, any other non-empty value names the file.
     /// `0` or unset: off.
     pub dump: Option<PathBuf>,
-    /// `VGPU_READ` (default `staged`, or `direct`): the path of
+    /// `VGPU_READ` (default `mapped`, or `staged`, `direct`): the path of
     /// device-to-host reads ([`ReadPath`]).
     pub read: ReadPath,
     /// `VGPU_SUBMIT` (default `ioctl`, or `user`): how streams submit
@@ -117,7 +123,7 @@ impl Default for Config {
             poll_max_sleep_us: 100,
             pool_cache: 64 << 20,
             dump: None,
-            read: ReadPath::Staged,
+            read: ReadPath::Mapped,
             submit: SubmitPath::Ioctl,
         }
     }
@@ -175,13 +181,14 @@ impl Config {
             Some(p) => Some(PathBuf::from(p)),
         };
         let read = match get("VGPU_READ").as_deref().map(str::trim) {
-            None | Some("") | Some("staged") => ReadPath::Staged,
+            None | Some("") | Some("mapped") => ReadPath::Mapped,
+            Some("staged") => ReadPath::Staged,
             Some("direct") => ReadPath::Direct,
             Some(v) => {
                 return Err(ConfigError::NotAChoice {
                     var: "VGPU_READ",
                     value: v.to_string(),
-                    choices: "direct|staged",
+                    choices: "mapped|staged|direct",
                 })
             }
         };
@@ -276,7 +283,11 @@ mod tests {
 
     #[test]
     fn read_path() {
-        assert_eq!(cfg(&[]).unwrap().read, ReadPath::Staged);
+        assert_eq!(cfg(&[]).unwrap().read, ReadPath::Mapped);
+        assert_eq!(
+            cfg(&[("VGPU_READ", "mapped")]).unwrap().read,
+            ReadPath::Mapped
+        );
         assert_eq!(
             cfg(&[("VGPU_READ", "staged")]).unwrap().read,
             ReadPath::Staged
@@ -293,7 +304,7 @@ mod tests {
                 ..
             }
         ));
-        assert!(e.to_string().contains("direct|staged"), "{e}");
+        assert!(e.to_string().contains("mapped|staged|direct"), "{e}");
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod config;
 pub mod context;
 pub mod coredump;
 pub mod fence;
+pub mod hostmap;
 pub mod kmd;
 pub mod memory;
 pub mod module;

@@ -75,6 +75,8 @@ struct StreamState {
     staging: std::collections::VecDeque<(u64, SyncPoint)>,
     /// Sync objects the next batch waits for ([`Stream::wait`]).
     next_in_syncs: Vec<uapi::DrmVgpuSync>,
+    /// Mapped reads made, and refused (went staged).
+    mapped: [u64; 2],
     /// With `VGPU_SUBMIT=user`: the stream's user-mode queue per engine
     /// (no KMD context then).
     uqs: Option<Vec<UserQueue>>,
@@ -336,7 +338,7 @@ impl StreamShared {
     }
 
     /// Appends packets for `engine`, chaining command buffers as they fill.
-    fn push(
+    pub(crate) fn push(
         &self,
         call: &'static str,
         engine: Option<u32>,
@@ -462,7 +464,30 @@ impl StreamShared {
             .collect()
     }
 
-    fn synchronize(&self, call: &'static str) -> Result<WaitPath> {
+    /// Appends copy-engine packets and submits them at once; returns the
+    /// batch's sync point.
+    pub(crate) fn submit_copies(
+        &self,
+        call: &'static str,
+        packets: &[Packet],
+    ) -> Result<SyncPoint> {
+        self.push(call, Some(ENGINE_COPY), packets, vec![], None)?;
+        let mut st = self.st.lock().unwrap();
+        self.flush_locked(&mut st, call)?;
+        st.last[ENGINE_COPY as usize].clone().ok_or(Error::Invalid {
+            call,
+            what: "the copy left no fence".into(),
+        })
+    }
+
+    /// Waits for one sync point of this stream.
+    pub(crate) fn wait_point(&self, call: &'static str, sp: &SyncPoint) -> Result<()> {
+        wait_all(&self.ctx.kmd, &self.ctx.cfg, std::slice::from_ref(sp), None)
+            .map(|_| ())
+            .map_err(|e| self.ctx.fail(call, self.ctx_id, e))
+    }
+
+    pub(crate) fn synchronize(&self, call: &'static str) -> Result<WaitPath> {
         let _span = trace::span("api", call);
         self.ctx.check(call)?;
         let sps = self.flush_all(&self.ctx, call)?;
@@ -517,6 +542,12 @@ pub struct StreamStats {
     pub kicks: u64,
     /// With `VGPU_SUBMIT=user`: batches that waited for ring space.
     pub ring_waits: u64,
+    /// Reads made through mappings of the caller's memory
+    /// ([`ReadPath::Mapped`]).
+    pub mapped_reads: u64,
+    /// Reads that went staged because the KMD refused to map the caller's
+    /// memory.
+    pub mapped_refused: u64,
 }
 
 /// An ordered queue of GPU work. Clones share the stream.
@@ -630,6 +661,7 @@ impl Stream {
                 submits: 0,
                 waits: [0; 3],
                 next_in_syncs: Vec::new(),
+                mapped: [0; 2],
                 uqs,
             }),
         });
@@ -681,6 +713,8 @@ impl Stream {
             waits: st.waits,
             kicks: q.clone().map(|s| s.kicks).sum(),
             ring_waits: q.map(|s| s.waited).sum(),
+            mapped_reads: st.mapped[0],
+            mapped_refused: st.mapped[1],
         }
     }
 
@@ -881,16 +915,28 @@ impl Stream {
     /// Device-to-host copy; returns when `out` holds the data (waits for
     /// the stream's earlier work too).
     ///
-    /// By default ([`ReadPath::Staged`]) the copy engine moves the bytes
-    /// into staging blocks (the device reads every byte, so its faults and
-    /// memory errors apply), which the CPU then copies out. Every buffer is
-    /// a mapped BO, so with `VGPU_READ=direct` this instead waits for the
-    /// stream's work and copies straight from the buffer's mapping into
-    /// `out`: one copy, by the CPU, and no submission when the stream is
-    /// idle.
+    /// By default ([`ReadPath::Mapped`]) the KMD pins and maps `out` itself
+    /// for the device and the copy engine writes the bytes straight into it:
+    /// one copy, by the device (its faults and memory errors apply). Reads
+    /// under [`MAPPED_READ_MIN`](crate::hostmap::MAPPED_READ_MIN), and reads
+    /// the KMD refuses to map, go staged: the copy engine moves the bytes
+    /// into staging blocks, which the CPU then copies out
+    /// (`VGPU_READ=staged` for every read). Every buffer is a mapped BO, so
+    /// with `VGPU_READ=direct` this instead waits for the stream's work and
+    /// copies straight from the buffer's mapping into `out`: one copy, by
+    /// the CPU, and no submission when the stream is idle.
     pub fn read(&self, src: &Buffer, off: u64, out: &mut [u8]) -> Result<()> {
         let call = "Stream::read";
         self.check_buf(call, src, off, out.len() as u64)?;
+        if self.s.ctx.cfg.read == ReadPath::Mapped
+            && out.len() as u64 >= crate::hostmap::MAPPED_READ_MIN
+        {
+            let mapped = crate::hostmap::read_mapped(&self.s, call, src.va() + off, out)?;
+            self.s.st.lock().unwrap().mapped[usize::from(!mapped)] += 1;
+            if mapped {
+                return Ok(());
+            }
+        }
         if self.s.ctx.cfg.read == ReadPath::Direct {
             // The fences' memory values are read with acquire ordering, so
             // the device's writes before them are visible here.
@@ -967,22 +1013,11 @@ impl Stream {
                     dst: staging.va(),
                     size: n as u64,
                 };
-                let submitted = self
-                    .s
-                    .push(call, Some(ENGINE_COPY), &[p], vec![], None)
-                    .and_then(|()| {
-                        let mut st = self.s.st.lock().unwrap();
-                        self.s.flush_locked(&mut st, call)?;
-                        Ok(st.last[ENGINE_COPY as usize].clone())
-                    });
-                match submitted {
-                    Ok(Some(sp)) => pending.push_back((next, staging, sp)),
-                    other => {
+                match self.s.submit_copies(call, &[p]) {
+                    Ok(sp) => pending.push_back((next, staging, sp)),
+                    Err(e) => {
                         ctx.pool.lock().unwrap().free(staging, self.s.last_fences());
-                        result = other.and(Err(Error::Invalid {
-                            call,
-                            what: "the copy left no fence".into(),
-                        }));
+                        result = Err(e);
                         break;
                     }
                 }
@@ -992,15 +1027,15 @@ impl Stream {
             let Some((at, staging, sp)) = pending.pop_front() else {
                 break;
             };
-            match wait_all(&ctx.kmd, &ctx.cfg, std::slice::from_ref(&sp), None) {
-                Ok(_) => {
+            match self.s.wait_point(call, &sp) {
+                Ok(()) => {
                     let n = chunk.min(out.len() - at);
                     staging.bo.read(staging.offset, &mut out[at..at + n]);
                     ctx.pool.lock().unwrap().free(staging, vec![]);
                 }
                 Err(e) => {
                     ctx.pool.lock().unwrap().free(staging, vec![sp]);
-                    result = Err(ctx.fail(call, self.s.ctx_id, e));
+                    result = Err(e);
                 }
             }
         }

@@ -6,8 +6,9 @@
 //!   measured in alternating rounds of ten;
 //! * batched submissions per second vs the raw echo rate;
 //! * host↔device copy bandwidth through the API vs guest `memcpy`; reads
-//!   both straight from the buffer's mapping (`VGPU_READ=direct`) and
-//!   staged through the copy engine (the default).
+//!   into the caller's memory mapped for the device (`VGPU_READ=mapped`,
+//!   the default), straight from the buffer's mapping (`VGPU_READ=direct`)
+//!   and staged through the copy engine (`VGPU_READ=staged`).
 //!
 //! ```text
 //! vgpu-umd-bench [--iters N] [--mib M]
@@ -188,7 +189,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("device-to-host read returned wrong data".into());
     }
     // The same reads through the copy engine and staging memory
-    // (VGPU_READ=staged, the default): a context of its own.
+    // (VGPU_READ=staged): a context of its own.
     let staged_ctx = Context::with_config(
         &dev,
         Config {
@@ -200,13 +201,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sb = staged_ctx.alloc(bytes as u64, MemKind::DeviceLocal)?;
     ss.write(&sb, 0, &src)?;
     ss.read(&sb, 0, &mut dst)?;
+    // And by the copy engine straight into `dst`, mapped for the device
+    // (VGPU_READ=mapped, the default).
+    let mapped_ctx = Context::with_config(
+        &dev,
+        Config {
+            read: ReadPath::Mapped,
+            ..ctx.config().clone()
+        },
+    )?;
+    let ms = Stream::new(&mapped_ctx)?;
+    let mb = mapped_ctx.alloc(bytes as u64, MemKind::DeviceLocal)?;
+    ms.write(&mb, 0, &src)?;
+    ms.read(&mb, 0, &mut dst)?;
     let rate =
         |f: &mut dyn FnMut() -> Result<(), vgpu_umd::Error>| -> Result<f64, vgpu_umd::Error> {
             let t = Instant::now();
             f()?;
             Ok(bytes as f64 / t.elapsed().as_secs_f64())
         };
-    let (mut memcpy, mut h2d, mut d2h, mut staged) = (0f64, 0f64, 0f64, 0f64);
+    let (mut memcpy, mut h2d, mut d2h, mut staged, mut mapped) = (0f64, 0f64, 0f64, 0f64, 0f64);
     // Under TCG, `memcpy` between two anonymous buffers ran at 343–1 519
     // MiB/s depending on which buffer was the source (`src`, filled by
     // `vec!`, or a copy of it): the baseline is the faster of the two.
@@ -232,6 +246,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if dst != src {
             return Err("staged device-to-host read returned wrong data".into());
         }
+        dst.fill(0);
+        mapped = mapped.max(rate(&mut || ms.read(&mb, 0, &mut dst))?);
+        if dst != src {
+            return Err("mapped device-to-host read returned wrong data".into());
+        }
+    }
+    if ms.stats().mapped_reads < 6 {
+        return Err(format!("mapped reads went staged: {:?}", ms.stats()).into());
     }
     let mib_s = |r: f64| r / 1048576.0;
     println!(
@@ -248,6 +270,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         first / memcpy,
         mib_s(staged),
         staged / memcpy
+    );
+    println!(
+        "bench: {mib} MiB D2H into the caller's memory mapped for the device {:.0} MiB/s ({:.2}x memcpy)",
+        mib_s(mapped),
+        mapped / memcpy
     );
     Ok(())
 }

@@ -243,12 +243,15 @@ fn test_copy(t: &mut T, ctx: &Context) {
     );
 }
 
-/// Both read paths: straight from the buffer's mapping (the default; waits
-/// for the stream's work, submits nothing itself) and staged through the
-/// copy engine (`VGPU_READ=staged`; one COPY per piece). Each reads what a
-/// pending device copy wrote, at odd offsets and sizes, small and large.
+/// The three read paths: into the caller's own memory mapped for the
+/// device (the default; reads of 64 KiB and more), staged through the copy
+/// engine (`VGPU_READ=staged`; one COPY per piece) and straight from the
+/// buffer's mapping (`VGPU_READ=direct`; waits for the stream's work,
+/// submits nothing itself). Each reads what a pending device copy wrote, at
+/// odd offsets and sizes, small and large, into the middle of a larger
+/// vector whose other bytes must not change.
 fn test_read_paths(t: &mut T, dev: &Device) {
-    for path in [ReadPath::Direct, ReadPath::Staged] {
+    for path in [ReadPath::Mapped, ReadPath::Direct, ReadPath::Staged] {
         let name = format!("{path:?}").to_lowercase();
         let cfg = Config {
             read: path,
@@ -261,21 +264,59 @@ fn test_read_paths(t: &mut T, dev: &Device) {
             return;
         };
         let s = Stream::new(&ctx).unwrap();
-        for size in [1usize, 4093, 70_001, (9 << 20) + 5] {
-            let a = ctx.alloc(size as u64 + 3, MemKind::DeviceLocal).unwrap();
+        // The last sizes need several host mappings (`hostmap::PIECE` each,
+        // more than are in flight at once); the VM's memory allows the
+        // largest only written straight into its buffer.
+        for size in [1usize, 4093, 70_001, (9 << 20) + 5, (32 << 20) + 5] {
+            let big = size > 16 << 20;
+            if big && path != ReadPath::Mapped {
+                continue;
+            }
             let b = ctx.alloc(size as u64 + 3, MemKind::DeviceLocal).unwrap();
             let data = pattern(size, size as u32 ^ 0x77);
-            s.write(&a, 1, &data).unwrap();
-            // Not synchronized: the read must wait for this copy.
-            s.copy(&b, 3, &a, 1, size as u64).unwrap();
-            let mut back = vec![0u8; size];
-            t.ok(&format!("read {name}: {size}"), s.read(&b, 3, &mut back));
+            if big {
+                s.write(&b, 3, &data).unwrap();
+            } else {
+                let a = ctx.alloc(size as u64 + 3, MemKind::DeviceLocal).unwrap();
+                s.write(&a, 1, &data).unwrap();
+                // Not synchronized: the read must wait for this copy.
+                s.copy(&b, 3, &a, 1, size as u64).unwrap();
+            }
+            let mut whole = vec![0xa5u8; size + 7 + 4099];
+            let before = s.stats();
+            t.ok(
+                &format!("read {name}: {size}"),
+                s.read(&b, 3, &mut whole[7..7 + size]),
+            );
+            let back = &whole[7..7 + size];
             t.check(&format!("read {name}: data {size}"), back == data, || {
                 let i = back.iter().zip(&data).position(|(x, y)| x != y);
                 format!("first difference at {i:?}")
             });
+            t.check(
+                &format!("read {name}: bytes around the destination {size}"),
+                whole[..7]
+                    .iter()
+                    .chain(&whole[7 + size..])
+                    .all(|&x| x == 0xa5),
+                String::new,
+            );
+            let after = s.stats();
+            let mapped =
+                path == ReadPath::Mapped && size as u64 >= vgpu_umd::hostmap::MAPPED_READ_MIN;
+            t.check(
+                &format!("read {name}: through a mapping of the destination {size}"),
+                after.mapped_reads - before.mapped_reads == u64::from(mapped)
+                    && after.mapped_refused == before.mapped_refused,
+                || format!("{before:?} -> {after:?}"),
+            );
+            drop(whole);
+            if big {
+                continue;
+            }
             // A synchronized stream: the direct read submits nothing, the
-            // staged one at least one COPY batch.
+            // others at least one COPY batch.
+            let mut back = vec![0u8; size];
             let before_idle = s.stats().submits;
             t.ok(
                 &format!("read {name}: again {size}"),

@@ -23,7 +23,8 @@ use vgpu_hwif::packet::Packet;
 /// invalidating them afterwards cost more than copying them twice.
 pub const MAPPED_READ_MIN: u64 = 64 << 10;
 
-/// Bytes of one mapping (within `VGPU_HOST_MAP_MAX_SIZE`).
+/// Bytes of one mapping; the last one of a read takes up to a quarter more
+/// (within `VGPU_HOST_MAP_MAX_SIZE`).
 pub const PIECE: u64 = 8 << 20;
 
 /// Pieces mapped at once (within the KMD's per-file total).
@@ -74,7 +75,12 @@ pub(crate) fn read_mapped(
         }
         let addr = base + at;
         let page = addr & !(PAGE - 1);
-        let n = (len - at).min(PIECE - (addr - page));
+        let mut n = (len - at).min(PIECE - (addr - page));
+        if len - at - n < PIECE / 4 {
+            // No short last piece: it would cost a whole mapping, submission
+            // and unmapping for a few pages.
+            n = len - at;
+        }
         let size = (addr + n).next_multiple_of(PAGE) - page;
         let va = match kmd.host_map(page, size, 0) {
             Ok(va) => va,

@@ -49,13 +49,12 @@ impl Drop for HostMapping<'_> {
 
 /// Copies `out.len()` bytes from GPU VA `src` into `out` through mappings
 /// of `out` itself, after the stream's earlier work. `Ok(false)`: the KMD
-/// refused the first mapping (an older KMD, its limits, memory it cannot
-/// pin); the caller reads another way.
+/// refused a mapping (an older KMD, its limits, memory it cannot pin); the
+/// caller reads the whole range another way.
 ///
 /// # Errors
 ///
-/// The stream's errors: a copy that faulted, a lost device; a mapping
-/// refused after the first.
+/// The stream's errors: a copy that faulted, a lost device.
 pub(crate) fn read_mapped(
     s: &StreamShared,
     call: &'static str,
@@ -84,8 +83,16 @@ pub(crate) fn read_mapped(
         let size = (addr + n).next_multiple_of(PAGE) - page;
         let va = match kmd.host_map(page, size, 0) {
             Ok(va) => va,
-            Err(_) if at == 0 => return Ok(false),
-            Err(e) => return Err(s.ctx.fail(call, s.ctx_id, e)),
+            Err(_) => {
+                // Memory the KMD cannot pin (a device mapping, a file the
+                // kernel will not pin long-term) or its limits: the caller
+                // reads the whole range another way, once the pieces in
+                // flight are done.
+                if let Some((_, sp)) = pending.back() {
+                    s.wait_point(call, sp)?;
+                }
+                return Ok(false);
+            }
         };
         let m = HostMapping { kmd, va };
         let copy = Packet::Copy {

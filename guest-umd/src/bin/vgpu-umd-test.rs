@@ -264,6 +264,9 @@ fn test_read_paths(t: &mut T, dev: &Device) {
             return;
         };
         let s = Stream::new(&ctx).unwrap();
+        if path == ReadPath::Mapped {
+            read_into_unpinnable(t, &ctx, &s);
+        }
         // The last sizes need several host mappings (`hostmap::PIECE` each,
         // more than are in flight at once); the VM's memory allows the
         // largest only written straight into its buffer.
@@ -335,6 +338,38 @@ fn test_read_paths(t: &mut T, dev: &Device) {
             );
         }
     }
+}
+
+/// A destination the KMD cannot pin — another buffer's CPU mapping, device
+/// memory mapped into the process — makes the mapped read go staged, with
+/// the same result.
+fn read_into_unpinnable(t: &mut T, ctx: &Context, s: &Stream) {
+    let size = 256 << 10;
+    let b = ctx.alloc(size as u64, MemKind::DeviceLocal).unwrap();
+    let h = ctx.alloc(size as u64, MemKind::HostVisible).unwrap();
+    let data = pattern(size, 0x99);
+    s.write(&b, 0, &data).unwrap();
+    let p = h.host_ptr().unwrap();
+    // SAFETY: `h` is a live host-visible buffer of `size` bytes, mapped at
+    // `p`, and nothing else touches it while the slice is used.
+    let dst = unsafe { std::slice::from_raw_parts_mut(p, size) };
+    let before = s.stats();
+    t.ok(
+        "read mapped: into a buffer's CPU mapping",
+        s.read(&b, 0, dst),
+    );
+    t.check(
+        "read mapped: data in a buffer's CPU mapping",
+        dst[..] == data[..],
+        String::new,
+    );
+    let after = s.stats();
+    t.check(
+        "read mapped: a destination the KMD cannot pin goes staged",
+        after.mapped_refused == before.mapped_refused + 1
+            && after.mapped_reads == before.mapped_reads,
+        || format!("{before:?} -> {after:?}"),
+    );
 }
 
 fn test_batching(t: &mut T, ctx: &Context) {

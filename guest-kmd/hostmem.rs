@@ -45,6 +45,7 @@ use crate::{
     vm::Vm,
 };
 use kernel::{
+    alloc::kvec::InsertError,
     bindings,
     device::Device,
     prelude::*,
@@ -281,11 +282,18 @@ impl HostMaps {
         }
     }
 
-    /// Keeps a mapping whose invalidation failed.
+    /// Keeps a mapping whose invalidation failed (or that may have been
+    /// reached half-written) until the file goes.
     pub(crate) fn retire(&mut self, m: HostMap) {
-        // On an allocation failure the pages go anyway (nothing else can
-        // hold them): the same risk as a failed invalidation elsewhere.
-        let _ = self.retired.push(m, GFP_KERNEL);
+        if self.retired.reserve(1, GFP_KERNEL).is_err() {
+            // If even this allocation fails the mapping is leaked, its pages
+            // pinned for good: never given back while a stale translation
+            // may still reach them.
+            core::mem::forget(m);
+            return;
+        }
+        // Room was reserved: this push does not fail.
+        let _ = self.retired.push_within_capacity(m);
     }
 }
 
@@ -343,6 +351,8 @@ pub(crate) fn map(ma: MapArgs<'_>, args: &uapi::drm_vgpu_host_map) -> Result<u64
     if host.bytes().saturating_add(size) > u64::from(uapi::VGPU_HOST_MAP_MAX_TOTAL) {
         return Err(ENOSPC);
     }
+    // Room first, so that nothing can fail once entries are written.
+    host.maps.reserve(1, GFP_KERNEL)?;
     let mut vm = ma.vm.lock();
     let base = vm.user_range().1 + WINDOW_OFFSET;
     let phase = segs.first().map_or(0, |s| s.addr % PAGE_2M);
@@ -354,8 +364,6 @@ pub(crate) fn map(ma: MapArgs<'_>, args: &uapi::drm_vgpu_host_map) -> Result<u64
         pinned,
         _charge: charge,
     };
-    // Room first, so that nothing can fail once entries are written.
-    host.maps.reserve(1, GFP_KERNEL)?;
     if let Err(e) = vm.map_kmd_segs(va, &segs, size, perms) {
         // Entries written so far are cleared; no job has been told this VA,
         // but a context may have reached it meanwhile: the pages stay
@@ -366,7 +374,14 @@ pub(crate) fn map(ma: MapArgs<'_>, args: &uapi::drm_vgpu_host_map) -> Result<u64
         return Err(e);
     }
     drop(vm);
-    host.maps.insert_within_capacity(i, m).map_err(|_| ENOMEM)?;
+    if let Err(e) = host.maps.insert_within_capacity(i, m) {
+        // Not reached: room was reserved and `i` is at most the length. The
+        // entries are written: cleared, the pages kept as after a failure.
+        let (InsertError::IndexOutOfBounds(m) | InsertError::OutOfCapacity(m)) = e;
+        ma.vm.lock().unmap_kmd(va, size);
+        host.retire(m);
+        return Err(ENOMEM);
+    }
     Ok(va)
 }
 

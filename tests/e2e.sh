@@ -300,11 +300,13 @@ if selected "$name"; then
     else result "$name" 1; fi
 fi
 
-# --- KMD ioctls: BOs, mmap, VM bind/unbind and the page tables (walked via debugfs), bad arguments, leaks.
+# --- KMD ioctls: BOs, mmap, VM bind/unbind and the page tables (walked via debugfs), host mappings
+#     (HOST_MAP: the device copies into and out of process memory; unmapped ranges fault; pins go at
+#     close), bad arguments, leaks.
 for g in 1 2; do
     name=kmd-ioctls-gen$g
     selected "$name" || continue
-    run_vm "$name" --gen "$g" run 'vgpu-kmd-test gem vm leaks; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
+    run_vm "$name" --gen "$g" run 'vgpu-kmd-test gem vm hostmap leaks; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
     elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"

@@ -117,7 +117,12 @@ impl Pinned {
     /// `EFAULT` (a page is not mapped, or not writable when `write`),
     /// `ENOMEM`, or the errno of the pin or the DMA mapping.
     fn new(dev: &Device, addr: u64, count: usize, write: bool) -> Result<Pinned> {
+        // Every allocation before the pin: once pages are pinned, only
+        // `Pinned`'s drop gives them back.
         let mut pages = KVec::with_capacity(count, GFP_KERNEL)?;
+        // SAFETY: An all-zero `sg_table` is the empty table the allocation
+        // below starts from.
+        let sgt = KBox::new(unsafe { core::mem::zeroed() }, GFP_KERNEL)?;
         let flags = bindings::FOLL_LONGTERM | if write { bindings::FOLL_WRITE } else { 0 };
         let n = i32::try_from(count).map_err(|_| EINVAL)?;
         let start = usize::try_from(addr).map_err(|_| EFAULT)?;
@@ -132,9 +137,7 @@ impl Pinned {
         // From here on the pins are owned by `this`, released by its drop.
         let mut this = Pinned {
             pages,
-            // SAFETY: An all-zero `sg_table` is the empty table the
-            // allocation below starts from.
-            sgt: KBox::new(unsafe { core::mem::zeroed() }, GFP_KERNEL)?,
+            sgt,
             dma: None,
             write,
         };

@@ -284,8 +284,23 @@ pub(crate) struct Warp {
 }
 
 impl Warp {
-    fn reset(&mut self, live: u32, entry: u32) {
-        self.regs.as_flattened_mut().fill(0);
+    /// Restarts the warp at `entry` with lanes `live`, the registers of
+    /// `zero` cleared (the others keep the previous workgroup's values,
+    /// which the kernel overwrites before reading).
+    fn reset(&mut self, live: u32, entry: u32, zero: u64) {
+        let n = self.regs.len();
+        if n >= 64 || zero == (1u64 << n) - 1 {
+            self.regs.as_flattened_mut().fill(0);
+        } else {
+            let mut z = zero;
+            while z != 0 {
+                let r = z.trailing_zeros() as usize;
+                if let Some(reg) = self.regs.get_mut(r) {
+                    *reg = [0; WARP_SIZE];
+                }
+                z &= z - 1;
+            }
+        }
         self.preds = [0; NUM_PREDS];
         self.preds[Pred::TRUE.0 as usize] = FULL;
         self.pc = entry;
@@ -603,6 +618,10 @@ pub struct WorkgroupExec<'a> {
     module: Held<'a, Module>,
     /// The kernel's first instruction.
     entry: u32,
+    /// The registers a workgroup starts with cleared: those the kernel may
+    /// read before writing them ([`crate::regflow::zeroed_at_entry`]; the
+    /// others are never seen before the kernel writes them).
+    zero_regs: u64,
     launch: Held<'a, Launch>,
     wg: [u32; 3],
     /// The warps; taken out (empty) while `run` executes them.
@@ -659,6 +678,8 @@ impl<'a> WorkgroupExec<'a> {
             return Err(bad);
         }
         let (nregs, entry) = (kernel.regs as usize, kernel.entry);
+        let zero_regs =
+            crate::regflow::zeroed_at_entry(module.code(), kernel.entry, kernel.len, nregs);
         let shared_words = (launch.shared_bytes as usize).div_ceil(4);
         let threads = launch.threads_per_workgroup() as usize;
         let nwarps = threads.div_ceil(WARP_SIZE);
@@ -691,6 +712,7 @@ impl<'a> WorkgroupExec<'a> {
         let mut exec = WorkgroupExec {
             module,
             entry,
+            zero_regs,
             launch,
             wg,
             warps,
@@ -733,7 +755,7 @@ impl<'a> WorkgroupExec<'a> {
             } else {
                 (1u32 << n) - 1
             };
-            warp.reset(live, self.entry);
+            warp.reset(live, self.entry, self.zero_regs);
         }
         self.shared.fill(0);
         self.next_warp = 0;

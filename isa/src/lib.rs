@@ -19,6 +19,7 @@ pub mod jit;
 pub mod math;
 pub mod mem;
 pub mod module;
+mod regflow;
 
 pub use asm::{assemble, AsmError};
 pub use disasm::{disassemble, disassemble_instruction};

@@ -675,6 +675,59 @@ fn random_programs_match_the_interpreter() {
     }
 }
 
+/// A workgroup started on the state of a finished one keeps that one's
+/// values in the registers its kernel writes before reading them (only the
+/// others are cleared: `regflow::zeroed_at_entry`). For random programs, on
+/// the interpreter and on the JIT, it must do exactly what it does on a
+/// fresh state: same outcome, statistics and memory.
+#[test]
+fn a_reused_workgroup_state_behaves_like_a_fresh_one() {
+    if super::host_support().is_err() {
+        return;
+    }
+    let first = env("VGPU_JIT_DIFF_SEED", 1);
+    for seed in first..first + env("VGPU_JIT_DIFF_CASES", 100) {
+        let mut r = Rng(seed ^ 0x5eed);
+        let m = Arc::new(module(&mut r));
+        let jit = JitModule::compile(&m).expect("host supports the JIT");
+        let code = Arc::clone(jit.kernel(0).expect("every valid kernel compiles"));
+        let mut args = Vec::new();
+        args.extend_from_slice(&RW.to_le_bytes());
+        args.extend_from_slice(&RO.to_le_bytes());
+        let wg = r.pick(&[[32, 1, 1], [64, 1, 1], [37, 1, 1]]);
+        let launch = Arc::new(Launch::by_index(&m, 0, [2, 1, 1], wg, args, 0).unwrap());
+        let lim = Limits {
+            budget: 20_000,
+            cancel: None,
+        };
+        let mem_seed = r.next();
+        for native in [false, true] {
+            let mk = |w: u32| {
+                let mut e =
+                    WorkgroupExec::new_shared(Arc::clone(&m), Arc::clone(&launch), [w, 0, 0])
+                        .unwrap();
+                assert!(e.set_jit(native.then(|| Arc::clone(&code))));
+                e
+            };
+            // Workgroup 1 on its own memory, then workgroup 0 on the same
+            // state; and workgroup 0 on a fresh state.
+            let (scratch, reused_mem, fresh_mem) =
+                (memory(mem_seed), memory(mem_seed), memory(mem_seed));
+            let mut reused = mk(1);
+            let _ = reused.run(&scratch, lim);
+            reused.reset([0, 0, 0]).unwrap();
+            let a = reused.run(&reused_mem, lim);
+            let mut fresh = mk(0);
+            let b = fresh.run(&fresh_mem, lim);
+            let ctx = || format!("seed {seed} jit {native}:\n{}", crate::disassemble(&m));
+            assert_eq!(a, b, "outcome, {}", ctx());
+            assert_eq!(reused.stats(), fresh.stats(), "stats, {}", ctx());
+            let all = |m: &SparseMemory| m.read_u32s(RW, (PAGE_SIZE / 4) as usize).unwrap();
+            assert_eq!(all(&reused_mem), all(&fresh_mem), "memory, {}", ctx());
+        }
+    }
+}
+
 /// A longer seeded run: `cargo test -p vgpu-isa --release -- --ignored`.
 #[test]
 #[ignore]

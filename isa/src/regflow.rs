@@ -121,12 +121,6 @@ pub(crate) fn writes(op: &Op) -> (u8, u8) {
     }
 }
 
-/// Whether `op` writes register `r`.
-pub(crate) fn writes_reg(op: &Op, r: u8) -> bool {
-    let (d, n) = writes(op);
-    r.wrapping_sub(d) < n
-}
-
 /// Registers of a kernel (instructions `entry..entry + len` of `code`, `nregs`
 /// registers) that a workgroup must start with zeroed: those a lane may read
 /// before writing them, on some path from the entry (a guarded write does

@@ -180,7 +180,13 @@ pub(crate) fn blocks(code: &[Instruction], k: &Kernel) -> Blocks {
     Blocks { list, starts }
 }
 
-pub(crate) use crate::regflow::{reads, writes, writes_reg, Read};
+pub(crate) use crate::regflow::{reads, writes, Read};
+
+/// Whether `op` writes register `r`.
+pub(crate) fn writes_reg(op: &Op, r: u8) -> bool {
+    let (d, n) = writes(op);
+    r.wrapping_sub(d) < n
+}
 
 /// For each instruction of a lane-local region: whether its fp32 result
 /// must be canonicalised (NaN replaced by the canonical NaN). It need not

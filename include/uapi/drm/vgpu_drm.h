@@ -990,7 +990,7 @@ struct drm_vgpu_uq_kick {
  *
  * EINVAL (alignment, size, flags, pad), EFAULT (the range is not mapped in
  * the process, or not writable without VGPU_HOST_MAP_READ_ONLY), ENOMEM,
- * ENOSPC, EIO (wedged), ENODEV.
+ * ENOSPC (the limits are checked first), EIO (wedged), ENODEV.
  */
 struct drm_vgpu_host_map {
 	__u64 addr;

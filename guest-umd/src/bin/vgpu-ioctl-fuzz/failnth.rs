@@ -374,22 +374,8 @@ impl Env {
     /// `len` bytes of anonymous memory, faulted in (so that the armed call
     /// takes no page fault of ours), unmapped at teardown.
     fn anon(&mut self, len: usize) -> Result<u64, String> {
-        // SAFETY: a new private anonymous mapping, unmapped at teardown;
-        // nothing else refers to it.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err("set-up anonymous mmap failed".into());
-        }
-        self.maps.push((p as usize, len));
+        let p = sys::anon(len, true).ok_or("set-up anonymous mmap failed")?;
+        self.maps.push((p, len));
         Ok(p as u64)
     }
 

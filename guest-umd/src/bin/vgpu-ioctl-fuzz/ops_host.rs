@@ -13,25 +13,15 @@ use crate::worker::Worker;
 
 const PAGE: u64 = 4096;
 
+/// Memory the KMD cannot pin as asked: `EFAULT`, or the memory limits, which
+/// it checks before it touches the memory.
+const MEMORY_BAD: Expect = Expect::bad_or(&[libc::ENOMEM, libc::ENOSPC]);
+
 impl Worker {
     /// Private anonymous memory of `len` bytes, unmapped at release.
     fn anon(&mut self, len: usize) -> Option<u64> {
-        // SAFETY: a new private anonymous mapping, owned by this worker
-        // (unmapped by `release`); nothing else refers to it.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        self.maps.push((p as usize, len));
+        let p = sys::anon(len, false)?;
+        self.maps.push((p, len));
         Some(p as u64)
     }
 
@@ -101,10 +91,12 @@ impl Worker {
             4 => {
                 a.addr = self.arena.bad(BadPtr::Guard, PAGE as usize, &mut self.rng) & !(PAGE - 1);
                 a.size = PAGE;
+                want = MEMORY_BAD;
                 "a guard page"
             }
             5 => {
                 // Readable only: refused for writing, taken read-only.
+                want = MEMORY_BAD;
                 a.addr = self
                     .arena
                     .bad(BadPtr::ReadOnly, PAGE as usize, &mut self.rng)

@@ -81,6 +81,27 @@ pub fn open_node(path: &Path) -> Result<RawFd, i32> {
 
 /// Closes `fd` (its result is not interesting: a file closed by another
 /// thread gives EBADF).
+/// A new private anonymous read-write mapping of `len` bytes (faulted in
+/// when `populate`); its address, or `None` if mmap failed. The caller
+/// unmaps it.
+pub fn anon(len: usize, populate: bool) -> Option<usize> {
+    let flags =
+        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if populate { libc::MAP_POPULATE } else { 0 };
+    // SAFETY: a new mapping at an address the kernel picks; nothing else
+    // refers to it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            -1,
+            0,
+        )
+    };
+    (p != libc::MAP_FAILED).then_some(p as usize)
+}
+
 pub fn close(fd: RawFd) {
     // SAFETY: the caller owns `fd` (or knowingly races another thread's
     // close of the same number: concurrent-close phases).

@@ -5,7 +5,8 @@
 //! Lines starting with `ratio ` are what `scripts/bench` collects.
 //! Single-threaded times are the process's CPU time (on a shared machine
 //! wall time mostly measures the other processes); runs on several
-//! threads are timed by the wall clock.
+//! threads are timed by the wall clock. `ISA_BENCH_JIT_ONLY=1` leaves the
+//! interpreter out (for profiling the JIT).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -125,6 +126,9 @@ fn on_threads(units: usize) -> usize {
 /// one.
 fn engines(m: &Module) -> Vec<(&'static str, Option<JitModule>)> {
     let mut v = vec![("interpreter", None)];
+    if std::env::var_os("ISA_BENCH_JIT_ONLY").is_some() {
+        v.clear();
+    }
     match JitModule::compile(m) {
         Ok(j) => v.push(("jit", Some(j))),
         Err(e) => println!("jit: not measured: {e}"),

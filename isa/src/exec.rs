@@ -900,10 +900,15 @@ impl<'a> WorkgroupExec<'a> {
             }
             let mut ran = false;
             let n = warps.len();
-            let mut i = 0;
-            while i < n {
-                let w = (self.next_warp + i) % n;
-                i += 1;
+            // Warps in rotation from `next_warp` (no division per warp).
+            let mut w = if n == 0 { 0 } else { self.next_warp % n };
+            for _ in 0..n {
+                let this = w;
+                w += 1;
+                if w == n {
+                    w = 0;
+                }
+                let w = this;
                 if warps[w].active == 0 {
                     continue;
                 }

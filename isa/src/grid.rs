@@ -97,6 +97,10 @@ fn run_grid_on<M: GlobalMemory + Sync + ?Sized>(
         for _ in 0..units.max(1) {
             workers.push(s.spawn(|| {
                 let mut exec: Option<WorkgroupExec<'_>> = None;
+                // This thread's counts, added to the grid's once at the end
+                // (not per workgroup: the other threads' counters share
+                // cache lines).
+                let (mut done, mut cyc, mut wi, mut ti) = (0u64, 0u64, 0u64, 0u64);
                 'work: loop {
                     if stop.load(Ordering::Relaxed) {
                         break;
@@ -140,8 +144,8 @@ fn run_grid_on<M: GlobalMemory + Sync + ?Sized>(
                                 }
                             }
                             Ok(Outcome::Completed) => {
-                                completed.fetch_add(1, Ordering::Relaxed);
-                                cycles.fetch_add(e.cycles(), Ordering::Relaxed);
+                                done += 1;
+                                cyc += e.cycles();
                                 break true;
                             }
                             Ok(Outcome::Cancelled) => {
@@ -165,12 +169,16 @@ fn run_grid_on<M: GlobalMemory + Sync + ?Sized>(
                         }
                     };
                     let st = e.stats();
-                    warp_insts.fetch_add(st.warp_instructions, Ordering::Relaxed);
-                    thread_insts.fetch_add(st.thread_instructions, Ordering::Relaxed);
+                    wi += st.warp_instructions;
+                    ti += st.thread_instructions;
                     if !keep_going {
                         break 'work;
                     }
                 }
+                completed.fetch_add(done, Ordering::Relaxed);
+                cycles.fetch_add(cyc, Ordering::Relaxed);
+                warp_insts.fetch_add(wi, Ordering::Relaxed);
+                thread_insts.fetch_add(ti, Ordering::Relaxed);
             }));
         }
         // Joined here rather than by the scope: a joined thread has fully

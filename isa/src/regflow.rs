@@ -129,15 +129,38 @@ pub(crate) fn writes(op: &Op) -> (u8, u8) {
 /// their starting values are never seen and need not be cleared. All of
 /// them if the kernel's branches leave it.
 pub(crate) fn zeroed_at_entry(code: &[Instruction], entry: u32, len: u32, nregs: usize) -> u64 {
-    let every = if nregs >= 64 {
+    match live_in(code, entry, len, nregs) {
+        Some(l) => l.first().copied().unwrap_or(0),
+        None => every(nregs),
+    }
+}
+
+/// Bits `0..nregs` (all 64 from 64 registers on).
+fn every(nregs: usize) -> u64 {
+    if nregs >= 64 {
         u64::MAX
     } else {
         (1u64 << nregs) - 1
-    };
+    }
+}
+
+/// For each instruction of a kernel (as for [`zeroed_at_entry`]), the
+/// registers among `r0..r63` that may be read before written from it on,
+/// by the lane about to run it: bit `r` clear means no path from there
+/// reads the lane's `r` before the lane writes it (a guarded write does not
+/// count as writing), so its value can never be seen again. Registers a
+/// shuffle reads are live everywhere (another lane may read them at any
+/// time); registers from `r64` on have no bit (callers treat them as always
+/// live). `None` if the kernel's branches leave it.
+pub(crate) fn live_in(
+    code: &[Instruction],
+    entry: u32,
+    len: u32,
+    nregs: usize,
+) -> Option<Vec<u64>> {
+    let every = every(nregs);
     let (s, n) = (entry as usize, len as usize);
-    let Some(k) = s.checked_add(n).and_then(|e| code.get(s..e)) else {
-        return every;
-    };
+    let k = s.checked_add(n).and_then(|e| code.get(s..e))?;
     let bit = |r: u8| if r < 64 { 1u64 << r } else { 0 };
     let mut uses = vec![0u64; n];
     let mut kills = vec![0u64; n];
@@ -168,12 +191,9 @@ pub(crate) fn zeroed_at_entry(code: &[Instruction], entry: u32, len: u32, nregs:
         };
         for (slot, t) in succ[i].iter_mut().zip(targets) {
             if let Some(t) = t {
-                match usize::try_from(t).ok().filter(|&t| t < n) {
-                    Some(t) => *slot = Some(t),
-                    // A branch or a fall-through out of the kernel (the
-                    // loader refuses them): assume the worst.
-                    None => return every,
-                }
+                // A branch or a fall-through out of the kernel (the loader
+                // refuses them): no answer.
+                *slot = Some(usize::try_from(t).ok().filter(|&t| t < n)?);
             }
         }
     }
@@ -182,7 +202,7 @@ pub(crate) fn zeroed_at_entry(code: &[Instruction], entry: u32, len: u32, nregs:
         let mut changed = false;
         for i in (0..n).rev() {
             let out = succ[i].iter().flatten().fold(0, |a, &t| a | live[t]);
-            let v = uses[i] | (out & !kills[i]);
+            let v = (uses[i] | (out & !kills[i]) | always) & every;
             if v != live[i] {
                 live[i] = v;
                 changed = true;
@@ -192,7 +212,7 @@ pub(crate) fn zeroed_at_entry(code: &[Instruction], entry: u32, len: u32, nregs:
             break;
         }
     }
-    (live.first().copied().unwrap_or(0) | always) & every
+    Some(live)
 }
 
 #[cfg(test)]

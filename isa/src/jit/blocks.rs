@@ -143,56 +143,27 @@ impl Gen<'_, '_> {
         while i < insts.len() {
             let pc = s + i as u32;
             match kinds[i] {
-                Kind::Lane => {
-                    let mut j = i;
-                    let mut written = 0u8;
-                    while j < insts.len() && kinds[j] == Kind::Lane {
-                        let g = insts[j].guard.pred;
-                        if g != Pred::TRUE && written >> g.0 & 1 != 0 {
-                            break;
-                        }
-                        if let Some(p) = analysis::pred_written(&insts[j].op) {
-                            written |= 1 << p;
-                        }
-                        j += 1;
-                    }
-                    let plan = pass
-                        .as_ref()
-                        .map(|p: &Pass| (&p.plans[i..j], Rc::clone(&p.before[i])));
-                    self.emit_region(&insts[i..j], i, base, plan);
-                    i = j;
+                Kind::Lane
+                | Kind::GlobalLoad
+                | Kind::GlobalStore
+                | Kind::SharedLoad
+                | Kind::SharedStore => {
+                    let fused = match pass.as_ref() {
+                        Some(p) => self.emit_fused(insts, &kinds, s, i, base, p),
+                        None => None,
+                    };
+                    i = match fused {
+                        Some(j) => j,
+                        None => self.emit_straight(
+                            insts,
+                            &kinds,
+                            s,
+                            (i, insts.len()),
+                            base,
+                            pass.as_ref(),
+                        ),
+                    };
                     continue;
-                }
-                Kind::GlobalLoad | Kind::GlobalStore => {
-                    let clock = clock_at(self, i);
-                    let a = address(&insts[i].op);
-                    let sv = |r: u8| {
-                        pass.as_ref()
-                            .and_then(|p| p.before[i].get(r as usize).cloned().flatten())
-                    };
-                    let done = match (sv(a), sv(a.wrapping_add(1))) {
-                        (Some(lo), Some(hi)) => {
-                            self.emit_global_shaped(pc, &insts[i], clock, &lo, &hi)
-                        }
-                        _ => false,
-                    };
-                    if !done {
-                        self.emit_global(pc, &insts[i], clock);
-                    }
-                }
-                Kind::SharedLoad | Kind::SharedStore => {
-                    let clock = clock_at(self, i);
-                    let a = address(&insts[i].op);
-                    let sv = pass
-                        .as_ref()
-                        .and_then(|p| p.before[i].get(a as usize).cloned().flatten());
-                    let done = match sv {
-                        Some(sv) => self.emit_shared_shaped(pc, &insts[i], clock, &sv),
-                        None => false,
-                    };
-                    if !done {
-                        self.emit_shared(pc, &insts[i], clock);
-                    }
                 }
                 Kind::Interp => {
                     let clock = clock_at(self, i);
@@ -219,6 +190,57 @@ impl Gen<'_, '_> {
         let e = s + insts.len() as u32;
         self.goto_next(e, clock, after.as_deref());
         Ok(())
+    }
+
+    /// Emits the instruction at index `i` of the block `insts` starting at
+    /// `s` (a lane-local one, with the lane-local ones after it before
+    /// index `end`, as one region; or a memory instruction) the way it
+    /// runs on its own; returns the index after what it emitted.
+    pub(super) fn emit_straight(
+        &mut self,
+        insts: &[Instruction],
+        kinds: &[Kind],
+        s: u32,
+        (i, end): (usize, usize),
+        base: Value,
+        pass: Option<&Pass>,
+    ) -> usize {
+        let pc = s + i as u32;
+        match kinds[i] {
+            Kind::GlobalLoad | Kind::GlobalStore => {
+                let clock = self.b.ins().iadd_imm_s(base, i as i64);
+                let a = address(&insts[i].op);
+                let sv = |r: u8| pass.and_then(|p| p.before[i].get(r as usize).cloned().flatten());
+                let done = match (sv(a), sv(a.wrapping_add(1))) {
+                    (Some(lo), Some(hi)) => self.emit_global_shaped(pc, &insts[i], clock, &lo, &hi),
+                    _ => false,
+                };
+                if !done {
+                    self.emit_global(pc, &insts[i], clock);
+                }
+                i + 1
+            }
+            Kind::SharedLoad | Kind::SharedStore => {
+                let clock = self.b.ins().iadd_imm_s(base, i as i64);
+                let a = address(&insts[i].op);
+                let sv = pass.and_then(|p| p.before[i].get(a as usize).cloned().flatten());
+                let done = match sv {
+                    Some(sv) => self.emit_shared_shaped(pc, &insts[i], clock, &sv),
+                    None => false,
+                };
+                if !done {
+                    self.emit_shared(pc, &insts[i], clock);
+                }
+                i + 1
+            }
+            _ => {
+                let j = region_end(insts, kinds, i, end);
+                let plan = pass.map(|p| (&p.plans[i..j], Rc::clone(&p.before[i])));
+                let live = self.live_at(s + j as u32);
+                self.emit_region(&insts[i..j], i, base, plan, live, &[]);
+                j
+            }
+        }
     }
 
     /// Continues at `target` with the warp unchanged: in full-warp code
@@ -397,8 +419,27 @@ impl Gen<'_, '_> {
     }
 }
 
+/// The end of the lane-local region starting at index `i` (at most `end`):
+/// lane-local instructions, up to one whose guard predicate an earlier one
+/// of the region writes.
+pub(super) fn region_end(insts: &[Instruction], kinds: &[Kind], i: usize, end: usize) -> usize {
+    let mut j = i;
+    let mut written = 0u8;
+    while j < end && kinds[j] == Kind::Lane {
+        let g = insts[j].guard.pred;
+        if g != Pred::TRUE && written >> g.0 & 1 != 0 {
+            break;
+        }
+        if let Some(p) = analysis::pred_written(&insts[j].op) {
+            written |= 1 << p;
+        }
+        j += 1;
+    }
+    j
+}
+
 /// The address register of a memory instruction.
-fn address(op: &Op) -> u8 {
+pub(super) fn address(op: &Op) -> u8 {
     match *op {
         Op::Ld { addr, .. } | Op::St { addr, .. } | Op::Atom { addr, .. } => addr.0,
         _ => 0,

@@ -110,22 +110,32 @@ fn compile(code: &[Instruction], k: &Kernel, wg: Option<[u32; 3]>) -> Result<Nat
     let mut fctx = FunctionBuilderContext::new();
     let frontend = jm.target_config();
     let consts;
+    let fused_runs;
     {
         let b = FunctionBuilder::new(&mut cctx.func, &mut fctx);
         let mut g = Gen::new(b, code, k, &blocks, ptr, call_conv, fma);
         g.sp = sp;
         g.facts = facts;
         g.nregs = k.regs as usize;
+        g.live = crate::regflow::live_in(code, k.entry, k.len, g.nregs)
+            .unwrap_or_else(|| vec![u64::MAX; k.len as usize]);
         g.emit()?;
         consts = std::mem::take(&mut g.consts);
+        fused_runs = g.fused_runs;
         g.b.seal_all_blocks();
         g.b.finalize(frontend);
     }
     let id = jm
         .declare_function("kernel", Linkage::Local, &cctx.func.signature)
         .map_err(|e| format!("declare: {e}"))?;
+    // For work on the code generator: the machine code of every compile
+    // on standard error.
+    cctx.set_disasm(std::env::var_os("VGPU_JIT_DISASM").is_some());
     jm.define_function(id, &mut cctx)
         .map_err(|e| format!("compile: {e}"))?;
+    if let Some(v) = cctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
+        eprintln!("{v}");
+    }
     jm.clear_context(&mut cctx);
     jm.finalize_definitions()
         .map_err(|e| format!("finalize: {e}"))?;
@@ -138,6 +148,7 @@ fn compile(code: &[Instruction], k: &Kernel, wg: Option<[u32; 3]>) -> Result<Nat
         entry,
         _code: runtime::CodeMemory::new(jm),
         consts: consts.into_iter().map(runtime::Vector).collect(),
+        fused_runs,
     })
 }
 
@@ -195,6 +206,11 @@ pub(super) struct Gen<'a, 'b> {
     /// Bit `p`: the kernel uses predicate `p` (the others never change
     /// and are neither loaded nor written back).
     pub(super) used_preds: u8,
+    /// Per instruction of the kernel: the registers live before it
+    /// (`regflow::live_in`; all if unknown).
+    pub(super) live: Vec<u64>,
+    /// Runs compiled as one region with their memory accesses.
+    pub(super) fused_runs: usize,
 }
 
 impl<'a, 'b> Gen<'a, 'b> {
@@ -300,6 +316,8 @@ impl<'a, 'b> Gen<'a, 'b> {
             used_preds: (k.entry..k.entry + k.len)
                 .filter_map(|pc| code.get(pc as usize))
                 .fold(0, |m, i| m | analysis::preds_used(i)),
+            live: Vec::new(),
+            fused_runs: 0,
         };
         g.load_full();
         let f = g.mf(Mem::Ctx);
@@ -328,6 +346,14 @@ impl<'a, 'b> Gen<'a, 'b> {
     }
 
     // --- small helpers -------------------------------------------------
+
+    /// The registers (of `r0..r63`) live before the instruction at `pc`.
+    pub(super) fn live_at(&self, pc: u32) -> u64 {
+        pc.checked_sub(self.start)
+            .and_then(|i| self.live.get(i as usize))
+            .copied()
+            .unwrap_or(u64::MAX)
+    }
 
     pub(super) fn c32(&mut self, v: u32) -> Value {
         self.b.ins().iconst(I32, v as i64)

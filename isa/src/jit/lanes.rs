@@ -21,7 +21,7 @@ use crate::inst::*;
 use crate::math::CANONICAL_NAN;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32X4, I32, I32X4, I64X2};
-use cranelift_codegen::ir::{InstBuilder, Value};
+use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};
 use std::collections::HashMap;
 use std::mem::offset_of;
 use std::rc::Rc;
@@ -31,6 +31,16 @@ use super::runtime::Ctx;
 /// What the scalar pass says about a region: the plans of its
 /// instructions and the shaped registers at its start.
 pub(super) type RegionPlan<'p> = (&'p [Plan], Rc<Vec<Option<Sv>>>);
+
+/// A 32-bit memory instruction of a region whose conditions hold (see
+/// `fused.rs`): lane `l` accesses `ptrs[l / 16] + k[l]`.
+pub(super) struct RegionMem {
+    pub(super) load: bool,
+    pub(super) data: u8,
+    pub(super) ptrs: [Value; 2],
+    pub(super) k: [i64; WARP_SIZE],
+    pub(super) flags: MemFlagsData,
+}
 
 /// A chunk of a register in a region.
 #[derive(Clone, Debug)]
@@ -74,13 +84,19 @@ impl Gen<'_, '_> {
     /// Emits `insts` (all `Kind::Lane`), the `first`-th instruction of a
     /// block whose clock at entry is `base`: in a full-warp version with
     /// the scalar pass's plans and the shaped registers at the region's
-    /// start (`plan`), else for the active group.
+    /// start (`plan`), else for the active group. Of the registers it
+    /// writes, those of `r0..r63` not in `live` (the registers live after
+    /// it, `regflow::live_in`) are not written back: no lane reads them
+    /// again before writing them. `mem[k]`, where given, is how the
+    /// memory instruction `insts[k]` accesses memory (full-warp code only).
     pub(super) fn emit_region(
         &mut self,
         insts: &[Instruction],
         first: usize,
         base: Value,
         plan: Option<RegionPlan<'_>>,
+        live: u64,
+        mem: &[Option<RegionMem>],
     ) {
         let masks: Vec<Value> = insts.iter().map(|i| self.guard_mask(i.guard)).collect();
         let canon = analysis::canon_needed(insts);
@@ -105,6 +121,16 @@ impl Gen<'_, '_> {
                 ..Chunk::default()
             };
             for (k, inst) in insts.iter().enumerate() {
+                if let Some(Some(m)) = mem.get(k) {
+                    if m.load {
+                        let v = self.chunk_load(&m.ptrs, &m.k, c, m.flags);
+                        ch.regs.insert(m.data, (Cv::Vec(v), true));
+                    } else {
+                        let v = self.reg(&mut ch, m.data);
+                        self.chunk_store(&m.ptrs, &m.k, c, m.flags, v);
+                    }
+                    continue;
+                }
                 let mv = if full && inst.guard == Guard::ALWAYS {
                     None
                 } else {
@@ -125,7 +151,7 @@ impl Gen<'_, '_> {
                     _ => self.lane_op(&mut ch, inst, mv, first + k, base, canon[k]),
                 }
             }
-            self.flush(ch, &mut pout);
+            self.flush(ch, &mut pout, live);
         }
         let mut pout: Vec<_> = pout.into_iter().collect();
         pout.sort_by_key(|(p, _)| *p);
@@ -160,11 +186,15 @@ impl Gen<'_, '_> {
         self.b.ins().iadd(b, kv)
     }
 
-    /// Writes the chunk's dirty registers back and collects its predicate
-    /// bits in `pout`.
-    fn flush(&mut self, ch: Chunk, pout: &mut HashMap<u8, Value>) {
+    /// Writes the chunk's dirty registers that are `live` back and collects
+    /// its predicate bits in `pout`.
+    fn flush(&mut self, ch: Chunk, pout: &mut HashMap<u8, Value>, live: u64) {
         let c = ch.c;
-        let mut regs: Vec<_> = ch.regs.into_iter().filter(|(_, (_, d))| *d).collect();
+        let mut regs: Vec<_> = ch
+            .regs
+            .into_iter()
+            .filter(|(r, (_, d))| *d && (*r >= 64 || live >> r & 1 != 0))
+            .collect();
         regs.sort_by_key(|(r, _)| *r);
         for (r, (v, _)) in regs {
             let v = match v {

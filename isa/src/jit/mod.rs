@@ -27,12 +27,18 @@
 //! scalars at the block's start (`scalar.rs`). Lane-local instructions
 //! (ALU, fp32, conversions, comparisons, `sel`, `mov`, `s2r`, `ldarg`,
 //! 64-bit address arithmetic) run in regions over the warp's eight 4-lane
-//! chunks with registers in SIMD registers (`lanes.rs`); every register a
-//! block writes is in the register file when the block ends. 32-bit
+//! chunks with registers in SIMD registers (`lanes.rs`); a region writes
+//! back the registers it wrote that are still live (`regflow::live_in`: a
+//! value no lane reads again before overwriting it is never stored), so
+//! the register file holds every live value between regions. 32-bit
 //! global loads and stores go through a software TLB entry per
 //! instruction, checked inline, and 32-bit shared-memory accesses are
 //! bounds-checked inline: once per half-warp (or warp) for a shaped
-//! address (`shaped.rs`), lane by lane otherwise (`memory.rs`).
+//! address (`shaped.rs`), lane by lane otherwise (`memory.rs`). In
+//! full-warp code, shaped accesses and the lane-local instructions around
+//! them run as one region once every access's conditions (and the absence
+//! of overlaps that the chunk order would expose) are checked up front
+//! (`fused.rs`).
 //! Everything else — other widths, misses, atomics, shuffles, votes,
 //! barriers, traps, the rarer ALU operations, and any block whose
 //! run-time conditions fail — executes as interpreter steps on the same
@@ -48,6 +54,7 @@ mod analysis;
 mod blocks;
 mod codegen;
 mod facts;
+mod fused;
 mod lanes;
 mod memory;
 mod runtime;
@@ -163,6 +170,10 @@ pub(crate) struct Native {
     _code: runtime::CodeMemory,
     /// The vector constants the code loads (`Ctx::consts`).
     consts: Box<[runtime::Vector]>,
+    /// Runs of instructions with memory accesses compiled as one region
+    /// (`fused.rs`), for tests.
+    #[cfg_attr(not(test), allow(dead_code))]
+    fused_runs: usize,
 }
 
 /// The software TLB of one execution: a direct page per inlined global

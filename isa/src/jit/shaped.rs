@@ -49,42 +49,97 @@ fn offsets(s: &Sv, one: bool) -> ([i64; WARP_SIZE], [(i64, i64); 2], usize) {
     (k, [r0, r1], halves)
 }
 
+/// A shaped 32-bit access of full-warp code whose run-time conditions
+/// have been computed (`Gen::global_access`, `Gen::shared_access`).
+pub(super) struct Access {
+    pub(super) load: bool,
+    /// The data register.
+    pub(super) data: u8,
+    /// Lane `l`'s address is `start[l / 16] + k[l]` (`start[0]` for every
+    /// lane if `halves` is 1).
+    pub(super) k: [i64; WARP_SIZE],
+    pub(super) halves: usize,
+    /// Each half's smallest and largest `k`.
+    pub(super) range: [(i64, i64); 2],
+    /// Each half's start: a VA (global) or a byte offset in shared memory
+    /// (an `i64`).
+    pub(super) start: [Value; 2],
+    /// True (an `i8`) when the access cannot be inline: not every lane
+    /// runs it, or an address is out of range or unaligned.
+    pub(super) bad: Value,
+    /// The guard's lane mask.
+    pub(super) mask: Value,
+    /// Global accesses: the TLB entry's offset in the table and the tag
+    /// of a refill.
+    pub(super) tlb: Option<(i32, u32)>,
+}
+
+impl Access {
+    /// The first lane address of each half (`start + min k`).
+    fn firsts(&self, g: &mut Gen<'_, '_>) -> Vec<Value> {
+        (0..self.halves)
+            .map(|h| g.b.ins().iadd_imm_s(self.start[h], self.range[h].0))
+            .collect()
+    }
+
+    /// Whether every lane has its own word (so that running the access
+    /// four lanes at a time next to another access of the same addresses
+    /// keeps each word's order of accesses).
+    pub(super) fn distinct(&self) -> bool {
+        if self.halves != 1 {
+            return false;
+        }
+        let mut k = self.k;
+        k.sort_unstable();
+        k.windows(2).all(|w| w[0] != w[1])
+    }
+}
+
+/// Whether `global_access` takes `inst` with the address pair `lo`, `hi`.
+pub(super) fn global_shaped_ok(inst: &Instruction, lo: &Sv, hi: &Sv) -> bool {
+    let (k, range, _) = offsets(lo, hi.shape.is_uniform());
+    matches!(mem_operands(&inst.op), Some((.., Width::B32)))
+        && hi.shape.per_half()
+        && k.iter().all(|&x| x & 3 == 0)
+        && range.iter().all(|&(a, b)| b - a <= 124)
+}
+
+/// Whether `shared_access` takes `inst` with the address `a`.
+pub(super) fn shared_shaped_ok(inst: &Instruction, a: &Sv) -> bool {
+    let (k, _, _) = offsets(a, true);
+    matches!(mem_operands(&inst.op), Some((.., Width::B32))) && k.iter().all(|&x| x & 3 == 0)
+}
+
 impl Gen<'_, '_> {
-    /// `ld.32`/`st.32` on global memory through the shaped address pair
-    /// `lo`, `hi`; false (nothing emitted) if the shapes do not allow it.
-    pub(super) fn emit_global_shaped(
+    /// The conditions of `ld.32`/`st.32` on global memory through the
+    /// shaped address pair `lo`, `hi` at `pc`; `None` (nothing emitted)
+    /// if the shapes do not allow an inline access.
+    pub(super) fn global_access(
         &mut self,
         pc: u32,
         inst: &Instruction,
-        clock: Value,
         lo: &Sv,
         hi: &Sv,
-    ) -> bool {
+    ) -> Option<Access> {
         let Some((load, data, _, offset, Width::B32)) = mem_operands(&inst.op) else {
-            return false;
+            return None;
         };
         let (k, range, halves) = offsets(lo, hi.shape.is_uniform());
         if !hi.shape.per_half()
             || k.iter().any(|&x| x & 3 != 0)
             || range.iter().any(|&(a, b)| b - a > 124)
         {
-            return false;
+            return None;
         }
         let halves = if halves == 1 && hi.base[0] != hi.base[1] && !hi.shape.is_uniform() {
             2
         } else {
             halves
         };
-        let (fast, slow, cont) = (
-            self.b.create_block(),
-            self.b.create_block(),
-            self.b.create_block(),
-        );
         // Every lane (a guard must hold in all of them).
         let m = self.guard_mask(inst.guard);
         let mut bad = self.b.ins().icmp_imm_s(IntCC::NotEqual, m, -1);
-        let mut va0 = [None; 2];
-        let mut first = [None; 2];
+        let mut start = Vec::with_capacity(2);
         for g in 0..halves {
             let l = self.b.ins().uextend(I64, lo.base[g]);
             let (kmin, kmax) = range[g];
@@ -104,22 +159,139 @@ impl Gen<'_, '_> {
             for c in [c1, c2, c3] {
                 bad = self.b.ins().bor(bad, c);
             }
-            va0[g] = Some(v);
-            first[g] = Some(self.b.ins().iadd_imm_s(v, kmin));
+            start.push(v);
         }
+        let site = self.sites.get(&pc).copied().unwrap_or(0);
+        let tag = site | if load { 0 } else { 1 << 31 };
+        let t = site as i32 * std::mem::size_of::<Tlb>() as i32;
+        Some(Access {
+            load,
+            data: data.0,
+            k,
+            halves,
+            range,
+            start: [start[0], start[halves - 1]],
+            bad,
+            mask: m,
+            tlb: Some((t, tag)),
+        })
+    }
+
+    /// The conditions of `lds.32`/`sts.32` through the shaped address
+    /// register `a`; `None` (nothing emitted) if its shape does not allow
+    /// an inline access.
+    pub(super) fn shared_access(&mut self, inst: &Instruction, a: &Sv) -> Option<Access> {
+        let Some((load, data, _, offset, Width::B32)) = mem_operands(&inst.op) else {
+            return None;
+        };
+        let (k, range, halves) = offsets(a, true);
+        if k.iter().any(|&x| x & 3 != 0) {
+            return None;
+        }
+        let m = self.guard_mask(inst.guard);
+        let mut bad = self.b.ins().icmp_imm_s(IntCC::NotEqual, m, -1);
+        let fx = self.mf(Mem::CtxFixed);
+        let sb = self.b.ins().load(I64, fx, self.ctx, cx!(shared_bytes));
+        let mut start = Vec::with_capacity(2);
+        for g in 0..halves {
+            // Lane addresses `base + offset + k` as exact numbers: inside
+            // shared memory with every lane's word, and aligned.
+            let t = self.b.ins().uextend(I64, a.base[g]);
+            let t = self.b.ins().iadd_imm_s(t, offset as i64);
+            let (kmin, kmax) = range[g];
+            let lo = self.b.ins().iadd_imm_s(t, kmin);
+            let hi = self.b.ins().iadd_imm_s(t, kmax + 4);
+            let c1 = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, lo, 0);
+            let c2 = self.b.ins().icmp(IntCC::SignedGreaterThan, hi, sb);
+            let low = self.b.ins().band_imm_s(t, 3);
+            let c3 = self.b.ins().icmp_imm_s(IntCC::NotEqual, low, 0);
+            for c in [c1, c2, c3] {
+                bad = self.b.ins().bor(bad, c);
+            }
+            start.push(t);
+        }
+        Some(Access {
+            load,
+            data: data.0,
+            k,
+            halves,
+            range,
+            start: [start[0], start[halves - 1]],
+            bad,
+            mask: m,
+            tlb: None,
+        })
+    }
+
+    /// Whether an access's spans are not inside its TLB entry's page (an
+    /// `i8`; false for shared memory).
+    pub(super) fn access_miss(&mut self, a: &Access) -> Value {
+        match a.tlb {
+            Some((t, _)) => {
+                let firsts = a.firsts(self);
+                self.span_miss(t, &firsts)
+            }
+            None => self.b.ins().iconst(I8, 0),
+        }
+    }
+
+    /// Host pointers of each half's start (`Access::start`) once the
+    /// access's conditions hold.
+    pub(super) fn access_ptrs(&mut self, a: &Access) -> [Value; 2] {
+        match a.tlb {
+            Some((t, _)) => {
+                let [base, host] = self.tlb_fields(
+                    t,
+                    [
+                        (offset_of!(Tlb, base), I64),
+                        (offset_of!(Tlb, host), self.ptr),
+                    ],
+                );
+                a.start.map(|v| {
+                    let off = self.b.ins().isub(v, base);
+                    self.b.ins().iadd(host, off)
+                })
+            }
+            None => a.start.map(|t| {
+                let t = if self.ptr == I64 {
+                    t
+                } else {
+                    self.b.ins().ireduce(self.ptr, t)
+                };
+                self.b.ins().iadd(self.shared, t)
+            }),
+        }
+    }
+
+    /// `ld.32`/`st.32` on global memory through the shaped address pair
+    /// `lo`, `hi`; false (nothing emitted) if the shapes do not allow it.
+    pub(super) fn emit_global_shaped(
+        &mut self,
+        pc: u32,
+        inst: &Instruction,
+        clock: Value,
+        lo: &Sv,
+        hi: &Sv,
+    ) -> bool {
+        let Some(a) = self.global_access(pc, inst, lo, hi) else {
+            return false;
+        };
+        let Some((t, tag)) = a.tlb else { return false };
+        let (fast, slow, cont) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
         let (check, lookup2, miss) = (
             self.b.create_block(),
             self.b.create_block(),
             self.b.create_block(),
         );
-        self.b.ins().brif(bad, slow, &[], check, &[]);
+        self.b.ins().brif(a.bad, slow, &[], check, &[]);
         // Each half's span lies in the page of the instruction's TLB entry
         // (refilled once, for half 0, on a miss).
-        let site = self.sites.get(&pc).copied().unwrap_or(0);
-        let tag = site | if load { 0 } else { 1 << 31 };
-        let t = site as i32 * std::mem::size_of::<Tlb>() as i32;
-        let firsts: Vec<Value> = first.iter().take(halves).flatten().copied().collect();
         self.b.switch_to_block(check);
+        let firsts = a.firsts(self);
         let out = self.span_miss(t, &firsts);
         self.b.ins().brif(out, miss, &[], fast, &[]);
         self.b.switch_to_block(miss);
@@ -136,22 +308,11 @@ impl Gen<'_, '_> {
         self.b.ins().brif(out, slow, &[], fast, &[]);
 
         self.b.switch_to_block(fast);
-        let [base, host] = self.tlb_fields(
-            t,
-            [
-                (offset_of!(Tlb, base), I64),
-                (offset_of!(Tlb, host), self.ptr),
-            ],
-        );
-        let ptrs: [Value; 2] = std::array::from_fn(|g| {
-            let v = va0[g.min(halves - 1)].unwrap_or(base);
-            let off = self.b.ins().isub(v, base);
-            self.b.ins().iadd(host, off)
-        });
+        let ptrs = self.access_ptrs(&a);
         let fg = self.mf(Mem::Global);
-        self.chunks(load, data.0, &ptrs, &k, fg);
+        self.chunks(a.load, a.data, &ptrs, &a.k, fg);
         self.add_jwarp(1);
-        self.add_threads(m);
+        self.add_threads(a.mask);
         self.b.ins().jump(cont, &[]);
 
         self.b.switch_to_block(slow);
@@ -170,56 +331,22 @@ impl Gen<'_, '_> {
         clock: Value,
         a: &Sv,
     ) -> bool {
-        let Some((load, data, _, offset, Width::B32)) = mem_operands(&inst.op) else {
+        let Some(a) = self.shared_access(inst, a) else {
             return false;
         };
-        let (k, range, halves) = offsets(a, true);
-        if k.iter().any(|&x| x & 3 != 0) {
-            return false;
-        }
         let (fast, slow, cont) = (
             self.b.create_block(),
             self.b.create_block(),
             self.b.create_block(),
         );
-        let m = self.guard_mask(inst.guard);
-        let mut bad = self.b.ins().icmp_imm_s(IntCC::NotEqual, m, -1);
-        let fx = self.mf(Mem::CtxFixed);
-        let sb = self.b.ins().load(I64, fx, self.ctx, cx!(shared_bytes));
-        let mut start = [None; 2];
-        for g in 0..halves {
-            // Lane addresses `base + offset + k` as exact numbers: inside
-            // shared memory with every lane's word, and aligned.
-            let t = self.b.ins().uextend(I64, a.base[g]);
-            let t = self.b.ins().iadd_imm_s(t, offset as i64);
-            let (kmin, kmax) = range[g];
-            let lo = self.b.ins().iadd_imm_s(t, kmin);
-            let hi = self.b.ins().iadd_imm_s(t, kmax + 4);
-            let c1 = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, lo, 0);
-            let c2 = self.b.ins().icmp(IntCC::SignedGreaterThan, hi, sb);
-            let low = self.b.ins().band_imm_s(t, 3);
-            let c3 = self.b.ins().icmp_imm_s(IntCC::NotEqual, low, 0);
-            for c in [c1, c2, c3] {
-                bad = self.b.ins().bor(bad, c);
-            }
-            start[g] = Some(t);
-        }
-        self.b.ins().brif(bad, slow, &[], fast, &[]);
+        self.b.ins().brif(a.bad, slow, &[], fast, &[]);
 
         self.b.switch_to_block(fast);
-        let ptrs: [Value; 2] = std::array::from_fn(|g| {
-            let t = start[g.min(halves - 1)].unwrap_or(sb);
-            let t = if self.ptr == I64 {
-                t
-            } else {
-                self.b.ins().ireduce(self.ptr, t)
-            };
-            self.b.ins().iadd(self.shared, t)
-        });
+        let ptrs = self.access_ptrs(&a);
         let fsh = self.mf(Mem::Shared);
-        self.chunks(load, data.0, &ptrs, &k, fsh);
+        self.chunks(a.load, a.data, &ptrs, &a.k, fsh);
         self.add_jwarp(1);
-        self.add_threads(m);
+        self.add_threads(a.mask);
         self.b.ins().jump(cont, &[]);
 
         self.b.switch_to_block(slow);
@@ -256,39 +383,64 @@ impl Gen<'_, '_> {
         f: MemFlagsData,
     ) {
         for c in 0..CHUNKS {
-            let p = ptrs[c / (CHUNKS / 2)];
-            let kc: [i64; 4] = std::array::from_fn(|i| k[4 * c + i]);
-            let x = kc[0] as i32;
-            let consecutive = (0..4).all(|i| kc[i] == kc[0] + 4 * i as i64);
-            let same = kc.iter().all(|&v| v == kc[0]);
             if load {
-                let v = if consecutive {
-                    self.b.ins().load(I32X4, f, p, x)
-                } else if same {
-                    let w = self.b.ins().load(I32, f, p, x);
-                    self.b.ins().splat(I32X4, w)
-                } else {
-                    let mut v = self.vsplat(0);
-                    for (i, &o) in kc.iter().enumerate() {
-                        let w = self.b.ins().load(I32, f, p, o as i32);
-                        v = self.b.ins().insertlane(v, w, i as u8);
-                    }
-                    v
-                };
+                let v = self.chunk_load(ptrs, k, c, f);
                 self.store_reg(data, c, v);
             } else {
                 let v = self.load_reg(data, c);
-                if consecutive {
-                    self.b.ins().store(f, v, p, x);
-                } else if same {
-                    let w = self.b.ins().extractlane(v, 3);
-                    self.b.ins().store(f, w, p, x);
-                } else {
-                    for (i, &o) in kc.iter().enumerate() {
-                        let w = self.b.ins().extractlane(v, i as u8);
-                        self.b.ins().store(f, w, p, o as i32);
-                    }
-                }
+                self.chunk_store(ptrs, k, c, f, v);
+            }
+        }
+    }
+
+    /// Lanes `4c..4c + 4` loaded from `ptrs[l / 16] + k[l]`.
+    pub(super) fn chunk_load(
+        &mut self,
+        ptrs: &[Value; 2],
+        k: &[i64; WARP_SIZE],
+        c: usize,
+        f: MemFlagsData,
+    ) -> Value {
+        let p = ptrs[c / (CHUNKS / 2)];
+        let kc: [i64; 4] = std::array::from_fn(|i| k[4 * c + i]);
+        let x = kc[0] as i32;
+        if (0..4).all(|i| kc[i] == kc[0] + 4 * i as i64) {
+            self.b.ins().load(I32X4, f, p, x)
+        } else if kc.iter().all(|&v| v == kc[0]) {
+            let w = self.b.ins().load(I32, f, p, x);
+            self.b.ins().splat(I32X4, w)
+        } else {
+            let mut v = self.vsplat(0);
+            for (i, &o) in kc.iter().enumerate() {
+                let w = self.b.ins().load(I32, f, p, o as i32);
+                v = self.b.ins().insertlane(v, w, i as u8);
+            }
+            v
+        }
+    }
+
+    /// Lanes `4c..4c + 4` of `v` stored to `ptrs[l / 16] + k[l]`, in
+    /// ascending lane order.
+    pub(super) fn chunk_store(
+        &mut self,
+        ptrs: &[Value; 2],
+        k: &[i64; WARP_SIZE],
+        c: usize,
+        f: MemFlagsData,
+        v: Value,
+    ) {
+        let p = ptrs[c / (CHUNKS / 2)];
+        let kc: [i64; 4] = std::array::from_fn(|i| k[4 * c + i]);
+        let x = kc[0] as i32;
+        if (0..4).all(|i| kc[i] == kc[0] + 4 * i as i64) {
+            self.b.ins().store(f, v, p, x);
+        } else if kc.iter().all(|&v| v == kc[0]) {
+            let w = self.b.ins().extractlane(v, 3);
+            self.b.ins().store(f, w, p, x);
+        } else {
+            for (i, &o) in kc.iter().enumerate() {
+                let w = self.b.ins().extractlane(v, i as u8);
+                self.b.ins().store(f, w, p, o as i32);
             }
         }
     }

@@ -16,6 +16,7 @@ use crate::mem::{SparseMemory, PAGE_SIZE};
 use crate::module::{Kernel, Module};
 use std::sync::Arc;
 
+mod fused;
 mod shaped;
 
 struct Rng(u64);
@@ -548,15 +549,35 @@ fn memory(seed: u64) -> SparseMemory {
     m
 }
 
-fn dump(e: &WorkgroupExec<'_>) -> String {
+/// The state of every warp of `e` and its shared memory. A register's
+/// value in a lane is shown only where it can still be seen: the lane has
+/// not exited and the register is live at the lane's pc (`live`, from
+/// `regflow::live_in` for the kernel starting at `entry`); the JIT does not
+/// write back values no lane reads again.
+fn dump(e: &WorkgroupExec<'_>, live: &[u64], entry: u32) -> String {
     let mut s = String::new();
     for (i, w) in e.warps().iter().enumerate() {
         s += &format!(
             "warp {i}: pc {} active {:#x} live {:#x} blocked {:#x} next_min {} clock {} preds {:x?}\n lane_pc {:?}\n",
             w.pc, w.active, w.live, w.blocked, w.next_min, w.clock, w.preds, w.lane_pc
         );
+        let seen = |l: usize, r: usize| {
+            let pc = if w.active >> l & 1 != 0 {
+                w.pc
+            } else {
+                w.lane_pc[l]
+            };
+            let at = pc
+                .checked_sub(entry)
+                .and_then(|x| live.get(x as usize))
+                .copied()
+                .unwrap_or(u64::MAX);
+            w.live >> l & 1 != 0 && (r >= 64 || at >> r & 1 != 0)
+        };
         for (r, v) in w.regs.iter().enumerate() {
-            s += &format!(" r{r} {v:x?}\n");
+            let shown: Vec<Option<u32>> =
+                (0..WARP_SIZE).map(|l| seen(l, r).then_some(v[l])).collect();
+            s += &format!(" r{r} {shown:x?}\n");
         }
     }
     s += &format!("shared {:x?}\n", e.shared());
@@ -595,6 +616,10 @@ fn check_module(m: Module, wg: [u32; 3], r: &mut Rng, seed: u64) {
     };
     args.extend_from_slice(&other.to_le_bytes());
     let launch = Arc::new(Launch::by_index(&m, 0, [2, 1, 1], wg, args, 0).unwrap());
+    let k0 = &m.kernels()[0];
+    let entry = k0.entry;
+    let live = crate::regflow::live_in(m.code(), k0.entry, k0.len, k0.regs as usize)
+        .unwrap_or_else(|| vec![u64::MAX; k0.len as usize]);
     let mem_seed = r.next();
     let (mi, mj, mx) = (memory(mem_seed), memory(mem_seed), memory(mem_seed));
     for wgid in 0..2u32 {
@@ -630,7 +655,11 @@ fn check_module(m: Module, wg: [u32; 3], r: &mut Rng, seed: u64) {
             assert_eq!(a, c, "outcome (engines alternating), {}", ctx());
             assert_eq!(ei.stats(), ej.stats(), "stats, {}", ctx());
             assert_eq!(ei.stats(), ex.stats(), "stats (alternating), {}", ctx());
-            let (si, sj, sx) = (dump(&ei), dump(&ej), dump(&ex));
+            let (si, sj, sx) = (
+                dump(&ei, &live, entry),
+                dump(&ej, &live, entry),
+                dump(&ex, &live, entry),
+            );
             if si != sj || si != sx {
                 let diff: Vec<_> = si
                     .lines()

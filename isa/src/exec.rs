@@ -289,7 +289,10 @@ impl Warp {
     /// which the kernel overwrites before reading).
     fn reset(&mut self, live: u32, entry: u32, zero: u64) {
         let n = self.regs.len();
-        if n >= 64 || zero == (1u64 << n) - 1 {
+        if n == 0 {
+            // Nothing to clear (and no call of `memset`, whose cost for
+            // nothing showed in profiles).
+        } else if n >= 64 || zero == (1u64 << n) - 1 {
             self.regs.as_flattened_mut().fill(0);
         } else {
             let mut z = zero;
@@ -757,7 +760,9 @@ impl<'a> WorkgroupExec<'a> {
             };
             warp.reset(live, self.entry, self.zero_regs);
         }
-        self.shared.fill(0);
+        if !self.shared.is_empty() {
+            self.shared.fill(0);
+        }
         self.next_warp = 0;
         self.done = false;
         self.finished = None;
@@ -901,7 +906,11 @@ impl<'a> WorkgroupExec<'a> {
             let mut ran = false;
             let n = warps.len();
             // Warps in rotation from `next_warp` (no division per warp).
-            let mut w = if n == 0 { 0 } else { self.next_warp % n };
+            let mut w = if self.next_warp < n {
+                self.next_warp
+            } else {
+                0
+            };
             for _ in 0..n {
                 let this = w;
                 w += 1;

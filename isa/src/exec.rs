@@ -136,12 +136,17 @@ impl Launch {
     }
     /// The workgroup id of linear index `i` (x fastest).
     pub fn workgroup_id(&self, i: u64) -> [u32; 3] {
-        let [gx, gy, _] = self.grid.map(|v| v as u64);
-        [
-            (i % gx) as u32,
-            ((i / gx) % gy) as u32,
-            (i / (gx * gy)) as u32,
-        ]
+        let [gx, gy, _] = self.grid.map(u64::from);
+        // One division at most in 1- and 2-D grids (a 64-bit division
+        // costs tens of cycles, and this runs once per workgroup).
+        if i < gx {
+            return [i as u32, 0, 0];
+        }
+        let (q, x) = (i / gx, i % gx);
+        if q < gy {
+            return [x as u32, q as u32, 0];
+        }
+        [x as u32, (q % gy) as u32, (q / gy) as u32]
     }
     /// Threads per workgroup (at most `MAX_WORKGROUP_THREADS`: checked when
     /// the launch was made).

@@ -580,6 +580,19 @@ fn launch_shapes_are_checked_without_wrapping() {
         l.workgroup_id(l.workgroups() - 1),
         [u32::MAX - 1, u32::MAX - 1, 0]
     );
+    // Every linear index maps to x fastest, then y, then z.
+    for grid in [[7, 1, 1], [3, 5, 1], [2, 3, 4], [1, 1, 6], [5, 1, 3]] {
+        let l = launch(grid, [32, 1, 1]).unwrap();
+        let mut i = 0;
+        for z in 0..grid[2] {
+            for y in 0..grid[1] {
+                for x in 0..grid[0] {
+                    assert_eq!(l.workgroup_id(i), [x, y, z], "grid {grid:?} index {i}");
+                    i += 1;
+                }
+            }
+        }
+    }
 }
 
 /// Each kernel as it runs: its metadata (wherever its code starts) and its

@@ -23,6 +23,7 @@ use super::scalar::Pass;
 use super::shaped::{global_shaped_ok, shared_shaped_ok, Access};
 use crate::inst::*;
 use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::I8;
 use cranelift_codegen::ir::{InstBuilder, Value};
 use std::rc::Rc;
 
@@ -69,18 +70,57 @@ impl Gen<'_, '_> {
         if (i..j).any(|x| kinds[x] != Kind::Lane && acc[x - i].is_none()) {
             return None;
         }
-        let mut bad = self.b.ins().iconst(cranelift_codegen::ir::types::I8, 0);
-        let mut ptrs: Vec<Option<[Value; 2]>> = Vec::with_capacity(acc.len());
-        for a in &acc {
-            let Some(a) = a else {
-                ptrs.push(None);
-                continue;
-            };
-            let miss = self.access_miss(a);
+        let (fast, slow, cont) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        // Conditions no TLB refill changes.
+        let mut bad = self.b.ins().iconst(I8, 0);
+        for a in acc.iter().flatten() {
             bad = self.b.ins().bor(bad, a.bad);
-            bad = self.b.ins().bor(bad, miss);
-            ptrs.push(Some(self.access_ptrs(a)));
         }
+        let tlb = self.b.create_block();
+        self.b.ins().brif(bad, slow, &[], tlb, &[]);
+        // Spans outside their TLB entries' pages (a new page, every 32
+        // warps for consecutive words in 4 KiB pages): refill those entries
+        // and look again, rather than run the instructions one by one.
+        self.b.switch_to_block(tlb);
+        let global: Vec<&Access> = acc.iter().flatten().filter(|a| a.tlb.is_some()).collect();
+        let misses: Vec<Value> = global.iter().map(|a| self.access_miss(a)).collect();
+        let any = misses
+            .iter()
+            .fold(self.b.ins().iconst(I8, 0), |x, &m| self.b.ins().bor(x, m));
+        let (refill, again, spans_ok) = (
+            self.b.create_block(),
+            self.b.create_block(),
+            self.b.create_block(),
+        );
+        self.b.ins().brif(any, refill, &[], spans_ok, &[]);
+        self.b.switch_to_block(refill);
+        for (a, &m) in global.iter().zip(&misses) {
+            let (call, next) = (self.b.create_block(), self.b.create_block());
+            self.b.ins().brif(m, call, &[], next, &[]);
+            self.b.switch_to_block(call);
+            self.refill_access(a);
+            self.b.ins().jump(next, &[]);
+            self.b.switch_to_block(next);
+        }
+        self.b.ins().jump(again, &[]);
+        self.b.switch_to_block(again);
+        let mut still = self.b.ins().iconst(I8, 0);
+        for a in &global {
+            let m = self.access_miss(a);
+            still = self.b.ins().bor(still, m);
+        }
+        self.b.ins().brif(still, slow, &[], spans_ok, &[]);
+        // No store overlapping another access in host memory.
+        self.b.switch_to_block(spans_ok);
+        let ptrs: Vec<Option<[Value; 2]>> = acc
+            .iter()
+            .map(|a| a.as_ref().map(|a| self.access_ptrs(a)))
+            .collect();
+        let mut clash = self.b.ins().iconst(I8, 0);
         for (x, a) in acc.iter().enumerate() {
             for (y, b) in acc.iter().enumerate().skip(x + 1) {
                 let (Some(a), Some(b)) = (a, b) else { continue };
@@ -90,16 +130,11 @@ impl Gen<'_, '_> {
                 let (Some(pa), Some(pb)) = (ptrs[x], ptrs[y]) else {
                     continue;
                 };
-                let clash = self.overlap(a, pa, b, pb);
-                bad = self.b.ins().bor(bad, clash);
+                let c = self.overlap(a, pa, b, pb);
+                clash = self.b.ins().bor(clash, c);
             }
         }
-        let (fast, slow, cont) = (
-            self.b.create_block(),
-            self.b.create_block(),
-            self.b.create_block(),
-        );
-        self.b.ins().brif(bad, slow, &[], fast, &[]);
+        self.b.ins().brif(clash, slow, &[], fast, &[]);
 
         self.fused_runs += 1;
         self.b.switch_to_block(fast);
@@ -188,7 +223,7 @@ impl Gen<'_, '_> {
     /// `i8`): their spans overlap, unless they are the same addresses with
     /// a word per lane.
     fn overlap(&mut self, a: &Access, pa: [Value; 2], b: &Access, pb: [Value; 2]) -> Value {
-        let mut clash = self.b.ins().iconst(cranelift_codegen::ir::types::I8, 0);
+        let mut clash = self.b.ins().iconst(I8, 0);
         for ga in 0..a.halves {
             for gb in 0..b.halves {
                 let (a0, a1) = a.range[ga];
@@ -207,7 +242,7 @@ impl Gen<'_, '_> {
         if a.k == b.k && a.distinct() && b.distinct() {
             // The same addresses: fine.
             let same = self.b.ins().icmp(IntCC::Equal, pa[0], pb[0]);
-            let one = self.b.ins().iconst(cranelift_codegen::ir::types::I8, 1);
+            let one = self.b.ins().iconst(I8, 1);
             let differ = self.b.ins().bxor(same, one);
             clash = self.b.ins().band(clash, differ);
         }

@@ -235,6 +235,19 @@ impl Gen<'_, '_> {
         }
     }
 
+    /// Refills a global access's TLB entry with the page of its first
+    /// half's span (the entry is a cache: a failed refill only leaves the
+    /// span missing).
+    pub(super) fn refill_access(&mut self, a: &Access) {
+        let Some((_, tag)) = a.tlb else { return };
+        let firsts = a.firsts(self);
+        let f = self.helper(cx!(refill));
+        let tagv = self.c32(tag);
+        self.b
+            .ins()
+            .call_indirect(self.sig_refill, f, &[self.ctx, tagv, firsts[0]]);
+    }
+
     /// Host pointers of each half's start (`Access::start`) once the
     /// access's conditions hold.
     pub(super) fn access_ptrs(&mut self, a: &Access) -> [Value; 2] {

@@ -154,11 +154,7 @@ impl Gen<'_, '_> {
             let h = self.b.ins().ishl_imm_s(h, 32);
             let v = self.b.ins().bor(h, l);
             let v = self.b.ins().iadd_imm_s(v, offset as i64);
-            let low = self.b.ins().band_imm_s(v, 3);
-            let c3 = self.b.ins().icmp_imm_s(IntCC::NotEqual, low, 0);
-            for c in [c1, c2, c3] {
-                bad = self.b.ins().bor(bad, c);
-            }
+            bad = self.out_or_unaligned(bad, [c1, c2], v);
             start.push(v);
         }
         let site = self.sites.get(&pc).copied().unwrap_or(0);
@@ -175,6 +171,17 @@ impl Gen<'_, '_> {
             mask: m,
             tlb: Some((t, tag)),
         })
+    }
+
+    /// `bad`, or any of the range conditions `out`, or `addr` not a
+    /// multiple of 4 (an `i8`).
+    fn out_or_unaligned(&mut self, mut bad: Value, out: [Value; 2], addr: Value) -> Value {
+        let low = self.b.ins().band_imm_s(addr, 3);
+        let c3 = self.b.ins().icmp_imm_s(IntCC::NotEqual, low, 0);
+        for c in [out[0], out[1], c3] {
+            bad = self.b.ins().bor(bad, c);
+        }
+        bad
     }
 
     /// The conditions of `lds.32`/`sts.32` through the shaped address
@@ -203,11 +210,7 @@ impl Gen<'_, '_> {
             let hi = self.b.ins().iadd_imm_s(t, kmax + 4);
             let c1 = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, lo, 0);
             let c2 = self.b.ins().icmp(IntCC::SignedGreaterThan, hi, sb);
-            let low = self.b.ins().band_imm_s(t, 3);
-            let c3 = self.b.ins().icmp_imm_s(IntCC::NotEqual, low, 0);
-            for c in [c1, c2, c3] {
-                bad = self.b.ins().bor(bad, c);
-            }
+            bad = self.out_or_unaligned(bad, [c1, c2], t);
             start.push(t);
         }
         Some(Access {

@@ -130,6 +130,10 @@ impl Gen<'_, '_> {
                 let (Some(pa), Some(pb)) = (ptrs[x], ptrs[y]) else {
                     continue;
                 };
+                if a.origin == b.origin && a.k == b.k && a.distinct() && b.distinct() {
+                    // The same addresses, a word per lane, known here.
+                    continue;
+                }
                 let c = self.overlap(a, pa, b, pb);
                 clash = self.b.ins().bor(clash, c);
             }

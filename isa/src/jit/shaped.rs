@@ -72,6 +72,10 @@ pub(super) struct Access {
     /// Global accesses: the TLB entry's offset in the table and the tag
     /// of a refill.
     pub(super) tlb: Option<(i32, u32)>,
+    /// Where the addresses come from: the address registers' lane-0 and
+    /// lane-16 values (low and high words) and the offset. Two accesses
+    /// with the same origin and offsets `k` reach the same addresses.
+    pub(super) origin: ([Value; 4], i32),
 }
 
 impl Access {
@@ -170,6 +174,7 @@ impl Gen<'_, '_> {
             bad,
             mask: m,
             tlb: Some((t, tag)),
+            origin: ([lo.base[0], lo.base[1], hi.base[0], hi.base[1]], offset),
         })
     }
 
@@ -223,6 +228,7 @@ impl Gen<'_, '_> {
             bad,
             mask: m,
             tlb: None,
+            origin: ([a.base[0], a.base[1], a.base[0], a.base[1]], offset),
         })
     }
 

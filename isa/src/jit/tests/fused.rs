@@ -149,3 +149,10 @@ fn a_load_before_a_store_to_the_words_after_it_sees_the_old_values() {
         "{HEAD}    ld.32   r9, [d2]\n    st.32   [d2+4], r8\n    st.32   [d4], r9\n    exit\n.end\n"
     ));
 }
+
+#[test]
+fn a_read_modify_write_through_another_register_matches() {
+    check(&format!(
+        "{HEAD}    ldarg   d10, [buf]\n    mad.wide.u32 d10, r0, r1, d10\n    ld.32   r9, [d2]\n    add     r9, r9, r8\n    st.32   [d10], r9\n    ld.32   r11, [d2+4]\n    st.32   [d4], r11\n    exit\n.end\n"
+    ));
+}

@@ -29,7 +29,9 @@
 //!
 //! Each watch keeps the guest-physical address of its block once
 //! translated, like a TLB entry: `TLB_INVALIDATE` of a range covering the
-//! block drops it, and the next read walks the page tables again. A block
+//! block drops it, and the next read walks the page tables again — also
+//! when the invalidation comes while a scan is reading the blocks (that
+//! scan's new translations are not kept, [`WatchUnit::merge`]). A block
 //! that cannot be translated, is not writable or is outside RAM stops the
 //! ring with the engine error `DOORBELL_FAULT` (reported by the engine, see
 //! [`super::scheduler::take_doorbells`]) and its watch ends.
@@ -115,6 +117,24 @@ pub struct WatchUnit {
     pub sleeps: u64,
     /// The next watch's id.
     pub next_id: u64,
+    /// `invalidate` calls since power-on: a scan keeps the translations it
+    /// made only if none came while it read (see [`WatchUnit::merge`]).
+    pub invalidations: u64,
+}
+
+impl WatchUnit {
+    /// The watch `seen` as a scan that began at `invalidations` == `gen`
+    /// read it, merged into its registered version `now`: the translation
+    /// the scan made is kept only if no `invalidate` came meanwhile —
+    /// otherwise it may be of a page unmapped since, and the next scan
+    /// walks the page tables again.
+    pub fn merge(&self, gen: u64, now: Watch, seen: &Watch) -> Watch {
+        let mut m = now;
+        if self.invalidations == gen {
+            m.pa = now.pa.or(seen.pa);
+        }
+        m
+    }
 }
 
 /// The watcher: its state and the condition its thread sleeps on.
@@ -150,7 +170,9 @@ impl Watcher {
     /// Drops the cached translations of blocks of `ctx` in `va..va + size`
     /// (`size` 0: all of the context's).
     pub fn invalidate(&self, ctx: u32, va: u64, size: u64) {
-        for w in self.lock().watches.iter_mut().filter(|w| w.ctx == ctx) {
+        let mut u = self.lock();
+        u.invalidations += 1;
+        for w in u.watches.iter_mut().filter(|w| w.ctx == ctx) {
             let hit = size == 0 || (w.va >= va && w.va - va < size);
             if hit {
                 w.pa = None;
@@ -357,7 +379,10 @@ fn look(gpu: &Gpu, mem: &Mem, w: &mut Watch, sleeping: Option<u32>) -> Look {
 /// ring restarted elsewhere — is not rung with the old block's value).
 fn scan(gpu: &Gpu, sleeping: Option<u32>) -> bool {
     let mem = gpu.memory();
-    let mut watches = gpu.watch.lock().watches.clone();
+    let (mut watches, gen) = {
+        let u = gpu.watch.lock();
+        (u.watches.clone(), u.invalidations)
+    };
     let looks: Vec<Look> = watches
         .iter_mut()
         .map(|w| look(gpu, &mem, w, sleeping))
@@ -368,8 +393,7 @@ fn scan(gpu: &Gpu, sleeping: Option<u32>) -> bool {
         let Some(i) = u.watches.iter().position(|o| o.id == w.id) else {
             continue;
         };
-        let mut now = u.watches[i];
-        now.pa = now.pa.or(w.pa);
+        let mut now = u.merge(gen, u.watches[i], w);
         match l {
             Look::Same => u.watches[i] = now,
             Look::Changed(v) => {
@@ -481,5 +505,54 @@ pub fn watcher_main(gpu: std::sync::Arc<Gpu>) {
             scan(&gpu, Some(0));
         }
         active_until = Instant::now() + gpu.watch.poll_window;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watch(pa: Option<u64>) -> Watch {
+        Watch {
+            id: 1,
+            ctx: 1,
+            engine: 0,
+            va: 0x40_0000,
+            last: 0,
+            pa,
+        }
+    }
+
+    #[test]
+    fn a_translation_made_during_an_invalidation_is_not_kept() {
+        let w = Watcher::new(Duration::from_millis(1));
+        w.lock().watches.push(watch(None));
+        // A scan starts and translates the block...
+        let (gen, mut seen) = {
+            let u = w.lock();
+            (u.invalidations, u.watches[0])
+        };
+        seen.pa = Some(0x1000);
+        // ...the driver unmaps it and invalidates meanwhile...
+        w.invalidate(1, 0x40_0000, 4096);
+        // ...and the scan's translation must not come back.
+        let u = w.lock();
+        let merged = u.merge(gen, u.watches[0], &seen);
+        assert_eq!(merged.pa, None);
+    }
+
+    #[test]
+    fn a_translation_made_undisturbed_is_kept() {
+        let w = Watcher::new(Duration::from_millis(1));
+        w.lock().watches.push(watch(None));
+        let (gen, mut seen) = {
+            let u = w.lock();
+            (u.invalidations, u.watches[0])
+        };
+        seen.pa = Some(0x1000);
+        // Another context's invalidation counts too (harmless: the next
+        // scan walks again), but none here.
+        let u = w.lock();
+        assert_eq!(u.merge(gen, u.watches[0], &seen).pa, Some(0x1000));
     }
 }

@@ -6,7 +6,9 @@
 //! Single-threaded times are the process's CPU time (on a shared machine
 //! wall time mostly measures the other processes); runs on several
 //! threads are timed by the wall clock. `ISA_BENCH_JIT_ONLY=1` leaves the
-//! interpreter out (for profiling the JIT).
+//! interpreter out (for profiling the JIT); `isa_bench saxpy-parts` times
+//! saxpy's kernel cut down step by step on the JIT (where a warp's time
+//! goes).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -158,6 +160,76 @@ fn main() {
     }
     if want("matmul") {
         matmul(cores);
+    }
+    // Only when asked for: an analysis, not a ratio.
+    if only.as_deref() == Some("saxpy-parts") {
+        saxpy_parts();
+    }
+}
+
+/// Where a JIT saxpy warp's time goes: saxpy's kernel cut down step by
+/// step, each timed on the JIT (1 thread, n = 4 Mi), in ns per warp of 32
+/// elements.
+fn saxpy_parts() {
+    let head = "
+.kernel e
+.arg n u32
+.arg alpha f32
+.arg x ptr
+.arg y ptr
+.workgroup 256
+    s2r     r0, %gid.x
+    ldarg   r1, [n]
+    setp.ge.u32 p0, r0, r1
+    @p0 exit
+    ldarg   r1, [alpha]
+    mov     r7, 4
+    ldarg   d2, [x]
+    mad.wide.u32 d2, r0, r7, d2
+    ldarg   d4, [y]
+    mad.wide.u32 d4, r0, r7, d4
+";
+    let tail = "    exit\n.end\n";
+    let variants = [
+        ("exit only", ".kernel e\n.workgroup 256\n".to_string()),
+        ("bounds block", head.to_string()),
+        ("arithmetic, no memory", format!("{head}    mov r8, 1.0\n    mov r9, 2.0\n    ffma r9, r1, r8, r9\n    add r10, r9, 1\n")),
+        ("one load stream", format!("{head}    ld.32 r8, [d2]\n    mov r9, 2.0\n    ffma r9, r1, r8, r9\n    add r10, r9, 1\n")),
+        ("one store stream", format!("{head}    mov r8, 1.0\n    mov r9, 2.0\n    ffma r9, r1, r8, r9\n    st.32 [d4], r9\n")),
+        ("saxpy", format!("{head}    ld.32 r8, [d2]\n    ld.32 r9, [d4]\n    ffma r9, r1, r8, r9\n    st.32 [d4], r9\n")),
+    ];
+    let n = 1usize << 22;
+    let mut mem = SparseMemory::new();
+    let (vx, vy) = (
+        1u64 << 32,
+        (1u64 << 32) + 2 * (n as u64 * 4).next_multiple_of(PAGE_SIZE),
+    );
+    mem.map(vx, n as u64 * 4, true);
+    mem.map(vy, n as u64 * 4, true);
+    on_threads(1);
+    for (name, body) in variants {
+        let m = assemble(&format!("{body}{tail}"), 1).expect("assemble");
+        let a = args(
+            &[
+                (0, n as u64, false),
+                (4, 1.5f32.to_bits() as u64, false),
+                (8, vx, true),
+                (16, vy, true),
+            ],
+            24,
+        );
+        let l = Launch::new(&m, "e", [(n / 256) as u32, 1, 1], [256, 1, 1], a).expect("launch");
+        let Ok(j) = JitModule::compile(&m) else {
+            println!("saxpy-parts: no JIT on this host");
+            return;
+        };
+        let t = best(5, || {
+            grid(&m, &l, &mem, 1, Some(&j));
+        });
+        println!(
+            "saxpy-parts: {name}: {:.1} ns per warp",
+            t.as_secs_f64() * 1e9 / (n / 32) as f64
+        );
     }
 }
 

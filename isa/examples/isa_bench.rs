@@ -81,9 +81,25 @@ fn arg_off(m: &Module, k: &str, name: &str) -> u32 {
 }
 
 fn sample(name: &str) -> Module {
+    assemble(&sample_source(name), 1).expect("assemble")
+}
+
+fn sample_source(name: &str) -> String {
     let path = format!("{}/samples/{name}.s", env!("CARGO_MANIFEST_DIR"));
-    let src = std::fs::read_to_string(&path).expect("sample");
-    assemble(&src, 1).expect("assemble")
+    std::fs::read_to_string(&path).expect("sample")
+}
+
+/// `n` floats at each of two VAs `x` and `y` (mapped writable, zeroed):
+/// the memory and the two VAs.
+fn saxpy_memory(n: usize) -> (SparseMemory, u64, u64) {
+    let mut mem = SparseMemory::new();
+    let (vx, vy) = (
+        1u64 << 32,
+        (1u64 << 32) + 2 * (n as u64 * 4).next_multiple_of(PAGE_SIZE),
+    );
+    mem.map(vx, n as u64 * 4, true);
+    mem.map(vy, n as u64 * 4, true);
+    (mem, vx, vy)
 }
 
 /// Best of `reps` runs of `f`.
@@ -171,54 +187,41 @@ fn main() {
 /// step, each timed on the JIT (1 thread, n = 4 Mi), in ns per warp of 32
 /// elements.
 fn saxpy_parts() {
-    let head = "
-.kernel e
-.arg n u32
-.arg alpha f32
-.arg x ptr
-.arg y ptr
-.workgroup 256
-    s2r     r0, %gid.x
-    ldarg   r1, [n]
-    setp.ge.u32 p0, r0, r1
-    @p0 exit
-    ldarg   r1, [alpha]
-    mov     r7, 4
-    ldarg   d2, [x]
-    mad.wide.u32 d2, r0, r7, d2
-    ldarg   d4, [y]
-    mad.wide.u32 d4, r0, r7, d4
-";
-    let tail = "    exit\n.end\n";
+    // The sample up to its addresses (`&x[i]`, `&y[i]`), then each body.
+    let src = sample_source("saxpy");
+    let cut = src.find("    ld.32").expect("saxpy's first load");
+    let head = &src[..cut];
     let variants = [
-        ("exit only", ".kernel e\n.workgroup 256\n".to_string()),
-        ("bounds block", head.to_string()),
-        ("arithmetic, no memory", format!("{head}    mov r8, 1.0\n    mov r9, 2.0\n    ffma r9, r1, r8, r9\n    add r10, r9, 1\n")),
-        ("one load stream", format!("{head}    ld.32 r8, [d2]\n    mov r9, 2.0\n    ffma r9, r1, r8, r9\n    add r10, r9, 1\n")),
-        ("one store stream", format!("{head}    mov r8, 1.0\n    mov r9, 2.0\n    ffma r9, r1, r8, r9\n    st.32 [d4], r9\n")),
-        ("saxpy", format!("{head}    ld.32 r8, [d2]\n    ld.32 r9, [d4]\n    ffma r9, r1, r8, r9\n    st.32 [d4], r9\n")),
+        ("exit only", ".kernel saxpy\n.workgroup 256\n    exit\n.end\n".to_string()),
+        ("bounds block", format!("{head}    exit\n.end\n")),
+        ("arithmetic, no memory", format!("{head}    mov r8, 1.0\n    mov r9, 2.0\n    ffma r9, r1, r8, r9\n    add r10, r9, 1\n    exit\n.end\n")),
+        ("one load stream", format!("{head}    ld.32 r8, [d2]\n    mov r9, 2.0\n    ffma r9, r1, r8, r9\n    add r10, r9, 1\n    exit\n.end\n")),
+        ("one store stream", format!("{head}    mov r8, 1.0\n    mov r9, 2.0\n    ffma r9, r1, r8, r9\n    st.32 [d4], r9\n    exit\n.end\n")),
+        ("saxpy", src.clone()),
     ];
     let n = 1usize << 22;
-    let mut mem = SparseMemory::new();
-    let (vx, vy) = (
-        1u64 << 32,
-        (1u64 << 32) + 2 * (n as u64 * 4).next_multiple_of(PAGE_SIZE),
-    );
-    mem.map(vx, n as u64 * 4, true);
-    mem.map(vy, n as u64 * 4, true);
+    let (mem, vx, vy) = saxpy_memory(n);
     on_threads(1);
-    for (name, body) in variants {
-        let m = assemble(&format!("{body}{tail}"), 1).expect("assemble");
-        let a = args(
-            &[
-                (0, n as u64, false),
-                (4, 1.5f32.to_bits() as u64, false),
-                (8, vx, true),
-                (16, vy, true),
-            ],
-            24,
-        );
-        let l = Launch::new(&m, "e", [(n / 256) as u32, 1, 1], [256, 1, 1], a).expect("launch");
+    for (name, text) in variants {
+        let m = assemble(&text, 1).expect("assemble");
+        let off = |a: &str| {
+            m.kernel("saxpy")
+                .and_then(|k| k.args.iter().find(|x| x.name == a))
+                .map(|x| x.offset)
+        };
+        let a = match (off("n"), off("alpha"), off("x"), off("y")) {
+            (Some(o_n), Some(o_a), Some(o_x), Some(o_y)) => args(
+                &[
+                    (o_n, n as u64, false),
+                    (o_a, 1.5f32.to_bits() as u64, false),
+                    (o_x, vx, true),
+                    (o_y, vy, true),
+                ],
+                24,
+            ),
+            _ => Vec::new(),
+        };
+        let l = Launch::new(&m, "saxpy", [(n / 256) as u32, 1, 1], [256, 1, 1], a).expect("launch");
         let Ok(j) = JitModule::compile(&m) else {
             println!("saxpy-parts: no JIT on this host");
             return;
@@ -277,13 +280,7 @@ fn saxpy(cores: usize) {
     let alpha = 1.5f32;
     let x: Vec<f32> = (0..n).map(|i| (i % 1000) as f32 * 0.001).collect();
     let y0: Vec<f32> = (0..n).map(|i| (i % 777) as f32 * 0.002).collect();
-    let mut mem = SparseMemory::new();
-    let (vx, vy) = (
-        1u64 << 32,
-        (1u64 << 32) + 2 * (n as u64 * 4).next_multiple_of(PAGE_SIZE),
-    );
-    mem.map(vx, n as u64 * 4, true);
-    mem.map(vy, n as u64 * 4, true);
+    let (mem, vx, vy) = saxpy_memory(n);
     mem.write_f32s(vx, &x).expect("x");
     mem.write_f32s(vy, &y0).expect("y");
     let a = args(

@@ -512,46 +512,38 @@ pub fn watcher_main(gpu: std::sync::Arc<Gpu>) {
 mod tests {
     use super::*;
 
-    fn watch(pa: Option<u64>) -> Watch {
-        Watch {
+    /// A watcher with one untranslated watch, and a scan of it begun: the
+    /// invalidation count it began at and the watch as it translated it.
+    fn scan_begun() -> (Watcher, u64, Watch) {
+        let w = Watcher::new(Duration::from_millis(1));
+        w.lock().watches.push(Watch {
             id: 1,
             ctx: 1,
             engine: 0,
             va: 0x40_0000,
             last: 0,
-            pa,
-        }
+            pa: None,
+        });
+        let (gen, mut seen) = {
+            let u = w.lock();
+            (u.invalidations, u.watches[0])
+        };
+        seen.pa = Some(0x1000);
+        (w, gen, seen)
     }
 
     #[test]
     fn a_translation_made_during_an_invalidation_is_not_kept() {
-        let w = Watcher::new(Duration::from_millis(1));
-        w.lock().watches.push(watch(None));
-        // A scan starts and translates the block...
-        let (gen, mut seen) = {
-            let u = w.lock();
-            (u.invalidations, u.watches[0])
-        };
-        seen.pa = Some(0x1000);
-        // ...the driver unmaps it and invalidates meanwhile...
+        let (w, gen, seen) = scan_begun();
+        // The driver unmaps the block and invalidates while the scan reads.
         w.invalidate(1, 0x40_0000, 4096);
-        // ...and the scan's translation must not come back.
         let u = w.lock();
-        let merged = u.merge(gen, u.watches[0], &seen);
-        assert_eq!(merged.pa, None);
+        assert_eq!(u.merge(gen, u.watches[0], &seen).pa, None);
     }
 
     #[test]
     fn a_translation_made_undisturbed_is_kept() {
-        let w = Watcher::new(Duration::from_millis(1));
-        w.lock().watches.push(watch(None));
-        let (gen, mut seen) = {
-            let u = w.lock();
-            (u.invalidations, u.watches[0])
-        };
-        seen.pa = Some(0x1000);
-        // Another context's invalidation counts too (harmless: the next
-        // scan walks again), but none here.
+        let (w, gen, seen) = scan_begun();
         let u = w.lock();
         assert_eq!(u.merge(gen, u.watches[0], &seen).pa, Some(0x1000));
     }

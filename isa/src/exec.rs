@@ -294,7 +294,7 @@ impl Warp {
     /// which the kernel overwrites before reading).
     fn reset(&mut self, live: u32, entry: u32, zero: u64) {
         let n = self.regs.len();
-        if n == 0 {
+        if n == 0 || (zero == 0 && n < 64) {
             // Nothing to clear (and no call of `memset`, whose cost for
             // nothing showed in profiles).
         } else if n >= 64 || zero == (1u64 << n) - 1 {
@@ -583,6 +583,15 @@ fn compare(cmp: Cmp, ty: CmpType, a: &Lanes, b: &Lanes) -> u32 {
         CmpType::F32 => by_cmp!(fl),
     }
 }
+
+/// What running warp `w` from the scheduler did: the warp instructions
+/// used, why the last warp run stopped and which warp that was. Native code
+/// goes on from a warp left idle to the next one (never past the last)
+/// with the quantum the scheduler would give it (the budget left, at most
+/// [`QUANTUM`]), unless the budget is used up or the cancel flag is set;
+/// so the warps run, the instructions used and the stop are the
+/// scheduler's own.
+pub(crate) type WarpRun = Result<(u64, WarpStop, usize), Fault>;
 
 pub(crate) enum WarpStop {
     /// Quantum used up; the warp can continue.
@@ -883,22 +892,25 @@ impl<'a> WorkgroupExec<'a> {
             self.warps = warps;
             return r;
         }
-        let r = self.schedule(&mut warps, limits, |e, w, warp, quantum| {
-            e.run_warp_inner(w, warp, code, mem, quantum)
+        let r = self.schedule(&mut warps, limits, |e, warps, w, quantum, _| {
+            let (used, stop) = e.run_warp_inner(w, &mut warps[w], code, mem, quantum)?;
+            Ok((used, stop, w))
         });
         self.warps = warps;
         r
     }
 
     /// The scheduler: runs `warps` in rotation until the workgroup ends or
-    /// `limits` stop it; `run` runs warp `w` for at most a quantum of
-    /// instructions (the interpreter, or native code).
+    /// `limits` stop it; `run(self, warps, w, quantum, budget)` runs warp
+    /// `w` for at most `quantum` instructions (the interpreter, or native
+    /// code). Native code may go on to the next warps itself, as this
+    /// loop would: see [`WarpRun`].
     #[inline(always)]
     pub(crate) fn schedule(
         &mut self,
         warps: &mut [Warp],
         limits: Limits<'_>,
-        mut run: impl FnMut(&mut Self, usize, &mut Warp, u64) -> Result<(u64, WarpStop), Fault>,
+        mut run: impl FnMut(&mut Self, &mut [Warp], usize, u64, u64) -> WarpRun,
     ) -> Result<Outcome, Fault> {
         let mut budget = limits.budget;
         loop {
@@ -916,29 +928,34 @@ impl<'a> WorkgroupExec<'a> {
             } else {
                 0
             };
-            for _ in 0..n {
+            // Warps visited this round (a call may run several in turn).
+            let mut visited = 0;
+            while visited < n {
                 let this = w;
-                w += 1;
-                if w == n {
-                    w = 0;
-                }
-                let w = this;
-                if warps[w].active == 0 {
+                if warps[this].active == 0 {
+                    visited += 1;
+                    w = if this + 1 == n { 0 } else { this + 1 };
                     continue;
                 }
                 if budget == 0 {
-                    self.next_warp = w;
+                    self.next_warp = this;
                     return Ok(Outcome::Preempted);
                 }
                 ran = true;
                 let quantum = budget.min(QUANTUM);
-                let (used, stop) = match run(self, w, &mut warps[w], quantum) {
+                let (used, stop, last) = match run(self, warps, this, quantum, budget) {
                     Ok(r) => r,
                     Err(f) => {
                         self.done = true;
                         return Err(f);
                     }
                 };
+                // `run` went on from `this` to the following warps up to
+                // `last` (each idle when left, as this loop would have
+                // found them), never past the last warp.
+                let last = last.clamp(this, n - 1);
+                visited += last - this + 1;
+                w = if last + 1 == n { 0 } else { last + 1 };
                 budget -= used;
                 if let WarpStop::Trap(t) = stop {
                     self.done = true;

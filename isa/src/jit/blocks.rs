@@ -299,8 +299,9 @@ impl Gen<'_, '_> {
         };
         for (r, s) in regs {
             let off = *r as i32 * REG_BYTES;
-            let b0 = self.b.ins().load(I32, f, self.regs, off);
-            let b1 = self.b.ins().load(I32, f, self.regs, off + 64);
+            let rf = self.regs();
+            let b0 = self.b.ins().load(I32, f, rf, off);
+            let b1 = self.b.ins().load(I32, f, rf, off + 64);
             if let Some(k) = s.known {
                 let c = self.b.ins().icmp_imm_s(IntCC::Equal, b0, k as i32 as i64);
                 and(self, c);
@@ -412,8 +413,8 @@ impl Gen<'_, '_> {
         self.b.def_var(self.v_clock, clock);
         let none = self.c32(u32::MAX);
         self.b.def_var(self.v_next_min, none);
-        let idle = self.c32(status::IDLE);
-        self.b.ins().jump(self.exit, &[idle.into()]);
+        // On to the next warp, or back to the scheduler.
+        self.b.ins().jump(self.chain, &[]);
         self.b.switch_to_block(resched);
         self.reschedule_and_dispatch(pcv, clock);
     }

@@ -136,6 +136,7 @@ fn compile(code: &[Instruction], k: &Kernel, wg: Option<[u32; 3]>) -> Result<Nat
     if let Some(v) = cctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
         eprintln!("{v}");
     }
+    let code_len = cctx.compiled_code().map_or(0, |c| c.code_buffer().len());
     jm.clear_context(&mut cctx);
     jm.finalize_definitions()
         .map_err(|e| format!("finalize: {e}"))?;
@@ -144,12 +145,44 @@ fn compile(code: &[Instruction], k: &Kernel, wg: Option<[u32; 3]>) -> Result<Nat
     // signature `(ptr) -> i32` under the host's default C calling
     // convention, which is `KernelFn`.
     let entry = unsafe { std::mem::transmute::<*const u8, runtime::KernelFn>(code) };
+    if std::env::var_os("VGPU_JIT_PERFMAP").is_some() {
+        perf_map(code, code_len, &k.name, wg);
+    }
     Ok(Native {
         entry,
         _code: runtime::CodeMemory::new(jm),
         consts: consts.into_iter().map(runtime::Vector).collect(),
         fused_runs,
     })
+}
+
+/// For profiling generated code (`VGPU_JIT_PERFMAP=1`): names the code in
+/// `/tmp/perf-PID.map`, which `perf report` reads, and writes its bytes to
+/// `/tmp/vgpu-jit-PID-ADDR.bin` for `objdump -D -b binary -m i386:x86-64
+/// --adjust-vma=ADDR`.
+fn perf_map(code: *const u8, len: usize, name: &str, wg: Option<[u32; 3]>) {
+    use std::io::Write;
+    let pid = std::process::id();
+    let shape = wg.map_or_else(
+        || "any".to_string(),
+        |w| format!("{}x{}x{}", w[0], w[1], w[2]),
+    );
+    let line = format!("{:x} {len:x} vgpu-jit:{name}:{shape}\n", code as usize);
+    let map = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(format!("/tmp/perf-{pid}.map"));
+    if let Ok(mut f) = map {
+        let _ = f.write_all(line.as_bytes());
+    }
+    // SAFETY: `code` points at the `len` bytes of a finalized function,
+    // which stay mapped while the module that owns them lives (past this
+    // call).
+    let bytes = unsafe { std::slice::from_raw_parts(code, len) };
+    let _ = std::fs::write(
+        format!("/tmp/vgpu-jit-{pid}-{:x}.bin", code as usize),
+        bytes,
+    );
 }
 
 /// The code generator's state for one kernel.
@@ -162,9 +195,11 @@ pub(super) struct Gen<'a, 'b> {
     pub(super) ptr: ir::Type,
     pub(super) fma: bool,
     pub(super) ctx: Value,
-    pub(super) regs: Value,
-    pub(super) warp: Value,
-    pub(super) tids: Value,
+    /// The current warp's register file, state and thread ids (the code
+    /// goes on from warp to warp: `emit_chain`).
+    pub(super) v_regs: Variable,
+    pub(super) v_warp: Variable,
+    pub(super) v_tids: Variable,
     pub(super) args: Value,
     pub(super) shared: Value,
     pub(super) v_active: Variable,
@@ -177,6 +212,8 @@ pub(super) struct Gen<'a, 'b> {
     pub(super) v_preds: [Variable; 7],
     pub(super) heads: HashMap<u32, Block>,
     pub(super) dispatch: Block,
+    /// Where an idle warp goes on to the next one (`emit_chain`).
+    pub(super) chain: Block,
     pub(super) exit: Block,
     pub(super) exit_nosync: Block,
     pub(super) sig_step: SigRef,
@@ -246,12 +283,20 @@ impl<'a, 'b> Gen<'a, 'b> {
         });
         let fixed = mem_flags(&regions, Mem::CtxFixed);
         let ld = |b: &mut FunctionBuilder, off| b.ins().load(ptr, fixed, ctx, off);
-        let regs = ld(&mut b, cx!(regs));
-        let warp = ld(&mut b, cx!(warp));
-        let tids = ld(&mut b, cx!(tids));
+        // The warp's pointers change when the code goes on to the next warp.
+        let per_warp = mem_flags(&regions, Mem::Ctx);
+        let regs = b.ins().load(ptr, per_warp, ctx, cx!(regs));
+        let warp = b.ins().load(ptr, per_warp, ctx, cx!(warp));
+        let tids = b.ins().load(ptr, per_warp, ctx, cx!(tids));
         let args = ld(&mut b, cx!(args));
         let shared = ld(&mut b, cx!(shared));
         let cbase = ld(&mut b, cx!(consts));
+        let v_regs = b.declare_var(ptr);
+        let v_warp = b.declare_var(ptr);
+        let v_tids = b.declare_var(ptr);
+        b.def_var(v_regs, regs);
+        b.def_var(v_warp, warp);
+        b.def_var(v_tids, tids);
         let v_active = b.declare_var(I32);
         let v_next_min = b.declare_var(I32);
         let v_clock = b.declare_var(I64);
@@ -265,6 +310,7 @@ impl<'a, 'b> Gen<'a, 'b> {
             heads.insert(s, b.create_block());
         }
         let dispatch = b.create_block();
+        let chain = b.create_block();
         let exit = b.create_block();
         b.append_block_param(exit, I32);
         let exit_nosync = b.create_block();
@@ -278,9 +324,9 @@ impl<'a, 'b> Gen<'a, 'b> {
             ptr,
             fma,
             ctx,
-            regs,
-            warp,
-            tids,
+            v_regs,
+            v_warp,
+            v_tids,
             args,
             shared,
             v_active,
@@ -293,6 +339,7 @@ impl<'a, 'b> Gen<'a, 'b> {
             v_preds,
             heads,
             dispatch,
+            chain,
             exit,
             exit_nosync,
             sig_step,
@@ -338,6 +385,7 @@ impl<'a, 'b> Gen<'a, 'b> {
             }
         }
         self.emit_dispatch();
+        self.emit_chain();
         self.emit_exits();
         for i in 0..self.blocks.list.len() {
             self.emit_block(i)?;
@@ -346,6 +394,23 @@ impl<'a, 'b> Gen<'a, 'b> {
     }
 
     // --- small helpers -------------------------------------------------
+
+    /// The current warp's register file.
+    pub(super) fn regs(&mut self) -> Value {
+        self.b.use_var(self.v_regs)
+    }
+
+    /// The current warp's index (changes when the code goes on to the next
+    /// warp, unlike the launch's geometry).
+    pub(super) fn warp_index(&mut self) -> Value {
+        let f = self.mf(Mem::Ctx);
+        self.b.ins().load(I32, f, self.ctx, cx!(warp_index))
+    }
+
+    /// The current warp's thread ids.
+    pub(super) fn tids(&mut self) -> Value {
+        self.b.use_var(self.v_tids)
+    }
 
     /// The registers (of `r0..r63`) live before the instruction at `pc`.
     pub(super) fn live_at(&self, pc: u32) -> u64 {
@@ -412,13 +477,15 @@ impl<'a, 'b> Gen<'a, 'b> {
     pub(super) fn load_reg(&mut self, r: u8, c: usize) -> Value {
         let off = r as i32 * REG_BYTES + 16 * c as i32;
         let f = self.mf(Mem::Regs);
-        self.b.ins().load(I32X4, f, self.regs, off)
+        let regs = self.regs();
+        self.b.ins().load(I32X4, f, regs, off)
     }
 
     pub(super) fn store_reg(&mut self, r: u8, c: usize, v: Value) {
         let off = r as i32 * REG_BYTES + 16 * c as i32;
         let f = self.mf(Mem::Regs);
-        self.b.ins().store(f, v, self.regs, off);
+        let regs = self.regs();
+        self.b.ins().store(f, v, regs, off);
     }
 
     /// All-ones in the lanes `4c..4c + 4` whose bit is set in the scalar
@@ -483,12 +550,14 @@ impl<'a, 'b> Gen<'a, 'b> {
 
     pub(super) fn warp_field(&mut self, ty: ir::Type, off: usize) -> Value {
         let f = self.mf(Mem::Warp);
-        self.b.ins().load(ty, f, self.warp, off as i32)
+        let w = self.b.use_var(self.v_warp);
+        self.b.ins().load(ty, f, w, off as i32)
     }
 
     pub(super) fn set_warp_field(&mut self, off: usize, v: Value) {
         let f = self.mf(Mem::Warp);
-        self.b.ins().store(f, v, self.warp, off as i32);
+        let w = self.b.use_var(self.v_warp);
+        self.b.ins().store(f, v, w, off as i32);
     }
 
     // --- the warp's scalar state ---------------------------------------
@@ -544,10 +613,7 @@ impl<'a, 'b> Gen<'a, 'b> {
         self.b.switch_to_block(self.dispatch);
         let active = self.b.use_var(self.v_active);
         let go = self.b.create_block();
-        let idle = self.c32(status::IDLE);
-        self.b
-            .ins()
-            .brif(active, go, &[], self.exit, &[idle.into()]);
+        self.b.ins().brif(active, go, &[], self.chain, &[]);
         self.b.switch_to_block(go);
         let pc = self.b.use_var(self.v_pc);
         let start = self.c32(self.start);

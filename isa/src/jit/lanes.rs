@@ -550,9 +550,8 @@ impl Gen<'_, '_> {
             TidX | TidY | TidZ => {
                 let d = dim(TidX, TidY, TidZ);
                 let f = self.mf(Mem::Fixed);
-                self.b
-                    .ins()
-                    .load(I32X4, f, self.tids, (d * 128 + 16 * c) as i32)
+                let tids = self.tids();
+                self.b.ins().load(I32X4, f, tids, (d * 128 + 16 * c) as i32)
             }
             NtidX | NtidY | NtidZ => {
                 let d = dim(NtidX, NtidY, NtidZ);
@@ -576,10 +575,8 @@ impl Gen<'_, '_> {
                 let first = self.b.ins().imul(wg, n);
                 let first = self.b.ins().splat(I32X4, first);
                 let f = self.mf(Mem::Fixed);
-                let tid = self
-                    .b
-                    .ins()
-                    .load(I32X4, f, self.tids, (d * 128 + 16 * c) as i32);
+                let tids = self.tids();
+                let tid = self.b.ins().load(I32X4, f, tids, (d * 128 + 16 * c) as i32);
                 self.b.ins().iadd(first, tid)
             }
             LaneId => {
@@ -587,7 +584,7 @@ impl Gen<'_, '_> {
                 self.vconst([l, l + 1, l + 2, l + 3])
             }
             WarpId => {
-                let v = self.ctx_u32(offset_of!(Ctx, warp_index));
+                let v = self.warp_index();
                 self.b.ins().splat(I32X4, v)
             }
             NWarps => {

@@ -43,8 +43,9 @@ impl Gen<'_, '_> {
         self.b.switch_to_block(check);
         let lo_off = addr.0 as i32 * REG_BYTES;
         let f = self.mf(Mem::Regs);
-        let lo0 = self.b.ins().load(I32, f, self.regs, lo_off);
-        let hi0 = self.b.ins().load(I32, f, self.regs, lo_off + REG_BYTES);
+        let rf = self.regs();
+        let lo0 = self.b.ins().load(I32, f, rf, lo_off);
+        let hi0 = self.b.ins().load(I32, f, rf, lo_off + REG_BYTES);
         let slo = self.b.ins().splat(I32X4, lo0);
         let shi = self.b.ins().splat(I32X4, hi0);
         let mut acc: Option<Value> = None;

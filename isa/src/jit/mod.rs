@@ -52,6 +52,7 @@
 
 mod analysis;
 mod blocks;
+mod chain;
 mod codegen;
 mod facts;
 mod fused;
@@ -183,6 +184,9 @@ pub(crate) struct Native {
 pub(crate) struct Pages {
     epoch: u64,
     tlb: Vec<runtime::Tlb>,
+    /// The warps' pointers for the generated code (rebuilt by each call,
+    /// kept for its allocation).
+    chain: Vec<runtime::Chain>,
 }
 
 // SAFETY: the entries are addresses, dereferenced only by generated code
@@ -198,6 +202,7 @@ impl Pages {
         Pages {
             epoch: 0,
             tlb: vec![runtime::Tlb::EMPTY; k.map_or(0, |k| k.sites)],
+            chain: Vec::new(),
         }
     }
 }

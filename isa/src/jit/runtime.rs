@@ -33,11 +33,12 @@
 //! shared memory, so the pointers in `ctx` stay valid across calls.
 
 use super::{interp, JitKernel, WarpResult};
-use crate::exec::{Fault, Limits, Outcome, Warp, WarpStop, WorkgroupExec};
+use crate::exec::{Fault, Limits, Outcome, Stats, Warp, WarpRun, WarpStop, WorkgroupExec, QUANTUM};
 use crate::inst::{Instruction, Op, Space, WARP_SIZE};
 use crate::mem::{lanes, Access, DirectPage, GlobalMemory};
 use std::ffi::c_void;
 use std::ptr;
+use std::sync::atomic::AtomicBool;
 
 /// The signature of a compiled kernel.
 pub(crate) type KernelFn = unsafe extern "C" fn(*mut Ctx) -> u32;
@@ -96,6 +97,8 @@ pub(crate) struct Vector(pub(crate) [u32; 4]);
 /// `offset_of!` by the code generator.
 #[repr(C)]
 pub(crate) struct Ctx {
+    /// In: the register file, state and thread ids of warp `warp_index`;
+    /// out: `warp` and `warp_index` are the warp the code stopped on.
     pub(crate) regs: *mut u32,
     pub(crate) warp: *mut Warp,
     pub(crate) tids: *const u32,
@@ -125,15 +128,39 @@ pub(crate) struct Ctx {
     pub(crate) diverge: extern "C" fn(*mut Ctx, u32),
     pub(crate) reschedule: extern "C" fn(*mut Ctx),
     pub(crate) host: *mut c_void,
+    /// Per warp of the workgroup, its pointers: the generated code goes on
+    /// from an idle warp to the next one itself (see [`WarpRun`]).
+    pub(crate) chain: *const Chain,
+    /// Warps below this index may be gone on to (0: none).
+    pub(crate) chain_end: u32,
+    /// In: the workgroup's budget left when the current warp's `budget`
+    /// started; out: the same for the warp the code went on to.
+    pub(crate) wg_left: u64,
+    /// The scheduler's cancel flag (null: none), read before going on.
+    pub(crate) cancel: *const AtomicBool,
+    /// The execution's counters, which the code brings up to date before
+    /// going on to the next warp.
+    pub(crate) stats: *mut Stats,
+    /// Out: the counters when the warp the code went on to started (what
+    /// a fault of that warp leaves).
+    pub(crate) snap: [u64; 2],
 }
 
-/// The Rust side of one call: what the helpers need.
+/// What the generated code needs to run one warp of the workgroup.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Chain {
+    pub(crate) regs: *mut u32,
+    pub(crate) warp: *mut Warp,
+    pub(crate) tids: *const u32,
+}
+
+/// The Rust side of one call: what the helpers need (the warp they work
+/// on is the context's `warp`, number `warp_index`).
 struct Host<M: ?Sized> {
     exec: *mut WorkgroupExec<'static>,
-    warp: *mut Warp,
     code: *const [Instruction],
     mem: *const M,
-    w: usize,
     /// Entries behind `Ctx::tlb`.
     sites: usize,
     /// A trap or fault of an interpreter step.
@@ -159,16 +186,16 @@ unsafe fn host<'c, M: ?Sized>(ctx: *mut Ctx) -> (&'c mut Ctx, &'c mut Host<M>) {
 extern "C" fn step<M: GlobalMemory + ?Sized>(ctx: *mut Ctx) -> u32 {
     // SAFETY: called only by the generated code with the context it was
     // given (see `host`).
-    let (_, h) = unsafe { host::<M>(ctx) };
-    interp_step(h)
+    let (c, h) = unsafe { host::<M>(ctx) };
+    interp_step(c, h)
 }
 
-fn interp_step<M: GlobalMemory + ?Sized>(h: &mut Host<M>) -> u32 {
+fn interp_step<M: GlobalMemory + ?Sized>(c: &Ctx, h: &mut Host<M>) -> u32 {
     // SAFETY: the pointers are the exclusive borrows `run_warp` holds for
-    // the call; the warp was taken out of the execution, so the two do not
-    // overlap, and the generated code does not touch them meanwhile.
-    let (exec, warp, code, mem) = unsafe { (&mut *h.exec, &mut *h.warp, &*h.code, &*h.mem) };
-    match interp(exec, h.w, warp, code, mem, 1) {
+    // the call; the warps were taken out of the execution, so the two do
+    // not overlap, and the generated code does not touch them meanwhile.
+    let (exec, warp, code, mem) = unsafe { (&mut *h.exec, &mut *c.warp, &*h.code, &*h.mem) };
+    match interp(exec, c.warp_index as usize, warp, code, mem, 1) {
         Ok((u, WarpStop::Trap(t))) => {
             h.stop = Some(Ok((u, WarpStop::Trap(t))));
             status::STOP
@@ -188,7 +215,7 @@ extern "C" fn mem_step<M: GlobalMemory + ?Sized>(ctx: *mut Ctx, site: u32) -> u3
     // SAFETY: as in `step`.
     let (c, h) = unsafe { host::<M>(ctx) };
     // SAFETY: as in `interp_step`; only read here, before the step.
-    let (warp, code) = unsafe { (&*h.warp, &*h.code) };
+    let (warp, code) = unsafe { (&*c.warp, &*h.code) };
     let va = code.get(warp.pc as usize).and_then(|inst| {
         let (addr, offset) = match inst.op {
             Op::Ld {
@@ -212,7 +239,7 @@ extern "C" fn mem_step<M: GlobalMemory + ?Sized>(ctx: *mut Ctx, site: u32) -> u3
         let hi = warp.regs.get(addr.0 as usize + 1)?[l];
         Some((lo as u64 | (hi as u64) << 32).wrapping_add(offset as i64 as u64))
     });
-    let r = interp_step(h);
+    let r = interp_step(c, h);
     if r == status::OK {
         if let Some(va) = va {
             fill(c, h, site, va);
@@ -258,9 +285,9 @@ extern "C" fn refill<M: GlobalMemory + ?Sized>(ctx: *mut Ctx, site: u32, va: u64
 /// interpreter's rule; the generated code then moves the pc to the target).
 extern "C" fn diverge<M: ?Sized>(ctx: *mut Ctx, taken: u32) {
     // SAFETY: as in `step`.
-    let (_, h) = unsafe { host::<M>(ctx) };
+    let (c, _) = unsafe { host::<M>(ctx) };
     // SAFETY: as in `interp_step`.
-    let warp = unsafe { &mut *h.warp };
+    let warp = unsafe { &mut *c.warp };
     let next = warp.pc.wrapping_add(1);
     for l in lanes(warp.active & !taken) {
         warp.lane_pc[l] = next;
@@ -272,14 +299,14 @@ extern "C" fn diverge<M: ?Sized>(ctx: *mut Ctx, taken: u32) {
 /// The interpreter's rescheduling (min-PC rule).
 extern "C" fn reschedule<M: ?Sized>(ctx: *mut Ctx) {
     // SAFETY: as in `step`.
-    let (_, h) = unsafe { host::<M>(ctx) };
+    let (c, _) = unsafe { host::<M>(ctx) };
     // SAFETY: as in `interp_step`.
-    unsafe { &mut *h.warp }.reschedule();
+    unsafe { &mut *c.warp }.reschedule();
 }
 
 /// Runs the workgroup's `warps` on `kernel`'s native code for one `run`
 /// call, under the interpreter's scheduler (`WorkgroupExec::schedule`):
-/// the context is built once, each warp only sets its own fields.
+/// the context is built once, each call sets the warps' own fields.
 pub(crate) fn schedule<M: GlobalMemory + ?Sized>(
     exec: &mut WorkgroupExec<'_>,
     kernel: &JitKernel,
@@ -302,10 +329,8 @@ pub(crate) fn schedule<M: GlobalMemory + ?Sized>(
     let tlb = pages.tlb.as_mut_ptr();
     let mut host = Host::<M> {
         exec: ptr::null_mut(),
-        warp: ptr::null_mut(),
         code: ptr::from_ref(code),
         mem: ptr::from_ref(mem),
-        w: 0,
         sites: kernel.sites,
         stop: None,
     };
@@ -334,110 +359,214 @@ pub(crate) fn schedule<M: GlobalMemory + ?Sized>(
         diverge: diverge::<M>,
         reschedule: reschedule::<M>,
         host: host_ptr.cast(),
+        chain: ptr::null(),
+        chain_end: 0,
+        wg_left: 0,
+        cancel: limits.cancel.map_or(ptr::null(), ptr::from_ref),
+        stats: ptr::null_mut(),
+        snap: [0; 2],
     };
-    exec.schedule(warps, limits, |e, w, warp, quantum| {
-        run_warp(e, kernel, &mut ctx, host_ptr, w, warp, code, mem, quantum)
+    exec.schedule(warps, limits, |e, warps, w, quantum, budget| {
+        let run = Run {
+            kernel,
+            host: host_ptr,
+            code,
+            mem,
+        };
+        run.warps(e, &mut ctx, warps, w, quantum, budget)
     })
 }
 
-/// Runs warp `w` (taken out of `exec`) for at most `quantum` instructions
-/// on `kernel`'s code: the JIT's replacement of the interpreter's warp
-/// loop, with the same result, state, statistics and faults.
-#[allow(clippy::too_many_arguments)]
-fn run_warp<M: GlobalMemory + ?Sized>(
-    exec: &mut WorkgroupExec<'_>,
-    kernel: &JitKernel,
-    ctx: &mut Ctx,
+/// What every call of the generated code in one `run` shares.
+struct Run<'k, M: ?Sized> {
+    kernel: &'k JitKernel,
     host: *mut Host<M>,
-    w: usize,
-    warp: &mut Warp,
-    code: &[Instruction],
-    mem: &M,
-    quantum: u64,
-) -> WarpResult {
-    if warp.regs.len() != kernel.regs as usize || exec.tids.len() <= w {
-        return interp(exec, w, warp, code, mem, quantum);
-    }
-    // The interpreter keeps no statistics of a call that faulted.
-    let stats0 = exec.stats;
-    let fail = |exec: &mut WorkgroupExec<'_>, f| {
-        exec.stats = stats0;
-        Err(f)
-    };
-    ctx.tids = exec.tids[w].as_ptr().cast::<u32>();
-    ctx.shared = exec.shared.as_mut_ptr();
-    ctx.regs = warp.regs.as_mut_ptr().cast::<u32>();
-    ctx.warp_index = w as u32;
-    let warp_ptr: *mut Warp = warp;
-    let exec_ptr: *mut WorkgroupExec<'_> = exec;
-    ctx.warp = warp_ptr;
-    // SAFETY: `host` points at the `Host` of `schedule`, alive for its
-    // whole call and only accessed through that pointer (here and by the
-    // helpers, which run inside the native code this function calls); no
-    // reference to it outlives a statement.
-    unsafe {
-        (*host).exec = exec_ptr.cast();
-        (*host).warp = warp_ptr;
-        (*host).w = w;
-    }
-    let mut used = 0u64;
-    // The native code declined the block at the warp's pc (`GUARD`): the
-    // interpreter steps to the next block start.
-    let mut interpret = false;
-    loop {
-        // SAFETY: the generated code is not running; these are plain reads
-        // of the warp through the pointer the helpers also use.
-        let (active, pc) = unsafe { ((*warp_ptr).active, (*warp_ptr).pc) };
-        if active == 0 {
-            return Ok((used, WarpStop::Idle));
+    code: &'k [Instruction],
+    mem: &'k M,
+}
+
+impl<M: GlobalMemory + ?Sized> Run<'_, M> {
+    /// Runs warp `w` (of `warps`, taken out of `exec`) for at most
+    /// `quantum` instructions, the workgroup having `budget` left, on the
+    /// kernel's code: the JIT's replacement of the interpreter's warp
+    /// loop, with the same result, state, statistics and faults. The code
+    /// may go on to the following warps ([`WarpRun`]).
+    fn warps(
+        &self,
+        exec: &mut WorkgroupExec<'_>,
+        ctx: &mut Ctx,
+        warps: &mut [Warp],
+        w: usize,
+        quantum: u64,
+        budget: u64,
+    ) -> WarpRun {
+        let (kernel, code, mem) = (self.kernel, self.code, self.mem);
+        let regs = kernel.regs as usize;
+        if warps.get(w).is_none_or(|x| x.regs.len() != regs) || exec.tids.len() <= w {
+            let (used, stop) = interp(exec, w, &mut warps[w], code, mem, quantum)?;
+            return Ok((used, stop, w));
         }
-        if used >= quantum {
-            return Ok((used, WarpStop::Quantum));
-        }
-        if interpret || !kernel.is_block_start(pc) {
-            interpret = false;
-            // SAFETY: as above; no other reference to the warp or the
-            // execution is live here.
-            let (e, wp) = unsafe { (&mut *exec_ptr, &mut *warp_ptr) };
-            match interp(e, w, wp, code, mem, 1) {
-                Ok((u, WarpStop::Trap(t))) => return Ok((used + u, WarpStop::Trap(t))),
-                Ok((u, _)) => used += u,
-                Err(f) => return fail(e, f),
-            }
-            continue;
-        }
-        ctx.budget = quantum - used;
-        ctx.remaining = ctx.budget;
-        ctx.jit_warp = 0;
-        ctx.jit_threads = 0;
-        // SAFETY: `kernel` was compiled from this execution's kernel
-        // (`WorkgroupExec::set_jit` checks), whose register count the warp
-        // has (checked above); every pointer in `ctx` is valid for the
-        // call as the module comment explains (`schedule` set the ones of
-        // the call, this function the warp's), and `host` outlives it.
-        let st = unsafe { (kernel.native.entry)(ctx) };
-        used += ctx.budget - ctx.remaining.min(ctx.budget);
+        // The warps' pointers, all from this call's borrow of `warps`, and
+        // the execution's, all from `exec_ptr`; the code goes on only while
+        // every warp has the kernel's registers.
+        let base = warps.as_mut_ptr();
+        let nwarps = warps.len();
+        let exec_ptr: *mut WorkgroupExec<'_> = exec;
+        // SAFETY: `exec_ptr` is the exclusive borrow `exec`; the references
+        // made here end before the native code runs.
+        let (tids, shared, stats, mut chain) = unsafe {
+            let e = &mut *exec_ptr;
+            (
+                e.tids.as_ptr(),
+                e.shared.as_mut_ptr(),
+                &raw mut e.stats,
+                std::mem::take(&mut e.jit_pages.chain),
+            )
+        };
         // SAFETY: as above.
+        let n = nwarps.min(unsafe { (*exec_ptr).tids.len() });
+        chain.clear();
+        let mut whole = n == nwarps;
+        for i in 0..n {
+            // SAFETY: `i` < `warps.len()` and `i` < the thread ids' length.
+            let (wp, t) = unsafe { (base.add(i), tids.add(i)) };
+            // SAFETY: `wp` points at a warp of `warps`, borrowed for the
+            // call; the mutable borrow of its registers is turned into a
+            // raw pointer at once.
+            let r = unsafe { &mut (*wp).regs };
+            whole &= r.len() == regs;
+            chain.push(Chain {
+                regs: r.as_mut_ptr().cast::<u32>(),
+                warp: wp,
+                tids: t.cast::<u32>(),
+            });
+        }
+        ctx.chain = chain.as_ptr();
+        ctx.chain_end = if whole { n as u32 } else { 0 };
+        ctx.stats = stats;
+        ctx.shared = shared;
+        // SAFETY: `host` points at the `Host` of `schedule`, alive for its
+        // whole call and only accessed through that pointer (here and by
+        // the helpers, which run inside the native code this function
+        // calls); no reference to it outlives a statement.
+        unsafe { (*self.host).exec = exec_ptr.cast() };
+        let r = self.run(exec_ptr, ctx, &chain, w, quantum, budget);
+        // SAFETY: the native code has returned; nothing else uses `exec`.
         let e = unsafe { &mut *exec_ptr };
-        e.stats.warp_instructions += ctx.jit_warp;
-        e.stats.thread_instructions += ctx.jit_threads;
-        match st {
-            status::TAIL => {
-                // SAFETY: as above.
-                let wp = unsafe { &mut *warp_ptr };
-                return match interp(e, w, wp, code, mem, quantum - used) {
-                    Ok((u, stop)) => Ok((used + u, stop)),
-                    Err(f) => fail(e, f),
+        e.jit_pages.chain = chain;
+        r
+    }
+
+    /// The loop of [`Run::warps`] once the pointers are set up.
+    fn run(
+        &self,
+        exec_ptr: *mut WorkgroupExec<'_>,
+        ctx: &mut Ctx,
+        chain: &[Chain],
+        w0: usize,
+        quantum0: u64,
+        budget: u64,
+    ) -> WarpRun {
+        let (kernel, code, mem) = (self.kernel, self.code, self.mem);
+        let (mut w, mut quantum) = (w0, quantum0);
+        // Instructions used by the current warp, and by the warps before
+        // it in this call.
+        let (mut used, mut before) = (0u64, 0u64);
+        // The interpreter keeps no statistics of a call that faulted: the
+        // counters when the current warp started.
+        // SAFETY: no reference to the execution is live here.
+        let mut stats0 = unsafe { (*exec_ptr).stats };
+        let fail = |exec: &mut WorkgroupExec<'_>, s: Stats, f| {
+            exec.stats = s;
+            Err(f)
+        };
+        // The native code declined the block at the warp's pc (`GUARD`):
+        // the interpreter steps to the next block start.
+        let mut interpret = false;
+        loop {
+            let Some(c) = chain.get(w) else {
+                return Ok((before + used, WarpStop::Quantum, w));
+            };
+            let warp_ptr = c.warp;
+            // SAFETY: the generated code is not running; these are plain
+            // reads of the warp through the pointer the helpers also use.
+            let (active, pc) = unsafe { ((*warp_ptr).active, (*warp_ptr).pc) };
+            if active == 0 {
+                return Ok((before + used, WarpStop::Idle, w));
+            }
+            if used >= quantum {
+                return Ok((before + used, WarpStop::Quantum, w));
+            }
+            if interpret || !kernel.is_block_start(pc) {
+                interpret = false;
+                // SAFETY: as above; no other reference to the warp or the
+                // execution is live here.
+                let (e, wp) = unsafe { (&mut *exec_ptr, &mut *warp_ptr) };
+                match interp(e, w, wp, code, mem, 1) {
+                    Ok((u, WarpStop::Trap(t))) => {
+                        return Ok((before + used + u, WarpStop::Trap(t), w))
+                    }
+                    Ok((u, _)) => used += u,
+                    Err(f) => return fail(e, stats0, f),
+                }
+                continue;
+            }
+            ctx.regs = c.regs;
+            ctx.warp = warp_ptr;
+            ctx.tids = c.tids;
+            ctx.warp_index = w as u32;
+            ctx.budget = quantum - used;
+            ctx.remaining = ctx.budget;
+            ctx.wg_left = budget - before - used;
+            ctx.jit_warp = 0;
+            ctx.jit_threads = 0;
+            // SAFETY: `kernel` was compiled from this execution's kernel
+            // (`WorkgroupExec::set_jit` checks), whose register count the
+            // warps in `chain` up to `chain_end` have (`Run::warps`
+            // checked; the current one in any case); every pointer in
+            // `ctx` is valid for the call as the module comment explains,
+            // and `host` outlives it.
+            let st = unsafe { (kernel.native.entry)(ctx) };
+            // SAFETY: as above.
+            let e = unsafe { &mut *exec_ptr };
+            let now = ctx.warp_index as usize;
+            if now != w {
+                // The code went on to warp `now` (the ones between ended
+                // idle): their instructions and counters are accounted;
+                // `now` started with `wg_left` and the counters `snap`.
+                w = now;
+                before = budget - ctx.wg_left;
+                used = 0;
+                quantum = ctx.wg_left.min(QUANTUM);
+                stats0 = Stats {
+                    warp_instructions: ctx.snap[0],
+                    thread_instructions: ctx.snap[1],
                 };
             }
-            status::GUARD => interpret = true,
-            // SAFETY: as for the writes above.
-            status::STOP => match unsafe { (*host).stop.take() } {
-                Some(Ok((_, stop))) => return Ok((used, stop)),
-                Some(Err(f)) => return fail(e, f),
-                None => {}
-            },
-            _ => {}
+            used += ctx.budget - ctx.remaining.min(ctx.budget);
+            e.stats.warp_instructions += ctx.jit_warp;
+            e.stats.thread_instructions += ctx.jit_threads;
+            let Some(c) = chain.get(w) else {
+                return Ok((before + used, WarpStop::Quantum, w));
+            };
+            match st {
+                status::TAIL => {
+                    // SAFETY: as above.
+                    let wp = unsafe { &mut *c.warp };
+                    return match interp(e, w, wp, code, mem, quantum - used) {
+                        Ok((u, stop)) => Ok((before + used + u, stop, w)),
+                        Err(f) => fail(e, stats0, f),
+                    };
+                }
+                status::GUARD => interpret = true,
+                // SAFETY: as for the writes above.
+                status::STOP => match unsafe { (*self.host).stop.take() } {
+                    Some(Ok((_, stop))) => return Ok((before + used, stop, w)),
+                    Some(Err(f)) => return fail(e, stats0, f),
+                    None => {}
+                },
+                _ => {}
+            }
         }
     }
 }

@@ -156,12 +156,18 @@ impl Gen<'_, '_> {
         let off = r as i32 * REG_BYTES;
         let b0 = match s.known {
             Some(v) => self.c32(v),
-            None => self.b.ins().load(I32, f, self.regs, off),
+            None => {
+                let rf = self.regs();
+                self.b.ins().load(I32, f, rf, off)
+            }
         };
         let b1 = match s.link {
             Some(0) => b0,
             Some(l) => self.b.ins().iadd_imm_s(b0, l as i32 as i64),
-            None => self.b.ins().load(I32, f, self.regs, off + 64),
+            None => {
+                let rf = self.regs();
+                self.b.ins().load(I32, f, rf, off + 64)
+            }
         };
         Sv {
             shape: Rc::clone(s),
@@ -372,8 +378,9 @@ impl Gen<'_, '_> {
             g.b.ins().load(I32, f, g.ctx, off as i32)
         };
         let tid = |g: &mut Self, d: usize| -> [Value; 2] {
-            let t0 = g.b.ins().load(I32, fx, g.tids, (d * 128) as i32);
-            let t1 = g.b.ins().load(I32, fx, g.tids, (d * 128 + 64) as i32);
+            let tids = g.tids();
+            let t0 = g.b.ins().load(I32, fx, tids, (d * 128) as i32);
+            let t1 = g.b.ins().load(I32, fx, tids, (d * 128 + 64) as i32);
             [t0, t1]
         };
         let one = |v: Value| [v, v];
@@ -394,7 +401,7 @@ impl Gen<'_, '_> {
             WgidX | WgidY | WgidZ => one(ctx_u32(self, offset_of!(Ctx, wg) + 4 * d(WgidX))),
             NwgX | NwgY | NwgZ => one(ctx_u32(self, offset_of!(Ctx, nwg) + 4 * d(NwgX))),
             LaneId => [self.c32(0), self.c32(16)],
-            WarpId => one(ctx_u32(self, offset_of!(Ctx, warp_index))),
+            WarpId => one(self.warp_index()),
             NWarps => one(ctx_u32(self, offset_of!(Ctx, nwarps))),
             Clock | ClockHi => {
                 let c = self.b.ins().iadd_imm_s(clock, k);

@@ -765,13 +765,10 @@ impl<'a> WorkgroupExec<'a> {
         }
         self.wg = wg;
         let threads = self.launch.threads_per_workgroup() as usize;
+        // Every warp is full but a last one of `threads % 32` lanes.
+        let (full, rest) = (threads / WARP_SIZE, threads % WARP_SIZE);
         for (w, warp) in self.warps.iter_mut().enumerate() {
-            let n = (threads - w * WARP_SIZE).min(WARP_SIZE);
-            let live = if n == WARP_SIZE {
-                FULL
-            } else {
-                (1u32 << n) - 1
-            };
+            let live = if w < full { FULL } else { (1u32 << rest) - 1 };
             warp.reset(live, self.entry, self.zero_regs);
         }
         if !self.shared.is_empty() {
@@ -921,6 +918,11 @@ impl<'a> WorkgroupExec<'a> {
                 }
             }
             let mut ran = false;
+            // Whether every warp run this round ended with no runnable
+            // lane: then none is runnable (only a barrier release makes a
+            // warp runnable again), and a round finding that out is
+            // skipped.
+            let mut all_idle = true;
             let n = warps.len();
             // Warps in rotation from `next_warp` (no division per warp).
             let mut w = if self.next_warp < n {
@@ -957,6 +959,7 @@ impl<'a> WorkgroupExec<'a> {
                 visited += last - this + 1;
                 w = if last + 1 == n { 0 } else { last + 1 };
                 budget -= used;
+                all_idle &= matches!(stop, WarpStop::Idle);
                 if let WarpStop::Trap(t) = stop {
                     self.done = true;
                     return Ok(Outcome::Trapped(t));
@@ -969,7 +972,7 @@ impl<'a> WorkgroupExec<'a> {
                 }
             }
             self.next_warp = 0;
-            if !ran {
+            if !ran || all_idle {
                 // Nothing runnable: every live lane is at a barrier, or all
                 // threads have exited.
                 if !self.release_barrier(warps)? {

@@ -74,7 +74,6 @@ impl Gen<'_, '_> {
         self.emit_body(&insts, s, Some(&cf))?;
         if let Some(&h) = self.hot_heads.get(&s) {
             self.b.switch_to_block(h);
-            self.enter(s, e);
             let hf = self
                 .facts
                 .hot
@@ -82,10 +81,18 @@ impl Gen<'_, '_> {
                 .cloned()
                 .flatten()
                 .unwrap_or_default();
-            if hf == cf {
-                self.b.ins().jump(cold, &[]);
-            } else {
+            let carried = self.carried_regs(&insts, s, &hf);
+            if !carried.is_empty() {
+                self.enter_carried(s, e, carried);
                 self.emit_body(&insts, s, Some(&hf))?;
+                self.carry = None;
+            } else {
+                self.enter(s, e);
+                if hf == cf {
+                    self.b.ins().jump(cold, &[]);
+                } else {
+                    self.emit_body(&insts, s, Some(&hf))?;
+                }
             }
         }
         self.full = false;
@@ -124,6 +131,7 @@ impl Gen<'_, '_> {
             let (ok, bad) = (self.b.create_block(), self.b.create_block());
             self.b.ins().brif(fail, bad, &[], ok, &[]);
             self.b.switch_to_block(bad);
+            self.flush_carry();
             let st = self.c32(status::GUARD);
             self.b.ins().jump(self.exit, &[st.into()]);
             self.b.switch_to_block(ok);
@@ -142,6 +150,12 @@ impl Gen<'_, '_> {
         let mut i = 0usize;
         while i < insts.len() {
             let pc = s + i as u32;
+            // Carried registers (`carry.rs`) stay in SSA values only
+            // through the loop's first run and into its branch back.
+            let loop_branch = i + 1 == insts.len() && kinds[i] == Kind::Branch;
+            if self.carry.is_some() && i != 0 && !loop_branch {
+                self.drop_carry();
+            }
             match kinds[i] {
                 Kind::Lane
                 | Kind::GlobalLoad
@@ -152,6 +166,9 @@ impl Gen<'_, '_> {
                         Some(p) => self.emit_fused(insts, &kinds, s, i, base, p),
                         None => None,
                     };
+                    if fused.is_none() {
+                        self.drop_carry();
+                    }
                     i = match fused {
                         Some(j) => j,
                         None => self.emit_straight(
@@ -165,6 +182,11 @@ impl Gen<'_, '_> {
                     };
                     continue;
                 }
+                Kind::Interp if self.full && is_full_bar(&insts[i]) => {
+                    let clock = clock_at(self, i + 1);
+                    self.emit_bar(pc, clock);
+                    return Ok(());
+                }
                 Kind::Interp => {
                     let clock = clock_at(self, i);
                     let control = analysis::ends_block(&insts[i].op);
@@ -175,7 +197,20 @@ impl Gen<'_, '_> {
                 }
                 Kind::Branch => {
                     let clock = clock_at(self, i + 1);
-                    self.emit_branch(pc, &insts[i], clock, after.as_deref());
+                    if self.carry.is_some() && !self.back_edge_keeps_facts(s, after.as_deref()) {
+                        self.drop_carry();
+                    }
+                    if self.carry.is_some() {
+                        self.carried_loops += 1;
+                        let m = self.guard_mask(insts[i].guard);
+                        self.add_threads(m);
+                        let out = after.as_deref();
+                        self.carried_branch(m, clock, |g| {
+                            g.emit_branch_counted(pc, &insts[i], m, clock, out)
+                        });
+                    } else {
+                        self.emit_branch(pc, &insts[i], clock, after.as_deref());
+                    }
                     return Ok(());
                 }
                 Kind::Exit => {
@@ -186,10 +221,28 @@ impl Gen<'_, '_> {
             }
             i += 1;
         }
+        self.drop_carry();
         let clock = clock_at(self, insts.len());
         let e = s + insts.len() as u32;
         self.goto_next(e, clock, after.as_deref());
         Ok(())
+    }
+
+    /// Whether the facts `out` at the end of the block starting at `s`
+    /// imply its hot version's (a back edge may go straight to it).
+    fn back_edge_keeps_facts(&self, s: u32, out: Option<&[Fact]>) -> bool {
+        let Some(out) = out else { return false };
+        let Some(bi) = self.blocks.list.iter().position(|b| b.0 == s) else {
+            return false;
+        };
+        let need = self
+            .facts
+            .hot
+            .get(bi)
+            .cloned()
+            .flatten()
+            .unwrap_or_default();
+        missing(out, &need).is_empty()
     }
 
     /// Emits the instruction at index `i` of the block `insts` starting at
@@ -339,10 +392,22 @@ impl Gen<'_, '_> {
     }
 
     fn emit_branch(&mut self, pc: u32, inst: &Instruction, clock: Value, out: Option<&[Fact]>) {
-        let Op::Bra { offset } = inst.op else { return };
-        let target = (pc as i64 + offset as i64) as u32;
         let m = self.guard_mask(inst.guard);
         self.add_threads(m);
+        self.emit_branch_counted(pc, inst, m, clock, out);
+    }
+
+    /// A branch whose lanes `m` are counted already.
+    fn emit_branch_counted(
+        &mut self,
+        pc: u32,
+        inst: &Instruction,
+        m: Value,
+        clock: Value,
+        out: Option<&[Fact]>,
+    ) {
+        let Op::Bra { offset } = inst.op else { return };
+        let target = (pc as i64 + offset as i64) as u32;
         if inst.guard == Guard::ALWAYS {
             self.goto_next(target, clock, out);
             return;
@@ -370,6 +435,29 @@ impl Gen<'_, '_> {
             .call_indirect(self.sig_diverge, f, &[self.ctx, m]);
         self.reload();
         self.goto(target, clock);
+    }
+
+    /// `bar` for a full warp, as the interpreter runs it: every lane waits
+    /// at `pc` (blocked, its pc there), no lane is left to run (the
+    /// rescheduling then finds none: live lanes are all blocked), and the
+    /// warp is idle — the code goes on to the next warp (`chain.rs`).
+    fn emit_bar(&mut self, pc: u32, clock: Value) {
+        let all = self.c32(u32::MAX);
+        self.add_threads(all);
+        self.add_jwarp(1);
+        self.set_warp_field(offset_of!(Warp, blocked), all);
+        let pcv = self.c32(pc);
+        let pcs = self.b.ins().splat(I32X4, pcv);
+        for c in 0..CHUNKS {
+            self.set_warp_field(offset_of!(Warp, lane_pc) + 16 * c, pcs);
+        }
+        let zero = self.c32(0);
+        self.b.def_var(self.v_active, zero);
+        let none = self.c32(u32::MAX);
+        self.b.def_var(self.v_next_min, none);
+        self.b.def_var(self.v_pc, pcv);
+        self.b.def_var(self.v_clock, clock);
+        self.b.ins().jump(self.chain, &[]);
     }
 
     /// The active group: all lanes in full-warp code.
@@ -450,6 +538,11 @@ pub(super) fn address(op: &Op) -> u8 {
 /// Most registers checked on an entry into a hot version (more: the cold
 /// version runs).
 const MAX_CHECKED: usize = 8;
+
+/// An unguarded `bar` (all active lanes wait).
+fn is_full_bar(inst: &Instruction) -> bool {
+    matches!(inst.op, Op::Bar) && inst.guard == Guard::ALWAYS
+}
 
 /// The facts of `need` that `have` does not imply.
 fn missing(have: &[Fact], need: &[Fact]) -> Vec<(u8, Rc<Shape>)> {

@@ -111,6 +111,7 @@ fn compile(code: &[Instruction], k: &Kernel, wg: Option<[u32; 3]>) -> Result<Nat
     let frontend = jm.target_config();
     let consts;
     let fused_runs;
+    let carried_loops;
     {
         let b = FunctionBuilder::new(&mut cctx.func, &mut fctx);
         let mut g = Gen::new(b, code, k, &blocks, ptr, call_conv, fma);
@@ -122,6 +123,7 @@ fn compile(code: &[Instruction], k: &Kernel, wg: Option<[u32; 3]>) -> Result<Nat
         g.emit()?;
         consts = std::mem::take(&mut g.consts);
         fused_runs = g.fused_runs;
+        carried_loops = g.carried_loops;
         g.b.seal_all_blocks();
         g.b.finalize(frontend);
     }
@@ -153,6 +155,7 @@ fn compile(code: &[Instruction], k: &Kernel, wg: Option<[u32; 3]>) -> Result<Nat
         _code: runtime::CodeMemory::new(jm),
         consts: consts.into_iter().map(runtime::Vector).collect(),
         fused_runs,
+        carried_loops,
     })
 }
 
@@ -248,6 +251,11 @@ pub(super) struct Gen<'a, 'b> {
     pub(super) live: Vec<u64>,
     /// Runs compiled as one region with their memory accesses.
     pub(super) fused_runs: usize,
+    /// Registers kept in SSA values across the back edge of the loop
+    /// being emitted (`carry.rs`).
+    pub(super) carry: Option<super::carry::Carry>,
+    /// Loops compiled with carried registers.
+    pub(super) carried_loops: usize,
 }
 
 impl<'a, 'b> Gen<'a, 'b> {
@@ -365,6 +373,8 @@ impl<'a, 'b> Gen<'a, 'b> {
                 .fold(0, |m, i| m | analysis::preds_used(i)),
             live: Vec::new(),
             fused_runs: 0,
+            carry: None,
+            carried_loops: 0,
         };
         g.load_full();
         let f = g.mf(Mem::Ctx);

@@ -70,10 +70,11 @@ impl Gen<'_, '_> {
         if (i..j).any(|x| kinds[x] != Kind::Lane && acc[x - i].is_none()) {
             return None;
         }
+        // With carried registers (`carry.rs`) the join takes their values.
         let (fast, slow, cont) = (
             self.b.create_block(),
             self.b.create_block(),
-            self.b.create_block(),
+            self.carry_join(),
         );
         // Conditions no TLB refill changes.
         let mut bad = self.b.ins().iconst(I8, 0);
@@ -142,6 +143,7 @@ impl Gen<'_, '_> {
 
         self.fused_runs += 1;
         self.b.switch_to_block(fast);
+        let carried_in = self.carry.as_ref().map(|c| c.vals.clone());
         let mem: Vec<Option<RegionMem>> = acc
             .iter()
             .zip(&ptrs)
@@ -165,15 +167,27 @@ impl Gen<'_, '_> {
         let live = self.live_at(s + j as u32);
         self.emit_region(&insts[i..j], i, base, Some(plan), live, &mem);
         self.add_jwarp(accesses as u64);
-        self.b.ins().jump(cont, &[]);
+        let args: Vec<_> = self.carry_args().into_iter().map(Into::into).collect();
+        self.b.ins().jump(cont, &args);
 
+        // One by one, on the register file: carried values go there first
+        // and are read back after.
         self.b.switch_to_block(slow);
+        if let (Some(cy), Some(v)) = (self.carry.as_mut(), carried_in) {
+            cy.vals = v;
+        }
+        self.flush_carry();
+        let carry = self.carry.take();
         let mut x = i;
         while x < j {
             x = self.emit_straight(insts, kinds, s, (x, j), base, Some(pass));
         }
-        self.b.ins().jump(cont, &[]);
+        self.carry = carry;
+        self.reload_carry();
+        let args: Vec<_> = self.carry_args().into_iter().map(Into::into).collect();
+        self.b.ins().jump(cont, &args);
         self.b.switch_to_block(cont);
+        self.take_join_params(cont);
         Some(j)
     }
 

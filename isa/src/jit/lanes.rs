@@ -120,6 +120,13 @@ impl Gen<'_, '_> {
                 pstart,
                 ..Chunk::default()
             };
+            // Carried registers (`carry.rs`) start as their SSA values,
+            // not yet in the register file.
+            if let (true, Some(cy)) = (full, self.carry.as_ref()) {
+                for (i, &r) in cy.regs.iter().enumerate() {
+                    ch.regs.insert(r, (Cv::Vec(cy.vals[i][c]), true));
+                }
+            }
             for (k, inst) in insts.iter().enumerate() {
                 if let Some(Some(m)) = mem.get(k) {
                     if m.load {
@@ -149,6 +156,19 @@ impl Gen<'_, '_> {
                         }
                     }
                     _ => self.lane_op(&mut ch, inst, mv, first + k, base, canon[k]),
+                }
+            }
+            // Carried registers leave as SSA values too.
+            if let Some(regs) = full
+                .then(|| self.carry.as_ref().map(|c| c.regs.clone()))
+                .flatten()
+            {
+                for (i, r) in regs.into_iter().enumerate() {
+                    let v = self.reg(&mut ch, r);
+                    ch.regs.remove(&r);
+                    if let Some(cy) = self.carry.as_mut() {
+                        cy.vals[i][c] = v;
+                    }
                 }
             }
             self.flush(ch, &mut pout, live);
@@ -348,9 +368,17 @@ impl Gen<'_, '_> {
         if !canon {
             return bits;
         }
+        let nan = self.b.ins().fcmp(FloatCC::Unordered, f, f);
+        if self.carry.is_some() {
+            // In a loop with carried registers (`carry.rs`) a blend: a
+            // branch would join the carried value through a block
+            // parameter (a move and a jump per chunk) and split the region
+            // into blocks, across which loads are not shared.
+            let cn = self.vsplat(CANONICAL_NAN);
+            return self.b.ins().bitselect(nan, cn, bits);
+        }
         // A branch rather than a blend: results are rarely NaN, and the
         // value then does not wait for the test.
-        let nan = self.b.ins().fcmp(FloatCC::Unordered, f, f);
         let any = self.b.ins().vany_true(nan);
         let (slow, join) = (self.b.create_block(), self.b.create_block());
         self.b.append_block_param(join, I32X4);

@@ -52,6 +52,7 @@
 
 mod analysis;
 mod blocks;
+mod carry;
 mod chain;
 mod codegen;
 mod facts;
@@ -175,6 +176,10 @@ pub(crate) struct Native {
     /// (`fused.rs`), for tests.
     #[cfg_attr(not(test), allow(dead_code))]
     fused_runs: usize,
+    /// Loops whose registers stay in SSA values across the back edge
+    /// (`carry.rs`), for tests.
+    #[cfg_attr(not(test), allow(dead_code))]
+    carried_loops: usize,
 }
 
 /// The software TLB of one execution: a direct page per inlined global

@@ -16,6 +16,7 @@ use crate::mem::{SparseMemory, PAGE_SIZE};
 use crate::module::{Kernel, Module};
 use std::sync::Arc;
 
+mod carry;
 mod chain;
 mod fused;
 mod shaped;

@@ -1,0 +1,215 @@
+//! Registers kept in SSA values across a loop's back edge.
+//!
+//! A block that branches back to its own start (an inner loop such as
+//! matmul's) runs its full-warp hot version once per iteration, and every
+//! iteration would load the registers it carries from the register file
+//! and store them back (matmul's accumulator: eight loads and eight stores
+//! per iteration). Where the block's body before the branch is one fused
+//! run (`fused.rs`), its hot version instead takes the carried registers
+//! as parameters of its head: the back edge of a full warp passes the
+//! run's results straight on, and the register file is brought up to date
+//! only where code that reads it follows — the interpreter's budget tail,
+//! a failed run-time condition, the run's one-by-one path, and every way
+//! out of the loop (not taken, divergent). So the register file holds
+//! every live value whenever anything but the loop's own fast path runs,
+//! as everywhere else.
+//!
+//! Carried: registers live at the loop's start, written in it and not
+//! shaped there (shaped registers are scalars already), at most
+//! `MAX_CARRIED` of them (each is eight SIMD values).
+
+use super::analysis::{self, Kind};
+use super::codegen::{Gen, CHUNKS};
+use super::runtime::status;
+use super::shape::Fact;
+use crate::inst::*;
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::types::I32X4;
+use cranelift_codegen::ir::{Block, InstBuilder, Value};
+
+/// Most registers carried (each takes eight vector registers of the host).
+const MAX_CARRIED: usize = 2;
+
+/// The carried registers of the loop being emitted and their current
+/// values, chunk by chunk.
+pub(super) struct Carry {
+    pub(super) regs: Vec<u8>,
+    pub(super) vals: Vec<[Value; CHUNKS]>,
+    /// The loop's head, whose parameters are the carried values.
+    pub(super) head: Block,
+}
+
+impl Gen<'_, '_> {
+    /// The registers the hot version (facts `hot`) of the block `insts`
+    /// at `s` carries across its back edge; empty if it is not a loop of
+    /// the kind this handles.
+    pub(super) fn carried_regs(&self, insts: &[Instruction], s: u32, hot: &[Fact]) -> Vec<u8> {
+        let Some((last, body)) = insts.split_last() else {
+            return Vec::new();
+        };
+        let Op::Bra { offset } = last.op else {
+            return Vec::new();
+        };
+        let bra_pc = s + body.len() as u32;
+        if (bra_pc as i64 + offset as i64) != s as i64 || body.len() < 2 {
+            return Vec::new();
+        }
+        let lane_or_mem = body.iter().all(|i| {
+            matches!(
+                analysis::kind(i, self.fma),
+                Kind::Lane
+                    | Kind::SharedLoad
+                    | Kind::SharedStore
+                    | Kind::GlobalLoad
+                    | Kind::GlobalStore
+            )
+        });
+        if !lane_or_mem {
+            return Vec::new();
+        }
+        let live = self.live_at(s);
+        let mut regs = Vec::new();
+        for i in body {
+            let (d, n) = match analysis::kind(i, self.fma) {
+                Kind::Lane => analysis::writes(&i.op),
+                Kind::SharedLoad | Kind::GlobalLoad => match i.op {
+                    Op::Ld { d, .. } => (d.0, 1),
+                    _ => (0, 0),
+                },
+                _ => (0, 0),
+            };
+            for r in d..d.saturating_add(n) {
+                let shaped = hot.get(r as usize).is_some_and(Option::is_some);
+                if r < 64 && live >> r & 1 != 0 && !shaped && !regs.contains(&r) {
+                    regs.push(r);
+                }
+            }
+        }
+        if regs.len() > MAX_CARRIED {
+            return Vec::new();
+        }
+        regs.sort_unstable();
+        regs
+    }
+
+    /// The hot version's head for a loop carrying `regs`: entered with the
+    /// register file up to date, it loads them and goes to a head that
+    /// takes them as parameters, then checks the budget (writing them back
+    /// before the interpreter's tail). Leaves the builder after the check.
+    pub(super) fn enter_carried(&mut self, s: u32, e: u32, regs: Vec<u8>) {
+        let head = self.b.create_block();
+        let mut args = Vec::new();
+        for &r in &regs {
+            for c in 0..CHUNKS {
+                self.b.append_block_param(head, I32X4);
+                args.push(self.load_reg(r, c).into());
+            }
+        }
+        self.b.ins().jump(head, &args);
+        self.b.switch_to_block(head);
+        let p = self.b.block_params(head).to_vec();
+        let vals = (0..regs.len())
+            .map(|i| std::array::from_fn(|c| p[i * CHUNKS + c]))
+            .collect();
+        self.carry = Some(Carry { regs, vals, head });
+        let spc = self.c32(s);
+        self.b.def_var(self.v_pc, spc);
+        let rem = self.b.use_var(self.v_remaining);
+        let short = self
+            .b
+            .ins()
+            .icmp_imm_s(IntCC::UnsignedLessThan, rem, (e - s) as i64);
+        let (tail, body) = (self.b.create_block(), self.b.create_block());
+        self.b.ins().brif(short, tail, &[], body, &[]);
+        self.b.switch_to_block(tail);
+        self.flush_carry();
+        let st = self.c32(status::TAIL);
+        self.b.ins().jump(self.exit, &[st.into()]);
+        self.b.switch_to_block(body);
+    }
+
+    /// Writes the carried values to the register file (they are the
+    /// interpreter's values of those registers at this point).
+    pub(super) fn flush_carry(&mut self) {
+        let Some(cy) = self.carry.take() else { return };
+        for (i, &r) in cy.regs.iter().enumerate() {
+            for c in 0..CHUNKS {
+                self.store_reg(r, c, cy.vals[i][c]);
+            }
+        }
+        self.carry = Some(cy);
+    }
+
+    /// Ends carrying: the register file gets the values, and the code
+    /// after this reads them there.
+    pub(super) fn drop_carry(&mut self) {
+        self.flush_carry();
+        self.carry = None;
+    }
+
+    /// The carried registers loaded from the register file (after code
+    /// that updated it).
+    pub(super) fn reload_carry(&mut self) {
+        let Some(mut cy) = self.carry.take() else {
+            return;
+        };
+        for (i, &r) in cy.regs.iter().enumerate() {
+            for c in 0..CHUNKS {
+                cy.vals[i][c] = self.load_reg(r, c);
+            }
+        }
+        self.carry = Some(cy);
+    }
+
+    /// The carried values as block arguments.
+    pub(super) fn carry_args(&self) -> Vec<Value> {
+        self.carry
+            .as_ref()
+            .map(|cy| cy.vals.iter().flatten().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// A block taking the carried values as parameters (a join), and the
+    /// carried values set from them once the builder is in it.
+    pub(super) fn carry_join(&mut self) -> Block {
+        let b = self.b.create_block();
+        if let Some(cy) = &self.carry {
+            for _ in 0..cy.regs.len() * CHUNKS {
+                self.b.append_block_param(b, I32X4);
+            }
+        }
+        b
+    }
+
+    /// After switching to a `carry_join` block: its parameters are the
+    /// carried values.
+    pub(super) fn take_join_params(&mut self, b: Block) {
+        let p = self.b.block_params(b).to_vec();
+        if let Some(cy) = &mut self.carry {
+            for (i, v) in cy.vals.iter_mut().enumerate() {
+                *v = std::array::from_fn(|c| p[i * CHUNKS + c]);
+            }
+        }
+    }
+
+    /// The loop's branch back (`inst` at `pc`, lane mask `m` already
+    /// counted): a full warp taking it goes to the head with the carried
+    /// values; anything else writes them back first and branches as
+    /// usual (`rest`).
+    pub(super) fn carried_branch(&mut self, m: Value, clock: Value, rest: impl FnOnce(&mut Self)) {
+        let Some(head) = self.carry.as_ref().map(|c| c.head) else {
+            rest(self);
+            return;
+        };
+        let all = self.b.ins().icmp_imm_s(IntCC::Equal, m, -1);
+        let (back, other) = (self.b.create_block(), self.b.create_block());
+        self.b.ins().brif(all, back, &[], other, &[]);
+        self.b.switch_to_block(back);
+        self.b.def_var(self.v_clock, clock);
+        let args: Vec<_> = self.carry_args().into_iter().map(Into::into).collect();
+        self.b.ins().jump(head, &args);
+        self.b.switch_to_block(other);
+        self.drop_carry();
+        rest(self);
+    }
+}

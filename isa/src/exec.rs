@@ -996,6 +996,11 @@ impl<'a> WorkgroupExec<'a> {
             return Ok(false);
         };
         let elsewhere = |w: &Warp| {
+            if w.blocked == FULL {
+                // A whole warp waiting (the usual case): one reduction.
+                let d = w.lane_pc.iter().fold(0, |a, &p| a | (p ^ pc));
+                return if d == 0 { 0 } else { FULL };
+            }
             let mut d = [0u8; WARP_SIZE];
             for l in 0..WARP_SIZE {
                 d[l] = (w.lane_pc[l] != pc) as u8;
@@ -1004,9 +1009,13 @@ impl<'a> WorkgroupExec<'a> {
         };
         if warps.iter().all(|w| elsewhere(w) == 0) {
             for warp in warps.iter_mut() {
-                let bk = expand(warp.blocked);
-                for l in 0..WARP_SIZE {
-                    warp.lane_pc[l] = ((pc + 1) & bk[l]) | (warp.lane_pc[l] & !bk[l]);
+                if warp.blocked == FULL {
+                    warp.lane_pc = [pc + 1; WARP_SIZE];
+                } else {
+                    let bk = expand(warp.blocked);
+                    for l in 0..WARP_SIZE {
+                        warp.lane_pc[l] = ((pc + 1) & bk[l]) | (warp.lane_pc[l] & !bk[l]);
+                    }
                 }
                 if warp.active == 0 && warp.live == warp.blocked {
                     // What rescheduling gives when nothing but the released

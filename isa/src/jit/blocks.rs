@@ -47,13 +47,7 @@ impl Gen<'_, '_> {
                 let check = self.b.create_block();
                 self.b.ins().brif(full, check, &[], part, &[]);
                 self.b.switch_to_block(check);
-                let need = self
-                    .facts
-                    .hot
-                    .get(bi)
-                    .cloned()
-                    .flatten()
-                    .unwrap_or_default();
+                let need = self.hot_facts(bi);
                 let missing = missing(&cf, &need);
                 if missing.len() <= MAX_CHECKED {
                     let ok = self.check_shapes(&missing);
@@ -74,13 +68,7 @@ impl Gen<'_, '_> {
         self.emit_body(&insts, s, Some(&cf))?;
         if let Some(&h) = self.hot_heads.get(&s) {
             self.b.switch_to_block(h);
-            let hf = self
-                .facts
-                .hot
-                .get(bi)
-                .cloned()
-                .flatten()
-                .unwrap_or_default();
+            let hf = self.hot_facts(bi);
             let carried = self.carried_regs(&insts, s, &hf);
             if !carried.is_empty() {
                 self.enter_carried(s, e, carried);
@@ -101,7 +89,7 @@ impl Gen<'_, '_> {
 
     /// The start of block `s..e`: the pc, and the exit when the budget does
     /// not cover the block. Leaves the builder in a new block.
-    fn enter(&mut self, s: u32, e: u32) {
+    pub(super) fn enter(&mut self, s: u32, e: u32) {
         let spc = self.c32(s);
         self.b.def_var(self.v_pc, spc);
         let rem = self.b.use_var(self.v_remaining);
@@ -111,9 +99,19 @@ impl Gen<'_, '_> {
             .icmp_imm_s(IntCC::UnsignedLessThan, rem, (e - s) as i64);
         let body = self.b.create_block();
         let tail = self.c32(status::TAIL);
-        self.b
-            .ins()
-            .brif(short, self.exit, &[tail.into()], body, &[]);
+        if self.carry.is_none() {
+            self.b
+                .ins()
+                .brif(short, self.exit, &[tail.into()], body, &[]);
+        } else {
+            // The interpreter runs the rest from the register file: the
+            // carried registers (`carry.rs`) go there first.
+            let flush = self.b.create_block();
+            self.b.ins().brif(short, flush, &[], body, &[]);
+            self.b.switch_to_block(flush);
+            self.flush_carry();
+            self.b.ins().jump(self.exit, &[tail.into()]);
+        }
         self.b.switch_to_block(body);
     }
 
@@ -235,14 +233,17 @@ impl Gen<'_, '_> {
         let Some(bi) = self.blocks.list.iter().position(|b| b.0 == s) else {
             return false;
         };
-        let need = self
-            .facts
+        missing(out, &self.hot_facts(bi)).is_empty()
+    }
+
+    /// The facts block `bi`'s hot version assumes (none if it has none).
+    fn hot_facts(&self, bi: usize) -> Vec<Fact> {
+        self.facts
             .hot
             .get(bi)
             .cloned()
             .flatten()
-            .unwrap_or_default();
-        missing(out, &need).is_empty()
+            .unwrap_or_default()
     }
 
     /// Emits the instruction at index `i` of the block `insts` starting at
@@ -310,13 +311,7 @@ impl Gen<'_, '_> {
             return;
         };
         self.b.def_var(self.v_clock, clock);
-        let need = self
-            .facts
-            .hot
-            .get(ti)
-            .cloned()
-            .flatten()
-            .unwrap_or_default();
+        let need = self.hot_facts(ti);
         let missing = missing(out, &need);
         if missing.is_empty() {
             self.b.ins().jump(hot, &[]);

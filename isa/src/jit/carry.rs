@@ -20,7 +20,6 @@
 
 use super::analysis::{self, Kind};
 use super::codegen::{Gen, CHUNKS};
-use super::runtime::status;
 use super::shape::Fact;
 use crate::inst::*;
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -112,20 +111,7 @@ impl Gen<'_, '_> {
             .map(|i| std::array::from_fn(|c| p[i * CHUNKS + c]))
             .collect();
         self.carry = Some(Carry { regs, vals, head });
-        let spc = self.c32(s);
-        self.b.def_var(self.v_pc, spc);
-        let rem = self.b.use_var(self.v_remaining);
-        let short = self
-            .b
-            .ins()
-            .icmp_imm_s(IntCC::UnsignedLessThan, rem, (e - s) as i64);
-        let (tail, body) = (self.b.create_block(), self.b.create_block());
-        self.b.ins().brif(short, tail, &[], body, &[]);
-        self.b.switch_to_block(tail);
-        self.flush_carry();
-        let st = self.c32(status::TAIL);
-        self.b.ins().jump(self.exit, &[st.into()]);
-        self.b.switch_to_block(body);
+        self.enter(s, e);
     }
 
     /// Writes the carried values to the register file (they are the

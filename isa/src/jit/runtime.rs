@@ -402,8 +402,12 @@ impl<M: GlobalMemory + ?Sized> Run<'_, M> {
     ) -> WarpRun {
         let (kernel, code, mem) = (self.kernel, self.code, self.mem);
         let regs = kernel.regs as usize;
-        if warps.get(w).is_none_or(|x| x.regs.len() != regs) || exec.tids.len() <= w {
-            let (used, stop) = interp(exec, w, &mut warps[w], code, mem, quantum)?;
+        let Some(cur) = warps.get_mut(w) else {
+            // The scheduler passes one of `warps`; nothing to run otherwise.
+            return Ok((0, WarpStop::Idle, w));
+        };
+        if cur.regs.len() != regs || exec.tids.len() <= w {
+            let (used, stop) = interp(exec, w, cur, code, mem, quantum)?;
             return Ok((used, stop, w));
         }
         // The warps' pointers, all from this call's borrow of `warps`, and

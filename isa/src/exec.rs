@@ -277,7 +277,8 @@ pub(crate) struct Warp {
     /// PC of the lanes in `active`.
     pub(crate) pc: u32,
     pub(crate) active: u32,
-    /// PC of every lane not in `active`.
+    /// PC of every live lane not in `active` (the other entries are
+    /// stale: nothing reads them).
     pub(crate) lane_pc: Lanes,
     /// Lanes that have not exited.
     pub(crate) live: u32,
@@ -313,7 +314,9 @@ impl Warp {
         self.preds[Pred::TRUE.0 as usize] = FULL;
         self.pc = entry;
         self.active = live;
-        self.lane_pc = [entry; WARP_SIZE];
+        // `lane_pc` is left as it is: it holds the pcs of live lanes
+        // outside `active`, and there are none (every reader, and every
+        // rescheduling, writes or skips the active lanes' entries).
         self.live = live;
         self.blocked = 0;
         self.next_min = u32::MAX;

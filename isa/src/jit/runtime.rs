@@ -155,6 +155,15 @@ pub(crate) struct Chain {
     pub(crate) tids: *const u32,
 }
 
+impl Chain {
+    /// An entry before it is filled.
+    pub(crate) const NONE: Chain = Chain {
+        regs: ptr::null_mut(),
+        warp: ptr::null_mut(),
+        tids: ptr::null(),
+    };
+}
+
 /// The Rust side of one call: what the helpers need (the warp they work
 /// on is the context's `warp`, number `warp_index`).
 struct Host<M: ?Sized> {
@@ -429,21 +438,24 @@ impl<M: GlobalMemory + ?Sized> Run<'_, M> {
         };
         // SAFETY: as above.
         let n = nwarps.min(unsafe { (*exec_ptr).tids.len() });
-        chain.clear();
+        // Filled in place (the length only changes with the launch): no
+        // capacity check per entry.
+        chain.resize(n, Chain::NONE);
         let mut whole = n == nwarps;
-        for i in 0..n {
-            // SAFETY: `i` < `warps.len()` and `i` < the thread ids' length.
+        for (i, c) in chain.iter_mut().enumerate() {
+            // SAFETY: `i` < `n`, so below `warps.len()` and the thread
+            // ids' length.
             let (wp, t) = unsafe { (base.add(i), tids.add(i)) };
             // SAFETY: `wp` points at a warp of `warps`, borrowed for the
             // call; the mutable borrow of its registers is turned into a
             // raw pointer at once.
             let r = unsafe { &mut (*wp).regs };
             whole &= r.len() == regs;
-            chain.push(Chain {
+            *c = Chain {
                 regs: r.as_mut_ptr().cast::<u32>(),
                 warp: wp,
                 tids: t.cast::<u32>(),
-            });
+            };
         }
         ctx.chain = chain.as_ptr();
         ctx.chain_end = if whole { n as u32 } else { 0 };

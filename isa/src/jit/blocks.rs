@@ -49,9 +49,13 @@ impl Gen<'_, '_> {
                 self.b.switch_to_block(check);
                 let need = self.hot_facts(bi);
                 let missing = missing(&cf, &need);
-                if missing.len() <= MAX_CHECKED {
+                if missing.is_empty() {
+                    let args = self.hot_args(s, &[]);
+                    self.b.ins().jump(hot, &args);
+                } else if missing.len() <= MAX_CHECKED {
                     let ok = self.check_shapes(&missing);
-                    self.b.ins().brif(ok, hot, &[], cold, &[]);
+                    let args = self.hot_args(s, &[]);
+                    self.b.ins().brif(ok, hot, &args, cold, &[]);
                 } else {
                     self.b.ins().jump(cold, &[]);
                 }
@@ -75,12 +79,14 @@ impl Gen<'_, '_> {
                 self.emit_body(&insts, s, Some(&hf))?;
                 self.carry = None;
             } else {
+                self.take_hot_params(s, h);
                 self.enter(s, e);
-                if hf == cf {
+                if hf == cf && self.carry.is_none() {
                     self.b.ins().jump(cold, &[]);
                 } else {
                     self.emit_body(&insts, s, Some(&hf))?;
                 }
+                self.carry = None;
             }
         }
         self.full = false;
@@ -151,8 +157,23 @@ impl Gen<'_, '_> {
             // Carried registers (`carry.rs`) stay in SSA values only
             // through the loop's first run and into its branch back.
             let loop_branch = i + 1 == insts.len() && kinds[i] == Kind::Branch;
-            if self.carry.is_some() && i != 0 && !loop_branch {
+            let looping = self.carry.as_ref().map(|c| c.looping());
+            if looping == Some(true) && i != 0 && !loop_branch {
                 self.drop_carry();
+            }
+            // Shaped parameters (`carry.rs`) stay out of the register file
+            // through the block's first run only; code that is not a run
+            // reads the register file.
+            let in_run = matches!(
+                kinds[i],
+                Kind::Lane
+                    | Kind::GlobalLoad
+                    | Kind::GlobalStore
+                    | Kind::SharedLoad
+                    | Kind::SharedStore
+            );
+            if looping == Some(false) && (i != 0 || !in_run) {
+                self.drop_carry_at(pc);
             }
             match kinds[i] {
                 Kind::Lane
@@ -237,7 +258,7 @@ impl Gen<'_, '_> {
     }
 
     /// The facts block `bi`'s hot version assumes (none if it has none).
-    fn hot_facts(&self, bi: usize) -> Vec<Fact> {
+    pub(super) fn hot_facts(&self, bi: usize) -> Vec<Fact> {
         self.facts
             .hot
             .get(bi)
@@ -290,8 +311,29 @@ impl Gen<'_, '_> {
             _ => {
                 let j = region_end(insts, kinds, i, end);
                 let plan = pass.map(|p| (&p.plans[i..j], Rc::clone(&p.before[i])));
-                let live = self.live_at(s + j as u32);
+                let mut live = self.live_at(s + j as u32);
+                // Right before the block's branch or exit (not in a run's
+                // one-by-one path, which ends before it): shaped results
+                // stay pending for a hot version to take (`carry.rs`).
+                let last = end == insts.len()
+                    && j + 1 == insts.len()
+                    && matches!(kinds[j], Kind::Exit | Kind::Branch);
+                let mut pending = Vec::new();
+                if let (true, true, true, Some(p)) = (last, self.full, self.carry.is_none(), pass) {
+                    for (r, sv) in p.before[j].iter().enumerate().take(64) {
+                        let Some(sv) = sv else { continue };
+                        let bit = 1u64 << r;
+                        let written = insts[i..j]
+                            .iter()
+                            .any(|x| analysis::writes_reg(&x.op, r as u8));
+                        if written && live & bit != 0 && sv.shape.known.is_none() {
+                            live &= !bit;
+                            pending.push((r as u8, sv.clone()));
+                        }
+                    }
+                }
                 self.emit_region(&insts[i..j], i, base, plan, live, &[]);
+                self.pending = pending;
                 j
             }
         }
@@ -301,12 +343,17 @@ impl Gen<'_, '_> {
     /// with the register facts `out`, at the target's hot version where it
     /// has one; otherwise at its generic entry.
     fn goto_next(&mut self, target: u32, clock: Value, out: Option<&[Fact]>) {
+        // Shaped registers a region left pending go to the hot version as
+        // arguments, or to the register file (`carry.rs`).
+        let pending = std::mem::take(&mut self.pending);
         let hot = self.hot_heads.get(&target).copied();
         let (Some(hot), Some(out), true) = (hot, out, self.full) else {
+            self.write_pending(&pending);
             self.goto(target, clock);
             return;
         };
         let Some(ti) = self.blocks.list.iter().position(|b| b.0 == target) else {
+            self.write_pending(&pending);
             self.goto(target, clock);
             return;
         };
@@ -314,9 +361,11 @@ impl Gen<'_, '_> {
         let need = self.hot_facts(ti);
         let missing = missing(out, &need);
         if missing.is_empty() {
-            self.b.ins().jump(hot, &[]);
+            let args = self.hot_args(target, &pending);
+            self.b.ins().jump(hot, &args);
             return;
         }
+        self.write_pending(&pending);
         if missing.len() > MAX_CHECKED {
             self.goto(target, clock);
             return;
@@ -324,13 +373,14 @@ impl Gen<'_, '_> {
         // Entered from code that does not know these facts (a backward
         // edge of a cold version): check them in the register file.
         let ok = self.check_shapes(&missing);
+        let args = self.hot_args(target, &[]);
         let cold = self.heads.get(&target).copied();
         match cold {
             Some(c) => {
-                self.b.ins().brif(ok, hot, &[], c, &[]);
+                self.b.ins().brif(ok, hot, &args, c, &[]);
             }
             None => {
-                self.b.ins().jump(hot, &[]);
+                self.b.ins().jump(hot, &args);
             }
         }
     }
@@ -401,26 +451,35 @@ impl Gen<'_, '_> {
         clock: Value,
         out: Option<&[Fact]>,
     ) {
-        let Op::Bra { offset } = inst.op else { return };
+        let Op::Bra { offset } = inst.op else {
+            let pending = std::mem::take(&mut self.pending);
+            self.write_pending(&pending);
+            return;
+        };
         let target = (pc as i64 + offset as i64) as u32;
         if inst.guard == Guard::ALWAYS {
             self.goto_next(target, clock, out);
             return;
         }
+        // Each way on takes the pending registers (`carry.rs`).
+        let pending = std::mem::take(&mut self.pending);
         let active = self.active();
         let all = self.b.ins().icmp(IntCC::Equal, m, active);
         let taken = self.b.create_block();
         let not_all = self.b.create_block();
         self.b.ins().brif(all, taken, &[], not_all, &[]);
         self.b.switch_to_block(taken);
+        self.pending.clone_from(&pending);
         self.goto_next(target, clock, out);
         self.b.switch_to_block(not_all);
         let none = self.b.create_block();
         let split = self.b.create_block();
         self.b.ins().brif(m, split, &[], none, &[]);
         self.b.switch_to_block(none);
+        self.pending.clone_from(&pending);
         self.goto_next(pc + 1, clock, out);
         self.b.switch_to_block(split);
+        self.write_pending(&pending);
         let pcv = self.c32(pc);
         let before = self.b.ins().iadd_imm_s(clock, -1);
         self.store_state(pcv, before);
@@ -467,12 +526,17 @@ impl Gen<'_, '_> {
     fn emit_exit(&mut self, pc: u32, inst: &Instruction, clock: Value, out: Option<&[Fact]>) {
         let m = self.guard_mask(inst.guard);
         self.add_threads(m);
+        // Falling through takes the pending registers (`carry.rs`); lanes
+        // exiting leave the others on the register file.
+        let pending = std::mem::take(&mut self.pending);
         let fall = self.b.create_block();
         let some = self.b.create_block();
         self.b.ins().brif(m, some, &[], fall, &[]);
         self.b.switch_to_block(fall);
+        self.pending.clone_from(&pending);
         self.goto_next(pc + 1, clock, out);
         self.b.switch_to_block(some);
+        self.write_pending(&pending);
         let live = self.warp_field(I32, offset_of!(Warp, live));
         let live = self.b.ins().band_not(live, m);
         self.set_warp_field(offset_of!(Warp, live), live);

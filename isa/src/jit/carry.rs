@@ -17,25 +17,61 @@
 //! Carried: registers live at the loop's start, written in it and not
 //! shaped there (shaped registers are scalars already), at most
 //! `MAX_CARRIED` of them (each is eight SIMD values).
+//!
+//! Shaped registers go across edges between blocks the same way. A
+//! register-file write-back of a shaped register is eight vector
+//! computations and stores (saxpy's `%gid.x` at the end of its bounds
+//! block: 30 host instructions per warp), and the next block's scalar
+//! pass only reads its lanes 0 and 16 back. So a hot version takes the
+//! shaped registers it reads and does not write (`shaped_params`) as
+//! parameters of its head (the bases of lanes 0 and 16); a full-warp
+//! region that ends right before its block's branch or exit leaves such
+//! registers pending instead of writing them (`Gen::pending`), and a jump
+//! to a hot head passes them on. Every other way out writes them first
+//! (`write_pending`). In the hot version they are written where code that
+//! reads the register file follows, as carried registers are, and not at
+//! all where they are dead.
 
 use super::analysis::{self, Kind};
 use super::codegen::{Gen, CHUNKS};
-use super::shape::Fact;
+use super::scalar::Sv;
+use super::shape::{Fact, Shape};
 use crate::inst::*;
 use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::types::I32X4;
-use cranelift_codegen::ir::{Block, InstBuilder, Value};
+use cranelift_codegen::ir::types::{I32, I32X4};
+use cranelift_codegen::ir::{Block, BlockArg, InstBuilder, Value};
+use std::rc::Rc;
 
 /// Most registers carried (each takes eight vector registers of the host).
 const MAX_CARRIED: usize = 2;
 
+/// Most shaped registers a hot version takes as parameters.
+const MAX_SHAPED: usize = 4;
+
 /// The carried registers of the loop being emitted and their current
-/// values, chunk by chunk.
+/// values, chunk by chunk; or the shaped registers a hot version took as
+/// parameters (`shaped`, with `regs` empty).
 pub(super) struct Carry {
     pub(super) regs: Vec<u8>,
     pub(super) vals: Vec<[Value; CHUNKS]>,
     /// The loop's head, whose parameters are the carried values.
     pub(super) head: Block,
+    /// Shaped registers not in the register file: the block does not
+    /// write them, so these values hold through it.
+    pub(super) shaped: Vec<(u8, Sv)>,
+}
+
+impl Carry {
+    /// Whether this is a loop's carry (vector registers across a back
+    /// edge) rather than shaped parameters only.
+    pub(super) fn looping(&self) -> bool {
+        !self.regs.is_empty()
+    }
+
+    /// The shaped value of `r`, if it is a shaped parameter.
+    pub(super) fn shaped(&self, r: u8) -> Option<&Sv> {
+        self.shaped.iter().find(|(x, _)| *x == r).map(|(_, sv)| sv)
+    }
 }
 
 impl Gen<'_, '_> {
@@ -110,19 +146,37 @@ impl Gen<'_, '_> {
         let vals = (0..regs.len())
             .map(|i| std::array::from_fn(|c| p[i * CHUNKS + c]))
             .collect();
-        self.carry = Some(Carry { regs, vals, head });
+        self.carry = Some(Carry {
+            regs,
+            vals,
+            head,
+            shaped: Vec::new(),
+        });
         self.enter(s, e);
     }
 
     /// Writes the carried values to the register file (they are the
     /// interpreter's values of those registers at this point).
     pub(super) fn flush_carry(&mut self) {
+        self.flush_carry_live(u64::MAX);
+    }
+
+    /// `flush_carry` of the shaped registers in `live` only (the others
+    /// are dead where this runs: no lane reads them before writing them).
+    fn flush_carry_live(&mut self, live: u64) {
         let Some(cy) = self.carry.take() else { return };
         for (i, &r) in cy.regs.iter().enumerate() {
             for c in 0..CHUNKS {
                 self.store_reg(r, c, cy.vals[i][c]);
             }
         }
+        let shaped: Vec<(u8, Sv)> = cy
+            .shaped
+            .iter()
+            .filter(|(r, _)| live >> r & 1 != 0)
+            .cloned()
+            .collect();
+        self.write_pending(&shaped);
         self.carry = Some(cy);
     }
 
@@ -131,6 +185,135 @@ impl Gen<'_, '_> {
     pub(super) fn drop_carry(&mut self) {
         self.flush_carry();
         self.carry = None;
+    }
+
+    /// `drop_carry` before the instruction at `pc`: shaped registers dead
+    /// there are not written.
+    pub(super) fn drop_carry_at(&mut self, pc: u32) {
+        let live = self.live_at(pc);
+        self.flush_carry_live(live);
+        self.carry = None;
+    }
+
+    /// Writes shaped registers to the register file.
+    pub(super) fn write_pending(&mut self, regs: &[(u8, Sv)]) {
+        for (r, sv) in regs {
+            for c in 0..CHUNKS {
+                let v = self.materialize(sv, c);
+                self.store_reg(*r, c, v);
+            }
+        }
+    }
+
+    /// The shaped registers the hot version of block `bi` (facts `hot`,
+    /// cold facts `cold`) takes as parameters: registers shaped in `hot`
+    /// with a base not known at compile time, live at its start, read
+    /// before any write in it and never written in it (so the values hold
+    /// through the whole block); none for a loop with carried registers.
+    /// (With parameters the hot version is emitted even where its facts
+    /// are the cold version's.)
+    pub(super) fn shaped_params(&self, bi: usize, hot: &[Fact]) -> Vec<(u8, Rc<Shape>)> {
+        let Some(&(s, e)) = self.blocks.list.get(bi) else {
+            return Vec::new();
+        };
+        let Some(insts) = (s..e)
+            .map(|pc| self.code.get(pc as usize).copied())
+            .collect::<Option<Vec<Instruction>>>()
+        else {
+            return Vec::new();
+        };
+        if !self.carried_regs(&insts, s, hot).is_empty() {
+            return Vec::new();
+        }
+        let live = self.live_at(s);
+        let mut written = 0u64;
+        let mut read = 0u64;
+        for i in &insts {
+            for (r, _) in crate::regflow::reads(&i.op) {
+                if r < 64 && written >> r & 1 == 0 {
+                    read |= 1 << r;
+                }
+            }
+            let (d, n) = crate::regflow::writes(&i.op);
+            for r in d..d.saturating_add(n) {
+                if r < 64 {
+                    written |= 1 << r;
+                }
+            }
+        }
+        let mut params = Vec::new();
+        for (r, f) in hot.iter().enumerate().take(64) {
+            let Some(sh) = f else { continue };
+            let bit = 1u64 << r;
+            if sh.known.is_none() && live & read & bit != 0 && written & bit == 0 {
+                params.push((r as u8, Rc::clone(sh)));
+            }
+        }
+        params.truncate(MAX_SHAPED);
+        params
+    }
+
+    /// The arguments of a jump to the hot head of block `target`: the
+    /// pending value of each of its shaped parameters, or its lanes 0 and
+    /// 16 from the register file. Writes the pending registers it does not
+    /// take.
+    pub(super) fn hot_args(&mut self, target: u32, pending: &[(u8, Sv)]) -> Vec<BlockArg> {
+        let params = self.hot_params.get(&target).cloned().unwrap_or_default();
+        let rest: Vec<(u8, Sv)> = pending
+            .iter()
+            .filter(|(r, _)| !params.iter().any(|(p, _)| p == r))
+            .cloned()
+            .collect();
+        self.write_pending(&rest);
+        let mut args = Vec::with_capacity(2 * params.len());
+        for (r, sh) in &params {
+            let base = match pending.iter().find(|(x, _)| x == r) {
+                Some((_, sv)) => {
+                    self.shaped_edges += 1;
+                    sv.base
+                }
+                None => self.entry_sv(*r, sh).base,
+            };
+            args.extend(base.map(BlockArg::from));
+        }
+        args
+    }
+
+    /// Appends the shaped parameters of block `s`'s hot head `h`.
+    pub(super) fn add_hot_params(&mut self, s: u32, h: Block) {
+        let n = self.hot_params.get(&s).map_or(0, Vec::len);
+        for _ in 0..2 * n {
+            self.b.append_block_param(h, I32);
+        }
+    }
+
+    /// In the hot head of block `s` (the builder there): its shaped
+    /// parameters as the carry.
+    pub(super) fn take_hot_params(&mut self, s: u32, h: Block) {
+        let params = self.hot_params.get(&s).cloned().unwrap_or_default();
+        if params.is_empty() {
+            return;
+        }
+        let p = self.b.block_params(h).to_vec();
+        let shaped = params
+            .into_iter()
+            .enumerate()
+            .map(|(i, (r, shape))| {
+                (
+                    r,
+                    Sv {
+                        shape,
+                        base: [p[2 * i], p[2 * i + 1]],
+                    },
+                )
+            })
+            .collect();
+        self.carry = Some(Carry {
+            regs: Vec::new(),
+            vals: Vec::new(),
+            head: h,
+            shaped,
+        });
     }
 
     /// The carried registers loaded from the register file (after code

@@ -5,7 +5,7 @@
 use super::analysis;
 use super::facts::{self, BlockFacts};
 use super::runtime::{self, status, REG_BYTES};
-use super::shape::Specials;
+use super::shape::{Shape, Specials};
 use super::Native;
 use crate::exec::Warp;
 use crate::inst::*;
@@ -22,6 +22,7 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module as _};
 use std::collections::HashMap;
 use std::mem::offset_of;
+use std::rc::Rc;
 
 /// Chunks of 4 lanes in a warp.
 pub(super) const CHUNKS: usize = WARP_SIZE / 4;
@@ -112,6 +113,7 @@ fn compile(code: &[Instruction], k: &Kernel, wg: Option<[u32; 3]>) -> Result<Nat
     let consts;
     let fused_runs;
     let carried_loops;
+    let shaped_edges;
     {
         let b = FunctionBuilder::new(&mut cctx.func, &mut fctx);
         let mut g = Gen::new(b, code, k, &blocks, ptr, call_conv, fma);
@@ -124,6 +126,7 @@ fn compile(code: &[Instruction], k: &Kernel, wg: Option<[u32; 3]>) -> Result<Nat
         consts = std::mem::take(&mut g.consts);
         fused_runs = g.fused_runs;
         carried_loops = g.carried_loops;
+        shaped_edges = g.shaped_edges;
         g.b.seal_all_blocks();
         g.b.finalize(frontend);
     }
@@ -156,6 +159,7 @@ fn compile(code: &[Instruction], k: &Kernel, wg: Option<[u32; 3]>) -> Result<Nat
         consts: consts.into_iter().map(runtime::Vector).collect(),
         fused_runs,
         carried_loops,
+        shaped_edges,
     })
 }
 
@@ -256,6 +260,14 @@ pub(super) struct Gen<'a, 'b> {
     pub(super) carry: Option<super::carry::Carry>,
     /// Loops compiled with carried registers.
     pub(super) carried_loops: usize,
+    /// Per block start: the shaped registers its hot head takes as
+    /// parameters (`carry.rs`).
+    pub(super) hot_params: HashMap<u32, Vec<(u8, Rc<Shape>)>>,
+    /// Shaped registers the last region left out of the register file,
+    /// for the block's branch or exit to pass on or write (`carry.rs`).
+    pub(super) pending: Vec<(u8, super::scalar::Sv)>,
+    /// Jumps passing a pending shaped register on to a hot version.
+    pub(super) shaped_edges: usize,
 }
 
 impl<'a, 'b> Gen<'a, 'b> {
@@ -375,6 +387,9 @@ impl<'a, 'b> Gen<'a, 'b> {
             fused_runs: 0,
             carry: None,
             carried_loops: 0,
+            hot_params: HashMap::new(),
+            pending: Vec::new(),
+            shaped_edges: 0,
         };
         g.load_full();
         let f = g.mf(Mem::Ctx);
@@ -388,10 +403,25 @@ impl<'a, 'b> Gen<'a, 'b> {
     }
 
     pub(super) fn emit(&mut self) -> Result<(), String> {
-        for (i, &(s, _)) in self.blocks.list.iter().enumerate() {
+        for i in 0..self.blocks.list.len() {
+            let s = self.blocks.list[i].0;
+            // A block with no chain facts of its own still gets a hot
+            // version if it takes shaped registers as parameters.
+            if self.facts.hot.get(i).is_some_and(Option::is_none) {
+                let cold = self.facts.cold.get(i).cloned().unwrap_or_default();
+                if !self.shaped_params(i, &cold).is_empty() {
+                    self.facts.hot[i] = Some(cold);
+                }
+            }
             if self.facts.hot.get(i).is_some_and(Option::is_some) {
                 let h = self.b.create_block();
                 self.hot_heads.insert(s, h);
+                let hot = self.hot_facts(i);
+                let params = self.shaped_params(i, &hot);
+                if !params.is_empty() {
+                    self.hot_params.insert(s, params);
+                    self.add_hot_params(s, h);
+                }
             }
         }
         self.emit_dispatch();
@@ -682,6 +712,8 @@ impl<'a, 'b> Gen<'a, 'b> {
     /// end): directly to its block, or through rescheduling when it
     /// reaches a waiting group.
     pub(super) fn goto(&mut self, target: u32, clock: Value) {
+        let pending = std::mem::take(&mut self.pending);
+        self.write_pending(&pending);
         self.b.def_var(self.v_clock, clock);
         let nm = self.b.use_var(self.v_next_min);
         let t = self.c32(target);

@@ -254,8 +254,11 @@ impl Gen<'_, '_> {
             None => {}
         }
         let shaped = ch.state.get(r as usize).cloned().flatten();
-        let v = match shaped {
-            Some(sv) if (0..4).all(|i| sv.shape.k[4 * ch.c + i] == 0) => {
+        // A shaped parameter (`carry.rs`) is not in the register file.
+        let param = self.carry.as_ref().and_then(|c| c.shaped(r).cloned());
+        let v = match (shaped, param) {
+            (_, Some(sv)) => self.materialize(&sv, ch.c),
+            (Some(sv), None) if (0..4).all(|i| sv.shape.k[4 * ch.c + i] == 0) => {
                 self.materialize(&sv, ch.c)
             }
             _ => self.load_reg(r, ch.c),
@@ -369,7 +372,7 @@ impl Gen<'_, '_> {
             return bits;
         }
         let nan = self.b.ins().fcmp(FloatCC::Unordered, f, f);
-        if self.carry.is_some() {
+        if self.carry.as_ref().is_some_and(|c| c.looping()) {
             // In a loop with carried registers (`carry.rs`) a blend: a
             // branch would join the carried value through a block
             // parameter (a move and a jump per chunk) and split the region

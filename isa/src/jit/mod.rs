@@ -180,6 +180,10 @@ pub(crate) struct Native {
     /// (`carry.rs`), for tests.
     #[cfg_attr(not(test), allow(dead_code))]
     carried_loops: usize,
+    /// Jumps passing shaped registers to a hot version without writing
+    /// them to the register file (`carry.rs`), for tests.
+    #[cfg_attr(not(test), allow(dead_code))]
+    shaped_edges: usize,
 }
 
 /// The software TLB of one execution: a direct page per inlined global

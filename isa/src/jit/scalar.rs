@@ -71,7 +71,15 @@ impl Gen<'_, '_> {
         let mut cur: Vec<Option<Sv>> = (0..nregs)
             .map(|r| {
                 let s = facts[r].as_ref()?;
-                read[r].then(|| self.entry_sv(r as u8, s))
+                if !read[r] {
+                    return None;
+                }
+                // A shaped parameter of the hot version (`carry.rs`).
+                let param = self.carry.as_ref().and_then(|c| c.shaped(r as u8));
+                Some(match param {
+                    Some(sv) => sv.clone(),
+                    None => self.entry_sv(r as u8, s),
+                })
             })
             .collect();
         let mut f: Vec<Fact> = facts.to_vec();
@@ -151,7 +159,7 @@ impl Gen<'_, '_> {
 
     /// Register `r`'s bases at the block's start, from its fact `s`: known
     /// constants, or loaded from lanes 0 and 16 of the register file.
-    fn entry_sv(&mut self, r: u8, s: &Rc<Shape>) -> Sv {
+    pub(super) fn entry_sv(&mut self, r: u8, s: &Rc<Shape>) -> Sv {
         let f = self.mf(Mem::Regs);
         let off = r as i32 * REG_BYTES;
         let b0 = match s.known {

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 mod carry;
 mod chain;
+mod params;
 mod fused;
 mod shaped;
 

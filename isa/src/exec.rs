@@ -977,8 +977,9 @@ impl<'a> WorkgroupExec<'a> {
             self.next_warp = 0;
             if !ran || all_idle {
                 // Nothing runnable: every live lane is at a barrier, or all
-                // threads have exited.
-                if !self.release_barrier(warps)? {
+                // threads have exited (the usual end of a workgroup, seen
+                // here without the release's call).
+                if warps.iter().all(|w| w.blocked == 0) || !self.release_barrier(warps)? {
                     self.done = true;
                     return Ok(Outcome::Completed);
                 }

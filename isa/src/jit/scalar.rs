@@ -248,6 +248,15 @@ impl Gen<'_, '_> {
             }
             Op::Ldarg { wide, offset, .. } => {
                 let f = self.mf(Mem::Fixed);
+                if wide && offset % 8 == 0 {
+                    // One 64-bit load, its halves taken so that an address
+                    // made from them is the loaded value (`join64`).
+                    let w = self.b.ins().load(I64, f, self.args, offset as i32);
+                    let [lo, hi] = self.unpair64(w)[..] else {
+                        return None;
+                    };
+                    return Some(vec![[lo, lo], [hi, hi]]);
+                }
                 let lo = self.b.ins().load(I32, f, self.args, offset as i32);
                 let mut v = vec![[lo, lo]];
                 if wide {
@@ -320,10 +329,39 @@ impl Gen<'_, '_> {
     }
 
     fn pair64(&mut self, lo: Value, hi: Value) -> Value {
+        self.join64(lo, hi)
+    }
+
+    /// The 64-bit value whose low and high words are `lo` and `hi`: the
+    /// value they were taken from where they are its halves (`unpair64`),
+    /// which Cranelift does not see through, else `hi << 32 | lo`.
+    pub(super) fn join64(&mut self, lo: Value, hi: Value) -> Value {
+        if let Some(v) = self.halves_of(lo, hi) {
+            return v;
+        }
         let lo = self.b.ins().uextend(I64, lo);
         let hi = self.b.ins().uextend(I64, hi);
         let hi = self.b.ins().ishl_imm_s(hi, 32);
         self.b.ins().bor(hi, lo)
+    }
+
+    /// `v` if `lo` is `ireduce(v)` and `hi` is `ireduce(v >> 32)`.
+    fn halves_of(&self, lo: Value, hi: Value) -> Option<Value> {
+        use cranelift_codegen::ir::{InstructionData as D, Opcode};
+        let dfg = &self.b.func.dfg;
+        let arg = |v: Value, op: Opcode| match dfg.insts[dfg.value_def(v).inst()?] {
+            D::Unary { opcode, arg } if opcode == op => Some(arg),
+            _ => None,
+        };
+        let v = arg(lo, Opcode::Ireduce)?;
+        let h = arg(hi, Opcode::Ireduce)?;
+        match dfg.insts[dfg.value_def(h).inst()?] {
+            D::Binary {
+                opcode: Opcode::Ushr,
+                args: [x, n],
+            } if x == v && self.const_of(n) == Some(32) => Some(v),
+            _ => None,
+        }
     }
 
     fn unpair64(&mut self, v: Value) -> Vec<Value> {

@@ -154,9 +154,7 @@ impl Gen<'_, '_> {
                 .b
                 .ins()
                 .icmp_imm_s(IntCC::SignedGreaterThan, b, u32::MAX as i64);
-            let h = self.b.ins().uextend(I64, hi.base[g]);
-            let h = self.b.ins().ishl_imm_s(h, 32);
-            let v = self.b.ins().bor(h, l);
+            let v = self.join64(lo.base[g], hi.base[g]);
             let v = self.b.ins().iadd_imm_s(v, offset as i64);
             bad = self.out_or_unaligned(bad, [c1, c2], v);
             start.push(v);

@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 mod carry;
 mod chain;
-mod params;
 mod fused;
+mod params;
 mod shaped;
 
 struct Rng(u64);

@@ -103,22 +103,23 @@ impl Gen<'_, '_> {
         // Go on: counters, budget, then the new warp's pointers and state.
         self.b.switch_to_block(go);
         let stats = self.b.ins().load(self.ptr, fixed, ctx, cx!(stats));
-        for (i, (field, v)) in [
-            (offset_of!(Stats, warp_instructions), self.v_jwarp),
-            (offset_of!(Stats, thread_instructions), self.v_jthreads),
+        let counts = self.counts();
+        for (i, (field, mine)) in [
+            offset_of!(Stats, warp_instructions),
+            offset_of!(Stats, thread_instructions),
         ]
         .into_iter()
+        .zip(counts)
         .enumerate()
         {
             let old = self.b.ins().load(I64, fc, stats, field as i32);
-            let mine = self.b.use_var(v);
             let sum = self.b.ins().iadd(old, mine);
             self.b.ins().store(fc, sum, stats, field as i32);
             let snap = cx!(snap) + 8 * i as i32;
             self.b.ins().store(fc, sum, ctx, snap);
-            let z = self.c64(0);
-            self.b.def_var(v, z);
         }
+        let z = self.c64(0);
+        self.b.def_var(self.v_counts, z);
         self.b.ins().store(fc, left, ctx, cx!(wg_left));
         let cap = self.c64(QUANTUM);
         let q = self.b.ins().umin(left, cap);

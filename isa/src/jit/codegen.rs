@@ -7,7 +7,7 @@ use super::facts::{self, BlockFacts};
 use super::runtime::{self, status, REG_BYTES};
 use super::shape::{Shape, Specials};
 use super::Native;
-use crate::exec::Warp;
+use crate::exec::{Warp, QUANTUM};
 use crate::inst::*;
 use crate::module::Kernel;
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -193,6 +193,9 @@ fn perf_map(code: *const u8, len: usize, name: &str, wg: Option<[u32; 3]>) {
 }
 
 /// The code generator's state for one kernel.
+// The thread-instruction word of `Gen::v_counts` holds a call's count.
+const _: () = assert!(QUANTUM * WARP_SIZE as u64 <= u32::MAX as u64);
+
 pub(super) struct Gen<'a, 'b> {
     pub(super) b: FunctionBuilder<'b>,
     pub(super) code: &'a [Instruction],
@@ -214,8 +217,11 @@ pub(super) struct Gen<'a, 'b> {
     pub(super) v_clock: Variable,
     pub(super) v_pc: Variable,
     pub(super) v_remaining: Variable,
-    pub(super) v_jwarp: Variable,
-    pub(super) v_jthreads: Variable,
+    /// The current warp's counters in this call: warp instructions run
+    /// inline in the low word, thread instructions in the high word (one
+    /// add per block for both; a warp runs at most `QUANTUM` instructions
+    /// per call, so neither word overflows).
+    pub(super) v_counts: Variable,
     pub(super) v_preds: [Variable; 7],
     pub(super) heads: HashMap<u32, Block>,
     pub(super) dispatch: Block,
@@ -322,8 +328,7 @@ impl<'a, 'b> Gen<'a, 'b> {
         let v_clock = b.declare_var(I64);
         let v_pc = b.declare_var(I32);
         let v_remaining = b.declare_var(I64);
-        let v_jwarp = b.declare_var(I64);
-        let v_jthreads = b.declare_var(I64);
+        let v_counts = b.declare_var(I64);
         let v_preds = std::array::from_fn(|_| b.declare_var(I32));
         let mut heads = HashMap::new();
         for &(s, _) in &blocks.list {
@@ -354,8 +359,7 @@ impl<'a, 'b> Gen<'a, 'b> {
             v_clock,
             v_pc,
             v_remaining,
-            v_jwarp,
-            v_jthreads,
+            v_counts,
             v_preds,
             heads,
             dispatch,
@@ -396,8 +400,7 @@ impl<'a, 'b> Gen<'a, 'b> {
         let rem = g.b.ins().load(I64, f, ctx, cx!(budget));
         g.b.def_var(v_remaining, rem);
         let z = g.b.ins().iconst(I64, 0);
-        g.b.def_var(v_jwarp, z);
-        g.b.def_var(v_jthreads, z);
+        g.b.def_var(v_counts, z);
         g.b.ins().jump(dispatch, &[]);
         g
     }
@@ -556,17 +559,20 @@ impl<'a, 'b> Gen<'a, 'b> {
         self.b.ins().band(active, p)
     }
 
+    /// Counts the lanes of `m` as thread instructions (the high word of
+    /// the counters, `v_counts`).
     pub(super) fn add_threads(&mut self, m: Value) {
-        let t = self.b.use_var(self.v_jthreads);
+        let t = self.b.use_var(self.v_counts);
         let t = match self.const_of(m) {
-            Some(c) => self.b.ins().iadd_imm_s(t, c.count_ones() as i64),
+            Some(c) => self.b.ins().iadd_imm_s(t, (c.count_ones() as i64) << 32),
             None => {
                 let n = self.b.ins().popcnt(m);
                 let n = self.b.ins().uextend(I64, n);
+                let n = self.b.ins().ishl_imm_s(n, 32);
                 self.b.ins().iadd(t, n)
             }
         };
-        self.b.def_var(self.v_jthreads, t);
+        self.b.def_var(self.v_counts, t);
     }
 
     /// The value of an `iconst`.
@@ -579,13 +585,22 @@ impl<'a, 'b> Gen<'a, 'b> {
         }
     }
 
+    /// Counts `n` warp instructions (the low word of `v_counts`).
     pub(super) fn add_jwarp(&mut self, n: u64) {
         if n == 0 {
             return;
         }
-        let t = self.b.use_var(self.v_jwarp);
+        let t = self.b.use_var(self.v_counts);
         let t = self.b.ins().iadd_imm_s(t, n as i64);
-        self.b.def_var(self.v_jwarp, t);
+        self.b.def_var(self.v_counts, t);
+    }
+
+    /// The warp and thread instructions counted in `v_counts`.
+    pub(super) fn counts(&mut self) -> [Value; 2] {
+        let t = self.b.use_var(self.v_counts);
+        let w = self.b.ins().band_imm_s(t, u32::MAX as i64);
+        let th = self.b.ins().ushr_imm_s(t, 32);
+        [w, th]
     }
 
     pub(super) fn warp_field(&mut self, ty: ir::Type, off: usize) -> Value {
@@ -676,9 +691,8 @@ impl<'a, 'b> Gen<'a, 'b> {
         let r = self.b.use_var(self.v_remaining);
         let f = self.mf(Mem::Ctx);
         self.b.ins().store(f, r, self.ctx, cx!(remaining));
-        let w = self.b.use_var(self.v_jwarp);
+        let [w, t] = self.counts();
         self.b.ins().store(f, w, self.ctx, cx!(jit_warp));
-        let t = self.b.use_var(self.v_jthreads);
         self.b.ins().store(f, t, self.ctx, cx!(jit_threads));
     }
 

@@ -537,6 +537,15 @@ impl Gen<'_, '_> {
         self.goto_next(pc + 1, clock, out);
         self.b.switch_to_block(some);
         self.write_pending(&pending);
+        if self.full && inst.guard == Guard::ALWAYS {
+            // A full warp leaving (live lanes are the active ones, all of
+            // them): nothing is left to run, nothing to read first.
+            let zero = self.c32(0);
+            self.set_warp_field(offset_of!(Warp, live), zero);
+            self.b.def_var(self.v_active, zero);
+            self.end_warp(pc, clock);
+            return;
+        }
         let live = self.warp_field(I32, offset_of!(Warp, live));
         let live = self.b.ins().band_not(live, m);
         self.set_warp_field(offset_of!(Warp, live), live);
@@ -556,14 +565,21 @@ impl Gen<'_, '_> {
         let (done, resched) = (self.b.create_block(), self.b.create_block());
         self.b.ins().brif(runnable, resched, &[], done, &[]);
         self.b.switch_to_block(done);
+        self.end_warp(pc, clock);
+        self.b.switch_to_block(resched);
+        self.reschedule_and_dispatch(pcv, clock);
+    }
+
+    /// The warp has no lane left to run after the exit at `pc`: the
+    /// interpreter's rescheduling would only clear `next_min`; on to the
+    /// next warp, or back to the scheduler.
+    fn end_warp(&mut self, pc: u32, clock: Value) {
+        let pcv = self.c32(pc);
         self.b.def_var(self.v_pc, pcv);
         self.b.def_var(self.v_clock, clock);
         let none = self.c32(u32::MAX);
         self.b.def_var(self.v_next_min, none);
-        // On to the next warp, or back to the scheduler.
         self.b.ins().jump(self.chain, &[]);
-        self.b.switch_to_block(resched);
-        self.reschedule_and_dispatch(pcv, clock);
     }
 }
 

@@ -141,6 +141,21 @@ impl Gen<'_, '_> {
         self.b.def_var(self.v_regs, regs);
         self.b.def_var(self.v_tids, tids);
         self.load_full();
-        self.b.ins().jump(self.dispatch, &[]);
+        // A warp that has not started (the usual next one) goes straight
+        // to the kernel's first block: its pc needs no jump table, and
+        // `active` is known non-zero.
+        match self.heads.get(&self.start).copied() {
+            Some(first) => {
+                let pc = self.b.use_var(self.v_pc);
+                let fresh = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::Equal, pc, self.start as i64);
+                self.b.ins().brif(fresh, first, &[], self.dispatch, &[]);
+            }
+            None => {
+                self.b.ins().jump(self.dispatch, &[]);
+            }
+        }
     }
 }

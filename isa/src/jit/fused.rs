@@ -246,14 +246,16 @@ impl Gen<'_, '_> {
             for gb in 0..b.halves {
                 let (a0, a1) = a.range[ga];
                 let (b0, b1) = b.range[gb];
-                let sa = self.b.ins().iadd_imm_s(pa[ga], a0);
-                let ea = self.b.ins().iadd_imm_s(pa[ga], a1 + 4);
-                let sb = self.b.ins().iadd_imm_s(pb[gb], b0);
-                let eb = self.b.ins().iadd_imm_s(pb[gb], b1 + 4);
-                // Overlap: sa < eb && sb < ea.
-                let c1 = self.b.ins().icmp(IntCC::UnsignedLessThan, sa, eb);
-                let c2 = self.b.ins().icmp(IntCC::UnsignedLessThan, sb, ea);
-                let o = self.b.ins().band(c1, c2);
+                // Spans [sa, sa + la) and [sb, sb + lb) overlap when
+                // d = sb - sa lies in (-lb, la): d + lb - 1 < la + lb - 1,
+                // unsigned (no span reaches the top of the address space).
+                let (la, lb) = (a1 + 4 - a0, b1 + 4 - b0);
+                let d = self.b.ins().isub(pb[gb], pa[ga]);
+                let x = self.b.ins().iadd_imm_s(d, b0 - a0 + lb - 1);
+                let o = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::UnsignedLessThan, x, la + lb - 1);
                 clash = self.b.ins().bor(clash, o);
             }
         }

@@ -10,6 +10,9 @@ use std::sync::Mutex;
 /// Warp instructions a compute unit runs between checks of the stop flags.
 const SLICE: u64 = 1 << 16;
 
+/// Workgroups a compute unit claims at once in a large grid.
+const BATCH: u64 = 4;
+
 /// How a grid ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GridOutcome {
@@ -37,7 +40,8 @@ pub struct GridReport {
 
 /// Runs every workgroup of `launch` on `units` compute units (host threads).
 /// Workgroups are handed out in linear order (x fastest) from a shared
-/// counter. The first trap or fault stops the grid.
+/// counter (in runs of `BATCH` in large grids). The first trap or fault
+/// stops the grid.
 pub fn run_grid<M: GlobalMemory + Sync + ?Sized>(
     module: &Module,
     launch: &Launch,
@@ -92,6 +96,14 @@ fn run_grid_on<M: GlobalMemory + Sync + ?Sized>(
         stop.store(true, Ordering::Relaxed);
     };
     let cancelled = || cancel.is_some_and(|c| c.load(Ordering::Relaxed));
+    // Workgroups a compute unit claims at a time: an atomic add on the
+    // shared counter costs about as much as a short warp, so large grids
+    // take a few at once (small ones one by one, to spread them).
+    let batch = if total >= 64 * units.max(1) as u64 {
+        BATCH
+    } else {
+        1
+    };
     std::thread::scope(|s| {
         let mut workers = Vec::with_capacity(units.max(1));
         for _ in 0..units.max(1) {
@@ -101,6 +113,8 @@ fn run_grid_on<M: GlobalMemory + Sync + ?Sized>(
                 // (not per workgroup: the other threads' counters share
                 // cache lines).
                 let (mut done, mut cyc, mut wi, mut ti) = (0u64, 0u64, 0u64, 0u64);
+                // Workgroups claimed from the counter and not run yet.
+                let (mut claimed, mut claimed_end) = (0u64, 0u64);
                 'work: loop {
                     if stop.load(Ordering::Relaxed) {
                         break;
@@ -109,10 +123,15 @@ fn run_grid_on<M: GlobalMemory + Sync + ?Sized>(
                         record(GridOutcome::Cancelled);
                         break;
                     }
-                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if claimed == claimed_end {
+                        claimed = next.fetch_add(batch, Ordering::Relaxed);
+                        claimed_end = claimed.saturating_add(batch).min(total);
+                    }
+                    let i = claimed;
                     if i >= total {
                         break;
                     }
+                    claimed += 1;
                     let wg = launch.workgroup_id(i);
                     let started = match exec.as_mut() {
                         Some(e) => e.reset(wg).map(|_| ()),

@@ -600,3 +600,45 @@ fn cycles_count_the_longest_warp_and_four_issue_slots() {
     assert!(matches!(r.outcome, GridOutcome::Faulted { .. }), "{r:?}");
     assert_eq!(r.cycles, 0);
 }
+
+/// A grid large enough for compute units to claim workgroups a few at a
+/// time (`grid.rs`): every workgroup still runs exactly once, the last
+/// partial run of claims included, on one and on two units.
+#[test]
+fn a_large_grid_runs_every_workgroup_once() {
+    let src = r"
+.kernel k
+.arg out ptr
+.workgroup 32
+    s2r     r0, %gid.x
+    ldarg   d2, [out]
+    mov     r4, 4
+    mad.wide.u32 d2, r0, r4, d2
+    ld.32   r1, [d2]
+    add     r1, r1, r0
+    add     r1, r1, 1
+    st.32   [d2], r1
+    exit
+.end";
+    let m = assemble(src, 1).unwrap();
+    let groups = 1001u32;
+    for units in [1, 2] {
+        let mut gpu = Gpu::new();
+        let out = gpu.alloc(groups as u64 * 32 * 4);
+        let l = launch(
+            &m,
+            "k",
+            [groups, 1, 1],
+            [32, 1, 1],
+            Args::new().set(&m, "k", "out", out),
+        );
+        let r = run_grid(&m, &l, &gpu.mem, units, None);
+        assert_eq!(r.outcome, GridOutcome::Completed);
+        assert_eq!(r.workgroups_completed, groups as u64);
+        assert_eq!(r.stats.thread_instructions, groups as u64 * 32 * 9);
+        let v = gpu.u32s(out, groups as usize * 32);
+        for (i, &x) in v.iter().enumerate() {
+            assert_eq!(x, i as u32 + 1, "word {i} on {units} unit(s)");
+        }
+    }
+}

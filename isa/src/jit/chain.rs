@@ -147,10 +147,7 @@ impl Gen<'_, '_> {
         match self.heads.get(&self.start).copied() {
             Some(first) => {
                 let pc = self.b.use_var(self.v_pc);
-                let fresh = self
-                    .b
-                    .ins()
-                    .icmp_imm_s(IntCC::Equal, pc, self.start as i64);
+                let fresh = self.b.ins().icmp_imm_s(IntCC::Equal, pc, self.start as i64);
                 self.b.ins().brif(fresh, first, &[], self.dispatch, &[]);
             }
             None => {

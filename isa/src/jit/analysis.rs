@@ -182,6 +182,29 @@ pub(crate) fn blocks(code: &[Instruction], k: &Kernel) -> Blocks {
 
 pub(crate) use crate::regflow::{reads, writes, Read};
 
+/// Per register of `0..nregs`: whether the instructions `insts` (a block,
+/// in order) may read it before an unguarded write of it (its value at
+/// their start is needed).
+pub(crate) fn read_first(insts: &[Instruction], nregs: usize) -> Vec<bool> {
+    let mut read = vec![false; nregs];
+    let mut written = vec![false; nregs];
+    for i in insts {
+        for (r, _) in reads(&i.op) {
+            let r = r as usize;
+            if r < nregs && !written[r] {
+                read[r] = true;
+            }
+        }
+        let (d, n) = writes(&i.op);
+        if i.guard == Guard::ALWAYS {
+            for r in d as usize..(d as usize + n as usize).min(nregs) {
+                written[r] = true;
+            }
+        }
+    }
+    read
+}
+
 /// Whether `op` writes register `r`.
 pub(crate) fn writes_reg(op: &Op, r: u8) -> bool {
     let (d, n) = writes(op);

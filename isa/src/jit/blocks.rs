@@ -452,8 +452,7 @@ impl Gen<'_, '_> {
         out: Option<&[Fact]>,
     ) {
         let Op::Bra { offset } = inst.op else {
-            let pending = std::mem::take(&mut self.pending);
-            self.write_pending(&pending);
+            self.flush_pending();
             return;
         };
         let target = (pc as i64 + offset as i64) as u32;

@@ -195,6 +195,13 @@ impl Gen<'_, '_> {
         self.carry = None;
     }
 
+    /// Writes the registers the last region left pending (`Gen::pending`)
+    /// to the register file: the code after this reads them there.
+    pub(super) fn flush_pending(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        self.write_pending(&pending);
+    }
+
     /// Writes shaped registers to the register file.
     pub(super) fn write_pending(&mut self, regs: &[(u8, Sv)]) {
         for (r, sv) in regs {
@@ -205,8 +212,8 @@ impl Gen<'_, '_> {
         }
     }
 
-    /// The shaped registers the hot version of block `bi` (facts `hot`,
-    /// cold facts `cold`) takes as parameters: registers shaped in `hot`
+    /// The shaped registers the hot version of block `bi` (facts `hot`)
+    /// takes as parameters: registers shaped in `hot`
     /// with a base not known at compile time, live at its start, read
     /// before any write in it and never written in it (so the values hold
     /// through the whole block); none for a loop with carried registers.
@@ -226,26 +233,13 @@ impl Gen<'_, '_> {
             return Vec::new();
         }
         let live = self.live_at(s);
-        let mut written = 0u64;
-        let mut read = 0u64;
-        for i in &insts {
-            for (r, _) in crate::regflow::reads(&i.op) {
-                if r < 64 && written >> r & 1 == 0 {
-                    read |= 1 << r;
-                }
-            }
-            let (d, n) = crate::regflow::writes(&i.op);
-            for r in d..d.saturating_add(n) {
-                if r < 64 {
-                    written |= 1 << r;
-                }
-            }
-        }
+        let read = analysis::read_first(&insts, hot.len().min(64));
+        let written = |r: u8| insts.iter().any(|i| analysis::writes_reg(&i.op, r));
         let mut params = Vec::new();
         for (r, f) in hot.iter().enumerate().take(64) {
             let Some(sh) = f else { continue };
-            let bit = 1u64 << r;
-            if sh.known.is_none() && live & read & bit != 0 && written & bit == 0 {
+            let (live, read) = (live >> r & 1 != 0, read.get(r).copied().unwrap_or(false));
+            if sh.known.is_none() && live && read && !written(r as u8) {
                 params.push((r as u8, Rc::clone(sh)));
             }
         }

@@ -726,8 +726,7 @@ impl<'a, 'b> Gen<'a, 'b> {
     /// end): directly to its block, or through rescheduling when it
     /// reaches a waiting group.
     pub(super) fn goto(&mut self, target: u32, clock: Value) {
-        let pending = std::mem::take(&mut self.pending);
-        self.write_pending(&pending);
+        self.flush_pending();
         self.b.def_var(self.v_clock, clock);
         let nm = self.b.use_var(self.v_next_min);
         let t = self.c32(target);

@@ -59,26 +59,9 @@ impl Gen<'_, '_> {
         facts: &[Fact],
     ) -> Pass {
         let nregs = facts.len();
-        // Registers whose bases the block may need: every register read
-        // before an unguarded write of it.
-        let mut read = vec![false; nregs];
-        let mut written = vec![false; nregs];
-        for i in insts {
-            for (r, _) in analysis::reads(&i.op) {
-                let before = !written.get(r as usize).copied().unwrap_or(true);
-                if let (Some(x), true) = (read.get_mut(r as usize), before) {
-                    *x = true;
-                }
-            }
-            let (d, n) = analysis::writes(&i.op);
-            if i.guard == Guard::ALWAYS {
-                for r in d..d.saturating_add(n) {
-                    if let Some(w) = written.get_mut(r as usize) {
-                        *w = true;
-                    }
-                }
-            }
-        }
+        // Registers whose bases the block may need: those read before an
+        // unguarded write.
+        let read = analysis::read_first(insts, nregs);
         let mut cur: Vec<Option<Sv>> = (0..nregs)
             .map(|r| {
                 let s = facts[r].as_ref()?;

@@ -45,19 +45,7 @@ loop:
 }
 
 fn check(m: Module, seeds: std::ops::Range<u64>) {
-    if super::super::host_support().is_err() {
-        return;
-    }
-    let jit = JitModule::compile(&m).expect("compiles");
-    let code = Arc::clone(jit.kernel(0).expect("compiles")).for_shape([64, 1, 1]);
-    assert!(
-        code.native.carried_loops > 0,
-        "no carried loop in\n{}",
-        crate::disassemble(&m)
-    );
-    for seed in seeds {
-        check_module(m.clone(), [64, 1, 1], &mut Rng(seed), seed);
-    }
+    check_compiled(m, seeds, |n| n.carried_loops > 0, "carried loop");
 }
 
 /// Every lane leaves the loop in the same iteration.

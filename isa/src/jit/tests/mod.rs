@@ -688,6 +688,30 @@ fn check_module(m: Module, wg: [u32; 3], r: &mut Rng, seed: u64) {
     assert_eq!(all(&mi), all(&mx), "memory (alternating), seed {seed}");
 }
 
+/// Checks `m` (kernel 0, workgroups of 64 threads) on both engines with
+/// `seeds` (`check_module`), after asserting that its code for that shape
+/// has what the test is about (`has`, described by `what`).
+fn check_compiled(
+    m: Module,
+    seeds: std::ops::Range<u64>,
+    has: impl Fn(&super::Native) -> bool,
+    what: &str,
+) {
+    if super::host_support().is_err() {
+        return;
+    }
+    let jit = JitModule::compile(&m).expect("compiles");
+    let code = Arc::clone(jit.kernel(0).expect("compiles")).for_shape([64, 1, 1]);
+    assert!(
+        has(&code.native),
+        "no {what} in\n{}",
+        crate::disassemble(&m)
+    );
+    for seed in seeds {
+        check_module(m.clone(), [64, 1, 1], &mut Rng(seed), seed);
+    }
+}
+
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()

@@ -70,19 +70,12 @@ low:
 }
 
 fn check(m: Module, seeds: std::ops::Range<u64>) {
-    if super::super::host_support().is_err() {
-        return;
-    }
-    let jit = JitModule::compile(&m).expect("compiles");
-    let code = Arc::clone(jit.kernel(0).expect("compiles")).for_shape([64, 1, 1]);
-    assert!(
-        code.native.shaped_edges > 0 && code.native.fused_runs > 0,
-        "no shaped register passed on to a fused run in\n{}",
-        crate::disassemble(&m)
+    check_compiled(
+        m,
+        seeds,
+        |n| n.shaped_edges > 0 && n.fused_runs > 0,
+        "shaped register passed on to a fused run",
     );
-    for seed in seeds {
-        check_module(m.clone(), [64, 1, 1], &mut Rng(seed), seed);
-    }
 }
 
 /// No lane leaves at the bounds check.

@@ -36,6 +36,48 @@
 //! source as the `vgpu-hwif` crate
 //! used by the device and by userspace, compiled here with the kernel's
 //! compiler flags.
+//!
+//! The rule, checked by `scripts/deps` (scripts/test): each block imports only the blocks
+//! its row names, and no two files import each other through a cycle.
+//!
+//! | block | may use |
+//! |---|---|
+//! | `debugfs` | `device`, `gem`, `gpu`, `hostmem`, `ktrace`, `layout`, `mmu`, `proto`, `selftest`, `stats`, `transport` |
+//! | `drm` | `device`, `ffi`, `ffi_gpuvm`, `ffi_sync`, `file`, `gem`, `gpu`, `hostmem`, `stats`, `uarray`, `vm`, `vm_ops` |
+//! | `stats` | `device`, `errno`, `ffi`, `file`, `gpu`, `mmu`, `params`, `proto`, `uarray` |
+//! | `device` | `errno`, `ffi`, `file`, `gem`, `gpu`, `layout`, `params`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanmem`, `transport`, `vm`, `watchdog` |
+//! | `gpu` | `capture`, `coredump`, `describe`, `errno`, `event`, `ffi`, `ffi_sync`, `file`, `gem`, `hostmem`, `ktrace`, `mmu`, `packet`, `params`, `pod`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanitize`, `time`, `transport`, `uarray`, `vm`, `vm_ops` |
+//! | `file` | `ffi`, `gem`, `hostmem`, `vm` |
+//! | `hostmem` | `gem`, `mmu`, `pagetable`, `sanmem`, `vm` |
+//! | `vm_ops` | `ffi_gpuvm`, `gem`, `mmu`, `ratelimit`, `sanmem`, `vm` |
+//! | `vm` | `ffi_gpuvm`, `gem`, `mmu`, `pagetable`, `ptpool`, `ras`, `ratelimit`, `sanmem` |
+//! | `pagetable` | `gem`, `mmu`, `ptpool`, `ras` |
+//! | `sanmem` | `gem`, `proto`, `ratelimit`, `sanitize`, `transport` |
+//! | `ras` | `gem` |
+//! | `transport` | `errno`, `event`, `ffi`, `ktrace`, `layout`, `pod`, `proto`, `ratelimit`, `time` |
+//! | `gem` | `ratelimit` |
+//! | `layout` | `event`, `pod`, `proto`, `sanitize` |
+//! | `ktrace` | `ffi` |
+//! | `proto` | `pod`, `sanitize` |
+//! | `ratelimit` | `ffi` |
+//! | `watchdog` | `ffi` |
+//! | `capture` | `mmu`, `pod` |
+//! | `describe` | `packet` |
+//! | `event` | `pod` |
+//! | `ffi` | `ffi_sync` |
+//! | `ptpool` | `mmu` |
+//! | `sanitize` | `pod` |
+//! | `coredump` | - |
+//! | `errno` | - |
+//! | `ffi_gpuvm` | - |
+//! | `ffi_sync` | - |
+//! | `mmu` | - |
+//! | `packet` | - |
+//! | `params` | - |
+//! | `pod` | - |
+//! | `selftest` | - |
+//! | `time` | - |
+//! | `uarray` | - |
 
 use kernel::{
     device::Core,

@@ -9,7 +9,7 @@ small mistake a student could make, at one place of one region:
 | `const` | an integer constant or shift changed by one (`n` to `n+1` and `n-1`) |
 | `cmp` (ISA) | a comparison suffix changed: `.lt` and `.le`, `.gt` and `.ge`, `.eq` and `.ne` |
 | `arith` | `+` and `-` swapped |
-| `delete` | one statement removed (a whole statement, over as many lines as it takes; never a `let` but `let _ = …`) |
+| `delete` | one statement removed (a whole statement, over as many lines as it takes; never a `let` but `let _ = …`, never a log line) |
 | `swap` | the two arguments of a call swapped |
 | `fix` | an index or an engine fixed to one value (`x[i]` to `x[0]`, `….engine` to `0`) |
 | `flag` | one operand of a bitwise or dropped (a flag bit lost) |
@@ -39,6 +39,9 @@ ENGINE = re.compile(r"(?<![\w])(?:[a-z_]\w*\.)*engine\b(?!\s*:[^:])(?! \(| =[^=]
 # The ISA's comparison suffixes (setp.lt.u32 …).
 ASM_CMP_SWAP = {"lt": "le", "le": "lt", "gt": "ge", "ge": "gt", "eq": "ne", "ne": "eq"}
 ASM_CMP = re.compile(r"\.(lt|le|gt|ge|eq|ne)\b")
+# Log lines are not mistakes a grader should catch: never removed.
+LOGGING = re.compile(r"^(?:crate::|kernel::)?(?:\w+_ratelimited|dev_(?:err|warn|info|dbg|notice)|pr_\w+|"
+                     r"e?println|log::\w+|debug|info|warn|error|trace)!?\s*[!(]")
 # A line that opens a block (its statements are mutated one by one, not removed whole).
 BLOCK = re.compile(r"^(if|else|while|for|loop|match|unsafe|fn|impl)\b.*\{$|^\{$|.*=> \{$|.*\|\s*\{$")
 FLAG_OR = re.compile(r"(?P<a>[\w:.()]+) \| (?P<b>[A-Z][\w:]*|\w+::[A-Z][\w:]*)")
@@ -195,6 +198,8 @@ def region_mutants(name, body, asm=False):
     else:
         for a, b in statements(lines):
             first = lines[a].strip()
+            if LOGGING.match(first):
+                continue
             add("delete", a, f"`{first[:60]}{'…' if len(first) > 60 or b > a else ''}` removed",
                 lines[:a] + lines[b + 1:])
     return out

@@ -220,6 +220,14 @@ pub mod san {
     pub const DMA_UNOWNED: u32 = 10;
     /// `VGPU_SAN_TEARDOWN`.
     pub const TEARDOWN: u32 = 11;
+    /// `VGPU_SAN_PT_INVALID_TABLE`.
+    pub const PT_INVALID_TABLE: u32 = 12;
+    /// `VGPU_SAN_PT_LEVEL`.
+    pub const PT_LEVEL: u32 = 13;
+    /// `VGPU_SAN_PT_ALIGN`.
+    pub const PT_ALIGN: u32 = 14;
+    /// `VGPU_SAN_PT_UNOWNED`.
+    pub const PT_UNOWNED: u32 = 15;
     /// `VGPU_SAN_FLAG_STOPPED`.
     pub const FLAG_STOPPED: u32 = 1 << 0;
     /// `VGPU_SAN_FLAG_PRIOR`.

@@ -9,11 +9,15 @@
 //! SEM_WAIT va=0x7fff0088 >= 3
 //! ```
 //!
+//! Page-table entries too ([`PteText`]): `valid, 2 MiB leaf (HUGE), perms
+//! rw-, cache 0, address 0x200000`.
+//!
 //! Everything here writes into a [`core::fmt::Formatter`] and allocates
 //! nothing, so the KMD uses it too.
 
 use core::fmt;
 
+use super::mmu::{Pte, PTE_EXEC, PTE_READ, PTE_TABLE_MUST_BE_ZERO, PTE_WRITE};
 use super::packet::{
     decode_header, opcode_name, Packet, FENCE_NO_EVENT, SEM_SIGNAL_ADD, SEM_WAIT_EQ, SEM_WAIT_GEQ,
 };
@@ -136,5 +140,51 @@ impl fmt::Display for HeaderWord {
             ),
             Err(e) => write!(f, "header {:#010x}: {}", self.word, e.name()),
         }
+    }
+}
+
+/// A page-table entry's bits as the walk reads them at a level, as text:
+/// valid or not, its shape (table, 4 KiB leaf, 2 MiB leaf, leaf bits
+/// without HUGE), its permissions and cache policy where it has them, its
+/// address, and any reserved bits set.
+#[derive(Clone, Copy, Debug)]
+pub struct PteText {
+    /// The entry's level (3 = root).
+    pub level: u8,
+    /// The entry's bits.
+    pub bits: u64,
+}
+
+impl fmt::Display for PteText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = Pte::from_bits(self.bits);
+        let leafy = self.bits & PTE_TABLE_MUST_BE_ZERO != 0;
+        let shape = if p.is_huge() {
+            "2 MiB leaf (HUGE)"
+        } else if self.level == 0 {
+            "4 KiB leaf"
+        } else if leafy {
+            "leaf bits without HUGE"
+        } else {
+            "table"
+        };
+        let valid = if p.is_valid() { "valid" } else { "not valid" };
+        write!(f, "{valid}, {shape}")?;
+        if self.level == 0 || leafy {
+            let flag = |m: u64, c: char| if p.permissions() & m != 0 { c } else { '-' };
+            write!(
+                f,
+                ", perms {}{}{}, cache {}",
+                flag(PTE_READ, 'r'),
+                flag(PTE_WRITE, 'w'),
+                flag(PTE_EXEC, 'x'),
+                p.cache_bits()
+            )?;
+        }
+        write!(f, ", address {:#x}", p.address())?;
+        if p.reserved_bits() != 0 {
+            write!(f, ", reserved bits {:#x}", p.reserved_bits())?;
+        }
+        Ok(())
     }
 }

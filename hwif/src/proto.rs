@@ -344,8 +344,9 @@ pub mod engine {
 /// `IDENTIFY` feature: the driver sanitizer is on (some check runs; the
 /// device posts `SANITIZER` events).
 pub const FEATURE_SANITIZER: u32 = 1 << 0;
-/// `IDENTIFY` feature: the sanitizer checks DMA ownership; a driver that
-/// wants its accesses checked declares the pages it owns with `SAN_MEM`.
+/// `IDENTIFY` feature: the sanitizer checks DMA ownership or page tables;
+/// a driver that wants them checked declares the pages it owns with
+/// `SAN_MEM` (its page tables with [`SAN_MEM_OWN_TABLES`]).
 pub const FEATURE_SAN_DMA: u32 = 1 << 1;
 
 /// `SAN_MEM` operation: the ranges become GPU memory (counted: a page
@@ -353,6 +354,11 @@ pub const FEATURE_SAN_DMA: u32 = 1 << 1;
 pub const SAN_MEM_OWN: u32 = 0;
 /// `SAN_MEM` operation: the ranges are given back.
 pub const SAN_MEM_RELEASE: u32 = 1;
+/// `SAN_MEM` operation: as [`SAN_MEM_OWN`], and the pages hold page
+/// tables (the page-table checks, `SAN-PT-*`, tell a table linked without
+/// its valid bit by its address naming such a page). Given back with
+/// [`SAN_MEM_RELEASE`].
+pub const SAN_MEM_OWN_TABLES: u32 = 2;
 /// Ranges one `SAN_MEM` command carries.
 pub const SAN_MEM_RANGES: usize = 14;
 
@@ -858,7 +864,7 @@ pod_struct! {
     pub struct SanMemCmd {
         /// Header.
         pub hdr: CommandHeader,
-        /// [`SAN_MEM_OWN`] or [`SAN_MEM_RELEASE`].
+        /// [`SAN_MEM_OWN`], [`SAN_MEM_OWN_TABLES`] or [`SAN_MEM_RELEASE`].
         pub op: u32,
         /// Ranges used, 1..=[`SAN_MEM_RANGES`].
         pub count: u32,
@@ -1070,7 +1076,7 @@ pub enum Command {
     },
     /// `SAN_MEM`.
     SanMem {
-        /// [`SAN_MEM_OWN`] or [`SAN_MEM_RELEASE`].
+        /// [`SAN_MEM_OWN`], [`SAN_MEM_OWN_TABLES`] or [`SAN_MEM_RELEASE`].
         op: u32,
         /// Ranges used.
         count: u32,
@@ -1277,7 +1283,7 @@ impl Command {
             }
             Opcode::SanMem => {
                 let c: SanMemCmd = read(bytes, op)?;
-                if c.op > SAN_MEM_RELEASE {
+                if c.op > SAN_MEM_OWN_TABLES {
                     return Err(DecodeError::ReservedNonZero(op));
                 }
                 // Entries past `count` are reserved.

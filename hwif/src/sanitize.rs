@@ -12,10 +12,11 @@
 //! [`super::event::EventKind::Sanitizer`] event names the report, and
 //! [`super::proto::Opcode::SanReport`] fetches it whole.
 //!
-//! For [`Check::DmaUnowned`] the driver declares the guest-physical pages
-//! it owns as GPU memory with [`super::proto::Opcode::SanMem`] (like an
-//! IOMMU's map and unmap). It does so only when `IDENTIFY` reports
-//! [`super::proto::FEATURE_SAN_DMA`].
+//! For [`Check::DmaUnowned`] and the page-table checks (`SAN-PT-*`) the
+//! driver declares the guest-physical pages it owns as GPU memory with
+//! [`super::proto::Opcode::SanMem`] (like an IOMMU's map and unmap), its
+//! page tables as such ([`super::proto::SAN_MEM_OWN_TABLES`]). It does so
+//! only when `IDENTIFY` reports [`super::proto::FEATURE_SAN_DMA`].
 
 use super::pod::pod_struct;
 
@@ -50,10 +51,22 @@ pub enum Check {
     /// Doorbells on destroyed contexts or stopped rings, destroys with
     /// work in flight, event buffers not returned.
     Teardown = 11,
+    /// A page-table entry above level 0 without its valid bit whose
+    /// address names a page the driver declared as a page table.
+    PtInvalidTable = 12,
+    /// A page-table entry of a kind its level cannot hold: a 2 MiB leaf
+    /// outside level 1, a leaf where a table entry belongs, a table
+    /// pointer at level 0.
+    PtLevel = 13,
+    /// A 2 MiB leaf whose page is not 2 MiB aligned.
+    PtAlign = 14,
+    /// A valid page-table entry (table pointer or leaf) naming memory the
+    /// driver has not declared or already gave back.
+    PtUnowned = 15,
 }
 
 /// Number of checks (the highest [`Check`] number).
-pub const CHECKS: usize = 11;
+pub const CHECKS: usize = 15;
 
 impl Check {
     /// Every check, in number order.
@@ -69,6 +82,10 @@ impl Check {
         Check::WaitUnsatisfiable,
         Check::DmaUnowned,
         Check::Teardown,
+        Check::PtInvalidTable,
+        Check::PtLevel,
+        Check::PtAlign,
+        Check::PtUnowned,
     ];
 
     /// The check with this number, if any.
@@ -98,6 +115,10 @@ impl Check {
             Check::WaitUnsatisfiable => "SAN-WAIT-UNSATISFIABLE",
             Check::DmaUnowned => "SAN-DMA-UNOWNED",
             Check::Teardown => "SAN-TEARDOWN",
+            Check::PtInvalidTable => "SAN-PT-INVALID-TABLE",
+            Check::PtLevel => "SAN-PT-LEVEL",
+            Check::PtAlign => "SAN-PT-ALIGN",
+            Check::PtUnowned => "SAN-PT-UNOWNED",
         }
     }
 
@@ -115,8 +136,8 @@ impl Check {
     }
 
     /// The family the check belongs to (`--sanitize=FAMILY` selects all of
-    /// a family's checks): `ring`, `tlb`, `fence`, `hazard`, `wait`, `dma`
-    /// or `teardown`.
+    /// a family's checks): `ring`, `tlb`, `fence`, `hazard`, `wait`, `dma`,
+    /// `teardown` or `pt`.
     pub const fn family(self) -> &'static str {
         match self {
             Check::RingUnpublished | Check::RingIndex => "ring",
@@ -126,6 +147,7 @@ impl Check {
             Check::WaitUnsatisfiable => "wait",
             Check::DmaUnowned => "dma",
             Check::Teardown => "teardown",
+            Check::PtInvalidTable | Check::PtLevel | Check::PtAlign | Check::PtUnowned => "pt",
         }
     }
 
@@ -160,6 +182,16 @@ impl Check {
             }
             Check::Teardown => {
                 "a doorbell on a destroyed context or a stopped ring, a destroy with work in flight without FORCE, or event buffers not returned"
+            }
+            Check::PtInvalidTable => {
+                "a page-table entry above level 0 has no valid bit but names a page the driver declared as a page table: the table was linked without its valid bit"
+            }
+            Check::PtLevel => {
+                "a page-table entry holds what its level cannot: a 2 MiB leaf outside level 1, a leaf where a table entry belongs, or a table pointer at level 0"
+            }
+            Check::PtAlign => "a level-1 entry maps a 2 MiB page whose address is not 2 MiB aligned",
+            Check::PtUnowned => {
+                "a valid page-table entry points to a table or page the driver has not declared as GPU memory (or already gave back)"
             }
         }
     }
@@ -200,6 +232,18 @@ impl Check {
             Check::Teardown => {
                 "stop submitting to a stopped ring or destroyed context, wait for (or cancel with FORCE) in-flight work before destroying, and repost every event buffer"
             }
+            Check::PtInvalidTable => {
+                "link a new table with a complete table entry (Pte::table: address | VALID), and clear an entry by writing 0"
+            }
+            Check::PtLevel => {
+                "levels 3 and 2 hold only table entries, level 1 a table entry or a 2 MiB leaf (HUGE), level 0 only 4 KiB leaves (READ/WRITE/EXEC, no HUGE): build each entry for the level it is written at"
+            }
+            Check::PtAlign => {
+                "map a 2 MiB page only when its physical address is 2 MiB aligned (and contiguous); otherwise map it with a level-0 table of 4 KiB leaves"
+            }
+            Check::PtUnowned => {
+                "point entries only at page tables and pages you own and have declared (SAN_MEM); clear the entry and invalidate before giving a table or page back"
+            }
         }
     }
 }
@@ -239,6 +283,35 @@ pub mod teardown {
     pub const DESTROY_BUSY: u32 = 3;
     /// Events waited for a driver buffer for too long.
     pub const EVENTS_STARVED: u32 = 4;
+}
+
+/// [`Check::PtInvalidTable`] sub-kinds: the evidence.
+pub mod pt_invalid_table {
+    /// The address is a page the driver declared as a page table.
+    pub const DECLARED_TABLE: u32 = 1;
+    /// The driver declares no page tables, and the entry is an address
+    /// alone (no other bit set) of memory it declared.
+    pub const BARE_ADDRESS: u32 = 2;
+}
+
+/// [`Check::PtLevel`] sub-kinds.
+pub mod pt_level {
+    /// A valid entry with HUGE outside level 1.
+    pub const HUGE_OUTSIDE_L1: u32 = 1;
+    /// A valid entry with leaf bits (READ, WRITE, EXEC, cache policy) at a
+    /// table level (3, 2, or 1 without HUGE).
+    pub const LEAF_AT_TABLE_LEVEL: u32 = 2;
+    /// A valid level-0 entry with no permissions whose address is a
+    /// declared page table: a table pointer one level too deep.
+    pub const TABLE_AT_L0: u32 = 3;
+}
+
+/// [`Check::PtUnowned`] sub-kinds.
+pub mod pt_unowned {
+    /// A table entry naming an undeclared page.
+    pub const TABLE: u32 = 1;
+    /// A leaf naming an undeclared page.
+    pub const LEAF: u32 = 2;
 }
 
 /// [`Check::WaitUnsatisfiable`] sub-kinds.

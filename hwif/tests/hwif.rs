@@ -467,6 +467,11 @@ fn sanitizer_commands_and_events_round_trip() {
             count: 2,
             ranges,
         },
+        Command::SanMem {
+            op: SAN_MEM_OWN_TABLES,
+            count: 2,
+            ranges,
+        },
         Command::SanReport { seq: 17 },
     ] {
         let mut buf = [0u8; 256];
@@ -475,7 +480,7 @@ fn sanitizer_commands_and_events_round_trip() {
         assert_eq!(Command::decode(&buf[..n]).1, Ok(cmd));
     }
     // Unknown operation, and a range past `count`: reserved.
-    for (op, count) in [(2, 2), (SAN_MEM_OWN, 1)] {
+    for (op, count) in [(3, 2), (SAN_MEM_OWN, 1)] {
         let mut buf = [0u8; 256];
         let cmd = Command::SanMem { op, count, ranges };
         let n = cmd.encode(5, &mut buf).unwrap();
@@ -520,6 +525,10 @@ fn sanitizer_checks_have_stable_ids() {
             "SAN-WAIT-UNSATISFIABLE",
             "SAN-DMA-UNOWNED",
             "SAN-TEARDOWN",
+            "SAN-PT-INVALID-TABLE",
+            "SAN-PT-LEVEL",
+            "SAN-PT-ALIGN",
+            "SAN-PT-UNOWNED",
         ]
     );
     for (i, c) in Check::ALL.into_iter().enumerate() {

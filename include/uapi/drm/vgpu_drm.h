@@ -806,6 +806,10 @@ struct drm_vgpu_query_stats {
 #define VGPU_SAN_WAIT_UNSATISFIABLE   9 /* a SEM_WAIT nothing queued can satisfy */
 #define VGPU_SAN_DMA_UNOWNED          10 /* an access to memory the KMD did not declare */
 #define VGPU_SAN_TEARDOWN             11 /* doorbells on dead rings, busy destroys, starved events */
+#define VGPU_SAN_PT_INVALID_TABLE     12 /* a page table linked without its valid bit */
+#define VGPU_SAN_PT_LEVEL             13 /* a page-table entry its level cannot hold */
+#define VGPU_SAN_PT_ALIGN             14 /* a 2 MiB leaf not 2 MiB aligned */
+#define VGPU_SAN_PT_UNOWNED           15 /* a page-table entry naming undeclared memory */
 
 /* Report flags (drm_vgpu_san_record.flags; bits 8..15: the check's sub-kind). */
 #define VGPU_SAN_FLAG_STOPPED        (1u << 0) /* the ring was stopped (stop mode) */

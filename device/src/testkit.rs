@@ -141,6 +141,8 @@ pub fn write_u64(mem: &GuestMemoryMmap, pa: u64, v: u64) -> Result<(), KitError>
 #[derive(Debug)]
 pub struct PageTables {
     root: u64,
+    /// The memory tables are allocated from: (first byte, bytes).
+    pool: (u64, u64),
     /// Table for (level, VA bits above that level's range).
     tables: HashMap<(u32, u64), u64>,
     alloc: PhysAlloc,
@@ -149,11 +151,13 @@ pub struct PageTables {
 impl PageTables {
     /// Empty tables; tables are allocated from `alloc` (the root at once).
     pub fn new(mem: &GuestMemoryMmap, mut alloc: PhysAlloc) -> Result<Self, KitError> {
+        let pool = (alloc.next, alloc.end.saturating_sub(alloc.next));
         let root = alloc.page(mem)?;
         let mut tables = HashMap::new();
         tables.insert((LEVELS - 1, 0), root);
         Ok(PageTables {
             root,
+            pool,
             tables,
             alloc,
         })
@@ -162,6 +166,16 @@ impl PageTables {
     /// Guest-physical address of the root table (for `CONTEXT_CREATE`).
     pub fn root(&self) -> u64 {
         self.root
+    }
+
+    /// The memory the tables are allocated from: (first byte, bytes).
+    pub fn pool(&self) -> (u64, u64) {
+        self.pool
+    }
+
+    /// A new zeroed table page from the pool, linked nowhere.
+    pub fn new_table(&mut self, mem: &GuestMemoryMmap) -> Result<u64, KitError> {
+        self.alloc.page(mem)
     }
 
     fn key(va: u64, level: u32) -> (u32, u64) {
@@ -775,7 +789,15 @@ impl<T: Transport> Driver<T> {
     /// GPU memory, at most [`vgpu_hwif::proto::SAN_MEM_RANGES`] per
     /// command.
     pub fn san_mem(&mut self, own: bool, ranges: &[(u64, u64)]) -> Result<(), KitError> {
-        use vgpu_hwif::proto::{SAN_MEM_OWN, SAN_MEM_RANGES, SAN_MEM_RELEASE};
+        use vgpu_hwif::proto::{SAN_MEM_OWN, SAN_MEM_RELEASE};
+        self.san_mem_op(if own { SAN_MEM_OWN } else { SAN_MEM_RELEASE }, ranges)
+    }
+
+    /// `SAN_MEM` with operation `op` (`SAN_MEM_OWN_TABLES` declares page
+    /// tables), at most [`vgpu_hwif::proto::SAN_MEM_RANGES`] ranges per
+    /// command.
+    pub fn san_mem_op(&mut self, op: u32, ranges: &[(u64, u64)]) -> Result<(), KitError> {
+        use vgpu_hwif::proto::SAN_MEM_RANGES;
         use vgpu_hwif::sanitize::SanRange;
         for chunk in ranges.chunks(SAN_MEM_RANGES) {
             let mut rs = [SanRange { pa: 0, size: 0 }; SAN_MEM_RANGES];
@@ -783,7 +805,7 @@ impl<T: Transport> Driver<T> {
                 *d = SanRange { pa, size };
             }
             self.command(Command::SanMem {
-                op: if own { SAN_MEM_OWN } else { SAN_MEM_RELEASE },
+                op,
                 count: chunk.len() as u32,
                 ranges: rs,
             })?;

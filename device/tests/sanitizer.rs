@@ -1033,21 +1033,32 @@ fn access_to_pages_given_back_is_reported() {
 
 #[test]
 fn page_table_outside_declared_memory_is_reported() {
-    let mut d = rig();
-    declare_all(&mut d);
-    let mut c = ctx_with(&mut d, 1, &[COPY]);
-    d.buffer(&mut c, SRC, 0x1000, RW).unwrap();
-    d.buffer(&mut c, DST, 0x1000, RW).unwrap();
-    let l0 = c.pt.entry_addr(SRC, 0).unwrap() & !0xfff;
-    d.san_mem(false, &[(l0, 0x1000)]).unwrap();
-    copy(&mut d, &mut c, 1);
-    let n = reports(&d);
-    assert!(n >= 1);
-    let r = d.san_report(1).unwrap();
-    assert_eq!(
-        (r.check(), r.detail[0], r.detail[1]),
-        (Some(Check::DmaUnowned), l0, 0)
-    );
+    // With SAN-PT-UNOWNED off, the walk's read of the table is
+    // SAN-DMA-UNOWNED; with it on, the entry linking the table is
+    // SAN-PT-UNOWNED at the walk (and not both).
+    let dma_only = ALL_CHECKS & !vgpu_device::core::sanitize::pt::PT_CHECKS;
+    for (checks, want) in [
+        (dma_only, Check::DmaUnowned),
+        (ALL_CHECKS, Check::PtUnowned),
+    ] {
+        let mut d = rig_with(SanConfig { checks, ..cfg() });
+        declare_all(&mut d);
+        let mut c = ctx_with(&mut d, 1, &[COPY]);
+        d.buffer(&mut c, SRC, 0x1000, RW).unwrap();
+        d.buffer(&mut c, DST, 0x1000, RW).unwrap();
+        let l0 = c.pt.entry_addr(SRC, 0).unwrap() & !0xfff;
+        d.san_mem(false, &[(l0, 0x1000)]).unwrap();
+        copy(&mut d, &mut c, 1);
+        assert_eq!(reports(&d), 1);
+        let r = d.san_report(1).unwrap();
+        assert_eq!(r.check(), Some(want));
+        if want == Check::DmaUnowned {
+            assert_eq!((r.detail[0], r.detail[1]), (l0, 0), "the level-0 table");
+        } else {
+            let entry = c.pt.entry_addr(SRC, 1).unwrap();
+            assert_eq!((r.detail[0], r.detail[2], r.pa), (entry, 1, l0));
+        }
+    }
 }
 
 #[test]

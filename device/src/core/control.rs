@@ -30,7 +30,7 @@ use vgpu_hwif::proto::{
     IdentifyReply, Opcode, PingReply, RasQueryReply, ReplyHeader, Status, TimeReply, CTX_NONE,
     DESTROY_FLAG_FORCE, FAULT_RESUME_ABORT, FAULT_RESUME_RETRY, IDENTIFY_MAGIC, MAX_COMMAND_SIZE,
     MAX_CONTEXTS, MAX_RING_SIZE, MIN_RING_SIZE, PAGE_SIZE_2M, PAGE_SIZE_4K, PROTOCOL_VERSION,
-    SAN_MEM_OWN, SAN_MEM_RANGES,
+    SAN_MEM_OWN, SAN_MEM_OWN_TABLES, SAN_MEM_RANGES,
 };
 
 use super::capture::{self, CaptureError};
@@ -618,10 +618,11 @@ impl ControlProcessor {
                     }
                 }
                 for r in ranges.iter().take(count as usize) {
-                    let res = if op == SAN_MEM_OWN {
-                        gpu.sanitizer.shared.own(r.pa, r.size)
-                    } else {
-                        gpu.sanitizer.shared.release(r.pa, r.size)
+                    let shared = &gpu.sanitizer.shared;
+                    let res = match op {
+                        SAN_MEM_OWN => shared.own(r.pa, r.size),
+                        SAN_MEM_OWN_TABLES => shared.own_tables(r.pa, r.size),
+                        _ => shared.release(r.pa, r.size),
                     };
                     match res {
                         Ok(()) => {}

@@ -211,7 +211,7 @@ pub fn walk(
     va: u64,
     access: Access,
 ) -> Result<PageMapping, MmuFault> {
-    walk_full(mem, space, va, access, None).map(|w| w.map)
+    walk_full(mem, space, va, access, None, None).map(|w| w.map)
 }
 
 /// What a successful walk read: the mapping, and where its entries are.
@@ -229,13 +229,15 @@ struct Walked {
 }
 
 /// [`walk`], also returning where the entries it read are; every table it
-/// reads is told to `tap` (record mode).
+/// reads is told to `tap` (record mode), every entry to `pt` (the
+/// sanitizer's page-table checks).
 fn walk_full(
     mem: &Mem,
     space: &AddressSpace,
     va: u64,
     access: Access,
     tap: Option<Tap<'_>>,
+    mut pt: Option<&mut TlbSan>,
 ) -> Result<Walked, MmuFault> {
     let fault = |reason, level: u32| MmuFault {
         va,
@@ -265,6 +267,20 @@ fn walk_full(
         let Some(pte) = read_entry(mem, table, index) else {
             return Err(fault(FaultReason::BadPhysical, level));
         };
+        if let Some(s) = pt.as_deref_mut() {
+            s.on_entry(space.asid, va, access, level, table, index, pte.bits());
+        }
+        if let Some(t) = tap {
+            t.walked(
+                space.asid,
+                va,
+                level,
+                table,
+                index,
+                access as u8,
+                pte.bits(),
+            );
+        }
         if let Some(slot) = tables.get_mut(seen) {
             *slot = (table, level as u8);
             seen += 1;
@@ -738,7 +754,7 @@ impl Mmu<'_> {
             };
         }
         self.tlb.stats.misses += 1;
-        let w = walk_full(self.mem, &self.space, va, access, self.tap)?;
+        let w = walk_full(self.mem, &self.space, va, access, self.tap, None)?;
         let map = w.map;
         map.check(va, access)?;
         self.tlb.insert(asid, map);
@@ -794,7 +810,8 @@ impl Mmu<'_> {
             };
         }
         self.tlb.stats.misses += 1;
-        let w = walk_full(mem, &self.space, va, access, tap)?;
+        let pt = self.tlb.san.as_deref_mut().filter(|s| s.pt_on());
+        let w = walk_full(mem, &self.space, va, access, tap, pt)?;
         let map = w.map;
         map.check(va, access)?;
         let root = self.space.root;

@@ -23,7 +23,7 @@ use crate::core::sanitize::fence::{LastFence, Verdict};
 use crate::core::sanitize::hazard::{ring_index as hz_ring, Origin};
 use crate::core::sanitize::report::{engine_name, Location, Prior, Report, Touch};
 use crate::core::sanitize::tlb::{Finding, Role};
-use crate::core::sanitize::{read_packet, Sanitizer};
+use crate::core::sanitize::{pt, read_packet, Sanitizer, TLB_CHECKS};
 
 /// Reads the 64-bit leaf entry at `pa` (0 if unreadable).
 fn read_pte(mem: &Mem, pa: u64) -> u64 {
@@ -59,11 +59,7 @@ impl CommandProcessor {
         let mut tlbs: Vec<&mut crate::core::mmu::Tlb> = vec![&mut self.tlb];
         tlbs.extend(self.cu_tlbs.iter_mut());
         for t in tlbs {
-            let want = checks
-                & (Check::TlbStale.bit()
-                    | Check::TlbInvOrder.bit()
-                    | Check::DmaUnowned.bit()
-                    | Check::XengineHazard.bit());
+            let want = checks & TLB_CHECKS;
             let have = t.san_mut().map(|s| s.checks);
             if have != Some(want) {
                 t.set_san(san.tlb_san(engine));
@@ -246,6 +242,7 @@ impl CommandProcessor {
                 r.detail = [pa, reuse.va, filled_ns, u64::from(table)];
                 r
             }
+            Finding::Pt(ref p) => pt::report(p, e, now),
         };
         let _ = job_ctx;
         Some(r)
@@ -725,8 +722,20 @@ impl CommandProcessor {
         let _ = self.san_emit(host, rep, None);
     }
 
+    /// The TLBs' findings not drained yet.
+    fn san_take_findings(&mut self) -> Vec<Finding> {
+        let mut findings = Vec::new();
+        for t in std::iter::once(&mut self.tlb).chain(self.cu_tlbs.iter_mut()) {
+            if let Some(s) = t.san_mut() {
+                findings.append(&mut s.findings);
+            }
+        }
+        findings
+    }
+
     /// End of a slice: command buffers still executing are checked, and
-    /// TLB findings made outside a packet reported.
+    /// TLB findings made outside a packet's steps (the walks of a packet
+    /// fetch) reported.
     pub(super) fn san_end(
         &mut self,
         host: &dyn Host,
@@ -734,7 +743,20 @@ impl CommandProcessor {
         job: &mut Job,
         end: SliceEnd,
     ) -> SliceEnd {
-        let reps = self.san_cmdbufs(mem, host.now_ns(), Some(job.ctx), Some(job));
+        let now = host.now_ns();
+        let mut reps = Vec::new();
+        for f in self.san_take_findings() {
+            if self
+                .sanitizer()
+                .is_some_and(|s| s.first_time(f.asid(), f.key()))
+            {
+                if let Some(mut rep) = self.finding_report(&f, job.ctx, now) {
+                    rep.at = Some(self.san_loc(mem, job, job.cursor.pending.as_ref()));
+                    reps.push(rep);
+                }
+            }
+        }
+        reps.extend(self.san_cmdbufs(mem, now, Some(job.ctx), Some(job)));
         let mut stop = None;
         for rep in reps {
             let fl = job.cursor.pending;
@@ -759,16 +781,7 @@ impl CommandProcessor {
         inject: &Injector,
         asid: u32,
     ) -> Vec<Event> {
-        let mut findings = Vec::new();
-        {
-            let mut tlbs: Vec<&mut crate::core::mmu::Tlb> = vec![&mut self.tlb];
-            tlbs.extend(self.cu_tlbs.iter_mut());
-            for t in tlbs {
-                if let Some(s) = t.san_mut() {
-                    findings.append(&mut s.findings);
-                }
-            }
-        }
+        let findings = self.san_take_findings();
         let mut reps: Vec<Report> = findings
             .iter()
             .filter(|f| {

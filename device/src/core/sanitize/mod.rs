@@ -10,6 +10,7 @@
 //! |---|---|---|
 //! | [`ring`] | `SAN-RING-UNPUBLISHED`, `SAN-RING-INDEX`, doorbells of `SAN-TEARDOWN` | per ring: published words (snapshot at the doorbell) → fetched (compared) |
 //! | [`tlb`] | `SAN-TLB-STALE`, `SAN-TLB-INV-ORDER`, `SAN-DMA-UNOWNED` | per TLB entry: filled (leaf entry and fill recorded) → hit (re-read) → dropped (reuse checked); pages: declared → given back |
+//! | [`pt`] | `SAN-PT-INVALID-TABLE`, `SAN-PT-LEVEL`, `SAN-PT-ALIGN`, `SAN-PT-UNOWNED` | per entry a walk reads: checked against its level and the pages declared (as page tables) → given back; no state of its own |
 //! | [`cmdbuf`] | `SAN-CMDBUF-UNMAPPED` | per command buffer being executed: pages fetched → checked at its end, at slice ends and at invalidations |
 //! | [`fence`] | `SAN-FENCE-REGRESS`, `SAN-FENCE-WRAP` | per fence slot: the last value |
 //! | [`hazard`] | `SAN-XENGINE-HAZARD` | per ring: epoch and view (vector clocks); per page: access records |
@@ -47,6 +48,7 @@ pub mod cmdbuf;
 pub mod fence;
 pub mod hazard;
 pub mod hooks;
+pub mod pt;
 pub mod report;
 pub mod ring;
 pub mod tlb;
@@ -68,6 +70,14 @@ use tlb::{SanShared, TlbSan};
 /// Every check.
 pub const ALL_CHECKS: u32 = (1 << CHECKS) - 1;
 
+/// The checks a TLB carries ([`TlbSan`]): made at TLB hits, walks and
+/// invalidations.
+pub const TLB_CHECKS: u32 = Check::TlbStale.bit()
+    | Check::TlbInvOrder.bit()
+    | Check::DmaUnowned.bit()
+    | Check::XengineHazard.bit()
+    | pt::PT_CHECKS;
+
 /// Default time the engine lets a doorbell age before it takes it.
 pub const DEFAULT_FETCH_DELAY: Duration = Duration::from_millis(2);
 /// Default time a ring waits on a semaphore before its wait is analysed.
@@ -79,7 +89,7 @@ pub const DEFAULT_STARVE: Duration = Duration::from_secs(2);
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SanError {
     /// A name in a check list is neither a check id, a family nor `all`.
-    #[error("unknown sanitizer check '{0}' (ids SAN-…, families ring, tlb, fence, hazard, wait, dma, teardown, or all)")]
+    #[error("unknown sanitizer check '{0}' (ids SAN-…, families ring, tlb, fence, hazard, wait, dma, teardown, pt, or all)")]
     UnknownCheck(String),
     /// A mode other than `report` or `stop`.
     #[error("unknown sanitizer mode '{0}' (report or stop)")]
@@ -115,7 +125,7 @@ impl Default for SanConfig {
 
 /// Parses a check list: comma-separated check ids (`SAN-TLB-STALE`,
 /// `tlb-stale`), families (`ring`, `tlb`, `fence`, `hazard`, `wait`,
-/// `dma`, `teardown`), `all` or `none`; a leading `-` removes. Empty means
+/// `dma`, `teardown`, `pt`), `all` or `none`; a leading `-` removes. Empty means
 /// all.
 pub fn parse_checks(s: &str) -> Result<u32, SanError> {
     let s = s.trim();
@@ -334,7 +344,12 @@ impl Sanitizer {
         if self.enabled() {
             f |= vgpu_hwif::proto::FEATURE_SANITIZER;
         }
-        if self.on(Check::DmaUnowned) {
+        // The checks that need the driver's memory declared.
+        let declared = Check::DmaUnowned.bit()
+            | Check::PtInvalidTable.bit()
+            | Check::PtLevel.bit()
+            | Check::PtUnowned.bit();
+        if self.checks() & declared != 0 {
             f |= vgpu_hwif::proto::FEATURE_SAN_DMA;
         }
         f
@@ -342,11 +357,7 @@ impl Sanitizer {
 
     /// The TLB checks for a TLB of engine `e`, if any is on.
     pub fn tlb_san(&self, e: u32) -> Option<Box<TlbSan>> {
-        let tlb_checks = Check::TlbStale.bit()
-            | Check::TlbInvOrder.bit()
-            | Check::DmaUnowned.bit()
-            | Check::XengineHazard.bit();
-        let m = self.checks() & tlb_checks;
+        let m = self.checks() & TLB_CHECKS;
         (m != 0).then(|| Box::new(TlbSan::new(self.shared.clone(), e, m)))
     }
 

@@ -75,6 +75,19 @@ pub struct Prior {
     pub what: String,
 }
 
+/// The page-table entry a report is about (`SAN-PT-*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PteAt {
+    /// Level of its table (3 = root).
+    pub level: u8,
+    /// Its index in the table.
+    pub index: u16,
+    /// Its guest-physical address.
+    pub entry_addr: u64,
+    /// Its bits as the walk read them.
+    pub value: u64,
+}
+
 /// One sanitizer report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Report {
@@ -96,6 +109,8 @@ pub struct Report {
     pub touch: Option<Touch>,
     /// The conflicting earlier access.
     pub prior: Option<Prior>,
+    /// The page-table entry (`SAN-PT-*`).
+    pub pte: Option<PteAt>,
     /// Check-specific values (docs/sanitizer.md).
     pub detail: [u64; 4],
     /// The ring's last doorbells, oldest first (`SAN-RING-INDEX`).
@@ -121,6 +136,7 @@ impl Report {
             at: None,
             touch: None,
             prior: None,
+            pte: None,
             detail: [0; 4],
             history: Vec::new(),
             message: message.into(),
@@ -274,6 +290,13 @@ impl Report {
                     .map_or("null".to_owned(), |a| json_str(&a.name().to_ascii_lowercase())),
                 p.time_ns,
                 json_str(&p.what)
+            );
+        }
+        if let Some(e) = &self.pte {
+            let _ = write!(
+                s,
+                ",\"level\":{},\"entry\":{},\"entry_addr\":{},\"value\":{}",
+                e.level, e.index, e.entry_addr, e.value
             );
         }
         let detail: Vec<String> = self.detail.iter().map(u64::to_string).collect();

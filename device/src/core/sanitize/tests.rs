@@ -28,6 +28,16 @@ fn check_lists_parse_ids_families_and_removals() {
         Err(SanError::UnknownCheck("bogus".into()))
     );
     assert_eq!(check_ids(Check::Teardown.bit()), vec!["SAN-TEARDOWN"]);
+    assert_eq!(parse_checks("pt"), Ok(pt::PT_CHECKS));
+    assert_eq!(
+        check_ids(pt::PT_CHECKS),
+        vec![
+            "SAN-PT-INVALID-TABLE",
+            "SAN-PT-LEVEL",
+            "SAN-PT-ALIGN",
+            "SAN-PT-UNOWNED"
+        ]
+    );
 }
 
 #[test]
@@ -47,6 +57,14 @@ fn features_follow_the_checks() {
     assert_eq!(s.fetch_delay_ns(), DEFAULT_FETCH_DELAY.as_nanos() as u64);
     s.set_checks(Check::TlbStale.bit());
     assert_eq!(s.fetch_delay_ns(), 0, "no delay without the ring check");
+    // The page-table checks ride on the TLBs and need the driver's memory
+    // declared.
+    s.set_checks(Check::PtLevel.bit());
+    assert!(s.tlb_san(0).is_some_and(|t| t.pt_on()));
+    assert_eq!(
+        s.features(),
+        vgpu_hwif::proto::FEATURE_SANITIZER | vgpu_hwif::proto::FEATURE_SAN_DMA
+    );
 }
 
 #[test]

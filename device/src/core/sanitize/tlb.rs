@@ -11,6 +11,9 @@
 //!   page itself are declared GPU memory, and a hit checks the page again
 //!   when memory was given back since (`SAN-DMA-UNOWNED`, through the
 //!   ownership epoch: one load when nothing changed);
+//! * with a page-table check on, a walk hands each entry it reads to
+//!   [`super::pt`] (`SAN-PT-*`), which also marks the pages declared as
+//!   page tables here;
 //! * every walk records the latest *use* of each page it read — as a data
 //!   page or as a table at a level and position in an address space —
 //!   and an **invalidation** that drops a stale entry checks whether its
@@ -33,6 +36,8 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use vgpu_hwif::mmu::Access;
 use vgpu_hwif::sanitize::Check;
+
+use super::pt::PtFinding;
 
 /// Findings a TLB keeps until they are drained (more are counted, not kept).
 pub const MAX_FINDINGS: usize = 64;
@@ -112,7 +117,18 @@ pub struct PageUse {
 /// Pages the driver declared as GPU memory, counted per 4 KiB page.
 #[derive(Debug, Default)]
 struct Owned {
-    pages: FastMap<u64, u32>,
+    pages: FastMap<u64, Declared>,
+    /// Pages declared as page tables (and not all given back).
+    table_pages: u64,
+}
+
+/// One page's declarations.
+#[derive(Clone, Copy, Debug, Default)]
+struct Declared {
+    /// Declarations not given back.
+    refs: u32,
+    /// Of these, declarations as a page table (`SAN_MEM_OWN_TABLES`).
+    tables: u32,
 }
 
 /// Why a `SAN_MEM` declaration was refused.
@@ -166,11 +182,27 @@ impl SanShared {
 
     /// Declares `pa..pa + size` (4 KiB aligned) as GPU memory.
     pub fn own(&self, pa: u64, size: u64) -> Result<(), OwnError> {
+        self.own_as(pa, size, false)
+    }
+
+    /// Declares `pa..pa + size` (4 KiB aligned) as GPU memory holding
+    /// page tables.
+    pub fn own_tables(&self, pa: u64, size: u64) -> Result<(), OwnError> {
+        self.own_as(pa, size, true)
+    }
+
+    fn own_as(&self, pa: u64, size: u64, table: bool) -> Result<(), OwnError> {
         let pages = Self::pages(pa, size)?;
-        let mut o = self.owned.write().unwrap_or_else(PoisonError::into_inner);
+        let mut guard = self.owned.write().unwrap_or_else(PoisonError::into_inner);
+        let o = &mut *guard;
         for p in pages {
-            let n = o.pages.entry(p).or_insert(0);
-            *n = n.saturating_add(1);
+            let d = o.pages.entry(p).or_default();
+            d.refs = d.refs.saturating_add(1);
+            if table {
+                let first = d.tables == 0;
+                d.tables = d.tables.saturating_add(1);
+                o.table_pages += u64::from(first);
+            }
         }
         self.tracked.store(true, Ordering::Release);
         Ok(())
@@ -180,13 +212,23 @@ impl SanShared {
     /// error (the others are given back).
     pub fn release(&self, pa: u64, size: u64) -> Result<(), OwnError> {
         let pages = Self::pages(pa, size)?;
-        let mut o = self.owned.write().unwrap_or_else(PoisonError::into_inner);
+        let mut guard = self.owned.write().unwrap_or_else(PoisonError::into_inner);
+        let o = &mut *guard;
         let mut missing: Option<(u64, u64)> = None;
         for p in pages {
             match o.pages.get_mut(&p) {
-                Some(n) if *n > 1 => *n -= 1,
-                Some(_) => {
-                    o.pages.remove(&p);
+                Some(d) => {
+                    // A page stays a table while it has as many
+                    // declarations left as it had as a table.
+                    let was_table = d.tables > 0;
+                    d.refs = d.refs.saturating_sub(1);
+                    d.tables = d.tables.min(d.refs);
+                    if was_table && d.tables == 0 {
+                        o.table_pages = o.table_pages.saturating_sub(1);
+                    }
+                    if d.refs == 0 {
+                        o.pages.remove(&p);
+                    }
                 }
                 None => {
                     let m = missing.get_or_insert((p * PAGE, 0));
@@ -205,6 +247,7 @@ impl SanShared {
     pub fn clear_ownership(&self) {
         let mut o = self.owned.write().unwrap_or_else(PoisonError::into_inner);
         o.pages.clear();
+        o.table_pages = 0;
         self.tracked.store(false, Ordering::Release);
         self.epoch.fetch_add(1, Ordering::AcqRel);
     }
@@ -230,6 +273,14 @@ impl SanShared {
         (first..=last)
             .find(|p| !o.pages.contains_key(p))
             .map(|p| p * PAGE)
+    }
+
+    /// Whether the page at `pa` is declared as a page table, and whether
+    /// the driver declares its page tables at all (`SAN_MEM_OWN_TABLES`).
+    pub fn table_page(&self, pa: u64) -> (bool, bool) {
+        let o = self.owned.read().unwrap_or_else(PoisonError::into_inner);
+        let is = o.pages.get(&(pa / PAGE)).is_some_and(|d| d.tables > 0);
+        (is, o.table_pages > 0)
     }
 
     fn pages(pa: u64, size: u64) -> Result<std::ops::Range<u64>, OwnError> {
@@ -347,6 +398,8 @@ pub enum Finding {
         /// When the dropped entry was cached.
         filled_ns: u64,
     },
+    /// A page-table entry a walk read breaks a page-table rule.
+    Pt(PtFinding),
 }
 
 impl Finding {
@@ -356,6 +409,7 @@ impl Finding {
             Finding::Stale { .. } => Check::TlbStale,
             Finding::Unowned { .. } => Check::DmaUnowned,
             Finding::InvOrder { .. } => Check::TlbInvOrder,
+            Finding::Pt(p) => p.check,
         }
     }
 
@@ -364,15 +418,18 @@ impl Finding {
         match *self {
             Finding::Stale { asid, .. }
             | Finding::Unowned { asid, .. }
-            | Finding::InvOrder { asid, .. } => asid,
+            | Finding::InvOrder { asid, .. }
+            | Finding::Pt(PtFinding { asid, .. }) => asid,
         }
     }
 
     /// What makes it the same finding as an earlier one of its context
     /// (reported once): the page for a stale or misordered translation,
-    /// the physical page for an undeclared one.
+    /// the physical page for an undeclared one, the entry for a page-table
+    /// finding.
     pub const fn key(&self) -> (u32, u64, u64) {
         match *self {
+            Finding::Pt(p) => p.key(),
             Finding::Stale { asid, va, .. } => (3, asid as u64, va >> 12),
             Finding::Unowned { asid, pa, .. } => (10, asid as u64, pa >> 12),
             Finding::InvOrder { asid, va, .. } => (4, asid as u64, va >> 12),
@@ -479,7 +536,13 @@ impl TlbSan {
     ) -> EntrySan {
         let fill = self.shared.next_fill();
         if self.on(Check::DmaUnowned) {
+            // The entries naming the other tables and the page were
+            // checked at the walk (SAN-PT-UNOWNED): the root is left.
+            let at_walk = self.on(Check::PtUnowned);
             for &(t, level) in tables {
+                if at_walk && u32::from(level) + 1 < vgpu_hwif::mmu::LEVELS {
+                    continue;
+                }
                 if let Some(p) = self.shared.unowned(t, PAGE) {
                     self.push(Finding::Unowned {
                         asid,
@@ -490,7 +553,7 @@ impl TlbSan {
                     });
                 }
             }
-            if let Some(p) = self.shared.unowned(page, page_len) {
+            if let Some(p) = self.shared.unowned(page, page_len).filter(|_| !at_walk) {
                 self.push(Finding::Unowned {
                     asid,
                     va,

@@ -150,10 +150,12 @@ impl Vgpu {
             self.gpu.check_retired_limit();
         }
         // The driver's own GPU memory, for the device's sanitizer: page
-        // tables and every slot's rings and status page, until unbind.
+        // tables (as such) and every slot's rings and status page, until
+        // unbind.
         let san = SanMem::new(self.hw.clone())?;
         if san.on() {
-            let mut ranges = pool.chunk_ranges()?;
+            let tables = pool.chunk_ranges()?;
+            let mut ranges = KVec::new();
             let slots = self.gpu.slots()?;
             for hw in 0..nslots {
                 ranges.push(
@@ -161,11 +163,12 @@ impl Vgpu {
                     GFP_KERNEL,
                 )?;
             }
+            san.declare_tables_forever(&tables);
             san.declare_forever(&ranges);
             dev_info!(
                 self.hw.pdev(),
                 "device sanitizer on: {} ranges of driver memory declared\n",
-                ranges.len()
+                tables.len() + ranges.len()
             );
         }
         self.san_mem.populate(san);

@@ -10,8 +10,9 @@
 //! free through the GPU, which no CPU-side checker sees — is caught at its
 //! first access. The driver declares:
 //!
-//! * at probe, its own GPU memory: the page-table pool and every slot's
-//!   rings and status page (they live until unbind);
+//! * at probe, its own GPU memory: the page-table pool (as page tables,
+//!   `SAN_MEM_OWN_TABLES`, for the device's page-table checks) and every
+//!   slot's rings and status page (they live until unbind);
 //! * for each `VM_BIND` mapping, the object pages it maps, before the
 //!   entries are written (for a lazy object, when its pages are pinned at
 //!   the first fault), and gives them back when the mapping goes — after
@@ -32,6 +33,7 @@ use crate::{
         Command,
         FEATURE_SAN_DMA,
         SAN_MEM_OWN,
+        SAN_MEM_OWN_TABLES,
         SAN_MEM_RANGES,
         SAN_MEM_RELEASE, //
     },
@@ -112,10 +114,10 @@ impl SanMem {
             };
             if self.hw.command(cmd).is_err() && self.hw.check_usable().is_ok() {
                 self.failed.add(1, Relaxed);
-                let what = if op == SAN_MEM_OWN {
-                    "declare"
-                } else {
+                let what = if op == SAN_MEM_RELEASE {
                     "release"
+                } else {
+                    "declare"
                 };
                 dev_warn_ratelimited!(
                     self.hw.pdev(),
@@ -126,10 +128,10 @@ impl SanMem {
             }
         }
         let pages: u64 = ranges.iter().map(|&(_, s)| s / 4096).sum();
-        if op == SAN_MEM_OWN {
-            self.pages.add(pages, Relaxed);
-        } else {
+        if op == SAN_MEM_RELEASE {
             self.pages.fetch_sub(pages, Relaxed);
+        } else {
+            self.pages.add(pages, Relaxed);
         }
     }
 
@@ -155,6 +157,13 @@ impl SanMem {
     /// memory, given back by the reset at unbind).
     pub(crate) fn declare_forever(&self, ranges: &[(u64, u64)]) {
         self.send(SAN_MEM_OWN, ranges);
+    }
+
+    /// Declares `ranges` as page-table memory for the device's lifetime:
+    /// the device then tells a table linked without its valid bit
+    /// (`SAN-PT-INVALID-TABLE`) by its address.
+    pub(crate) fn declare_tables_forever(&self, ranges: &[(u64, u64)]) {
+        self.send(SAN_MEM_OWN_TABLES, ranges);
     }
 }
 

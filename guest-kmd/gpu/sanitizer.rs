@@ -37,7 +37,10 @@ use super::{
     state::{Gpu, GpuState},
 };
 use crate::{
-    describe::PacketWords,
+    describe::{
+        PacketWords,
+        PteText, //
+    },
     dev_info_ratelimited, dev_warn_ratelimited,
     mmu::Access,
     pod::Pod,
@@ -113,6 +116,21 @@ impl fmt::Display for Line<'_> {
         }
         if let Some(a) = Access::from_u8(r.access as u8) {
             write!(f, "; {} va {:#x} pa {:#x}", a.name(), r.va, r.pa)?;
+        }
+        if Check::from_u32(r.check).is_some_and(|c| c.family() == "pt") {
+            // detail: the entry's address, its bits, level, index.
+            write!(
+                f,
+                "; entry {} of level {} at {:#x} holds {:#x} [{}]",
+                r.detail[3],
+                r.detail[2],
+                r.detail[0],
+                r.detail[1],
+                PteText {
+                    level: r.detail[2] as u8,
+                    bits: r.detail[1],
+                }
+            )?;
         }
         if r.flags & SAN_FLAG_PRIOR != 0 {
             write!(

@@ -89,7 +89,9 @@ struct Cli {
 
     /// Record every guest-to-device input (commands, doorbells, the guest
     /// memory the engines read, fault-injection requests) with times into
-    /// FILE, for `vgpu-replay --record FILE`.
+    /// FILE, for `vgpu-replay --record FILE`; also every packet the
+    /// engines fetch and every page-table entry they walk, for
+    /// `vgpu-replay compare REFERENCE YOURS`.
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,
 

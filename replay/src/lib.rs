@@ -7,9 +7,13 @@
 //! * [`record`]: a whole recorded session (`vgpu-device --record FILE`)
 //!   run again without a VM, its replies and event records compared with
 //!   the recorded ones.
+//! * [`compare`]: two recorded sessions of the same test (a reference
+//!   driver's and a student's) compared, and the first place where what
+//!   the drivers made the device do differs, in the device's words.
 //!
 //! The device core is transport-free: the replay drives its blocks
 //! directly (control processor, scheduler steps, command processor).
 
+pub mod compare;
 pub mod dump;
 pub mod record;

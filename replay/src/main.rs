@@ -29,15 +29,33 @@ Examples:
   # VM; its replies and event records compared with the recorded ones:
   vgpu-replay --record session.vgrec
 
+  # Two sessions of the same test recorded by vgpu-device --record (the
+  # reference driver's, then yours): the first place where what the
+  # drivers made the device do differs (commands, packets, page-table
+  # entries), in the device's words:
+  vgpu-replay compare reference.vgrec yours.vgrec
+  vgpu-replay compare --json --context 5 reference.vgrec yours.vgrec
+
 Exit status: 0 the replay reproduced the original error record (or hang on
-the same packet; for --record: the same replies and event records), 1 it
-did not, 2 the file could not be replayed.";
+the same packet; for --record: the same replies and event records; for
+compare: no difference), 1 it did not (compare: they differ), 2 the file
+could not be replayed (compare: not a record).";
 
 /// Rebuilds the failing context of a vgpu devcoredump or device capture on
 /// the host-side device model and runs its job again.
 #[derive(Debug, Parser)]
-#[command(name = "vgpu-replay", version, about, after_help = EXAMPLES)]
+#[command(
+    name = "vgpu-replay",
+    version,
+    about,
+    after_help = EXAMPLES,
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Sub>,
+
     /// A devcoredump (/sys/class/devcoredump/devcdN/data, copied) or a raw
     /// device capture.
     #[arg(required_unless_present = "record")]
@@ -65,9 +83,41 @@ struct Cli {
     hang_ms: u64,
 }
 
+/// Subcommands.
+#[derive(Debug, clap::Subcommand)]
+enum Sub {
+    /// Compare two recorded sessions of the same test (the reference
+    /// driver's and yours, each recorded with vgpu-device --record): print
+    /// the first place where the control commands, the packets an engine
+    /// fetched from a ring or the page-table entries it walked differ.
+    /// Exit status 0: no difference, 1: they differ, 2: a file is not a
+    /// record.
+    Compare {
+        /// The reference driver's record.
+        reference: PathBuf,
+        /// The record of the driver under test.
+        yours: PathBuf,
+        /// Print the result as one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// How many matching items before the difference to print.
+        #[arg(long, value_name = "N", default_value_t = 3)]
+        context: usize,
+    },
+}
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
+    if let Some(Sub::Compare {
+        reference,
+        yours,
+        json,
+        context,
+    }) = &cli.command
+    {
+        return compare(reference, yours, *json, *context);
+    }
     if let Some(path) = cli.record.as_ref() {
         return replay_record(&cli, path);
     }
@@ -224,6 +274,63 @@ fn replay_record(cli: &Cli, path: &std::path::Path) -> ExitCode {
             "result: NOT reproduced ({} divergences)",
             rep.divergences.len()
         );
+        ExitCode::from(1)
+    }
+}
+
+/// `compare REFERENCE YOURS`: the first difference.
+fn compare(
+    reference: &std::path::Path,
+    yours: &std::path::Path,
+    json: bool,
+    context: usize,
+) -> ExitCode {
+    let c = match vgpu_replay::compare::compare_files(reference, yours, context) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("vgpu-replay: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if json {
+        println!("{}", c.to_json());
+    } else {
+        for (name, path, s) in [
+            ("reference", reference, &c.reference),
+            ("yours", yours, &c.student),
+        ] {
+            let cut = s.truncated.map_or(String::new(), |at| {
+                format!(" (file cut short at byte {at})")
+            });
+            println!(
+                "{name:9} {}: {} commands, {} packets, {} page-table entries{cut}",
+                path.display(),
+                s.commands,
+                s.packets,
+                s.ptes
+            );
+            if s.engine_items == 0 && s.commands > 0 {
+                println!("          (no packets or walks recorded: a device older than this comparison?)");
+            }
+        }
+        match &c.difference {
+            None => println!("result: same (no difference)"),
+            Some(d) => {
+                println!("first difference ({}, item {}):", d.lane, d.index + 1);
+                println!("  {}", d.message);
+                if !d.context.is_empty() {
+                    println!("  before it, both:");
+                    for line in &d.context {
+                        println!("    {line}");
+                    }
+                }
+                println!("result: DIFFERENT");
+            }
+        }
+    }
+    if c.equal() {
+        ExitCode::SUCCESS
+    } else {
         ExitCode::from(1)
     }
 }

@@ -608,6 +608,14 @@ impl CommandProcessor {
         r
     }
 
+    /// Record mode: the packet at `packet_va` of `job` was fetched
+    /// (`words`, header first).
+    fn record_packet(&self, job: &Job, packet_va: u64, words: &[u32]) {
+        if let Some(r) = self.record.as_deref() {
+            r.packet(self.engine, job.ctx, job.cursor.depth, packet_va, words);
+        }
+    }
+
     /// Trace records of the last slices, taken out.
     pub fn take_trace(&mut self) -> Vec<TraceRecord> {
         self.trace.as_mut().map(std::mem::take).unwrap_or_default()
@@ -978,9 +986,13 @@ impl CommandProcessor {
         let mut gm = GpuMemory::new(mem, &mut self.tlb, job.space).with_poison(poison);
         let hdr = match decode_header(self.generation, header) {
             Ok(h) => h,
-            Err(code) => return error(code, header),
+            Err(code) => {
+                self.record_packet(job, packet_va, &[header]);
+                return error(code, header);
+            }
         };
         if u64::from(hdr.words) * 4 > u64::from(avail) {
+            self.record_packet(job, packet_va, &[header]);
             if self.fetch.track && job.cursor.depth == 0 {
                 self.san_mid_packet(host, job, header, hdr.words, avail);
             }
@@ -1003,6 +1015,7 @@ impl CommandProcessor {
             .buf
             .get(self.fetch.head..self.fetch.head + hdr.words as usize)
             .unwrap_or(&[]);
+        self.record_packet(job, packet_va, words);
         if self.fetch.track {
             let n = words.len().min(vgpu_hwif::sanitize::SAN_PACKET_WORDS);
             let words = words.get(..n).unwrap_or(&[]);

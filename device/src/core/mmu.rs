@@ -271,15 +271,7 @@ fn walk_full(
             s.on_entry(space.asid, va, access, level, table, index, pte.bits());
         }
         if let Some(t) = tap {
-            t.walked(
-                space.asid,
-                va,
-                level,
-                table,
-                index,
-                access as u8,
-                pte.bits(),
-            );
+            t.walked(space.asid, va, level, table, index, pte.bits());
         }
         if let Some(slot) = tables.get_mut(seen) {
             *slot = (table, level as u8);

@@ -16,7 +16,12 @@
 //!   that engine had started and the how-many-th read of that page it is
 //!   within that packet;
 //! * every event record delivered to the driver (compared on replay), and
-//!   virtio resets.
+//!   virtio resets;
+//! * what the driver made the engines do, for comparing two sessions
+//!   (`vgpu-replay compare`): every packet a command processor fetched
+//!   whole (its context, depth, VA and words) and every page-table entry
+//!   an engine's walk read (context, VA, level, index, the table and the
+//!   entry's bits). Replays do not read them.
 //!
 //! On replay ([`Recorder::replaying`]) the same tap runs in reverse: before
 //! an engine reads a page, the newest version recorded for that engine at
@@ -43,6 +48,8 @@
 //! | 7 `RESET` | none (virtio reset) |
 //! | 8 `CONTROL` | a request line of the fault-injection control socket |
 //! | 9 `WATCHED_DOORBELL` | `u64` copy packets started, `u64` compute packets started, `u32` context, `u32` engine, `u32` write pointer: a change the doorbell watcher saw in a watched block ([`super::watch`]), rung as a doorbell |
+//! | 10 `PACKET` | `u32` context, `u32` depth (0: the ring, n: the n-th `INDIRECT` level), `u64` packet VA, its words (header first; the header alone when it does not decode or the packet is longer than the words published): a packet the engine fetched |
+//! | 11 `WALK` | `u32` context, `u32` level, `u64` VA walked, `u64` guest-physical table address, `u32` entry index, `u32` zero, `u64` the entry's bits: one entry an engine's page-table walk read |
 //!
 //! Readers skip unknown kinds; a new field or a changed meaning bumps the
 //! version.
@@ -91,6 +98,10 @@ pub mod kind {
     pub const CONTROL: u16 = 8;
     /// A doorbell the watcher took from a watched block.
     pub const WATCHED_DOORBELL: u16 = 9;
+    /// A packet an engine fetched.
+    pub const PACKET: u16 = 10;
+    /// A page-table entry an engine's walk read.
+    pub const WALK: u16 = 11;
 }
 
 /// One entry of a record.
@@ -122,6 +133,82 @@ pub enum RecordError {
     Truncated(usize),
 }
 
+/// One entry of a record, borrowed from the file's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EntryRef<'a> {
+    /// A [`kind`].
+    pub kind: u16,
+    /// Engine, or [`NO_ENGINE`].
+    pub engine: u16,
+    /// Device time (ns).
+    pub time_ns: u64,
+    /// Packets the engine had started.
+    pub tag: u64,
+    /// Payload.
+    pub payload: &'a [u8],
+}
+
+/// The entries of a record file, in order, without copying them; an
+/// entry the file ends inside is an error (and the last item).
+#[derive(Debug, Clone)]
+pub struct Entries<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = Result<EntryRef<'a>, RecordError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let at = self.at;
+        if at >= self.bytes.len() {
+            return None;
+        }
+        let truncated = |s: &mut Self| {
+            s.at = s.bytes.len();
+            Some(Err(RecordError::Truncated(at)))
+        };
+        let Some(h) = at
+            .checked_add(ENTRY_HEADER)
+            .and_then(|end| self.bytes.get(at..end))
+        else {
+            return truncated(self);
+        };
+        let len = le32(h, 4) as usize;
+        let start = at + ENTRY_HEADER;
+        let Some(payload) = start
+            .checked_add(len)
+            .and_then(|end| self.bytes.get(start..end))
+        else {
+            return truncated(self);
+        };
+        self.at = start + len;
+        Some(Ok(EntryRef {
+            kind: u16::from_le_bytes([h[0], h[1]]),
+            engine: u16::from_le_bytes([h[2], h[3]]),
+            time_ns: le64(h, 8),
+            tag: le64(h, 16),
+            payload,
+        }))
+    }
+}
+
+/// The entries of record file `bytes`.
+///
+/// # Errors
+///
+/// [`RecordError`] for a file that is not a record of this version.
+pub fn entries(bytes: &[u8]) -> Result<Entries<'_>, RecordError> {
+    if bytes.len() < 16 || bytes[..8] != MAGIC {
+        return Err(RecordError::Magic);
+    }
+    let version = le32(bytes, 8);
+    if version != VERSION {
+        return Err(RecordError::Version(version));
+    }
+    Ok(Entries { bytes, at: 16 })
+}
+
 /// Parses a whole record file into its entries.
 ///
 /// # Errors
@@ -129,42 +216,17 @@ pub enum RecordError {
 /// [`RecordError`] for a file that is not a record of this version or ends
 /// inside an entry.
 pub fn parse(bytes: &[u8]) -> Result<Vec<Entry>, RecordError> {
-    if bytes.len() < 16 || bytes[..8] != MAGIC {
-        return Err(RecordError::Magic);
-    }
-    let version = u32::from_le_bytes(bytes[8..12].try_into().map_err(|_| RecordError::Magic)?);
-    if version != VERSION {
-        return Err(RecordError::Version(version));
-    }
-    let mut out = Vec::new();
-    let mut at = 16usize;
-    while at < bytes.len() {
-        let h = bytes
-            .get(at..at + ENTRY_HEADER)
-            .ok_or(RecordError::Truncated(at))?;
-        let u16_at = |o: usize| u16::from_le_bytes([h[o], h[o + 1]]);
-        let u64_at = |o: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&h[o..o + 8]);
-            u64::from_le_bytes(b)
-        };
-        let len = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
-        let start = at + ENTRY_HEADER;
-        let end = start.checked_add(len).ok_or(RecordError::Truncated(at))?;
-        let payload = bytes
-            .get(start..end)
-            .ok_or(RecordError::Truncated(at))?
-            .to_vec();
-        out.push(Entry {
-            kind: u16_at(0),
-            engine: u16_at(2),
-            time_ns: u64_at(8),
-            tag: u64_at(16),
-            payload,
-        });
-        at = end;
-    }
-    Ok(out)
+    entries(bytes)?
+        .map(|e| {
+            e.map(|e| Entry {
+                kind: e.kind,
+                engine: e.engine,
+                time_ns: e.time_ns,
+                tag: e.tag,
+                payload: e.payload.to_vec(),
+            })
+        })
+        .collect()
 }
 
 /// Little-endian `u64` at `o` of `p` (0 past the end).
@@ -265,6 +327,8 @@ struct Inner {
 pub struct Recorder {
     inner: Mutex<Inner>,
     packets: [AtomicU64; ENGINES],
+    /// Recording (not serving a replay): packets and walks are logged.
+    recording: bool,
 }
 
 /// An engine's handle on the recorder (what its memory accesses carry).
@@ -278,6 +342,30 @@ impl Tap<'_> {
     /// Engine `engine`'s translation of the page holding `pa` for a read.
     pub fn read(&self, mem: &Mem, pa: u64) {
         self.rec.touch(mem, self.engine, pa & !(PAGE as u64 - 1));
+    }
+
+    /// Engine `engine`'s walk for `va` in context `ctx` read entry `index`
+    /// (bits `pte`) of the level-`level` table at `table`.
+    pub fn walked(&self, ctx: u32, va: u64, level: u32, table: u64, index: usize, pte: u64) {
+        if !self.rec.recording {
+            return;
+        }
+        let tag = self.rec.packets(usize::from(self.engine));
+        self.rec.log(
+            kind::WALK,
+            self.engine,
+            0,
+            tag,
+            &[
+                &ctx.to_le_bytes(),
+                &level.to_le_bytes(),
+                &va.to_le_bytes(),
+                &table.to_le_bytes(),
+                &(index as u32).to_le_bytes(),
+                &0u32.to_le_bytes(),
+                &pte.to_le_bytes(),
+            ],
+        );
     }
 }
 
@@ -317,6 +405,7 @@ impl Recorder {
                 pages: 0,
             }),
             packets: Default::default(),
+            recording: true,
         };
         r.log(kind::CONFIG, NO_ENGINE, 0, 0, &[config.as_bytes()]);
         Ok(r)
@@ -356,6 +445,7 @@ impl Recorder {
                 pages: 0,
             }),
             packets: Default::default(),
+            recording: false,
         }
     }
 
@@ -493,6 +583,23 @@ impl Recorder {
             0,
             &[&c0, &c1, &room, bytes],
         );
+    }
+
+    /// Logs a packet engine `engine` fetched for context `ctx` at depth
+    /// `depth` (0: the ring) and VA `va`: its words, header first.
+    pub fn packet(&self, engine: u32, ctx: u32, depth: u32, va: u64, words: &[u32]) {
+        if !self.recording {
+            return;
+        }
+        let mut p = Vec::with_capacity(16 + 4 * words.len());
+        p.extend_from_slice(&ctx.to_le_bytes());
+        p.extend_from_slice(&depth.to_le_bytes());
+        p.extend_from_slice(&va.to_le_bytes());
+        for w in words {
+            p.extend_from_slice(&w.to_le_bytes());
+        }
+        let tag = self.packets(engine as usize);
+        self.log(kind::PACKET, engine as u16, 0, tag, &[&p]);
     }
 
     /// Logs a doorbell the watcher took from a watched block, before it

@@ -16,9 +16,13 @@ use crate::{
     mmu::{
         level_index,
         CachePolicy,
+        FaultReason,
         Pte,
         PteKind,
-        ENTRIES_PER_TABLE, //
+        ENTRIES_PER_TABLE,
+        PTE_EXEC,
+        PTE_READ,
+        PTE_WRITE, //
     },
     ptpool::{
         PtPool,
@@ -26,6 +30,7 @@ use crate::{
     },
     ras::Retired,
 };
+use core::fmt;
 use kernel::{
     prelude::*,
     sync::Arc, //
@@ -345,6 +350,75 @@ impl PageTables {
                     level = level.checked_sub(1)?;
                 }
             }
+        }
+    }
+
+    /// Writes the walk of `va` as the device makes it (debugfs `vms`, after
+    /// a mismatch), one line per entry read: level, index, the entry's
+    /// bits and what they are. Where the walk stops it adds the driver's own
+    /// table for that slot (`driver_table`, or `none`) and the indices of
+    /// the table's non-zero entries (`used`, at most 8), which show a table
+    /// linked at another index or an entry without its valid bit.
+    pub(crate) fn trace(&self, va: u64, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Some(mut node) = self.root.as_deref() else {
+            return Ok(());
+        };
+        let mut level = 3u32;
+        loop {
+            let idx = level_index(va, level);
+            let e = self.pool.read(node.id, idx);
+            let child = node.children.get(idx).and_then(|c| c.as_deref());
+            write!(
+                f,
+                "  walk va {:#x} level {} index {} entry {:#x}",
+                va,
+                level,
+                idx,
+                e.bits()
+            )?;
+            match e.decode(level) {
+                Ok(PteKind::Leaf(l)) => {
+                    return writeln!(
+                        f,
+                        " leaf page {:#x} size {} perms {}{}{}",
+                        l.page,
+                        if l.shift == 12 { "4k" } else { "2m" },
+                        if l.perms & PTE_READ != 0 { "r" } else { "-" },
+                        if l.perms & PTE_WRITE != 0 { "w" } else { "-" },
+                        if l.perms & PTE_EXEC != 0 { "x" } else { "-" },
+                    );
+                }
+                Ok(PteKind::Table(pa)) => match child {
+                    Some(c) if self.pool.addr(c.id) == pa && level > 0 => {
+                        writeln!(f, " table {:#x}", pa)?;
+                        node = c;
+                        level -= 1;
+                        continue;
+                    }
+                    _ => write!(f, " table {:#x}", pa)?,
+                },
+                Err(FaultReason::NotPresent) => write!(f, " not-present")?,
+                Err(r) => write!(f, " {}", r.name())?,
+            }
+            match child {
+                Some(c) => write!(f, " driver_table {:#x}", self.pool.addr(c.id))?,
+                None => write!(f, " driver_table none")?,
+            }
+            write!(f, " used")?;
+            let mut n = 0;
+            for i in 0..ENTRIES_PER_TABLE {
+                if self.pool.read(node.id, i) != Pte::INVALID {
+                    write!(f, "{}{}", if n == 0 { " " } else { "," }, i)?;
+                    n += 1;
+                    if n == 8 {
+                        break;
+                    }
+                }
+            }
+            if n == 0 {
+                write!(f, " -")?;
+            }
+            return writeln!(f);
         }
     }
 

@@ -485,6 +485,7 @@ impl Vm {
             )?;
             if let Some(va) = bad {
                 writeln!(f, "  mismatch at va {:#x}", va)?;
+                pt.trace(va, f)?;
             }
         }
         Ok(())

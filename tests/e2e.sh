@@ -337,10 +337,12 @@ for g in 1 2; do
     else result "$name" 1; fi
 done
 
-# --- A hang in flight (256 GiB of FILLs): the engine reset alone recovers; hang dump captured.
+# --- A hang in flight (256 GiB of FILLs): the engine reset alone recovers; hang dump captured. An innocent
+#     job cut off by another context's reset written again and completed; a hang on the compute engine resets
+#     that engine; user-mode queues on a reset engine resumed, a hung one errored; the watchdog.
 name=kmd-hang-inflight
 if selected "$name"; then
-    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=1000 pt_pool_kib=16384" run 'vgpu-kmd-test inflight watchdog; grep -c "^hang ctx" /sys/kernel/debug/vgpu/*/hang_dump | sed "s/^/hang-dumps /"'
+    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=1000 pt_pool_kib=16384" run 'vgpu-kmd-test inflight inflight-innocent watchdog reset-compute reset-uq; grep -c "^hang ctx" /sys/kernel/debug/vgpu/*/hang_dump | sed "s/^/hang-dumps /"'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
     elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"

@@ -34,6 +34,25 @@ pub fn vm_line(va: u64) -> Option<String> {
         .map(|l| l.trim().to_string())
 }
 
+/// The debugfs `vms` lines of the mapping at `va`: its line, then the
+/// `mismatch at va` and `walk va` lines that follow it when its check
+/// failed.
+pub fn vm_block(va: u64) -> Vec<String> {
+    let key = format!("map va {:#x} ", va);
+    let text = debugfs("vms");
+    let mut lines = text.lines().map(str::trim);
+    let Some(first) = lines.find(|l| l.starts_with(&key)) else {
+        return Vec::new();
+    };
+    let mut out = vec![first.to_string()];
+    out.extend(
+        lines
+            .take_while(|l| l.starts_with("mismatch ") || l.starts_with("walk "))
+            .map(str::to_string),
+    );
+    out
+}
+
 /// The word after `name` in `line` (`name value` pairs).
 pub fn field(line: &str, name: &str) -> Option<String> {
     let mut it = line.split_whitespace();

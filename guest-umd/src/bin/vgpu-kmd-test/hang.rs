@@ -1,40 +1,51 @@
 //! Hangs beyond the `submit` section: a hang in flight (engine reset while
-//! a job runs, an innocent job cut off and written again), the watchdog
-//! finding a hang nobody waits on, and the wedged device at the bottom of
-//! the reset ladder.
+//! a job runs), an innocent job cut off by another context's reset and
+//! written again, the watchdog finding a hang nobody waits on, and the
+//! wedged device at the bottom of the reset ladder.
 
 use std::path::Path;
 
 use vgpu_hwif::packet::Packet;
+use vgpu_umd::kmd::Kmd;
 use vgpu_umd::uapi::{self, param};
 
 use crate::debugfs::{debugfs, field, summary_field, uevents_with};
 use crate::node::{copy, fence, fill, open, scratch, sem_wait_eq, Cmds, Scratch, MS, PAGE};
 use crate::report::{errname, errno, T};
 
+/// `count` aliases of one 2 MiB BO bound one after the other from
+/// `VA_START + 4 GiB` (FILLs of up to `count` × 2 MiB with few pages);
+/// returns that VA, or `None` if a bind failed.
+fn aliases(n: &Kmd, count: u64) -> Option<u64> {
+    let start = n.get_param(param::VA_START).unwrap_or(0);
+    let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
+    let hf = n.gem_create(2 << 20, 0).ok()?;
+    let base = start + (1 << 32);
+    for i in 0..count {
+        n.vm_bind(hf, base + i * (2 << 20), 2 << 20, rw).ok()?;
+    }
+    Some(base)
+}
+
+/// `count` times `p` in a 64-byte slot of its own (padded with a NOP).
+fn slotted(p: Packet, count: usize) -> Vec<Packet> {
+    [p, Packet::Nop { words: 10 }].repeat(count)
+}
+
 /// A hang in flight: FILLs of 4 GiB each (one 2 MiB BO bound 2048 times)
 /// keep the copy engine busy past the job timeout; the engine reset
-/// recovers without a device reset. Needs `pt_pool_kib=16384`.
+/// recovers without a device reset, the hung context is guilty, and both
+/// it and another context run again. Needs `pt_pool_kib=16384`.
 pub fn test_hang_inflight(t: &mut T, path: &Path) {
     let n = open(path);
     let start = n.get_param(param::VA_START).unwrap_or(0);
-    let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
-    let hf = n.gem_create(2 << 20, 0).unwrap_or(0);
-    let base = start + (1 << 32);
-    let mut bound = true;
-    for i in 0..2048u64 {
-        if n.vm_bind(hf, base + i * (2 << 20), 2 << 20, rw).is_err() {
-            bound = false;
-            break;
-        }
-    }
-    t.check("inflight: 4 GiB of aliases bound", bound, || {
+    let base = aliases(&n, 2048);
+    t.check("inflight: 4 GiB of aliases bound", base.is_some(), || {
         "bind failed".into()
     });
+    let Some(base) = base else { return };
     let cva = start + 0x100_0000;
     let cmds = Cmds::new(&n, cva, 16).expect("mmap");
-    // `count` times `p` in a 64-byte slot of its own (padded with a NOP).
-    let slotted = |p: Packet, count: usize| [p, Packet::Nop { words: 10 }].repeat(count);
     // 64 FILLs of 4 GiB.
     let big = cmds.put(0, &slotted(fill(base, 1 << 32, 0x5a5a_5a5a), 64));
     let x = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
@@ -64,7 +75,6 @@ pub fn test_hang_inflight(t: &mut T, path: &Path) {
         || format!("{q:?}"),
     );
     let after = debugfs("contexts");
-    let dev_resets = |s: &str| summary_field(s, "device_resets");
     t.check(
         "inflight: engine reset was enough",
         after.contains("reset engine")
@@ -90,10 +100,29 @@ pub fn test_hang_inflight(t: &mut T, path: &Path) {
         "inflight: guilty context runs again",
         n.wait(&[fence(x, 0, sx2)], true, 5_000 * MS),
     );
+}
 
-    // An innocent context's job in flight when the engine is reset for
-    // another context's hung ring (blocked on a semaphore): the innocent
-    // job is cut off, written again by the driver, and completes.
+/// The device's resets on the first line of debugfs `contexts`.
+fn dev_resets(contexts: &str) -> Option<String> {
+    summary_field(contexts, "device_resets")
+}
+
+/// An innocent context's job in flight when the engine is reset for
+/// another context's hung ring (blocked on a semaphore): the innocent job
+/// is cut off, written again by the driver and rung, and completes; the
+/// verdicts land on the right contexts. Needs `job_timeout_ms=1000`.
+pub fn test_hang_innocent(t: &mut T, path: &Path) {
+    let n = open(path);
+    let start = n.get_param(param::VA_START).unwrap_or(0);
+    // 256 MiB of aliases for the innocent fills.
+    let Some(base) = aliases(&n, 128) else {
+        t.check("inflight-innocent: 256 MiB of aliases bound", false, || {
+            "bind failed".into()
+        });
+        return;
+    };
+    let cva = start + 0x100_0000;
+    let cmds = Cmds::new(&n, cva, 16).expect("mmap");
     let wait_cmd = cmds.put(
         3 * 512,
         &[
@@ -140,21 +169,23 @@ pub fn test_hang_inflight(t: &mut T, path: &Path) {
         || format!("{rz:?}"),
     );
     let last = *seqnos.last().unwrap_or(&0);
-    t.ok(
-        "inflight-innocent: every innocent job completes",
-        n.wait(&[fence(w, 0, last)], true, 60_000 * MS),
-    );
+    let rw = n.wait(&[fence(w, 0, last)], true, 60_000 * MS);
     let qw = n.ctx_query(w).unwrap_or_default();
-    t.check(
-        "inflight-innocent: in-flight context reported innocent",
-        qw.reset_status == uapi::CTX_RESET_INNOCENT && qw.state == 0,
-        || format!("{qw:?} {}", debugfs("contexts")),
-    );
     let qz = n.ctx_query(z).unwrap_or_default();
     t.check(
+        "inflight-innocent: every innocent job completes",
+        rw.is_ok(),
+        || innocent_why(&rw, w, &qw, z, &qz),
+    );
+    t.check(
+        "inflight-innocent: in-flight context reported innocent",
+        qw.reset_status == uapi::CTX_RESET_INNOCENT && qw.state == 0 && qw.hangs == 0,
+        || verdicts(w, &qw, z, &qz),
+    );
+    t.check(
         "inflight-innocent: hung context guilty",
-        qz.reset_status == uapi::CTX_RESET_GUILTY,
-        || format!("{qz:?}"),
+        qz.reset_status == uapi::CTX_RESET_GUILTY && qz.hangs == 1,
+        || verdicts(w, &qw, z, &qz),
     );
     let after = debugfs("contexts");
     t.check(
@@ -162,6 +193,85 @@ pub fn test_hang_inflight(t: &mut T, path: &Path) {
         dev_resets(&after).is_some() && dev_resets(&after) == dev_resets(&resets_before),
         || after.clone(),
     );
+}
+
+/// `CTX_RESET_*` as a word.
+fn status_name(s: u32) -> &'static str {
+    match s {
+        uapi::CTX_RESET_GUILTY => "guilty",
+        uapi::CTX_RESET_INNOCENT => "innocent",
+        _ => "neither guilty nor innocent",
+    }
+}
+
+/// What `CTX_QUERY` says of the hung context `z` and the innocent one `w`.
+fn verdicts(w: u32, qw: &uapi::DrmVgpuCtxQuery, z: u32, qz: &uapi::DrmVgpuCtxQuery) -> String {
+    format!(
+        "context {z} (the one that hung) reported {} after {} hang(s), context {w} (in flight, \
+         cut off by the reset) reported {} after {} hang(s)",
+        status_name(qz.reset_status),
+        qz.hangs,
+        status_name(qw.reset_status),
+        qw.hangs
+    )
+}
+
+/// Why the innocent context `w`'s jobs did not all complete after the
+/// engine reset of hung context `z`: from the contexts' hang counts and,
+/// when `w` was found hung itself, from the hang dump of its ring (the
+/// device's read pointer against the driver's write pointer).
+fn innocent_why(
+    r: &Result<u32, vgpu_umd::kmd::KmdError>,
+    w: u32,
+    qw: &uapi::DrmVgpuCtxQuery,
+    z: u32,
+    qz: &uapi::DrmVgpuCtxQuery,
+) -> String {
+    let got = match r {
+        Ok(_) => "completed".to_string(),
+        Err(e) => errname(e.errno).to_string(),
+    };
+    let dump = debugfs("hang_dump");
+    let mut lines = dump.lines();
+    let head = lines.next().unwrap_or("");
+    let ring = lines.next().unwrap_or("");
+    let fences = lines.next().unwrap_or("");
+    let hex = |l: &str, k: &str| {
+        field(l, k).and_then(|v| u64::from_str_radix(v.trim_start_matches("0x"), 16).ok())
+    };
+    let w_hung = qw.hangs > 0
+        && field(head, "handle").and_then(|h| h.trim_end_matches(')').parse().ok()) == Some(w);
+    if w_hung {
+        let (rptr, wptr) = (hex(ring, "rptr"), hex(ring, "wptr"));
+        let pending = field(fences, "pending").unwrap_or_default();
+        let state = field(ring, "state").unwrap_or_default();
+        if rptr.is_some() && rptr == wptr {
+            return format!(
+                "the innocent jobs cut off by the engine reset were not written again: context \
+                 {w}'s ring stayed empty (rptr = wptr = {:#x}) with {pending} jobs pending until \
+                 it was found hung itself and failed ({got}) (hang dump: {ring})",
+                rptr.unwrap_or(0)
+            );
+        }
+        return format!(
+            "innocent job rewritten but never ran: context {w}'s ring holds its jobs again up to \
+             wptr {:#x}, but the device stayed at rptr {:#x} (state {state}, {pending} jobs \
+             pending): its ring's doorbell was not rung after the rewrite, so it was found hung \
+             itself and failed ({got}) (hang dump: {ring})",
+            wptr.unwrap_or(0),
+            rptr.unwrap_or(0)
+        );
+    }
+    if qw.hangs == 0 && qz.hangs >= 2 {
+        return format!(
+            "the in-flight context's jobs failed ({got}) at the reset of the hung context, as if \
+             it were the guilty one, and the hung context's job was written again and hung \
+             again: the reply's ctx_id (the job in flight) was taken as the guilty context; \
+             {}",
+            verdicts(w, qw, z, qz)
+        );
+    }
+    format!("WAIT: {got}; {}", verdicts(w, qw, z, qz))
 }
 
 /// A hang nobody waits on: the watchdog finds and recovers it without any

@@ -9,8 +9,18 @@
 //!                            whatever the order of the arguments)
 //!
 //! Sections that run only when named, because they need module parameters
-//! or injected faults (see tests/e2e.sh) or leave the device changed:
-//!   inflight, watchdog       hangs in flight and nobody waiting
+//! or injected faults (see tests/e2e.sh) or leave the device changed, or
+//! because they are part of another (for the labs: one test, one section):
+//!   vm-4k, vm-2m             the two halves of `vm`: 4 KiB pages at every
+//!                            level, bad arguments, lazy BOs; 2 MiB pages
+//!   inflight                 a hang in flight: the guilty context
+//!                            (job_timeout_ms=1000 pt_pool_kib=16384)
+//!   inflight-innocent        an innocent job in flight cut off by another
+//!                            context's reset, written again and completed
+//!   watchdog                 a hang nobody waits on
+//!   reset-compute            a hang on the compute engine: that engine reset
+//!   reset-uq                 user-mode queues around an engine reset: an
+//!                            innocent one resumed, a hung one errored
 //!   events                   injected fence-event faults
 //!   wedged                   the bottom of the reset ladder
 //!   lost                     the device process dies under a job (an
@@ -71,6 +81,7 @@ mod queue;
 mod ras;
 mod remap;
 mod report;
+mod reset;
 mod sanitizer;
 mod stats;
 mod submit;
@@ -94,9 +105,14 @@ type Section = fn(&mut T, &Path);
 const SECTIONS: &[(&str, bool, Section)] = &[
     ("gem", true, gem::test_gem),
     ("vm", true, vm::test_vm),
+    ("vm-4k", false, vm::test_vm_4k),
+    ("vm-2m", false, vm::test_vm_2m),
     ("submit", true, submit::test_submit),
     ("inflight", false, hang::test_hang_inflight),
+    ("inflight-innocent", false, hang::test_hang_innocent),
     ("watchdog", false, hang::test_watchdog),
+    ("reset-compute", false, reset::test_reset_compute),
+    ("reset-uq", false, reset::test_reset_uq),
     ("events", false, events::test_injected_events),
     ("wedged", false, hang::test_wedged),
     ("lost", false, lost::test_device_lost),

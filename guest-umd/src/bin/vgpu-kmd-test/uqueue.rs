@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use vgpu_hwif::packet::{self, Packet};
-use vgpu_umd::kmd::Kmd;
+use vgpu_umd::kmd::{Kmd, KmdError};
 use vgpu_umd::uapi::{self, param};
 
 use crate::debugfs::debugfs_path;
@@ -20,8 +20,8 @@ const COPY: u32 = uapi::ENGINE_COPY;
 
 /// One queue as a process drives it: the ring it writes, the block it
 /// publishes through, where its fences land.
-struct Queue {
-    id: u32,
+pub(crate) struct Queue {
+    pub(crate) id: u32,
     ring: Cmds,
     bell: Map,
     wptr: u32,
@@ -29,7 +29,7 @@ struct Queue {
 
 impl Queue {
     /// Appends `packets` to the ring (no wrap in these tests).
-    fn write(&mut self, packets: &[Packet]) {
+    pub(crate) fn write(&mut self, packets: &[Packet]) {
         let va = self.ring.va + u64::from(self.wptr);
         let words = encode(self.ring.generation, va, packets);
         self.ring.map.write_words((self.wptr / 4) as usize, &words);
@@ -46,7 +46,7 @@ impl Queue {
     }
 
     /// Publishes and kicks if the device sleeps.
-    fn submit(&self, n: &Kmd) {
+    pub(crate) fn submit(&self, n: &Kmd) {
         if self.publish() {
             let _ = n.uq_kick(self.id);
         }
@@ -57,7 +57,7 @@ impl Queue {
     }
 }
 
-fn fence_packet(va: u64, seqno: u64) -> Packet {
+pub(crate) fn fence_packet(va: u64, seqno: u64) -> Packet {
     Packet::Fence {
         va,
         seqno,
@@ -99,12 +99,17 @@ fn args(ring: &Cmds, bell_va: u64) -> uapi::DrmVgpuUqCreate {
 }
 
 fn queue(t: &mut T, n: &Kmd, at: u64, what: &str) -> Option<Queue> {
+    t.ok(&format!("uq: create {what}"), create_queue(n, at, COPY))
+}
+
+/// A queue on `engine` with its ring at `at` (see [`parts`]).
+pub(crate) fn create_queue(n: &Kmd, at: u64, engine: u32) -> Result<Queue, KmdError> {
     let (ring, bell, bell_va) = parts(n, at);
-    let id = t.ok(
-        &format!("uq: create {what}"),
-        n.uq_create(&args(&ring, bell_va)),
-    )?;
-    Some(Queue {
+    let id = n.uq_create(&uapi::DrmVgpuUqCreate {
+        engine,
+        ..args(&ring, bell_va)
+    })?;
+    Ok(Queue {
         id,
         ring,
         bell,

@@ -1,15 +1,26 @@
 //! `VM_BIND` / `VM_UNBIND`: a table of bad arguments, the page tables the
-//! KMD builds (walked by debugfs `vms`), lazy BOs, 2 MiB pages.
+//! KMD builds (walked by debugfs `vms`), lazy BOs, 2 MiB pages. A walk that
+//! does not match is explained from the entry where the device's walk
+//! stops (debugfs `vms` traces it).
 
 use std::path::Path;
 
+use vgpu_hwif::mmu::{level_index, PTE_ADDR_MASK};
 use vgpu_umd::uapi::{self, param};
 
-use crate::debugfs::{field, object, vm_line};
+use crate::debugfs::{field, object, vm_block, vm_line};
 use crate::node::{open, PAGE};
 use crate::report::T;
 
+/// Both parts: `vm-4k`, then `vm-2m`.
 pub fn test_vm(t: &mut T, path: &Path) {
+    test_vm_4k(t, path);
+    test_vm_2m(t, path);
+}
+
+/// Bad arguments, 4 KiB pages at every level of the table, a mapping that
+/// outlives its handle, lazy BOs.
+pub fn test_vm_4k(t: &mut T, path: &Path) {
     let n = open(path);
     let start = n.get_param(param::VA_START).unwrap_or(0);
     let end = n.get_param(param::VA_END).unwrap_or(0);
@@ -35,7 +46,7 @@ pub fn test_vm(t: &mut T, path: &Path) {
             field(&l, "check").as_deref() == Some("ok")
                 && field(&l, "walk_4k").as_deref() == Some("2")
                 && field(&l, "perms").as_deref() == Some("rw-"),
-            || l.clone(),
+            || walk_why(va),
         );
     }
     // Bad arguments.
@@ -197,7 +208,7 @@ pub fn test_vm(t: &mut T, path: &Path) {
             field(&l, "check").as_deref() == Some("ok")
                 && field(&l, "walk_4k").as_deref() == Some("4")
                 && field(&l, "perms").as_deref() == Some(perms),
-            || l.clone(),
+            || walk_why(v),
         );
     }
     if bits > 39 {
@@ -211,7 +222,7 @@ pub fn test_vm(t: &mut T, path: &Path) {
             "vm: walk ok across 512 GiB",
             field(&l, "check").as_deref() == Some("ok")
                 && field(&l, "walk_4k").as_deref() == Some("4"),
-            || l.clone(),
+            || walk_why(tb - 2 * PAGE),
         );
     }
 
@@ -233,7 +244,7 @@ pub fn test_vm(t: &mut T, path: &Path) {
     t.check(
         "vm: mapping intact after handle close",
         field(&l, "check").as_deref() == Some("ok"),
-        || l.clone(),
+        || walk_why(va2),
     );
     t.err(
         "vm: bind closed handle",
@@ -255,9 +266,16 @@ pub fn test_vm(t: &mut T, path: &Path) {
         field(&l, "lazy").as_deref() == Some("1")
             && field(&l, "walk_4k").as_deref() == Some("0")
             && field(&l, "check").as_deref() == Some("ok"),
-        || l.clone(),
+        || walk_why(val),
     );
+}
 
+/// 2 MiB pages: a 2 MiB-aligned bind of a large BO maps with 2 MiB leaves
+/// at level 1, an unaligned one with 4 KiB pages.
+pub fn test_vm_2m(t: &mut T, path: &Path) {
+    let n = open(path);
+    let start = n.get_param(param::VA_START).unwrap_or(0);
+    let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
     // A larger BO: the guest kernel backs shmem with 2 MiB folios where
     // the object is large enough, so a 2 MiB-aligned bind of it maps with
     // 2 MiB GPU pages (when the device offers them); an offset that breaks
@@ -273,7 +291,7 @@ pub fn test_vm(t: &mut T, path: &Path) {
         t.check(
             "vm: 4 MiB walk ok",
             field(&l, "check").as_deref() == Some("ok"),
-            || l.clone(),
+            || walk_why(vb),
         );
         let (p4, p2) = (field(&l, "pages_4k"), field(&l, "pages_2m"));
         println!(
@@ -287,7 +305,13 @@ pub fn test_vm(t: &mut T, path: &Path) {
             p4.as_deref() == Some(want.0)
                 && p2.as_deref() == Some(want.1)
                 && field(&l, "walk_2m").as_deref() == Some(want.1),
-            || l.clone(),
+            || {
+                if field(&l, "check").as_deref() == Some("ok") {
+                    format!("want pages_4k {} pages_2m {}: {l}", want.0, want.1)
+                } else {
+                    walk_why(vb)
+                }
+            },
         );
         let vo = start + (72 << 20) + PAGE;
         t.ok(
@@ -300,7 +324,157 @@ pub fn test_vm(t: &mut T, path: &Path) {
             field(&l, "pages_4k").as_deref() == Some("512")
                 && field(&l, "pages_2m").as_deref() == Some("0")
                 && field(&l, "check").as_deref() == Some("ok"),
-            || l.clone(),
+            || {
+                if field(&l, "check").as_deref() == Some("ok") {
+                    format!("want pages_4k 512 pages_2m 0: {l}")
+                } else {
+                    walk_why(vo)
+                }
+            },
         );
+    }
+}
+
+/// Why the walk of the mapping at `va` does not match its BO, from debugfs
+/// `vms`: the first VA that differs, the entry where the device's walk of
+/// it stops and what that entry holds; then the lines themselves.
+fn walk_why(va: u64) -> String {
+    let block = vm_block(va);
+    let lines = block.join("; ");
+    if block.is_empty() {
+        return format!("debugfs vms lists no mapping at {va:#x}");
+    }
+    let Some(stop) = block.iter().rev().find(|l| l.starts_with("walk ")) else {
+        return format!("debugfs vms: {lines}");
+    };
+    format!("{} (debugfs vms: {lines})", why_stopped(stop))
+}
+
+/// One `walk va X level L index I entry E ...` line of debugfs `vms`, the
+/// last of a walk, as a sentence.
+fn why_stopped(line: &str) -> String {
+    let num = |name: &str| {
+        field(line, name).and_then(|v| match v.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16).ok(),
+            None => v.parse().ok(),
+        })
+    };
+    let (Some(va), Some(level), Some(index), Some(entry)) =
+        (num("va"), num("level"), num("index"), num("entry"))
+    else {
+        return format!("unreadable walk line {line:?}");
+    };
+    let at = format!("level {level} entry {index} (VA {va:#x})");
+    let below = level.saturating_sub(1);
+    if let Some(page) = num("page") {
+        return format!(
+            "{at} is a leaf of page {page:#x} ({}, perms {}): not the BO's page, or not the \
+             mapping's permissions or size",
+            field(line, "size").unwrap_or_default(),
+            field(line, "perms").unwrap_or_default()
+        );
+    }
+    let driver = field(line, "driver_table").filter(|d| d != "none");
+    let used: Vec<u64> = field(line, "used")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|u| u.parse().ok())
+        .collect();
+    if let Some(pa) = num("table") {
+        return format!(
+            "{at} points at table {pa:#x}, but the driver's level-{below} table for that slot is {}",
+            driver.as_deref().unwrap_or("none")
+        );
+    }
+    if !line.contains(" not-present ") {
+        return format!(
+            "{at} holds {entry:#x}, which the device rejects as {} at level {level}",
+            line.split_whitespace().nth(9).unwrap_or("malformed")
+        );
+    }
+    if entry != 0 {
+        let own = driver
+            .as_deref()
+            .and_then(|d| u64::from_str_radix(d.trim_start_matches("0x"), 16).ok())
+            .is_some_and(|d| d == entry & PTE_ADDR_MASK);
+        return format!(
+            "{at} holds {entry:#x} without the valid bit (bit 0){}: the device's walk stops \
+             there (not present); a table entry is Pte::table(address), which sets it",
+            if own {
+                format!(", the address of the driver's level-{below} table")
+            } else {
+                String::new()
+            }
+        );
+    }
+    // The entry is empty: a table linked at another level's index, a
+    // table never linked, or nothing at all.
+    let other = used.iter().find_map(|&u| {
+        (0..4u32)
+            .filter(|&k| u64::from(k) != level)
+            .find(|&k| level_index(va, k) as u64 == u)
+            .map(|k| (u, k))
+    });
+    if let Some((u, k)) = other {
+        return format!(
+            "the table for VA {va:#x} was linked at level {level} index {u} \
+             (level_index(va, {k})), expected index {index} (level_index(va, {level})): the \
+             device's walk finds entry {index} empty"
+        );
+    }
+    if let Some(d) = driver {
+        return format!(
+            "{at} is empty, but the driver has a level-{below} table for it at {d}: the new \
+             table was never linked into its parent's entry"
+        );
+    }
+    format!(
+        "{at} is empty and the driver has no table for it (the table's non-zero entries: {})",
+        if used.is_empty() {
+            "none".to_string()
+        } else {
+            format!("{used:?}")
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::why_stopped;
+
+    #[test]
+    fn a_table_entry_without_its_valid_bit() {
+        let l = "walk va 0x110000 level 3 index 0 entry 0x1234000 not-present \
+                 driver_table 0x1234000 used 0";
+        let w = why_stopped(l);
+        assert!(w.starts_with("level 3 entry 0 (VA 0x110000) holds 0x1234000 without the valid bit (bit 0), the address of the driver's level-2 table"), "{w}");
+    }
+
+    #[test]
+    fn a_table_linked_at_the_next_level_s_index() {
+        let l = "walk va 0x110000 level 1 index 0 entry 0x0 not-present driver_table none \
+                 used 272";
+        let w = why_stopped(l);
+        assert!(w.starts_with("the table for VA 0x110000 was linked at level 1 index 272 (level_index(va, 0)), expected index 0 (level_index(va, 1))"), "{w}");
+    }
+
+    #[test]
+    fn a_table_never_linked() {
+        let l = "walk va 0x110000 level 3 index 0 entry 0x0 not-present \
+                 driver_table 0x5000 used -";
+        let w = why_stopped(l);
+        assert!(w.contains("the driver has a level-2 table for it at 0x5000: the new table was never linked into its parent's entry"), "{w}");
+    }
+
+    #[test]
+    fn a_leaf_and_a_malformed_entry() {
+        let l =
+            "walk va 0x110000 level 0 index 272 entry 0x9007 leaf page 0x9000 size 4k perms rw-";
+        assert!(why_stopped(l).starts_with(
+            "level 0 entry 272 (VA 0x110000) is a leaf of page 0x9000 (4k, perms rw-)"
+        ));
+        let l = "walk va 0x110000 level 2 index 0 entry 0x5003 MALFORMED driver_table none used 0";
+        assert!(why_stopped(l)
+            .contains("holds 0x5003, which the device rejects as MALFORMED at level 2"));
     }
 }

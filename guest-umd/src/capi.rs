@@ -12,10 +12,11 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::context::{Buffer, Context, LostReason, MemKind};
+use crate::device::devices;
+use crate::error::Error;
 use crate::module::{Arg, Module};
 use crate::stream::{Event, Stream};
 use crate::sync::Timeline;
-use crate::{devices, Error};
 
 /// `vgpu_status`.
 pub type Status = u32;
@@ -229,7 +230,7 @@ fn err(e: Error) -> Status {
     s
 }
 
-fn done(r: crate::Result<()>) -> Status {
+fn done(r: crate::error::Result<()>) -> Status {
     match r {
         Ok(()) => VGPU_SUCCESS,
         Err(e) => err(e),
@@ -801,7 +802,7 @@ pub unsafe extern "C" fn vgpu_event_elapsed_ns(start: u64, end: u64, ns: *mut u6
     }
 }
 
-fn add_module(ctx: u64, r: crate::Result<Module>, out: *mut u64) -> Status {
+fn add_module(ctx: u64, r: crate::error::Result<Module>, out: *mut u64) -> Status {
     match r {
         Ok(m) => {
             let h = insert(T_MODULE, Obj::Module(m), ctx);

@@ -13,10 +13,10 @@
 
 use std::collections::VecDeque;
 
+use crate::error::Result;
 use crate::fence::SyncPoint;
 use crate::kmd::Kmd;
 use crate::stream::StreamShared;
-use crate::Result;
 use vgpu_hwif::packet::Packet;
 
 /// Reads smaller than this go staged: pinning and mapping a few pages and

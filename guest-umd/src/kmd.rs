@@ -4,55 +4,14 @@
 //! ([`IoctlArg`]). The methods of [`Kmd`] build the struct from typed
 //! arguments; [`Kmd::ioctl_raw`] issues an ioctl with a struct the caller
 //! built, for tests that pass deliberately bad arguments and want the errno.
+//! Every call goes through [`crate::ioctl::ioctl`] (retry, trace, errors).
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+pub use crate::ioctl::{errno_name, errno_text, KmdError};
+use crate::ioctl::{ioctl, last_errno};
 use crate::uapi;
-
-/// An ioctl the KMD refused.
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-#[error("{call}: {}", errno_text(*errno))]
-pub struct KmdError {
-    /// The ioctl.
-    pub call: &'static str,
-    /// The errno it returned.
-    pub errno: i32,
-}
-
-/// `"EINVAL"`: the symbolic name of the errnos the KMD returns, `None` for
-/// others.
-pub fn errno_name(e: i32) -> Option<&'static str> {
-    Some(match e {
-        libc::EINVAL => "EINVAL",
-        libc::ENOENT => "ENOENT",
-        libc::EIO => "EIO",
-        libc::ENODEV => "ENODEV",
-        libc::ENOMEM => "ENOMEM",
-        libc::ENOSPC => "ENOSPC",
-        libc::EEXIST => "EEXIST",
-        libc::EAGAIN => "EAGAIN",
-        libc::EBUSY => "EBUSY",
-        libc::ETIME => "ETIME",
-        libc::ETIMEDOUT => "ETIMEDOUT",
-        libc::EFAULT => "EFAULT",
-        libc::EOPNOTSUPP => "EOPNOTSUPP",
-        libc::EPROTO => "EPROTO",
-        libc::EMFILE => "EMFILE",
-        libc::ECANCELED => "ECANCELED",
-        libc::ENODATA => "ENODATA",
-        _ => return None,
-    })
-}
-
-/// `"EINVAL (Invalid argument)"`.
-pub fn errno_text(e: i32) -> String {
-    format!(
-        "{} ({})",
-        errno_name(e).unwrap_or("errno"),
-        std::io::Error::from_raw_os_error(e)
-    )
-}
 
 /// A uAPI argument struct and the ioctl that takes it.
 ///
@@ -152,36 +111,10 @@ impl Kmd {
     /// `EFAULT`). Pointers the ioctl only reads (`SUBMIT`'s command and
     /// fence arrays, `WAIT`'s fences) may hold any value.
     pub unsafe fn ioctl_raw<A: IoctlArg>(&self, arg: &mut A) -> Result<(), KmdError> {
-        let mut span = crate::trace::span("ioctl", A::NAME);
-        loop {
-            // SAFETY:
-            // - `A::REQUEST` takes exactly one `A` (the `IoctlArg` contract)
-            //   and `arg` is a valid, exclusively borrowed `A` for the call;
-            // - pointers inside `arg` that the kernel writes through are
-            //   valid or unwritable (this function's contract).
-            let rc = unsafe {
-                libc::ioctl(
-                    self.file.as_raw_fd(),
-                    A::REQUEST as libc::c_ulong,
-                    std::ptr::from_mut(arg),
-                )
-            };
-            if rc == 0 {
-                crate::trace::set(&mut span, "ret", 0);
-                return Ok(());
-            }
-            let errno = std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO);
-            if errno == libc::EINTR {
-                continue;
-            }
-            crate::trace::set(&mut span, "ret", -errno);
-            return Err(KmdError {
-                call: A::NAME,
-                errno,
-            });
-        }
+        // SAFETY: `A::REQUEST` takes exactly one `A` (the `IoctlArg`
+        // contract); pointers inside `arg` that the kernel writes through
+        // are valid or unwritable (this function's contract).
+        unsafe { ioctl(self.file.as_raw_fd(), A::REQUEST, A::NAME, arg) }
     }
 
     /// [`Kmd::ioctl_raw`] for the wrappers below, whose arguments carry no
@@ -258,12 +191,9 @@ impl Kmd {
             )
         };
         if p == libc::MAP_FAILED {
-            let errno = std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO);
             return Err(KmdError {
                 call: "mmap",
-                errno,
+                errno: last_errno(),
             });
         }
         Ok(p.cast())
@@ -450,29 +380,11 @@ impl Kmd {
         name: &'static str,
         arg: &mut A,
     ) -> Result<(), KmdError> {
-        loop {
-            // SAFETY: `request` takes exactly one `A` (the callers pair them
-            // as drm.h does; the sizes match because the number encodes
-            // `size_of::<A>()` through `drm_iowr`), `arg` is exclusively
-            // borrowed, and the pointers inside are only read by the kernel.
-            let rc = unsafe {
-                libc::ioctl(
-                    self.file.as_raw_fd(),
-                    request as libc::c_ulong,
-                    std::ptr::from_mut(arg),
-                )
-            };
-            if rc == 0 {
-                return Ok(());
-            }
-            let errno = std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO);
-            if errno == libc::EINTR {
-                continue;
-            }
-            return Err(KmdError { call: name, errno });
-        }
+        // SAFETY: `request` takes exactly one `A` (the callers pair them as
+        // drm.h does; the sizes match because the number encodes
+        // `size_of::<A>()` through `drm_iowr`), `arg` is exclusively
+        // borrowed, and the pointers inside are only read by the kernel.
+        unsafe { ioctl(self.file.as_raw_fd(), request, name, arg) }
     }
 
     /// `DRM_IOCTL_PRIME_HANDLE_TO_FD`: the BO as a dma-buf fd
@@ -761,14 +673,5 @@ mod tests {
         check::<uapi::DrmSyncobjArray>();
         check::<uapi::DrmSyncobjTimelineArray>();
         check::<uapi::DrmSyncobjTransfer>();
-    }
-
-    #[test]
-    fn errno_names() {
-        assert_eq!(errno_name(libc::EINVAL), Some("EINVAL"));
-        assert_eq!(errno_name(libc::ECANCELED), Some("ECANCELED"));
-        assert_eq!(errno_name(libc::EPERM), None);
-        assert!(errno_text(libc::ENOENT).starts_with("ENOENT ("));
-        assert!(errno_text(libc::EPERM).starts_with("errno ("));
     }
 }

@@ -8,47 +8,10 @@ use vgpu_hwif::packet::{self, DispatchPacket, Packet};
 use vgpu_isa::module::{ArgKind, Kernel as KernelInfo, Module as IsaModule};
 
 use crate::context::{Buffer, Context, CtxInner};
+pub use crate::error::LaunchError;
+use crate::error::{Error, Result};
 use crate::memory::Block;
 use crate::stream::Stream;
-use crate::{Error, Result};
-
-/// Launch and module errors.
-#[derive(Debug, thiserror::Error, Clone, PartialEq)]
-pub enum LaunchError {
-    /// The image is not a valid module for this device.
-    #[error("invalid module: {0}")]
-    BadModule(String),
-    /// No kernel of that name.
-    #[error("no kernel named {0:?} in the module")]
-    NoKernel(String),
-    /// Wrong number of arguments.
-    #[error("kernel {kernel}: {given} arguments given, {expected} expected")]
-    ArgCount {
-        /// Kernel.
-        kernel: String,
-        /// Given.
-        given: usize,
-        /// Expected.
-        expected: usize,
-    },
-    /// An argument of the wrong type.
-    #[error("kernel {kernel}: argument {index} ({name}) is {expected}, got {given}")]
-    ArgType {
-        /// Kernel.
-        kernel: String,
-        /// Position.
-        index: usize,
-        /// Name in the module.
-        name: String,
-        /// Declared kind.
-        expected: &'static str,
-        /// Given kind.
-        given: &'static str,
-    },
-    /// Grid or workgroup size out of range.
-    #[error("bad launch shape: {0}")]
-    Shape(String),
-}
 
 /// A typed kernel argument.
 #[derive(Clone, Copy, Debug, PartialEq)]

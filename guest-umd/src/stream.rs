@@ -26,13 +26,14 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use crate::cmdbuf::{CmdBuf, CmdError};
 use crate::config::{ReadPath, SubmitPath};
 use crate::context::{Buffer, Context, CtxInner, PendingWork, UqLog};
+use crate::error::{Error, Result};
 use crate::fence::{wait_all, SyncPoint, WaitPath};
 use crate::kmd::SubmitSyncs;
 use crate::memory::Block;
 use crate::sync::{self as syncobj, Timeline};
 use crate::trace;
+use crate::uapi;
 use crate::uq::{UqError, UserQueue};
-use crate::{uapi, Error, Result};
 
 /// Engine a packet runs on.
 pub const ENGINE_COPY: u32 = uapi::ENGINE_COPY;

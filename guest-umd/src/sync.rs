@@ -19,8 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::context::{Context, CtxInner};
+use crate::error::{Error, Result};
+use crate::ioctl::ioctl;
 use crate::kmd::{Kmd, KmdError};
-use crate::{uapi, Error, Result};
+use crate::uapi;
 
 /// The host's monotonic clock in nanoseconds (`CLOCK_MONOTONIC`, the clock
 /// of the syncobj waits' absolute timeouts).
@@ -269,11 +271,12 @@ fn file_info(fd: i32, fences: &mut [SyncFenceInfo]) -> Option<SyncFileInfo> {
         },
         ..Default::default()
     };
-    // SAFETY: `SYNC_IOC_FILE_INFO` writes one `sync_file_info` and at most
-    // `num_fences` entries at `sync_fence_info`, which `fences` (exclusively
-    // borrowed for the call) holds.
-    let rc = unsafe { libc::ioctl(fd, SYNC_IOC_FILE_INFO as libc::c_ulong, &mut info) };
-    (rc == 0).then_some(info)
+    // SAFETY: `SYNC_IOC_FILE_INFO` takes one `sync_file_info` (its number
+    // encodes that size), writes it and at most `num_fences` entries at
+    // `sync_fence_info`, which `fences` (exclusively borrowed for the call)
+    // holds.
+    let r = unsafe { ioctl(fd, SYNC_IOC_FILE_INFO, "SYNC_IOC_FILE_INFO", &mut info) };
+    r.ok().map(|()| info)
 }
 
 /// A sync_file's status: 1 signalled, 0 pending, a negative errno when it

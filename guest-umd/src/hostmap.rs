@@ -10,14 +10,12 @@
 //! whose copy is done while the device copies the next. At most
 //! [`IN_FLIGHT`] pieces are mapped at a time; every mapping is given back
 //! (`HOST_UNMAP`) before the read returns, fault or not.
+//!
+//! This file is the mapping side: which pieces ([`pieces`]) and each
+//! piece's mapping ([`HostMapping`]); the read that pipelines them through
+//! a stream's copy engine is `Stream::read` (`stream/read.rs`).
 
-use std::collections::VecDeque;
-
-use crate::error::Result;
-use crate::fence::SyncPoint;
-use crate::kmd::Kmd;
-use crate::stream::StreamShared;
-use vgpu_hwif::packet::Packet;
+use crate::kmd::{Kmd, KmdError};
 
 /// Reads smaller than this go staged: pinning and mapping a few pages and
 /// invalidating them afterwards cost more than copying them twice.
@@ -28,15 +26,31 @@ pub const MAPPED_READ_MIN: u64 = 64 << 10;
 pub const PIECE: u64 = 8 << 20;
 
 /// Pieces mapped at once (within the KMD's per-file total).
-const IN_FLIGHT: usize = 3;
+pub const IN_FLIGHT: usize = 3;
 
 const PAGE: u64 = 4096;
 
 /// A range of this process's memory mapped for the device; unmapped when
 /// dropped.
-struct HostMapping<'k> {
+pub struct HostMapping<'k> {
     kmd: &'k Kmd,
-    va: u64,
+    /// The GPU VA of the first page.
+    pub va: u64,
+}
+
+impl<'k> HostMapping<'k> {
+    /// Has the KMD pin and map `piece`'s pages for the device (`HOST_MAP`).
+    /// An error: the KMD refused (an older KMD, its limits, memory it
+    /// cannot pin).
+    pub fn new(kmd: &'k Kmd, piece: &Piece) -> Result<HostMapping<'k>, KmdError> {
+        let va = kmd.host_map(piece.page, piece.map_size, 0)?;
+        Ok(HostMapping { kmd, va })
+    }
+
+    /// The GPU VA of `piece`'s first byte in this mapping of it.
+    pub fn gpu_va(&self, piece: &Piece) -> u64 {
+        self.va + (piece.addr - piece.page)
+    }
 }
 
 impl Drop for HostMapping<'_> {
@@ -47,66 +61,83 @@ impl Drop for HostMapping<'_> {
     }
 }
 
-/// Copies `out.len()` bytes from GPU VA `src` into `out` through mappings
-/// of `out` itself, after the stream's earlier work. `Ok(false)`: the KMD
-/// refused a mapping (an older KMD, its limits, memory it cannot pin); the
-/// caller reads the whole range another way.
-///
-/// # Errors
-///
-/// The stream's errors: a copy that faulted, a lost device.
-pub(crate) fn read_mapped(
-    s: &StreamShared,
-    call: &'static str,
-    src: u64,
-    out: &mut [u8],
-) -> Result<bool> {
-    let kmd: &Kmd = &s.ctx.kmd;
-    let base = out.as_mut_ptr() as u64;
-    let len = out.len() as u64;
-    let mut pending: VecDeque<(HostMapping<'_>, SyncPoint)> = VecDeque::new();
+/// One piece of a read: `len` bytes at byte `at` of the destination, which
+/// is process address `addr`, mapped as the pages from `page` on
+/// (`map_size` bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Offset in the destination.
+    pub at: u64,
+    /// Its bytes.
+    pub len: u64,
+    /// Process address of its first byte.
+    pub addr: u64,
+    /// The page holding it.
+    pub page: u64,
+    /// Bytes of the mapping: whole pages covering the piece.
+    pub map_size: u64,
+}
+
+/// The pieces a destination of `len` bytes at process address `base` is
+/// mapped in, in order: each at most [`PIECE`] bytes from its page, except
+/// that a last piece under a quarter of that joins the one before (it would
+/// cost a whole mapping, submission and unmapping for a few pages).
+pub fn pieces(base: u64, len: u64) -> impl Iterator<Item = Piece> {
     let mut at = 0;
-    while at < len {
-        if pending.len() == IN_FLIGHT {
-            let (m, sp) = pending.pop_front().expect("a piece in flight");
-            s.wait_point(call, &sp)?;
-            drop(m);
+    std::iter::from_fn(move || {
+        if at >= len {
+            return None;
         }
         let addr = base + at;
         let page = addr & !(PAGE - 1);
         let mut n = (len - at).min(PIECE - (addr - page));
         if len - at - n < PIECE / 4 {
-            // No short last piece: it would cost a whole mapping, submission
-            // and unmapping for a few pages.
             n = len - at;
         }
-        let size = (addr + n).next_multiple_of(PAGE) - page;
-        let va = match kmd.host_map(page, size, 0) {
-            Ok(va) => va,
-            Err(_) => {
-                // Memory the KMD cannot pin (a device mapping, a file the
-                // kernel will not pin long-term) or its limits: the caller
-                // reads the whole range another way, once the pieces in
-                // flight are done.
-                if let Some((_, sp)) = pending.back() {
-                    s.wait_point(call, sp)?;
-                }
-                return Ok(false);
-            }
+        let piece = Piece {
+            at,
+            len: n,
+            addr,
+            page,
+            map_size: (addr + n).next_multiple_of(PAGE) - page,
         };
-        let m = HostMapping { kmd, va };
-        let copy = Packet::Copy {
-            src: src + at,
-            dst: va + (addr - page),
-            size: n,
-        };
-        let sp = s.submit_copies(call, &[copy])?;
-        pending.push_back((m, sp));
         at += n;
+        Some(piece)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_cover_the_destination_in_page_aligned_mappings() {
+        for (base, len) in [
+            (0x1000, 1),
+            (0x1234, 64 << 10),
+            (0x7000_0010, PIECE),
+            (0x7000_0010, PIECE + PIECE / 4 - 1),
+            (0x7000_0010, PIECE + PIECE / 4),
+            (0x7000_0000, 5 * PIECE / 2),
+        ] {
+            let v: Vec<Piece> = pieces(base, len).collect();
+            let mut at = 0;
+            for p in &v {
+                assert_eq!(p.at, at);
+                assert_eq!(p.addr, base + at);
+                assert_eq!(p.page % PAGE, 0);
+                assert_eq!(p.map_size % PAGE, 0);
+                assert!(p.page <= p.addr && p.addr + p.len <= p.page + p.map_size);
+                at += p.len;
+            }
+            assert_eq!(at, len, "{base:#x}+{len:#x}");
+            // Only the last piece may pass PIECE, by less than a quarter.
+            for p in &v[..v.len() - 1] {
+                assert!(p.len <= PIECE - (p.addr - p.page));
+            }
+            assert!(v.last().unwrap().len < PIECE + PIECE / 4);
+        }
+        assert_eq!(pieces(0x1000, 0).count(), 0);
+        assert_eq!(pieces(0, 5 * PIECE / 2).count(), 3);
     }
-    // The pieces complete in order: the last one's fence covers them all.
-    if let Some((_, sp)) = pending.back() {
-        s.wait_point(call, sp)?;
-    }
-    Ok(true)
 }

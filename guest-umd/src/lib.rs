@@ -11,6 +11,40 @@
 //!   for the buffers they order).
 //! * [`Module`] / [`Kernel`] / [`Arg`]: compute modules and launches.
 //! * [`capi`]: the C ABI of `include/vgpu.h`.
+//!
+//! Blocks, from the top down (each uses only the blocks its row names,
+//! and no two files import each other through a cycle): the C ABI
+//! ([`capi`]); the objects applications hold ([`module`], [`stream`] — a
+//! folder: the stream, submission, transfers, reads, events —, [`sync`],
+//! [`context`], [`device`]); the library's errors ([`error`]); the
+//! machinery under them (command buffers [`cmdbuf`], user-mode queues
+//! [`uq`], fence waits [`fence`], host mappings [`hostmap`], memory pools
+//! [`memory`]); the typed KMD calls ([`kmd`]) over the one ioctl path
+//! ([`ioctl`]: retry, trace, errno); and the leaves: the uAPI mirror
+//! ([`uapi`]), tunables ([`config`]), spans ([`trace`]), status samples
+//! ([`stats`]), devcoredump decoding ([`coredump`]).
+//!
+//! | block | may use |
+//! |---|---|
+//! | `capi` | `context`, `device`, `error`, `memory`, `module`, `stream`, `sync` |
+//! | `module` | `context`, `error`, `memory`, `stream` |
+//! | `stream` | `cmdbuf`, `config`, `context`, `error`, `fence`, `hostmap`, `kmd`, `memory`, `sync`, `trace`, `uapi`, `uq` |
+//! | `sync` | `context`, `error`, `ioctl`, `kmd`, `uapi` |
+//! | `context` | `cmdbuf`, `config`, `device`, `error`, `fence`, `kmd`, `memory`, `uapi`, `uq` |
+//! | `device` | `error`, `ioctl`, `stats`, `uapi` |
+//! | `coredump` | `cmdbuf` |
+//! | `error` | `cmdbuf`, `config`, `ioctl`, `memory`, `uapi` |
+//! | `cmdbuf` | `config`, `fence`, `kmd`, `memory`, `uapi` |
+//! | `uq` | `config`, `fence`, `kmd`, `memory`, `uapi` |
+//! | `fence` | `config`, `kmd`, `memory`, `trace`, `uapi` |
+//! | `hostmap` | `kmd` |
+//! | `memory` | `kmd`, `uapi` |
+//! | `kmd` | `ioctl`, `uapi` |
+//! | `ioctl` | `trace` |
+//! | `stats` | `uapi` |
+//! | `config` | - |
+//! | `trace` | - |
+//! | `uapi` | - |
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 

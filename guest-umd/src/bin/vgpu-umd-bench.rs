@@ -64,6 +64,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ctx.identity().generation
     );
 
+    let s = submit_benchmarks(&dev, &ctx, iters)?;
+    copy_benchmarks(&dev, &ctx, &s, mib)
+}
+
+/// Latency and rate of submissions: a raw `PING` echo, a no-op batch
+/// submitted and waited for through `SUBMIT` and on user-mode queues, and
+/// bursts of them. Returns the `SUBMIT` path's stream.
+fn submit_benchmarks(
+    dev: &Device,
+    ctx: &Context,
+    iters: usize,
+) -> Result<Stream, Box<dyn std::error::Error>> {
     // Raw echo: PING through the control queue, answered on the event queue.
     for _ in 0..10 {
         dev.ping(1, Duration::ZERO)?;
@@ -78,9 +90,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // No-op submit (one NOP + the batch's FENCE) and wait, user to user:
     // through SUBMIT, and on user-mode queues, one of each per iteration.
-    let s = Stream::new(&ctx)?;
+    let s = Stream::new(ctx)?;
     let uctx = Context::with_config(
-        &dev,
+        dev,
         Config {
             submit: SubmitPath::User,
             ..ctx.config().clone()
@@ -165,7 +177,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         rate,
         urate / rate
     );
+    Ok(s)
+}
 
+/// Copy bandwidth of `mib` MiB: host to device, and device to host by each
+/// read path (direct, staged, mapped), against the guest's memcpy.
+fn copy_benchmarks(
+    dev: &Device,
+    ctx: &Context,
+    s: &Stream,
+    mib: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
     // Copy bandwidth. Under TCG on a shared host the guest's speed varies
     // from second to second, so memcpy and every copy path are measured
     // interleaved in the same rounds and each keeps its best round.
@@ -191,7 +213,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The same reads through the copy engine and staging memory
     // (VGPU_READ=staged): a context of its own.
     let staged_ctx = Context::with_config(
-        &dev,
+        dev,
         Config {
             read: ReadPath::Staged,
             ..ctx.config().clone()
@@ -204,7 +226,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // And by the copy engine straight into `dst`, mapped for the device
     // (VGPU_READ=mapped, the default).
     let mapped_ctx = Context::with_config(
-        &dev,
+        dev,
         Config {
             read: ReadPath::Mapped,
             ..ctx.config().clone()

@@ -450,20 +450,37 @@ fn as_bytes<T: Copy>(v: &T) -> &[u8] {
 /// The armed call of one sweep case.
 type Call = Box<dyn FnMut(&mut Arena) -> Ret>;
 
+/// The armed call of `$a`'s ioctl on `$fd` (`$a` moved into it).
+macro_rules! ioctl {
+    ($fd:expr, $a:expr) => {{
+        let fd = $fd;
+        let a = $a;
+        Box::new(move |ar: &mut Arena| {
+            let mut a = a;
+            sys::ioctl(fd, &mut a, ar)
+        })
+    }};
+}
+
 /// Sets up for `op` (unarmed) and returns the call to make armed.
 fn prepare(op: &str, env: &mut Env) -> Result<Call, String> {
+    if let Some(c) = prepare_file(op, env)? {
+        return Ok(c);
+    }
+    if let Some(c) = prepare_memory(op, env)? {
+        return Ok(c);
+    }
+    match prepare_jobs(op, env)? {
+        Some(c) => Ok(c),
+        None => Err(format!("no fail-nth case '{op}'")),
+    }
+}
+
+/// The cases of the render node's file: open and close.
+fn prepare_file(op: &str, env: &mut Env) -> Result<Option<Call>, String> {
     let fd = env.fd;
     let va = env.dev.va_start + (16 << 20);
-    macro_rules! ioctl {
-        ($a:expr) => {{
-            let a = $a;
-            Box::new(move |ar: &mut Arena| {
-                let mut a = a;
-                sys::ioctl(fd, &mut a, ar)
-            })
-        }};
-    }
-    Ok(match op {
+    Ok(Some(match op {
         "open" => {
             // Everything the call needs is made before it is armed: no
             // allocation (and so no page fault of ours) while armed.
@@ -497,33 +514,57 @@ fn prepare(op: &str, env: &mut Env) -> Result<Call, String> {
                 Ok(())
             })
         }
-        "get_param" => ioctl!(uapi::DrmVgpuGetParam {
-            param: uapi::param::GENERATION,
-            ..Default::default()
-        }),
-        "ping" => ioctl!(uapi::DrmVgpuPing {
-            cookie: 7,
-            ..Default::default()
-        }),
-        "gem_create" => ioctl!(uapi::DrmVgpuGemCreate {
-            size: 64 * 1024,
-            ..Default::default()
-        }),
-        "gem_create_2m" => ioctl!(uapi::DrmVgpuGemCreate {
-            size: 4 << 20,
-            ..Default::default()
-        }),
+        _ => return Ok(None),
+    }))
+}
+
+/// The cases of parameters, BOs, address spaces and host mappings.
+fn prepare_memory(op: &str, env: &mut Env) -> Result<Option<Call>, String> {
+    let fd = env.fd;
+    let va = env.dev.va_start + (16 << 20);
+    Ok(Some(match op {
+        "get_param" => ioctl!(
+            fd,
+            uapi::DrmVgpuGetParam {
+                param: uapi::param::GENERATION,
+                ..Default::default()
+            }
+        ),
+        "ping" => ioctl!(
+            fd,
+            uapi::DrmVgpuPing {
+                cookie: 7,
+                ..Default::default()
+            }
+        ),
+        "gem_create" => ioctl!(
+            fd,
+            uapi::DrmVgpuGemCreate {
+                size: 64 * 1024,
+                ..Default::default()
+            }
+        ),
+        "gem_create_2m" => ioctl!(
+            fd,
+            uapi::DrmVgpuGemCreate {
+                size: 4 << 20,
+                ..Default::default()
+            }
+        ),
         "gem_close" => {
             let h = env.bo(64 * 1024, 0)?;
             env.bind(h, va, 64 * 1024, uapi::VM_BIND_READ)?;
-            ioctl!(uapi::DrmGemClose { handle: h, pad: 0 })
+            ioctl!(fd, uapi::DrmGemClose { handle: h, pad: 0 })
         }
         "mmap_offset" => {
             let h = env.bo(64 * 1024, 0)?;
-            ioctl!(uapi::DrmVgpuGemMmapOffset {
-                handle: h,
-                ..Default::default()
-            })
+            ioctl!(
+                fd,
+                uapi::DrmVgpuGemMmapOffset {
+                    handle: h,
+                    ..Default::default()
+                }
+            )
         }
         "vm_bind" | "vm_bind_2m" | "vm_bind_lazy" => {
             let (size, flags) = match op {
@@ -532,31 +573,40 @@ fn prepare(op: &str, env: &mut Env) -> Result<Call, String> {
                 _ => (64 * 1024, uapi::GEM_CREATE_LAZY),
             };
             let h = env.bo(size, flags)?;
-            ioctl!(uapi::DrmVgpuVmBind {
-                handle: h,
-                flags: uapi::VM_BIND_READ | uapi::VM_BIND_WRITE,
-                bo_offset: 0,
-                va,
-                size,
-            })
+            ioctl!(
+                fd,
+                uapi::DrmVgpuVmBind {
+                    handle: h,
+                    flags: uapi::VM_BIND_READ | uapi::VM_BIND_WRITE,
+                    bo_offset: 0,
+                    va,
+                    size,
+                }
+            )
         }
         "vm_unbind" => {
             let h = env.bo(64 * 1024, 0)?;
             env.bind(h, va, 64 * 1024, uapi::VM_BIND_READ | uapi::VM_BIND_WRITE)?;
             // A context, so that the unbind invalidates its TLBs.
             env.ctx()?;
-            ioctl!(uapi::DrmVgpuVmUnbind {
-                va,
-                size: 64 * 1024
-            })
+            ioctl!(
+                fd,
+                uapi::DrmVgpuVmUnbind {
+                    va,
+                    size: 64 * 1024
+                }
+            )
         }
         "host_map" => {
             let addr = env.anon(64 * 1024)?;
-            ioctl!(uapi::DrmVgpuHostMap {
-                addr,
-                size: 64 * 1024,
-                ..Default::default()
-            })
+            ioctl!(
+                fd,
+                uapi::DrmVgpuHostMap {
+                    addr,
+                    size: 64 * 1024,
+                    ..Default::default()
+                }
+            )
         }
         "host_unmap" => {
             let addr = env.anon(64 * 1024)?;
@@ -568,19 +618,33 @@ fn prepare(op: &str, env: &mut Env) -> Result<Call, String> {
             env.io("host_map", &mut a)?;
             // A context, so that the unmap invalidates its TLBs.
             env.ctx()?;
-            ioctl!(uapi::DrmVgpuHostUnmap { gpu_va: a.gpu_va })
+            ioctl!(fd, uapi::DrmVgpuHostUnmap { gpu_va: a.gpu_va })
         }
-        "ctx_create" => ioctl!(uapi::DrmVgpuCtxCreate {
-            priority: uapi::CTX_PRIORITY_NORMAL,
-            engine_mask: env.dev.engine_mask,
-            ..Default::default()
-        }),
+        _ => return Ok(None),
+    }))
+}
+
+/// The cases of contexts, submissions, waits, fences and statistics.
+fn prepare_jobs(op: &str, env: &mut Env) -> Result<Option<Call>, String> {
+    let fd = env.fd;
+    Ok(Some(match op {
+        "ctx_create" => ioctl!(
+            fd,
+            uapi::DrmVgpuCtxCreate {
+                priority: uapi::CTX_PRIORITY_NORMAL,
+                engine_mask: env.dev.engine_mask,
+                ..Default::default()
+            }
+        ),
         "ctx_destroy" => {
             let ctx = env.ctx()?;
-            ioctl!(uapi::DrmVgpuCtxDestroy {
-                ctx_id: ctx,
-                pad: 0
-            })
+            ioctl!(
+                fd,
+                uapi::DrmVgpuCtxDestroy {
+                    ctx_id: ctx,
+                    pad: 0
+                }
+            )
         }
         "ctx_destroy_busy" => {
             // A job that waits forever (SEM_WAIT on a word never written):
@@ -600,17 +664,23 @@ fn prepare(op: &str, env: &mut Env) -> Result<Call, String> {
             w.truncate(n);
             let cmd = env.program(&w)?;
             env.submit(ctx, cmd)?;
-            ioctl!(uapi::DrmVgpuCtxDestroy {
-                ctx_id: ctx,
-                pad: 0
-            })
+            ioctl!(
+                fd,
+                uapi::DrmVgpuCtxDestroy {
+                    ctx_id: ctx,
+                    pad: 0
+                }
+            )
         }
         "ctx_query" => {
             let ctx = env.ctx()?;
-            ioctl!(uapi::DrmVgpuCtxQuery {
-                ctx_id: ctx,
-                ..Default::default()
-            })
+            ioctl!(
+                fd,
+                uapi::DrmVgpuCtxQuery {
+                    ctx_id: ctx,
+                    ..Default::default()
+                }
+            )
         }
         "submit" => {
             let ctx = env.ctx()?;
@@ -624,14 +694,17 @@ fn prepare(op: &str, env: &mut Env) -> Result<Call, String> {
                 seqno: s,
             };
             let in_fences = env.arena.put(as_bytes(&f)) as u64;
-            ioctl!(uapi::DrmVgpuSubmit {
-                ctx_id: ctx,
-                cmds,
-                num_cmds: 1,
-                in_fences,
-                num_in_fences: 1,
-                ..Default::default()
-            })
+            ioctl!(
+                fd,
+                uapi::DrmVgpuSubmit {
+                    ctx_id: ctx,
+                    cmds,
+                    num_cmds: 1,
+                    in_fences,
+                    num_in_fences: 1,
+                    ..Default::default()
+                }
+            )
         }
         "wait" | "fence_export" => {
             let ctx = env.ctx()?;
@@ -645,13 +718,16 @@ fn prepare(op: &str, env: &mut Env) -> Result<Call, String> {
             };
             if op == "wait" {
                 let fences = env.arena.put(as_bytes(&f)) as u64;
-                ioctl!(uapi::DrmVgpuWait {
-                    fences,
-                    num_fences: 1,
-                    flags: uapi::WAIT_ALL,
-                    timeout_ns: 5_000_000_000,
-                    ..Default::default()
-                })
+                ioctl!(
+                    fd,
+                    uapi::DrmVgpuWait {
+                        fences,
+                        num_fences: 1,
+                        flags: uapi::WAIT_ALL,
+                        timeout_ns: 5_000_000_000,
+                        ..Default::default()
+                    }
+                )
             } else {
                 env.wait(ctx, s)?;
                 let out = env.out_fd.clone();
@@ -672,14 +748,17 @@ fn prepare(op: &str, env: &mut Env) -> Result<Call, String> {
         "query_stats" => {
             env.ctx()?;
             let contexts = env.arena.at_end(64 * size_of::<uapi::DrmVgpuCtxStats>()) as u64;
-            ioctl!(uapi::DrmVgpuQueryStats {
-                num_contexts: 64,
-                contexts,
-                ..Default::default()
-            })
+            ioctl!(
+                fd,
+                uapi::DrmVgpuQueryStats {
+                    num_contexts: 64,
+                    contexts,
+                    ..Default::default()
+                }
+            )
         }
-        _ => return Err(format!("no fail-nth case '{op}'")),
-    })
+        _ => return Ok(None),
+    }))
 }
 
 /// What the sweeps found.

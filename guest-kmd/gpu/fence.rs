@@ -17,7 +17,11 @@
 //! Exported fences ([`crate::ffi::ExportedFence`]) signal with the job (1,
 //! or `-EIO`), and are cancelled (`-ECANCELED`) when their ring goes.
 
-use super::{ring::fence_va, state::Gpu};
+use super::{
+    ring::fence_va,
+    state::Gpu,
+    uqueue, //
+};
 use crate::{
     dev_info_ratelimited, dev_warn_ratelimited,
     ffi::{
@@ -95,7 +99,7 @@ impl Gpu {
                     if e != q.engine {
                         return Err(EINVAL);
                     }
-                    if Self::uq_fence_done(mem, hw, e, f.seqno) {
+                    if uqueue::fence_done(&mem.status(hw, e), f.seqno) {
                         done += 1;
                         first.get_or_insert(i);
                     } else if c.errored || c.banned {

@@ -1,14 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 
 //! User-mode queues, the operations: `UQ_CREATE`, `UQ_KICK`, suspending
-//! and resuming the device's watch of their doorbells around resets, and
-//! their fences (the queue's state machine is in [`super::uqueue`]).
+//! and resuming the device's watch of their doorbells around resets (the
+//! queue's state machine, and whether one of its fences completed, are in
+//! [`super::uqueue`]).
 
 use super::{
-    ring::{
-        SlotMemory,
-        ENGINES, //
-    },
+    ring::ENGINES,
     state::Gpu,
     uqueue::{
         UqHw,
@@ -236,11 +234,5 @@ impl Gpu {
                 }
             }
         }
-    }
-
-    /// Whether fence `seqno` of queue slot `hw`'s ring completed: a `FENCE`
-    /// with that seqno or a later one executed on it (its status block).
-    pub(crate) fn uq_fence_done(mem: &SlotMemory, hw: u32, engine: usize, seqno: u64) -> bool {
-        mem.status(hw, engine).last_fence >= seqno
     }
 }

@@ -94,6 +94,12 @@ pub(crate) fn has_work(s: &RingStatus) -> bool {
     Progress::of(s).pending()
 }
 
+/// Whether fence `seqno` of a queue completed, as its ring's status block
+/// `s` shows it: a `FENCE` with that seqno or a later one executed on it.
+pub(crate) fn fence_done(s: &RingStatus, seqno: u64) -> bool {
+    s.last_fence >= seqno
+}
+
 /// How a queue's ring is (re)created on the device.
 #[derive(Clone, Copy)]
 pub(crate) struct UqHw {

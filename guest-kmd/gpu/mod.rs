@@ -14,6 +14,7 @@
 //! | [`sanlog`] | the device sanitizer's reports as the driver keeps them, the bug planted on purpose (no I/O) |
 //! | [`state`] | the contexts table and a context's state machine, counters, logs; the block's locks |
 //! | [`dump`] | the driver's snapshot at a failure, taken under the state lock, and the devcoredump text (no I/O) |
+//! | [`hwctx`] | a context on the device: `CONTEXT_CREATE` and its rings, for context creation and the device reset |
 //! | [`context`] | `CTX_CREATE`, `CTX_DESTROY`, `CTX_QUERY`, closing a file's contexts, TLB invalidation after unbind |
 //! | [`submit`] | `SUBMIT` |
 //! | [`sched`] | the job queue's scheduler: queued jobs to their rings when their dependencies signalled and the ring has room; the queue worker |
@@ -75,6 +76,7 @@ pub(crate) mod coredump;
 pub(crate) mod dump;
 pub(crate) mod fault;
 pub(crate) mod fence;
+pub(crate) mod hwctx;
 pub(crate) mod queue;
 pub(crate) mod ras;
 pub(crate) mod records;

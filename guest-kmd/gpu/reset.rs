@@ -31,11 +31,11 @@
 //! commands, and takes it again to record what happened.
 
 use super::{
-    context::HwCtx,
     dump::{
         HangDump,
         HangSite, //
     },
+    hwctx::HwCtx,
     ring::{
         Located,
         SlotMemory,

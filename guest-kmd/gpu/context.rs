@@ -9,7 +9,8 @@
 //! KMD range while the context exists.
 //!
 //! The device side of creation is [`super::hwctx`] (the device reset
-//! creates contexts again the same way).
+//! creates contexts again the same way); unmapping a slot's memory
+//! invalidates the TLBs through [`super::tlb`].
 //!
 //! Creation and destruction hold [`Gpu::ops`] across their device commands
 //! and take the state lock only to decide and to record (see the lock order
@@ -230,54 +231,6 @@ impl Gpu {
     fn unmap_slot(&self, client: &Arc<Client>, hw: u32, kmd_va: u64) {
         client.vm.lock().unmap_kmd(kmd_va, SLOT_BYTES as u64);
         self.invalidate_client(client, Some(hw), kmd_va, SLOT_BYTES as u64);
-    }
-
-    /// Invalidates `[va, va + size)` in every context of `client` but
-    /// `skip` (no GPU lock held). Returns whether every invalidation
-    /// succeeded; a context the device no longer has (destroyed, or not yet
-    /// created again by a reset, which flushed its TLBs) needs none.
-    fn invalidate_client(
-        &self,
-        client: &Arc<Client>,
-        skip: Option<u32>,
-        va: u64,
-        size: u64,
-    ) -> bool {
-        // LAB(4) BEGIN invalidate
-        let mut targets = KVec::new();
-        {
-            let g = self.state.lock();
-            for (i, s) in g.slots.iter().enumerate() {
-                let Some(c) = s else { continue };
-                if Arc::ptr_eq(&c.client, client)
-                    && Some(i as u32) != skip
-                    && targets.push(i as u32, GFP_KERNEL).is_err()
-                {
-                    return false;
-                }
-            }
-        }
-        let mut ok = true;
-        for hw in targets {
-            match self.cmd(Command::TlbInvalidate {
-                ctx_id: hw,
-                engine_mask: 0,
-                va,
-                size,
-            }) {
-                Ok(_) => {}
-                Err(e) if e == ENOENT => {}
-                Err(_) => ok = false,
-            }
-        }
-        ok
-        // LAB(4) END invalidate
-    }
-
-    /// TLB invalidation after `VM_UNBIND`; `false` if any failed (the
-    /// caller keeps the pages).
-    pub(crate) fn invalidate_after_unbind(&self, client: &Arc<Client>, va: u64, size: u64) -> bool {
-        self.invalidate_client(client, None, va, size)
     }
 
     /// `CTX_DESTROY`.

@@ -15,7 +15,8 @@
 //! | [`state`] | the contexts table and a context's state machine, counters, logs; the block's locks |
 //! | [`dump`] | the driver's snapshot at a failure, taken under the state lock, and the devcoredump text (no I/O) |
 //! | [`hwctx`] | a context on the device: `CONTEXT_CREATE` and its rings, for context creation and the device reset |
-//! | [`context`] | `CTX_CREATE`, `CTX_DESTROY`, `CTX_QUERY`, closing a file's contexts, TLB invalidation after unbind |
+//! | [`tlb`] | TLB invalidation of a range in every context of a file, after an unbind or when a slot's memory leaves the address space |
+//! | [`context`] | `CTX_CREATE`, `CTX_DESTROY`, `CTX_QUERY`, closing a file's contexts |
 //! | [`submit`] | `SUBMIT` |
 //! | [`sched`] | the job queue's scheduler: queued jobs to their rings when their dependencies signalled and the ring has room; the queue worker |
 //! | [`bind`] | `VM_BIND_OPS` bind jobs and their queue |
@@ -87,6 +88,7 @@ pub(crate) mod sanlog;
 pub(crate) mod sched;
 pub(crate) mod state;
 pub(crate) mod submit;
+pub(crate) mod tlb;
 pub(crate) mod uqctl;
 pub(crate) mod uqueue;
 

@@ -32,6 +32,7 @@
 
 use crate::{
     device::Vgpu,
+    gpu::hooks::HangCheck,
     layout,
     mmu::{
         Access,

@@ -20,7 +20,10 @@ use crate::{
     errno,
     file::Client,
     gem::MemAccount,
-    gpu::Gpu,
+    gpu::{
+        hooks::HangCheck,
+        Gpu, //
+    },
     layout,
     proto::{
         Command,

@@ -17,6 +17,7 @@
 //! in the [module documentation](super)).
 
 use super::{
+    hooks::HangCheck,
     hwctx::HwCtx,
     ring::{
         ENGINES,

@@ -18,6 +18,7 @@
 //! or `-EIO`), and are cancelled (`-ECANCELED`) when their ring goes.
 
 use super::{
+    hooks::HangCheck,
     ring::fence_va,
     state::Gpu,
     uqueue, //

@@ -14,6 +14,7 @@
 //! | [`sanlog`] | the device sanitizer's reports as the driver keeps them, the bug planted on purpose (no I/O) |
 //! | [`state`] | the contexts table and a context's state machine, counters, logs; the block's locks |
 //! | [`dump`] | the driver's snapshot at a failure, taken under the state lock, and the devcoredump text (no I/O) |
+//! | [`hooks`] | the traits a block reaches blocks above it through: the hang check, user-mode queues' watch around resets (no I/O) |
 //! | [`hwctx`] | a context on the device: `CONTEXT_CREATE` and its rings, for context creation and the device reset |
 //! | [`tlb`] | TLB invalidation of a range in every context of a file, after an unbind or when a slot's memory leaves the address space |
 //! | [`context`] | `CTX_CREATE`, `CTX_DESTROY`, `CTX_QUERY`, closing a file's contexts |
@@ -23,14 +24,15 @@
 //! | [`fence`] | `WAIT`, `FENCE_EXPORT`, `FENCE` events |
 //! | [`fault`] | `FAULT` and `ENGINE_ERROR` events |
 //! | [`ras`] | `ECC_ERROR` events: retiring the page, the device's table of retired pages |
-//! | [`reset`] | the hang check and the reset ladder (engine → device → wedged), bans |
+//! | [`reset`] | the hang check (its hook) and the reset ladder (engine → device → wedged), bans |
 //! | [`sanitizer`] | the device sanitizer's reports (dmesg, debugfs, `SAN_REPORT`), bugs planted on purpose |
 //! | [`coredump`] | devcoredumps: the device's capture read in chunks, the dump published, its history |
-//! | [`uqctl`] | user-mode queues: `UQ_CREATE`, `UQ_KICK`, the device's watch of their doorbells suspended and resumed around resets, their fences |
+//! | [`uqctl`] | user-mode queues: `UQ_CREATE`, `UQ_KICK`, the device's watch of their doorbells suspended and resumed around resets (its hook) |
 //!
 //! Each block uses only blocks above it in that table (and the transport,
-//! the address spaces and the hardware interface); this file, on top,
-//! dispatches the device's events to the blocks.
+//! the address spaces and the hardware interface), and reaches the ones
+//! below it only through [`hooks`]; this file, on top, dispatches the
+//! device's events to the blocks.
 //!
 //! # Lock order
 //!
@@ -77,6 +79,7 @@ pub(crate) mod coredump;
 pub(crate) mod dump;
 pub(crate) mod fault;
 pub(crate) mod fence;
+pub(crate) mod hooks;
 pub(crate) mod hwctx;
 pub(crate) mod queue;
 pub(crate) mod ras;

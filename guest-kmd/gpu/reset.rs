@@ -7,7 +7,11 @@
 //! timeout, see [`crate::watchdog`]), and also whenever a `WAIT` sleeps (at
 //! least every quarter timeout), at each `SUBMIT` and `CTX_QUERY`, and on
 //! writes to debugfs `hangcheck`. The check also rings refused doorbells
-//! again and reports fence values written without their interrupt.
+//! again and reports fence values written without their interrupt. It is
+//! this block's implementation of [`HangCheck`]: the blocks below reach it
+//! through that hook ([`super::hooks`]), as the ladder reaches user-mode
+//! queues through [`UqWatch`] (their doorbells are not watched while a
+//! rung runs).
 //!
 //! Recovery, holding [`Gpu::ops`] and with `SUBMIT` held off
 //! (`GpuState::resetting`):
@@ -34,6 +38,10 @@ use super::{
     dump::{
         HangDump,
         HangSite, //
+    },
+    hooks::{
+        HangCheck,
+        UqWatch, //
     },
     hwctx::HwCtx,
     ring::{
@@ -85,11 +93,11 @@ struct Hung {
     pt_root: u64,
 }
 
-impl Gpu {
+impl HangCheck for Gpu {
     /// Looks for a hung ring and recovers from it; rings refused doorbells
     /// again; reports lost fence interrupts. Skipped while another
     /// operation holds [`Gpu::ops`] (the next check looks again).
-    pub(crate) fn hang_check(&self) {
+    fn hang_check(&self) {
         let Some(_ops) = self.ops.try_lock() else {
             return;
         };
@@ -270,7 +278,9 @@ impl Gpu {
             self.wake();
         }
     }
+}
 
+impl Gpu {
     /// A reset rung ended: `SUBMIT` may write rings again, and so may the
     /// scheduler (jobs queued meanwhile).
     fn end_reset(&self) {

@@ -29,6 +29,7 @@
 //! rings itself.
 
 use super::{
+    hooks::HangCheck,
     queue::Queued,
     ring::{
         build_job,

@@ -3,9 +3,12 @@
 //! User-mode queues, the operations: `UQ_CREATE`, `UQ_KICK`, suspending
 //! and resuming the device's watch of their doorbells around resets (the
 //! queue's state machine, and whether one of its fences completed, are in
-//! [`super::uqueue`]).
+//! [`super::uqueue`]). The watch is this block's implementation of
+//! [`UqWatch`], the hook the reset ladder reaches it through
+//! ([`super::hooks`]).
 
 use super::{
+    hooks::UqWatch,
     ring::ENGINES,
     state::Gpu,
     uqueue::{
@@ -113,12 +116,14 @@ impl Gpu {
         }
         self.cmd(Command::DoorbellKick).map(|_| ())
     }
+}
 
+impl UqWatch for Gpu {
     /// Stops watching the doorbell of every watched queue on `engine`
     /// (`None`: every engine) before a reset, so that no doorbell reaches a
     /// ring while the reset runs. Returns the slots suspended. The caller
     /// holds [`Gpu::ops`].
-    pub(crate) fn suspend_queues(&self, engine: Option<usize>) -> KVec<u32> {
+    fn suspend_queues(&self, engine: Option<usize>) -> KVec<u32> {
         let mut todo = KVec::new();
         {
             let g = self.state.lock();
@@ -153,7 +158,7 @@ impl Gpu {
     /// banned: the one the reset reported in flight (`innocent`, with the
     /// read pointer where it stopped) restarts there, the others keep
     /// their pointers. The caller holds [`Gpu::ops`].
-    pub(crate) fn resume_queues(&self, slots: &[u32], innocent: Option<(u32, u32)>) {
+    fn resume_queues(&self, slots: &[u32], innocent: Option<(u32, u32)>) {
         for &hw in slots {
             let q = {
                 let mut g = self.state.lock();
@@ -206,7 +211,7 @@ impl Gpu {
     /// (a fault or engine error reported by an event, which cannot talk to
     /// the device itself): their rings take no more work. From the hang
     /// check; the caller holds [`Gpu::ops`].
-    pub(crate) fn suspend_failed_queues(&self) {
+    fn suspend_failed_queues(&self) {
         let mut todo = KVec::new();
         {
             let g = self.state.lock();

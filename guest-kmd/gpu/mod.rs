@@ -3,36 +3,81 @@
 //! The GPU: contexts, KMD-owned rings, submission, fences, page faults,
 //! hangs and resets — the driver-side twin of the device's `core/`.
 //!
-//! One block per file, each opening with what it owns:
+//! One block per file, each opening with what it owns. `impl Gpu` is
+//! spread over the files: a block calls the methods of the blocks its row
+//! names, and imports only from them, so the order runs one way, from the
+//! top down (checked by `scripts/deps`, run by scripts/test). A block that
+//! must reach one above it goes through a hook ([`hooks`]): a trait the
+//! upper block implements on [`Gpu`].
 //!
-//! | file | block |
-//! |------|-------|
-//! | [`ring`] | KMD ring memory per device slot, the job list, ring space, the packets the driver writes (no I/O) |
-//! | [`uqueue`] | a user-mode queue as the driver keeps it: its ring and doorbell, watched or suspended, the hang check's view of its progress (no I/O) |
-//! | [`records`] | what the state keeps of failures and what a snapshot holds: fault and reset logs, counters, the hang dump, pending and written devcoredumps (no I/O) |
-//! | [`queue`] | a ring's job queue: jobs waiting in the KMD, oldest first (no I/O) |
-//! | [`sanlog`] | the device sanitizer's reports as the driver keeps them, the bug planted on purpose (no I/O) |
-//! | [`state`] | the contexts table and a context's state machine, counters, logs; the block's locks |
-//! | [`dump`] | the driver's snapshot at a failure, taken under the state lock, and the devcoredump text (no I/O) |
-//! | [`hooks`] | the traits a block reaches blocks above it through: the hang check, user-mode queues' watch around resets (no I/O) |
-//! | [`hwctx`] | a context on the device: `CONTEXT_CREATE` and its rings, for context creation and the device reset |
-//! | [`tlb`] | TLB invalidation of a range in every context of a file, after an unbind or when a slot's memory leaves the address space |
-//! | [`context`] | `CTX_CREATE`, `CTX_DESTROY`, `CTX_QUERY`, closing a file's contexts |
-//! | [`submit`] | `SUBMIT` |
-//! | [`sched`] | the job queue's scheduler: queued jobs to their rings when their dependencies signalled and the ring has room; the queue worker |
-//! | [`bind`] | `VM_BIND_OPS` bind jobs and their queue |
-//! | [`fence`] | `WAIT`, `FENCE_EXPORT`, `FENCE` events |
-//! | [`fault`] | `FAULT` and `ENGINE_ERROR` events |
-//! | [`ras`] | `ECC_ERROR` events: retiring the page, the device's table of retired pages |
-//! | [`reset`] | the hang check (its hook) and the reset ladder (engine → device → wedged), bans |
-//! | [`sanitizer`] | the device sanitizer's reports (dmesg, debugfs, `SAN_REPORT`), bugs planted on purpose |
-//! | [`coredump`] | devcoredumps: the device's capture read in chunks, the dump published, its history |
-//! | [`uqctl`] | user-mode queues: `UQ_CREATE`, `UQ_KICK`, the device's watch of their doorbells suspended and resumed around resets (its hook) |
+//! | block | may use |
+//! |---|---|
+//! | [`uqctl`] | `context`, `hooks`, `ring`, `state`, `uqueue` |
+//! | [`reset`] | `coredump`, `dump`, `hooks`, `hwctx`, `ring`, `sched`, `state`, `uqueue` |
+//! | [`fence`] | `hooks`, `ring`, `state`, `uqueue` |
+//! | [`submit`] | `hooks`, `queue`, `ring`, `sanlog`, `sched`, `state` |
+//! | [`context`] | `bind`, `hooks`, `hwctx`, `ring`, `state`, `tlb`, `uqueue` |
+//! | [`sched`] | `bind`, `queue`, `ring`, `state` |
+//! | [`bind`] | `queue`, `state`, `tlb` |
+//! | [`fault`] | `coredump`, `records`, `ring`, `state` |
+//! | [`ras`] | `state` |
+//! | [`sanitizer`] | `sanlog`, `state` |
+//! | [`coredump`] | `dump`, `records`, `ring`, `state` |
+//! | [`hwctx`] | `ring`, `state`, `uqueue` |
+//! | [`tlb`] | `state` |
+//! | [`hooks`] | - |
+//! | [`dump`] | `records`, `ring`, `state` |
+//! | [`state`] | `queue`, `records`, `ring`, `sanlog`, `uqueue` |
+//! | [`records`] | `ring` |
+//! | [`sanlog`] | - |
+//! | [`queue`] | - |
+//! | [`uqueue`] | - |
+//! | [`ring`] | - |
 //!
-//! Each block uses only blocks above it in that table (and the transport,
-//! the address spaces and the hardware interface), and reaches the ones
-//! below it only through [`hooks`]; this file, on top, dispatches the
-//! device's events to the blocks.
+//! * [`uqctl`]: user-mode queues: `UQ_CREATE`, `UQ_KICK`, the device's watch
+//!   of their doorbells suspended and resumed around resets (its hook).
+//! * [`reset`]: the hang check (its hook) and the reset ladder (engine →
+//!   device → wedged), bans.
+//! * [`fence`]: `WAIT`, `FENCE_EXPORT`, `FENCE` events.
+//! * [`submit`]: `SUBMIT`, a job onto a context's engine through its queue.
+//! * [`context`]: `CTX_CREATE`, `CTX_DESTROY`, `CTX_QUERY`, closing a file's
+//!   contexts.
+//! * [`sched`]: the job queue's scheduler: queued jobs to their rings when
+//!   their dependencies signalled and the ring has room; the queue worker.
+//! * [`bind`]: `VM_BIND_OPS` bind jobs and their queue.
+//! * [`fault`]: `FAULT` and `ENGINE_ERROR` events.
+//! * [`ras`]: `ECC_ERROR` events: retiring the page, the device's table of
+//!   retired pages.
+//! * [`sanitizer`]: the device sanitizer's reports (dmesg, debugfs,
+//!   `SAN_REPORT`), bugs planted on purpose.
+//! * [`coredump`]: devcoredumps: the device's capture read in chunks, the
+//!   dump published, its history.
+//! * [`hwctx`]: a context on the device: `CONTEXT_CREATE` and its rings, for
+//!   context creation and the device reset.
+//! * [`tlb`]: TLB invalidation of a range in every context of a file, after
+//!   an unbind or when a slot's memory leaves the address space.
+//! * [`hooks`]: the traits the blocks below reach the ones above through:
+//!   the hang check, user-mode queues' watch (no I/O).
+//! * [`dump`]: the driver's snapshot at a failure, taken under the state
+//!   lock, and the devcoredump text (no I/O).
+//! * [`state`]: the contexts table and a context's state machine, counters,
+//!   logs; the block's locks and its control commands.
+//! * [`records`]: what the state keeps of failures and what a snapshot
+//!   holds: fault and reset logs, counters, the hang dump, pending and
+//!   written devcoredumps (no I/O).
+//! * [`sanlog`]: the device sanitizer's reports as the driver keeps them, the
+//!   bug planted on purpose (no I/O).
+//! * [`queue`]: a ring's job queue: jobs waiting in the KMD, oldest first (no
+//!   I/O).
+//! * [`uqueue`]: a user-mode queue as the driver keeps it: its ring and
+//!   doorbell, watched or suspended, the hang check's view of its progress
+//!   (no I/O).
+//! * [`ring`]: KMD ring memory per device slot, the job list, ring space, the
+//!   packets the driver writes (no I/O).
+//!
+//! Every block may also use the transport, the address spaces and the
+//! hardware interface; this file, on top, dispatches the device's events to
+//! the blocks.
 //!
 //! # Lock order
 //!

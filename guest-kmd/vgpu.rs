@@ -62,7 +62,7 @@
 //! | `ratelimit` | `ffi` |
 //! | `watchdog` | `ffi` |
 //! | `capture` | `mmu`, `pod` |
-//! | `describe` | `packet` |
+//! | `describe` | `mmu`, `packet` |
 //! | `event` | `pod` |
 //! | `ffi` | `ffi_sync` |
 //! | `ptpool` | `mmu` |

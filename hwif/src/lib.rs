@@ -6,10 +6,37 @@
 //! each module below with `#[path = "../hwif/src/<module>.rs"]`. Modules refer
 //! to each other only through `super::<module>`, so they work in both crates.
 //!
+//! # Block order
+//!
+//! Each module (block) uses, in code, only the modules its row names; the
+//! order has no cycle. Documentation links may point anywhere.
+//!
+//! | block | may use |
+//! |---|---|
+//! | pod | - |
+//! | limits | - |
+//! | mmu | - |
+//! | packet | - |
+//! | describe | packet |
+//! | event | pod |
+//! | sanitize | pod |
+//! | reply | pod, limits, sanitize |
+//! | proto | pod, limits, reply, sanitize |
+//! | layout | pod, event, proto, sanitize |
+//! | capture | pod, mmu |
+//! | coredump | - |
+//!
+//! # Blocks
+//!
 //! * [`pod`]: plain-old-data structs with a checked, padding-free layout and
 //!   a layout table used to prove that the KMD and userspace agree.
-//! * [`proto`]: the control queue (commands and replies), status codes,
-//!   identify data, limits.
+//! * [`limits`]: the transport's queues and ids, the protocol version, the
+//!   device's limits.
+//! * [`proto`]: the control queue: one table declares every command (opcode,
+//!   fields, rules, reply); status codes and replies come from [`reply`],
+//!   limits from [`limits`], both re-exported.
+//! * [`reply`]: reply status, reply structs, the ring status and doorbell
+//!   blocks the device keeps in guest memory.
 //! * [`event`]: event records posted on the event queue.
 //! * [`mmu`]: the GPU page-table format, access types, fault reasons.
 //! * [`packet`]: ring and command-buffer packets, per generation.
@@ -27,8 +54,10 @@ pub mod coredump;
 pub mod describe;
 pub mod event;
 pub mod layout;
+pub mod limits;
 pub mod mmu;
 pub mod packet;
 pub mod pod;
 pub mod proto;
+pub mod reply;
 pub mod sanitize;

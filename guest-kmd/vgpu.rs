@@ -124,10 +124,21 @@ mod watchdog;
 #[path = "../hwif/src/pod.rs"]
 mod pod;
 
-/// Control commands and replies (from `hwif/src/proto.rs`).
+/// The interface's numbers and limits (from `hwif/src/limits.rs`).
+#[allow(dead_code, unreachable_pub)]
+#[path = "../hwif/src/limits.rs"]
+mod limits;
+
+/// Control commands (from `hwif/src/proto.rs`), with the replies and
+/// limits re-exported.
 #[allow(dead_code, unreachable_pub)]
 #[path = "../hwif/src/proto.rs"]
 mod proto;
+
+/// Reply status, replies and the ring blocks (from `hwif/src/reply.rs`).
+#[allow(dead_code, unreachable_pub)]
+#[path = "../hwif/src/reply.rs"]
+mod reply;
 
 /// Event records (from `hwif/src/event.rs`).
 ///

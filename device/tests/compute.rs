@@ -13,7 +13,7 @@ use vm_memory::{Bytes, GuestAddress};
 use common::{rig, rig_with, Rig};
 use vgpu_device::config::{DeviceConfig, Generation};
 use vgpu_device::testkit::GpuContext;
-use vgpu_hwif::event::{Event, FaultInfo};
+use vgpu_hwif::event::{EngineErrorRecord, Event, FaultInfo};
 use vgpu_hwif::mmu::{Access, FaultReason, PTE_EXEC, PTE_READ, PTE_WRITE};
 use vgpu_hwif::packet::{DispatchPacket, EngineError, Packet};
 use vgpu_hwif::pod::Pod;
@@ -576,7 +576,7 @@ fn trap_is_an_engine_error_with_the_pc() {
     let vas = d.submit(&mut c, COMPUTE, &[p, fence(1)]).unwrap();
     assert_eq!(
         d.event(T).unwrap(),
-        Event::EngineError {
+        Event::EngineError(EngineErrorRecord {
             ctx_id: 1,
             engine: COMPUTE,
             code: EngineError::Trap as u32,
@@ -585,7 +585,7 @@ fn trap_is_an_engine_error_with_the_pc() {
             depth: 0,
             cmd_offset: 0,
             header: 3,
-        }
+        })
     );
     let s = d.settle(&c, COMPUTE, T).unwrap();
     assert_eq!(
@@ -600,7 +600,7 @@ fn refused(d: &mut Rig, c: &mut GpuContext, p: Packet) {
     let vas = d.submit(c, COMPUTE, &[p, fence(1)]).unwrap();
     let ev = d.event(T).unwrap();
     assert!(
-        matches!(ev, Event::EngineError { code, packet_va, .. }
+        matches!(ev, Event::EngineError(EngineErrorRecord { code, packet_va, .. })
             if code == EngineError::BadOperand as u32 && packet_va == vas[0]),
         "{ev:?}"
     );

@@ -12,11 +12,11 @@ use vm_memory::{Bytes, GuestAddress};
 
 use common::{rig, Rig};
 use vgpu_device::testkit::{read_u64, ring_va, write_u64, GpuContext, PacketWriter, RING_SIZE};
-use vgpu_hwif::event::{Event, FaultInfo, FAULT_FLAG_REPLAYABLE};
+use vgpu_hwif::event::{EngineErrorRecord, Event, FaultInfo, FAULT_FLAG_REPLAYABLE};
 use vgpu_hwif::mmu::{table_entry, Access, FaultReason, LEVEL_NONE, PTE_EXEC, PTE_READ, PTE_WRITE};
 use vgpu_hwif::packet::{
-    encode_header, DispatchPacket, EngineError, Packet, MAX_INDIRECT_DEPTH, OP_DISPATCH, OP_FENCE,
-    SEM_SIGNAL_ADD, SEM_WAIT_EQ, SEM_WAIT_GEQ,
+    encode_header, Copy2dPacket, DispatchPacket, EngineError, Packet, MAX_INDIRECT_DEPTH,
+    OP_DISPATCH, OP_FENCE, SEM_SIGNAL_ADD, SEM_WAIT_EQ, SEM_WAIT_GEQ,
 };
 use vgpu_hwif::pod::Pod;
 use vgpu_hwif::proto::{
@@ -149,14 +149,14 @@ fn copies_through_scattered_pages_on_both_generations() {
                         dst: dst + 1,
                         size: 65536 - 5,
                     },
-                    Packet::Copy2d {
+                    Packet::Copy2d(Copy2dPacket {
                         src: SRC,
                         dst: dst + 0x1_0000,
                         src_pitch: 4096,
                         dst_pitch: 100,
                         width: 60,
                         height: 16,
-                    },
+                    }),
                     Packet::Fill {
                         dst: dst + 0x1_8000,
                         size: 6,
@@ -1180,7 +1180,7 @@ fn malformed_inputs_each_stop_one_ring_and_the_device_keeps_serving() {
                 };
                 assert_eq!(
                     ev,
-                    Event::EngineError {
+                    Event::EngineError(EngineErrorRecord {
                         ctx_id: id,
                         engine: *e,
                         code: code as u32,
@@ -1192,7 +1192,7 @@ fn malformed_inputs_each_stop_one_ring_and_the_device_keeps_serving() {
                         // at its start that leads on.
                         cmd_offset: if depth == 1 { (bad_va - SRC) as u32 } else { 0 },
                         header
-                    },
+                    }),
                     "{name}"
                 );
                 let s = d.settle(&c, *e, T).unwrap();
@@ -1270,7 +1270,7 @@ fn malformed_inputs_each_stop_one_ring_and_the_device_keeps_serving() {
         d.doorbell(id, engine::COPY, bad(16)).unwrap();
         assert_eq!(
             d.event(T).unwrap(),
-            Event::EngineError {
+            Event::EngineError(EngineErrorRecord {
                 ctx_id: id,
                 engine: 0,
                 code: *code as u32,
@@ -1279,7 +1279,7 @@ fn malformed_inputs_each_stop_one_ring_and_the_device_keeps_serving() {
                 depth: 0,
                 cmd_offset: 0,
                 header: 0
-            },
+            }),
             "{name}"
         );
         seq += 1;

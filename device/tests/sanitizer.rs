@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use vgpu_device::config::{DeviceConfig, Generation};
 use vgpu_device::core::sanitize::{SanConfig, Sanitizer, ALL_CHECKS};
 use vgpu_device::testkit::{write_u64, Driver, GpuContext, InProcess, PacketWriter, PhysAlloc};
-use vgpu_hwif::event::Event;
+use vgpu_hwif::event::{EngineErrorRecord, Event};
 use vgpu_hwif::mmu::{Access, Pte, PTE_EXEC, PTE_READ, PTE_WRITE};
 use vgpu_hwif::packet::{
     encode_header, DispatchPacket, EngineError, Packet, OP_FENCE, SEM_SIGNAL_WRITE, SEM_WAIT_GEQ,
@@ -257,7 +257,7 @@ fn ring_write_pointer_backwards_is_reported_with_the_last_doorbells() {
     );
     let ev = d.event(T).unwrap();
     assert!(
-        matches!(ev, Event::EngineError { code, .. } if code == EngineError::BadPointer as u32),
+        matches!(ev, Event::EngineError(EngineErrorRecord { code, .. }) if code == EngineError::BadPointer as u32),
         "{ev:?}"
     );
 }
@@ -281,7 +281,9 @@ fn ring_doorbell_inside_a_packet_is_reported() {
     );
     assert_eq!(r.packet_words(), &[encode_header(1, OP_FENCE, 6)]);
     let ev = d.event(T).unwrap();
-    assert!(matches!(ev, Event::EngineError { code, .. } if code == EngineError::Truncated as u32));
+    assert!(
+        matches!(ev, Event::EngineError(EngineErrorRecord { code, .. }) if code == EngineError::Truncated as u32)
+    );
 }
 
 #[test]
@@ -312,7 +314,7 @@ fn ring_overrun_of_unread_packets_is_reported() {
     // The engine then refuses the pointer; no second report.
     let ev = d.event(T).unwrap();
     assert!(
-        matches!(ev, Event::EngineError { code, .. } if code == EngineError::RingOverflow as u32)
+        matches!(ev, Event::EngineError(EngineErrorRecord { code, .. }) if code == EngineError::RingOverflow as u32)
     );
     assert_eq!(reports(&d), 1);
 }
@@ -502,7 +504,7 @@ fn stop_mode_stops_the_ring_on_a_finding() {
     assert_ne!(r.flags & SAN_FLAG_STOPPED, 0);
     let ev = d.event(T).unwrap();
     assert!(
-        matches!(ev, Event::EngineError { code, .. } if code == EngineError::Sanitizer as u32),
+        matches!(ev, Event::EngineError(EngineErrorRecord { code, .. }) if code == EngineError::Sanitizer as u32),
         "{ev:?}"
     );
     let s = d.settle(&c, COPY, T).unwrap();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use vgpu_device::config::{DeviceConfig, Generation};
 use vgpu_device::testkit::{read_u64, Driver, GpuContext, InProcess, PhysAlloc};
-use vgpu_hwif::event::Event;
+use vgpu_hwif::event::{EngineErrorRecord, Event};
 use vgpu_hwif::mmu::{PTE_READ, PTE_WRITE};
 use vgpu_hwif::packet::{EngineError, Packet};
 use vgpu_hwif::proto::{engine, ring_state, Command, Status, PRIORITY_NORMAL};
@@ -170,13 +170,13 @@ fn an_unmapped_block_stops_the_ring_with_doorbell_fault() {
     })
     .unwrap();
     match d.event(T).unwrap() {
-        Event::EngineError {
+        Event::EngineError(EngineErrorRecord {
             ctx_id,
             engine,
             code,
             packet_va,
             ..
-        } => {
+        }) => {
             assert_eq!((ctx_id, engine), (2, COPY));
             assert_eq!(code, EngineError::DoorbellFault as u32);
             assert_eq!(packet_va, DB, "the event names the block");
@@ -246,7 +246,9 @@ fn the_ring_restarts_at_start_and_only_later_changes_ring() {
     })
     .unwrap();
     match d.event(T).unwrap() {
-        Event::EngineError { code, .. } => assert_eq!(code, EngineError::BadPointer as u32),
+        Event::EngineError(EngineErrorRecord { code, .. }) => {
+            assert_eq!(code, EngineError::BadPointer as u32)
+        }
         other => panic!("{other:?}"),
     }
 

@@ -25,6 +25,7 @@ use crate::{
     describe::HeaderWord,
     dev_info_ratelimited, dev_warn_ratelimited,
     event::{
+        EngineErrorRecord,
         FaultInfo,
         FAULT_FLAG_REPLAYABLE, //
     },
@@ -45,16 +46,6 @@ use kernel::{
     prelude::*,
     sync::atomic::Relaxed, //
 };
-
-/// What an `ENGINE_ERROR` event says of the packet.
-#[derive(Clone, Copy)]
-pub(crate) struct PacketAt {
-    pub(crate) packet_va: u64,
-    pub(crate) rptr: u32,
-    pub(crate) depth: u32,
-    pub(crate) cmd_offset: u32,
-    pub(crate) header: u32,
-}
 
 /// Where a located packet is, as text: `SUBMIT seqno 5 command buffer 1
 /// +0x40`, or `SUBMIT seqno 5, a KMD packet`.
@@ -231,7 +222,8 @@ impl Gpu {
     /// errored and guilty, the ring's pending jobs fail. The message names
     /// the packet: its VA, its header decoded, and where it is in what the
     /// application submitted.
-    pub(crate) fn on_engine_error(&self, ctx_id: u32, engine: u32, code: u32, p: PacketAt) {
+    pub(crate) fn on_engine_error(&self, p: &EngineErrorRecord) {
+        let (ctx_id, engine, code) = (p.ctx_id, p.engine, p.code);
         let name = EngineError::from_u32(code).map_or("?", |c| c.name());
         self.hw
             .trace

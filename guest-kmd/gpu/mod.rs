@@ -160,27 +160,7 @@ impl EventSink for Gpu {
                 packet_va,
                 ..
             } => self.on_fault(va, info, fault_id, packet_va),
-            Event::EngineError {
-                ctx_id,
-                engine,
-                code,
-                packet_va,
-                rptr,
-                depth,
-                cmd_offset,
-                header,
-            } => self.on_engine_error(
-                ctx_id,
-                engine,
-                code,
-                fault::PacketAt {
-                    packet_va,
-                    rptr,
-                    depth,
-                    cmd_offset,
-                    header,
-                },
-            ),
+            Event::EngineError(e) => self.on_engine_error(&e),
             Event::Sanitizer {
                 ctx_id,
                 engine,

@@ -19,7 +19,8 @@ use core::fmt;
 
 use super::mmu::{Pte, PTE_EXEC, PTE_READ, PTE_TABLE_MUST_BE_ZERO, PTE_WRITE};
 use super::packet::{
-    decode_header, opcode_name, Packet, FENCE_NO_EVENT, SEM_SIGNAL_ADD, SEM_WAIT_EQ, SEM_WAIT_GEQ,
+    decode_header, opcode_name, Copy2dPacket, Packet, FENCE_NO_EVENT, SEM_SIGNAL_ADD, SEM_WAIT_EQ,
+    SEM_WAIT_GEQ,
 };
 
 impl fmt::Display for Packet {
@@ -49,14 +50,14 @@ impl fmt::Display for Packet {
             }
             Packet::Timestamp { va } => write!(f, " va={va:#x}"),
             Packet::Copy { src, dst, size } => write!(f, " src={src:#x} dst={dst:#x} size={size}"),
-            Packet::Copy2d {
+            Packet::Copy2d(Copy2dPacket {
                 src,
                 dst,
                 src_pitch,
                 dst_pitch,
                 width,
                 height,
-            } => write!(
+            }) => write!(
                 f,
                 " src={src:#x} dst={dst:#x} src_pitch={src_pitch} dst_pitch={dst_pitch} width={width} height={height}"
             ),

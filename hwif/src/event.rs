@@ -203,26 +203,7 @@ pub enum Event {
         lane_pc: u64,
     },
     /// [`EventKind::EngineError`].
-    EngineError {
-        /// Context.
-        ctx_id: u32,
-        /// Engine.
-        engine: u32,
-        /// [`super::packet::EngineError`] number.
-        code: u32,
-        /// VA of the offending packet.
-        packet_va: u64,
-        /// Ring read pointer of the ring-level packet.
-        rptr: u32,
-        /// Indirect depth (0 = the ring itself).
-        depth: u32,
-        /// At depth 1, the packet's byte offset in the command buffer the
-        /// ring's `INDIRECT` called; deeper, the offset there of the
-        /// `INDIRECT` that leads to it (0 at depth 0).
-        cmd_offset: u32,
-        /// The packet's header word (0 if none was read).
-        header: u32,
-    },
+    EngineError(EngineErrorRecord),
     /// [`EventKind::ResetDone`].
     ResetDone {
         /// Engine, or [`super::proto::engine::ALL`] for the device.
@@ -263,6 +244,59 @@ pub enum Event {
         /// The VA accessed (0 if none).
         va: u64,
     },
+}
+
+/// The payload of an [`EventKind::EngineError`] record: which ring an
+/// engine stopped, why, and where the packet is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineErrorRecord {
+    /// Context.
+    pub ctx_id: u32,
+    /// Engine.
+    pub engine: u32,
+    /// [`super::packet::EngineError`] number.
+    pub code: u32,
+    /// VA of the offending packet.
+    pub packet_va: u64,
+    /// Ring read pointer of the ring-level packet.
+    pub rptr: u32,
+    /// Indirect depth (0 = the ring itself; 8 bits in the record).
+    pub depth: u32,
+    /// At depth 1, the packet's byte offset in the command buffer the
+    /// ring's `INDIRECT` called; deeper, the offset there of the
+    /// `INDIRECT` that leads to it (0 at depth 0; 24 bits in the record).
+    pub cmd_offset: u32,
+    /// The packet's header word (0 if none was read).
+    pub header: u32,
+}
+
+impl EngineErrorRecord {
+    /// The record's `data` words.
+    pub fn to_data(&self) -> [u64; 5] {
+        [
+            pair(self.ctx_id, self.engine),
+            u64::from(self.code),
+            self.packet_va,
+            u64::from(self.rptr)
+                | u64::from(self.depth & 0xff) << 32
+                | u64::from(self.cmd_offset & 0xff_ffff) << 40,
+            u64::from(self.header),
+        ]
+    }
+
+    /// Decodes a record's `data` words.
+    pub const fn from_data(d: &[u64; 5]) -> EngineErrorRecord {
+        EngineErrorRecord {
+            ctx_id: d[0] as u32,
+            engine: (d[0] >> 32) as u32,
+            code: d[1] as u32,
+            packet_va: d[2],
+            rptr: d[3] as u32,
+            depth: ((d[3] >> 32) & 0xff) as u32,
+            cmd_offset: (d[3] >> 40) as u32,
+            header: d[4] as u32,
+        }
+    }
 }
 
 /// Why an event record could not be decoded.
@@ -315,26 +349,7 @@ impl Event {
                 fault_id,
                 lane_pc,
             } => data = [va, info.pack(), packet_va, fault_id, lane_pc],
-            Event::EngineError {
-                ctx_id,
-                engine,
-                code,
-                packet_va,
-                rptr,
-                depth,
-                cmd_offset,
-                header,
-            } => {
-                data = [
-                    pair(ctx_id, engine),
-                    u64::from(code),
-                    packet_va,
-                    u64::from(rptr)
-                        | u64::from(depth & 0xff) << 32
-                        | u64::from(cmd_offset & 0xff_ffff) << 40,
-                    u64::from(header),
-                ]
-            }
+            Event::EngineError(e) => data = e.to_data(),
             Event::ResetDone {
                 engine,
                 ctx_id,
@@ -389,16 +404,9 @@ impl Event {
                 fault_id: rec.data[3],
                 lane_pc: rec.data[4],
             }),
-            Some(EventKind::EngineError) => Ok(Event::EngineError {
-                ctx_id: rec.data[0] as u32,
-                engine: (rec.data[0] >> 32) as u32,
-                code: rec.data[1] as u32,
-                packet_va: rec.data[2],
-                rptr: rec.data[3] as u32,
-                depth: ((rec.data[3] >> 32) & 0xff) as u32,
-                cmd_offset: (rec.data[3] >> 40) as u32,
-                header: rec.data[4] as u32,
-            }),
+            Some(EventKind::EngineError) => {
+                Ok(Event::EngineError(EngineErrorRecord::from_data(&rec.data)))
+            }
             Some(EventKind::ResetDone) => Ok(Event::ResetDone {
                 engine: rec.data[0] as u32,
                 ctx_id: (rec.data[0] >> 32) as u32,

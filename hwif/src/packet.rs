@@ -334,20 +334,7 @@ pub enum Packet {
         size: u64,
     },
     /// `COPY_2D`.
-    Copy2d {
-        /// Source VA of the first row.
-        src: u64,
-        /// Destination VA of the first row.
-        dst: u64,
-        /// Bytes between source rows (≥ width).
-        src_pitch: u32,
-        /// Bytes between destination rows (≥ width).
-        dst_pitch: u32,
-        /// Bytes per row (≥ 1).
-        width: u32,
-        /// Rows (≥ 1).
-        height: u32,
-    },
+    Copy2d(Copy2dPacket),
     /// `FILL`.
     Fill {
         /// Destination VA.
@@ -359,6 +346,92 @@ pub enum Packet {
     },
     /// `DISPATCH`.
     Dispatch(DispatchPacket),
+}
+
+/// The operands of a `COPY_2D` packet ([`OP_COPY_2D`]): `height` rows of
+/// `width` bytes, decoded and validated in one place
+/// ([`Copy2dPacket::decode`]) for the device, the drivers and the tools.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Copy2dPacket {
+    /// Source VA of the first row.
+    pub src: u64,
+    /// Destination VA of the first row.
+    pub dst: u64,
+    /// Bytes between source rows (≥ width).
+    pub src_pitch: u32,
+    /// Bytes between destination rows (≥ width).
+    pub dst_pitch: u32,
+    /// Bytes per row (≥ 1).
+    pub width: u32,
+    /// Rows (≥ 1).
+    pub height: u32,
+}
+
+/// Payload words of a `COPY_2D` packet (header excluded).
+pub const COPY_2D_PAYLOAD_WORDS: usize = 8;
+
+impl Copy2dPacket {
+    /// Decodes and validates the payload words of a `COPY_2D` (the words
+    /// after the header; exactly [`COPY_2D_PAYLOAD_WORDS`]).
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::BadLength`] for a payload of another length,
+    /// [`EngineError::BadOperand`] for operands out of range (see
+    /// [`Copy2dPacket::validate`]).
+    pub fn decode(payload: &[u32]) -> Result<Copy2dPacket, EngineError> {
+        let Ok(w) = <&[u32; COPY_2D_PAYLOAD_WORDS]>::try_from(payload) else {
+            return Err(EngineError::BadLength);
+        };
+        let p = Copy2dPacket {
+            src: u64_at(w, 0),
+            dst: u64_at(w, 2),
+            src_pitch: w[4],
+            dst_pitch: w[5],
+            width: w[6],
+            height: w[7],
+        };
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// Checks the operands: width and height ≥ 1, both pitches ≥ width,
+    /// at most [`MAX_TRANSFER_SIZE`] bytes in all
+    /// ([`EngineError::BadOperand`]).
+    ///
+    /// # Errors
+    ///
+    /// As listed above.
+    pub const fn validate(&self) -> Result<(), EngineError> {
+        if self.width == 0
+            || self.height == 0
+            || self.src_pitch < self.width
+            || self.dst_pitch < self.width
+            || self.total() > MAX_TRANSFER_SIZE
+        {
+            return Err(EngineError::BadOperand);
+        }
+        Ok(())
+    }
+
+    /// Bytes the copy moves: `width * height`.
+    pub const fn total(&self) -> u64 {
+        self.width as u64 * self.height as u64
+    }
+
+    /// The payload words (header excluded).
+    pub const fn payload(&self) -> [u32; COPY_2D_PAYLOAD_WORDS] {
+        [
+            self.src as u32,
+            (self.src >> 32) as u32,
+            self.dst as u32,
+            (self.dst >> 32) as u32,
+            self.src_pitch,
+            self.dst_pitch,
+            self.width,
+            self.height,
+        ]
+    }
 }
 
 /// The operands of a `DISPATCH` packet ([`OP_DISPATCH`]), decoded and
@@ -503,7 +576,7 @@ pub const fn payload_words(opcode: u8) -> Option<u32> {
         OP_FENCE | OP_SEM_WAIT | OP_SEM_SIGNAL => Some(5),
         OP_TIMESTAMP => Some(2),
         OP_COPY => Some(6),
-        OP_COPY_2D => Some(8),
+        OP_COPY_2D => Some(COPY_2D_PAYLOAD_WORDS as u32),
         OP_FILL => Some(5),
         OP_DISPATCH => Some(DISPATCH_PAYLOAD_WORDS as u32),
         _ => None,
@@ -602,26 +675,7 @@ impl Packet {
                     size,
                 }
             }
-            OP_COPY_2D => {
-                let (src_pitch, dst_pitch, width, height) = (w[5], w[6], w[7], w[8]);
-                let total = u64::from(width) * u64::from(height);
-                if width == 0
-                    || height == 0
-                    || src_pitch < width
-                    || dst_pitch < width
-                    || total > MAX_TRANSFER_SIZE
-                {
-                    return Err(EngineError::BadOperand);
-                }
-                Packet::Copy2d {
-                    src: u64_at(w, 1),
-                    dst: u64_at(w, 3),
-                    src_pitch,
-                    dst_pitch,
-                    width,
-                    height,
-                }
-            }
+            OP_COPY_2D => Packet::Copy2d(Copy2dPacket::decode(&w[1..])?),
             OP_FILL => {
                 let size = u64_at(w, 3);
                 if size == 0 || size > MAX_TRANSFER_SIZE {
@@ -728,28 +782,9 @@ impl Packet {
                 );
                 7
             }
-            Packet::Copy2d {
-                src,
-                dst,
-                src_pitch,
-                dst_pitch,
-                width,
-                height,
-            } => {
-                fill(
-                    &mut buf,
-                    &[
-                        lo(src),
-                        hi(src),
-                        lo(dst),
-                        hi(dst),
-                        src_pitch,
-                        dst_pitch,
-                        width,
-                        height,
-                    ],
-                );
-                9
+            Packet::Copy2d(p) => {
+                fill(&mut buf, &p.payload());
+                1 + COPY_2D_PAYLOAD_WORDS
             }
             Packet::Fill { dst, size, pattern } => {
                 fill(&mut buf, &[lo(dst), hi(dst), lo(size), hi(size), pattern]);

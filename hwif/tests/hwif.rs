@@ -2,6 +2,7 @@
 //! the layout table against its checked-in copy.
 use vgpu_hwif::event::{Event, EventRecord, EVENT_RECORD_SIZE};
 use vgpu_hwif::layout::{self, FINGERPRINT};
+use vgpu_hwif::packet::Copy2dPacket;
 use vgpu_hwif::pod::Pod;
 use vgpu_hwif::proto::*;
 
@@ -206,14 +207,14 @@ fn packets_round_trip_on_both_generations() {
             dst: 2,
             size: 1 << 32,
         },
-        Packet::Copy2d {
+        Packet::Copy2d(Copy2dPacket {
             src: 3,
             dst: 4,
             src_pitch: 100,
             dst_pitch: 200,
             width: 50,
             height: 7,
-        },
+        }),
         Packet::Fill {
             dst: 5,
             size: 6,

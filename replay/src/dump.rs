@@ -46,7 +46,7 @@ use vgpu_device::core::scheduler;
 use vgpu_hwif::capture::{
     self, section, Capture, CaptureContext, CaptureInFlight, CaptureRegion, CaptureRing,
 };
-use vgpu_hwif::event::{Event, EventRecord};
+use vgpu_hwif::event::{EngineErrorRecord, Event, EventRecord};
 use vgpu_hwif::packet::{opcode_name, Packet, MAX_INDIRECT_DEPTH};
 use vgpu_hwif::pod::Pod;
 use vgpu_hwif::proto::{Command, ReplyHeader, Status};
@@ -511,9 +511,10 @@ impl Replay {
             }
         }
         let failing_va = match error.and_then(|e| Event::from_record(e).ok()) {
-            Some(Event::Fault { packet_va, .. } | Event::EngineError { packet_va, .. }) => {
-                Some(packet_va)
-            }
+            Some(
+                Event::Fault { packet_va, .. }
+                | Event::EngineError(EngineErrorRecord { packet_va, .. }),
+            ) => Some(packet_va),
             _ => inflight.map(|f| f.packet_va),
         };
         let Some(target) = failing_va else {
@@ -633,7 +634,7 @@ impl Replay {
         let ctx = self.ctx;
         if let Some(e) = self.events.iter().find(|e| match Event::from_record(e) {
             Ok(Event::Fault { info, .. }) => u32::from(info.ctx_id) == ctx,
-            Ok(Event::EngineError { ctx_id, .. }) => ctx_id == ctx,
+            Ok(Event::EngineError(EngineErrorRecord { ctx_id, .. })) => ctx_id == ctx,
             _ => false,
         }) {
             return Some(Outcome::Error(*e));

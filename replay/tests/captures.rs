@@ -10,7 +10,7 @@ use vgpu_device::core::inject::Spec;
 use vgpu_device::testkit::{Driver, GpuContext, InProcess, PacketWriter, PhysAlloc};
 use vgpu_hwif::capture::{reason, Capture};
 use vgpu_hwif::coredump::{base64_encode, base64_len, BASE64_LINE_BYTES};
-use vgpu_hwif::event::Event;
+use vgpu_hwif::event::{EngineErrorRecord, Event};
 use vgpu_hwif::mmu::{PTE_EXEC, PTE_READ, PTE_WRITE};
 use vgpu_hwif::packet::{encode_header, DispatchPacket, EngineError, Packet};
 use vgpu_hwif::proto::engine;
@@ -196,8 +196,10 @@ fn a_malformed_packet_replays_to_the_same_engine_error() {
     )
     .unwrap();
     let ev = d.event(T).unwrap();
-    assert!(matches!(ev, Event::EngineError { code, packet_va, .. }
-        if code == EngineError::BadOpcode as u32 && packet_va == bad_va));
+    assert!(
+        matches!(ev, Event::EngineError(EngineErrorRecord { code, packet_va, .. })
+        if code == EngineError::BadOpcode as u32 && packet_va == bad_va)
+    );
     let held = d.transport.device.gpu().capture.newest(Some(5)).unwrap();
     let (text, _) = decode_and_replay(&held.bytes, "?");
     assert!(text.contains("BAD_OPCODE"), "{text}");
@@ -263,7 +265,7 @@ fn a_kernel_trap_replays_to_the_same_pc() {
     d.submit(&mut c, engine::COMPUTE, &[p]).unwrap();
     let ev = d.event(T).unwrap();
     assert!(
-        matches!(ev, Event::EngineError { code, header: 3, .. } if code == EngineError::Trap as u32)
+        matches!(ev, Event::EngineError(EngineErrorRecord { code, header: 3, .. }) if code == EngineError::Trap as u32)
     );
     let held = d.transport.device.gpu().capture.newest(Some(9)).unwrap();
     let (text, _) = decode_and_replay(&held.bytes, "DISPATCH");

@@ -521,6 +521,7 @@ pub fn check_packet(p: &Packet) -> Result<(), EngineError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use vgpu_hwif::packet::Copy2dPacket;
 
     /// Which engine runs which packet: the copy engine refuses
     /// `DISPATCH`, the compute engine the copy packets; both run the rest.
@@ -547,14 +548,14 @@ mod tests {
             size: 4,
             pattern: 0,
         };
-        let copy_2d = Packet::Copy2d {
+        let copy_2d = Packet::Copy2d(Copy2dPacket {
             src: 0,
             dst: 0,
             src_pitch: 1,
             dst_pitch: 1,
             width: 1,
             height: 1,
-        };
+        });
         let wrong = Err(EngineError::WrongEngine);
         for (p, on_copy, on_compute) in [
             (dispatch, wrong, Ok(())),

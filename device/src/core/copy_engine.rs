@@ -19,7 +19,7 @@
 //!                        └──── fault ◀───────────┘   (progress kept)
 //! ```
 
-use vgpu_hwif::packet::{EngineError, Packet};
+use vgpu_hwif::packet::{Copy2dPacket, EngineError, Packet};
 
 use super::dma::GpuMemory;
 use super::mmu::MmuFault;
@@ -40,18 +40,8 @@ pub enum CopyOp {
     },
     /// `COPY_2D`.
     TwoD {
-        /// Source VA of row 0.
-        src: u64,
-        /// Destination VA of row 0.
-        dst: u64,
-        /// Source pitch.
-        src_pitch: u32,
-        /// Destination pitch.
-        dst_pitch: u32,
-        /// Bytes per row.
-        width: u32,
-        /// Rows.
-        height: u32,
+        /// The packet.
+        packet: Copy2dPacket,
         /// Current row.
         row: u32,
         /// Bytes done in the current row.
@@ -95,20 +85,8 @@ impl CopyOp {
                 size,
                 done: 0,
             },
-            Packet::Copy2d {
-                src,
-                dst,
-                src_pitch,
-                dst_pitch,
-                width,
-                height,
-            } => CopyOp::TwoD {
-                src,
-                dst,
-                src_pitch,
-                dst_pitch,
-                width,
-                height,
+            Packet::Copy2d(packet) => CopyOp::TwoD {
+                packet,
                 row: 0,
                 col: 0,
             },
@@ -126,7 +104,7 @@ impl CopyOp {
     pub fn total(&self) -> u64 {
         match *self {
             CopyOp::Linear { size, .. } | CopyOp::Fill { size, .. } => size,
-            CopyOp::TwoD { width, height, .. } => u64::from(width) * u64::from(height),
+            CopyOp::TwoD { packet, .. } => packet.total(),
         }
     }
 
@@ -164,31 +142,26 @@ impl CopyOp {
                 })
             }
             CopyOp::TwoD {
-                src,
-                dst,
-                src_pitch,
-                dst_pitch,
-                width,
-                height,
+                packet: p,
                 row,
                 col,
             } => {
                 let s = wrapped(
-                    *src,
-                    u64::from(*row) * u64::from(*src_pitch) + u64::from(*col),
+                    p.src,
+                    u64::from(*row) * u64::from(p.src_pitch) + u64::from(*col),
                 );
                 let d = wrapped(
-                    *dst,
-                    u64::from(*row) * u64::from(*dst_pitch) + u64::from(*col),
+                    p.dst,
+                    u64::from(*row) * u64::from(p.dst_pitch) + u64::from(*col),
                 );
-                let n = gm.copy_chunk(s, d, u64::from(*width - *col))?;
+                let n = gm.copy_chunk(s, d, u64::from(p.width - *col))?;
                 // n ≤ width - col < 2^32.
                 *col += n as u32;
-                if *col >= *width {
+                if *col >= p.width {
                     *col = 0;
                     *row += 1;
                 }
-                Ok(if *row >= *height {
+                Ok(if *row >= p.height {
                     Step::Done(n)
                 } else {
                     Step::Progress(n)
@@ -258,14 +231,14 @@ mod tests {
         let mut gm = GpuMemory::new(&mem, &mut tlb, space);
         let src: Vec<u8> = (0..64u8).collect();
         mem.write_slice(&src, GuestAddress(0x20_0000)).unwrap();
-        let mut op = CopyOp::from_packet(&Packet::Copy2d {
+        let mut op = CopyOp::from_packet(&Packet::Copy2d(Copy2dPacket {
             src: 0,
             dst: 0x1000,
             src_pitch: 16,
             dst_pitch: 32,
             width: 5,
             height: 4,
-        })
+        }))
         .unwrap();
         assert_eq!(op.total(), 20);
         assert_eq!(run(&mut op, &mut gm).unwrap(), vec![5, 5, 5, 5]);

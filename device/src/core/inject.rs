@@ -1158,13 +1158,9 @@ fn next_read(fl: &InFlight) -> u64 {
     use super::copy_engine::CopyOp;
     match fl.op {
         Op::Copy(CopyOp::Linear { src, done, .. }) => src.wrapping_add(done),
-        Op::Copy(CopyOp::TwoD {
-            src,
-            src_pitch,
-            row,
-            col,
-            ..
-        }) => src.wrapping_add(u64::from(row) * u64::from(src_pitch) + u64::from(col)),
+        Op::Copy(CopyOp::TwoD { packet, row, col }) => packet
+            .src
+            .wrapping_add(u64::from(row) * u64::from(packet.src_pitch) + u64::from(col)),
         Op::Dispatch(d) => d.packet.module_va,
         Op::SemWait { va, .. } => va,
         _ => fl.packet_va,
@@ -1176,7 +1172,7 @@ fn copy_destination(c: &super::copy_engine::CopyOp) -> (u64, u64) {
     use super::copy_engine::CopyOp;
     match *c {
         CopyOp::Linear { dst, size, .. } | CopyOp::Fill { dst, size, .. } => (dst, size),
-        CopyOp::TwoD { dst, width, .. } => (dst, u64::from(width)),
+        CopyOp::TwoD { packet, .. } => (packet.dst, u64::from(packet.width)),
     }
 }
 

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use vgpu_hwif::event::Event;
+use vgpu_hwif::event::{EngineErrorRecord, Event};
 use vgpu_hwif::mmu::{PTE_READ, PTE_WRITE};
-use vgpu_hwif::packet::Packet;
+use vgpu_hwif::packet::{Copy2dPacket, Packet};
 use vgpu_hwif::pod::Pod;
 use vgpu_hwif::proto::{
     ctx_state, engine, ring_state, stats_kind, Command, EngineResetReply, Status, CTX_NONE,
@@ -707,14 +707,14 @@ fn random_rings_tables_and_commands_never_hurt_the_device() {
                                 size,
                                 pattern: rng.next() as u32,
                             },
-                            6 => Packet::Copy2d {
+                            6 => Packet::Copy2d(Copy2dPacket {
                                 src: va,
                                 dst: va2,
                                 src_pitch: rng.below(9000) as u32,
                                 dst_pitch: rng.below(9000) as u32,
                                 width: rng.below(5000) as u32,
                                 height: rng.below(4) as u32,
-                            },
+                            }),
                             7..=11 => Packet::Fence {
                                 va,
                                 seqno: rng.next(),
@@ -870,7 +870,9 @@ fn random_rings_tables_and_commands_never_hurt_the_device() {
                         resumes.push((u32::from(info.ctx_id), fault_id));
                     }
                     Ok(Event::Fault { info, .. }) => resets[usize::from(info.engine & 1)] = true,
-                    Ok(Event::EngineError { engine: e, .. }) => resets[(e & 1) as usize] = true,
+                    Ok(Event::EngineError(EngineErrorRecord { engine: e, .. })) => {
+                        resets[(e & 1) as usize] = true
+                    }
                     _ => {}
                 }
             }

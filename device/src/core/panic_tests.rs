@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use vgpu_hwif::event::Event;
+use vgpu_hwif::event::{EngineErrorRecord, Event};
 use vgpu_hwif::mmu::{PTE_EXEC, PTE_READ, PTE_WRITE};
 use vgpu_hwif::packet::{DispatchPacket, EngineError, Packet};
 use vgpu_hwif::proto::{engine, ring_state, Command, CTX_NONE};
@@ -92,12 +92,12 @@ fn arm(r: &Rig, e: u32, p: TestPanic) {
 /// The next event must be `ENGINE_ERROR INTERNAL` for `ctx` on `e`.
 fn expect_internal(r: &mut Rig, ctx: u32, e: u32) {
     match r.d.event(T).unwrap() {
-        Event::EngineError {
+        Event::EngineError(EngineErrorRecord {
             ctx_id,
             engine,
             code,
             ..
-        } => assert_eq!(
+        }) => assert_eq!(
             (ctx_id, engine, code),
             (ctx, e, EngineError::Internal as u32)
         ),

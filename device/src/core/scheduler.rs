@@ -45,7 +45,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-use vgpu_hwif::event::{Event, FaultInfo, FAULT_FLAG_REPLAYABLE};
+use vgpu_hwif::event::{EngineErrorRecord, Event, FaultInfo, FAULT_FLAG_REPLAYABLE};
 use vgpu_hwif::packet::EngineError;
 use vgpu_hwif::proto::MAX_CONTEXTS;
 
@@ -156,7 +156,7 @@ pub fn take_doorbells(st: &mut GpuState, e: u32, events: &mut Vec<Event>) {
                 c.stats.errors += 1;
                 errors += 1;
                 let r = c.ring(e);
-                events.push(Event::EngineError {
+                events.push(Event::EngineError(EngineErrorRecord {
                     ctx_id: id,
                     engine: e,
                     code: code as u32,
@@ -165,7 +165,7 @@ pub fn take_doorbells(st: &mut GpuState, e: u32, events: &mut Vec<Event>) {
                     depth: r.map_or(0, |r| r.cursor.depth),
                     cmd_offset: r.map_or(0, |r| cmd_offset(&r.cursor)),
                     header: 0,
-                });
+                }));
             }
         }
     }
@@ -388,7 +388,7 @@ pub fn retire(
                 packet_va,
                 code as u64,
             );
-            events.push(Event::EngineError {
+            events.push(Event::EngineError(EngineErrorRecord {
                 ctx_id: job.ctx,
                 engine: e,
                 code: code as u32,
@@ -397,7 +397,7 @@ pub fn retire(
                 depth: job.cursor.depth,
                 cmd_offset: cmd_offset(&job.cursor),
                 header,
-            });
+            }));
         }
         SliceEnd::KernelFault {
             fault,
@@ -919,12 +919,12 @@ mod tests {
         assert_eq!(ev.len(), 2);
         assert!(matches!(
             ev[0],
-            Event::EngineError {
+            Event::EngineError(EngineErrorRecord {
                 ctx_id: 1,
                 code: 8,
                 header: 0,
                 ..
-            }
+            })
         ));
         assert_eq!(st.engines[0].stats.errors, 2);
     }

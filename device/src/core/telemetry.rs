@@ -19,7 +19,7 @@
 
 use std::io::{self, Write};
 
-use vgpu_hwif::event::{Event, EventKind, EventRecord};
+use vgpu_hwif::event::{EngineErrorRecord, Event, EventKind, EventRecord};
 use vgpu_hwif::proto::{engine, Command, StatsReply, CTX_NONE};
 
 /// Counters of one engine, one context, or the whole device.
@@ -166,12 +166,12 @@ pub fn event_record(rec: &EventRecord, delivered_ns: u64) -> TraceRecord {
             seqno,
             ..
         }) => (ctx_id, engine, seqno),
-        Ok(Event::EngineError {
+        Ok(Event::EngineError(EngineErrorRecord {
             ctx_id,
             engine,
             code,
             ..
-        }) => (ctx_id, engine, u64::from(code)),
+        })) => (ctx_id, engine, u64::from(code)),
         Ok(Event::Fault { va, info, .. }) => (u32::from(info.ctx_id), u32::from(info.engine), va),
         _ => (CTX_NONE, 0, rec.data[0]),
     };

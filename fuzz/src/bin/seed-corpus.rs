@@ -10,7 +10,7 @@ use vgpu_fuzz::packets::{DATA_VA, IB_VA, MODULE_VA};
 use vgpu_hwif::mmu::{
     huge_entry, leaf_entry, table_entry, CachePolicy, PTE_EXEC, PTE_READ, PTE_WRITE,
 };
-use vgpu_hwif::packet::{DispatchPacket, Packet, FENCE_NO_EVENT, SEM_SIGNAL_ADD, SEM_WAIT_GEQ};
+use vgpu_hwif::packet::{Copy2dPacket, DispatchPacket, Packet, FENCE_NO_EVENT, SEM_SIGNAL_ADD, SEM_WAIT_GEQ};
 use vgpu_hwif::proto::{engine, Command, PRIORITY_NORMAL};
 
 fn write(dir: &Path, target: &str, name: &str, bytes: &[u8]) {
@@ -104,14 +104,14 @@ fn packets(dir: &Path) {
             dst: DATA_VA + 0x8000,
             size: 0x2345,
         },
-        Packet::Copy2d {
+        Packet::Copy2d(Copy2dPacket {
             src: DATA_VA,
             dst: DATA_VA + 0x4_0000,
             src_pitch: 100,
             dst_pitch: 300,
             width: 64,
             height: 9,
-        },
+        }),
         Packet::Fill {
             dst: DATA_VA + 0x1_0000,
             size: 0x1003,

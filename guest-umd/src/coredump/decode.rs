@@ -305,9 +305,10 @@ pub fn decode(cap: &Capture<'_>) -> Decoded {
     };
     let ev = error.as_ref().and_then(|e| Event::from_record(e).ok());
     let failing_va = match ev {
-        Some(Event::Fault { packet_va, .. } | Event::EngineError { packet_va, .. }) => {
-            Some(packet_va)
-        }
+        Some(
+            Event::Fault { packet_va, .. }
+            | Event::EngineError(EngineErrorRecord { packet_va, .. }),
+        ) => Some(packet_va),
         _ => inflight.map(|f| f.packet_va),
     };
     let failing = failing_va.map(|va| {

@@ -31,7 +31,7 @@ use vgpu_hwif::capture::{
     CaptureRing, CaptureTlbEntry,
 };
 use vgpu_hwif::coredump::{self as cd, base64_decode};
-use vgpu_hwif::event::{Event, EventRecord};
+use vgpu_hwif::event::{EngineErrorRecord, Event, EventRecord};
 use vgpu_hwif::mmu::{Access, FaultReason, PTE_EXEC, PTE_READ, PTE_WRITE};
 use vgpu_hwif::packet::{EngineError, Packet};
 use vgpu_hwif::proto::{engine, ring_state};
@@ -220,7 +220,7 @@ pub fn event_text(rec: &EventRecord) -> String {
             }
             s
         }
-        Ok(Event::EngineError {
+        Ok(Event::EngineError(EngineErrorRecord {
             ctx_id,
             engine,
             code,
@@ -229,7 +229,7 @@ pub fn event_text(rec: &EventRecord) -> String {
             depth,
             header,
             cmd_offset: _,
-        }) => format!(
+        })) => format!(
             "ENGINE_ERROR ctx {ctx_id} {} engine: {} at packet {packet_va:#x}, rptr {rptr:#x} depth {depth}, {} {header:#010x}",
             engine_name(engine),
             EngineError::from_u32(code).map_or("?", |c| c.name()),

@@ -22,7 +22,7 @@ use vgpu_hwif::capture::{
 };
 use vgpu_hwif::event::EventRecord;
 use vgpu_hwif::mmu::{Access, Pte, PteKind, LEVELS, PTE_READ, TABLE_SIZE};
-use vgpu_hwif::packet::{decode_header, Packet, MAX_INDIRECT_DEPTH};
+use vgpu_hwif::packet::{decode_header, Copy2dPacket, Packet, MAX_INDIRECT_DEPTH};
 use vgpu_hwif::pod::Pod;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryRegion};
 
@@ -322,25 +322,14 @@ fn op_packet(op: &Op, cp: &CommandProcessor, ctx: u32) -> (Packet, [u64; 4]) {
             size,
             done,
         }) => (Packet::Copy { src, dst, size }, [done, size, 0, 0]),
-        Op::Copy(CopyOp::TwoD {
-            src,
-            dst,
-            src_pitch,
-            dst_pitch,
-            width,
-            height,
-            row,
-            col,
-        }) => (
-            Packet::Copy2d {
-                src,
-                dst,
-                src_pitch,
-                dst_pitch,
-                width,
-                height,
-            },
-            [row.into(), col.into(), height.into(), width.into()],
+        Op::Copy(CopyOp::TwoD { packet, row, col }) => (
+            Packet::Copy2d(packet),
+            [
+                row.into(),
+                col.into(),
+                packet.height.into(),
+                packet.width.into(),
+            ],
         ),
         Op::Copy(CopyOp::Fill {
             dst,
@@ -497,14 +486,14 @@ fn operands(col: &mut Collector<'_>, p: &Packet) {
             col.va_range(src, size.min(OPERAND_BYTES), op);
             col.va_range(dst, size.min(OPERAND_BYTES), op);
         }
-        Packet::Copy2d {
+        Packet::Copy2d(Copy2dPacket {
             src,
             dst,
             src_pitch,
             dst_pitch,
             width,
             height,
-        } => {
+        }) => {
             let rows = |pitch: u32| {
                 (u64::from(pitch) * u64::from(height.saturating_sub(1)) + u64::from(width))
                     .min(OPERAND_BYTES)

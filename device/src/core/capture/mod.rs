@@ -33,7 +33,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use vgpu_hwif::capture::reason;
-use vgpu_hwif::event::{Event, EventRecord};
+use vgpu_hwif::event::{EngineErrorRecord, Event, EventRecord};
 use vgpu_hwif::proto::{Status, CAPTURE_READ_MAX, CTX_NONE};
 use vm_memory::{Bytes, GuestAddress};
 
@@ -298,13 +298,14 @@ pub fn on_retire(
     }
     let error = events.iter().find(|ev| match ev {
         Event::Fault { info, .. } => u32::from(info.ctx_id) == job.ctx,
-        Event::EngineError { ctx_id, .. } => *ctx_id == job.ctx,
+        Event::EngineError(EngineErrorRecord { ctx_id, .. }) => *ctx_id == job.ctx,
         _ => false,
     });
     let packet_va = match error {
-        Some(Event::Fault { packet_va, .. } | Event::EngineError { packet_va, .. }) => {
-            Some(*packet_va)
-        }
+        Some(
+            Event::Fault { packet_va, .. }
+            | Event::EngineError(EngineErrorRecord { packet_va, .. }),
+        ) => Some(*packet_va),
         _ => None,
     };
     let failure = Failure {

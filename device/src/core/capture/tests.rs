@@ -6,7 +6,7 @@ use std::time::Duration;
 use vgpu_hwif::capture::{
     self, memory, reason, section, Capture, CaptureInFlight, CaptureMapping, CaptureRing, WalkEnd,
 };
-use vgpu_hwif::event::{Event, EventRecord, FaultInfo};
+use vgpu_hwif::event::{EngineErrorRecord, Event, EventRecord, FaultInfo};
 use vgpu_hwif::mmu::{Access, FaultReason, PTE_EXEC, PTE_READ, PTE_WRITE};
 use vgpu_hwif::packet::{decode_header, encode_header, EngineError, Packet};
 use vgpu_hwif::proto::{engine, ring_state, Command, Status, CTX_NONE};
@@ -165,7 +165,7 @@ fn a_malformed_packet_in_a_command_buffer_is_captured_with_the_buffer() {
     let ev = d.event(T).unwrap();
     assert!(matches!(
         ev,
-        Event::EngineError { code, packet_va, header, .. }
+        Event::EngineError(EngineErrorRecord { code, packet_va, header, .. })
             if code == EngineError::BadOpcode as u32 && packet_va == bad_va && header == bad
     ));
     let (_, bytes) = d.read_capture(0, 2, 64 << 10).unwrap();

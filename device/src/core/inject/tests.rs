@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vgpu_hwif::event::Event;
+use vgpu_hwif::event::{EngineErrorRecord, Event};
 use vgpu_hwif::mmu::{PTE_READ, PTE_WRITE};
 use vgpu_hwif::packet::{DispatchPacket, Packet};
 use vgpu_hwif::proto::{engine, Command, Status};
@@ -455,7 +455,7 @@ const ECC: u32 = vgpu_hwif::packet::EngineError::EccUncorrectable as u32;
 fn engine_errors(ev: &[Event]) -> Vec<u32> {
     ev.iter()
         .filter_map(|e| match e {
-            Event::EngineError { code, .. } => Some(*code),
+            Event::EngineError(EngineErrorRecord { code, .. }) => Some(*code),
             _ => None,
         })
         .collect()

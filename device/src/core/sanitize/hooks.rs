@@ -4,7 +4,7 @@
 //! Each does nothing (one relaxed load) when its checks are off; each is
 //! called with the GPU state lock held and returns the events to post.
 
-use vgpu_hwif::event::Event;
+use vgpu_hwif::event::{EngineErrorRecord, Event};
 use vgpu_hwif::mmu::Access;
 use vgpu_hwif::packet::EngineError;
 use vgpu_hwif::sanitize::{ring_index, teardown, wait as wait_kind, Check};
@@ -591,7 +591,7 @@ pub fn after_retire(gpu: &Gpu, st: &mut GpuState, ctx: u32, e: u32, end: &SliceE
                 };
                 r.status_dirty = true;
                 c.stats.errors += 1;
-                out.push(Event::EngineError {
+                out.push(Event::EngineError(EngineErrorRecord {
                     ctx_id: id,
                     engine: e,
                     code: EngineError::Sanitizer as u32,
@@ -600,7 +600,7 @@ pub fn after_retire(gpu: &Gpu, st: &mut GpuState, ctx: u32, e: u32, end: &SliceE
                     depth: if depth > 0 { depth } else { 0 },
                     cmd_offset: if depth > 0 { cmd_offset } else { 0 },
                     header: 0,
-                });
+                }));
             }
         }
     }
@@ -615,7 +615,7 @@ pub fn on_event_delivered(gpu: &Gpu, ev: &Event) {
         return;
     }
     let key = match *ev {
-        Event::EngineError { ctx_id, engine, .. } => (ctx_id, engine),
+        Event::EngineError(EngineErrorRecord { ctx_id, engine, .. }) => (ctx_id, engine),
         Event::Fault { info, .. } if info.flags & vgpu_hwif::event::FAULT_FLAG_REPLAYABLE == 0 => {
             (u32::from(info.ctx_id), u32::from(info.engine))
         }

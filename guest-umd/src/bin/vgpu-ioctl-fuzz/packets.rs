@@ -5,7 +5,7 @@
 //! the KMD's ring and status pages); or raw words (random, or valid headers
 //! with random payloads and lengths).
 
-use vgpu_hwif::packet::{self, encode_header, DispatchPacket, Packet, OPCODES};
+use vgpu_hwif::packet::{self, encode_header, Copy2dPacket, DispatchPacket, Packet, OPCODES};
 use vgpu_umd::cmdbuf::Writer;
 
 use crate::rng::Rng;
@@ -119,14 +119,14 @@ fn packet(rng: &mut Rng, kit: &Kit, dev: &DevInfo, written: &[(u64, u32)], tame:
             dst: target(rng, kit, dev, 4, tame),
             size: size(rng, tame),
         },
-        8 => Packet::Copy2d {
+        8 => Packet::Copy2d(Copy2dPacket {
             src: target(rng, kit, dev, 4, tame),
             dst: target(rng, kit, dev, 4, tame),
             src_pitch: rng.range(0, 512) as u32,
             dst_pitch: rng.range(0, 512) as u32,
             width: rng.range(0, 256) as u32,
             height: rng.range(0, 64) as u32,
-        },
+        }),
         9 | 10 => Packet::Fill {
             dst: target(rng, kit, dev, 4, tame),
             size: size(rng, tame),

@@ -58,7 +58,8 @@
 //! | `gem` | `ratelimit` |
 //! | `layout` | `event`, `pod`, `proto`, `sanitize` |
 //! | `ktrace` | `ffi` |
-//! | `proto` | `pod`, `sanitize` |
+//! | `proto` | `limits`, `pod`, `reply`, `sanitize` |
+//! | `reply` | `limits`, `pod`, `sanitize` |
 //! | `ratelimit` | `ffi` |
 //! | `watchdog` | `ffi` |
 //! | `capture` | `mmu`, `pod` |
@@ -69,6 +70,7 @@
 //! | `sanitize` | `pod` |
 //! | `coredump` | - |
 //! | `errno` | - |
+//! | `limits` | - |
 //! | `ffi_gpuvm` | - |
 //! | `ffi_sync` | - |
 //! | `mmu` | - |

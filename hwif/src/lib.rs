@@ -8,23 +8,24 @@
 //!
 //! # Block order
 //!
-//! Each module (block) uses, in code, only the modules its row names; the
-//! order has no cycle. Documentation links may point anywhere.
+//! Each module (block) uses, in code, only the modules its row names, and
+//! the order has no cycle (checked by `scripts/deps`, in `scripts/test`).
+//! Documentation links may point anywhere.
 //!
 //! | block | may use |
 //! |---|---|
-//! | pod | - |
-//! | limits | - |
-//! | mmu | - |
-//! | packet | - |
-//! | describe | packet |
-//! | event | pod |
-//! | sanitize | pod |
-//! | reply | pod, limits, sanitize |
-//! | proto | pod, limits, reply, sanitize |
-//! | layout | pod, event, proto, sanitize |
-//! | capture | pod, mmu |
-//! | coredump | - |
+//! | `pod` | - |
+//! | `limits` | - |
+//! | `mmu` | - |
+//! | `packet` | - |
+//! | `describe` | `mmu`, `packet` |
+//! | `event` | `pod` |
+//! | `sanitize` | `pod` |
+//! | `reply` | `pod`, `limits`, `sanitize` |
+//! | `proto` | `pod`, `limits`, `reply`, `sanitize` |
+//! | `layout` | `pod`, `event`, `proto`, `sanitize` |
+//! | `capture` | `pod`, `mmu` |
+//! | `coredump` | - |
 //!
 //! # Blocks
 //!

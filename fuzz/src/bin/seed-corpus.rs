@@ -10,7 +10,9 @@ use vgpu_fuzz::packets::{DATA_VA, IB_VA, MODULE_VA};
 use vgpu_hwif::mmu::{
     huge_entry, leaf_entry, table_entry, CachePolicy, PTE_EXEC, PTE_READ, PTE_WRITE,
 };
-use vgpu_hwif::packet::{Copy2dPacket, DispatchPacket, Packet, FENCE_NO_EVENT, SEM_SIGNAL_ADD, SEM_WAIT_GEQ};
+use vgpu_hwif::packet::{
+    Copy2dPacket, DispatchPacket, Packet, FENCE_NO_EVENT, SEM_SIGNAL_ADD, SEM_WAIT_GEQ,
+};
 use vgpu_hwif::proto::{engine, Command, PRIORITY_NORMAL};
 
 fn write(dir: &Path, target: &str, name: &str, bytes: &[u8]) {

@@ -23,6 +23,7 @@
 //! number of requests; they are answered in order. The socket itself is
 //! served by the device's event loop ([`crate::daemon::ControlServer`]).
 
+use crate::core::json::json_str;
 use std::io;
 
 use vgpu_hwif::capture::reason;
@@ -45,23 +46,6 @@ pub enum ControlError {
     /// The idle timer could not be created.
     #[error("cannot create the control socket's timer: {0}")]
     Timer(io::Error),
-}
-
-/// A JSON string literal.
-pub fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// The error reply for `e`.

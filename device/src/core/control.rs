@@ -40,7 +40,7 @@ use super::gpu::{Gpu, Request, ENGINES};
 use super::ras::{RasError, RasTable};
 use super::reset::{self, ResetError};
 use super::ring::{self, Ring, RingError, RingState};
-use super::sanitize::hooks;
+use super::sanitize_hooks as hooks;
 use super::sanitize::tlb::OwnError;
 use super::telemetry::Stats;
 use super::watch::{self, WatchError};

@@ -271,6 +271,26 @@ impl Gpu {
         }
     }
 
+    /// Starts recording this GPU's session into a new file at `path` whose
+    /// `CONFIG` is `config` (see [`super::record::config_text`]).
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be created, or the GPU already records or replays.
+    pub fn start_recording(&self, path: &std::path::Path, config: &str) -> std::io::Result<()> {
+        let r = super::record::Recorder::create(path, config)?;
+        self.record
+            .set(Arc::new(r))
+            .map_err(|_| std::io::Error::other("the device already records or replays"))?;
+        let mem = self.memory();
+        if vm_memory::GuestMemoryBackend::num_regions(&*mem) > 0 {
+            if let Some(r) = self.record.get() {
+                r.memory_map(self.clock.now_ns(), &mem);
+            }
+        }
+        Ok(())
+    }
+
     /// Locks the shared state.
     pub fn lock(&self) -> MutexGuard<'_, GpuState> {
         unpoison(self.state.lock())

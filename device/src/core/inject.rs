@@ -1176,5 +1176,15 @@ fn copy_destination(c: &super::copy_engine::CopyOp) -> (u64, u64) {
     }
 }
 
+impl crate::core::sanitize::InjectionLog for Injector {
+    fn injected_since(&self, ctx: Option<u32>, since_ns: u64) -> bool {
+        self.lock().log.iter().any(|e| {
+            e.kind == "inject"
+                && e.device_ns >= since_ns
+                && ctx.is_none_or(|c| e.ctx == c || e.ctx == u32::MAX)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests;

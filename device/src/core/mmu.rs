@@ -48,14 +48,13 @@ use vgpu_hwif::mmu::{
     Access, FaultReason, Leaf, Pte, PteKind, LEVELS, LEVEL_NONE, PAGE_SHIFT, TABLE_SIZE,
 };
 use vm_memory::{
-    GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion, VolatileMemory,
+    GuestAddress, GuestMemoryBackend, VolatileMemory,
 };
 
 use super::record::Tap;
 use super::sanitize::tlb::{EntrySan, TlbSan};
 
-/// Guest memory as the device sees it.
-pub type Mem = GuestMemoryMmap;
+pub use super::memory::{in_ram, Mem};
 
 /// log2 of the 2 MiB page size.
 pub const HUGE_SHIFT: u32 = vgpu_hwif::mmu::HUGE_PAGE_SHIFT;
@@ -171,15 +170,6 @@ impl PageMapping {
     }
 }
 
-/// Whether `len` bytes at guest-physical `pa` lie inside one RAM region.
-pub fn in_ram(mem: &Mem, pa: u64, len: u64) -> bool {
-    let Some(last) = len.checked_sub(1).and_then(|n| pa.checked_add(n)) else {
-        return false;
-    };
-    mem.find_region(GuestAddress(pa))
-        .is_some_and(|r| last <= r.last_addr().0)
-}
-
 /// The mapping of the page containing `va` that leaf `l` maps.
 fn mapping(l: &Leaf, va: u64) -> PageMapping {
     let size = 1u64 << l.shift;
@@ -212,6 +202,34 @@ pub fn walk(
     access: Access,
 ) -> Result<PageMapping, MmuFault> {
     walk_full(mem, space, va, access, None, None).map(|w| w.map)
+}
+
+/// Reads up to `n` words at `va` of `space` through software walks (no
+/// TLB): the words up to the first that does not translate or read.
+pub fn read_words(mem: &Mem, space: &AddressSpace, va: u64, n: usize) -> Vec<u32> {
+    use vm_memory::Bytes;
+    let mut out = Vec::with_capacity(n);
+    let mut cur = va;
+    while out.len() < n {
+        let Ok(m) = walk(mem, space, cur, Access::Execute) else {
+            break;
+        };
+        let in_page = usize::try_from(m.bytes_left(cur) / 4).unwrap_or(usize::MAX);
+        let take = in_page.min(n - out.len());
+        let mut buf = vec![0u8; take * 4];
+        if mem.read_slice(&mut buf, GuestAddress(m.pa(cur))).is_err() {
+            break;
+        }
+        out.extend(
+            buf.chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+        );
+        let Some(next) = (take as u64).checked_mul(4).and_then(|b| cur.checked_add(b)) else {
+            break;
+        };
+        cur = next;
+    }
+    out
 }
 
 /// What a successful walk read: the mapping, and where its entries are.

@@ -42,7 +42,9 @@ pub mod dma;
 pub mod events;
 pub mod gpu;
 pub mod inject;
+pub mod json;
 pub mod kernel_mem;
+pub mod memory;
 pub mod mmu;
 pub mod poison;
 pub mod ras;
@@ -50,6 +52,7 @@ pub mod record;
 pub mod reset;
 pub mod ring;
 pub mod sanitize;
+pub mod sanitize_hooks;
 pub mod scheduler;
 pub mod telemetry;
 pub mod watch;
@@ -152,7 +155,8 @@ impl Device {
     /// The file cannot be created, or the device already records or
     /// replays.
     pub fn start_recording(&self, path: &std::path::Path) -> io::Result<()> {
-        record::start(&self.gpu, path, &record::config_text(&self.config, 0, &[]))
+        self.gpu
+            .start_recording(path, &record::config_text(&self.config, 0, &[]))
     }
 
     /// Replay of a record: the engines read the recorded memory (see
@@ -230,7 +234,7 @@ impl Device {
         let rec = self.gpu.events().commit_front(now);
         if let (true, Some(r)) = (self.gpu.sanitizer.enabled(), rec.as_ref()) {
             if let Ok(ev) = vgpu_hwif::event::Event::from_record(r) {
-                sanitize::hooks::on_event_delivered(&self.gpu, &ev);
+                sanitize_hooks::on_event_delivered(&self.gpu, &ev);
             }
         }
         if let (Some(t), Some(e)) = (self.gpu.trace.as_ref(), rec.as_ref()) {

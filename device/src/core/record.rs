@@ -64,8 +64,9 @@ use std::sync::{Mutex, PoisonError};
 
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryRegion};
 
-use super::gpu::ENGINES;
-use super::mmu::Mem;
+/// Number of engines (a record keeps per-engine packet counts).
+const ENGINES: usize = vgpu_hwif::proto::engine::COUNT as usize;
+use super::memory::Mem;
 
 /// The file's first eight bytes.
 pub const MAGIC: [u8; 8] = *b"VGPUREC1";
@@ -259,26 +260,6 @@ pub fn config_text(cfg: &crate::config::DeviceConfig, seed: u64, specs: &[String
         s.push('\n');
     }
     s
-}
-
-/// Starts recording `gpu`'s session into a new file at `path` whose
-/// `CONFIG` is `config` (see [`config_text`]).
-///
-/// # Errors
-///
-/// The file cannot be created, or the GPU already records or replays.
-pub fn start(gpu: &super::gpu::Gpu, path: &Path, config: &str) -> io::Result<()> {
-    let r = Recorder::create(path, config)?;
-    gpu.record
-        .set(std::sync::Arc::new(r))
-        .map_err(|_| io::Error::other("the device already records or replays"))?;
-    let mem = gpu.memory();
-    if mem.num_regions() > 0 {
-        if let Some(r) = gpu.record.get() {
-            r.memory_map(gpu.clock.now_ns(), &mem);
-        }
-    }
-    Ok(())
 }
 
 /// The versions of one page read by one engine within one packet, by read

@@ -55,7 +55,7 @@ use super::gpu::{Gpu, GpuConfig, GpuState, Request, ENGINES};
 use super::mmu::{Mem, MmuFault};
 use super::reset::engine_reset;
 use super::ring::{check_doorbell, Op, RingState};
-use super::sanitize::hooks;
+use super::sanitize_hooks as hooks;
 use super::telemetry::{Stats, TraceKind};
 
 /// How long an idle engine sleeps before looking again on its own.

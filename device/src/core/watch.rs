@@ -55,7 +55,7 @@ use super::context::ContextError;
 use super::gpu::Gpu;
 use super::mmu::{self, Mem};
 use super::ring::{RingError, RingState};
-use super::sanitize::hooks;
+use super::sanitize_hooks as hooks;
 
 /// Byte offset of [`DoorbellBlock::wptr`].
 const WPTR: u64 = std::mem::offset_of!(DoorbellBlock, wptr) as u64;

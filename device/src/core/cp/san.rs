@@ -11,7 +11,7 @@
 use vgpu_hwif::event::Event;
 use vgpu_hwif::mmu::Access;
 use vgpu_hwif::packet::EngineError;
-use vgpu_hwif::sanitize::{ring_index, Check};
+use vgpu_hwif::sanitize::{ring_index, Check, SAN_PACKET_WORDS};
 
 use super::{CommandProcessor, Exec, Host, Job, SliceEnd, Stream};
 use crate::core::dma::GpuMemory;
@@ -23,7 +23,8 @@ use crate::core::sanitize::fence::{LastFence, Verdict};
 use crate::core::sanitize::hazard::{ring_index as hz_ring, Origin};
 use crate::core::sanitize::report::{engine_name, Location, Prior, Report, Touch};
 use crate::core::sanitize::tlb::{Finding, Role};
-use crate::core::sanitize::{pt, read_packet, Sanitizer, TLB_CHECKS};
+use crate::core::mmu::read_words;
+use crate::core::sanitize::{pt, Sanitizer, TLB_CHECKS};
 
 /// Reads the 64-bit leaf entry at `pa` (0 if unreadable).
 fn read_pte(mem: &Mem, pa: u64) -> u64 {
@@ -94,7 +95,12 @@ impl CommandProcessor {
         let packet_va = fl.map_or_else(|| stream.va(pos).0, |f| f.packet_va);
         let words = match &self.san_packet {
             Some((c, va, w)) if *c == job.ctx && *va == packet_va => w.clone(),
-            _ => read_packet(mem, &job.space, packet_va, fl.map_or(1, |f| f.words)),
+            _ => read_words(
+                mem,
+                &job.space,
+                packet_va,
+                (fl.map_or(1, |f| f.words) as usize).min(SAN_PACKET_WORDS),
+            ),
         };
         Location {
             rptr: job.cursor.rptr,

@@ -47,12 +47,10 @@
 pub mod cmdbuf;
 pub mod fence;
 pub mod hazard;
-pub mod hooks;
 pub mod pt;
 pub mod report;
 pub mod ring;
 pub mod tlb;
-pub mod wait;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -61,14 +59,22 @@ use std::time::Duration;
 
 use vgpu_hwif::event::Event;
 use vgpu_hwif::proto::{engine, CTX_NONE, MAX_CONTEXTS};
-use vgpu_hwif::sanitize::{Check, CHECKS, SAN_FLAG_STOPPED, SAN_KIND_SHIFT, SAN_PACKET_WORDS};
+use vgpu_hwif::sanitize::{Check, CHECKS, SAN_FLAG_STOPPED, SAN_KIND_SHIFT};
 
-use super::inject::Injector;
 use report::{Report, ReportLog};
 use tlb::{SanShared, TlbSan};
 
 /// Every check.
 pub const ALL_CHECKS: u32 = (1 << CHECKS) - 1;
+
+/// What the sanitizer asks of the fault injector: whether a fault it
+/// injected explains a report (a report on a context a fault was injected
+/// into is suppressed, not shown as the driver's mistake).
+pub trait InjectionLog {
+    /// Whether a fault was injected at or after `since_ns` into context
+    /// `ctx` or into the whole device; with `ctx` `None`, into anything.
+    fn injected_since(&self, ctx: Option<u32>, since_ns: u64) -> bool;
+}
 
 /// The checks a TLB carries ([`TlbSan`]): made at TLB hits, walks and
 /// invalidations.
@@ -372,32 +378,27 @@ impl Sanitizer {
 
     /// Whether a fault was injected into `ctx` since it was created (or
     /// into the whole device meanwhile).
-    fn tainted(&self, ctx: Option<u32>, inject: &Injector) -> bool {
+    fn tainted(&self, ctx: Option<u32>, inject: &dyn InjectionLog) -> bool {
         let Some(ctx) = ctx.filter(|&c| c != CTX_NONE) else {
             return false;
         };
         let born = self.state().born_ns.get(&ctx).copied().unwrap_or(0);
-        inject.log(0).iter().any(|e| {
-            e.kind == "inject" && (e.ctx == ctx || e.ctx == u32::MAX) && e.device_ns >= born
-        })
+        inject.injected_since(Some(ctx), born)
     }
 
     /// Whether any fault was injected (into any context) since context
     /// `ctx` was created.
-    fn injected_since(&self, ctx: Option<u32>, inject: &Injector) -> bool {
+    fn injected_since(&self, ctx: Option<u32>, inject: &dyn InjectionLog) -> bool {
         let born = ctx
             .and_then(|c| self.state().born_ns.get(&c).copied())
             .unwrap_or(0);
-        inject
-            .log(0)
-            .iter()
-            .any(|e| e.kind == "inject" && e.device_ns >= born)
+        inject.injected_since(None, born)
     }
 
     /// Records `r` unless an injected fault explains it; returns the event
     /// that tells the driver. `r.stopped` says whether the caller stops
     /// the ring.
-    pub fn emit(&self, mut r: Report, inject: &Injector) -> Option<Event> {
+    pub fn emit(&self, mut r: Report, inject: &dyn InjectionLog) -> Option<Event> {
         let prior_ctx = r.prior.as_ref().map(|p| p.ctx);
         // A wait can be left unsatisfiable by a fault injected into
         // whichever context was to signal it (a hung or dropped job): any
@@ -483,7 +484,7 @@ impl Sanitizer {
         now: u64,
         front_ts: Option<u64>,
         pending: usize,
-        inject: &Injector,
+        inject: &dyn InjectionLog,
     ) -> Option<Event> {
         if !self.on(Check::Teardown) {
             return None;
@@ -518,31 +519,6 @@ impl Sanitizer {
         let l = self.log();
         (l.counts(), l.total(), l.suppressed())
     }
-}
-
-/// Reads the first `words` (at most [`SAN_PACKET_WORDS`]) words of the
-/// packet at `va` of `space` through a software walk (what a report shows
-/// when the engine's own copy is gone).
-pub fn read_packet(
-    mem: &super::mmu::Mem,
-    space: &super::mmu::AddressSpace,
-    va: u64,
-    words: u32,
-) -> Vec<u32> {
-    use vm_memory::Bytes;
-    let n = (words as usize).min(SAN_PACKET_WORDS);
-    let mut out = Vec::with_capacity(n);
-    for i in 0..n {
-        let a = va.wrapping_add(4 * i as u64);
-        let Ok(m) = super::mmu::walk(mem, space, a, vgpu_hwif::mmu::Access::Execute) else {
-            break;
-        };
-        match mem.read_obj::<u32>(vm_memory::GuestAddress(m.pa(a))) {
-            Ok(w) => out.push(u32::from_le(w)),
-            Err(_) => break,
-        }
-    }
-    out
 }
 
 #[cfg(test)]

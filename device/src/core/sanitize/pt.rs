@@ -33,7 +33,7 @@ use vgpu_hwif::mmu::{Access, Pte, PteKind, HUGE_PAGE_SHIFT, PTE_HUGE, PTE_TABLE_
 use vgpu_hwif::sanitize::{pt_invalid_table, pt_level, pt_unowned, Check};
 
 use super::report::{PteAt, Report, Touch};
-use super::tlb::{Finding, SanShared, TlbSan};
+use super::tlb::{Finding, PtFinding, SanShared, TlbSan};
 
 const PAGE: u64 = 4096;
 
@@ -42,34 +42,6 @@ pub const PT_CHECKS: u32 = Check::PtInvalidTable.bit()
     | Check::PtLevel.bit()
     | Check::PtAlign.bit()
     | Check::PtUnowned.bit();
-
-/// One entry a walk read that breaks a page-table rule.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PtFinding {
-    /// The check.
-    pub check: Check,
-    /// Its sub-kind (hwif's `pt_invalid_table`, `pt_level`, `pt_unowned`; 0 for `SAN-PT-ALIGN`).
-    pub kind: u32,
-    /// Address space.
-    pub asid: u32,
-    /// VA walked.
-    pub va: u64,
-    /// The access that walked.
-    pub access: Access,
-    /// The entry.
-    pub at: PteAt,
-    /// The page the finding is about: the table or page the entry names,
-    /// or its first undeclared page.
-    pub target: u64,
-}
-
-impl PtFinding {
-    /// What makes it the same finding as an earlier one of its context:
-    /// the check and the entry.
-    pub const fn key(&self) -> (u32, u64, u64) {
-        (self.check as u32, self.asid as u64, self.at.entry_addr)
-    }
-}
 
 /// Checks entry `index` of the table at `table`, of `level` (3 = root),
 /// which holds `bits`, read by a walk of `asid` for `va`. `checks` are the

@@ -21,7 +21,7 @@ use vgpu_hwif::sanitize::{
     SAN_KIND_SHIFT, SAN_PACKET_WORDS,
 };
 
-use crate::inject_ctl::json_str;
+use crate::core::json::json_str;
 
 /// Reports the device keeps (for `SAN_REPORT` and the control socket).
 pub const KEPT: usize = 256;

@@ -1,6 +1,7 @@
 //! Check lists, settings and the report path of the sanitizer.
 
 use super::*;
+use crate::core::inject::Injector;
 
 #[test]
 fn check_lists_parse_ids_families_and_removals() {

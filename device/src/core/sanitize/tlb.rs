@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use vgpu_hwif::mmu::Access;
 use vgpu_hwif::sanitize::Check;
 
-use super::pt::PtFinding;
+use super::report::PteAt;
 
 /// Findings a TLB keeps until they are drained (more are counted, not kept).
 pub const MAX_FINDINGS: usize = 64;
@@ -345,6 +345,34 @@ pub struct EntrySan {
     pub epoch: u64,
     /// Level of the leaf entry (0: 4 KiB page, 1: 2 MiB page).
     pub level: u8,
+}
+
+/// One entry a walk read that breaks a page-table rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PtFinding {
+    /// The check.
+    pub check: Check,
+    /// Its sub-kind (hwif's `pt_invalid_table`, `pt_level`, `pt_unowned`; 0 for `SAN-PT-ALIGN`).
+    pub kind: u32,
+    /// Address space.
+    pub asid: u32,
+    /// VA walked.
+    pub va: u64,
+    /// The access that walked.
+    pub access: Access,
+    /// The entry.
+    pub at: PteAt,
+    /// The page the finding is about: the table or page the entry names,
+    /// or its first undeclared page.
+    pub target: u64,
+}
+
+impl PtFinding {
+    /// What makes it the same finding as an earlier one of its context:
+    /// the check and the entry.
+    pub const fn key(&self) -> (u32, u64, u64) {
+        (self.check as u32, self.asid as u64, self.at.entry_addr)
+    }
 }
 
 /// A raw finding of a TLB, drained by the command processor.

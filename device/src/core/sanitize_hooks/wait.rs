@@ -1,7 +1,7 @@
 //! Semaphore waits nothing can satisfy: `SAN-WAIT-UNSATISFIABLE`.
 //!
 //! When a ring has waited in `SEM_WAIT` for
-//! [`super::SanConfig::wait_grace`], the sanitizer looks at every ring's
+//! [`crate::core::sanitize::SanConfig::wait_grace`], the sanitizer looks at every ring's
 //! *queued* work — the packets between each ring's read and write
 //! pointers, into the command buffers they call — for a `FENCE` or
 //! `SEM_SIGNAL` that writes the semaphore with a value that satisfies the
@@ -24,7 +24,7 @@ use vgpu_hwif::packet::{
     SEM_WAIT_NEQ,
 };
 
-use crate::core::mmu::{walk, AddressSpace, Mem};
+use crate::core::mmu::{read_words, walk, AddressSpace, Mem};
 
 /// Words the scan reads at most, over every ring.
 pub const SCAN_BUDGET: usize = 1 << 20;
@@ -135,25 +135,11 @@ pub enum Unsatisfiable {
     },
 }
 
-/// Reads `n` words at `va` of `space` through a software walk.
-fn read_words(mem: &Mem, space: &AddressSpace, va: u64, n: usize) -> Option<Vec<u32>> {
-    use vm_memory::Bytes;
-    let mut out = Vec::with_capacity(n);
-    let mut cur = va;
-    while out.len() < n {
-        let m = walk(mem, space, cur, Access::Execute).ok()?;
-        let in_page = (m.bytes_left(cur) / 4) as usize;
-        let take = in_page.min(n - out.len());
-        let mut buf = vec![0u8; take * 4];
-        mem.read_slice(&mut buf, vm_memory::GuestAddress(m.pa(cur)))
-            .ok()?;
-        out.extend(
-            buf.chunks_exact(4)
-                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-        );
-        cur = cur.checked_add(4 * take as u64)?;
-    }
-    Some(out)
+/// Reads `n` words at `va` of `space` through software walks: all of
+/// them or nothing.
+fn read_all(mem: &Mem, space: &AddressSpace, va: u64, n: usize) -> Option<Vec<u32>> {
+    let words = read_words(mem, space, va, n);
+    (words.len() == n).then_some(words)
 }
 
 /// The scanner of one ring's queued work.
@@ -225,7 +211,7 @@ impl Scan<'_> {
         }
         *self.budget -= n;
         let start = va.wrapping_add(u64::from(offset));
-        if let Some(w) = read_words(self.mem, &self.space, start, n) {
+        if let Some(w) = read_all(self.mem, &self.space, start, n) {
             self.stream(start, &w, depth);
         }
     }
@@ -247,7 +233,7 @@ impl Scan<'_> {
             let off = p & (v.size - 1);
             let run = ((v.size - off) / 4) as usize;
             let take = run.min(n - words.len());
-            match read_words(self.mem, &self.space, v.va + u64::from(off), take) {
+            match read_all(self.mem, &self.space, v.va + u64::from(off), take) {
                 Some(w) => words.extend(w),
                 None => return,
             }

@@ -7,17 +7,19 @@
 use vgpu_hwif::event::{EngineErrorRecord, Event};
 use vgpu_hwif::mmu::Access;
 use vgpu_hwif::packet::EngineError;
-use vgpu_hwif::sanitize::{ring_index, teardown, wait as wait_kind, Check};
+use vgpu_hwif::sanitize::{ring_index, teardown, wait as wait_kind, Check, SAN_PACKET_WORDS};
 
-use super::report::{Location, Prior, Report, Touch};
-use super::ring::RingSan;
-use super::wait::{self, PendingOp, RingView, Unsatisfiable};
-use super::WaitTrack;
-use crate::core::context::Context;
-use crate::core::cp::SliceEnd;
-use crate::core::gpu::{Gpu, GpuState};
-use crate::core::mmu::{walk, Mem};
-use crate::core::ring::{check_doorbell, Op, Ring, RingState};
+mod wait;
+
+use super::context::Context;
+use super::cp::SliceEnd;
+use super::gpu::{Gpu, GpuState};
+use super::mmu::{read_words, walk, Mem};
+use super::ring::{check_doorbell, Op, Ring, RingState};
+use super::sanitize::report::{Location, Prior, Report, Touch};
+use super::sanitize::ring::RingSan;
+use super::sanitize::WaitTrack;
+use wait::{PendingOp, RingView, Unsatisfiable};
 
 /// How long after the driver was told a ring stopped a doorbell on it is
 /// a mistake (before that it may have crossed the event).
@@ -183,7 +185,7 @@ pub fn on_doorbell(gpu: &Gpu, st: &mut GpuState, ctx: u32, e: u32, wptr: u32) ->
             }
         }
         if san.on(Check::XengineHazard) {
-            if let Some(i) = super::hazard::ring_index(ctx, e) {
+            if let Some(i) = super::sanitize::hazard::ring_index(ctx, e) {
                 sst.hazards.acquire_all(i);
             }
         }
@@ -421,7 +423,7 @@ pub fn after_retire(gpu: &Gpu, st: &mut GpuState, ctx: u32, e: u32, end: &SliceE
     }
     let now = gpu.clock.now_ns();
     if san.on(Check::XengineHazard) && !matches!(end, SliceEnd::SemWait { .. }) {
-        if let Some(i) = super::hazard::ring_index(ctx, e) {
+        if let Some(i) = super::sanitize::hazard::ring_index(ctx, e) {
             san.state().hazards.release(i, None);
         }
     }
@@ -530,7 +532,7 @@ pub fn after_retire(gpu: &Gpu, st: &mut GpuState, ctx: u32, e: u32, end: &SliceE
                     format!(
                         "ctx {} {} at packet {:#x} waits for [{:#x}]",
                         l.ctx,
-                        super::report::engine_name(l.engine),
+                        super::sanitize::report::engine_name(l.engine),
                         l.packet_va,
                         l.va
                     )
@@ -565,7 +567,7 @@ pub fn after_retire(gpu: &Gpu, st: &mut GpuState, ctx: u32, e: u32, end: &SliceE
         depth: v.frames.len() as u32,
         packet_va: v.packet_va,
         cmd_offset: v.frames.first().map_or(0, |f| f.2),
-        words: crate::core::sanitize::read_packet(&mem, &v.space, v.packet_va, words),
+        words: read_words(&mem, &v.space, v.packet_va, (words as usize).min(SAN_PACKET_WORDS)),
     });
     rep.touch = Some(Touch {
         access: Access::Read,

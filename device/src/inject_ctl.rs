@@ -28,7 +28,6 @@ use std::io;
 
 use vgpu_hwif::capture::reason;
 
-use crate::core::capture;
 use crate::core::gpu::Gpu;
 use crate::core::inject::{Class, InjectError, Spec};
 
@@ -271,7 +270,7 @@ pub fn handle_line(gpu: &Gpu, line: &str) -> String {
             match (it.next(), it.next()) {
                 (Some(Ok(ctx)), e) if e.as_ref().is_none_or(|e| e.is_ok()) => {
                     let engine = e.and_then(Result::ok).unwrap_or(0);
-                    match capture::request(gpu, ctx, engine, reason::ON_DEMAND) {
+                    match crate::core::capture_ctl::request(gpu, ctx, engine, reason::ON_DEMAND) {
                         Ok(c) => format!(
                             "{{\"ok\":true,\"id\":{},\"size\":{}}}",
                             c.id,

@@ -33,17 +33,18 @@ use vgpu_hwif::proto::{
     SAN_MEM_OWN, SAN_MEM_OWN_TABLES, SAN_MEM_RANGES,
 };
 
-use super::capture::{self, CaptureError};
+use super::capture::CaptureError;
+use super::capture_ctl as capture;
 use super::context::{Context, ContextError};
 use super::counters::Counters;
+use super::doorbell::{self, WatchError};
 use super::gpu::{Gpu, Request, ENGINES};
 use super::ras::{RasError, RasTable};
 use super::reset::{self, ResetError};
 use super::ring::{self, Ring, RingError, RingState};
-use super::sanitize_hooks as hooks;
 use super::sanitize::tlb::OwnError;
+use super::sanitize_hooks as hooks;
 use super::telemetry::Stats;
-use super::watch::{self, WatchError};
 use crate::config::DeviceConfig;
 use vgpu_hwif::proto::WATCH_KEEP_POINTERS;
 
@@ -401,7 +402,7 @@ impl ControlProcessor {
                 engine: e,
                 wptr,
             } => {
-                watch::ring_doorbell(gpu, ctx_id, e, wptr)?;
+                doorbell::ring_doorbell(gpu, ctx_id, e, wptr)?;
                 Ok(header_only)
             }
             Command::DoorbellWatch {
@@ -412,7 +413,7 @@ impl ControlProcessor {
                 flags,
             } => {
                 let keep = flags & WATCH_KEEP_POINTERS != 0;
-                watch::watch(gpu, ctx_id, e, doorbell_va, start, keep)?;
+                doorbell::watch(gpu, ctx_id, e, doorbell_va, start, keep)?;
                 Ok(header_only)
             }
             Command::DoorbellKick => {

@@ -47,9 +47,7 @@
 use vgpu_hwif::mmu::{
     Access, FaultReason, Leaf, Pte, PteKind, LEVELS, LEVEL_NONE, PAGE_SHIFT, TABLE_SIZE,
 };
-use vm_memory::{
-    GuestAddress, GuestMemoryBackend, VolatileMemory,
-};
+use vm_memory::{GuestAddress, GuestMemoryBackend, VolatileMemory};
 
 use super::record::Tap;
 use super::sanitize::tlb::{EntrySan, TlbSan};
@@ -224,7 +222,10 @@ pub fn read_words(mem: &Mem, space: &AddressSpace, va: u64, n: usize) -> Vec<u32
             buf.chunks_exact(4)
                 .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])),
         );
-        let Some(next) = (take as u64).checked_mul(4).and_then(|b| cur.checked_add(b)) else {
+        let Some(next) = (take as u64)
+            .checked_mul(4)
+            .and_then(|b| cur.checked_add(b))
+        else {
             break;
         };
         cur = next;

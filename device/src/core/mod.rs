@@ -6,8 +6,10 @@
 //! |---|---|---|
 //! | control processor | [`control`] | decode → check → execute → one reply |
 //! | contexts | [`context`] | free → active → (dying) → free |
-//! | rings and doorbells | [`ring`] | idle / ready / running / sem-wait / fault-stalled / stopped |
+//! | rings | [`ring`] | idle / ready / running / sem-wait / fault-stalled / stopped |
+//! | doorbells | [`doorbell`], [`watch`] | `DOORBELL` latches a ring's write pointer; the watcher: polling ⇄ sleeping, per watched block translated → read on every pass → fault ends it |
 //! | command processor | [`cp`] | fetch → decode → in flight → complete, per packet |
+//! | physical memory | [`memory`] | what a physical address reaches (guest RAM) |
 //! | MMU and TLBs | [`mmu`], [`dma`] | range check → four-level walk → leaf; per-engine TLB |
 //! | copy engine | [`copy_engine`] | transfer progress, one chunk per step |
 //! | compute engine | [`compute_engine`] | `DISPATCH`: load (module, arguments, the kernel's native code from the engine's JIT cache) → steps on the compute units → done, or a fault, trap or error; the common packets as on the copy engine |
@@ -18,19 +20,58 @@
 //! | fault injection | [`inject`] | armed → fired (logged) → cleared by reset; told a [`inject::Site`] by the command processor |
 //! | poisoned pages | [`poison`] | pages with an uncorrectable ECC error that engine reads fail on |
 //! | retired pages | [`ras`] | the driver's retired pages, kept across resets and driver reloads (a RAS EEPROM) |
-//! | driver sanitizer | [`sanitize`] | per check family: rings (published → fetched), TLB entries (filled → hit → dropped), pages (declared → given back), fence slots, access epochs, blocked waits; reports numbered and kept |
+//! | driver sanitizer | [`sanitize`], [`sanitize_hooks`] | per check family: rings (published → fetched), TLB entries (filled → hit → dropped), pages (declared → given back), fence slots, access epochs, blocked waits; reports numbered and kept |
 //! | telemetry | [`telemetry`], [`counters`] | counters and the packet trace |
-//! | doorbell watcher | [`watch`] | polling ⇄ sleeping; per watched block: translated → read on every pass → fault ends it |
-//! | captures | [`capture`] | failure or request → frozen context state → kept for `CAPTURE_READ` |
+//! | captures | [`capture`], [`capture_ctl`] | failure or request → frozen context state → kept for `CAPTURE_READ` |
+//! | record and replay | [`record`] | what the engines read, versioned per page; replayed in order |
 //! | time | [`clock`] | device clock |
+//! | JSON | [`json`] | one string escaper for replies and reports |
 //!
 //! [`Device`] ties the blocks together and owns the engine threads; the
-//! virtqueue layer ([`crate::virtq`]) feeds it. Dependencies between the
-//! blocks point one way (no module imports one that imports it back); the
-//! byte layouts they decode (packets, page-table entries, commands, events)
-//! are `vgpu_hwif`'s.
+//! virtqueue layer ([`crate::virtq`]) feeds it. The byte layouts the blocks
+//! decode (packets, page-table entries, commands, events) are `vgpu_hwif`'s.
+//!
+//! # Blocks
+//!
+//! Dependencies point one way: each block uses only the blocks of its row
+//! (checked by `scripts/deps device/src/lib.rs --scope core`; test modules
+//! may use anything). [`gpu`] holds the state the threads share and the
+//! blocks below it the parts of that state; the blocks above it act on the
+//! whole GPU. Top first:
+//!
+//! | block | may use |
+//! |---|---|
+//! | `control` | `capture`, `capture_ctl`, `context`, `counters`, `doorbell`, `gpu`, `mmu`, `ras`, `reset`, `ring`, `sanitize`, `sanitize_hooks`, `telemetry`, `crate::config` |
+//! | `scheduler` | `capture_ctl`, `compute_engine`, `context`, `cp`, `gpu`, `inject`, `mmu`, `reset`, `ring`, `sanitize_hooks`, `telemetry` |
+//! | `doorbell` | `context`, `gpu`, `mmu`, `ring`, `sanitize_hooks`, `watch` |
+//! | `capture_ctl` | `capture`, `cp`, `gpu`, `mmu` |
+//! | `reset` | `gpu`, `ring` |
+//! | `sanitize_hooks` | `context`, `cp`, `gpu`, `mmu`, `ring`, `sanitize` |
+//! | `gpu` | `capture`, `clock`, `context`, `events`, `inject`, `mmu`, `record`, `sanitize`, `telemetry`, `watch`, `crate::config` |
+//! | `capture` | `context`, `copy_engine`, `cp`, `inject`, `mmu`, `ring` |
+//! | `cp` | `compute_engine`, `copy_engine`, `dma`, `inject`, `mmu`, `poison`, `record`, `ring`, `sanitize`, `telemetry` |
+//! | `context` | `mmu`, `ring`, `telemetry` |
+//! | `inject` | `copy_engine`, `dma`, `mmu`, `poison`, `ring`, `sanitize` |
+//! | `ring` | `compute_engine`, `copy_engine` |
+//! | `compute_engine` | `dma`, `kernel_mem`, `mmu`, `poison`, `record` |
+//! | `copy_engine` | `dma`, `mmu` |
+//! | `kernel_mem` | `dma`, `mmu`, `poison` |
+//! | `dma` | `mmu`, `poison`, `record` |
+//! | `mmu` | `memory`, `record`, `sanitize` |
+//! | `record` | `memory`, `crate::config` |
+//! | `sanitize` | `json` |
+//! | `watch` | - |
+//! | `memory` | - |
+//! | `json` | - |
+//! | `clock` | - |
+//! | `counters` | - |
+//! | `events` | - |
+//! | `poison` | - |
+//! | `ras` | - |
+//! | `telemetry` | - |
 
 pub mod capture;
+pub mod capture_ctl;
 pub mod clock;
 pub mod compute_engine;
 pub mod context;
@@ -39,6 +80,7 @@ pub mod copy_engine;
 pub mod counters;
 pub mod cp;
 pub mod dma;
+pub mod doorbell;
 pub mod events;
 pub mod gpu;
 pub mod inject;
@@ -120,7 +162,7 @@ impl Device {
         let g = gpu.clone();
         match std::thread::Builder::new()
             .name("vgpu-doorbells".to_owned())
-            .spawn(move || watch::watcher_main(g))
+            .spawn(move || doorbell::watcher_main(g))
         {
             Ok(t) => threads.push(t),
             // Without it, watched doorbells are never seen: DOORBELL still

@@ -307,6 +307,18 @@ impl Ring {
         self.status_broken = false;
     }
 
+    /// A doorbell (the `DOORBELL` command, or a watched block's new
+    /// `wptr`): the value is latched for the engine, which checks it the
+    /// next time it schedules the ring. A stopped ring ignores it (the
+    /// register write is accepted and has no effect). Whether it latched.
+    pub fn ring_doorbell(&mut self, wptr: u32) -> bool {
+        if matches!(self.state, RingState::Stopped { .. }) {
+            return false;
+        }
+        self.doorbell = Some(wptr);
+        true
+    }
+
     /// Whether the ring has work in flight: unfinished packets, or a
     /// doorbell not yet seen by a ring that is not stopped. A busy ring
     /// cannot be destroyed.

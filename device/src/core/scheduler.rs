@@ -513,7 +513,7 @@ pub fn serve_requests(gpu: &Gpu, st: &mut GpuState, e: u32, cp: &mut CommandProc
                 }
             }
             Request::Capture { ctx, reason } => {
-                super::capture::on_request(gpu, st, cp, e, id, ctx, reason);
+                super::capture_ctl::on_request(gpu, st, cp, e, id, ctx, reason);
             }
             Request::Invalidate { asid, va, size } => {
                 // Buffers of rings stopped or reset since are not checked.
@@ -767,7 +767,7 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
                 let mut events = retire(&gpu, &mut st, &mut cp, &mem, job, out);
                 events.extend(hooks::after_retire(&gpu, &mut st, ctx, eu, &end));
                 // A stopped ring is captured before its event goes out.
-                super::capture::on_retire(&gpu, &st, &cp, &mem, &job, &end, &events);
+                super::capture_ctl::on_retire(&gpu, &st, &cp, &mem, &job, &end, &events);
                 flush_trace(&gpu, &mut cp);
                 for ev in events {
                     gpu.post(ev);

@@ -10,8 +10,9 @@
 //! | `CAPTURE` | the driver, when it declares a hang, before it resets | `HANG`, `DRIVER` |
 //! | the control socket's `capture CTX ENGINE` | the host | `ON_DEMAND` |
 //!
-//! A requested capture goes through the engine's mailbox
-//! ([`Request::Capture`]): only the engine thread may look at its TLBs and
+//! The triggers and `CAPTURE_READ` are [`super::capture_ctl`]'s; this
+//! block builds captures ([`build`]) and keeps them. A requested capture
+//! goes through the engine's mailbox (`Request::Capture`): only the engine thread may look at its TLBs and
 //! its loaded dispatches, and a hung engine still serves its mailbox at
 //! every boundary. The capture itself ([`build`]) is bounded by
 //! [`CaptureLimits`] and costs no more than copying that much memory; its
@@ -32,16 +33,10 @@ pub mod build;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use vgpu_hwif::capture::reason;
-use vgpu_hwif::event::{EngineErrorRecord, Event, EventRecord};
-use vgpu_hwif::proto::{Status, CAPTURE_READ_MAX, CTX_NONE};
-use vm_memory::{Bytes, GuestAddress};
+use vgpu_hwif::event::EventRecord;
+use vgpu_hwif::proto::Status;
 
 use super::context::ContextError;
-use super::cp::{CommandProcessor, Job, SliceEnd};
-use super::gpu::{Gpu, GpuState, Request, ENGINES};
-use super::mmu::{in_ram, Mem};
-use build::{Failure, Frozen};
 
 /// Events kept for the next capture.
 pub const RECENT_EVENTS: usize = 32;
@@ -193,7 +188,8 @@ impl CaptureUnit {
             .cloned()
     }
 
-    fn take_result(&self, engine: usize, req: u64) -> Option<u32> {
+    /// The capture engine `engine` took for request `req` (once).
+    pub fn take_result(&self, engine: usize, req: u64) -> Option<u32> {
         let mut g = self.lock();
         let i = g
             .results
@@ -202,237 +198,32 @@ impl CaptureUnit {
         g.results.swap_remove(i).2
     }
 
-    /// Builds and stores a capture; returns it.
-    fn take(
-        &self,
-        gpu: &Gpu,
-        st: &GpuState,
-        cp: &CommandProcessor,
-        mem: &Mem,
-        c: Cap,
-    ) -> Option<Stored> {
-        let (limits, id, recent) = {
-            let mut g = self.lock();
-            g.next_id = g.next_id.wrapping_add(1).max(1);
-            (g.limits, g.next_id, g.recent.iter().copied().collect())
-        };
-        let ctx = st.contexts.get(c.ctx).ok()?;
-        let mut running = [false; 2];
-        for (e, r) in running.iter_mut().enumerate() {
-            *r = st
-                .engines
-                .get(e)
-                .and_then(|es| es.current)
-                .is_some_and(|(x, _)| x == c.ctx);
-        }
-        let frozen = Frozen {
-            id,
-            generation: gpu.cfg.generation,
-            va_bits: gpu.cfg.va_bits,
-            compute_units: gpu.cfg.compute_units,
-            engine: c.engine,
-            device_ns: gpu.clock.now_ns(),
-            ctx,
-            running,
-            cp,
-            failure: c.failure,
-            recent,
-            inject: &gpu.inject,
-        };
-        let t0 = std::time::Instant::now();
-        let bytes = build::build(&frozen, mem, &limits);
-        log::info!(
-            "capture {id}: {} of context {} on engine {}: {} bytes in {} us",
-            reason::name(c.failure.reason),
-            c.ctx,
-            c.engine,
-            bytes.len(),
-            t0.elapsed().as_micros()
-        );
-        let stored = Stored {
-            id,
-            ctx: c.ctx,
-            engine: c.engine,
-            reason: c.failure.reason,
-            bytes: Arc::new(bytes),
-        };
+    /// Starts a capture: its id, the limits it is built under and the
+    /// events posted last.
+    pub fn begin(&self) -> (u32, CaptureLimits, Vec<EventRecord>) {
+        let mut g = self.lock();
+        g.next_id = g.next_id.wrapping_add(1).max(1);
+        (g.next_id, g.limits, g.recent.iter().copied().collect())
+    }
+
+    /// Keeps capture `stored` (the oldest dropped beyond the limit).
+    pub fn keep(&self, stored: Stored) {
         let mut g = self.lock();
         while g.captures.len() >= g.limits.keep.max(1) {
             g.captures.pop_front();
         }
-        g.captures.push_back(stored.clone());
-        Some(stored)
+        g.captures.push_back(stored);
     }
-}
 
-/// What to capture.
-#[derive(Debug, Clone, Copy)]
-struct Cap {
-    ctx: u32,
-    engine: u32,
-    failure: Failure,
-}
-
-/// After the scheduler retired `job`'s slice that ended with `end` and
-/// produced `events` (engine thread, state lock held): captures the
-/// context if its ring stopped.
-pub fn on_retire(
-    gpu: &Gpu,
-    st: &GpuState,
-    cp: &CommandProcessor,
-    mem: &Mem,
-    job: &Job,
-    end: &SliceEnd,
-    events: &[Event],
-) {
-    let why = match end {
-        SliceEnd::Fault { .. } if job.replayable => return,
-        SliceEnd::Fault { .. } | SliceEnd::KernelFault { .. } | SliceEnd::StatusFault(_) => {
-            reason::FAULT
+    /// Engine `engine` served capture request `req` with capture `id`.
+    pub fn served(&self, engine: usize, req: u64, id: Option<u32>) {
+        let mut g = self.lock();
+        // Results nobody collected (the requester gave up) do not pile up.
+        if g.results.len() >= 16 {
+            g.results.remove(0);
         }
-        SliceEnd::Error { .. } => reason::ENGINE_ERROR,
-        _ => return,
-    };
-    if !gpu.capture.limits().auto {
-        return;
+        g.results.push((engine, req, id));
     }
-    let error = events.iter().find(|ev| match ev {
-        Event::Fault { info, .. } => u32::from(info.ctx_id) == job.ctx,
-        Event::EngineError(EngineErrorRecord { ctx_id, .. }) => *ctx_id == job.ctx,
-        _ => false,
-    });
-    let packet_va = match error {
-        Some(
-            Event::Fault { packet_va, .. }
-            | Event::EngineError(EngineErrorRecord { packet_va, .. }),
-        ) => Some(*packet_va),
-        _ => None,
-    };
-    let failure = Failure {
-        reason: why,
-        error: error.map(|ev| ev.to_record(0, gpu.clock.now_ns())),
-        packet_va,
-    };
-    gpu.capture.take(
-        gpu,
-        st,
-        cp,
-        mem,
-        Cap {
-            ctx: job.ctx,
-            engine: job.engine,
-            failure,
-        },
-    );
-}
-
-/// Serves [`Request::Capture`] `req` on engine `e` (engine thread, state
-/// lock held).
-pub fn on_request(
-    gpu: &Gpu,
-    st: &GpuState,
-    cp: &CommandProcessor,
-    e: u32,
-    req: u64,
-    ctx: u32,
-    why: u32,
-) {
-    let mem = gpu.memory();
-    let failure = Failure {
-        reason: why,
-        error: None,
-        packet_va: None,
-    };
-    let id = gpu
-        .capture
-        .take(
-            gpu,
-            st,
-            cp,
-            &mem,
-            Cap {
-                ctx,
-                engine: e,
-                failure,
-            },
-        )
-        .map(|s| s.id);
-    let mut g = gpu.capture.lock();
-    // Results nobody collected (the requester gave up) do not pile up.
-    if g.results.len() >= 16 {
-        g.results.remove(0);
-    }
-    g.results.push((e as usize, req, id));
-}
-
-/// Takes a capture of context `ctx` on `engine` for `why` through the
-/// engine's mailbox and waits for it (control side: `CAPTURE`, the control
-/// socket).
-///
-/// # Errors
-///
-/// [`CaptureError`]: no such context or engine, a reason a driver may not
-/// give, the engine lost, the context gone meanwhile.
-pub fn request(gpu: &Gpu, ctx: u32, engine: u32, why: u32) -> Result<Stored, CaptureError> {
-    if !matches!(why, reason::HANG | reason::DRIVER | reason::ON_DEMAND) {
-        return Err(CaptureError::BadReason(why));
-    }
-    let e = engine as usize;
-    if e >= ENGINES {
-        return Err(CaptureError::BadEngine(engine));
-    }
-    let mut st = gpu.lock();
-    st.contexts.get(ctx)?;
-    let id = gpu.submit(&mut st, e, Request::Capture { ctx, reason: why });
-    let (st, alive) = gpu.wait_served(st, e, id);
-    drop(st);
-    if !alive {
-        return Err(CaptureError::EngineLost(e));
-    }
-    let cid = gpu
-        .capture
-        .take_result(e, id)
-        .ok_or(CaptureError::NotFound)?;
-    gpu.capture.get(cid).ok_or(CaptureError::NotFound)
-}
-
-/// `CAPTURE_READ`: copies `len` bytes of a capture from `offset` into
-/// guest memory at `buf_pa`. `capture_id` 0 names the newest capture of
-/// `ctx` (`CTX_NONE`: of any). Returns the capture and the bytes written.
-///
-/// # Errors
-///
-/// [`CaptureError::NotFound`], [`CaptureError::BadBuffer`] (outside guest
-/// RAM, or more than `CAPTURE_READ_MAX`).
-pub fn read_into(
-    gpu: &Gpu,
-    capture_id: u32,
-    ctx: u32,
-    offset: u32,
-    len: u32,
-    buf_pa: u64,
-) -> Result<(Stored, u32), CaptureError> {
-    let c = if capture_id != 0 {
-        gpu.capture.get(capture_id)
-    } else {
-        gpu.capture.newest((ctx != CTX_NONE).then_some(ctx))
-    }
-    .ok_or(CaptureError::NotFound)?;
-    let bad = CaptureError::BadBuffer { pa: buf_pa, len };
-    if len > CAPTURE_READ_MAX {
-        return Err(bad);
-    }
-    let mem = gpu.memory();
-    if len > 0 && !in_ram(&mem, buf_pa, u64::from(len)) {
-        return Err(bad);
-    }
-    let start = (offset as usize).min(c.bytes.len());
-    let n = (c.bytes.len() - start).min(len as usize);
-    let chunk = c.bytes.get(start..start + n).unwrap_or(&[]);
-    if n > 0 && mem.write_slice(chunk, GuestAddress(buf_pa)).is_err() {
-        return Err(bad);
-    }
-    Ok((c, n as u32))
 }
 
 #[cfg(test)]

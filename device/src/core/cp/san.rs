@@ -16,6 +16,7 @@ use vgpu_hwif::sanitize::{ring_index, Check, SAN_PACKET_WORDS};
 use super::{CommandProcessor, Exec, Host, Job, SliceEnd, Stream};
 use crate::core::dma::GpuMemory;
 use crate::core::inject::Injector;
+use crate::core::mmu::read_words;
 use crate::core::mmu::Mem;
 use crate::core::ring::{InFlight, Op};
 use crate::core::sanitize::cmdbuf::Page;
@@ -23,7 +24,6 @@ use crate::core::sanitize::fence::{LastFence, Verdict};
 use crate::core::sanitize::hazard::{ring_index as hz_ring, Origin};
 use crate::core::sanitize::report::{engine_name, Location, Prior, Report, Touch};
 use crate::core::sanitize::tlb::{Finding, Role};
-use crate::core::mmu::read_words;
 use crate::core::sanitize::{pt, Sanitizer, TLB_CHECKS};
 
 /// Reads the 64-bit leaf entry at `pa` (0 if unreadable).

@@ -567,7 +567,12 @@ pub fn after_retire(gpu: &Gpu, st: &mut GpuState, ctx: u32, e: u32, end: &SliceE
         depth: v.frames.len() as u32,
         packet_va: v.packet_va,
         cmd_offset: v.frames.first().map_or(0, |f| f.2),
-        words: read_words(&mem, &v.space, v.packet_va, (words as usize).min(SAN_PACKET_WORDS)),
+        words: read_words(
+            &mem,
+            &v.space,
+            v.packet_va,
+            (words as usize).min(SAN_PACKET_WORDS),
+        ),
     });
     rep.touch = Some(Touch {
         access: Access::Read,

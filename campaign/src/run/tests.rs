@@ -234,9 +234,8 @@ fn devcoredumps_are_taken_out_of_the_guest_output() {
 #[test]
 fn script_runs_workload_innocent_health_and_dmesg() {
     let sh = guest_script(&scenario(None, true), "h");
-    assert!(sh.starts_with(
-        "( w ) >/tmp/workload.log 2>&1 & WP=$!; sleep 0.3; ( i ) >/tmp/innocent.log"
-    ));
+    assert!(sh
+        .starts_with("( w ) >/tmp/workload.log 2>&1 & WP=$!; sleep 0.3; ( i ) >/tmp/innocent.log"));
     assert!(sh.contains("( h ) >/dev/null 2>&1; echo campaign-health=$?"));
     assert!(sh.contains("cat \"$d\"; echo campaign-devcoredump-end; echo 1 > \"$d\""));
 }

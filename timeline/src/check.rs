@@ -68,6 +68,10 @@ const PHASES: &str = "BEXiICbneSTpFstfPNODMVvRc()";
 type AsyncEv = (f64, usize, char, (i64, String, String));
 /// A flow step: time, phase, index, pid, tid, whether it has `bp`.
 type FlowStep = (f64, char, usize, i64, i64, bool);
+/// Per thread (pid, tid): its slices with times rounded, and truncated.
+type Slices = BTreeMap<(i64, i64), (Vec<Iv>, Vec<Iv>)>;
+/// Per flow key (category, name, id): its steps.
+type Flows = BTreeMap<(String, String, String), Vec<FlowStep>>;
 
 /// An interval on one thread, ns.
 #[derive(Clone, Copy)]
@@ -101,8 +105,45 @@ pub fn check(text: &str) -> Result<Report, CheckError> {
     let doc: Value = serde_json::from_str(text)?;
     let mut r = Report::default();
     let empty = vec![];
-    let events = match &doc {
-        Value::Array(a) => a,
+    let events = top_level(&mut r, &doc).unwrap_or(&empty);
+    r.events = events.len();
+    let mut seen = Seen::default();
+    // Events sorted by time (stable), as importers process them.
+    let mut order: Vec<usize> = (0..events.len()).collect();
+    let ts_of = |e: &Value| e.get("ts").and_then(Value::as_f64).unwrap_or(0.0);
+    order.sort_by(|&a, &b| ts_of(&events[a]).total_cmp(&ts_of(&events[b])));
+    for &i in &order {
+        let Some(ev) = fields(&mut r, i, &events[i]) else {
+            continue;
+        };
+        if ev.ph != 'M' {
+            seen.threads.insert((ev.pid, ev.tid));
+        }
+        seen.phase(&mut r, i, ev);
+    }
+    for ((pid, tid), open) in &seen.open_b {
+        for (_, i) in open {
+            r.err(*i, format!("B never ended on thread {pid}/{tid}"));
+        }
+    }
+    nesting(&mut r, &mut seen.slices);
+    async_pairing(&mut r, &seen.async_ev);
+    flow_binding(&mut r, &seen.flows, &seen.slices);
+    for (pid, tid) in &seen.threads {
+        let e = r
+            .processes
+            .entry(*pid)
+            .or_insert_with(|| (seen.names.get(pid).cloned().unwrap_or_default(), 0, 0));
+        e.2 += 1;
+        e.1 += seen.slices.get(&(*pid, *tid)).map_or(0, |s| s.0.len());
+    }
+    Ok(r)
+}
+
+/// Checks the top level's keys; its events, if it has an array of them.
+fn top_level<'a>(r: &mut Report, doc: &'a Value) -> Option<&'a Vec<Value>> {
+    match doc {
+        Value::Array(a) => Some(a),
         Value::Object(o) => {
             for k in o.keys() {
                 if !TOP_KEYS.contains(&k.as_str()) {
@@ -119,128 +160,140 @@ pub fn check(text: &str) -> Result<Report, CheckError> {
                 r.errors.push("otherData is not an object".into());
             }
             match o.get("traceEvents") {
-                Some(Value::Array(a)) => a,
+                Some(Value::Array(a)) => Some(a),
                 _ => {
                     r.errors.push("no traceEvents array".into());
-                    &empty
+                    None
                 }
             }
         }
         _ => {
             r.errors
                 .push("the top level is neither an object nor an array".into());
-            &empty
+            None
+        }
+    }
+}
+
+/// What the events leave for the checks across events, per thread, async key and flow.
+#[derive(Default)]
+struct Seen {
+    slices: Slices,
+    open_b: BTreeMap<(i64, i64), Vec<(f64, usize)>>,
+    async_ev: Vec<AsyncEv>,
+    flows: Flows,
+    threads: BTreeSet<(i64, i64)>,
+    names: BTreeMap<i64, String>,
+}
+
+/// An event's fields common to every phase, once they are valid.
+struct Fields<'a> {
+    o: &'a serde_json::Map<String, Value>,
+    ph: char,
+    name: String,
+    pid: i64,
+    tid: i64,
+    ts: f64,
+    cat: String,
+    /// `id`, when present: `None` if not a string or an integer.
+    id: Option<Option<String>>,
+}
+
+/// Checks event `i`'s fields common to every phase; `None` if it cannot be checked further.
+fn fields<'a>(r: &mut Report, i: usize, e: &'a Value) -> Option<Fields<'a>> {
+    let Some(o) = e.as_object() else {
+        r.err(i, "not an object");
+        return None;
+    };
+    let ph = match o.get("ph").and_then(Value::as_str) {
+        Some(p) if p.chars().count() == 1 && PHASES.contains(p) => p.chars().next().unwrap_or('?'),
+        Some(p) => {
+            r.err(i, format!("unknown phase '{p}'"));
+            return None;
+        }
+        None => {
+            r.err(i, "no ph");
+            return None;
         }
     };
-    r.events = events.len();
-    // Per thread: slices (rounded, truncated), open B events.
-    let mut slices: BTreeMap<(i64, i64), (Vec<Iv>, Vec<Iv>)> = BTreeMap::new();
-    let mut open_b: BTreeMap<(i64, i64), Vec<(f64, usize)>> = BTreeMap::new();
-    let mut async_ev: Vec<AsyncEv> = vec![];
-    let mut flows: BTreeMap<(String, String, String), Vec<FlowStep>> = BTreeMap::new();
-    let mut threads: BTreeSet<(i64, i64)> = BTreeSet::new();
-    let mut names: BTreeMap<i64, String> = BTreeMap::new();
-    // Events sorted by time (stable), as importers process them.
-    let mut order: Vec<usize> = (0..events.len()).collect();
-    let ts_of = |e: &Value| e.get("ts").and_then(Value::as_f64).unwrap_or(0.0);
-    order.sort_by(|&a, &b| ts_of(&events[a]).total_cmp(&ts_of(&events[b])));
-    for &i in &order {
-        let e = &events[i];
-        let Some(o) = e.as_object() else {
-            r.err(i, "not an object");
-            continue;
-        };
-        let ph = match o.get("ph").and_then(Value::as_str) {
-            Some(p) if p.chars().count() == 1 && PHASES.contains(p) => {
-                p.chars().next().unwrap_or('?')
-            }
-            Some(p) => {
-                r.err(i, format!("unknown phase '{p}'"));
-                continue;
-            }
-            None => {
-                r.err(i, "no ph");
-                continue;
-            }
-        };
-        let name = o.get("name");
-        match name {
-            Some(Value::String(_)) => {}
-            None if ph == 'E' => {}
-            _ => r.err(i, "name missing or not a string"),
-        }
-        let name = name.and_then(Value::as_str).unwrap_or("").to_owned();
-        if o.get("cat").is_some_and(|c| !c.is_string()) {
-            r.err(i, "cat is not a string");
-        }
-        let (Some(pid), Some(tid)) = (
-            o.get("pid").and_then(Value::as_i64),
-            o.get("tid").and_then(Value::as_i64),
-        ) else {
-            r.err(i, "pid or tid missing or not an integer");
-            continue;
-        };
-        if o.get("args").is_some_and(|a| !a.is_object()) {
-            r.err(i, "args is not an object");
-        }
-        let ts = o.get("ts").and_then(Value::as_f64);
-        if ph != 'M' {
-            match ts {
-                Some(t) if t.is_finite() && t >= 0.0 => {}
-                _ => {
-                    r.err(i, "ts missing, negative or not a number");
-                    continue;
-                }
+    let name = o.get("name");
+    match name {
+        Some(Value::String(_)) => {}
+        None if ph == 'E' => {}
+        _ => r.err(i, "name missing or not a string"),
+    }
+    let name = name.and_then(Value::as_str).unwrap_or("").to_owned();
+    if o.get("cat").is_some_and(|c| !c.is_string()) {
+        r.err(i, "cat is not a string");
+    }
+    let (Some(pid), Some(tid)) = (
+        o.get("pid").and_then(Value::as_i64),
+        o.get("tid").and_then(Value::as_i64),
+    ) else {
+        r.err(i, "pid or tid missing or not an integer");
+        return None;
+    };
+    if o.get("args").is_some_and(|a| !a.is_object()) {
+        r.err(i, "args is not an object");
+    }
+    let ts = o.get("ts").and_then(Value::as_f64);
+    if ph != 'M' {
+        match ts {
+            Some(t) if t.is_finite() && t >= 0.0 => {}
+            _ => {
+                r.err(i, "ts missing, negative or not a number");
+                return None;
             }
         }
-        let ts = ts.unwrap_or(0.0);
-        let cat = o
-            .get("cat")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned();
-        let id = o.get("id").map(|v| match v {
-            Value::String(s) => Some(s.clone()),
-            Value::Number(n) if n.is_u64() || n.is_i64() => Some(n.to_string()),
-            _ => None,
-        });
-        if let Some(b) = o.get("bp") {
-            if b != "e" {
-                r.err(i, format!("bp {b} is not \"e\""));
-            }
+    }
+    let ts = ts.unwrap_or(0.0);
+    let cat = o
+        .get("cat")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let id = o.get("id").map(|v| match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) if n.is_u64() || n.is_i64() => Some(n.to_string()),
+        _ => None,
+    });
+    if let Some(b) = o.get("bp") {
+        if b != "e" {
+            r.err(i, format!("bp {b} is not \"e\""));
         }
-        if ph != 'M' {
-            threads.insert((pid, tid));
-        }
+    }
+    Some(Fields {
+        o,
+        ph,
+        name,
+        pid,
+        tid,
+        ts,
+        cat,
+        id,
+    })
+}
+
+impl Seen {
+    /// Checks event `i`'s rules for its phase and keeps what the later checks need.
+    fn phase(&mut self, r: &mut Report, i: usize, ev: Fields<'_>) {
+        let Fields {
+            o,
+            ph,
+            name,
+            pid,
+            tid,
+            ts,
+            cat,
+            id,
+        } = ev;
         match ph {
-            'M' => {
-                let want = match name.as_str() {
-                    "process_name" | "thread_name" => "name",
-                    "process_sort_index" | "thread_sort_index" => "sort_index",
-                    "process_labels" => "labels",
-                    other => {
-                        r.err(i, format!("unknown metadata '{other}'"));
-                        continue;
-                    }
-                };
-                let a = o.get("args").and_then(|a| a.get(want));
-                let ok = if want == "sort_index" {
-                    a.is_some_and(Value::is_i64)
-                } else {
-                    a.is_some_and(Value::is_string)
-                };
-                if !ok {
-                    r.err(i, format!("{name} without a valid args.{want}"));
-                }
-                if name == "process_name" {
-                    names.insert(pid, a.and_then(Value::as_str).unwrap_or("").to_owned());
-                }
-            }
+            'M' => self.metadata(r, i, o, &name, pid),
             'X' => match o.get("dur").and_then(Value::as_f64) {
                 Some(d) if d.is_finite() && d >= 0.0 => {
                     let (s0, s1) = ns(ts);
                     let (e0, e1) = (ns(ts + d).0, ns(ts).1 + ns(d).1);
-                    let t = slices.entry((pid, tid)).or_default();
+                    let t = self.slices.entry((pid, tid)).or_default();
                     t.0.push(Iv {
                         start: s0,
                         end: e0,
@@ -254,10 +307,10 @@ pub fn check(text: &str) -> Result<Report, CheckError> {
                 }
                 _ => r.err(i, "X without a finite non-negative dur"),
             },
-            'B' => open_b.entry((pid, tid)).or_default().push((ts, i)),
-            'E' => match open_b.entry((pid, tid)).or_default().pop() {
+            'B' => self.open_b.entry((pid, tid)).or_default().push((ts, i)),
+            'E' => match self.open_b.entry((pid, tid)).or_default().pop() {
                 Some((b, bi)) => {
-                    let t = slices.entry((pid, tid)).or_default();
+                    let t = self.slices.entry((pid, tid)).or_default();
                     let (s, e) = (ns(b), ns(ts));
                     t.0.push(Iv {
                         start: s.0,
@@ -287,13 +340,13 @@ pub fn check(text: &str) -> Result<Report, CheckError> {
                 r.err(i, "counter without numeric args");
             }
             'b' | 'e' | 'n' => match id {
-                Some(Some(id)) => async_ev.push((ts, i, ph, (pid, cat, id))),
+                Some(Some(id)) => self.async_ev.push((ts, i, ph, (pid, cat, id))),
                 _ => r.err(i, "async event without a string or integer id"),
             },
             's' | 't' | 'f' => match id {
                 Some(Some(id)) => {
                     let bp = o.get("bp").is_some();
-                    flows
+                    self.flows
                         .entry((cat, name, id))
                         .or_default()
                         .push((ts, ph, i, pid, tid, bp));
@@ -303,12 +356,43 @@ pub fn check(text: &str) -> Result<Report, CheckError> {
             _ => {}
         }
     }
-    for ((pid, tid), open) in &open_b {
-        for (_, i) in open {
-            r.err(*i, format!("B never ended on thread {pid}/{tid}"));
+
+    /// Checks a metadata event (`M`): a known name with its argument; keeps process names.
+    fn metadata(
+        &mut self,
+        r: &mut Report,
+        i: usize,
+        o: &serde_json::Map<String, Value>,
+        name: &str,
+        pid: i64,
+    ) {
+        let want = match name {
+            "process_name" | "thread_name" => "name",
+            "process_sort_index" | "thread_sort_index" => "sort_index",
+            "process_labels" => "labels",
+            other => {
+                r.err(i, format!("unknown metadata '{other}'"));
+                return;
+            }
+        };
+        let a = o.get("args").and_then(|a| a.get(want));
+        let ok = if want == "sort_index" {
+            a.is_some_and(Value::is_i64)
+        } else {
+            a.is_some_and(Value::is_string)
+        };
+        if !ok {
+            r.err(i, format!("{name} without a valid args.{want}"));
+        }
+        if name == "process_name" {
+            self.names
+                .insert(pid, a.and_then(Value::as_str).unwrap_or("").to_owned());
         }
     }
-    // Nesting, with times rounded and truncated.
+}
+
+/// Checks that each thread's slices nest, with times rounded and truncated (sorts them).
+fn nesting(r: &mut Report, slices: &mut Slices) {
     for (k, (a, b)) in slices.iter_mut() {
         for (how, ivs) in [("rounded", &mut *a), ("truncated", &mut *b)] {
             ivs.sort_by_key(|v| (v.start, -v.end));
@@ -332,9 +416,12 @@ pub fn check(text: &str) -> Result<Report, CheckError> {
         }
         r.slices += a.len();
     }
-    // Async pairing.
+}
+
+/// Checks that each async `e` closes an open `b` of its key and that every `b` is closed.
+fn async_pairing(r: &mut Report, async_ev: &[AsyncEv]) {
     let mut open_async: BTreeMap<(i64, String, String), usize> = BTreeMap::new();
-    for (_, i, ph, key) in &async_ev {
+    for (_, i, ph, key) in async_ev {
         match ph {
             'b' => *open_async.entry(key.clone()).or_default() += 1,
             'e' => match open_async.get_mut(key) {
@@ -351,10 +438,13 @@ pub fn check(text: &str) -> Result<Report, CheckError> {
             ));
         }
     }
-    // Flows.
+}
+
+/// Checks each flow's steps: `s`, `t`..., `f` in time order, each bound to a slice.
+fn flow_binding(r: &mut Report, flows: &Flows, slices: &Slices) {
     r.flows = flows.len();
     let thread_slices = |pid: i64, tid: i64| slices.get(&(pid, tid)).map(|s| &s.0);
-    for ((cat, name, id), steps) in &flows {
+    for ((cat, name, id), steps) in flows {
         let who = format!("flow cat '{cat}' name '{name}' id {id}");
         let kinds: String = steps.iter().map(|s| s.1).collect();
         let well_formed = kinds.starts_with('s')
@@ -381,15 +471,6 @@ pub fn check(text: &str) -> Result<Report, CheckError> {
             }
         }
     }
-    for (pid, tid) in &threads {
-        let e = r
-            .processes
-            .entry(*pid)
-            .or_insert_with(|| (names.get(pid).cloned().unwrap_or_default(), 0, 0));
-        e.2 += 1;
-        e.1 += slices.get(&(*pid, *tid)).map_or(0, |s| s.0.len());
-    }
-    Ok(r)
 }
 
 #[cfg(test)]

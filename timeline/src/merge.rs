@@ -225,15 +225,7 @@ pub fn merge(
     umd: Option<&UmdTrace>,
 ) -> Result<(Value, Summary), MergeError> {
     let clock = match dev {
-        Some(d) => {
-            let syncs: Vec<(u64, u64, u64)> = kmd
-                .syncs
-                .iter()
-                .map(|s| (s.t0, s.t1, s.device_ns))
-                .collect();
-            let clock0 = Clock::fit(&syncs, &[])?;
-            Some(Clock::fit(&syncs, &pairs(kmd, Some(d), &clock0))?)
-        }
+        Some(d) => Some(fit_clock(kmd, d)?),
         None => None,
     };
     let mut recs: Vec<KmdRec> = kmd.recs.clone();
@@ -248,21 +240,73 @@ pub fn merge(
         clock.as_ref(),
     );
 
-    let mut slices: Vec<Slice> = Vec::new();
-    let mut instants: Vec<Value> = Vec::new();
-    let mut threads: BTreeMap<(u64, u64), String> = BTreeMap::new();
+    let mut tracks = Tracks::default();
+    umd_tracks(&mut tracks, umd);
+    kmd_tracks(&mut tracks, &recs, umd);
+    ring_tracks(&mut tracks, &chains);
+    if let (Some(d), Some(clock)) = (dev, clock.as_ref()) {
+        device_tracks(&mut tracks, d, clock);
+    }
+    fit_points(&mut tracks.slices);
 
-    // UMD.
+    let mut events = metadata_events(umd, dev.is_some(), &tracks.threads);
+    for s in &tracks.slices {
+        events.push(
+            json!({ "name": s.name, "cat": s.cat, "ph": "X", "pid": s.pid, "tid": s.tid,
+                            "ts": us(s.start), "dur": us(s.dur), "args": s.args }),
+        );
+    }
+    events.extend(tracks.instants);
+    let flows = flow_events(&mut events, &chains);
+
+    let summary = Summary {
+        clock,
+        events: events.len(),
+        flows,
+        inputs: (
+            dev.map_or(0, |d| d.events.len()),
+            kmd.recs.len(),
+            umd.processes.len(),
+            umd.spans.len(),
+        ),
+        chains,
+    };
+    let doc = document(kmd, dev, &summary, events);
+    Ok((doc, summary))
+}
+
+/// The slices, instants and thread names of the tracks being built.
+#[derive(Default)]
+struct Tracks {
+    slices: Vec<Slice>,
+    instants: Vec<Value>,
+    threads: BTreeMap<(u64, u64), String>,
+}
+
+/// The device clock on the guest's: fit to the `TIME_QUERY` samples, then to the causal pairs.
+fn fit_clock(kmd: &KmdTrace, dev: &DevTrace) -> Result<Clock, MergeError> {
+    let syncs: Vec<(u64, u64, u64)> = kmd
+        .syncs
+        .iter()
+        .map(|s| (s.t0, s.t1, s.device_ns))
+        .collect();
+    let clock0 = Clock::fit(&syncs, &[])?;
+    Ok(Clock::fit(&syncs, &pairs(kmd, Some(dev), &clock0))?)
+}
+
+/// The UMD's tracks: a thread per program thread, a slice per span.
+fn umd_tracks(tracks: &mut Tracks, umd: &UmdTrace) {
     for s in &umd.spans {
         let args: serde_json::Map<String, Value> = s
             .args
             .iter()
             .map(|(k, v)| (k.clone(), json!(*v as i64)))
             .collect();
-        threads
+        tracks
+            .threads
             .entry((s.pid, s.tid))
             .or_insert_with(|| format!("thread {}", s.tid));
-        slices.push(Slice {
+        tracks.slices.push(Slice {
             pid: s.pid,
             tid: s.tid,
             name: s.name.clone(),
@@ -277,12 +321,15 @@ pub fn merge(
             args: Value::Object(args),
         });
     }
+}
 
-    // KMD: ioctl spans (enter/exit pairs per thread), commands, points.
+/// The KMD's threads (named): ioctl spans, control commands and point records.
+fn kmd_tracks(tracks: &mut Tracks, recs: &[KmdRec], umd: &UmdTrace) {
+    let slices = &mut tracks.slices;
     let mut open: BTreeMap<u64, Vec<&KmdRec>> = BTreeMap::new();
     // Per thread: its process, whether it made ioctls, what it recorded.
     let mut kthreads: BTreeMap<u64, (u64, bool, Vec<&str>)> = BTreeMap::new();
-    for r in &recs {
+    for r in recs {
         let tid = r.u("tid").unwrap_or(0);
         let e = kthreads
             .entry(tid)
@@ -347,12 +394,14 @@ pub fn merge(
             None if *ioctls => format!("pid {pid} tid {tid}"),
             None => format!("kernel thread {tid}: {}", kinds.join(", ")),
         };
-        threads.insert((PID_KMD, *tid), name);
+        tracks.threads.insert((PID_KMD, *tid), name);
     }
-    // KMD rings: each job from its ring write (or the previous signal) to
-    // its fence signal.
+}
+
+/// The KMD's rings: each job from its ring write (or the previous signal) to its fence signal.
+fn ring_tracks(tracks: &mut Tracks, chains: &[Chain]) {
     let mut last_end: BTreeMap<(u64, u64), i64> = BTreeMap::new();
-    for c in &chains {
+    for c in chains {
         let (Some(w), Some(s)) = (
             c.points.iter().find(|p| p.step == 2),
             c.points.iter().find(|p| p.step == 9),
@@ -364,11 +413,11 @@ pub fn merge(
             .start
             .max(last_end.get(&(c.hw, c.engine)).copied().unwrap_or(0));
         last_end.insert((c.hw, c.engine), s.start);
-        threads.insert(
+        tracks.threads.insert(
             (PID_KMD, tid),
             format!("ring slot {} {}", c.hw, engine_name(c.engine)),
         );
-        slices.push(Slice {
+        tracks.slices.push(Slice {
             pid: PID_KMD,
             tid,
             name: format!("job {}", c.seqno),
@@ -379,62 +428,66 @@ pub fn merge(
             args: json!({ "ctx": c.ctx, "slot": c.hw, "engine": c.engine, "seqno": c.seqno }),
         });
     }
+}
 
-    // Device.
-    if let (Some(d), Some(clock)) = (dev, clock.as_ref()) {
-        threads.insert(
-            (PID_DEVICE, TID_CONTROL),
-            "control (commands received)".into(),
-        );
-        threads.insert((PID_DEVICE, TID_EVENTS), "events (raised)".into());
-        let g = |t: u64| clock.to_guest(t).round() as i64;
-        for e in &d.events {
-            let ctx = e.arg("ctx").unwrap_or(u64::MAX);
-            let (tid, args) = match e.cat.as_str() {
-                "command" => (
-                    TID_CONTROL,
-                    json!({ "ctx": e.arg("ctx"), "engine": e.arg("engine"), "wptr": e.arg("wptr") }),
-                ),
-                "event" => (
-                    TID_EVENTS,
-                    json!({ "ctx": e.arg("ctx"), "engine": e.arg("engine"), "seq": e.arg("seq"), "value": e.arg("value"),
-                            "delivered_after_us": e.dur as f64 / 1000.0 }),
-                ),
-                _ => {
-                    let tid = jobs::packet_tid(e.tid, ctx);
-                    threads
-                        .entry((PID_DEVICE, tid))
-                        .or_insert_with(|| format!("{} engine ctx {}", engine_name(e.tid), ctx));
-                    (
-                        tid,
-                        json!({ "ctx": ctx, "packet_va": format!("{:#x}", e.arg("packet_va").unwrap_or(0)), "arg": e.arg("arg") }),
-                    )
-                }
-            };
-            if e.ph == "X" {
-                let (start, end) = (g(e.ts), g(e.ts + e.dur));
-                let point = e.cat == "event";
-                slices.push(Slice {
-                    pid: PID_DEVICE,
+/// The device's tracks on the guest clock: commands, events, a track per engine and context.
+fn device_tracks(tracks: &mut Tracks, d: &DevTrace, clock: &Clock) {
+    let threads = &mut tracks.threads;
+    threads.insert(
+        (PID_DEVICE, TID_CONTROL),
+        "control (commands received)".into(),
+    );
+    threads.insert((PID_DEVICE, TID_EVENTS), "events (raised)".into());
+    let g = |t: u64| clock.to_guest(t).round() as i64;
+    for e in &d.events {
+        let ctx = e.arg("ctx").unwrap_or(u64::MAX);
+        let (tid, args) = match e.cat.as_str() {
+            "command" => (
+                TID_CONTROL,
+                json!({ "ctx": e.arg("ctx"), "engine": e.arg("engine"), "wptr": e.arg("wptr") }),
+            ),
+            "event" => (
+                TID_EVENTS,
+                json!({ "ctx": e.arg("ctx"), "engine": e.arg("engine"), "seq": e.arg("seq"), "value": e.arg("value"),
+                        "delivered_after_us": e.dur as f64 / 1000.0 }),
+            ),
+            _ => {
+                let tid = jobs::packet_tid(e.tid, ctx);
+                threads
+                    .entry((PID_DEVICE, tid))
+                    .or_insert_with(|| format!("{} engine ctx {}", engine_name(e.tid), ctx));
+                (
                     tid,
-                    name: e.name.clone(),
-                    cat: if point { "event" } else { "device" },
-                    start,
-                    dur: if point {
-                        POINT_NS
-                    } else {
-                        (end - start).max(0)
-                    },
-                    point,
-                    args,
-                });
-            } else {
-                instants.push(json!({ "name": e.name, "cat": e.cat, "ph": "i", "s": "t", "pid": PID_DEVICE, "tid": tid,
-                                      "ts": us(g(e.ts)), "args": args }));
+                    json!({ "ctx": ctx, "packet_va": format!("{:#x}", e.arg("packet_va").unwrap_or(0)), "arg": e.arg("arg") }),
+                )
             }
+        };
+        if e.ph == "X" {
+            let (start, end) = (g(e.ts), g(e.ts + e.dur));
+            let point = e.cat == "event";
+            tracks.slices.push(Slice {
+                pid: PID_DEVICE,
+                tid,
+                name: e.name.clone(),
+                cat: if point { "event" } else { "device" },
+                start,
+                dur: if point {
+                    POINT_NS
+                } else {
+                    (end - start).max(0)
+                },
+                point,
+                args,
+            });
+        } else {
+            tracks.instants.push(json!({ "name": e.name, "cat": e.cat, "ph": "i", "s": "t", "pid": PID_DEVICE, "tid": tid,
+                                         "ts": us(g(e.ts)), "args": args }));
         }
     }
+}
 
+/// Sorts the slices by track and shortens the points so that they nest (see [`POINT_NS`]).
+fn fit_points(slices: &mut [Slice]) {
     // Point slices never overlap the next slice of their track (nor end
     // after their parent): their slices nest.
     slices.sort_by_key(|s| (s.pid, s.tid, s.start, -s.dur));
@@ -462,7 +515,14 @@ pub fn merge(
         }
         slices[i].dur = (limit - start).max(0);
     }
+}
 
+/// The metadata events: the processes' names and sort indices, then the threads' names.
+fn metadata_events(
+    umd: &UmdTrace,
+    with_device: bool,
+    threads: &BTreeMap<(u64, u64), String>,
+) -> Vec<Value> {
     let mut events: Vec<Value> = Vec::new();
     let mut sort_index = BTreeMap::new();
     for pid in umd.processes.keys().chain(umd.spans.iter().map(|s| &s.pid)) {
@@ -473,7 +533,7 @@ pub fn merge(
         sort_index.entry(*pid).or_insert((0, name));
     }
     sort_index.insert(PID_KMD, (1, "vgpu.ko (guest kernel)".into()));
-    if dev.is_some() {
+    if with_device {
         sort_index.insert(
             PID_DEVICE,
             (2, "vgpu device (device time on the guest clock)".into()),
@@ -483,17 +543,14 @@ pub fn merge(
         events.push(json!({ "name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": { "name": name } }));
         events.push(json!({ "name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": { "sort_index": i } }));
     }
-    for ((pid, tid), name) in &threads {
+    for ((pid, tid), name) in threads {
         events.push(json!({ "name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": { "name": name } }));
     }
-    for s in &slices {
-        events.push(
-            json!({ "name": s.name, "cat": s.cat, "ph": "X", "pid": s.pid, "tid": s.tid,
-                            "ts": us(s.start), "dur": us(s.dur), "args": s.args }),
-        );
-    }
-    events.extend(instants);
+    events
+}
 
+/// Appends a flow per job in causal order, through its points; returns how many.
+fn flow_events(events: &mut Vec<Value>, chains: &[Chain]) -> usize {
     // Flows: one per chain, through the points whose slice can hold a step
     // strictly inside (at least 2 ns long), from the first to the last.
     let mut flows = 0;
@@ -520,20 +577,17 @@ pub fn merge(
             events.push(ev);
         }
     }
+    flows
+}
 
-    let summary = Summary {
-        clock: clock.clone(),
-        events: events.len(),
-        flows,
-        inputs: (
-            dev.map_or(0, |d| d.events.len()),
-            kmd.recs.len(),
-            umd.processes.len(),
-            umd.spans.len(),
-        ),
-        chains,
-    };
-    let clock_json = clock.as_ref().map(|c| {
+/// The timeline document: the events and `otherData` (the clock, the jobs, what was lost).
+fn document(
+    kmd: &KmdTrace,
+    dev: Option<&DevTrace>,
+    summary: &Summary,
+    events: Vec<Value>,
+) -> Value {
+    let clock_json = summary.clock.as_ref().map(|c| {
         json!({ "model": "device_ns = slope * guest_ns + offset_ns", "slope": c.slope, "offset_ns": c.offset,
                 "uncertainty_ns": c.uncertainty_ns, "conflict_ns": c.conflict_ns, "fit_offset_ns": c.fit_offset,
                 "time_query_samples": c.samples, "rtt_ns": [c.rtt_ns.0, c.rtt_ns.1], "causal_pairs": c.pairs })
@@ -549,7 +603,7 @@ pub fn merge(
         .collect();
     // No displayTimeUnit: some Perfetto versions read it as the unit of
     // `ts`, which the format says is always microseconds.
-    let doc = json!({
+    json!({
         "otherData": {
             "generator": "vgpu-timeline",
             "clock": "guest CLOCK_MONOTONIC (us); device time mapped onto it",
@@ -559,6 +613,5 @@ pub fn merge(
             "jobs": jobs_json,
         },
         "traceEvents": events,
-    });
-    Ok((doc, summary))
+    })
 }

@@ -237,6 +237,23 @@ impl Device {
         self.gpu.set_notifier(Some(n));
     }
 
+    /// Records a context's page tables as the driver left them when `bytes`
+    /// is a command after which they are complete (`TLB_INVALIDATE`,
+    /// `CONTEXT_DESTROY`): see [`record::Recorder::tables`].
+    fn audit_tables(&self, r: &record::Recorder, bytes: &[u8]) {
+        use vgpu_hwif::proto::Command;
+        let ctx = match vgpu_hwif::proto::Command::decode(bytes).1 {
+            Ok(Command::TlbInvalidate { ctx_id, .. } | Command::ContextDestroy { ctx_id, .. }) => {
+                ctx_id
+            }
+            _ => return,
+        };
+        let root = self.gpu.lock().contexts.get(ctx).map(|c| c.pt_root);
+        if let Ok(root) = root {
+            r.tables(&self.gpu.memory(), ctx, root);
+        }
+    }
+
     /// Executes one command (bytes copied out of guest memory) whose reply
     /// buffer holds `reply_room` bytes.
     pub fn handle_command(&mut self, bytes: &[u8], reply_room: usize) -> Reply {
@@ -245,6 +262,7 @@ impl Device {
             None => self.control.process(bytes, reply_room),
             Some(r) => {
                 r.command(self.gpu.clock.now_ns(), bytes, reply_room);
+                self.audit_tables(r, bytes);
                 let reply = self.control.process(bytes, reply_room);
                 let t = self.gpu.clock.now_ns();
                 r.log(

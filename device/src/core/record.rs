@@ -49,7 +49,7 @@
 //! | 8 `CONTROL` | a request line of the fault-injection control socket |
 //! | 9 `WATCHED_DOORBELL` | `u64` copy packets started, `u64` compute packets started, `u32` context, `u32` engine, `u32` write pointer: a change the doorbell watcher saw in a watched block ([`super::watch`]), rung as a doorbell |
 //! | 10 `PACKET` | `u32` context, `u32` depth (0: the ring, n: the n-th `INDIRECT` level), `u64` packet VA, its words (header first; the header alone when it does not decode or the packet is longer than the words published): a packet the engine fetched |
-//! | 11 `WALK` | `u32` context, `u32` level, `u64` VA walked, `u64` guest-physical table address, `u32` entry index, `u32` zero, `u64` the entry's bits: one entry an engine's page-table walk read |
+//! | 11 `WALK` | `u32` context, `u32` level, `u64` VA walked, `u64` guest-physical table address, `u32` entry index, `u32` zero, `u64` the entry's bits: one entry an engine's page-table walk read; with engine `0xffff`, one entry of the device's audit of a context's tables at `TLB_INVALIDATE` and `CONTEXT_DESTROY` (every non-zero entry reachable from the root) |
 //!
 //! Readers skip unknown kinds; a new field or a changed meaning bumps the
 //! version.
@@ -62,6 +62,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
+use vgpu_hwif::mmu::{Pte, PteKind, LEVELS, PAGE_SHIFT};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryRegion};
 
 /// Number of engines (a record keeps per-engine packet counts).
@@ -78,6 +79,11 @@ pub const ENTRY_HEADER: usize = 24;
 pub const PAGE: usize = 4096;
 /// `engine` of entries not tied to one.
 pub const NO_ENGINE: u16 = 0xffff;
+
+/// Entries one page-table audit ([`Recorder::tables`]) logs at most.
+pub const TABLE_AUDIT_ENTRIES: usize = 8192;
+/// Tables one page-table audit reads at most.
+pub const TABLE_AUDIT_TABLES: usize = 1024;
 
 /// Entry kinds.
 pub mod kind {
@@ -101,7 +107,8 @@ pub mod kind {
     pub const WATCHED_DOORBELL: u16 = 9;
     /// A packet an engine fetched.
     pub const PACKET: u16 = 10;
-    /// A page-table entry an engine's walk read.
+    /// A page-table entry an engine's walk read; with engine [`NO_ENGINE`],
+    /// one the device read auditing a context's tables ([`Recorder::tables`]).
     pub const WALK: u16 = 11;
 }
 
@@ -601,6 +608,65 @@ impl Recorder {
                 &wptr.to_le_bytes(),
             ],
         );
+    }
+
+    /// The page tables of context `ctx` (root `root`) as they are in guest
+    /// memory now, logged entry by entry as walks of no engine
+    /// ([`NO_ENGINE`]): every non-zero entry of every table reachable from
+    /// the root through valid table entries, at most [`TABLE_AUDIT_ENTRIES`]
+    /// entries and [`TABLE_AUDIT_TABLES`] tables. What the driver wrote is
+    /// then in the record even for mappings no engine used, so that two
+    /// drivers' tables can be compared (`vgpu-replay compare`). Called at
+    /// the commands after which a driver's tables are complete
+    /// (`TLB_INVALIDATE`, `CONTEXT_DESTROY`).
+    pub fn tables(&self, mem: &Mem, ctx: u32, root: u64) {
+        if !self.recording || root == 0 {
+            return;
+        }
+        // (level, table address, VA the table starts at)
+        let mut stack = vec![(LEVELS - 1, root, 0u64)];
+        let (mut entries, mut tables) = (0usize, 0usize);
+        while let Some((level, table, base)) = stack.pop() {
+            tables += 1;
+            if tables > TABLE_AUDIT_TABLES {
+                break;
+            }
+            let Some(page) = page_of(mem, table) else {
+                continue;
+            };
+            for (index, raw) in page.chunks_exact(8).enumerate() {
+                let bits = u64::from_le_bytes(raw.try_into().unwrap_or([0; 8]));
+                if bits == 0 {
+                    continue;
+                }
+                entries += 1;
+                if entries > TABLE_AUDIT_ENTRIES {
+                    return;
+                }
+                let shift = PAGE_SHIFT + 9 * level;
+                let va = base | ((index as u64) << shift);
+                self.log(
+                    kind::WALK,
+                    NO_ENGINE,
+                    0,
+                    0,
+                    &[
+                        &ctx.to_le_bytes(),
+                        &level.to_le_bytes(),
+                        &va.to_le_bytes(),
+                        &table.to_le_bytes(),
+                        &(index as u32).to_le_bytes(),
+                        &0u32.to_le_bytes(),
+                        &bits.to_le_bytes(),
+                    ],
+                );
+                if let (Some(next), Ok(PteKind::Table(child))) =
+                    (level.checked_sub(1), Pte::from_bits(bits).decode(level))
+                {
+                    stack.push((next, child, va));
+                }
+            }
+        }
     }
 
     /// Whether this recorder serves a replay (the watcher then reads no

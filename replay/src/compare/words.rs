@@ -6,6 +6,9 @@ use vgpu_hwif::proto::{Opcode, Status};
 use super::trace::{engine_name, Entry, Item, Lane, Run, Slot, What};
 use super::{Difference, LaneDiff, Rank};
 
+/// The engine of the entries of the device's page-table audit.
+const AUDIT: u32 = vgpu_device::core::record::NO_ENGINE as u32;
+
 fn item<'a>(run: &'a Run, e: Option<&Entry>) -> Option<&'a Item> {
     e.and_then(|e| run.items.get(e.item))
 }
@@ -86,6 +89,10 @@ fn lane_text(rr: &Run, sr: &Run, lane: &Lane) -> String {
         Lane::Ring(s, e) | Lane::Packets(s, e) => {
             format!("{}'s {} ring", ctx(s), engine_name(*e))
         }
+        Lane::Pte(s, e, level, _) if *e == AUDIT => format!(
+            "{}'s page tables as the driver left them (level {level})",
+            ctx(s)
+        ),
         Lane::Pte(s, e, level, _) => format!(
             "{}'s page tables (level {level}, {} engine)",
             ctx(s),
@@ -286,21 +293,32 @@ fn pte_lane(rr: &Run, sr: &Run, d: &LaneDiff<'_>) -> String {
         return "no difference".into();
     };
     let What::Pte {
-        va, level, index, ..
+        va,
+        level,
+        index,
+        engine,
+        ..
     } = &at.what
     else {
         return item_text(at);
     };
+    // An entry of the device's audit of the tables (at TLB_INVALIDATE and
+    // CONTEXT_DESTROY) rather than of an engine's walk.
+    let audit = *engine == AUDIT;
     let view = |i: &Item| match &i.what {
         What::Pte { view, .. } => Some(view.clone()),
         _ => None,
     };
     let sdesc = match s.and_then(view) {
+        None if audit => {
+            "is not in your page tables (zero, or under an entry that is not a table)".to_owned()
+        }
         None => "was never walked by the device".to_owned(),
         Some(v) if !v.valid => format!("has no valid bit: {:#x}", v.bits),
         Some(v) => format!("is {:#x} ({})", v.bits, v.meaning),
     };
     let rdesc = match r.and_then(view) {
+        None if audit => "not in its page tables".to_owned(),
         None => "never walked".to_owned(),
         Some(v) => format!("{:#x} ({})", v.bits, v.meaning),
     };

@@ -24,6 +24,10 @@ enum Plant {
     WrongDoorbellEngine,
     /// Clears the valid bit of the level-2 entry mapping the buffer.
     InvalidPte,
+    /// Clears the valid bit of the level-2 entry of a buffer no engine
+    /// uses (only the device's audit of the tables at `CONTEXT_DESTROY`
+    /// sees it).
+    UnusedInvalidPte,
     /// Does not ring the innocent ring's doorbell again after the reset.
     NoDoorbellAfterReset,
     /// Resets the compute engine where the copy engine hung.
@@ -49,6 +53,9 @@ const REFERENCE: Layout = Layout {
 
 /// The buffer's VA in every context.
 const BUF: u64 = 0x20_0000;
+/// A buffer the first context maps and never uses (entry 1 of its level-2
+/// table).
+const UNUSED: u64 = 0x4000_0000;
 
 fn wait(d: &Driver<InProcess>, c: &GpuContext, e: u32, plant: Plant) {
     let r = d.settle(c, e, Duration::from_secs(2));
@@ -90,8 +97,14 @@ fn session(path: &Path, plant: Plant, l: Layout) {
     d.ring(&mut ca, COPY).unwrap();
     d.ring(&mut ca, COMPUTE).unwrap();
     d.buffer(&mut ca, BUF, 0x4000, rw).unwrap();
-    if plant == Plant::InvalidPte {
-        let at = ca.pt.entry_addr(BUF, 2).unwrap();
+    d.buffer(&mut ca, UNUSED, 0x1000, rw).unwrap();
+    let cleared = match plant {
+        Plant::InvalidPte => Some(BUF),
+        Plant::UnusedInvalidPte => Some(UNUSED),
+        _ => None,
+    };
+    if let Some(va) = cleared {
+        let at = ca.pt.entry_addr(va, 2).unwrap();
         let v: u64 = d.mem.read_obj(GuestAddress(at)).unwrap();
         d.mem.write_obj(v & !PTE_VALID, GuestAddress(at)).unwrap();
     }
@@ -292,4 +305,17 @@ fn a_reset_of_the_wrong_engine_is_named() {
         m.ends_with("the reference sent ENGINE_RESET engine copy hung_ctx 3"),
         "{m}"
     );
+}
+
+#[test]
+fn a_pte_no_engine_walked_is_named_from_the_table_audit() {
+    let m = message(Plant::UnusedInvalidPte);
+    assert!(
+        m.starts_with(
+            "your PTE for VA 0x40000000 at level 2 (entry 1 of its table) has no valid bit: 0x"
+        ),
+        "{m}"
+    );
+    assert!(m.contains("; the reference's: 0x"), "{m}");
+    assert!(m.contains("(valid, table"), "{m}");
 }

@@ -37,11 +37,17 @@ use super::{
         ring_va,
         CmdBuf,
         Job,
+        RingSw,
+        SlotMemory,
         ENGINES,
         RING_SIZE, //
     },
     sanlog::Plant,
-    state::Gpu,
+    state::{
+        Ctx,
+        Gpu,
+        GpuState, //
+    },
 };
 use crate::{
     ffi::{
@@ -115,19 +121,7 @@ impl Gpu {
         a: &mut uapi::drm_vgpu_submit,
         syncs: JobSyncs,
     ) -> Result {
-        if a.pad != 0 || a.pad2 != 0 || a.flags & !uapi::VGPU_SUBMIT_FLAGS != 0 {
-            return Err(EINVAL);
-        }
-        if a.num_cmds == 0
-            || a.num_cmds > uapi::VGPU_SUBMIT_MAX_CMDS
-            || a.num_in_fences > uapi::VGPU_SUBMIT_MAX_IN_FENCES
-        {
-            return Err(EINVAL);
-        }
-        let e = usize::try_from(a.engine).map_err(|_| EINVAL)?;
-        if e >= ENGINES {
-            return Err(EINVAL);
-        }
+        let e = check_args(a)?;
         let cmds: KVec<UCmd> = uarray::read(a.cmds, a.num_cmds as usize)?;
         let fin: KVec<UFence> = uarray::read(a.in_fences, a.num_in_fences as usize)?;
         self.check_usable()?;
@@ -155,19 +149,7 @@ impl Gpu {
             if g.wedged {
                 return Err(EIO);
             }
-            // Input fences: same file, existing ring, submitted seqno.
-            let mut waits = KVec::new();
-            for f in fin.iter().map(|f| f.0) {
-                let (fhw, fc) = g.find(client, f.ctx_id)?;
-                let fe = usize::try_from(f.engine).map_err(|_| EINVAL)?;
-                let r = fc.rings.get(fe).filter(|r| r.present).ok_or(EINVAL)?;
-                if !r.submitted(f.seqno) {
-                    return Err(EINVAL);
-                }
-                if r.fence_state(f.seqno).is_none() && mem.fence_value(fhw, fe) < f.seqno {
-                    waits.push((fence_va(fc.kmd_va, fe), f.seqno), GFP_KERNEL)?;
-                }
-            }
+            let waits = input_waits(&mut g, client, &fin, mem)?;
             let (hw, c) = g.find(client, a.ctx_id)?;
             if c.errored || c.banned {
                 return Err(EIO);
@@ -175,30 +157,7 @@ impl Gpu {
             if !c.rings[e].present {
                 return Err(EINVAL);
             }
-            // Command buffers: inside one READ|EXEC mapping each.
-            let mut bufs = KVec::with_capacity(cmds.len(), GFP_KERNEL)?;
-            {
-                let vm = client.vm.lock();
-                for cmd in cmds.iter().map(|c| c.0) {
-                    let (va, size) = (cmd.va, cmd.size);
-                    if size == 0
-                        || size % 8 != 0
-                        || va % 8 != 0
-                        || size > u64::from(MAX_INDIRECT_SIZE)
-                    {
-                        return Err(EINVAL);
-                    }
-                    let end = va.checked_add(size).ok_or(EINVAL)?;
-                    let m = vm.find(va).ok_or(EINVAL)?;
-                    if end > m.va + m.size
-                        || m.perms & (PTE_READ | PTE_EXEC) != (PTE_READ | PTE_EXEC)
-                    {
-                        return Err(EINVAL);
-                    }
-                    let size = u32::try_from(size).map_err(|_| EINVAL)?;
-                    bufs.push(CmdBuf { va, size }, GFP_KERNEL)?;
-                }
-            }
+            let bufs = command_buffers(client, &cmds)?;
             let fence_at = fence_va(c.kmd_va, e);
             c.rings[e].retire(mem.fence_value(hw, e));
             if c.rings[e].jobs.len() + c.queues[e].len() >= uapi::VGPU_CTX_MAX_PENDING as usize {
@@ -219,27 +178,12 @@ impl Gpu {
             let bytes = u32::try_from(words.len() * 4).map_err(|_| EINVAL)?;
             // The job's fence, when anything outside the ring needs it.
             let job_fence = if need_fence {
-                let ring = &mut c.rings[e];
-                if ring.fence_ctx == 0 {
-                    ring.fence_ctx = new_fence_context();
-                }
-                ring.exported.reserve(1, GFP_KERNEL)?;
-                Some(ExportedFence::new(ring.fence_ctx, seqno)?)
+                Some(new_job_fence(&mut c.rings[e], seqno)?)
             } else {
                 None
             };
             let shared = job_fence.as_ref().map(ExportedFence::fence);
-            // Implicit synchronisation: the BOs' fences become
-            // dependencies, the job's fence joins their reservations.
-            let mut deps = core::mem::take(&mut ins);
-            if let Some(f) = &shared {
-                for (bo, usage) in bos.iter() {
-                    if let Some(d) = implicit_sync(&**bo, *usage, f)? {
-                        deps.push(d, GFP_KERNEL)?;
-                    }
-                }
-            }
-            deps.retain(|f| !f.is_signalled());
+            let deps = dependencies(core::mem::take(&mut ins), &bos, shared.as_ref())?;
             let fast = deps.is_empty()
                 && c.queues[e].is_empty()
                 && mem.has_room(hw, e, c.rings[e].wptr, bytes);
@@ -317,26 +261,7 @@ impl Gpu {
                     // LAB(1) END publish
                 }
             } else {
-                c.queues[e].reserve()?;
-                let mut waiting = KVec::with_capacity(deps.len(), GFP_KERNEL)?;
-                for f in deps {
-                    waiting.push(Dependency::new(f, self.clone())?, GFP_KERNEL)?;
-                }
-                let job = Queued {
-                    seqno,
-                    words,
-                    deps: waiting,
-                    at: Instant::now(),
-                };
-                // Room was reserved above: these pushes do not fail.
-                if c.queues[e].push(job).is_err() {
-                    return Err(ENOMEM);
-                }
-                let ring = &mut c.rings[e];
-                if let Some(f) = job_fence {
-                    let _ = ring.exported.push(f, GFP_KERNEL);
-                }
-                ring.next_seqno += 1;
+                self.enqueue(c, e, seqno, words, deps, job_fence)?;
                 drop(doorbell);
             }
             drop(g);
@@ -372,4 +297,157 @@ impl Gpu {
         }
         Ok(())
     }
+
+    /// Queues job `seqno` (`words`) on `c`'s ring `e`, behind what is
+    /// queued there: a callback armed on each of `deps`, its fence (if
+    /// any) among the ring's exported ones, the ring's next seqno taken.
+    /// The scheduler writes it to the ring when it can.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    fn enqueue(
+        self: &Arc<Self>,
+        c: &mut Ctx,
+        e: usize,
+        seqno: u64,
+        words: KVec<u32>,
+        deps: KVec<Fence>,
+        job_fence: Option<ExportedFence>,
+    ) -> Result {
+        c.queues[e].reserve()?;
+        let mut waiting = KVec::with_capacity(deps.len(), GFP_KERNEL)?;
+        for f in deps {
+            waiting.push(Dependency::new(f, self.clone())?, GFP_KERNEL)?;
+        }
+        let job = Queued {
+            seqno,
+            words,
+            deps: waiting,
+            at: Instant::now(),
+        };
+        // Room was reserved above: these pushes do not fail.
+        if c.queues[e].push(job).is_err() {
+            return Err(ENOMEM);
+        }
+        let ring = &mut c.rings[e];
+        if let Some(f) = job_fence {
+            let _ = ring.exported.push(f, GFP_KERNEL);
+        }
+        ring.next_seqno += 1;
+        Ok(())
+    }
+}
+
+/// `SUBMIT`'s arguments that need no state: padding, flags, the counts of
+/// command buffers and input fences, the engine. Returns the engine.
+///
+/// # Errors
+///
+/// `EINVAL`.
+fn check_args(a: &uapi::drm_vgpu_submit) -> Result<usize> {
+    if a.pad != 0 || a.pad2 != 0 || a.flags & !uapi::VGPU_SUBMIT_FLAGS != 0 {
+        return Err(EINVAL);
+    }
+    if a.num_cmds == 0
+        || a.num_cmds > uapi::VGPU_SUBMIT_MAX_CMDS
+        || a.num_in_fences > uapi::VGPU_SUBMIT_MAX_IN_FENCES
+    {
+        return Err(EINVAL);
+    }
+    let e = usize::try_from(a.engine).map_err(|_| EINVAL)?;
+    if e >= ENGINES {
+        return Err(EINVAL);
+    }
+    Ok(e)
+}
+
+/// Input fences: same file, existing ring, submitted seqno. Returns the
+/// `SEM_WAIT`s of those not yet signalled: the fence slot's address and
+/// the seqno to wait for.
+///
+/// # Errors
+///
+/// `ENOENT` (a context of this file does not exist), `EINVAL`, `ENOMEM`.
+fn input_waits(
+    g: &mut GpuState,
+    client: &Arc<Client>,
+    fin: &[UFence],
+    mem: &SlotMemory,
+) -> Result<KVec<(u64, u64)>> {
+    let mut waits = KVec::new();
+    for f in fin.iter().map(|f| f.0) {
+        let (fhw, fc) = g.find(client, f.ctx_id)?;
+        let fe = usize::try_from(f.engine).map_err(|_| EINVAL)?;
+        let r = fc.rings.get(fe).filter(|r| r.present).ok_or(EINVAL)?;
+        if !r.submitted(f.seqno) {
+            return Err(EINVAL);
+        }
+        if r.fence_state(f.seqno).is_none() && mem.fence_value(fhw, fe) < f.seqno {
+            waits.push((fence_va(fc.kmd_va, fe), f.seqno), GFP_KERNEL)?;
+        }
+    }
+    Ok(waits)
+}
+
+/// Command buffers: inside one READ|EXEC mapping of `client`'s address
+/// space each, 8-byte aligned, at most [`MAX_INDIRECT_SIZE`] bytes.
+///
+/// # Errors
+///
+/// `EINVAL`, `ENOMEM`.
+fn command_buffers(client: &Client, cmds: &[UCmd]) -> Result<KVec<CmdBuf>> {
+    let mut bufs = KVec::with_capacity(cmds.len(), GFP_KERNEL)?;
+    let vm = client.vm.lock();
+    for cmd in cmds.iter().map(|c| c.0) {
+        let (va, size) = (cmd.va, cmd.size);
+        if size == 0 || size % 8 != 0 || va % 8 != 0 || size > u64::from(MAX_INDIRECT_SIZE) {
+            return Err(EINVAL);
+        }
+        let end = va.checked_add(size).ok_or(EINVAL)?;
+        let m = vm.find(va).ok_or(EINVAL)?;
+        if end > m.va + m.size || m.perms & (PTE_READ | PTE_EXEC) != (PTE_READ | PTE_EXEC) {
+            return Err(EINVAL);
+        }
+        let size = u32::try_from(size).map_err(|_| EINVAL)?;
+        bufs.push(CmdBuf { va, size }, GFP_KERNEL)?;
+    }
+    Ok(bufs)
+}
+
+/// The fence of job `seqno` on `ring` (its fence context made on first
+/// use), with room reserved for it among the ring's exported fences.
+///
+/// # Errors
+///
+/// `ENOMEM`.
+fn new_job_fence(ring: &mut RingSw, seqno: u64) -> Result<ExportedFence> {
+    if ring.fence_ctx == 0 {
+        ring.fence_ctx = new_fence_context();
+    }
+    ring.exported.reserve(1, GFP_KERNEL)?;
+    ExportedFence::new(ring.fence_ctx, seqno)
+}
+
+/// Implicit synchronisation: the BOs' fences become dependencies (with
+/// `ins`, the in_syncs' fences), the job's fence (`shared`, if it has one)
+/// joins their reservations. Returns the dependencies not yet signalled.
+///
+/// # Errors
+///
+/// `ENOMEM`, or the errno of a reservation lock.
+fn dependencies(
+    mut deps: KVec<Fence>,
+    bos: &[(ARef<Bo>, ImplicitUse)],
+    shared: Option<&Fence>,
+) -> Result<KVec<Fence>> {
+    if let Some(f) = shared {
+        for (bo, usage) in bos.iter() {
+            if let Some(d) = implicit_sync(&**bo, *usage, f)? {
+                deps.push(d, GFP_KERNEL)?;
+            }
+        }
+    }
+    deps.retain(|f| !f.is_signalled());
+    Ok(deps)
 }

@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use vgpu_umd::kmd::{Kmd, KmdError};
 use vgpu_umd::uapi::{self, param};
 
 use crate::debugfs::object;
@@ -78,9 +79,38 @@ pub fn test_hostmap(t: &mut T, path: &Path) {
         },
     );
 }
+const SIZE: u64 = 16 * PAGE;
+
+/// Copy jobs on one context, each from a slot of the command buffers.
+struct Copier<'a> {
+    n: &'a Kmd,
+    cmds: &'a Cmds,
+    ctx: u32,
+}
+
+impl Copier<'_> {
+    /// Submits a copy of `size` bytes from `src` to `dst` at `slot` (the
+    /// submit checked as `hostmap: submit WHAT`); the wait for its fence.
+    fn run(
+        &self,
+        t: &mut T,
+        slot: usize,
+        src: u64,
+        dst: u64,
+        size: u64,
+        what: &str,
+    ) -> Option<Result<u32, KmdError>> {
+        let (n, ctx) = (self.n, self.ctx);
+        let c = self.cmds.program(slot, &[copy(src, dst, size)]);
+        t.ok(
+            &format!("hostmap: submit {what}"),
+            n.submit(ctx, 0, &[c], &[]),
+        )
+        .map(|s| n.wait(&[fence(ctx, 0, s)], true, 5_000 * MS))
+    }
+}
 
 fn section(t: &mut T, path: &Path) {
-    const SIZE: u64 = 16 * PAGE;
     let n = open(path);
     let start = n.get_param(param::VA_START).unwrap_or(0);
     let va_end = n.get_param(param::VA_END).unwrap_or(0);
@@ -89,8 +119,58 @@ fn section(t: &mut T, path: &Path) {
         libc::PROT_READ | libc::PROT_WRITE,
     );
     let at = host.addr() + PAGE;
+    let _ro = arguments(t, &n, at, va_end);
 
-    // Arguments.
+    // A device copy into the process's memory.
+    let Some(ctx) = t.ok(
+        "hostmap: create copy context",
+        n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1 << uapi::ENGINE_COPY, 0),
+    ) else {
+        return;
+    };
+    let cmds = Cmds::new(&n, start + 0x100_0000, 4).expect("cmds");
+    let hb = n.gem_create(SIZE, 0).unwrap_or(0);
+    let bva = start + 0x200_0000;
+    let b = Map::new(&n, hb, SIZE).expect("mmap bo");
+    let _ = n.vm_bind(hb, bva, SIZE, uapi::VM_BIND_READ | uapi::VM_BIND_WRITE);
+    for i in 0..(SIZE / 8) as usize {
+        b.write(i, 0x7777_0000_0000_0000 | i as u64);
+    }
+    host.bytes().fill(0x5a);
+    let run = Copier {
+        n: &n,
+        cmds: &cmds,
+        ctx,
+    };
+    let Some(hva) = t.ok("hostmap: map 16 pages", n.host_map(at, SIZE, 0)) else {
+        return;
+    };
+    copy_into_process(t, &run, &mut host, hva, bva, va_end);
+    let mut src = read_only_source(t, &run, hva, bva, &b);
+    let Some(ctx2) = t.ok(
+        "hostmap: a second copy context",
+        n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1 << uapi::ENGINE_COPY, 0),
+    ) else {
+        return;
+    };
+    let run2 = Copier {
+        n: &n,
+        cmds: &cmds,
+        ctx: ctx2,
+    };
+    write_into_read_only(t, &run2, &mut src, bva);
+    let Some(ctx3) = unmapped(t, &run, &mut host, hva, bva) else {
+        return;
+    };
+    left_to_close(t, &n, at);
+    for c in [ctx, ctx2, ctx3] {
+        let _ = n.ctx_destroy(c);
+    }
+}
+
+/// The argument checks (`at`: 16 pages of the process's memory). Returns
+/// the read-only memory used (kept to the end).
+fn arguments(t: &mut T, n: &Kmd, at: u64, va_end: u64) -> Anon {
     let bad: &[(&str, u64, u64, u32)] = &[
         ("address not page aligned", at + 8, SIZE, 0),
         ("size not a page multiple", at, SIZE - 8, 0),
@@ -130,40 +210,18 @@ fn section(t: &mut T, path: &Path) {
         n.host_unmap(va_end + 0x1234_5000),
         libc::ENOENT,
     );
+    ro
+}
 
-    // A device copy into the process's memory.
-    let Some(ctx) = t.ok(
-        "hostmap: create copy context",
-        n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1 << uapi::ENGINE_COPY, 0),
-    ) else {
-        return;
-    };
-    let cmds = Cmds::new(&n, start + 0x100_0000, 4).expect("cmds");
-    let hb = n.gem_create(SIZE, 0).unwrap_or(0);
-    let bva = start + 0x200_0000;
-    let b = Map::new(&n, hb, SIZE).expect("mmap bo");
-    let _ = n.vm_bind(hb, bva, SIZE, uapi::VM_BIND_READ | uapi::VM_BIND_WRITE);
-    for i in 0..(SIZE / 8) as usize {
-        b.write(i, 0x7777_0000_0000_0000 | i as u64);
-    }
-    host.bytes().fill(0x5a);
-    let run = |t: &mut T, slot: usize, src: u64, dst: u64, size: u64, what: &str| {
-        let c = cmds.program(slot, &[copy(src, dst, size)]);
-        t.ok(
-            &format!("hostmap: submit {what}"),
-            n.submit(ctx, 0, &[c], &[]),
-        )
-        .map(|s| n.wait(&[fence(ctx, 0, s)], true, 5_000 * MS))
-    };
-    let Some(hva) = t.ok("hostmap: map 16 pages", n.host_map(at, SIZE, 0)) else {
-        return;
-    };
+/// A device copy from the BO at `bva` into the process's memory `host`
+/// mapped at `hva`: the bytes copied, nothing around them.
+fn copy_into_process(t: &mut T, run: &Copier, host: &mut Anon, hva: u64, bva: u64, va_end: u64) {
     t.check(
         "hostmap: the VA is in the KMD's range, page aligned",
-        hva >= va_end && hva % PAGE == 0,
+        hva >= va_end && hva.is_multiple_of(PAGE),
         || format!("{hva:#x} (user range ends at {va_end:#x})"),
     );
-    if let Some(r) = run(t, 0, bva + 8, hva + 3, SIZE - 16, "copy into the process") {
+    if let Some(r) = run.run(t, 0, bva + 8, hva + 3, SIZE - 16, "copy into the process") {
         t.ok("hostmap: copy into the process", r);
     }
     let mem = host.bytes();
@@ -188,9 +246,12 @@ fn section(t: &mut T, path: &Path) {
         around,
         String::new,
     );
+}
 
-    // A second mapping, read-only: the device reads the process's memory,
-    // and a write into it faults.
+/// A second mapping, read-only: the device reads the process's memory
+/// into the BO `b` (at `bva`). Returns that memory (kept to the end).
+fn read_only_source(t: &mut T, run: &Copier, hva: u64, bva: u64, b: &Map) -> Anon {
+    let n = run.n;
     let mut src = Anon::new(SIZE as usize, libc::PROT_READ | libc::PROT_WRITE);
     src.bytes()
         .iter_mut()
@@ -205,7 +266,7 @@ fn section(t: &mut T, path: &Path) {
             rva + SIZE <= hva || hva + SIZE <= rva,
             || format!("{rva:#x} and {hva:#x}"),
         );
-        if let Some(r) = run(t, 1, rva, bva, SIZE, "copy out of the process") {
+        if let Some(r) = run.run(t, 1, rva, bva, SIZE, "copy out of the process") {
             t.ok("hostmap: copy out of a read-only mapping", r);
         }
         let ok = (0..(SIZE / 8) as usize).all(|i| {
@@ -214,23 +275,15 @@ fn section(t: &mut T, path: &Path) {
         });
         t.check("hostmap: the BO holds the process's bytes", ok, String::new);
     }
-    let Some(ctx2) = t.ok(
-        "hostmap: a second copy context",
-        n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1 << uapi::ENGINE_COPY, 0),
-    ) else {
-        return;
-    };
-    let run2 = |t: &mut T, slot: usize, src: u64, dst: u64, what: &str| {
-        let c = cmds.program(slot, &[copy(src, dst, PAGE)]);
-        t.ok(
-            &format!("hostmap: submit {what}"),
-            n.submit(ctx2, 0, &[c], &[]),
-        )
-        .map(|s| n.wait(&[fence(ctx2, 0, s)], true, 5_000 * MS))
-    };
+    src
+}
+
+/// A write into a read-only mapping of `src` faults, the memory unchanged.
+fn write_into_read_only(t: &mut T, run2: &Copier, src: &mut Anon, bva: u64) {
+    let n = run2.n;
     let before = src.bytes()[0];
     if let Ok(rva) = n.host_map(src.addr(), SIZE, uapi::HOST_MAP_READ_ONLY) {
-        if let Some(r) = run2(t, 2, bva, rva, "write into a read-only mapping") {
+        if let Some(r) = run2.run(t, 2, bva, rva, PAGE, "write into a read-only mapping") {
             t.err(
                 "hostmap: a write into a read-only mapping faults",
                 r,
@@ -244,16 +297,18 @@ fn section(t: &mut T, path: &Path) {
         );
         let _ = n.host_unmap(rva);
     }
+}
 
-    // Unmapped: the next copy to the range faults, the memory unchanged.
+/// Unmapped: the next copy to the range faults, the memory unchanged.
+/// Returns the context of that copy (`None`: not created).
+fn unmapped(t: &mut T, run: &Copier, host: &mut Anon, hva: u64, bva: u64) -> Option<u32> {
+    let (n, cmds) = (run.n, run.cmds);
     t.ok("hostmap: HOST_UNMAP", n.host_unmap(hva));
     host.bytes().fill(0x33);
-    let Some(ctx3) = t.ok(
+    let ctx3 = t.ok(
         "hostmap: a third copy context",
         n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1 << uapi::ENGINE_COPY, 0),
-    ) else {
-        return;
-    };
+    )?;
     let c = cmds.program(3, &[copy(bva, hva, SIZE)]);
     if let Some(s) = t.ok(
         "hostmap: submit a copy to the unmapped range",
@@ -275,7 +330,11 @@ fn section(t: &mut T, path: &Path) {
         n.host_unmap(hva),
         libc::ENOENT,
     );
-    // A mapping left for close to release.
+    Some(ctx3)
+}
+
+/// A mapping left for close to release: its pages counted as pinned.
+fn left_to_close(t: &mut T, n: &Kmd, at: u64) {
     let before = object("host_pinned_pages");
     t.ok(
         "hostmap: a mapping left to the file's close",
@@ -286,7 +345,4 @@ fn section(t: &mut T, path: &Path) {
         object("host_pinned_pages") == before + (SIZE / PAGE) as i64,
         || format!("{before} -> {}", object("host_pinned_pages")),
     );
-    for c in [ctx, ctx2, ctx3] {
-        let _ = n.ctx_destroy(c);
-    }
 }

@@ -160,6 +160,41 @@ fn consumer(path: &Path, buf: &OwnedFd, tl: &OwnedFd, size: u64, pattern: u64) -
     failed
 }
 
+/// What the parts of [`test_prime`] share: the exporting file and the
+/// importing one, the exported BO (`ha` in the exporter, `hb` in the
+/// importer) and its dma-buf.
+struct Px<'a> {
+    n: &'a Kmd,
+    b: &'a Kmd,
+    fd: &'a OwnedFd,
+    start: u64,
+    size: u64,
+    ha: u32,
+    hb: u32,
+}
+
+/// The importer's side: the import bound at `sva`, a BO of its own at
+/// `dva` (mapped: `d`), command buffers and a context. (Fields drop in
+/// order: the mapping before the command buffers.)
+struct Importer {
+    d: Map,
+    cmds: Cmds,
+    sva: u64,
+    dva: u64,
+    ctx: u32,
+}
+
+/// The exporter's side: the exported BO bound at `ava`, a semaphore BO at
+/// `semva` (mapped: `sem`), command buffers and a context. (Fields drop in
+/// order: the command buffers before the semaphore.)
+struct Exporter {
+    acmds: Cmds,
+    sem: Map,
+    semva: u64,
+    ava: u64,
+    actx: u32,
+}
+
 pub fn test_prime(t: &mut T, path: &Path) {
     let n = open(path);
     let start = n.get_param(param::VA_START).unwrap_or(0);
@@ -177,6 +212,31 @@ pub fn test_prime(t: &mut T, path: &Path) {
     // Counted after the open: a file's VM has a BO of its own (the
     // GPUVM's reservation object).
     let b = open(path);
+    let hb = import_same_bo(t, &b, &fd);
+    let p = Px {
+        n: &n,
+        b: &b,
+        fd: &fd,
+        start,
+        size,
+        ha,
+        hb,
+    };
+    let im = importer_copies(t, &p);
+    let ex = exporter(&p);
+    let (write, _imp) = implicit_sync(t, &p, &im, &ex);
+    bo_list_refused(t, &p, &ex, &write);
+    let Some(_shared) = two_processes(t, &p, &ex, path) else {
+        return;
+    };
+    foreign(t, &p);
+    let _ = (n.ctx_destroy(ex.actx), b.ctx_destroy(im.ctx));
+    let _: &Kmd = &b;
+}
+
+/// File `b` imports dma-buf `fd`: the same BO, the same handle twice.
+/// Returns the handle.
+fn import_same_bo(t: &mut T, b: &Kmd, fd: &OwnedFd) -> u32 {
     let bos = object("bos");
     let hb = b.prime_fd_to_handle(fd.as_raw_fd());
     let hb = t.ok("prime: another file imports it", hb).unwrap_or(0);
@@ -190,6 +250,13 @@ pub fn test_prime(t: &mut T, path: &Path) {
         b.prime_fd_to_handle(fd.as_raw_fd()) == Ok(hb),
         String::new,
     );
+    hb
+}
+
+/// The importer binds the import and copies from it with its GPU: it reads
+/// the exporter's data.
+fn importer_copies(t: &mut T, p: &Px) -> Importer {
+    let (b, hb, size) = (p.b, p.hb, p.size);
     let bstart = b.get_param(param::VA_START).unwrap_or(0);
     let sva = bstart + 0x100_0000;
     let dva = bstart + 0x200_0000;
@@ -199,32 +266,63 @@ pub fn test_prime(t: &mut T, path: &Path) {
     );
     let hd = b.gem_create(size, 0).unwrap_or(0);
     let _ = b.vm_bind(hd, dva, size, uapi::VM_BIND_READ | uapi::VM_BIND_WRITE);
-    let bcmds = Cmds::new(&b, bstart + 0x300_0000, 4).expect("cmds");
+    let bcmds = Cmds::new(b, bstart + 0x300_0000, 4).expect("cmds");
     let bctx = b.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let job = [bcmds.program(0, &[copy(sva, dva, size)])];
     let r = b
         .submit(bctx, 0, &job, &[])
         .and_then(|s| b.wait(&[fence(bctx, 0, s)], true, 5_000 * MS));
     t.ok("prime: the importer's GPU copies from it", r);
-    let d = Map::new(&b, hd, size).expect("mmap");
+    let d = Map::new(b, hd, size).expect("mmap");
     t.check(
         "prime: and reads the exporter's data",
         (0..(size / 8) as usize).all(|i| d.read(i) == 0x5a5a_0000_0000_0000 | i as u64),
         || format!("{:#x}", d.read(0)),
     );
+    Importer {
+        d,
+        cmds: bcmds,
+        sva,
+        dva,
+        ctx: bctx,
+    }
+}
 
-    // Implicit sync: the exporter's job writes the BO (BO list: WRITE),
-    // held by a semaphore; dma-buf users see its fence; a job of the
-    // importer reading the BO (BO list: READ) waits for it in the KMD.
+/// The exporter's semaphore, command buffers and context, the exported BO
+/// bound.
+fn exporter(p: &Px) -> Exporter {
+    let (n, start, size, ha) = (p.n, p.start, p.size, p.ha);
     let hs = n.gem_create(PAGE, 0).unwrap_or(0);
     let semva = start + 0x400_0000;
     let ava = start + 0x500_0000;
     let _ = n.vm_bind(hs, semva, PAGE, uapi::VM_BIND_READ | uapi::VM_BIND_WRITE);
     let _ = n.vm_bind(ha, ava, size, uapi::VM_BIND_READ | uapi::VM_BIND_WRITE);
-    let sem = Map::new(&n, hs, PAGE).expect("mmap");
+    let sem = Map::new(n, hs, PAGE).expect("mmap");
     sem.write(0, 0);
-    let acmds = Cmds::new(&n, start + 0x600_0000, 4).expect("cmds");
+    let acmds = Cmds::new(n, start + 0x600_0000, 4).expect("cmds");
     let actx = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    Exporter {
+        acmds,
+        sem,
+        semva,
+        ava,
+        actx,
+    }
+}
+
+/// Implicit sync: the exporter's job writes the BO (BO list: WRITE), held
+/// by a semaphore; dma-buf users see its fence; a job of the importer
+/// reading the BO (BO list: READ) waits for it in the KMD. Returns the
+/// writer's job and the dma-buf's implicit fence (kept to the end).
+fn implicit_sync(
+    t: &mut T,
+    p: &Px,
+    im: &Importer,
+    ex: &Exporter,
+) -> ([uapi::DrmVgpuCmd; 2], Option<OwnedFd>) {
+    let (n, b, fd, size, ha, hb) = (p.n, p.b, p.fd, p.size, p.ha, p.hb);
+    let (acmds, sem, semva, ava, actx) = (&ex.acmds, &ex.sem, ex.semva, ex.ava, ex.actx);
+    let (bcmds, d, sva, dva, bctx) = (&im.cmds, &im.d, im.sva, im.dva, im.ctx);
     let write = [
         acmds.program(0, &[sem_wait_eq(semva, 1)]),
         acmds.program(1, &[fill(ava, size, 0x7777_7777)]),
@@ -244,7 +342,7 @@ pub fn test_prime(t: &mut T, path: &Path) {
         },
     );
     t.ok("prime: a held job writing the BO (implicit sync)", sw);
-    let imp = implicit_fences(&fd);
+    let imp = implicit_fences(fd);
     t.check(
         "prime: the dma-buf's implicit fence is pending",
         imp.as_ref().map(|f| sync_file_status(f.as_raw_fd())) == Some(0),
@@ -257,7 +355,7 @@ pub fn test_prime(t: &mut T, path: &Path) {
     );
     t.check(
         "prime: poll on the dma-buf blocks",
-        !readable(&fd, 100),
+        !readable(fd, 100),
         String::new,
     );
     let rbo = [uapi::DrmVgpuSubmitBo {
@@ -295,10 +393,17 @@ pub fn test_prime(t: &mut T, path: &Path) {
         );
         t.check(
             "prime: the implicit fence signalled, poll is ready",
-            imp.as_ref().map(|f| sync_file_status(f.as_raw_fd())) == Some(1) && readable(&fd, 1000),
+            imp.as_ref().map(|f| sync_file_status(f.as_raw_fd())) == Some(1) && readable(fd, 1000),
             String::new,
         );
     }
+    (write, imp)
+}
+
+/// The BO list's bad entries: flags 0, an unknown handle (`write`: the
+/// writer's job).
+fn bo_list_refused(t: &mut T, p: &Px, ex: &Exporter, write: &[uapi::DrmVgpuCmd]) {
+    let (n, ha, actx) = (p.n, p.ha, ex.actx);
     let bad = [uapi::DrmVgpuSubmitBo {
         handle: ha,
         flags: 0,
@@ -335,9 +440,14 @@ pub fn test_prime(t: &mut T, path: &Path) {
         ),
         libc::ENOENT,
     );
+}
 
-    // Two processes: a producer (this one) and a consumer (a child) share a
-    // buffer and a timeline.
+/// Two processes: a producer (this one) and a consumer (a child) share a
+/// buffer and a timeline. Returns their dma-buf and syncobj fds (kept to
+/// the end), `None` if they could not be exported.
+fn two_processes(t: &mut T, p: &Px, ex: &Exporter, path: &Path) -> Option<(OwnedFd, OwnedFd)> {
+    let (n, start, size) = (p.n, p.start, p.size);
+    let (acmds, sem, semva, actx) = (&ex.acmds, &ex.sem, ex.semva, ex.actx);
     let hp = n.gem_create(size, 0).unwrap_or(0);
     let pva = start + 0x700_0000;
     let _ = n.vm_bind(hp, pva, size, uapi::VM_BIND_READ | uapi::VM_BIND_WRITE);
@@ -348,7 +458,7 @@ pub fn test_prime(t: &mut T, path: &Path) {
             false,
             String::new,
         );
-        return;
+        return None;
     };
     let pattern = 0x1357_9bdf_1357_9bdfu64;
     sem.write(0, 0);
@@ -368,7 +478,7 @@ pub fn test_prime(t: &mut T, path: &Path) {
         acmds.program(4, &[sem_wait_eq(semva, 1)]),
         acmds.program(5, &[fill(pva, size, pattern as u32)]),
     ];
-    let sp = submit_s(&n, actx, &prod, &[], &[sync(tl, 1)]);
+    let sp = submit_s(n, actx, &prod, &[], &[sync(tl, 1)]);
     t.ok("prime: the producer's job signals point 1", sp);
     std::thread::sleep(Duration::from_millis(500));
     sem.write(0, 1);
@@ -394,9 +504,13 @@ pub fn test_prime(t: &mut T, path: &Path) {
         w == pid && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         || format!("status {status:#x}"),
     );
+    Some((pfd, tfd))
+}
 
-    // A foreign dma-buf: it imports (the DRM core makes a GEM object of
-    // it), but no vgpu ioctl takes it as a BO.
+/// A foreign dma-buf: it imports (the DRM core makes a GEM object of it),
+/// but no vgpu ioctl takes it as a BO.
+fn foreign(t: &mut T, p: &Px) {
+    let (n, start, size) = (p.n, p.start, p.size);
     match udmabuf(size) {
         Some(u) => {
             let h = n.prime_fd_to_handle(u.as_raw_fd());
@@ -418,6 +532,4 @@ pub fn test_prime(t: &mut T, path: &Path) {
             "no /dev/udmabuf".into()
         }),
     }
-    let _ = (n.ctx_destroy(actx), b.ctx_destroy(bctx));
-    let _: &Kmd = &b;
 }

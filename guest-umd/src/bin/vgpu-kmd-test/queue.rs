@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use vgpu_hwif::packet::{self, Packet};
+use vgpu_umd::kmd::Kmd;
 use vgpu_umd::sync::sync_file_status;
 use vgpu_umd::uapi;
 
@@ -78,6 +79,15 @@ fn queue_line(ctx: u32) -> String {
         .to_string()
 }
 
+/// One file's side: the file, its command buffers, a data BO (mapped) and
+/// where it is bound.
+struct Side<'a> {
+    n: &'a Kmd,
+    cmds: &'a Cmds,
+    data: &'a Map,
+    dva: u64,
+}
+
 pub fn test_queue(t: &mut T, path: &Path) {
     let n = open(path);
     let Scratch {
@@ -88,10 +98,16 @@ pub fn test_queue(t: &mut T, path: &Path) {
     } = scratch(&n, 0x800_0000, 1);
     let data = Map::new(&n, hd, PAGE).expect("mmap");
     data.write(0, 0);
+    let b = Side {
+        n: &n,
+        cmds: &cmds,
+        data: &data,
+        dva,
+    };
 
     // Another file's fence: file A's job is held by a semaphore; file B's
     // job waits for A's out-syncobj (exported, imported into B) in B's
-    // queue, and runs only after A's.
+    // queue, and runs only after A's. (A's mappings stay to the end.)
     let a = open(path);
     let Scratch {
         cmds: acmds,
@@ -101,10 +117,41 @@ pub fn test_queue(t: &mut T, path: &Path) {
     } = scratch(&a, 0x880_0000, 1);
     let adata = Map::new(&a, ahd, PAGE).expect("mmap");
     adata.write(0, 0);
+    let a_side = Side {
+        n: &a,
+        cmds: &acmds,
+        data: &adata,
+        dva: adva,
+    };
+    let bctx = another_files_fence(t, &b, &a_side);
+    drop(a);
+
+    let (ctx, _big) = in_order(t, &b);
+
+    // A dependency that never signals (a sw_sync fence): the job waits in
+    // the queue, is not a hang, and is cancelled with its context.
+    let Some(sw) = SwSync::new() else {
+        t.check("queue: sw_sync available", false, || {
+            "no /sys/kernel/debug/sync/sw_sync".into()
+        });
+        return;
+    };
+    never_signals(t, &b, &sw);
+    let _sf = closing_the_file(t, &sw, path);
+    let _ = in_ms(0);
+    let _ = n.ctx_destroy(bctx);
+    let _ = n.ctx_destroy(ctx);
+}
+
+/// File B's job waits for file A's held job's out-syncobj, imported into
+/// B, and runs only after it. Returns B's context.
+fn another_files_fence(t: &mut T, b: &Side, a_side: &Side) -> u32 {
+    let (n, cmds, data, dva) = (b.n, b.cmds, b.data, b.dva);
+    let (a, acmds, adata, adva) = (a_side.n, a_side.cmds, a_side.data, a_side.dva);
     let actx = a.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let asyn = a.syncobj_create(0).unwrap_or(0);
-    let ajob = held_job(&acmds, 0, adva, 1, adva + 64, 0xa1a1);
-    let sa = submit_s(&a, actx, &ajob, &[], &[sync(asyn, 0)]);
+    let ajob = held_job(acmds, 0, adva, 1, adva + 64, 0xa1a1);
+    let sa = submit_s(a, actx, &ajob, &[], &[sync(asyn, 0)]);
     t.ok("queue: file A's held job", sa);
     let bsyn = a
         .syncobj_handle_to_fd(asyn, 0)
@@ -114,7 +161,7 @@ pub fn test_queue(t: &mut T, path: &Path) {
         .unwrap_or(0);
     let bctx = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let bjob = [cmds.program(0, &[fill(dva + 64, 8, 0xb2b2)])];
-    let sb = submit_s(&n, bctx, &bjob, &[sync(bsyn, 0)], &[]);
+    let sb = submit_s(n, bctx, &bjob, &[sync(bsyn, 0)], &[]);
     if let Some(sb) = t.ok("queue: file B's job depending on A's fence", sb) {
         std::thread::sleep(Duration::from_millis(300));
         t.err(
@@ -148,14 +195,18 @@ pub fn test_queue(t: &mut T, path: &Path) {
         );
     }
     let _ = a.ctx_destroy(actx);
-    drop(a);
+    bctx
+}
 
-    // 1,000 jobs queued behind a blocked one on the 16 KiB ring (which
-    // holds a few hundred): no EAGAIN, and they run in submission order —
-    // job i waits until the counter is i, then sets it to i + 1 (out of
-    // order, one would wait forever).
+/// 1,000 jobs queued behind a blocked one on the 16 KiB ring (which holds
+/// a few hundred): no EAGAIN, and they run in submission order — job i
+/// waits until the counter is i, then sets it to i + 1 (out of order, one
+/// would wait forever). Returns the context and the command buffers (kept
+/// to the end).
+fn in_order(t: &mut T, b: &Side) -> (u32, Cmds) {
+    let (n, cmds, data, dva) = (b.n, b.cmds, b.data, b.dva);
     let jobs = 1000usize;
-    let big = Cmds::new(&n, dva + 0x100_0000, 64).expect("command buffers");
+    let big = Cmds::new(n, dva + 0x100_0000, 64).expect("command buffers");
     let ctx = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     data.write(0, 0);
     data.write(1, 0);
@@ -215,15 +266,13 @@ pub fn test_queue(t: &mut T, path: &Path) {
         last == blk + jobs as u64,
         || format!("{last} after {blk}"),
     );
+    (ctx, big)
+}
 
-    // A dependency that never signals (a sw_sync fence): the job waits in
-    // the queue, is not a hang, and is cancelled with its context.
-    let Some(sw) = SwSync::new() else {
-        t.check("queue: sw_sync available", false, || {
-            "no /sys/kernel/debug/sync/sw_sync".into()
-        });
-        return;
-    };
+/// A job on a fence that never signals, and one behind it, wait in the
+/// queue and are cancelled when their context is destroyed.
+fn never_signals(t: &mut T, b: &Side, sw: &SwSync) {
+    let (n, cmds, data, dva) = (b.n, b.cmds, b.data, b.dva);
     let ctx2 = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let never = n.syncobj_create(0).unwrap_or(0);
     let out = n.syncobj_create(0).unwrap_or(0);
@@ -241,12 +290,12 @@ pub fn test_queue(t: &mut T, path: &Path) {
     );
     data.write(20, 0);
     let job = [cmds.program(4, &[fill(dva + 160, 8, 0xdead)])];
-    let s = submit_s(&n, ctx2, &job, &[sync(never, 0)], &[sync(out, 0)]);
+    let s = submit_s(n, ctx2, &job, &[sync(never, 0)], &[sync(out, 0)]);
     if let Some(s) = t.ok("queue: submit depending on a fence that never signals", s) {
         // A job behind it on the same queue waits too (FIFO).
         let behind = [cmds.program(5, &[fill(dva + 168, 8, 0xbeef)])];
         let s_behind = n.submit(ctx2, 0, &behind, &[]).unwrap_or(0);
-        let sf = sync_file_of(&n, out).ok();
+        let sf = sync_file_of(n, out).ok();
         std::thread::sleep(Duration::from_millis(500));
         t.err(
             "queue: the job and the one behind it wait",
@@ -277,7 +326,11 @@ pub fn test_queue(t: &mut T, path: &Path) {
         // Signalling it now reaches nobody.
         t.check("queue: sw_sync signals afterwards", sw.inc(1), String::new);
     }
-    // The same, closing the file instead.
+}
+
+/// The same, closing the file instead. Returns the cancelled job's
+/// sync_file (kept to the end).
+fn closing_the_file(t: &mut T, sw: &SwSync, path: &Path) -> Option<OwnedFd> {
     let c = open(path);
     let cctx = c.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let Scratch {
@@ -309,7 +362,5 @@ pub fn test_queue(t: &mut T, path: &Path) {
         st == Some(-libc::ECANCELED),
         || format!("{st:?}"),
     );
-    let _ = in_ms(0);
-    let _ = n.ctx_destroy(bctx);
-    let _ = n.ctx_destroy(ctx);
+    sf
 }

@@ -9,8 +9,6 @@ use vgpu_umd::uapi::{self, param};
 use crate::node::{encode, fence, fill, open, Cmds, MS};
 use crate::report::T;
 
-/// A `QUERY_STATS` with room for every context: the summary and the
-/// contexts listed.
 /// The device's counters once its GEM object count has stayed the same
 /// for 100 ms (at most 3 s).
 fn settled(n: &Kmd) -> Option<uapi::DrmVgpuQueryStats> {
@@ -30,6 +28,8 @@ fn settled(n: &Kmd) -> Option<uapi::DrmVgpuQueryStats> {
     Some(last)
 }
 
+/// A `QUERY_STATS` with room for every context: the summary and the
+/// contexts listed.
 fn stats(n: &Kmd) -> Result<(uapi::DrmVgpuQueryStats, Vec<uapi::DrmVgpuCtxStats>), KmdError> {
     let mut v = vec![uapi::DrmVgpuCtxStats::default(); uapi::STATS_MAX_CONTEXTS as usize];
     let a = n.query_stats(&mut v)?;
@@ -46,7 +46,6 @@ pub fn test_stats(t: &mut T, path: &Path) {
     let start = n.get_param(param::VA_START).unwrap_or(0);
     let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
     let copy_only = 1 << uapi::ENGINE_COPY;
-    let pid = std::process::id();
 
     let Some(ctx) = t.ok(
         "stats: create context",
@@ -54,8 +53,31 @@ pub fn test_stats(t: &mut T, path: &Path) {
     ) else {
         return;
     };
-    // Bad arguments. (The array has room for every context there can be, so
-    // none of them lets the kernel write past it.)
+    bad_arguments(t, &n);
+    let Some((s0, mine)) = every_file(t, &n, path, ctx, copy_only) else {
+        return;
+    };
+    memory(t, &n, ctx, s0, mine);
+
+    // Work: FILLs of 4 MiB on the context; its counters and fences grow.
+    // (The device adds work to its counters at the end of each scheduling
+    // slice, so they may not yet include all of it when the last fence
+    // signals: only growth is checked.)
+    let Ok(cmds) = Cmds::new(&n, start + 0x100_0000, 16) else {
+        t.check("stats: mmap cmds", false, || "mmap failed".into());
+        return;
+    };
+    let size = 4u64 << 20;
+    let hd = n.gem_create(size, 0).unwrap_or(0);
+    let dva = start + 0x400_0000;
+    let _ = n.vm_bind(hd, dva, size, rw);
+    work(t, &n, ctx, &cmds, dva, size);
+    engine_error(t, &n, ctx, &cmds, dva);
+    let _ = n.ctx_destroy(ctx);
+}
+/// Bad arguments. (The array has room for every context there can be, so
+/// none of them lets the kernel write past it.)
+fn bad_arguments(t: &mut T, n: &Kmd) {
     let mut v = vec![uapi::DrmVgpuCtxStats::default(); uapi::STATS_MAX_CONTEXTS as usize];
     let good = uapi::DrmVgpuQueryStats {
         num_contexts: 2,
@@ -128,15 +150,23 @@ pub fn test_stats(t: &mut T, path: &Path) {
         t.check("stats: not wedged", a.wedged == 0, || "wedged".into());
         t.check("stats: sample time set", a.sample_ns > 0, || "0".into());
     }
+}
 
-    // Every file's contexts: a second file's context is listed too.
+/// Every file's contexts: a second file's context is listed too. Returns
+/// the first query's summary and `ctx`'s line in it.
+fn every_file(
+    t: &mut T,
+    n: &Kmd,
+    path: &Path,
+    ctx: u32,
+    copy_only: u32,
+) -> Option<(uapi::DrmVgpuQueryStats, Option<uapi::DrmVgpuCtxStats>)> {
+    let pid = std::process::id();
     let n2 = open(path);
     let ctx2 = n2
         .ctx_create(uapi::CTX_PRIORITY_LOW, copy_only, 0)
         .unwrap_or(0);
-    let Some((s0, c0)) = t.ok("stats: query", stats(&n)) else {
-        return;
-    };
+    let (s0, c0) = t.ok("stats: query", stats(n))?;
     let mine = c0.iter().find(|c| c.ctx_id == ctx).copied();
     t.check(
         "stats: own context listed with pid, priority, engines",
@@ -172,21 +202,31 @@ pub fn test_stats(t: &mut T, path: &Path) {
     }
     let _ = n2.ctx_destroy(ctx2);
     drop(n2);
-    if let Ok((_, c)) = stats(&n) {
+    if let Ok((_, c)) = stats(n) {
         t.check(
             "stats: destroyed context gone",
             !c.iter().any(|c| c.ctx_id == ctx2),
             || format!("{c:?}"),
         );
     }
+    Some((s0, mine))
+}
 
-    // Memory: N bytes of BOs, against a baseline taken once the objects of
-    // earlier files are gone (a closed file's BOs are freed when its last
-    // jobs retire, in the background).
+/// Memory: N bytes of BOs, against a baseline taken once the objects of
+/// earlier files are gone (a closed file's BOs are freed when its last jobs
+/// retire, in the background). `s0` and `mine`: an earlier query and
+/// `ctx`'s line in it.
+fn memory(
+    t: &mut T,
+    n: &Kmd,
+    ctx: u32,
+    s0: uapi::DrmVgpuQueryStats,
+    mine: Option<uapi::DrmVgpuCtxStats>,
+) {
     let big = 1u64 << 20;
-    let base = settled(&n).unwrap_or(s0);
+    let base = settled(n).unwrap_or(s0);
     let hs: Vec<u32> = (0..3).filter_map(|_| n.gem_create(big, 0).ok()).collect();
-    if let Ok((s1, c1)) = stats(&n) {
+    if let Ok((s1, c1)) = stats(n) {
         let want = base.mem_bytes + 3 * big;
         t.check(
             "stats: mem_bytes grows by the BOs created",
@@ -211,7 +251,7 @@ pub fn test_stats(t: &mut T, path: &Path) {
         for h in &hs {
             let _ = n.gem_close(*h);
         }
-        if let Ok((s2, _)) = stats(&n) {
+        if let Ok((s2, _)) = stats(n) {
             t.check(
                 "stats: mem_bytes back after free",
                 s2.mem_bytes + 3 * big <= s1.mem_bytes && s2.mem_objects + 3 <= s1.mem_objects,
@@ -219,20 +259,13 @@ pub fn test_stats(t: &mut T, path: &Path) {
             );
         }
     }
+}
 
-    // Work: FILLs of 4 MiB on the context; its counters and fences grow.
-    // (The device adds work to its counters at the end of each scheduling
-    // slice, so they may not yet include all of it when the last fence
-    // signals: only growth is checked.)
-    let Ok(cmds) = Cmds::new(&n, start + 0x100_0000, 16) else {
-        t.check("stats: mmap cmds", false, || "mmap failed".into());
-        return;
-    };
-    let size = 4u64 << 20;
-    let hd = n.gem_create(size, 0).unwrap_or(0);
-    let dva = start + 0x400_0000;
-    let _ = n.vm_bind(hd, dva, size, rw);
-    let before = stats(&n).ok();
+/// FILLs of 4 MiB at `dva` (a BO of `size` bytes) on the context, three
+/// command buffers four times: its counters and fences, the engine's and
+/// the device's counters grow.
+fn work(t: &mut T, n: &Kmd, ctx: u32, cmds: &Cmds, dva: u64, size: u64) {
+    let before = stats(n).ok();
     // One packet per command buffer (gen 2 engine packets are 64-byte
     // aligned).
     let c: Vec<uapi::DrmVgpuCmd> = (0..3)
@@ -248,7 +281,7 @@ pub fn test_stats(t: &mut T, path: &Path) {
         "stats: work done",
         n.wait(&[fence(ctx, 0, last)], true, 10_000 * MS),
     );
-    if let (Some((b, bc)), Ok((a, ac))) = (before, stats(&n)) {
+    if let (Some((b, bc)), Ok((a, ac))) = (before, stats(n)) {
         let cb = bc
             .iter()
             .find(|c| c.ctx_id == ctx)
@@ -293,9 +326,11 @@ pub fn test_stats(t: &mut T, path: &Path) {
         );
         t.check("stats: page tables in use", a.pt_bytes > 0, || "0".into());
     }
+}
 
-    // An engine error (FILL of size 0: BadOperand) stops the context:
-    // CTX_QUERY and QUERY_STATS report it.
+/// An engine error (FILL of size 0 at `dva`: BadOperand) stops the context:
+/// CTX_QUERY and QUERY_STATS report it.
+fn engine_error(t: &mut T, n: &Kmd, ctx: u32, cmds: &Cmds, dva: u64) {
     let bad = cmds.program(3, &[fill(dva, 0, 1)]);
     if let Ok(s) = n.submit(ctx, 0, &[bad], &[]) {
         t.err(
@@ -324,7 +359,7 @@ pub fn test_stats(t: &mut T, path: &Path) {
             && q.error_seqno != 0,
         || format!("{q:?}, want packet {:#x} header {fill_header:#x}", bad.va),
     );
-    if let Ok((_, c)) = stats(&n) {
+    if let Ok((_, c)) = stats(n) {
         let me = c
             .iter()
             .find(|c| c.ctx_id == ctx)
@@ -347,5 +382,4 @@ pub fn test_stats(t: &mut T, path: &Path) {
             || format!("{me:?} vs {q:?}"),
         );
     }
-    let _ = n.ctx_destroy(ctx);
 }

@@ -4,15 +4,13 @@
 
 use std::path::Path;
 
-use vgpu_umd::kmd::IoctlArg;
+use vgpu_umd::kmd::{IoctlArg, Kmd};
 use vgpu_umd::uapi::{self, param};
 
 use crate::debugfs::{debugfs, debugfs_path, field, summary_field, vm_line};
 use crate::node::{copy, fence, fill, open, sem_wait_eq, Cmds, Map, MS, PAGE};
 use crate::report::{errno, T};
 
-/// Contexts, submission, fences, faults, hangs and resets (needs the device
-/// model; run with a short `job_timeout_ms`).
 /// `struct drm_vgpu_submit` as first published: up to `seqno`, with no
 /// sync objects and no BO list.
 #[repr(C)]
@@ -38,38 +36,37 @@ unsafe impl IoctlArg for SubmitV1 {
     const NAME: &'static str = "SUBMIT (first version)";
 }
 
+/// What the parts of [`test_submit`] share: the file, its command buffers,
+/// the source, destination and semaphore BOs and where they are bound, the
+/// first context.
+struct Fx<'a> {
+    n: &'a Kmd,
+    start: u64,
+    copy_only: u32,
+    cmds: &'a Cmds,
+    cva: u64,
+    size: u64,
+    sva: u64,
+    dva: u64,
+    semva: u64,
+    src: &'a Map,
+    dst: &'a Map,
+    sem: &'a Map,
+    /// The first copy context.
+    a: u32,
+}
+
+/// Contexts, submission, fences, faults, hangs and resets (needs the device
+/// model; run with a short `job_timeout_ms`).
 pub fn test_submit(t: &mut T, path: &Path) {
     let n = open(path);
     let start = n.get_param(param::VA_START).unwrap_or(0);
     let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
     let copy_only = 1 << uapi::ENGINE_COPY;
 
-    // Context arguments.
-    for (name, prio, mask, flags) in [
-        ("priority 4", 4, copy_only, 0),
-        ("engine mask 0", 1, 0, 0),
-        ("engine mask 4", 1, 4, 0),
-        ("unknown flag", 1, copy_only, 2),
-    ] {
-        t.err(
-            &format!("ctx: create {name}"),
-            n.ctx_create(prio, mask, flags),
-            libc::EINVAL,
-        );
-    }
-    let Some(a) = t.ok(
-        "ctx: create copy context",
-        n.ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0),
-    ) else {
+    let Some(a) = contexts(t, &n, copy_only) else {
         return;
     };
-    let q = n.ctx_query(a).unwrap_or_default();
-    t.check(
-        "ctx: new context clean",
-        q.reset_status == uapi::CTX_RESET_NONE && q.state == 0,
-        || format!("{q:?}"),
-    );
-    t.err("ctx: query unknown", n.ctx_query(0xbad), libc::ENOENT);
 
     // Memory: cmd buffers (rx), src, dst, semaphore (rw).
     let cva = start + 0x100_0000;
@@ -88,9 +85,68 @@ pub fn test_submit(t: &mut T, path: &Path) {
     for i in 0..(size / 8) as usize {
         src.write(i, 0xc0de_0000_0000_0000 | i as u64);
     }
+    let f = Fx {
+        n: &n,
+        start,
+        copy_only,
+        cmds: &cmds,
+        cva,
+        size,
+        sva,
+        dva,
+        semva,
+        src: &src,
+        dst: &dst,
+        sem: &sem,
+        a,
+    };
 
-    // Copy via SUBMIT and verify.
-    let c = cmds.program(0, &[copy(sva, dva, size)]);
+    copy_and_fill(t, &f);
+    let good = cmds.program(2, &[fill(dva, 64, 1)]);
+    bad_submissions(t, &f, good);
+    let b = ordering(t, &f);
+    first_struct_version(t, &f);
+    backpressure(t, &f, good);
+    wait_any(t, &f, b, good);
+    fault(t, &f, b, good);
+    failed_dependency(t, &f, good);
+    lazy(t, &f, rw);
+    hang(t, &f, b, good);
+    destroy(t, &f, b, good);
+}
+
+/// Context arguments; the copy context the rest uses.
+fn contexts(t: &mut T, n: &Kmd, copy_only: u32) -> Option<u32> {
+    for (name, prio, mask, flags) in [
+        ("priority 4", 4, copy_only, 0),
+        ("engine mask 0", 1, 0, 0),
+        ("engine mask 4", 1, 4, 0),
+        ("unknown flag", 1, copy_only, 2),
+    ] {
+        t.err(
+            &format!("ctx: create {name}"),
+            n.ctx_create(prio, mask, flags),
+            libc::EINVAL,
+        );
+    }
+    let a = t.ok(
+        "ctx: create copy context",
+        n.ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0),
+    )?;
+    let q = n.ctx_query(a).unwrap_or_default();
+    t.check(
+        "ctx: new context clean",
+        q.reset_status == uapi::CTX_RESET_NONE && q.state == 0,
+        || format!("{q:?}"),
+    );
+    t.err("ctx: query unknown", n.ctx_query(0xbad), libc::ENOENT);
+    Some(a)
+}
+
+/// A copy via SUBMIT, verified, then a FILL.
+fn copy_and_fill(t: &mut T, f: &Fx) {
+    let (n, a, size, dst) = (f.n, f.a, f.size, f.dst);
+    let c = f.cmds.program(0, &[copy(f.sva, f.dva, size)]);
     let t0 = std::time::Instant::now();
     if let Some(s1) = t.ok("submit: copy 64 KiB", n.submit(a, 0, &[c], &[])) {
         t.check("submit: first seqno is 1", s1 == 1, || {
@@ -110,7 +166,7 @@ pub fn test_submit(t: &mut T, path: &Path) {
         );
     }
     // FILL.
-    let c = cmds.program(1, &[fill(dva, PAGE, 0xabcd_1234)]);
+    let c = f.cmds.program(1, &[fill(f.dva, PAGE, 0xabcd_1234)]);
     if let Ok(s2) = n.submit(a, 0, &[c], &[]) {
         t.ok(
             "wait: fill fence",
@@ -122,14 +178,19 @@ pub fn test_submit(t: &mut T, path: &Path) {
             || format!("{:#x}", dst.read(0)),
         );
     }
+}
 
-    // Bad submissions.
-    let good = cmds.program(2, &[fill(dva, 64, 1)]);
+/// Bad submissions and waits.
+fn bad_submissions(t: &mut T, f: &Fx, good: uapi::DrmVgpuCmd) {
+    let (n, a, start, cva) = (f.n, f.a, f.start, f.cva);
     let unmapped = uapi::DrmVgpuCmd {
         va: start + 0x7000_0000,
         size: 32,
     };
-    let not_exec = uapi::DrmVgpuCmd { va: sva, size: 32 };
+    let not_exec = uapi::DrmVgpuCmd {
+        va: f.sva,
+        size: 32,
+    };
     let past_end = uapi::DrmVgpuCmd {
         va: cva + 16 * PAGE - 16,
         size: 32,
@@ -213,16 +274,20 @@ pub fn test_submit(t: &mut T, path: &Path) {
         n.wait(&[fence(a, 0, 1 << 40)], true, 0),
         libc::EINVAL,
     );
+}
 
-    // Cross-context ordering: B's copy waits (input fence) for A's job,
-    // which waits on a semaphore the CPU writes later.
+/// Cross-context ordering: B's copy waits (input fence) for A's job, which
+/// waits on a semaphore the CPU writes later. Returns B (a high-priority
+/// copy context).
+fn ordering(t: &mut T, f: &Fx) -> u32 {
+    let (n, a, dst, sem) = (f.n, f.a, f.dst, f.sem);
     let b = n
-        .ctx_create(uapi::CTX_PRIORITY_HIGH, copy_only, 0)
+        .ctx_create(uapi::CTX_PRIORITY_HIGH, f.copy_only, 0)
         .unwrap_or(0);
     sem.write(0, 0);
     dst.write(8, 0);
-    let ca = cmds.program(3, &[sem_wait_eq(semva, 1)]);
-    let cb = cmds.program(4, &[fill(dva + 64, 8, 0x7777_7777)]);
+    let ca = f.cmds.program(3, &[sem_wait_eq(f.semva, 1)]);
+    let cb = f.cmds.program(4, &[fill(f.dva + 64, 8, 0x7777_7777)]);
     let sa = n.submit(a, 0, &[ca], &[]).unwrap_or(0);
     let sb = n.submit(b, 0, &[cb], &[fence(a, 0, sa)]);
     if let Some(sb) = t.ok("ordering: submit with an input fence", sb) {
@@ -247,34 +312,40 @@ pub fn test_submit(t: &mut T, path: &Path) {
             || format!("{:#x}", dst.read(8)),
         );
     }
+    b
+}
 
-    // A caller built for the first version of the SUBMIT struct (48 bytes,
-    // up to `seqno`): the KMD reads the fields after it as zero.
-    {
-        let job = [cmds.program(10, &[fill(dva + 192, 8, 0x0102_0304)])];
-        let mut v1 = SubmitV1 {
-            ctx_id: a,
-            cmds: job.as_ptr() as u64,
-            num_cmds: 1,
-            ..Default::default()
-        };
-        // SAFETY: SUBMIT only reads through its pointers; `job` outlives
-        // the call.
-        let r = unsafe { n.ioctl_raw(&mut v1) };
-        let done = r.and_then(|()| n.wait(&[fence(a, 0, v1.seqno)], true, 5_000 * MS));
-        t.ok("submit: the first struct version still works", done);
-        t.check(
-            "submit: and its job ran",
-            dst.read(24) == 0x0102_0304_0102_0304,
-            || format!("{:#x}", dst.read(24)),
-        );
-    }
+/// A caller built for the first version of the SUBMIT struct (48 bytes, up
+/// to `seqno`): the KMD reads the fields after it as zero.
+fn first_struct_version(t: &mut T, f: &Fx) {
+    let (n, a, dst) = (f.n, f.a, f.dst);
+    let job = [f.cmds.program(10, &[fill(f.dva + 192, 8, 0x0102_0304)])];
+    let mut v1 = SubmitV1 {
+        ctx_id: a,
+        cmds: job.as_ptr() as u64,
+        num_cmds: 1,
+        ..Default::default()
+    };
+    // SAFETY: SUBMIT only reads through its pointers; `job` outlives
+    // the call.
+    let r = unsafe { n.ioctl_raw(&mut v1) };
+    let done = r.and_then(|()| n.wait(&[fence(a, 0, v1.seqno)], true, 5_000 * MS));
+    t.ok("submit: the first struct version still works", done);
+    t.check(
+        "submit: and its job ran",
+        dst.read(24) == 0x0102_0304_0102_0304,
+        || format!("{:#x}", dst.read(24)),
+    );
+}
 
-    // Backpressure: jobs queue in the KMD behind a blocked one (the ring
-    // fills, the queue takes the rest) until VGPU_CTX_MAX_PENDING, then
-    // EAGAIN. `queue(job, tries, blk)` submits `job` on A until the KMD
-    // refuses one (at most `tries` times): the jobs queued, the last
-    // answer, the last seqno queued (`blk` if none).
+/// Backpressure: jobs queue in the KMD behind a blocked one (the ring
+/// fills, the queue takes the rest) until VGPU_CTX_MAX_PENDING, then
+/// EAGAIN.
+fn backpressure(t: &mut T, f: &Fx, good: uapi::DrmVgpuCmd) {
+    let (n, a, sem, semva) = (f.n, f.a, f.sem, f.semva);
+    // `queue(job, tries, blk)` submits `job` on A until the KMD refuses one
+    // (at most `tries` times): the jobs queued, the last answer, the last
+    // seqno queued (`blk` if none).
     let queue = |job: &[uapi::DrmVgpuCmd], tries: usize, blk: u64| {
         let mut queued = 0;
         let mut last = Ok(0);
@@ -293,7 +364,7 @@ pub fn test_submit(t: &mut T, path: &Path) {
     };
     sem.write(0, 0);
     let blk = n
-        .submit(a, 0, &[cmds.program(5, &[sem_wait_eq(semva, 2)])], &[])
+        .submit(a, 0, &[f.cmds.program(5, &[sem_wait_eq(semva, 2)])], &[])
         .unwrap_or(0);
     let max = uapi::CTX_MAX_PENDING as usize;
     let (queued, last, seq_last) = queue(&[good], max + 10, blk);
@@ -322,7 +393,7 @@ pub fn test_submit(t: &mut T, path: &Path) {
     // the rest wait in the KMD's queue instead of failing.
     sem.write(0, 0);
     let blk = n
-        .submit(a, 0, &[cmds.program(5, &[sem_wait_eq(semva, 4)])], &[])
+        .submit(a, 0, &[f.cmds.program(5, &[sem_wait_eq(semva, 4)])], &[])
         .unwrap_or(0);
     let (queued, last, seq_last) = queue(&[good; 64], 100, blk);
     t.check(
@@ -335,11 +406,14 @@ pub fn test_submit(t: &mut T, path: &Path) {
         "backpressure: full ring drains",
         n.wait(&[fence(a, 0, seq_last)], true, 30_000 * MS),
     );
+}
 
-    // Wait any: one fence of two.
+/// Wait any: one fence of two.
+fn wait_any(t: &mut T, f: &Fx, b: u32, good: uapi::DrmVgpuCmd) {
+    let (n, a, sem) = (f.n, f.a, f.sem);
     sem.write(0, 0);
     let s_block = n
-        .submit(a, 0, &[cmds.program(6, &[sem_wait_eq(semva, 3)])], &[])
+        .submit(a, 0, &[f.cmds.program(6, &[sem_wait_eq(f.semva, 3)])], &[])
         .unwrap_or(0);
     let s_free = n.submit(b, 0, &[good], &[]).unwrap_or(0);
     let r = n.wait(
@@ -352,9 +426,12 @@ pub fn test_submit(t: &mut T, path: &Path) {
     });
     sem.write(0, 3);
     let _ = n.wait(&[fence(a, 0, s_block)], true, 5_000 * MS);
+}
 
-    // Non-replayable fault: A errors, B unaffected.
-    let cf = cmds.program(7, &[copy(start + 0x7000_0000, dva, 64)]);
+/// Non-replayable fault: A errors, B unaffected.
+fn fault(t: &mut T, f: &Fx, b: u32, good: uapi::DrmVgpuCmd) {
+    let (n, a, start) = (f.n, f.a, f.start);
+    let cf = f.cmds.program(7, &[copy(start + 0x7000_0000, f.dva, 64)]);
     if let Ok(sf) = n.submit(a, 0, &[cf], &[]) {
         t.err(
             "fault: faulting job's fence fails",
@@ -388,18 +465,22 @@ pub fn test_submit(t: &mut T, path: &Path) {
             || format!("{q:?}"),
         );
     }
+}
 
-    // A dependent job is released when its input fence fails.
+/// A dependent job is released when its input fence fails.
+fn failed_dependency(t: &mut T, f: &Fx, good: uapi::DrmVgpuCmd) {
+    let (n, sem, semva) = (f.n, f.sem, f.semva);
     let x = n
-        .ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0)
+        .ctx_create(uapi::CTX_PRIORITY_NORMAL, f.copy_only, 0)
         .unwrap_or(0);
     let y = n
-        .ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0)
+        .ctx_create(uapi::CTX_PRIORITY_NORMAL, f.copy_only, 0)
         .unwrap_or(0);
     sem.write(0, 0);
     let xf = [
-        cmds.program(14, &[sem_wait_eq(semva, 6)]),
-        cmds.program(15, &[copy(start + 0x7100_0000, dva, 64)]),
+        f.cmds.program(14, &[sem_wait_eq(semva, 6)]),
+        f.cmds
+            .program(15, &[copy(f.start + 0x7100_0000, f.dva, 64)]),
     ];
     if let (Ok(sx), Ok(sy)) = (
         n.submit(x, 0, &xf, &[]),
@@ -416,19 +497,22 @@ pub fn test_submit(t: &mut T, path: &Path) {
             n.wait(&[fence(y, 0, sy)], true, 5_000 * MS),
         );
     }
+}
 
-    // Replayable fault on a lazy BO: mapped on demand, job completes.
+/// Replayable fault on a lazy BO: mapped on demand, job completes.
+fn lazy(t: &mut T, f: &Fx, rw: u32) {
+    let (n, start, sva) = (f.n, f.start, f.sva);
     let r = n
         .ctx_create(
             uapi::CTX_PRIORITY_NORMAL,
-            copy_only,
+            f.copy_only,
             uapi::CTX_CREATE_REPLAYABLE,
         )
         .unwrap_or(0);
     let hl = n.gem_create(4 * PAGE, uapi::GEM_CREATE_LAZY).unwrap_or(0);
     let lva = start + 0x500_0000;
     let _ = n.vm_bind(hl, lva, 4 * PAGE, rw);
-    let cl = cmds.program(8, &[copy(sva, lva + PAGE, PAGE)]);
+    let cl = f.cmds.program(8, &[copy(sva, lva + PAGE, PAGE)]);
     if let Some(sl) = t.ok(
         "lazy: submit copy into a lazy BO",
         n.submit(r, 0, &[cl], &[]),
@@ -450,14 +534,14 @@ pub fn test_submit(t: &mut T, path: &Path) {
                 && field(&l, "check").as_deref() == Some("ok"),
             || l.clone(),
         );
-        if let Ok(m) = Map::new(&n, hl, 4 * PAGE) {
-            t.check("lazy: data landed", m.read(512) == src.read(0), || {
+        if let Ok(m) = Map::new(n, hl, 4 * PAGE) {
+            t.check("lazy: data landed", m.read(512) == f.src.read(0), || {
                 format!("{:#x}", m.read(512))
             });
         }
         // Only a lazy mapping is paged in: the same context's copy into a
         // VA nothing is bound at is not served, and the job fails.
-        let bad = cmds.program(15, &[copy(sva, start + 0x7200_0000, PAGE)]);
+        let bad = f.cmds.program(15, &[copy(sva, start + 0x7200_0000, PAGE)]);
         if let Some(sb) = t.ok(
             "lazy: submit a copy into an unbound VA",
             n.submit(r, 0, &[bad], &[]),
@@ -469,117 +553,125 @@ pub fn test_submit(t: &mut T, path: &Path) {
             );
         }
     }
+}
 
-    // Hang: a semaphore never written. Timeout, reset, guilty/innocent.
+/// Hang: a semaphore never written. Timeout, reset, guilty/innocent.
+fn hang(t: &mut T, f: &Fx, b: u32, good: uapi::DrmVgpuCmd) {
+    let (n, sem, semva, dst) = (f.n, f.sem, f.semva, f.dst);
     let h = n
-        .ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0)
+        .ctx_create(uapi::CTX_PRIORITY_NORMAL, f.copy_only, 0)
         .unwrap_or(0);
     sem.write(1, 0);
-    let hang = cmds.program(9, &[sem_wait_eq(semva + 8, 0xdead)]);
+    let hang = f.cmds.program(9, &[sem_wait_eq(semva + 8, 0xdead)]);
     let t0 = std::time::Instant::now();
     // An innocent context with a job still queued (behind a semaphore the
     // CPU releases after the reset) when the device is reset.
     let inno = n
-        .ctx_create(uapi::CTX_PRIORITY_NORMAL, copy_only, 0)
+        .ctx_create(uapi::CTX_PRIORITY_NORMAL, f.copy_only, 0)
         .unwrap_or(0);
     sem.write(3, 0);
     dst.write(16, 0);
-    if let Ok(sh) = n.submit(h, 0, &[hang], &[]) {
-        let sb = n.submit(b, 0, &[good], &[]).unwrap_or(0);
-        t.ok(
-            "hang: innocent context's fence signals",
-            n.wait(&[fence(b, 0, sb)], true, 5_000 * MS),
-        );
-        let before = debugfs("contexts");
-        let r = n.wait(&[fence(h, 0, sh)], true, 30_000 * MS);
-        println!("info hang detected and recovered after {:?}", t0.elapsed());
-        // The engine reset names the hung ring, so a ring blocked in
-        // SEM_WAIT is cleared without a device reset.
-        let after = debugfs("contexts");
-        let dev_resets = |s: &str| summary_field(s, "device_resets");
-        t.check(
-            "hang: engine reset clears a ring blocked on a semaphore",
-            dev_resets(&after).is_some() && dev_resets(&after) == dev_resets(&before),
-            || after.clone(),
-        );
-        // A job queued (behind a semaphore the CPU releases later) when the
-        // device is reset: the ladder's device-reset rung, here with no
-        // guilty context, writes it again on the new rings and its context
-        // becomes innocent.
-        let queued = [
-            cmds.program(12, &[sem_wait_eq(semva + 24, 1)]),
-            cmds.program(13, &[fill(dva + 128, 8, 0x1111_2222)]),
-        ];
-        let si = n.submit(inno, 0, &queued, &[]).unwrap_or(0);
-        t.err(
-            "hang: queued job pending",
-            n.wait(&[fence(inno, 0, si)], true, 0),
-            libc::ETIME,
-        );
-        let reset = std::fs::write(debugfs_path("reset_device"), "1");
-        t.check("hang: device reset through debugfs", reset.is_ok(), || {
-            format!("{reset:?}")
-        });
-        sem.write(3, 1);
-        t.ok(
-            "hang: innocent queued job resubmitted and completes",
-            n.wait(&[fence(inno, 0, si)], true, 5_000 * MS),
-        );
-        t.check(
-            "hang: resubmitted job ran",
-            dst.read(16) == 0x1111_2222_1111_2222,
-            || format!("{:#x}", dst.read(16)),
-        );
-        let q = n.ctx_query(inno).unwrap_or_default();
-        t.check(
-            "hang: queued context reported innocent",
-            q.reset_status == uapi::CTX_RESET_INNOCENT && q.state == 0,
-            || format!("{q:?}"),
-        );
-        t.check(
-            "hang: hung job's fence fails with EIO",
-            errno(&r) == Some(libc::EIO),
-            || format!("{r:?}"),
-        );
-        let q = n.ctx_query(h).unwrap_or_default();
-        t.check(
-            "hang: hung context guilty, 1 hang",
-            q.reset_status == uapi::CTX_RESET_GUILTY && q.hangs == 1,
-            || format!("{q:?}"),
-        );
-        let sb = n.submit(b, 0, &[good], &[]).unwrap_or(0);
-        t.ok(
-            "hang: device works after recovery",
-            n.wait(&[fence(b, 0, sb)], true, 5_000 * MS),
-        );
-        let q = n.ctx_query(b).unwrap_or_default();
-        t.check(
-            "hang: other context not guilty",
-            q.reset_status != uapi::CTX_RESET_GUILTY,
-            || format!("{q:?}"),
-        );
-        // Repeated hangs ban.
-        let mut banned = false;
-        for _ in 0..4 {
-            match n.submit(h, 0, &[hang], &[]) {
-                Ok(s) => {
-                    let _ = n.wait(&[fence(h, 0, s)], true, 30_000 * MS);
-                }
-                Err(e) => {
-                    banned = e.errno == libc::EIO;
-                    break;
-                }
+    let Ok(sh) = n.submit(h, 0, &[hang], &[]) else {
+        return;
+    };
+    let sb = n.submit(b, 0, &[good], &[]).unwrap_or(0);
+    t.ok(
+        "hang: innocent context's fence signals",
+        n.wait(&[fence(b, 0, sb)], true, 5_000 * MS),
+    );
+    let before = debugfs("contexts");
+    let r = n.wait(&[fence(h, 0, sh)], true, 30_000 * MS);
+    println!("info hang detected and recovered after {:?}", t0.elapsed());
+    // The engine reset names the hung ring, so a ring blocked in
+    // SEM_WAIT is cleared without a device reset.
+    let after = debugfs("contexts");
+    let dev_resets = |s: &str| summary_field(s, "device_resets");
+    t.check(
+        "hang: engine reset clears a ring blocked on a semaphore",
+        dev_resets(&after).is_some() && dev_resets(&after) == dev_resets(&before),
+        || after.clone(),
+    );
+    // A job queued (behind a semaphore the CPU releases later) when the
+    // device is reset: the ladder's device-reset rung, here with no
+    // guilty context, writes it again on the new rings and its context
+    // becomes innocent.
+    let queued = [
+        f.cmds.program(12, &[sem_wait_eq(semva + 24, 1)]),
+        f.cmds.program(13, &[fill(f.dva + 128, 8, 0x1111_2222)]),
+    ];
+    let si = n.submit(inno, 0, &queued, &[]).unwrap_or(0);
+    t.err(
+        "hang: queued job pending",
+        n.wait(&[fence(inno, 0, si)], true, 0),
+        libc::ETIME,
+    );
+    let reset = std::fs::write(debugfs_path("reset_device"), "1");
+    t.check("hang: device reset through debugfs", reset.is_ok(), || {
+        format!("{reset:?}")
+    });
+    sem.write(3, 1);
+    t.ok(
+        "hang: innocent queued job resubmitted and completes",
+        n.wait(&[fence(inno, 0, si)], true, 5_000 * MS),
+    );
+    t.check(
+        "hang: resubmitted job ran",
+        dst.read(16) == 0x1111_2222_1111_2222,
+        || format!("{:#x}", dst.read(16)),
+    );
+    let q = n.ctx_query(inno).unwrap_or_default();
+    t.check(
+        "hang: queued context reported innocent",
+        q.reset_status == uapi::CTX_RESET_INNOCENT && q.state == 0,
+        || format!("{q:?}"),
+    );
+    t.check(
+        "hang: hung job's fence fails with EIO",
+        errno(&r) == Some(libc::EIO),
+        || format!("{r:?}"),
+    );
+    let q = n.ctx_query(h).unwrap_or_default();
+    t.check(
+        "hang: hung context guilty, 1 hang",
+        q.reset_status == uapi::CTX_RESET_GUILTY && q.hangs == 1,
+        || format!("{q:?}"),
+    );
+    let sb = n.submit(b, 0, &[good], &[]).unwrap_or(0);
+    t.ok(
+        "hang: device works after recovery",
+        n.wait(&[fence(b, 0, sb)], true, 5_000 * MS),
+    );
+    let q = n.ctx_query(b).unwrap_or_default();
+    t.check(
+        "hang: other context not guilty",
+        q.reset_status != uapi::CTX_RESET_GUILTY,
+        || format!("{q:?}"),
+    );
+    // Repeated hangs ban.
+    let mut banned = false;
+    for _ in 0..4 {
+        match n.submit(h, 0, &[hang], &[]) {
+            Ok(s) => {
+                let _ = n.wait(&[fence(h, 0, s)], true, 30_000 * MS);
+            }
+            Err(e) => {
+                banned = e.errno == libc::EIO;
+                break;
             }
         }
-        let q = n.ctx_query(h).unwrap_or_default();
-        t.check(
-            "hang: repeated hangs ban the context",
-            banned && q.state & uapi::CTX_STATE_BANNED != 0,
-            || format!("{q:?}"),
-        );
     }
+    let q = n.ctx_query(h).unwrap_or_default();
+    t.check(
+        "hang: repeated hangs ban the context",
+        banned && q.state & uapi::CTX_STATE_BANNED != 0,
+        || format!("{q:?}"),
+    );
+}
 
-    // Destroy.
+/// Destroy, with work in flight too; an unbind under live contexts; a
+/// context left with work in flight for the file's close.
+fn destroy(t: &mut T, f: &Fx, b: u32, good: uapi::DrmVgpuCmd) {
+    let (n, a, sem, semva) = (f.n, f.a, f.sem, f.semva);
     t.ok("ctx: destroy", n.ctx_destroy(b));
     t.err("ctx: destroy twice", n.ctx_destroy(b), libc::ENOENT);
     t.err(
@@ -599,13 +691,13 @@ pub fn test_submit(t: &mut T, path: &Path) {
     t.err("ctx: destroy pad", r, libc::EINVAL);
     // Destroy with work in flight: blocked job, then destroy (BUSY path).
     let d = n
-        .ctx_create(uapi::CTX_PRIORITY_LOW, copy_only, 0)
+        .ctx_create(uapi::CTX_PRIORITY_LOW, f.copy_only, 0)
         .unwrap_or(0);
     sem.write(2, 0);
     if let Ok(sd) = n.submit(
         d,
         0,
-        &[cmds.program(10, &[sem_wait_eq(semva + 16, 5)])],
+        &[f.cmds.program(10, &[sem_wait_eq(semva + 16, 5)])],
         &[],
     ) {
         t.ok("ctx: destroy with work in flight", n.ctx_destroy(d));
@@ -616,15 +708,15 @@ pub fn test_submit(t: &mut T, path: &Path) {
         );
     }
     // Unbind a buffer a context uses: the TLB is invalidated.
-    t.ok("vm: unbind with live contexts", n.vm_unbind(dva, size));
-    // File closes with contexts and work in flight.
+    t.ok("vm: unbind with live contexts", n.vm_unbind(f.dva, f.size));
+    // File closes (in the caller) with contexts and work in flight.
     let e = n
-        .ctx_create(uapi::CTX_PRIORITY_LOW, copy_only, 0)
+        .ctx_create(uapi::CTX_PRIORITY_LOW, f.copy_only, 0)
         .unwrap_or(0);
     let _ = n.submit(
         e,
         0,
-        &[cmds.program(11, &[sem_wait_eq(semva + 24, 9)])],
+        &[f.cmds.program(11, &[sem_wait_eq(semva + 24, 9)])],
         &[],
     );
 }

@@ -104,11 +104,60 @@ pub fn held_job(
     ]
 }
 
+/// What the parts of [`test_syncobj`] share: the file, the command
+/// buffers, the data BO (word 0 the semaphore the held jobs wait on) and
+/// where it is bound, three contexts.
+struct Sx<'a> {
+    n: &'a Kmd,
+    cmds: &'a Cmds,
+    data: &'a Map,
+    dva: u64,
+    ctxs: &'a [u32],
+}
+
 /// Syncobjs: creation, waits, timelines, transfers, sync_files, and vgpu
 /// jobs as their signallers and waiters.
 pub fn test_syncobj(t: &mut T, path: &Path) {
     let n = open(path);
-    // The node advertises sync objects and PRIME.
+    caps(t, &n);
+    let Some((sig, empty)) = create_destroy(t, &n) else {
+        return;
+    };
+
+    let Scratch {
+        cmds,
+        data: hd,
+        dva,
+        ..
+    } = scratch(&n, 0x700_0000, 1);
+    let data = Map::new(&n, hd, PAGE).expect("mmap");
+    data.write(0, 0);
+    let ctxs: Vec<u32> = (0..3)
+        .map(|_| n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0))
+        .collect();
+    let good = cmds.program(30, &[fill(dva + 512, 8, 7)]);
+    let f = Sx {
+        n: &n,
+        cmds: &cmds,
+        data: &data,
+        dva,
+        ctxs: &ctxs,
+    };
+
+    binary_out_sync(t, &f, sig);
+    let tl = timeline_out_of_order(t, &f);
+    wait_for_submit(t, &f, path);
+    transfers(t, &f);
+    sync_file_import(t, &f);
+    bad_syncs(t, &f, good, [sig, empty, tl]);
+    for c in ctxs {
+        let _ = n.ctx_destroy(c);
+    }
+    let _ = cmds;
+}
+
+/// The node advertises sync objects and PRIME.
+fn caps(t: &mut T, n: &Kmd) {
     t.check(
         "syncobj: DRM_CAP_SYNCOBJ",
         n.get_cap(uapi::DRM_CAP_SYNCOBJ) == Ok(1),
@@ -126,11 +175,12 @@ pub fn test_syncobj(t: &mut T, path: &Path) {
             .is_ok_and(|v| v & prime == prime),
         || format!("{:?}", n.get_cap(uapi::DRM_CAP_PRIME)),
     );
+}
 
-    // Create and destroy.
-    let Some(a) = t.ok("syncobj: create", n.syncobj_create(0)) else {
-        return;
-    };
+/// Create and destroy; a syncobj created signalled and one with no fence
+/// (returned, for the later checks).
+fn create_destroy(t: &mut T, n: &Kmd) -> Option<(u32, u32)> {
+    let a = t.ok("syncobj: create", n.syncobj_create(0))?;
     t.ok("syncobj: destroy", n.syncobj_destroy(a));
     t.err("syncobj: destroy twice", n.syncobj_destroy(a), libc::EINVAL);
     let sig = n.syncobj_create(uapi::SYNCOBJ_CREATE_SIGNALED).unwrap_or(0);
@@ -144,24 +194,15 @@ pub fn test_syncobj(t: &mut T, path: &Path) {
         n.syncobj_wait(&[empty], in_ms(10), 0),
         libc::EINVAL,
     );
+    Some((sig, empty))
+}
 
-    let Scratch {
-        cmds,
-        data: hd,
-        dva,
-        ..
-    } = scratch(&n, 0x700_0000, 1);
-    let data = Map::new(&n, hd, PAGE).expect("mmap");
-    data.write(0, 0);
-    let ctxs: Vec<u32> = (0..3)
-        .map(|_| n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0))
-        .collect();
-    let good = cmds.program(30, &[fill(dva + 512, 8, 7)]);
-
-    // A job's out-syncobj: binary, signalled when the job completes.
+/// A job's out-syncobj: binary, signalled when the job completes.
+fn binary_out_sync(t: &mut T, f: &Sx, sig: u32) {
+    let (n, cmds, data, dva, ctxs) = (f.n, f.cmds, f.data, f.dva, f.ctxs);
     let b = n.syncobj_create(0).unwrap_or(0);
-    let job = held_job(&cmds, 0, dva, 1, dva + 64, 0x1111_1111);
-    let r = submit_s(&n, ctxs[0], &job, &[], &[sync(b, 0)]);
+    let job = held_job(cmds, 0, dva, 1, dva + 64, 0x1111_1111);
+    let r = submit_s(n, ctxs[0], &job, &[], &[sync(b, 0)]);
     if t.ok("syncobj: submit with a binary out-sync", r).is_some() {
         t.err(
             "syncobj: wait all times out while the job is held",
@@ -185,19 +226,22 @@ pub fn test_syncobj(t: &mut T, path: &Path) {
         );
         t.check(
             "syncobj: its sync_file says signalled",
-            sync_file_of(&n, b).map(|f| sync_file_status(f.as_raw_fd())) == Ok(1),
+            sync_file_of(n, b).map(|f| sync_file_status(f.as_raw_fd())) == Ok(1),
             String::new,
         );
     }
+}
 
-    // Timeline points signalled out of order by three jobs (three contexts,
-    // so no ring orders them), released 3, 1, 2: a point is signalled only
-    // once it and every point before it are.
+/// Timeline points signalled out of order by three jobs (three contexts, so
+/// no ring orders them), released 3, 1, 2: a point is signalled only once
+/// it and every point before it are. Returns the timeline.
+fn timeline_out_of_order(t: &mut T, f: &Sx) -> u32 {
+    let (n, cmds, data, dva, ctxs) = (f.n, f.cmds, f.data, f.dva, f.ctxs);
     let tl = n.syncobj_create(0).unwrap_or(0);
     data.write(0, 0);
     for (i, (&ctx, v)) in ctxs.iter().zip([11u64, 12, 13]).enumerate() {
         let job = held_job(
-            &cmds,
+            cmds,
             2 + 2 * i,
             dva,
             v,
@@ -206,19 +250,19 @@ pub fn test_syncobj(t: &mut T, path: &Path) {
         );
         t.ok(
             &format!("syncobj: timeline point {} by a held job", i + 1),
-            submit_s(&n, ctx, &job, &[], &[sync(tl, i as u64 + 1)]),
+            submit_s(n, ctx, &job, &[], &[sync(tl, i as u64 + 1)]),
         );
     }
     let query = |n: &Kmd| n.syncobj_query(&[tl], 0).map(|v| v[0]).unwrap_or(u64::MAX);
-    t.check("syncobj: timeline at 0 while held", query(&n) == 0, || {
-        format!("{}", query(&n))
+    t.check("syncobj: timeline at 0 while held", query(n) == 0, || {
+        format!("{}", query(n))
     });
     data.write(0, 13);
     std::thread::sleep(Duration::from_millis(300));
     t.check(
         "syncobj: point 3 alone leaves the timeline at 0",
-        query(&n) == 0,
-        || format!("{}", query(&n)),
+        query(n) == 0,
+        || format!("{}", query(n)),
     );
     t.err(
         "syncobj: waiting for point 3 times out before 1 and 2",
@@ -230,20 +274,24 @@ pub fn test_syncobj(t: &mut T, path: &Path) {
         "syncobj: point 1 signals",
         n.syncobj_timeline_wait(&[tl], &[1], in_ms(5000), uapi::SYNCOBJ_WAIT_ALL),
     );
-    t.check("syncobj: timeline at 1", query(&n) == 1, || {
-        format!("{}", query(&n))
+    t.check("syncobj: timeline at 1", query(n) == 1, || {
+        format!("{}", query(n))
     });
     data.write(0, 12);
     t.ok(
         "syncobj: point 3 signals after 2",
         n.syncobj_timeline_wait(&[tl], &[3], in_ms(5000), uapi::SYNCOBJ_WAIT_ALL),
     );
-    t.check("syncobj: timeline at 3", query(&n) == 3, || {
-        format!("{}", query(&n))
+    t.check("syncobj: timeline at 3", query(n) == 3, || {
+        format!("{}", query(n))
     });
+    tl
+}
 
-    // Wait-for-submit: a waiter blocks on a syncobj with no fence until a
-    // job is submitted with it as an out-sync, then until the job ran.
+/// Wait-for-submit: a waiter blocks on a syncobj with no fence until a job
+/// is submitted with it as an out-sync, then until the job ran.
+fn wait_for_submit(t: &mut T, f: &Sx, path: &Path) {
+    let (n, cmds, data, dva, ctxs) = (f.n, f.cmds, f.data, f.dva, f.ctxs);
     let w = n.syncobj_create(0).unwrap_or(0);
     let wt = n.syncobj_create(0).unwrap_or(0);
     data.write(0, 0);
@@ -283,11 +331,11 @@ pub fn test_syncobj(t: &mut T, path: &Path) {
         })
     };
     std::thread::sleep(Duration::from_millis(300));
-    let job = held_job(&cmds, 8, dva, 1, dva + 192, 0x3333);
+    let job = held_job(cmds, 8, dva, 1, dva + 192, 0x3333);
     submitted.store(true, SeqCst);
     t.ok(
         "syncobj: submit signalling the awaited syncobjs",
-        submit_s(&n, ctxs[1], &job, &[], &[sync(w, 0), sync(wt, 4)]),
+        submit_s(n, ctxs[1], &job, &[], &[sync(w, 0), sync(wt, 4)]),
     );
     std::thread::sleep(Duration::from_millis(100));
     data.write(0, 1);
@@ -308,14 +356,17 @@ pub fn test_syncobj(t: &mut T, path: &Path) {
             || "waiter panicked".into(),
         ),
     }
+}
 
-    // Transfers: binary -> timeline point, timeline point -> binary.
+/// Transfers: binary -> timeline point, timeline point -> binary.
+fn transfers(t: &mut T, f: &Sx) {
+    let (n, cmds, data, dva, ctxs) = (f.n, f.cmds, f.data, f.dva, f.ctxs);
     let bin = n.syncobj_create(0).unwrap_or(0);
     let tl2 = n.syncobj_create(0).unwrap_or(0);
     let bin2 = n.syncobj_create(0).unwrap_or(0);
     data.write(0, 0);
-    let job = held_job(&cmds, 10, dva, 1, dva + 256, 0x4444);
-    let _ = submit_s(&n, ctxs[2], &job, &[], &[sync(bin, 0)]);
+    let job = held_job(cmds, 10, dva, 1, dva + 256, 0x4444);
+    let _ = submit_s(n, ctxs[2], &job, &[], &[sync(bin, 0)]);
     t.ok(
         "syncobj: transfer binary to timeline point 5",
         n.syncobj_transfer(bin, 0, tl2, 5, 0),
@@ -335,11 +386,14 @@ pub fn test_syncobj(t: &mut T, path: &Path) {
         n.syncobj_timeline_wait(&[tl2], &[5], in_ms(5000), uapi::SYNCOBJ_WAIT_ALL)
             .and_then(|_| n.syncobj_wait(&[bin2], in_ms(5000), uapi::SYNCOBJ_WAIT_ALL)),
     );
+}
 
-    // sync_file import: a FENCE_EXPORT sync_file into a syncobj, as a
-    // job's in-sync; and a job's out-syncobj exported as a sync_file.
+/// sync_file import: a FENCE_EXPORT sync_file into a syncobj, as a job's
+/// in-sync; and a job's out-syncobj exported as a sync_file.
+fn sync_file_import(t: &mut T, f: &Sx) {
+    let (n, cmds, data, dva, ctxs) = (f.n, f.cmds, f.data, f.dva, f.ctxs);
     data.write(0, 0);
-    let job = held_job(&cmds, 12, dva, 1, dva + 320, 0x5555);
+    let job = held_job(cmds, 12, dva, 1, dva + 320, 0x5555);
     let s1 = n.submit(ctxs[0], 0, &job, &[]).unwrap_or(0);
     let imp = n.syncobj_create(0).unwrap_or(0);
     if let Some(sf) = t.ok(
@@ -358,7 +412,7 @@ pub fn test_syncobj(t: &mut T, path: &Path) {
     let out = n.syncobj_create(0).unwrap_or(0);
     data.write(8 * 50, 0);
     let dep = [cmds.program(14, &[fill(dva + 400, 8, 0x6666)])];
-    let s2 = submit_s(&n, ctxs[1], &dep, &[sync(imp, 0)], &[sync(out, 0)]);
+    let s2 = submit_s(n, ctxs[1], &dep, &[sync(imp, 0)], &[sync(out, 0)]);
     if t.ok("syncobj: submit waiting on the imported sync_file", s2)
         .is_some()
     {
@@ -368,7 +422,7 @@ pub fn test_syncobj(t: &mut T, path: &Path) {
             data.read(50) == 0,
             || format!("{:#x}", data.read(50)),
         );
-        let sf = sync_file_of(&n, out);
+        let sf = sync_file_of(n, out);
         t.check(
             "syncobj: its exported sync_file is pending",
             sf.as_ref().map(|f| sync_file_status(f.as_raw_fd())) == Ok(0),
@@ -390,45 +444,45 @@ pub fn test_syncobj(t: &mut T, path: &Path) {
             || format!("{:#x}", data.read(50)),
         );
     }
+}
 
-    // Bad syncs: an unknown handle, flags, a point not submitted.
+/// Bad syncs: an unknown handle, flags, a point not submitted (`good` a
+/// valid job; the syncobjs created signalled, with no fence, the timeline).
+fn bad_syncs(t: &mut T, f: &Sx, good: uapi::DrmVgpuCmd, [sig, empty, tl]: [u32; 3]) {
+    let (n, ctxs) = (f.n, f.ctxs);
     t.err(
         "syncobj: in-sync of an unknown handle",
-        submit_s(&n, ctxs[0], &[good], &[sync(0xdead, 0)], &[]),
+        submit_s(n, ctxs[0], &[good], &[sync(0xdead, 0)], &[]),
         libc::ENOENT,
     );
     t.err(
         "syncobj: out-sync of an unknown handle",
-        submit_s(&n, ctxs[0], &[good], &[], &[sync(0xdead, 0)]),
+        submit_s(n, ctxs[0], &[good], &[], &[sync(0xdead, 0)]),
         libc::ENOENT,
     );
     t.err(
         "syncobj: in-sync with no fence",
-        submit_s(&n, ctxs[0], &[good], &[sync(empty, 0)], &[]),
+        submit_s(n, ctxs[0], &[good], &[sync(empty, 0)], &[]),
         libc::EINVAL,
     );
     t.err(
         "syncobj: in-sync on a point not submitted",
-        submit_s(&n, ctxs[0], &[good], &[sync(tl, 99)], &[]),
+        submit_s(n, ctxs[0], &[good], &[sync(tl, 99)], &[]),
         libc::EINVAL,
     );
     let mut bad = sync(sig, 0);
     bad.flags = 1;
     t.err(
         "syncobj: sync flags",
-        submit_s(&n, ctxs[0], &[good], &[bad], &[]),
+        submit_s(n, ctxs[0], &[good], &[bad], &[]),
         libc::EINVAL,
     );
     let many = vec![sync(sig, 0); uapi::SUBMIT_MAX_SYNCS as usize + 1];
     t.err(
         "syncobj: too many in-syncs",
-        submit_s(&n, ctxs[0], &[good], &many, &[]),
+        submit_s(n, ctxs[0], &[good], &many, &[]),
         libc::EINVAL,
     );
-    for c in ctxs {
-        let _ = n.ctx_destroy(c);
-    }
-    let _ = cmds;
 }
 
 /// A job's out-syncobj after an injected hang (`--inject hang:...` on the

@@ -117,6 +117,15 @@ pub(crate) fn create_queue(n: &Kmd, at: u64, engine: u32) -> Result<Queue, KmdEr
     })
 }
 
+/// What the parts of [`test_uq`] share: the file, the data BO (16 pages)
+/// and where it is bound.
+struct Uq<'a> {
+    n: &'a Kmd,
+    start: u64,
+    dva: u64,
+    data: &'a Map,
+}
+
 /// `UQ_CREATE`'s argument checks, submission through the doorbell block,
 /// the device's sleep and kick, `WAIT` on a queue's fences, `QUERY_STATS`,
 /// a fault, and a doorbell block unbound under the device.
@@ -128,7 +137,30 @@ pub fn test_uq(t: &mut T, path: &Path) {
     let dh = n.gem_create(16 * PAGE, 0).unwrap_or(0);
     t.ok("uq: bind data", n.vm_bind(dh, dva, 16 * PAGE, RW));
     let data = Map::new(&n, dh, 16 * PAGE).expect("map data");
+    let f = Uq {
+        n: &n,
+        start,
+        dva,
+        data: &data,
+    };
 
+    create_refused(t, &f, ring, bell_va);
+    let Some(mut q) = queue(t, &n, start + 0x200_0000, "a copy queue") else {
+        return;
+    };
+    let _cmds = not_a_queue(t, &f, &q);
+    store_runs_work(t, &f, &mut q);
+    sleep_and_kick(t, &f, &mut q);
+    many_submissions(t, &f, &mut q);
+    stats_list_the_queue(t, &f, &q);
+    fault(t, &f, &mut q);
+    doorbell_fault(t, &f);
+}
+
+/// `UQ_CREATE`'s argument checks, against a good queue of `ring` (dropped
+/// after them) and the doorbell block at `bell_va`.
+fn create_refused(t: &mut T, f: &Uq, ring: Cmds, bell_va: u64) {
+    let (n, start, dva) = (f.n, f.start, f.dva);
     let good = args(&ring, bell_va);
     let bad: [(&str, uapi::DrmVgpuUqCreate, i32); 12] = [
         (
@@ -227,10 +259,13 @@ pub fn test_uq(t: &mut T, path: &Path) {
         );
     }
     drop(ring);
+}
 
-    let Some(mut q) = queue(t, &n, start + 0x200_0000, "a copy queue") else {
-        return;
-    };
+/// The queue is a context: CTX_QUERY says so. What a queue is not: SUBMIT
+/// on it, UQ_KICK on a context. Returns the command buffers used (kept to
+/// the end).
+fn not_a_queue(t: &mut T, f: &Uq, q: &Queue) -> Cmds {
+    let (n, start, dva) = (f.n, f.start, f.dva);
     let st = n.ctx_query(q.id).map(|c| c.state).unwrap_or(0);
     t.check(
         "uq: CTX_QUERY says user queue, watched",
@@ -238,7 +273,7 @@ pub fn test_uq(t: &mut T, path: &Path) {
         || format!("state {st:#x}"),
     );
     // What a queue is not.
-    let cmds = Cmds::new(&n, start + 0x600_0000, 4).expect("cmds");
+    let cmds = Cmds::new(n, start + 0x600_0000, 4).expect("cmds");
     let c = cmds.program(0, &[fence_packet(dva, 1)]);
     t.err(
         "uq: SUBMIT on a queue",
@@ -255,8 +290,12 @@ pub fn test_uq(t: &mut T, path: &Path) {
     );
     t.err("uq: UQ_KICK on no context", n.uq_kick(0x7777), libc::ENOENT);
     let _ = n.ctx_destroy(ctx);
+    cmds
+}
 
-    // Work published by a store: a copy then a fence, no system call.
+/// Work published by a store: a copy then a fence, no system call.
+fn store_runs_work(t: &mut T, f: &Uq, q: &mut Queue) {
+    let (n, dva, data) = (f.n, f.dva, f.data);
     for i in 0..PAGE as usize / 8 {
         data.write(i, 0x5151_0000_0000_0000 | i as u64);
     }
@@ -296,9 +335,12 @@ pub fn test_uq(t: &mut T, path: &Path) {
         n.wait(&[fence(q.id, uapi::ENGINE_COMPUTE, 1)], true, 0),
         libc::EINVAL,
     );
+}
 
-    // Idle: the device stops polling and says so; a store alone then runs
-    // nothing until the kick.
+/// Idle: the device stops polling and says so; a store alone then runs
+/// nothing until the kick.
+fn sleep_and_kick(t: &mut T, f: &Uq, q: &mut Queue) {
+    let (n, dva, data) = (f.n, f.dva, f.data);
     t.check(
         "uq: an idle device sleeps (the block's sleeping = 1)",
         until(Duration::from_secs(2), || (q.bell.read(0) >> 32) == 1),
@@ -322,12 +364,15 @@ pub fn test_uq(t: &mut T, path: &Path) {
         "uq: the kicked work runs",
         n.wait(&[fence(q.id, COPY, 2)], true, 2000 * MS),
     );
+}
 
-    // Many submissions in a row, each waited for by memory only.
+/// Many submissions in a row, each waited for by memory only.
+fn many_submissions(t: &mut T, f: &Uq, q: &mut Queue) {
+    let (n, dva, data) = (f.n, f.dva, f.data);
     let mut lost = 0;
     for s in 3..=200u64 {
         q.write(&[fence_packet(dva + 8 * PAGE, s)]);
-        q.submit(&n);
+        q.submit(n);
         if !until(Duration::from_secs(2), || {
             data.read(8 * PAGE as usize / 8) == s
         }) {
@@ -337,7 +382,11 @@ pub fn test_uq(t: &mut T, path: &Path) {
     t.check("uq: 198 submissions in a row, none lost", lost == 0, || {
         format!("{lost} lost")
     });
+}
 
+/// `QUERY_STATS` lists the queue with its ring's progress.
+fn stats_list_the_queue(t: &mut T, f: &Uq, q: &Queue) {
+    let n = f.n;
     let mut cs = vec![uapi::DrmVgpuCtxStats::default(); 64];
     let listed = n.query_stats(&mut cs).ok().and_then(|s| {
         cs.iter()
@@ -354,14 +403,17 @@ pub fn test_uq(t: &mut T, path: &Path) {
         }),
         || format!("{listed:?}"),
     );
+}
 
-    // A fault: the queue errors (guilty), its WAIT fails, and the hang
-    // check stops watching its doorbell.
+/// A fault: the queue errors (guilty), its WAIT fails, and the hang check
+/// stops watching its doorbell.
+fn fault(t: &mut T, f: &Uq, q: &mut Queue) {
+    let (n, start, dva) = (f.n, f.start, f.dva);
     q.write(&[
         copy(start + 0x4000_0000, dva, PAGE),
         fence_packet(dva + 8 * PAGE, 201),
     ]);
-    q.submit(&n);
+    q.submit(n);
     t.err(
         "uq: a faulting queue's fence fails",
         n.wait(&[fence(q.id, COPY, 201)], true, 3000 * MS),
@@ -386,9 +438,12 @@ pub fn test_uq(t: &mut T, path: &Path) {
         n.ctx_query(q.id),
         libc::ENOENT,
     );
+}
 
-    // The doorbell block unbound under the device: DOORBELL_FAULT.
-    let Some(q2) = queue(t, &n, start + 0x400_0000, "a second queue") else {
+/// The doorbell block unbound under the device: DOORBELL_FAULT.
+fn doorbell_fault(t: &mut T, f: &Uq) {
+    let (n, start) = (f.n, f.start);
+    let Some(q2) = queue(t, n, start + 0x400_0000, "a second queue") else {
         return;
     };
     t.ok(

@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use vgpu_hwif::mmu::{level_index, PTE_ADDR_MASK};
+use vgpu_umd::kmd::Kmd;
 use vgpu_umd::uapi::{self, param};
 
 use crate::debugfs::{field, object, vm_block, vm_line};
@@ -16,6 +17,18 @@ use crate::report::T;
 pub fn test_vm(t: &mut T, path: &Path) {
     test_vm_4k(t, path);
     test_vm_2m(t, path);
+}
+
+/// What the parts of [`test_vm_4k`] share: the file, its user VA range
+/// and width, a BO of 16 pages and where its first bind goes.
+struct Vm<'a> {
+    n: &'a Kmd,
+    start: u64,
+    end: u64,
+    bits: u64,
+    rw: u32,
+    h: u32,
+    va: u64,
 }
 
 /// Bad arguments, 4 KiB pages at every level of the table, a mapping that
@@ -33,7 +46,26 @@ pub fn test_vm_4k(t: &mut T, path: &Path) {
     let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
     let h = n.gem_create(16 * PAGE, 0).unwrap_or(0);
     let va = start + 0x10_0000;
+    let f = Vm {
+        n: &n,
+        start,
+        end,
+        bits,
+        rw,
+        h,
+        va,
+    };
+    bind_and_walk(t, &f);
+    bad_binds(t, &f);
+    unbind_exact_range(t, &f);
+    every_level(t, &f);
+    outlives_handle(t, &f);
+    lazy(t, &f);
+}
 
+/// A bind of 2 pages: debugfs shows it, the walk matches the BO.
+fn bind_and_walk(t: &mut T, f: &Vm) {
+    let (n, rw, h, va) = (f.n, f.rw, f.h, f.va);
     if t.ok("vm: bind 2 pages rw", n.vm_bind(h, va, 2 * PAGE, rw))
         .is_some()
     {
@@ -49,7 +81,11 @@ pub fn test_vm_4k(t: &mut T, path: &Path) {
             || walk_why(va),
         );
     }
-    // Bad arguments.
+}
+
+/// Bad arguments.
+fn bad_binds(t: &mut T, f: &Vm) {
+    let (n, end, rw, h, va) = (f.n, f.end, f.rw, f.h, f.va);
     let bad: &[(&str, u32, u64, u64, u64, u32, i32)] = &[
         ("overlap same range", h, 0, va, 2 * PAGE, rw, libc::EEXIST),
         (
@@ -163,7 +199,11 @@ pub fn test_vm_4k(t: &mut T, path: &Path) {
             want,
         );
     }
-    // Unbind needs the exact range.
+}
+
+/// Unbind needs the exact range.
+fn unbind_exact_range(t: &mut T, f: &Vm) {
+    let (n, va) = (f.n, f.va);
     t.err("vm: unbind wrong size", n.vm_unbind(va, PAGE), libc::ENOENT);
     t.err(
         "vm: unbind wrong start",
@@ -182,10 +222,13 @@ pub fn test_vm_4k(t: &mut T, path: &Path) {
         || "still listed".into(),
     );
     t.err("vm: unbind twice", n.vm_unbind(va, 2 * PAGE), libc::ENOENT);
+}
 
-    // Every level of the table: the top of the user range, and a range
-    // crossing a 1 GiB (level-2) and a 512 GiB (level-3, 48-bit only)
-    // boundary; permissions as asked.
+/// Every level of the table: the top of the user range, and a range
+/// crossing a 1 GiB (level-2) and a 512 GiB (level-3, 48-bit only)
+/// boundary; permissions as asked.
+fn every_level(t: &mut T, f: &Vm) {
+    let (n, start, end, bits, rw, h) = (f.n, f.start, f.end, f.bits, f.rw, f.h);
     let top = end - 4 * PAGE;
     t.ok(
         "vm: bind at the top of the range",
@@ -225,8 +268,11 @@ pub fn test_vm_4k(t: &mut T, path: &Path) {
             || walk_why(tb - 2 * PAGE),
         );
     }
+}
 
-    // A mapping keeps its BO after the handle is closed.
+/// A mapping keeps its BO after the handle is closed.
+fn outlives_handle(t: &mut T, f: &Vm) {
+    let (n, start, rw) = (f.n, f.start, f.rw);
     let h2 = n.gem_create(4 * PAGE, 0).unwrap_or(0);
     let va2 = start + 0x20_0000;
     t.ok(
@@ -255,8 +301,11 @@ pub fn test_vm_4k(t: &mut T, path: &Path) {
     t.check("vm: bo freed at unbind", object("bos") == bos - 1, || {
         format!("bos {} -> {}", bos, object("bos"))
     });
+}
 
-    // Lazy BOs: nothing is mapped until the GPU faults.
+/// Lazy BOs: nothing is mapped until the GPU faults.
+fn lazy(t: &mut T, f: &Vm) {
+    let (n, start, rw) = (f.n, f.start, f.rw);
     let hl = n.gem_create(8 * PAGE, uapi::GEM_CREATE_LAZY).unwrap_or(0);
     let val = start + 0x40_0000;
     t.ok("vm: bind lazy bo", n.vm_bind(hl, val, 8 * PAGE, rw));

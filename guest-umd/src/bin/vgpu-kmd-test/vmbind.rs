@@ -130,6 +130,26 @@ fn mappings(from: u64, to: u64) -> Vec<(u64, u64, String)> {
         .collect()
 }
 
+/// `Some(tag << 48 | i)`: what page `i` of a [`tagged`] BO starts with.
+fn tag(t: u64, i: u64) -> Option<u64> {
+    Some(t << 48 | i)
+}
+
+/// What the parts of [`test_vmbind`] share: the file, the reader, the VA
+/// the 16 pages under test start at and what the device must read at each.
+struct Vb<'a> {
+    n: &'a Kmd,
+    rd: Reader<'a>,
+    start: u64,
+    /// Where the 16 pages under test start.
+    v: u64,
+    /// What the device must read at each of the 16 pages.
+    want: Vec<Option<u64>>,
+    /// The reader's destination BO and where it is bound.
+    hd: u32,
+    dst_va: u64,
+}
+
 pub fn test_vmbind(t: &mut T, path: &Path) {
     let n = open(path);
     let start = n.get_param(param::VA_START).unwrap_or(0);
@@ -140,33 +160,58 @@ pub fn test_vmbind(t: &mut T, path: &Path) {
     let _ = n.vm_bind(hd, dst_va, PAGE, uapi::VM_BIND_READ | uapi::VM_BIND_WRITE);
     let dst = Map::new(&n, hd, PAGE).expect("mmap");
     let ctx = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
-    let mut rd = Reader {
+    let mut f = Vb {
         n: &n,
-        cmds,
-        dst,
-        dva: dst_va,
-        ctx,
-        slot: 0,
+        rd: Reader {
+            n: &n,
+            cmds,
+            dst,
+            dva: dst_va,
+            ctx,
+            slot: 0,
+        },
+        start,
+        v,
+        want: (0..PAGES).map(|i| tag(0xa, i)).collect(),
+        hd,
+        dst_va,
     };
     let (x, _mx) = tagged(&n, PAGES, 0xa);
     let (y, _my) = tagged(&n, PAGES, 0xb);
     let (z, _mz) = tagged(&n, PAGES, 0xc);
-    let tag = |t: u64, i: u64| Some(t << 48 | i);
-    let mut want: Vec<Option<u64>> = (0..PAGES).map(|i| tag(0xa, i)).collect();
 
-    // One map.
+    one_map(t, &mut f, x);
+    partial_unbind(t, &mut f);
+    remap(t, &mut f, y);
+    split_map(t, &mut f, z);
+    huge_page_cut(t, &mut f);
+    let (jctx, fctx, _sem) = ordered_unmap(t, &mut f);
+    bad_arguments(t, &mut f, x);
+    let _ = (
+        n.ctx_destroy(jctx),
+        n.ctx_destroy(fctx),
+        n.ctx_destroy(f.rd.ctx),
+    );
+}
+
+/// One map of BO x over the 16 pages.
+fn one_map(t: &mut T, f: &mut Vb, x: u32) {
+    let (n, v) = (f.n, f.v);
     t.ok(
         "vmbind: map 16 pages",
         n.vm_bind_ops(&[map_op(x, 0, v, PAGES * PAGE)], &[], &[]),
     );
-    rd.expect(t, "after the map", v, &want);
+    f.rd.expect(t, "after the map", v, &f.want);
+}
 
-    // Partial unbind of the middle: two mappings remain.
+/// Partial unbind of the middle: two mappings remain.
+fn partial_unbind(t: &mut T, f: &mut Vb) {
+    let (n, v) = (f.n, f.v);
     t.ok(
         "vmbind: unmap pages 4..8",
         n.vm_bind_ops(&[unmap_op(v + 4 * PAGE, 4 * PAGE)], &[], &[]),
     );
-    for w in want.iter_mut().take(8).skip(4) {
+    for w in f.want.iter_mut().take(8).skip(4) {
         *w = None;
     }
     let m = mappings(v, v + PAGES * PAGE);
@@ -180,20 +225,26 @@ pub fn test_vmbind(t: &mut T, path: &Path) {
             && m.iter().all(|x| x.2 == "ok"),
         || format!("{m:x?}"),
     );
-    rd.expect(t, "after the partial unbind", v, &want);
+    f.rd.expect(t, "after the partial unbind", v, &f.want);
+}
 
-    // Remap the hole with another BO.
+/// Remap the hole with another BO (y).
+fn remap(t: &mut T, f: &mut Vb, y: u32) {
+    let (n, v) = (f.n, f.v);
     t.ok(
         "vmbind: map BO y into the hole",
         n.vm_bind_ops(&[map_op(y, 4 * PAGE, v + 4 * PAGE, 4 * PAGE)], &[], &[]),
     );
-    for (i, w) in want.iter_mut().enumerate().take(8).skip(4) {
+    for (i, w) in f.want.iter_mut().enumerate().take(8).skip(4) {
         *w = tag(0xb, i as u64);
     }
-    rd.expect(t, "after the remap", v, &want);
+    f.rd.expect(t, "after the remap", v, &f.want);
+}
 
-    // Several operations in one call: a map over parts of x and y (both
-    // split) and an unmap of the last two pages.
+/// Several operations in one call: a map of BO z over parts of x and y
+/// (both split) and an unmap of the last two pages.
+fn split_map(t: &mut T, f: &mut Vb, z: u32) {
+    let (n, v) = (f.n, f.v);
     t.ok(
         "vmbind: map z over pages 2..6 and unmap 14..16 in one call",
         n.vm_bind_ops(
@@ -205,11 +256,11 @@ pub fn test_vmbind(t: &mut T, path: &Path) {
             &[],
         ),
     );
-    for (i, w) in want.iter_mut().enumerate().take(6).skip(2) {
+    for (i, w) in f.want.iter_mut().enumerate().take(6).skip(2) {
         *w = tag(0xc, i as u64 - 2);
     }
-    want[14] = None;
-    want[15] = None;
+    f.want[14] = None;
+    f.want[15] = None;
     let m = mappings(v, v + PAGES * PAGE);
     let ranges: Vec<(u64, u64)> = m.iter().map(|x| ((x.0 - v) / PAGE, x.1 / PAGE)).collect();
     t.check(
@@ -217,12 +268,15 @@ pub fn test_vmbind(t: &mut T, path: &Path) {
         ranges == [(0, 2), (2, 4), (6, 2), (8, 6)] && m.iter().all(|x| x.2 == "ok"),
         || format!("{ranges:?} {m:x?}"),
     );
-    rd.expect(t, "after the split map", v, &want);
+    f.rd.expect(t, "after the split map", v, &f.want);
+}
 
-    // A 2 MiB page cut by an unmap of one 4 KiB page inside it.
+/// A 2 MiB page cut by an unmap of one 4 KiB page inside it.
+fn huge_page_cut(t: &mut T, f: &mut Vb) {
+    let n = f.n;
     let huge = n.get_param(param::PAGE_SIZES).unwrap_or(0) & (2 << 20) != 0;
-    let vh = (start + 0x1400_0000).next_multiple_of(2 << 20);
-    let (h, mh) = tagged(&n, 1024, 0xd);
+    let vh = (f.start + 0x1400_0000).next_multiple_of(2 << 20);
+    let (h, mh) = tagged(n, 1024, 0xd);
     t.ok(
         "vmbind: map 4 MiB at a 2 MiB boundary",
         n.vm_bind_ops(&[map_op(h, 0, vh, 4 << 20)], &[], &[]),
@@ -234,7 +288,7 @@ pub fn test_vmbind(t: &mut T, path: &Path) {
         || l.clone(),
     );
     let cut = vh + (1 << 20);
-    rd.expect(
+    f.rd.expect(
         t,
         "inside the 2 MiB page",
         cut - PAGE,
@@ -258,31 +312,36 @@ pub fn test_vmbind(t: &mut T, path: &Path) {
         !huge || field(&l, "pages_2m").as_deref() == Some("1"),
         || l.clone(),
     );
-    rd.expect(
+    f.rd.expect(
         t,
         "around the cut page",
         cut - PAGE,
         &[tag(0xd, 255), None, tag(0xd, 257)],
     );
     drop(mh);
+}
 
-    // An unmap ordered after a job by a syncobj: the bind job waits in the
-    // KMD for the job's out-syncobj; the legacy ioctls wait their turn
-    // (EBUSY); the job reads the old mapping; then the mapping is gone.
+/// An unmap ordered after a job by a syncobj: the bind job waits in the
+/// KMD for the job's out-syncobj; the legacy ioctls wait their turn
+/// (EBUSY); the job reads the old mapping; then the mapping is gone.
+/// Returns the held job's and the later job's contexts and the semaphore
+/// BO's mapping (kept until the end).
+fn ordered_unmap(t: &mut T, f: &mut Vb) -> (u32, u32, Map) {
+    let (n, start, v) = (f.n, f.start, f.v);
     let s = n.syncobj_create(0).unwrap_or(0);
     let s2 = n.syncobj_create(0).unwrap_or(0);
     let hs = n.gem_create(PAGE, 0).unwrap_or(0);
     let semva = start + 0x1300_0000;
     let _ = n.vm_bind(hs, semva, PAGE, uapi::VM_BIND_READ | uapi::VM_BIND_WRITE);
-    let sem = Map::new(&n, hs, PAGE).expect("mmap");
+    let sem = Map::new(n, hs, PAGE).expect("mmap");
     sem.write(0, 0);
     sem.write(1, 0);
     let jctx = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
     let job = [
-        rd.cmds.program(61, &[sem_wait_eq(semva, 1)]),
-        rd.cmds.program(62, &[copy(v, semva + 8, 8)]),
+        f.rd.cmds.program(61, &[sem_wait_eq(semva, 1)]),
+        f.rd.cmds.program(62, &[copy(v, semva + 8, 8)]),
     ];
-    let sj = submit_s(&n, jctx, &job, &[], &[sync(s, 0)]);
+    let sj = submit_s(n, jctx, &job, &[], &[sync(s, 0)]);
     t.ok("vmbind: a held job reading page 0", sj);
     t.ok(
         "vmbind: unmap page 0 after the job (in-sync), out-sync",
@@ -295,19 +354,19 @@ pub fn test_vmbind(t: &mut T, path: &Path) {
     );
     t.err(
         "vmbind: VM_BIND while a bind job is queued",
-        n.vm_bind(hd, start + 0x1500_0000, PAGE, uapi::VM_BIND_READ),
+        n.vm_bind(f.hd, start + 0x1500_0000, PAGE, uapi::VM_BIND_READ),
         libc::EBUSY,
     );
     t.err(
         "vmbind: VM_UNBIND while a bind job is queued",
-        n.vm_unbind(dst_va, PAGE),
+        n.vm_unbind(f.dst_va, PAGE),
         libc::EBUSY,
     );
     // A job that depends on the bind's out-sync reads after the unmap: it
     // faults (on a context of its own).
     let fctx = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
-    let after = [rd.cmds.program(63, &[copy(v, semva + 16, 8)])];
-    let sf = submit_s(&n, fctx, &after, &[sync(s2, 0)], &[]);
+    let after = [f.rd.cmds.program(63, &[copy(v, semva + 16, 8)])];
+    let sf = submit_s(n, fctx, &after, &[sync(s2, 0)], &[]);
     let sf = t.ok("vmbind: a job after the unmap (in-sync on the bind)", sf);
     std::thread::sleep(Duration::from_millis(300));
     t.check(
@@ -341,13 +400,19 @@ pub fn test_vmbind(t: &mut T, path: &Path) {
             || format!("{r:?} {q:x?} {:#x}", sem.read(2)),
         );
     }
-    want[0] = None;
-    rd.expect(t, "after the ordered unmap", v, &want);
+    f.want[0] = None;
+    f.rd.expect(t, "after the ordered unmap", v, &f.want);
     t.ok(
         "vmbind: VM_BIND works again once the queue drained",
-        n.vm_bind(hd, start + 0x1500_0000, PAGE, uapi::VM_BIND_READ),
+        n.vm_bind(f.hd, start + 0x1500_0000, PAGE, uapi::VM_BIND_READ),
     );
+    (jctx, fctx, sem)
+}
 
+/// Bad arguments (the map ops with BO x); a refused call changes nothing,
+/// an unmap of an empty range is not an error.
+fn bad_arguments(t: &mut T, f: &mut Vb, x: u32) {
+    let (n, v) = (f.n, f.v);
     // Bad arguments.
     let bad = |t: &mut T, what: &str, op: uapi::DrmVgpuVmOp, want: i32| {
         t.err(
@@ -474,15 +539,10 @@ pub fn test_vmbind(t: &mut T, path: &Path) {
         libc::ENOENT,
     );
     // A failed call changed nothing.
-    rd.expect(t, "after the refused calls", v, &want);
+    f.rd.expect(t, "after the refused calls", v, &f.want);
     // Unmapping a range with no mapping is not an error.
     t.ok(
         "vmbind: unmap of an empty range",
-        n.vm_bind_ops(&[unmap_op(start + 0x1600_0000, PAGE)], &[], &[]),
-    );
-    let _ = (
-        n.ctx_destroy(jctx),
-        n.ctx_destroy(fctx),
-        n.ctx_destroy(rd.ctx),
+        n.vm_bind_ops(&[unmap_op(f.start + 0x1600_0000, PAGE)], &[], &[]),
     );
 }

@@ -146,10 +146,22 @@ pub fn test_hang_innocent(t: &mut T, path: &Path) {
     let s1 = n.submit(w, 0, &[one], &[]).unwrap_or(0);
     let _ = n.wait(&[fence(w, 0, s1)], true, 10_000 * MS);
     let per_fill = t1.elapsed().max(std::time::Duration::from_millis(1));
-    let fills = (150 / per_fill.as_millis().max(1)).clamp(1, 64) as usize;
-    let jobs = (6000 / (per_fill.as_millis().max(1) * fills as u128)).clamp(4, 200) as usize;
-    println!("info inflight-innocent: 256 MiB fill {per_fill:?}, {jobs} jobs of {fills} fills");
-    let job = cmds.put(2 * 512, &slotted(fill(base, 256 << 20, 0x77), fills));
+    // Where 256 MiB takes longer than 150 ms, smaller fills: a single job
+    // must stay far inside the job timeout even if the host slows down
+    // several times meanwhile (the read pointer moves only when a job ends).
+    let ms = per_fill.as_millis().max(1);
+    let mib = if ms > 150 {
+        (256 * 150 / ms).clamp(4, 256) as u64
+    } else {
+        256
+    };
+    let per_size = (ms * u128::from(mib) / 256).max(1);
+    let fills = (150 / per_size).clamp(1, 64) as usize;
+    let jobs = (6000 / (per_size * fills as u128)).clamp(4, 400) as usize;
+    println!(
+        "info inflight-innocent: 256 MiB fill {per_fill:?}, {jobs} jobs of {fills} fills of {mib} MiB"
+    );
+    let job = cmds.put(2 * 512, &slotted(fill(base, mib << 20, 0x77), fills));
     let mut seqnos = Vec::new();
     for _ in 0..jobs {
         match n.submit(w, 0, &[job], &[]) {

@@ -168,6 +168,10 @@ fn copy_and_fill(t: &mut T, f: &Fx) {
     // FILL.
     let c = f.cmds.program(1, &[fill(f.dva, PAGE, 0xabcd_1234)]);
     if let Ok(s2) = n.submit(a, 0, &[c], &[]) {
+        // docs/uapi.md: a (context, engine)'s seqnos are 1, 2, 3, ...
+        t.check("submit: seqnos count up by one", s2 == 2, || {
+            format!("the second job's seqno is {s2}")
+        });
         t.ok(
             "wait: fill fence",
             n.wait(&[fence(a, 0, s2)], true, 5_000 * MS),

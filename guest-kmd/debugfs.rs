@@ -217,9 +217,9 @@ fn show_contexts(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             let st = mem.status(i as u32, e);
             writeln!(
                 f,
-                "  ring {} wptr {:#x} rptr {:#x} state {} error {} last_fence {} fence_slot {} completed {} next_seqno {} pending {}",
+                "  ring {} wptr {:#x} rptr {:#x} state {} error {} last_fence {} fence_slot {} completed {} next_seqno {} pending {} size {:#x}",
                 e, r.wptr, st.rptr, st.state, st.error, st.last_fence, mem.fence_value(i as u32, e),
-                r.completed, r.next_seqno, r.jobs.len()
+                r.completed, r.next_seqno, r.jobs.len(), crate::gpu::ring::RING_SIZE
             )?;
         }
     }

@@ -107,6 +107,7 @@ pub fn test_submit(t: &mut T, path: &Path) {
     let b = ordering(t, &f);
     first_struct_version(t, &f);
     backpressure(t, &f, good);
+    ring_to_the_byte(t, &f, good);
     wait_any(t, &f, b, good);
     fault(t, &f, b, good);
     failed_dependency(t, &f, good);
@@ -409,6 +410,101 @@ fn backpressure(t: &mut T, f: &Fx, good: uapi::DrmVgpuCmd) {
     t.ok(
         "backpressure: full ring drains",
         n.wait(&[fence(a, 0, seq_last)], true, 30_000 * MS),
+    );
+}
+
+/// Ring `e` of the context whose handle is `ctx`, as debugfs `contexts`
+/// shows it: (wptr, device rptr, ring size, jobs on the ring).
+fn ring_state(ctx: u32, e: u32) -> Option<(u32, u32, u32, u32)> {
+    let text = debugfs("contexts");
+    let mut lines = text.lines();
+    lines.find(|l| l.starts_with("ctx ") && field(l, "handle") == Some(ctx.to_string()))?;
+    let ring = lines
+        .take_while(|l| l.starts_with("  "))
+        .find(|l| field(l, "ring") == Some(e.to_string()))?;
+    let hex = |k: &str| u32::from_str_radix(field(ring, k)?.trim_start_matches("0x"), 16).ok();
+    let dec = |k: &str| field(ring, k)?.parse().ok();
+    Some((hex("wptr")?, hex("rptr")?, hex("size")?, dec("pending")?))
+}
+
+/// The ring fills to its last byte: with the engine blocked, jobs of one
+/// and two command buffers whose sizes add up to exactly the room left all
+/// land on the ring (a job that fits exactly is written, not held back),
+/// and the next one waits in the KMD's queue.
+fn ring_to_the_byte(t: &mut T, f: &Fx, good: uapi::DrmVgpuCmd) {
+    let (n, a, sem, semva) = (f.n, f.a, f.sem, f.semva);
+    sem.write(0, 0);
+    let blk = n
+        .submit(a, 0, &[f.cmds.program(7, &[sem_wait_eq(semva, 6)])], &[])
+        .unwrap_or(0);
+    // The engine has taken the blocker: its read pointer stays put.
+    let mut last = None;
+    for _ in 0..100 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let now = ring_state(a, 0);
+        if now.is_some() && now == last {
+            break;
+        }
+        last = now;
+    }
+    let mut seq = blk;
+    let mut land = |cmds: &[uapi::DrmVgpuCmd]| -> Option<u32> {
+        let (w0, ..) = ring_state(a, 0)?;
+        seq = n.submit(a, 0, cmds, &[]).ok()?;
+        let (w1, ..) = ring_state(a, 0)?;
+        Some(w1.wrapping_sub(w0))
+    };
+    // The two job sizes, measured on the ring.
+    let (s1, s2) = (land(&[good]).unwrap_or(0), land(&[good, good]).unwrap_or(0));
+    let Some((w, r, size, _)) = ring_state(a, 0) else {
+        t.check("ring-full: the ring's state in debugfs", false, || {
+            "no ring 0 line for the context in debugfs contexts".into()
+        });
+        return;
+    };
+    let free = size.wrapping_sub(w.wrapping_sub(r));
+    // a jobs of one command buffer and b of two fill `free` exactly.
+    let tiling = (s1 > 0 && s2 > 0)
+        .then(|| (0..=free / s2.max(1)).find(|b| (free - b * s2) % s1 == 0))
+        .flatten()
+        .map(|b| ((free - b * s2) / s1, b));
+    let Some((na, nb)) = tiling else {
+        t.check(
+            "ring-full: the room left is a sum of job sizes",
+            false,
+            || format!("{free} bytes free, jobs of {s1} and {s2} bytes"),
+        );
+        return;
+    };
+    let mut landed = true;
+    for _ in 0..nb {
+        landed &= land(&[good, good]) == Some(s2);
+    }
+    for _ in 0..na {
+        landed &= land(&[good]) == Some(s1);
+    }
+    let full = ring_state(a, 0);
+    t.check(
+        "ring-full: a job that fits exactly is written (the ring fills to the last byte)",
+        landed && full.is_some_and(|(w, r, size, _)| w.wrapping_sub(r) == size),
+        || {
+            format!(
+                "{free} bytes were free for {nb} jobs of {s2} bytes and {na} of {s1}; \
+                 now (wptr, rptr, size, jobs on the ring) = {full:x?}: a job that fits the room \
+                 left exactly must be written to the ring"
+            )
+        },
+    );
+    let after = land(&[good]);
+    t.check(
+        "ring-full: the next job waits in the KMD",
+        after == Some(0),
+        || format!("the ring's wptr moved by {after:?} bytes on a full ring"),
+    );
+    sem.write(0, 6);
+    t.ok(
+        "ring-full: the ring drains",
+        n.wait(&[fence(a, 0, seq)], true, 30_000 * MS),
     );
 }
 

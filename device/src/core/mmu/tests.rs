@@ -1,7 +1,7 @@
 use super::*;
 use vgpu_hwif::mmu::{
-    huge_entry, leaf_entry, table_entry, CachePolicy, PTE_ADDR_MASK, PTE_EXEC, PTE_HUGE,
-    PTE_READ, PTE_WRITE,
+    huge_entry, leaf_entry, table_entry, CachePolicy, PTE_ADDR_MASK, PTE_EXEC, PTE_HUGE, PTE_READ,
+    PTE_WRITE,
 };
 use vm_memory::Bytes;
 
@@ -268,9 +268,8 @@ fn root_outside_ram_and_va_out_of_range() {
         walk(&m, &s, VA + 0x10, Access::Read),
         Err(fault(FaultReason::BadPhysical, 3))
     );
-    let out = |va_bits, va| {
-        walk(&m, &space(va_bits), va, Access::Write).map_err(|f| (f.reason, f.level))
-    };
+    let out =
+        |va_bits, va| walk(&m, &space(va_bits), va, Access::Write).map_err(|f| (f.reason, f.level));
     assert_eq!(out(40, 1 << 40), Err((FaultReason::OutOfRange, LEVEL_NONE)));
     assert_eq!(out(48, 1 << 48), Err((FaultReason::OutOfRange, LEVEL_NONE)));
     assert_eq!(

@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use vgpu_device::config::{DeviceConfig, Generation};
 use vgpu_device::core::clock::{Clock, ManualClock};
+use vgpu_device::core::doorbell;
 use vgpu_device::core::gpu::{GpuConfig, ENGINES};
 use vgpu_device::core::inject::Spec;
 use vgpu_device::core::mmu::Mem;
 use vgpu_device::core::record::{self, kind, le32, le64, Entry};
-use vgpu_device::core::watch;
 use vgpu_device::core::Device;
 use vgpu_device::inject_ctl::handle_line;
 use vgpu_hwif::event::{EventRecord, EVENT_RECORD_SIZE};
@@ -365,7 +365,7 @@ impl RecordReplay {
                         ));
                     }
                     self.set_time(e.time_ns);
-                    if let Err(err) = watch::ring_doorbell(self.dev.gpu(), ctx, eng, wptr) {
+                    if let Err(err) = doorbell::ring_doorbell(self.dev.gpu(), ctx, eng, wptr) {
                         rep.divergences.push(format!(
                             "watched doorbell {n} (context {ctx} engine {eng} wptr {wptr:#x}): {err}"
                         ));

@@ -14,6 +14,8 @@ use vgpu_hwif::proto::{engine, ring_state, RingStatus};
 use vm_memory::{Bytes, GuestAddress};
 
 use super::*;
+use crate::core::copy_engine::CopyOp;
+use crate::core::ring::{InFlight, Op};
 use crate::testkit::{read_u64, write_u64, PacketWriter, PageTables, PhysAlloc};
 
 const RAM: u64 = 8 << 20;

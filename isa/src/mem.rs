@@ -137,6 +137,62 @@ pub trait GlobalMemory {
 /// `va_base .. va_base + len` are the host bytes `host .. host + len`.
 /// Built only through the `unsafe` [`DirectPage::new`], whose caller
 /// vouches for the mapping.
+/// A memory seen through a sized reference, so that any memory, sized or
+/// not, can be passed on as `&dyn GlobalMemory`: every method is the
+/// memory's own.
+pub(crate) struct Forward<'a, M: ?Sized>(pub(crate) &'a M);
+
+impl<M: GlobalMemory + ?Sized> GlobalMemory for Forward<'_, M> {
+    #[inline]
+    fn load(&self, va: u64, size: u8) -> Result<u64, MemFault> {
+        self.0.load(va, size)
+    }
+
+    #[inline]
+    fn store(&self, va: u64, size: u8, value: u64) -> Result<(), MemFault> {
+        self.0.store(va, size, value)
+    }
+
+    #[inline]
+    fn atomic32(&self, va: u64, op: AtomOp, b: u32, c: u32) -> Result<u32, MemFault> {
+        self.0.atomic32(va, op, b, c)
+    }
+
+    #[inline]
+    fn load_warp(
+        &self,
+        size: u8,
+        va: &[u64; WARP_SIZE],
+        mask: u32,
+        lo: &mut [u32; WARP_SIZE],
+        hi: &mut [u32; WARP_SIZE],
+    ) -> Result<(), LaneFault> {
+        self.0.load_warp(size, va, mask, lo, hi)
+    }
+
+    #[inline]
+    fn store_warp(
+        &self,
+        size: u8,
+        va: &[u64; WARP_SIZE],
+        mask: u32,
+        lo: &[u32; WARP_SIZE],
+        hi: &[u32; WARP_SIZE],
+    ) -> Result<(), LaneFault> {
+        self.0.store_warp(size, va, mask, lo, hi)
+    }
+
+    #[inline]
+    fn direct_page(&self, va: u64, access: Access) -> Option<DirectPage> {
+        self.0.direct_page(va, access)
+    }
+
+    #[inline]
+    fn direct_epoch(&self) -> u64 {
+        self.0.direct_epoch()
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DirectPage {
     va_base: u64,

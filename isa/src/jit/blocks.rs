@@ -17,6 +17,7 @@ use super::codegen::{cx, Gen, Mem, CHUNKS};
 use super::runtime::{status, REG_BYTES};
 use super::scalar::Pass;
 use super::shape::{Fact, Shape};
+use super::CompileError;
 use crate::exec::Warp;
 use crate::inst::*;
 use cranelift_codegen::ir::condcodes::IntCC;
@@ -27,13 +28,13 @@ use std::rc::Rc;
 
 impl Gen<'_, '_> {
     /// Emits block `bi` of `blocks.list` in its versions.
-    pub(super) fn emit_block(&mut self, bi: usize) -> Result<(), String> {
+    pub(super) fn emit_block(&mut self, bi: usize) -> Result<(), CompileError> {
         let (s, e) = self.blocks.list[bi];
         let insts: Vec<Instruction> = (s..e)
             .map(|pc| self.code.get(pc as usize).copied())
             .collect::<Option<_>>()
-            .ok_or("kernel outside the code")?;
-        let head = *self.heads.get(&s).ok_or("no block head")?;
+            .ok_or(CompileError::OutsideCode)?;
+        let head = *self.heads.get(&s).ok_or(CompileError::NoBlockHead)?;
         self.b.switch_to_block(head);
         self.enter(s, e);
         let active = self.b.use_var(self.v_active);
@@ -128,7 +129,7 @@ impl Gen<'_, '_> {
         insts: &[Instruction],
         s: u32,
         facts: Option<&[Fact]>,
-    ) -> Result<(), String> {
+    ) -> Result<(), CompileError> {
         let base = self.b.use_var(self.v_clock);
         let pass = facts.map(|f| self.scalar_pass(insts, base, f));
         if let Some(fail) = pass.as_ref().and_then(|p| p.fail) {

@@ -6,7 +6,7 @@ use super::analysis;
 use super::facts::{self, BlockFacts};
 use super::runtime::{self, status, REG_BYTES};
 use super::shape::{Shape, Specials};
-use super::Native;
+use super::{CompileError, Native};
 use crate::exec::{Warp, QUANTUM};
 use crate::inst::*;
 use crate::module::Kernel;
@@ -71,18 +71,20 @@ pub(crate) fn compile_kernel(
     code: &[Instruction],
     k: &Kernel,
     wg: Option<[u32; 3]>,
-) -> Result<Native, String> {
+) -> Result<Native, CompileError> {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| compile(code, k, wg))) {
         Ok(r) => r,
-        Err(_) => Err("the code generator failed".to_string()),
+        Err(_) => Err(CompileError::Panicked),
     }
 }
 
-fn compile(code: &[Instruction], k: &Kernel, wg: Option<[u32; 3]>) -> Result<Native, String> {
+fn compile(code: &[Instruction], k: &Kernel, wg: Option<[u32; 3]>) -> Result<Native, CompileError> {
     let mut fb = settings::builder();
-    let set = |fb: &mut settings::Builder, k: &str, v: &str| {
-        fb.set(k, v)
-            .map_err(|e| format!("cranelift setting {k}: {e}"))
+    let set = |fb: &mut settings::Builder, name: &'static str, v: &str| {
+        fb.set(name, v).map_err(|e| CompileError::Setting {
+            name,
+            reason: e.to_string(),
+        })
     };
     set(&mut fb, "opt_level", "speed")?;
     set(&mut fb, "use_colocated_libcalls", "false")?;
@@ -91,9 +93,9 @@ fn compile(code: &[Instruction], k: &Kernel, wg: Option<[u32; 3]>) -> Result<Nat
     // verifier would only add compile time.
     set(&mut fb, "enable_verifier", "false")?;
     let isa = cranelift_native::builder()
-        .map_err(|e| format!("host ISA: {e}"))?
+        .map_err(|e| CompileError::HostIsa(e.to_string()))?
         .finish(settings::Flags::new(fb))
-        .map_err(|e| format!("host ISA: {e}"))?;
+        .map_err(|e| CompileError::HostIsa(e.to_string()))?;
     let fma = cfg!(target_arch = "aarch64")
         || isa
             .isa_flags()
@@ -132,19 +134,19 @@ fn compile(code: &[Instruction], k: &Kernel, wg: Option<[u32; 3]>) -> Result<Nat
     }
     let id = jm
         .declare_function("kernel", Linkage::Local, &cctx.func.signature)
-        .map_err(|e| format!("declare: {e}"))?;
+        .map_err(|e| CompileError::Declare(e.to_string()))?;
     // For work on the code generator: the machine code of every compile
     // on standard error.
     cctx.set_disasm(std::env::var_os("VGPU_JIT_DISASM").is_some());
     jm.define_function(id, &mut cctx)
-        .map_err(|e| format!("compile: {e}"))?;
+        .map_err(|e| CompileError::Compile(e.to_string()))?;
     if let Some(v) = cctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
         eprintln!("{v}");
     }
     let code_len = cctx.compiled_code().map_or(0, |c| c.code_buffer().len());
     jm.clear_context(&mut cctx);
     jm.finalize_definitions()
-        .map_err(|e| format!("finalize: {e}"))?;
+        .map_err(|e| CompileError::Finalize(e.to_string()))?;
     let code = jm.get_finalized_function(id);
     // SAFETY: `code` is the finalized function just defined with the
     // signature `(ptr) -> i32` under the host's default C calling
@@ -405,7 +407,7 @@ impl<'a, 'b> Gen<'a, 'b> {
         g
     }
 
-    pub(super) fn emit(&mut self) -> Result<(), String> {
+    pub(super) fn emit(&mut self) -> Result<(), CompileError> {
         for i in 0..self.blocks.list.len() {
             let s = self.blocks.list[i].0;
             // A block with no chain facts of its own still gets a hot

@@ -32,7 +32,7 @@
 //! and no helper moves or resizes the register file, the thread ids or
 //! shared memory, so the pointers in `ctx` stay valid across calls.
 
-use super::{interp, JitKernel, WarpResult};
+use super::{interp, JitKernel, Pages, WarpResult};
 use crate::exec::{Fault, Limits, Outcome, Stats, Warp, WarpRun, WarpStop, WorkgroupExec, QUANTUM};
 use crate::inst::{Instruction, Op, Space, WARP_SIZE};
 use crate::mem::{lanes, Access, DirectPage, GlobalMemory};
@@ -319,6 +319,7 @@ extern "C" fn reschedule<M: ?Sized>(ctx: *mut Ctx) {
 pub(crate) fn schedule<M: GlobalMemory + ?Sized>(
     exec: &mut WorkgroupExec<'_>,
     kernel: &JitKernel,
+    pages: &mut Pages,
     warps: &mut [Warp],
     code: &[Instruction],
     mem: &M,
@@ -329,7 +330,6 @@ pub(crate) fn schedule<M: GlobalMemory + ?Sized>(
     let (ntid, nwg, args) = (launch.wg_size(), launch.grid(), launch.args().as_ptr());
     let shared_bytes = exec.shared.len() as u64 * 4;
     let epoch = mem.direct_epoch();
-    let pages = &mut exec.jit_pages;
     if epoch == 0 || epoch != pages.epoch || pages.tlb.len() != kernel.sites {
         pages.tlb.clear();
         pages.tlb.resize(kernel.sites, Tlb::EMPTY);
@@ -375,12 +375,14 @@ pub(crate) fn schedule<M: GlobalMemory + ?Sized>(
         stats: ptr::null_mut(),
         snap: [0; 2],
     };
+    let chain = &mut pages.chain;
     exec.schedule(warps, limits, |e, warps, w, quantum, budget| {
-        let run = Run {
+        let mut run = Run {
             kernel,
             host: host_ptr,
             code,
             mem,
+            chain: &mut *chain,
         };
         run.warps(e, &mut ctx, warps, w, quantum, budget)
     })
@@ -392,6 +394,8 @@ struct Run<'k, M: ?Sized> {
     host: *mut Host<M>,
     code: &'k [Instruction],
     mem: &'k M,
+    /// The warps' pointers, kept for their allocation (`Pages::chain`).
+    chain: &'k mut Vec<Chain>,
 }
 
 impl<M: GlobalMemory + ?Sized> Run<'_, M> {
@@ -401,7 +405,7 @@ impl<M: GlobalMemory + ?Sized> Run<'_, M> {
     /// loop, with the same result, state, statistics and faults. The code
     /// may go on to the following warps ([`WarpRun`]).
     fn warps(
-        &self,
+        &mut self,
         exec: &mut WorkgroupExec<'_>,
         ctx: &mut Ctx,
         warps: &mut [Warp],
@@ -427,15 +431,11 @@ impl<M: GlobalMemory + ?Sized> Run<'_, M> {
         let exec_ptr: *mut WorkgroupExec<'_> = exec;
         // SAFETY: `exec_ptr` is the exclusive borrow `exec`; the references
         // made here end before the native code runs.
-        let (tids, shared, stats, mut chain) = unsafe {
+        let (tids, shared, stats) = unsafe {
             let e = &mut *exec_ptr;
-            (
-                e.tids.as_ptr(),
-                e.shared.as_mut_ptr(),
-                &raw mut e.stats,
-                std::mem::take(&mut e.jit_pages.chain),
-            )
+            (e.tids.as_ptr(), e.shared.as_mut_ptr(), &raw mut e.stats)
         };
+        let mut chain = std::mem::take(self.chain);
         // SAFETY: as above.
         let n = nwarps.min(unsafe { (*exec_ptr).tids.len() });
         // Filled in place (the length only changes with the launch): no
@@ -467,9 +467,7 @@ impl<M: GlobalMemory + ?Sized> Run<'_, M> {
         // calls); no reference to it outlives a statement.
         unsafe { (*self.host).exec = exec_ptr.cast() };
         let r = self.run(exec_ptr, ctx, &chain, w, quantum, budget);
-        // SAFETY: the native code has returned; nothing else uses `exec`.
-        let e = unsafe { &mut *exec_ptr };
-        e.jit_pages.chain = chain;
+        *self.chain = chain;
         r
     }
 

@@ -111,385 +111,43 @@ impl WorkgroupExec<'_> {
             let m = warp.active & warp.pred(inst.guard.pred, inst.guard.neg);
             thread_insts += m.count_ones() as u64;
             let mut next = pc.wrapping_add(1);
-            let fault = |lane: u32, kind| Fault {
-                warp: w as u32,
-                lane,
-                pc,
-                kind,
-            };
             if m != 0 {
                 match inst.op {
-                    Op::Nop => {}
-                    Op::Exit => {
-                        warp.live &= !m;
-                        warp.active &= !m;
-                        if warp.active == 0 {
-                            warp.reschedule();
-                            warp.clock += 1;
-                            continue;
-                        }
-                    }
-                    Op::Bar => {
-                        warp.blocked |= m;
-                        for l in lanes(m) {
-                            warp.lane_pc[l] = pc;
-                        }
-                        warp.active &= !m;
-                        if warp.active == 0 {
-                            warp.reschedule();
-                            warp.clock += 1;
-                            continue;
-                        }
-                    }
-                    Op::Trap { code } => {
-                        warp.clock += 1;
-                        self.stats.warp_instructions += used;
-                        self.stats.thread_instructions += thread_insts;
-                        return Ok((
-                            used,
-                            WarpStop::Trap(Trap {
-                                warp: w as u32,
-                                pc,
-                                mask: m,
-                                code,
-                            }),
-                        ));
-                    }
-                    Op::Bra { offset } => {
-                        let target = (pc as i64 + offset as i64) as u32;
-                        if m == warp.active {
-                            next = target;
-                        } else {
-                            // Divergence: the taken lanes go to the target,
-                            // the others stay on the fall-through path.
-                            for l in lanes(warp.active & !m) {
-                                warp.lane_pc[l] = next;
+                    Op::Exit | Op::Bar | Op::Trap { .. } | Op::Bra { .. } => {
+                        match control(w, warp, inst.op, pc, m, &mut next) {
+                            Then::Next => {}
+                            Then::Regrouped => {
+                                warp.clock += 1;
+                                continue;
                             }
-                            warp.next_min = warp.next_min.min(next);
-                            warp.active = m;
-                            next = target;
-                        }
-                    }
-                    Op::Mov { d, b } => {
-                        let v = warp.src(b);
-                        warp.write(d, &v, m);
-                    }
-                    Op::S2r { d, sr } => {
-                        let v = self.special(w, warp, sr);
-                        warp.write(d, &v, m);
-                    }
-                    Op::Ldarg { d, wide, offset } => {
-                        let args = &self.launch.args;
-                        let word = |o: u32| {
-                            let o = o as usize;
-                            match args.get(o..o + 4) {
-                                Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
-                                None => 0,
+                            Then::Trap(t) => {
+                                warp.clock += 1;
+                                self.stats.warp_instructions += used;
+                                self.stats.thread_instructions += thread_insts;
+                                return Ok((used, WarpStop::Trap(t)));
                             }
-                        };
-                        warp.write(d, &[word(offset); WARP_SIZE], m);
-                        if wide {
-                            let hi = [word(offset.wrapping_add(4)); WARP_SIZE];
-                            warp.write(Reg(d.0 + 1), &hi, m);
                         }
-                    }
-                    Op::Sel { d, a, b, p, neg } => {
-                        let pm = expand(warp.pred(p, neg));
-                        let av = &warp.regs[a.0 as usize];
-                        let bv = warp.src(b);
-                        let v = map3(av, &bv, &pm, |x, y, k| (x & k) | (y & !k));
-                        warp.write(d, &v, m);
-                    }
-                    Op::Bin { op, d, a, b } => {
-                        let bv = warp.src(b);
-                        let v = bin(op, &warp.regs[a.0 as usize], &bv);
-                        warp.write(d, &v, m);
-                    }
-                    Op::Un { op, d, a } => {
-                        let v = un(op, &warp.regs[a.0 as usize]);
-                        warp.write(d, &v, m);
-                    }
-                    Op::Tri { op, d, a, b, c } => {
-                        let (av, bv, cv) = (
-                            &warp.regs[a.0 as usize],
-                            &warp.regs[b.0 as usize],
-                            &warp.regs[c.0 as usize],
-                        );
-                        let v = match op {
-                            TriOp::Mad => {
-                                map3(av, bv, cv, |x, y, z| x.wrapping_mul(y).wrapping_add(z))
-                            }
-                            TriOp::FFma if FMA => map3(av, bv, cv, |x, y, z| {
-                                math::canon(fl(x).mul_add(fl(y), fl(z)))
-                            }),
-                            TriOp::FFma => ffma_lanes(av, bv, cv),
-                        };
-                        warp.write(d, &v, m);
-                    }
-                    Op::Add64 { d, a, b } => {
-                        let (alo, ahi) = (&warp.regs[a.0 as usize], &warp.regs[a.0 as usize + 1]);
-                        let (blo, bhi) = match b {
-                            Src::Reg(r) => (warp.regs[r.0 as usize], warp.regs[r.0 as usize + 1]),
-                            Src::Imm(v) => ([v; WARP_SIZE], [((v as i32) >> 31) as u32; WARP_SIZE]),
-                        };
-                        let mut lo = [0u32; WARP_SIZE];
-                        let mut hi = [0u32; WARP_SIZE];
-                        for l in 0..WARP_SIZE {
-                            let s = (alo[l] as u64 | (ahi[l] as u64) << 32)
-                                .wrapping_add(blo[l] as u64 | (bhi[l] as u64) << 32);
-                            lo[l] = s as u32;
-                            hi[l] = (s >> 32) as u32;
-                        }
-                        warp.write(d, &lo, m);
-                        warp.write(Reg(d.0 + 1), &hi, m);
-                    }
-                    Op::MadWide { signed, d, a, b, c } => {
-                        let (av, bv) = (&warp.regs[a.0 as usize], &warp.regs[b.0 as usize]);
-                        let (clo, chi) = (&warp.regs[c.0 as usize], &warp.regs[c.0 as usize + 1]);
-                        let mut lo = [0u32; WARP_SIZE];
-                        let mut hi = [0u32; WARP_SIZE];
-                        for l in 0..WARP_SIZE {
-                            let p = if signed {
-                                (av[l] as i32 as i64).wrapping_mul(bv[l] as i32 as i64) as u64
-                            } else {
-                                av[l] as u64 * bv[l] as u64
-                            };
-                            let s = p.wrapping_add(clo[l] as u64 | (chi[l] as u64) << 32);
-                            lo[l] = s as u32;
-                            hi[l] = (s >> 32) as u32;
-                        }
-                        warp.write(d, &lo, m);
-                        warp.write(Reg(d.0 + 1), &hi, m);
-                    }
-                    Op::Setp { cmp, ty, p, a, b } => {
-                        let bv = warp.src(b);
-                        let v = compare(cmp, ty, &warp.regs[a.0 as usize], &bv);
-                        warp.set_pred(p, v, m);
-                    }
-                    Op::Plop {
-                        op,
-                        p,
-                        a,
-                        na,
-                        b,
-                        nb,
-                    } => {
-                        let (x, y) = (warp.pred(a, na), warp.pred(b, nb));
-                        let v = match op {
-                            PredOp::And => x & y,
-                            PredOp::Or => x | y,
-                            PredOp::Xor => x ^ y,
-                        };
-                        warp.set_pred(p, v, m);
                     }
                     Op::Ld {
                         space: Space::Global,
-                        width,
-                        d,
-                        addr,
-                        offset,
-                    } => {
-                        let va = warp.addr64(addr, offset);
-                        let size = width.bytes() as u8;
-                        check_aligned(&va, m, size, Access::Read)
-                            .map_err(|(l, f)| fault(l, FaultKind::Global(f)))?;
-                        let mut lo = [0u32; WARP_SIZE];
-                        let mut hi = [0u32; WARP_SIZE];
-                        mem.load_warp(size, &va, m, &mut lo, &mut hi).map_err(
-                            |LaneFault { lane, fault: f }| fault(lane, FaultKind::Global(f)),
-                        )?;
-                        write_loaded(warp, width, d, &lo, &hi, m);
+                        ..
                     }
-                    Op::St {
+                    | Op::St {
                         space: Space::Global,
-                        width,
-                        addr,
-                        offset,
-                        v,
-                    } => {
-                        let va = warp.addr64(addr, offset);
-                        let size = width.bytes() as u8;
-                        check_aligned(&va, m, size, Access::Write)
-                            .map_err(|(l, f)| fault(l, FaultKind::Global(f)))?;
-                        let lo = &warp.regs[v.0 as usize];
-                        let hi = if width == Width::B64 {
-                            &warp.regs[v.0 as usize + 1]
-                        } else {
-                            lo
-                        };
-                        mem.store_warp(size, &va, m, lo, hi).map_err(
-                            |LaneFault { lane, fault: f }| fault(lane, FaultKind::Global(f)),
-                        )?;
+                        ..
                     }
-                    Op::Atom {
+                    | Op::Atom {
                         space: Space::Global,
-                        op,
-                        d,
-                        addr,
-                        offset,
-                        b,
-                        c,
-                    } => {
-                        let va = warp.addr64(addr, offset);
-                        check_aligned(&va, m, 4, Access::Atomic)
-                            .map_err(|(l, f)| fault(l, FaultKind::Global(f)))?;
-                        let (bv, cv) = (&warp.regs[b.0 as usize], &warp.regs[c.0 as usize]);
-                        let mut old = [0u32; WARP_SIZE];
-                        for l in lanes(m) {
-                            old[l] = mem
-                                .atomic32(va[l], op, bv[l], cv[l])
-                                .map_err(|f| fault(l as u32, FaultKind::Global(f)))?;
-                        }
-                        warp.write(d, &old, m);
+                        ..
+                    } => global(warp, inst.op, mem, m)
+                        .map_err(|(lane, f)| fault(w, pc, lane, FaultKind::Global(f)))?,
+                    Op::Ld { .. } | Op::St { .. } | Op::Atom { .. } => self
+                        .shared_op(warp, inst.op, m)
+                        .map_err(|(lane, f)| fault(w, pc, lane, FaultKind::Shared(f)))?,
+                    Op::Shfl { .. } | Op::Vote { .. } | Op::Ballot { .. } => {
+                        cross_lane(warp, inst.op, m)
                     }
-                    Op::Ld {
-                        space: Space::Shared,
-                        width,
-                        d,
-                        addr,
-                        offset,
-                    } => {
-                        let shared = &self.shared;
-                        let size = width.bytes();
-                        let base = &warp.regs[addr.0 as usize];
-                        let mut lo = [0u32; WARP_SIZE];
-                        let mut hi = [0u32; WARP_SIZE];
-                        if size == 4 {
-                            let idx = shared_words(shared, base, offset, m, Access::Read)
-                                .map_err(|(l, f)| fault(l, FaultKind::Shared(f)))?;
-                            for l in 0..WARP_SIZE {
-                                if m >> l & 1 != 0 {
-                                    lo[l] = shared.get(idx[l] as usize).copied().unwrap_or(0);
-                                }
-                            }
-                            warp.write(d, &lo, m);
-                            warp.clock += 1;
-                            warp.pc = next;
-                            if next >= warp.next_min {
-                                warp.reschedule();
-                            }
-                            continue;
-                        }
-                        for l in lanes(m) {
-                            let a = base[l].wrapping_add(offset as u32);
-                            let i = shared_index(shared, a, size, Access::Read)
-                                .map_err(|f| fault(l as u32, FaultKind::Shared(f)))?;
-                            let word = shared[i];
-                            match size {
-                                1 => lo[l] = (word >> ((a & 3) * 8)) & 0xff,
-                                2 => lo[l] = (word >> ((a & 2) * 8)) & 0xffff,
-                                4 => lo[l] = word,
-                                _ => {
-                                    lo[l] = word;
-                                    hi[l] = shared[i + 1];
-                                }
-                            }
-                        }
-                        write_loaded(warp, width, d, &lo, &hi, m);
-                    }
-                    Op::St {
-                        space: Space::Shared,
-                        width,
-                        addr,
-                        offset,
-                        v,
-                    } => {
-                        let shared = &mut self.shared;
-                        let size = width.bytes();
-                        let base = &warp.regs[addr.0 as usize];
-                        let val = &warp.regs[v.0 as usize];
-                        if size == 4 {
-                            let idx = shared_words(shared, base, offset, m, Access::Write)
-                                .map_err(|(l, f)| fault(l, FaultKind::Shared(f)))?;
-                            for l in 0..WARP_SIZE {
-                                if m >> l & 1 != 0 {
-                                    if let Some(s) = shared.get_mut(idx[l] as usize) {
-                                        *s = val[l];
-                                    }
-                                }
-                            }
-                        } else {
-                            for l in lanes(m) {
-                                let a = base[l].wrapping_add(offset as u32);
-                                let i = shared_index(shared, a, size, Access::Write)
-                                    .map_err(|f| fault(l as u32, FaultKind::Shared(f)))?;
-                                match size {
-                                    1 | 2 => {
-                                        let sh = (a & 3) * 8;
-                                        let mk = if size == 1 { 0xffu32 } else { 0xffff } << sh;
-                                        shared[i] = (shared[i] & !mk) | ((val[l] << sh) & mk);
-                                    }
-                                    4 => shared[i] = val[l],
-                                    _ => {
-                                        shared[i] = val[l];
-                                        shared[i + 1] = warp.regs[v.0 as usize + 1][l];
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    Op::Atom {
-                        space: Space::Shared,
-                        op,
-                        d,
-                        addr,
-                        offset,
-                        b,
-                        c,
-                    } => {
-                        let shared = &mut self.shared;
-                        let base = &warp.regs[addr.0 as usize];
-                        let (bv, cv) = (&warp.regs[b.0 as usize], &warp.regs[c.0 as usize]);
-                        let mut old = [0u32; WARP_SIZE];
-                        for l in lanes(m) {
-                            let a = base[l].wrapping_add(offset as u32);
-                            let i = shared_index(shared, a, 4, Access::Atomic)
-                                .map_err(|f| fault(l as u32, FaultKind::Shared(f)))?;
-                            old[l] = shared[i];
-                            shared[i] = op.apply(old[l], bv[l], cv[l]);
-                        }
-                        warp.write(d, &old, m);
-                    }
-                    Op::Shfl { mode, d, a, b } => {
-                        let av = &warp.regs[a.0 as usize];
-                        let bv = warp.src(b);
-                        let mut out = [0u32; WARP_SIZE];
-                        for l in 0..WARP_SIZE {
-                            let s = match mode {
-                                ShflMode::Idx => (bv[l] & 31) as usize,
-                                ShflMode::Up => {
-                                    if (bv[l] as usize) <= l {
-                                        l - bv[l] as usize
-                                    } else {
-                                        l
-                                    }
-                                }
-                                ShflMode::Down => {
-                                    let s = l as u64 + bv[l] as u64;
-                                    if s < WARP_SIZE as u64 {
-                                        s as usize
-                                    } else {
-                                        l
-                                    }
-                                }
-                                ShflMode::Bfly => l ^ (bv[l] & 31) as usize,
-                            };
-                            out[l] = av[s];
-                        }
-                        warp.write(d, &out, m);
-                    }
-                    Op::Vote { mode, p, src, neg } => {
-                        let s = warp.pred(src, neg) & m;
-                        let v = match mode {
-                            VoteMode::Any => s != 0,
-                            VoteMode::All => s == m,
-                        };
-                        warp.set_pred(p, if v { FULL } else { 0 }, m);
-                    }
-                    Op::Ballot { d, src, neg } => {
-                        let s = warp.pred(src, neg) & m;
-                        warp.write(d, &[s; WARP_SIZE], m);
-                    }
+                    _ => self.alu::<FMA>(w, warp, inst.op, m),
                 }
             }
             warp.clock += 1;
@@ -501,6 +159,436 @@ impl WorkgroupExec<'_> {
         self.stats.warp_instructions += used;
         self.stats.thread_instructions += thread_insts;
         Ok((used, result))
+    }
+
+    /// Moves, arithmetic and predicate logic: lane by lane on registers,
+    /// under mask `m`.
+    #[inline(always)]
+    fn alu<const FMA: bool>(&self, w: usize, warp: &mut Warp, op: Op, m: u32) {
+        match op {
+            Op::Mov { d, b } => {
+                let v = warp.src(b);
+                warp.write(d, &v, m);
+            }
+            Op::S2r { d, sr } => {
+                let v = self.special(w, warp, sr);
+                warp.write(d, &v, m);
+            }
+            Op::Ldarg { d, wide, offset } => {
+                let args = &self.launch.args;
+                let word = |o: u32| {
+                    let o = o as usize;
+                    match args.get(o..o + 4) {
+                        Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+                        None => 0,
+                    }
+                };
+                warp.write(d, &[word(offset); WARP_SIZE], m);
+                if wide {
+                    let hi = [word(offset.wrapping_add(4)); WARP_SIZE];
+                    warp.write(Reg(d.0 + 1), &hi, m);
+                }
+            }
+            Op::Sel { d, a, b, p, neg } => {
+                let pm = expand(warp.pred(p, neg));
+                let av = &warp.regs[a.0 as usize];
+                let bv = warp.src(b);
+                let v = map3(av, &bv, &pm, |x, y, k| (x & k) | (y & !k));
+                warp.write(d, &v, m);
+            }
+            Op::Bin { op, d, a, b } => {
+                let bv = warp.src(b);
+                let v = bin(op, &warp.regs[a.0 as usize], &bv);
+                warp.write(d, &v, m);
+            }
+            Op::Un { op, d, a } => {
+                let v = un(op, &warp.regs[a.0 as usize]);
+                warp.write(d, &v, m);
+            }
+            Op::Tri { op, d, a, b, c } => {
+                let (av, bv, cv) = (
+                    &warp.regs[a.0 as usize],
+                    &warp.regs[b.0 as usize],
+                    &warp.regs[c.0 as usize],
+                );
+                let v = match op {
+                    TriOp::Mad => map3(av, bv, cv, |x, y, z| x.wrapping_mul(y).wrapping_add(z)),
+                    TriOp::FFma if FMA => map3(av, bv, cv, |x, y, z| {
+                        math::canon(fl(x).mul_add(fl(y), fl(z)))
+                    }),
+                    TriOp::FFma => ffma_lanes(av, bv, cv),
+                };
+                warp.write(d, &v, m);
+            }
+            Op::Add64 { d, a, b } => add64(warp, d, a, b, m),
+            Op::MadWide { signed, d, a, b, c } => mad_wide(warp, signed, d, a, b, c, m),
+            Op::Setp { cmp, ty, p, a, b } => {
+                let bv = warp.src(b);
+                let v = compare(cmp, ty, &warp.regs[a.0 as usize], &bv);
+                warp.set_pred(p, v, m);
+            }
+            Op::Plop {
+                op,
+                p,
+                a,
+                na,
+                b,
+                nb,
+            } => {
+                let (x, y) = (warp.pred(a, na), warp.pred(b, nb));
+                let v = match op {
+                    PredOp::And => x & y,
+                    PredOp::Or => x | y,
+                    PredOp::Xor => x ^ y,
+                };
+                warp.set_pred(p, v, m);
+            }
+            // `nop`; the other instructions are never passed here.
+            _ => {}
+        }
+    }
+
+    /// A shared-memory load, store or atomic by the lanes of `m`, or the
+    /// lowest faulting lane's fault.
+    #[inline(always)]
+    fn shared_op(&mut self, warp: &mut Warp, op: Op, m: u32) -> Result<(), (u32, MemFault)> {
+        match op {
+            Op::Ld {
+                width,
+                d,
+                addr,
+                offset,
+                ..
+            } => {
+                let shared = &self.shared;
+                let size = width.bytes();
+                let base = &warp.regs[addr.0 as usize];
+                let mut lo = [0u32; WARP_SIZE];
+                let mut hi = [0u32; WARP_SIZE];
+                if size == 4 {
+                    let idx = shared_words(shared, base, offset, m, Access::Read)?;
+                    for l in 0..WARP_SIZE {
+                        if m >> l & 1 != 0 {
+                            lo[l] = shared.get(idx[l] as usize).copied().unwrap_or(0);
+                        }
+                    }
+                    warp.write(d, &lo, m);
+                    return Ok(());
+                }
+                for l in lanes(m) {
+                    let a = base[l].wrapping_add(offset as u32);
+                    let i =
+                        shared_index(shared, a, size, Access::Read).map_err(|f| (l as u32, f))?;
+                    let word = shared[i];
+                    match size {
+                        1 => lo[l] = (word >> ((a & 3) * 8)) & 0xff,
+                        2 => lo[l] = (word >> ((a & 2) * 8)) & 0xffff,
+                        4 => lo[l] = word,
+                        _ => {
+                            lo[l] = word;
+                            hi[l] = shared[i + 1];
+                        }
+                    }
+                }
+                write_loaded(warp, width, d, &lo, &hi, m);
+            }
+            Op::St {
+                width,
+                addr,
+                offset,
+                v,
+                ..
+            } => {
+                let shared = &mut self.shared;
+                let size = width.bytes();
+                let base = &warp.regs[addr.0 as usize];
+                let val = &warp.regs[v.0 as usize];
+                if size == 4 {
+                    let idx = shared_words(shared, base, offset, m, Access::Write)?;
+                    for l in 0..WARP_SIZE {
+                        if m >> l & 1 != 0 {
+                            if let Some(s) = shared.get_mut(idx[l] as usize) {
+                                *s = val[l];
+                            }
+                        }
+                    }
+                } else {
+                    for l in lanes(m) {
+                        let a = base[l].wrapping_add(offset as u32);
+                        let i = shared_index(shared, a, size, Access::Write)
+                            .map_err(|f| (l as u32, f))?;
+                        match size {
+                            1 | 2 => {
+                                let sh = (a & 3) * 8;
+                                let mk = if size == 1 { 0xffu32 } else { 0xffff } << sh;
+                                shared[i] = (shared[i] & !mk) | ((val[l] << sh) & mk);
+                            }
+                            4 => shared[i] = val[l],
+                            _ => {
+                                shared[i] = val[l];
+                                shared[i + 1] = warp.regs[v.0 as usize + 1][l];
+                            }
+                        }
+                    }
+                }
+            }
+            Op::Atom {
+                op,
+                d,
+                addr,
+                offset,
+                b,
+                c,
+                ..
+            } => {
+                let shared = &mut self.shared;
+                let base = &warp.regs[addr.0 as usize];
+                let (bv, cv) = (&warp.regs[b.0 as usize], &warp.regs[c.0 as usize]);
+                let mut old = [0u32; WARP_SIZE];
+                for l in lanes(m) {
+                    let a = base[l].wrapping_add(offset as u32);
+                    let i =
+                        shared_index(shared, a, 4, Access::Atomic).map_err(|f| (l as u32, f))?;
+                    old[l] = shared[i];
+                    shared[i] = op.apply(old[l], bv[l], cv[l]);
+                }
+                warp.write(d, &old, m);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// How the warp loop goes on after a control-flow instruction.
+enum Then {
+    /// With the instruction at `next`.
+    Next,
+    /// With the new active group: the warp has none left here and was
+    /// rescheduled.
+    Regrouped,
+    /// It stops: the warp trapped.
+    Trap(Trap),
+}
+
+/// `exit`, `bar`, `trap` and `bra` by the lanes of `m` at `pc`; a branch
+/// sets `next`.
+#[inline(always)]
+fn control(w: usize, warp: &mut Warp, op: Op, pc: u32, m: u32, next: &mut u32) -> Then {
+    match op {
+        Op::Exit => {
+            warp.live &= !m;
+            warp.active &= !m;
+            if warp.active == 0 {
+                warp.reschedule();
+                return Then::Regrouped;
+            }
+        }
+        Op::Bar => {
+            warp.blocked |= m;
+            for l in lanes(m) {
+                warp.lane_pc[l] = pc;
+            }
+            warp.active &= !m;
+            if warp.active == 0 {
+                warp.reschedule();
+                return Then::Regrouped;
+            }
+        }
+        Op::Trap { code } => {
+            return Then::Trap(Trap {
+                warp: w as u32,
+                pc,
+                mask: m,
+                code,
+            })
+        }
+        Op::Bra { offset } => {
+            let target = (pc as i64 + offset as i64) as u32;
+            if m != warp.active {
+                // Divergence: the taken lanes go to the target, the others
+                // stay on the fall-through path.
+                for l in lanes(warp.active & !m) {
+                    warp.lane_pc[l] = *next;
+                }
+                warp.next_min = warp.next_min.min(*next);
+                warp.active = m;
+            }
+            *next = target;
+        }
+        _ => {}
+    }
+    Then::Next
+}
+
+/// A global-memory load, store or atomic by the lanes of `m`, or the
+/// lowest faulting lane's fault.
+#[inline(always)]
+fn global<M: GlobalMemory + ?Sized>(
+    warp: &mut Warp,
+    op: Op,
+    mem: &M,
+    m: u32,
+) -> Result<(), (u32, MemFault)> {
+    let lane_fault = |LaneFault { lane, fault }| (lane, fault);
+    match op {
+        Op::Ld {
+            width,
+            d,
+            addr,
+            offset,
+            ..
+        } => {
+            let va = warp.addr64(addr, offset);
+            let size = width.bytes() as u8;
+            check_aligned(&va, m, size, Access::Read)?;
+            let mut lo = [0u32; WARP_SIZE];
+            let mut hi = [0u32; WARP_SIZE];
+            mem.load_warp(size, &va, m, &mut lo, &mut hi)
+                .map_err(lane_fault)?;
+            write_loaded(warp, width, d, &lo, &hi, m);
+        }
+        Op::St {
+            width,
+            addr,
+            offset,
+            v,
+            ..
+        } => {
+            let va = warp.addr64(addr, offset);
+            let size = width.bytes() as u8;
+            check_aligned(&va, m, size, Access::Write)?;
+            let lo = &warp.regs[v.0 as usize];
+            let hi = if width == Width::B64 {
+                &warp.regs[v.0 as usize + 1]
+            } else {
+                lo
+            };
+            mem.store_warp(size, &va, m, lo, hi).map_err(lane_fault)?;
+        }
+        Op::Atom {
+            op,
+            d,
+            addr,
+            offset,
+            b,
+            c,
+            ..
+        } => {
+            let va = warp.addr64(addr, offset);
+            check_aligned(&va, m, 4, Access::Atomic)?;
+            let (bv, cv) = (&warp.regs[b.0 as usize], &warp.regs[c.0 as usize]);
+            let mut old = [0u32; WARP_SIZE];
+            for l in lanes(m) {
+                old[l] = mem
+                    .atomic32(va[l], op, bv[l], cv[l])
+                    .map_err(|f| (l as u32, f))?;
+            }
+            warp.write(d, &old, m);
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// `shfl`, `vote` and `ballot`: the instructions that read other lanes.
+#[inline(always)]
+fn cross_lane(warp: &mut Warp, op: Op, m: u32) {
+    match op {
+        Op::Shfl { mode, d, a, b } => {
+            let av = &warp.regs[a.0 as usize];
+            let bv = warp.src(b);
+            let mut out = [0u32; WARP_SIZE];
+            for l in 0..WARP_SIZE {
+                let s = match mode {
+                    ShflMode::Idx => (bv[l] & 31) as usize,
+                    ShflMode::Up => {
+                        if (bv[l] as usize) <= l {
+                            l - bv[l] as usize
+                        } else {
+                            l
+                        }
+                    }
+                    ShflMode::Down => {
+                        let s = l as u64 + bv[l] as u64;
+                        if s < WARP_SIZE as u64 {
+                            s as usize
+                        } else {
+                            l
+                        }
+                    }
+                    ShflMode::Bfly => l ^ (bv[l] & 31) as usize,
+                };
+                out[l] = av[s];
+            }
+            warp.write(d, &out, m);
+        }
+        Op::Vote { mode, p, src, neg } => {
+            let s = warp.pred(src, neg) & m;
+            let v = match mode {
+                VoteMode::Any => s != 0,
+                VoteMode::All => s == m,
+            };
+            warp.set_pred(p, if v { FULL } else { 0 }, m);
+        }
+        Op::Ballot { d, src, neg } => {
+            let s = warp.pred(src, neg) & m;
+            warp.write(d, &[s; WARP_SIZE], m);
+        }
+        _ => {}
+    }
+}
+
+/// `add.64`: the 64-bit sum of register pairs (or a sign-extended
+/// immediate).
+#[inline(always)]
+fn add64(warp: &mut Warp, d: Reg, a: Reg, b: Src, m: u32) {
+    let (alo, ahi) = (&warp.regs[a.0 as usize], &warp.regs[a.0 as usize + 1]);
+    let (blo, bhi) = match b {
+        Src::Reg(r) => (warp.regs[r.0 as usize], warp.regs[r.0 as usize + 1]),
+        Src::Imm(v) => ([v; WARP_SIZE], [((v as i32) >> 31) as u32; WARP_SIZE]),
+    };
+    let mut lo = [0u32; WARP_SIZE];
+    let mut hi = [0u32; WARP_SIZE];
+    for l in 0..WARP_SIZE {
+        let s = (alo[l] as u64 | (ahi[l] as u64) << 32)
+            .wrapping_add(blo[l] as u64 | (bhi[l] as u64) << 32);
+        lo[l] = s as u32;
+        hi[l] = (s >> 32) as u32;
+    }
+    warp.write(d, &lo, m);
+    warp.write(Reg(d.0 + 1), &hi, m);
+}
+
+/// `mad.wide`: a 32 × 32-bit product plus a 64-bit register pair.
+#[inline(always)]
+fn mad_wide(warp: &mut Warp, signed: bool, d: Reg, a: Reg, b: Reg, c: Reg, m: u32) {
+    let (av, bv) = (&warp.regs[a.0 as usize], &warp.regs[b.0 as usize]);
+    let (clo, chi) = (&warp.regs[c.0 as usize], &warp.regs[c.0 as usize + 1]);
+    let mut lo = [0u32; WARP_SIZE];
+    let mut hi = [0u32; WARP_SIZE];
+    for l in 0..WARP_SIZE {
+        let p = if signed {
+            (av[l] as i32 as i64).wrapping_mul(bv[l] as i32 as i64) as u64
+        } else {
+            av[l] as u64 * bv[l] as u64
+        };
+        let s = p.wrapping_add(clo[l] as u64 | (chi[l] as u64) << 32);
+        lo[l] = s as u32;
+        hi[l] = (s >> 32) as u32;
+    }
+    warp.write(d, &lo, m);
+    warp.write(Reg(d.0 + 1), &hi, m);
+}
+
+/// The fault of lane `lane` of warp `w` at `pc`.
+#[cold]
+fn fault(w: usize, pc: u32, lane: u32, kind: FaultKind) -> Fault {
+    Fault {
+        warp: w as u32,
+        lane,
+        pc,
+        kind,
     }
 }
 

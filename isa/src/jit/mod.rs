@@ -51,19 +51,11 @@
 //! generated code continues at the new group's block.
 
 mod analysis;
-mod blocks;
-mod carry;
-mod chain;
 mod codegen;
 mod error;
 mod facts;
-mod fused;
-mod lanes;
-mod memory;
 mod runtime;
-mod scalar;
 mod shape;
-mod shaped;
 
 use crate::exec::{Fault, Limits, NativeCode, Outcome, Warp, WarpStop, WorkgroupExec};
 use crate::inst::Instruction;

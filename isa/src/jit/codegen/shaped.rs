@@ -7,11 +7,11 @@
 //! dictate. When a run-time check fails the instruction is an interpreter
 //! step, as in the generic paths (`memory.rs`).
 
-use super::codegen::{cx, Gen, Mem, CHUNKS};
 use super::memory::mem_operands;
-use super::runtime::Tlb;
 use super::scalar::Sv;
+use super::{cx, Gen, Mem, CHUNKS};
 use crate::inst::*;
+use crate::jit::runtime::Tlb;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I32X4, I64, I8};
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};

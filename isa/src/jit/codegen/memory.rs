@@ -2,9 +2,9 @@
 //! software TLB, `lds.32`/`sts.32` bounds-checked inline; everything else
 //! (and every miss or bad lane) is an interpreter step.
 
-use super::codegen::{cx, Gen, Mem, CHUNKS};
-use super::runtime::{Tlb, REG_BYTES};
+use super::{cx, Gen, Mem, CHUNKS};
 use crate::inst::*;
+use crate::jit::runtime::{Tlb, REG_BYTES};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I32X4, I64};
 use cranelift_codegen::ir::{InstBuilder, Type, Value};

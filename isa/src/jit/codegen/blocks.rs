@@ -12,14 +12,14 @@
 //! it returns `GUARD` before any effect and the interpreter runs the
 //! block.
 
-use super::analysis::{self, Kind};
-use super::codegen::{cx, Gen, Mem, CHUNKS};
-use super::runtime::{status, REG_BYTES};
 use super::scalar::Pass;
-use super::shape::{Fact, Shape};
-use super::CompileError;
+use super::{cx, Gen, Mem, CHUNKS};
 use crate::exec::Warp;
 use crate::inst::*;
+use crate::jit::analysis::{self, Kind};
+use crate::jit::runtime::{status, REG_BYTES};
+use crate::jit::shape::{Fact, Shape};
+use crate::jit::CompileError;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I32X4};
 use cranelift_codegen::ir::{InstBuilder, Value};

@@ -14,10 +14,10 @@
 //! `splat(base) + k`, a shaped operand whose offsets are 0 in a chunk is
 //! a splat of its base.
 
-use super::analysis;
-use super::codegen::{Gen, Mem, CHUNKS};
 use super::scalar::{Plan, Sv};
+use super::{Gen, Mem, CHUNKS};
 use crate::inst::*;
+use crate::jit::analysis;
 use crate::math::CANONICAL_NAN;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32X4, I32, I32X4, I64X2};
@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::mem::offset_of;
 use std::rc::Rc;
 
-use super::runtime::Ctx;
+use crate::jit::runtime::Ctx;
 
 /// What the scalar pass says about a region: the plans of its
 /// instructions and the shaped registers at its start.

@@ -6,12 +6,12 @@
 //! then only computes what is not shaped; a shaped register is written to
 //! the register file as `splat(base) + k` where its region ends.
 
-use super::analysis;
-use super::codegen::{Gen, Mem, CHUNKS};
-use super::facts;
-use super::runtime::{Ctx, REG_BYTES};
-use super::shape::{Fact, NoWrap, Probe, Shape};
+use super::{Gen, Mem, CHUNKS};
 use crate::inst::*;
+use crate::jit::analysis;
+use crate::jit::facts;
+use crate::jit::runtime::{Ctx, REG_BYTES};
+use crate::jit::shape::{Fact, NoWrap, Probe, Shape};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, I32, I32X4, I64, I8};
 use cranelift_codegen::ir::{InstBuilder, Value};

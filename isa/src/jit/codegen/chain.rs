@@ -22,9 +22,9 @@
 //! (`runtime::Run::run`) reads the warp the code stopped on from
 //! `Ctx::warp_index`.
 
-use super::codegen::{cx, Gen, Mem};
-use super::runtime::{status, Chain};
+use super::{cx, Gen, Mem};
 use crate::exec::{Stats, Warp, QUANTUM};
+use crate::jit::runtime::{status, Chain};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I64};
 use cranelift_codegen::ir::InstBuilder;

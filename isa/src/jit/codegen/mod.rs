@@ -1,6 +1,21 @@
-//! Cranelift IR for one kernel: the blocks, the warp's scalar state in SSA
-//! variables, budget checks, branches and exits, memory fast paths and
-//! interpreter steps. Per-lane instructions are in `lanes.rs`.
+//! Cranelift IR for one kernel: the code generator's state ([`Gen`]), the
+//! warp's scalar state in SSA variables, dispatch, exits and interpreter
+//! steps. `Gen`'s methods are spread over the files below this one by
+//! concern: the blocks and their branches (`blocks.rs`), per-lane
+//! instructions (`lanes.rs`), the scalar pass (`scalar.rs`), memory
+//! (`memory.rs`, `shaped.rs`, `fused.rs`), carried registers (`carry.rs`)
+//! and going on to the next warp (`chain.rs`). The analyses they read
+//! (`analysis.rs`, `facts.rs`, `shape.rs`) sit beside `codegen/` and know
+//! nothing of it.
+
+mod blocks;
+mod carry;
+mod chain;
+mod fused;
+mod lanes;
+mod memory;
+mod scalar;
+mod shaped;
 
 use super::analysis;
 use super::facts::{self, BlockFacts};
@@ -25,7 +40,7 @@ use std::mem::offset_of;
 use std::rc::Rc;
 
 /// Chunks of 4 lanes in a warp.
-pub(super) const CHUNKS: usize = WARP_SIZE / 4;
+const CHUNKS: usize = WARP_SIZE / 4;
 
 /// What a load or store reaches. Every access is non-trapping (every
 /// address is valid, see `runtime.rs`); each kind is its own alias region
@@ -33,7 +48,7 @@ pub(super) const CHUNKS: usize = WARP_SIZE / 4;
 /// register to a later load of it and keep loads of one kind across stores
 /// of another. A helper call is a fence for all of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Mem {
+enum Mem {
     /// The scalar fields of `Ctx` that do not change during a call
     /// (pointers, launch geometry): loaded once, anywhere.
     CtxFixed,
@@ -63,7 +78,7 @@ macro_rules! cx {
         std::mem::offset_of!($crate::jit::runtime::Ctx, $f) as i32
     };
 }
-pub(super) use cx;
+use cx;
 
 /// Compiles kernel `k` of `module`; never panics (a failure of the code
 /// generator is a fallback reason).
@@ -198,88 +213,88 @@ fn perf_map(code: *const u8, len: usize, name: &str, wg: Option<[u32; 3]>) {
 // The thread-instruction word of `Gen::v_counts` holds a call's count.
 const _: () = assert!(QUANTUM * WARP_SIZE as u64 <= u32::MAX as u64);
 
-pub(super) struct Gen<'a, 'b> {
-    pub(super) b: FunctionBuilder<'b>,
-    pub(super) code: &'a [Instruction],
-    pub(super) start: u32,
-    pub(super) len: u32,
-    pub(super) blocks: &'a analysis::Blocks,
-    pub(super) ptr: ir::Type,
-    pub(super) fma: bool,
-    pub(super) ctx: Value,
+struct Gen<'a, 'b> {
+    b: FunctionBuilder<'b>,
+    code: &'a [Instruction],
+    start: u32,
+    len: u32,
+    blocks: &'a analysis::Blocks,
+    ptr: ir::Type,
+    fma: bool,
+    ctx: Value,
     /// The current warp's register file, state and thread ids (the code
     /// goes on from warp to warp: `emit_chain`).
-    pub(super) v_regs: Variable,
-    pub(super) v_warp: Variable,
-    pub(super) v_tids: Variable,
-    pub(super) args: Value,
-    pub(super) shared: Value,
-    pub(super) v_active: Variable,
-    pub(super) v_next_min: Variable,
-    pub(super) v_clock: Variable,
-    pub(super) v_pc: Variable,
-    pub(super) v_remaining: Variable,
+    v_regs: Variable,
+    v_warp: Variable,
+    v_tids: Variable,
+    args: Value,
+    shared: Value,
+    v_active: Variable,
+    v_next_min: Variable,
+    v_clock: Variable,
+    v_pc: Variable,
+    v_remaining: Variable,
     /// The current warp's counters in this call: warp instructions run
     /// inline in the low word, thread instructions in the high word (one
     /// add per block for both; a warp runs at most `QUANTUM` instructions
     /// per call, so neither word overflows).
-    pub(super) v_counts: Variable,
-    pub(super) v_preds: [Variable; 7],
-    pub(super) heads: HashMap<u32, Block>,
-    pub(super) dispatch: Block,
+    v_counts: Variable,
+    v_preds: [Variable; 7],
+    heads: HashMap<u32, Block>,
+    dispatch: Block,
     /// Where an idle warp goes on to the next one (`emit_chain`).
-    pub(super) chain: Block,
-    pub(super) exit: Block,
-    pub(super) exit_nosync: Block,
-    pub(super) sig_step: SigRef,
-    pub(super) sig_mem: SigRef,
-    pub(super) sig_diverge: SigRef,
-    pub(super) sig_resched: SigRef,
-    pub(super) sig_refill: SigRef,
+    chain: Block,
+    exit: Block,
+    exit_nosync: Block,
+    sig_step: SigRef,
+    sig_mem: SigRef,
+    sig_diverge: SigRef,
+    sig_resched: SigRef,
+    sig_refill: SigRef,
     /// The TLB entry of each inlined global memory instruction.
-    pub(super) sites: HashMap<u32, u32>,
+    sites: HashMap<u32, u32>,
     /// Alias regions by `Mem` kind.
-    pub(super) regions: [AliasRegion; MEM_KINDS],
+    regions: [AliasRegion; MEM_KINDS],
     /// The constant table (`Ctx::consts`) and the index of each vector.
-    pub(super) consts: Vec<[u32; 4]>,
-    pub(super) const_ix: HashMap<[u32; 4], u32>,
-    pub(super) cbase: Value,
+    consts: Vec<[u32; 4]>,
+    const_ix: HashMap<[u32; 4], u32>,
+    cbase: Value,
     /// The shapes of the special registers (the launch's workgroup shape).
-    pub(super) sp: Specials,
+    sp: Specials,
     /// Register facts at block starts.
-    pub(super) facts: BlockFacts,
+    facts: BlockFacts,
     /// Registers per thread.
-    pub(super) nregs: usize,
+    nregs: usize,
     /// The entries of the blocks' hot versions (`facts.rs`).
-    pub(super) hot_heads: HashMap<u32, Block>,
+    hot_heads: HashMap<u32, Block>,
     /// Whether the code being emitted runs a full warp (all 32 lanes
     /// active).
-    pub(super) full: bool,
+    full: bool,
     /// Bit `p`: the kernel uses predicate `p` (the others never change
     /// and are neither loaded nor written back).
-    pub(super) used_preds: u8,
+    used_preds: u8,
     /// Per instruction of the kernel: the registers live before it
     /// (`regflow::live_in`; all if unknown).
-    pub(super) live: Vec<u64>,
+    live: Vec<u64>,
     /// Runs compiled as one region with their memory accesses.
-    pub(super) fused_runs: usize,
+    fused_runs: usize,
     /// Registers kept in SSA values across the back edge of the loop
     /// being emitted (`carry.rs`).
-    pub(super) carry: Option<super::carry::Carry>,
+    carry: Option<carry::Carry>,
     /// Loops compiled with carried registers.
-    pub(super) carried_loops: usize,
+    carried_loops: usize,
     /// Per block start: the shaped registers its hot head takes as
     /// parameters (`carry.rs`).
-    pub(super) hot_params: HashMap<u32, Vec<(u8, Rc<Shape>)>>,
+    hot_params: HashMap<u32, Vec<(u8, Rc<Shape>)>>,
     /// Shaped registers the last region left out of the register file,
     /// for the block's branch or exit to pass on or write (`carry.rs`).
-    pub(super) pending: Vec<(u8, super::scalar::Sv)>,
+    pending: Vec<(u8, scalar::Sv)>,
     /// Jumps passing a pending shaped register on to a hot version.
-    pub(super) shaped_edges: usize,
+    shaped_edges: usize,
 }
 
 impl<'a, 'b> Gen<'a, 'b> {
-    pub(super) fn new(
+    fn new(
         mut b: FunctionBuilder<'b>,
         code: &'a [Instruction],
         k: &Kernel,
@@ -407,7 +422,7 @@ impl<'a, 'b> Gen<'a, 'b> {
         g
     }
 
-    pub(super) fn emit(&mut self) -> Result<(), CompileError> {
+    fn emit(&mut self) -> Result<(), CompileError> {
         for i in 0..self.blocks.list.len() {
             let s = self.blocks.list[i].0;
             // A block with no chain facts of its own still gets a hot
@@ -441,47 +456,47 @@ impl<'a, 'b> Gen<'a, 'b> {
     // --- small helpers -------------------------------------------------
 
     /// The current warp's register file.
-    pub(super) fn regs(&mut self) -> Value {
+    fn regs(&mut self) -> Value {
         self.b.use_var(self.v_regs)
     }
 
     /// The current warp's index (changes when the code goes on to the next
     /// warp, unlike the launch's geometry).
-    pub(super) fn warp_index(&mut self) -> Value {
+    fn warp_index(&mut self) -> Value {
         let f = self.mf(Mem::Ctx);
         self.b.ins().load(I32, f, self.ctx, cx!(warp_index))
     }
 
     /// The current warp's thread ids.
-    pub(super) fn tids(&mut self) -> Value {
+    fn tids(&mut self) -> Value {
         self.b.use_var(self.v_tids)
     }
 
     /// The registers (of `r0..r63`) live before the instruction at `pc`.
-    pub(super) fn live_at(&self, pc: u32) -> u64 {
+    fn live_at(&self, pc: u32) -> u64 {
         pc.checked_sub(self.start)
             .and_then(|i| self.live.get(i as usize))
             .copied()
             .unwrap_or(u64::MAX)
     }
 
-    pub(super) fn c32(&mut self, v: u32) -> Value {
+    fn c32(&mut self, v: u32) -> Value {
         self.b.ins().iconst(I32, v as i64)
     }
 
-    pub(super) fn c64(&mut self, v: u64) -> Value {
+    fn c64(&mut self, v: u64) -> Value {
         self.b.ins().iconst(I64, v as i64)
     }
 
     /// Flags of an access of kind `m`.
-    pub(super) fn mf(&self, m: Mem) -> MemFlagsData {
+    fn mf(&self, m: Mem) -> MemFlagsData {
         mem_flags(&self.regions, m)
     }
 
     /// A 4 × u32 constant vector, loaded from the constant table where it
     /// is used (a `vconst` would be hoisted to the function's entry and
     /// spilled there, on every call).
-    pub(super) fn vconst(&mut self, v: [u32; 4]) -> Value {
+    fn vconst(&mut self, v: [u32; 4]) -> Value {
         let n = self.consts.len() as u32;
         let i = *self.const_ix.entry(v).or_insert(n);
         if i == n {
@@ -491,12 +506,12 @@ impl<'a, 'b> Gen<'a, 'b> {
         self.b.ins().load(I32X4, f, self.cbase, 16 * i as i32)
     }
 
-    pub(super) fn vsplat(&mut self, v: u32) -> Value {
+    fn vsplat(&mut self, v: u32) -> Value {
         self.vconst([v; 4])
     }
 
     /// Reinterprets a vector (little-endian lanes).
-    pub(super) fn cast(&mut self, ty: ir::Type, v: Value) -> Value {
+    fn cast(&mut self, ty: ir::Type, v: Value) -> Value {
         if self.b.func.dfg.value_type(v) == ty {
             return v;
         }
@@ -505,7 +520,7 @@ impl<'a, 'b> Gen<'a, 'b> {
     }
 
     /// Byte shuffle of two vectors viewed as 16 bytes each.
-    pub(super) fn shuffle(&mut self, ty: ir::Type, a: Value, b: Value, mask: [u8; 16]) -> Value {
+    fn shuffle(&mut self, ty: ir::Type, a: Value, b: Value, mask: [u8; 16]) -> Value {
         let a = self.cast(I8X16, a);
         let b = self.cast(I8X16, b);
         let imm = self
@@ -519,14 +534,14 @@ impl<'a, 'b> Gen<'a, 'b> {
     }
 
     /// Register `r`, lanes `4c..4c + 4`, from the register file.
-    pub(super) fn load_reg(&mut self, r: u8, c: usize) -> Value {
+    fn load_reg(&mut self, r: u8, c: usize) -> Value {
         let off = r as i32 * REG_BYTES + 16 * c as i32;
         let f = self.mf(Mem::Regs);
         let regs = self.regs();
         self.b.ins().load(I32X4, f, regs, off)
     }
 
-    pub(super) fn store_reg(&mut self, r: u8, c: usize, v: Value) {
+    fn store_reg(&mut self, r: u8, c: usize, v: Value) {
         let off = r as i32 * REG_BYTES + 16 * c as i32;
         let f = self.mf(Mem::Regs);
         let regs = self.regs();
@@ -535,7 +550,7 @@ impl<'a, 'b> Gen<'a, 'b> {
 
     /// All-ones in the lanes `4c..4c + 4` whose bit is set in the scalar
     /// mask `m`.
-    pub(super) fn mask_vec(&mut self, m: Value, c: usize) -> Value {
+    fn mask_vec(&mut self, m: Value, c: usize) -> Value {
         let bits: [u32; 4] = std::array::from_fn(|l| 1u32 << (4 * c + l));
         let s = self.b.ins().splat(I32X4, m);
         let k = self.vconst(bits);
@@ -544,7 +559,7 @@ impl<'a, 'b> Gen<'a, 'b> {
     }
 
     /// The scalar mask of guard `g` within the active group.
-    pub(super) fn guard_mask(&mut self, g: Guard) -> Value {
+    fn guard_mask(&mut self, g: Guard) -> Value {
         let active = if self.full {
             self.c32(u32::MAX)
         } else {
@@ -563,7 +578,7 @@ impl<'a, 'b> Gen<'a, 'b> {
 
     /// Counts the lanes of `m` as thread instructions (the high word of
     /// the counters, `v_counts`).
-    pub(super) fn add_threads(&mut self, m: Value) {
+    fn add_threads(&mut self, m: Value) {
         let t = self.b.use_var(self.v_counts);
         let t = match self.const_of(m) {
             Some(c) => self.b.ins().iadd_imm_s(t, (c.count_ones() as i64) << 32),
@@ -578,7 +593,7 @@ impl<'a, 'b> Gen<'a, 'b> {
     }
 
     /// The value of an `iconst`.
-    pub(super) fn const_of(&self, v: Value) -> Option<u32> {
+    fn const_of(&self, v: Value) -> Option<u32> {
         let dfg = &self.b.func.dfg;
         let inst = dfg.value_def(v).inst()?;
         match dfg.insts[inst] {
@@ -588,7 +603,7 @@ impl<'a, 'b> Gen<'a, 'b> {
     }
 
     /// Counts `n` warp instructions (the low word of `v_counts`).
-    pub(super) fn add_jwarp(&mut self, n: u64) {
+    fn add_jwarp(&mut self, n: u64) {
         if n == 0 {
             return;
         }
@@ -598,20 +613,20 @@ impl<'a, 'b> Gen<'a, 'b> {
     }
 
     /// The warp and thread instructions counted in `v_counts`.
-    pub(super) fn counts(&mut self) -> [Value; 2] {
+    fn counts(&mut self) -> [Value; 2] {
         let t = self.b.use_var(self.v_counts);
         let w = self.b.ins().band_imm_s(t, u32::MAX as i64);
         let th = self.b.ins().ushr_imm_s(t, 32);
         [w, th]
     }
 
-    pub(super) fn warp_field(&mut self, ty: ir::Type, off: usize) -> Value {
+    fn warp_field(&mut self, ty: ir::Type, off: usize) -> Value {
         let f = self.mf(Mem::Warp);
         let w = self.b.use_var(self.v_warp);
         self.b.ins().load(ty, f, w, off as i32)
     }
 
-    pub(super) fn set_warp_field(&mut self, off: usize, v: Value) {
+    fn set_warp_field(&mut self, off: usize, v: Value) {
         let f = self.mf(Mem::Warp);
         let w = self.b.use_var(self.v_warp);
         self.b.ins().store(f, v, w, off as i32);
@@ -621,7 +636,7 @@ impl<'a, 'b> Gen<'a, 'b> {
 
     /// Active group, next_min and predicates from the warp (after an
     /// interpreter step).
-    pub(super) fn reload(&mut self) {
+    fn reload(&mut self) {
         let a = self.warp_field(I32, offset_of!(Warp, active));
         self.b.def_var(self.v_active, a);
         let n = self.warp_field(I32, offset_of!(Warp, next_min));
@@ -635,7 +650,7 @@ impl<'a, 'b> Gen<'a, 'b> {
     }
 
     /// Everything, pc and clock included.
-    pub(super) fn load_full(&mut self) {
+    fn load_full(&mut self) {
         self.reload();
         let pc = self.warp_field(I32, offset_of!(Warp, pc));
         self.b.def_var(self.v_pc, pc);
@@ -644,7 +659,7 @@ impl<'a, 'b> Gen<'a, 'b> {
     }
 
     /// Writes the variables to the warp, with `pc` and `clock`.
-    pub(super) fn store_state(&mut self, pc: Value, clock: Value) {
+    fn store_state(&mut self, pc: Value, clock: Value) {
         self.set_warp_field(offset_of!(Warp, pc), pc);
         self.set_warp_field(offset_of!(Warp, clock), clock);
         let a = self.b.use_var(self.v_active);
@@ -659,14 +674,14 @@ impl<'a, 'b> Gen<'a, 'b> {
         }
     }
 
-    pub(super) fn helper(&mut self, off: i32) -> Value {
+    fn helper(&mut self, off: i32) -> Value {
         let f = self.mf(Mem::CtxFixed);
         self.b.ins().load(self.ptr, f, self.ctx, off)
     }
 
     // --- dispatch and exits --------------------------------------------
 
-    pub(super) fn emit_dispatch(&mut self) {
+    fn emit_dispatch(&mut self) {
         self.b.switch_to_block(self.dispatch);
         let active = self.b.use_var(self.v_active);
         let go = self.b.create_block();
@@ -689,7 +704,7 @@ impl<'a, 'b> Gen<'a, 'b> {
         self.b.ins().jump(self.exit, &[st.into()]);
     }
 
-    pub(super) fn write_counters(&mut self) {
+    fn write_counters(&mut self) {
         let r = self.b.use_var(self.v_remaining);
         let f = self.mf(Mem::Ctx);
         self.b.ins().store(f, r, self.ctx, cx!(remaining));
@@ -698,7 +713,7 @@ impl<'a, 'b> Gen<'a, 'b> {
         self.b.ins().store(f, t, self.ctx, cx!(jit_threads));
     }
 
-    pub(super) fn emit_exits(&mut self) {
+    fn emit_exits(&mut self) {
         self.b.switch_to_block(self.exit);
         let st = self.b.block_params(self.exit)[0];
         let pc = self.b.use_var(self.v_pc);
@@ -714,7 +729,7 @@ impl<'a, 'b> Gen<'a, 'b> {
 
     /// Reschedules (the interpreter's rule) with the warp at `pc`, then
     /// continues wherever the new active group is.
-    pub(super) fn reschedule_and_dispatch(&mut self, pc: Value, clock: Value) {
+    fn reschedule_and_dispatch(&mut self, pc: Value, clock: Value) {
         self.b.def_var(self.v_pc, pc);
         self.b.def_var(self.v_clock, clock);
         self.store_state(pc, clock);
@@ -727,7 +742,7 @@ impl<'a, 'b> Gen<'a, 'b> {
     /// Moves the active group to `target` (a block start or the kernel's
     /// end): directly to its block, or through rescheduling when it
     /// reaches a waiting group.
-    pub(super) fn goto(&mut self, target: u32, clock: Value) {
+    fn goto(&mut self, target: u32, clock: Value) {
         self.flush_pending();
         self.b.def_var(self.v_clock, clock);
         let nm = self.b.use_var(self.v_next_min);
@@ -757,7 +772,7 @@ impl<'a, 'b> Gen<'a, 'b> {
     /// An interpreter step of the instruction at `pc` (clock `clock`).
     /// Continues inline after it unless it is a `control` instruction
     /// (`bar`, `trap`: the step may have moved or regrouped the warp).
-    pub(super) fn step(&mut self, pc: u32, clock: Value, control: bool, mem: Option<u32>) {
+    fn step(&mut self, pc: u32, clock: Value, control: bool, mem: Option<u32>) {
         let pcv = self.c32(pc);
         self.store_state(pcv, clock);
         let r = match mem {

@@ -32,11 +32,11 @@
 //! reads the register file follows, as carried registers are, and not at
 //! all where they are dead.
 
-use super::analysis::{self, Kind};
-use super::codegen::{Gen, CHUNKS};
 use super::scalar::Sv;
-use super::shape::{Fact, Shape};
+use super::{Gen, CHUNKS};
 use crate::inst::*;
+use crate::jit::analysis::{self, Kind};
+use crate::jit::shape::{Fact, Shape};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I32X4};
 use cranelift_codegen::ir::{Block, BlockArg, InstBuilder, Value};

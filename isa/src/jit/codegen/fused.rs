@@ -15,13 +15,13 @@
 //! execute one by one as everywhere else (TLB refills, interpreter steps,
 //! faults with their VA, lane and PC).
 
-use super::analysis::Kind;
 use super::blocks::address;
-use super::codegen::{Gen, Mem};
 use super::lanes::RegionMem;
 use super::scalar::Pass;
 use super::shaped::{global_shaped_ok, shared_shaped_ok, Access};
+use super::{Gen, Mem};
 use crate::inst::*;
+use crate::jit::analysis::Kind;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::I8;
 use cranelift_codegen::ir::{InstBuilder, Value};
@@ -225,7 +225,7 @@ impl Gen<'_, '_> {
                 break;
             }
             if kinds[j] == Kind::Lane {
-                if let Some(p) = super::analysis::pred_written(&inst.op) {
+                if let Some(p) = crate::jit::analysis::pred_written(&inst.op) {
                     written |= 1 << p;
                 }
             } else {

@@ -20,7 +20,7 @@ mod shaped;
 use super::analysis;
 use super::facts::{self, BlockFacts};
 use super::runtime::{self, status, REG_BYTES};
-use super::shape::{Shape, Specials};
+use super::shape::Specials;
 use super::{CompileError, Native};
 use crate::exec::{Warp, QUANTUM};
 use crate::inst::*;
@@ -28,8 +28,8 @@ use crate::module::Kernel;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I32X4, I64, I8X16};
 use cranelift_codegen::ir::{
-    self, AbiParam, AliasRegion, AliasRegionData, Block, ConstantData, Endianness, InstBuilder,
-    JumpTableData, MemFlagsData, SigRef, Signature, Value,
+    self, AbiParam, AliasRegion, AliasRegionData, ConstantData, Endianness, InstBuilder,
+    JumpTableData, MemFlagsData, Signature, Value,
 };
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -37,7 +37,6 @@ use cranelift_jit::{JITBuilder, JITModule};
 use cranelift_module::{default_libcall_names, Linkage, Module as _};
 use std::collections::HashMap;
 use std::mem::offset_of;
-use std::rc::Rc;
 
 /// Chunks of 4 lanes in a warp.
 const CHUNKS: usize = WARP_SIZE / 4;
@@ -124,7 +123,23 @@ fn compile(code: &[Instruction], k: &Kernel, wg: Option<[u32; 3]>) -> Result<Nat
     cctx.func.signature.returns.push(AbiParam::new(I32));
     let blocks = analysis::blocks(code, k);
     let sp = Specials::new(wg);
-    let facts = facts::analyse(code, (k.entry, k.len), k.regs as usize, &blocks, &sp, fma);
+    let nregs = k.regs as usize;
+    let facts = facts::analyse(code, (k.entry, k.len), nregs, &blocks, &sp, fma);
+    let info = KernelInfo {
+        code,
+        start: k.entry,
+        len: k.len,
+        blocks: &blocks,
+        live: crate::regflow::live_in(code, k.entry, k.len, nregs)
+            .unwrap_or_else(|| vec![u64::MAX; k.len as usize]),
+        used_preds: (k.entry..k.entry + k.len)
+            .filter_map(|pc| code.get(pc as usize))
+            .fold(0, |m, i| m | analysis::preds_used(i)),
+        sp,
+        facts,
+        ptr,
+        fma,
+    };
     let mut fctx = FunctionBuilderContext::new();
     let frontend = jm.target_config();
     let consts;
@@ -133,17 +148,12 @@ fn compile(code: &[Instruction], k: &Kernel, wg: Option<[u32; 3]>) -> Result<Nat
     let shaped_edges;
     {
         let b = FunctionBuilder::new(&mut cctx.func, &mut fctx);
-        let mut g = Gen::new(b, code, k, &blocks, ptr, call_conv, fma);
-        g.sp = sp;
-        g.facts = facts;
-        g.nregs = k.regs as usize;
-        g.live = crate::regflow::live_in(code, k.entry, k.len, g.nregs)
-            .unwrap_or_else(|| vec![u64::MAX; k.len as usize]);
+        let mut g = Gen::new(b, info, analysis::sites(code, k), call_conv);
         g.emit()?;
-        consts = std::mem::take(&mut g.consts);
-        fused_runs = g.fused_runs;
-        carried_loops = g.carried_loops;
-        shaped_edges = g.shaped_edges;
+        consts = std::mem::take(&mut g.mem.consts);
+        fused_runs = g.mem.fused_runs;
+        carried_loops = g.ssa.carried_loops;
+        shaped_edges = g.ssa.shaped_edges;
         g.b.seal_all_blocks();
         g.b.finalize(frontend);
     }
@@ -209,26 +219,59 @@ fn perf_map(code: *const u8, len: usize, name: &str, wg: Option<[u32; 3]>) {
     );
 }
 
-/// The code generator's state for one kernel.
-// The thread-instruction word of `Gen::v_counts` holds a call's count.
+// The thread-instruction word of `WarpVars::v_counts` holds a call's count.
 const _: () = assert!(QUANTUM * WARP_SIZE as u64 <= u32::MAX as u64);
 
+/// The code generator's state for one kernel, by concern. Its methods
+/// are spread over the files below this one.
 struct Gen<'a, 'b> {
     b: FunctionBuilder<'b>,
+    /// The kernel and the host, known before any code is emitted.
+    k: KernelInfo<'a>,
+    /// The current warp's scalar state in SSA variables.
+    warp: WarpVars,
+    /// Where loads and stores go: the context, the kernel's pointers,
+    /// alias regions, TLB sites, the constant table (`memory.rs`).
+    mem: memory::Memory,
+    /// The native blocks and the jumps between them (`blocks.rs`).
+    flow: blocks::Flow,
+    /// Registers held in SSA values instead of the register file across
+    /// an edge (`carry.rs`).
+    ssa: carry::SsaRegs,
+}
+
+/// What the code generator knows of the kernel and the host before it
+/// emits anything.
+struct KernelInfo<'a> {
     code: &'a [Instruction],
+    /// The kernel's first instruction and its length.
     start: u32,
     len: u32,
     blocks: &'a analysis::Blocks,
+    /// Per instruction of the kernel: the registers live before it
+    /// (`regflow::live_in`; all if unknown).
+    live: Vec<u64>,
+    /// Bit `p`: the kernel uses predicate `p` (the others never change
+    /// and are neither loaded nor written back).
+    used_preds: u8,
+    /// The shapes of the special registers (the launch's workgroup shape).
+    sp: Specials,
+    /// Register facts at block starts.
+    facts: BlockFacts,
+    /// The host's pointer type.
     ptr: ir::Type,
+    /// Whether the host has fused multiply-add.
     fma: bool,
-    ctx: Value,
+}
+
+/// The current warp's state in SSA variables, stored to the warp where
+/// the interpreter or the scheduler takes over.
+struct WarpVars {
     /// The current warp's register file, state and thread ids (the code
     /// goes on from warp to warp: `emit_chain`).
     v_regs: Variable,
     v_warp: Variable,
     v_tids: Variable,
-    args: Value,
-    shared: Value,
     v_active: Variable,
     v_next_min: Variable,
     v_clock: Variable,
@@ -240,69 +283,16 @@ struct Gen<'a, 'b> {
     /// per call, so neither word overflows).
     v_counts: Variable,
     v_preds: [Variable; 7],
-    heads: HashMap<u32, Block>,
-    dispatch: Block,
-    /// Where an idle warp goes on to the next one (`emit_chain`).
-    chain: Block,
-    exit: Block,
-    exit_nosync: Block,
-    sig_step: SigRef,
-    sig_mem: SigRef,
-    sig_diverge: SigRef,
-    sig_resched: SigRef,
-    sig_refill: SigRef,
-    /// The TLB entry of each inlined global memory instruction.
-    sites: HashMap<u32, u32>,
-    /// Alias regions by `Mem` kind.
-    regions: [AliasRegion; MEM_KINDS],
-    /// The constant table (`Ctx::consts`) and the index of each vector.
-    consts: Vec<[u32; 4]>,
-    const_ix: HashMap<[u32; 4], u32>,
-    cbase: Value,
-    /// The shapes of the special registers (the launch's workgroup shape).
-    sp: Specials,
-    /// Register facts at block starts.
-    facts: BlockFacts,
-    /// Registers per thread.
-    nregs: usize,
-    /// The entries of the blocks' hot versions (`facts.rs`).
-    hot_heads: HashMap<u32, Block>,
-    /// Whether the code being emitted runs a full warp (all 32 lanes
-    /// active).
-    full: bool,
-    /// Bit `p`: the kernel uses predicate `p` (the others never change
-    /// and are neither loaded nor written back).
-    used_preds: u8,
-    /// Per instruction of the kernel: the registers live before it
-    /// (`regflow::live_in`; all if unknown).
-    live: Vec<u64>,
-    /// Runs compiled as one region with their memory accesses.
-    fused_runs: usize,
-    /// Registers kept in SSA values across the back edge of the loop
-    /// being emitted (`carry.rs`).
-    carry: Option<carry::Carry>,
-    /// Loops compiled with carried registers.
-    carried_loops: usize,
-    /// Per block start: the shaped registers its hot head takes as
-    /// parameters (`carry.rs`).
-    hot_params: HashMap<u32, Vec<(u8, Rc<Shape>)>>,
-    /// Shaped registers the last region left out of the register file,
-    /// for the block's branch or exit to pass on or write (`carry.rs`).
-    pending: Vec<(u8, scalar::Sv)>,
-    /// Jumps passing a pending shaped register on to a hot version.
-    shaped_edges: usize,
 }
 
 impl<'a, 'b> Gen<'a, 'b> {
     fn new(
         mut b: FunctionBuilder<'b>,
-        code: &'a [Instruction],
-        k: &Kernel,
-        blocks: &'a analysis::Blocks,
-        ptr: ir::Type,
+        k: KernelInfo<'a>,
+        sites: HashMap<u32, u32>,
         cc: cranelift_codegen::isa::CallConv,
-        fma: bool,
     ) -> Self {
+        let ptr = k.ptr;
         let mut sig = |params: &[ir::Type], ret: Option<ir::Type>| {
             let mut s = Signature::new(cc);
             s.params.extend(params.iter().map(|&t| AbiParam::new(t)));
@@ -340,15 +330,20 @@ impl<'a, 'b> Gen<'a, 'b> {
         b.def_var(v_regs, regs);
         b.def_var(v_warp, warp);
         b.def_var(v_tids, tids);
-        let v_active = b.declare_var(I32);
-        let v_next_min = b.declare_var(I32);
-        let v_clock = b.declare_var(I64);
-        let v_pc = b.declare_var(I32);
-        let v_remaining = b.declare_var(I64);
-        let v_counts = b.declare_var(I64);
-        let v_preds = std::array::from_fn(|_| b.declare_var(I32));
+        let warp = WarpVars {
+            v_regs,
+            v_warp,
+            v_tids,
+            v_active: b.declare_var(I32),
+            v_next_min: b.declare_var(I32),
+            v_clock: b.declare_var(I64),
+            v_pc: b.declare_var(I32),
+            v_remaining: b.declare_var(I64),
+            v_counts: b.declare_var(I64),
+            v_preds: std::array::from_fn(|_| b.declare_var(I32)),
+        };
         let mut heads = HashMap::new();
-        for &(s, _) in &blocks.list {
+        for &(s, _) in &k.blocks.list {
             heads.insert(s, b.create_block());
         }
         let dispatch = b.create_block();
@@ -357,60 +352,37 @@ impl<'a, 'b> Gen<'a, 'b> {
         b.append_block_param(exit, I32);
         let exit_nosync = b.create_block();
         b.append_block_param(exit_nosync, I32);
+        let (v_remaining, v_counts) = (warp.v_remaining, warp.v_counts);
         let mut g = Gen {
             b,
-            code,
-            start: k.entry,
-            len: k.len,
-            blocks,
-            ptr,
-            fma,
-            ctx,
-            v_regs,
-            v_warp,
-            v_tids,
-            args,
-            shared,
-            v_active,
-            v_next_min,
-            v_clock,
-            v_pc,
-            v_remaining,
-            v_counts,
-            v_preds,
-            heads,
-            dispatch,
-            chain,
-            exit,
-            exit_nosync,
-            sig_step,
-            sig_mem,
-            sig_diverge,
-            sig_resched,
-            sig_refill,
-            sites: analysis::sites(code, k),
-            regions,
-            consts: Vec::new(),
-            const_ix: HashMap::new(),
-            cbase,
-            sp: Specials::default(),
-            facts: BlockFacts {
-                cold: Vec::new(),
-                hot: Vec::new(),
+            k,
+            warp,
+            mem: memory::Memory {
+                ctx,
+                args,
+                shared,
+                cbase,
+                regions,
+                sites,
+                consts: Vec::new(),
+                const_ix: HashMap::new(),
+                sig_mem,
+                sig_refill,
+                fused_runs: 0,
             },
-            nregs: 0,
-            hot_heads: HashMap::new(),
-            full: false,
-            used_preds: (k.entry..k.entry + k.len)
-                .filter_map(|pc| code.get(pc as usize))
-                .fold(0, |m, i| m | analysis::preds_used(i)),
-            live: Vec::new(),
-            fused_runs: 0,
-            carry: None,
-            carried_loops: 0,
-            hot_params: HashMap::new(),
-            pending: Vec::new(),
-            shaped_edges: 0,
+            flow: blocks::Flow {
+                heads,
+                hot_heads: HashMap::new(),
+                dispatch,
+                chain,
+                exit,
+                exit_nosync,
+                sig_step,
+                sig_diverge,
+                sig_resched,
+                full: false,
+            },
+            ssa: carry::SsaRegs::default(),
         };
         g.load_full();
         let f = g.mf(Mem::Ctx);
@@ -423,23 +395,23 @@ impl<'a, 'b> Gen<'a, 'b> {
     }
 
     fn emit(&mut self) -> Result<(), CompileError> {
-        for i in 0..self.blocks.list.len() {
-            let s = self.blocks.list[i].0;
+        for i in 0..self.k.blocks.list.len() {
+            let s = self.k.blocks.list[i].0;
             // A block with no chain facts of its own still gets a hot
             // version if it takes shaped registers as parameters.
-            if self.facts.hot.get(i).is_some_and(Option::is_none) {
-                let cold = self.facts.cold.get(i).cloned().unwrap_or_default();
+            if self.k.facts.hot.get(i).is_some_and(Option::is_none) {
+                let cold = self.k.facts.cold.get(i).cloned().unwrap_or_default();
                 if !self.shaped_params(i, &cold).is_empty() {
-                    self.facts.hot[i] = Some(cold);
+                    self.k.facts.hot[i] = Some(cold);
                 }
             }
-            if self.facts.hot.get(i).is_some_and(Option::is_some) {
+            if self.k.facts.hot.get(i).is_some_and(Option::is_some) {
                 let h = self.b.create_block();
-                self.hot_heads.insert(s, h);
+                self.flow.hot_heads.insert(s, h);
                 let hot = self.hot_facts(i);
                 let params = self.shaped_params(i, &hot);
                 if !params.is_empty() {
-                    self.hot_params.insert(s, params);
+                    self.ssa.hot_params.insert(s, params);
                     self.add_hot_params(s, h);
                 }
             }
@@ -447,7 +419,7 @@ impl<'a, 'b> Gen<'a, 'b> {
         self.emit_dispatch();
         self.emit_chain();
         self.emit_exits();
-        for i in 0..self.blocks.list.len() {
+        for i in 0..self.k.blocks.list.len() {
             self.emit_block(i)?;
         }
         Ok(())
@@ -457,25 +429,25 @@ impl<'a, 'b> Gen<'a, 'b> {
 
     /// The current warp's register file.
     fn regs(&mut self) -> Value {
-        self.b.use_var(self.v_regs)
+        self.b.use_var(self.warp.v_regs)
     }
 
     /// The current warp's index (changes when the code goes on to the next
     /// warp, unlike the launch's geometry).
     fn warp_index(&mut self) -> Value {
         let f = self.mf(Mem::Ctx);
-        self.b.ins().load(I32, f, self.ctx, cx!(warp_index))
+        self.b.ins().load(I32, f, self.mem.ctx, cx!(warp_index))
     }
 
     /// The current warp's thread ids.
     fn tids(&mut self) -> Value {
-        self.b.use_var(self.v_tids)
+        self.b.use_var(self.warp.v_tids)
     }
 
     /// The registers (of `r0..r63`) live before the instruction at `pc`.
     fn live_at(&self, pc: u32) -> u64 {
-        pc.checked_sub(self.start)
-            .and_then(|i| self.live.get(i as usize))
+        pc.checked_sub(self.k.start)
+            .and_then(|i| self.k.live.get(i as usize))
             .copied()
             .unwrap_or(u64::MAX)
     }
@@ -490,20 +462,20 @@ impl<'a, 'b> Gen<'a, 'b> {
 
     /// Flags of an access of kind `m`.
     fn mf(&self, m: Mem) -> MemFlagsData {
-        mem_flags(&self.regions, m)
+        mem_flags(&self.mem.regions, m)
     }
 
     /// A 4 × u32 constant vector, loaded from the constant table where it
     /// is used (a `vconst` would be hoisted to the function's entry and
     /// spilled there, on every call).
     fn vconst(&mut self, v: [u32; 4]) -> Value {
-        let n = self.consts.len() as u32;
-        let i = *self.const_ix.entry(v).or_insert(n);
+        let n = self.mem.consts.len() as u32;
+        let i = *self.mem.const_ix.entry(v).or_insert(n);
         if i == n {
-            self.consts.push(v);
+            self.mem.consts.push(v);
         }
         let f = self.mf(Mem::Fixed).with_aligned();
-        self.b.ins().load(I32X4, f, self.cbase, 16 * i as i32)
+        self.b.ins().load(I32X4, f, self.mem.cbase, 16 * i as i32)
     }
 
     fn vsplat(&mut self, v: u32) -> Value {
@@ -560,10 +532,10 @@ impl<'a, 'b> Gen<'a, 'b> {
 
     /// The scalar mask of guard `g` within the active group.
     fn guard_mask(&mut self, g: Guard) -> Value {
-        let active = if self.full {
+        let active = if self.flow.full {
             self.c32(u32::MAX)
         } else {
-            self.b.use_var(self.v_active)
+            self.b.use_var(self.warp.v_active)
         };
         if g.pred == Pred::TRUE {
             if g.neg {
@@ -571,7 +543,9 @@ impl<'a, 'b> Gen<'a, 'b> {
             }
             return active;
         }
-        let p = self.b.use_var(self.v_preds[(g.pred.0 as usize).min(6)]);
+        let p = self
+            .b
+            .use_var(self.warp.v_preds[(g.pred.0 as usize).min(6)]);
         let p = if g.neg { self.b.ins().bnot(p) } else { p };
         self.b.ins().band(active, p)
     }
@@ -579,7 +553,7 @@ impl<'a, 'b> Gen<'a, 'b> {
     /// Counts the lanes of `m` as thread instructions (the high word of
     /// the counters, `v_counts`).
     fn add_threads(&mut self, m: Value) {
-        let t = self.b.use_var(self.v_counts);
+        let t = self.b.use_var(self.warp.v_counts);
         let t = match self.const_of(m) {
             Some(c) => self.b.ins().iadd_imm_s(t, (c.count_ones() as i64) << 32),
             None => {
@@ -589,7 +563,7 @@ impl<'a, 'b> Gen<'a, 'b> {
                 self.b.ins().iadd(t, n)
             }
         };
-        self.b.def_var(self.v_counts, t);
+        self.b.def_var(self.warp.v_counts, t);
     }
 
     /// The value of an `iconst`.
@@ -607,14 +581,14 @@ impl<'a, 'b> Gen<'a, 'b> {
         if n == 0 {
             return;
         }
-        let t = self.b.use_var(self.v_counts);
+        let t = self.b.use_var(self.warp.v_counts);
         let t = self.b.ins().iadd_imm_s(t, n as i64);
-        self.b.def_var(self.v_counts, t);
+        self.b.def_var(self.warp.v_counts, t);
     }
 
     /// The warp and thread instructions counted in `v_counts`.
     fn counts(&mut self) -> [Value; 2] {
-        let t = self.b.use_var(self.v_counts);
+        let t = self.b.use_var(self.warp.v_counts);
         let w = self.b.ins().band_imm_s(t, u32::MAX as i64);
         let th = self.b.ins().ushr_imm_s(t, 32);
         [w, th]
@@ -622,13 +596,13 @@ impl<'a, 'b> Gen<'a, 'b> {
 
     fn warp_field(&mut self, ty: ir::Type, off: usize) -> Value {
         let f = self.mf(Mem::Warp);
-        let w = self.b.use_var(self.v_warp);
+        let w = self.b.use_var(self.warp.v_warp);
         self.b.ins().load(ty, f, w, off as i32)
     }
 
     fn set_warp_field(&mut self, off: usize, v: Value) {
         let f = self.mf(Mem::Warp);
-        let w = self.b.use_var(self.v_warp);
+        let w = self.b.use_var(self.warp.v_warp);
         self.b.ins().store(f, v, w, off as i32);
     }
 
@@ -638,13 +612,13 @@ impl<'a, 'b> Gen<'a, 'b> {
     /// interpreter step).
     fn reload(&mut self) {
         let a = self.warp_field(I32, offset_of!(Warp, active));
-        self.b.def_var(self.v_active, a);
+        self.b.def_var(self.warp.v_active, a);
         let n = self.warp_field(I32, offset_of!(Warp, next_min));
-        self.b.def_var(self.v_next_min, n);
+        self.b.def_var(self.warp.v_next_min, n);
         for p in 0..7 {
-            if self.used_preds >> p & 1 != 0 {
+            if self.k.used_preds >> p & 1 != 0 {
                 let v = self.warp_field(I32, offset_of!(Warp, preds) + 4 * p);
-                self.b.def_var(self.v_preds[p], v);
+                self.b.def_var(self.warp.v_preds[p], v);
             }
         }
     }
@@ -653,22 +627,22 @@ impl<'a, 'b> Gen<'a, 'b> {
     fn load_full(&mut self) {
         self.reload();
         let pc = self.warp_field(I32, offset_of!(Warp, pc));
-        self.b.def_var(self.v_pc, pc);
+        self.b.def_var(self.warp.v_pc, pc);
         let c = self.warp_field(I64, offset_of!(Warp, clock));
-        self.b.def_var(self.v_clock, c);
+        self.b.def_var(self.warp.v_clock, c);
     }
 
     /// Writes the variables to the warp, with `pc` and `clock`.
     fn store_state(&mut self, pc: Value, clock: Value) {
         self.set_warp_field(offset_of!(Warp, pc), pc);
         self.set_warp_field(offset_of!(Warp, clock), clock);
-        let a = self.b.use_var(self.v_active);
+        let a = self.b.use_var(self.warp.v_active);
         self.set_warp_field(offset_of!(Warp, active), a);
-        let n = self.b.use_var(self.v_next_min);
+        let n = self.b.use_var(self.warp.v_next_min);
         self.set_warp_field(offset_of!(Warp, next_min), n);
         for p in 0..7 {
-            if self.used_preds >> p & 1 != 0 {
-                let v = self.b.use_var(self.v_preds[p]);
+            if self.k.used_preds >> p & 1 != 0 {
+                let v = self.b.use_var(self.warp.v_preds[p]);
                 self.set_warp_field(offset_of!(Warp, preds) + 4 * p, v);
             }
         }
@@ -676,24 +650,29 @@ impl<'a, 'b> Gen<'a, 'b> {
 
     fn helper(&mut self, off: i32) -> Value {
         let f = self.mf(Mem::CtxFixed);
-        self.b.ins().load(self.ptr, f, self.ctx, off)
+        self.b.ins().load(self.k.ptr, f, self.mem.ctx, off)
     }
 
     // --- dispatch and exits --------------------------------------------
 
     fn emit_dispatch(&mut self) {
-        self.b.switch_to_block(self.dispatch);
-        let active = self.b.use_var(self.v_active);
+        self.b.switch_to_block(self.flow.dispatch);
+        let active = self.b.use_var(self.warp.v_active);
         let go = self.b.create_block();
-        self.b.ins().brif(active, go, &[], self.chain, &[]);
+        self.b.ins().brif(active, go, &[], self.flow.chain, &[]);
         self.b.switch_to_block(go);
-        let pc = self.b.use_var(self.v_pc);
-        let start = self.c32(self.start);
+        let pc = self.b.use_var(self.warp.v_pc);
+        let start = self.c32(self.k.start);
         let idx = self.b.ins().isub(pc, start);
         let mid = self.b.create_block();
-        let mut table = Vec::with_capacity(self.len as usize);
-        for i in 0..self.len {
-            let target = self.heads.get(&(self.start + i)).copied().unwrap_or(mid);
+        let mut table = Vec::with_capacity(self.k.len as usize);
+        for i in 0..self.k.len {
+            let target = self
+                .flow
+                .heads
+                .get(&(self.k.start + i))
+                .copied()
+                .unwrap_or(mid);
             table.push(self.b.func.dfg.block_call(target, &[]));
         }
         let def = self.b.func.dfg.block_call(mid, &[]);
@@ -701,28 +680,28 @@ impl<'a, 'b> Gen<'a, 'b> {
         self.b.ins().br_table(idx, jt);
         self.b.switch_to_block(mid);
         let st = self.c32(status::MIDBLOCK);
-        self.b.ins().jump(self.exit, &[st.into()]);
+        self.b.ins().jump(self.flow.exit, &[st.into()]);
     }
 
     fn write_counters(&mut self) {
-        let r = self.b.use_var(self.v_remaining);
+        let r = self.b.use_var(self.warp.v_remaining);
         let f = self.mf(Mem::Ctx);
-        self.b.ins().store(f, r, self.ctx, cx!(remaining));
+        self.b.ins().store(f, r, self.mem.ctx, cx!(remaining));
         let [w, t] = self.counts();
-        self.b.ins().store(f, w, self.ctx, cx!(jit_warp));
-        self.b.ins().store(f, t, self.ctx, cx!(jit_threads));
+        self.b.ins().store(f, w, self.mem.ctx, cx!(jit_warp));
+        self.b.ins().store(f, t, self.mem.ctx, cx!(jit_threads));
     }
 
     fn emit_exits(&mut self) {
-        self.b.switch_to_block(self.exit);
-        let st = self.b.block_params(self.exit)[0];
-        let pc = self.b.use_var(self.v_pc);
-        let clock = self.b.use_var(self.v_clock);
+        self.b.switch_to_block(self.flow.exit);
+        let st = self.b.block_params(self.flow.exit)[0];
+        let pc = self.b.use_var(self.warp.v_pc);
+        let clock = self.b.use_var(self.warp.v_clock);
         self.store_state(pc, clock);
         self.write_counters();
         self.b.ins().return_(&[st]);
-        self.b.switch_to_block(self.exit_nosync);
-        let st = self.b.block_params(self.exit_nosync)[0];
+        self.b.switch_to_block(self.flow.exit_nosync);
+        let st = self.b.block_params(self.flow.exit_nosync)[0];
         self.write_counters();
         self.b.ins().return_(&[st]);
     }
@@ -730,13 +709,15 @@ impl<'a, 'b> Gen<'a, 'b> {
     /// Reschedules (the interpreter's rule) with the warp at `pc`, then
     /// continues wherever the new active group is.
     fn reschedule_and_dispatch(&mut self, pc: Value, clock: Value) {
-        self.b.def_var(self.v_pc, pc);
-        self.b.def_var(self.v_clock, clock);
+        self.b.def_var(self.warp.v_pc, pc);
+        self.b.def_var(self.warp.v_clock, clock);
         self.store_state(pc, clock);
         let f = self.helper(cx!(reschedule));
-        self.b.ins().call_indirect(self.sig_resched, f, &[self.ctx]);
+        self.b
+            .ins()
+            .call_indirect(self.flow.sig_resched, f, &[self.mem.ctx]);
         self.load_full();
-        self.b.ins().jump(self.dispatch, &[]);
+        self.b.ins().jump(self.flow.dispatch, &[]);
     }
 
     /// Moves the active group to `target` (a block start or the kernel's
@@ -744,8 +725,8 @@ impl<'a, 'b> Gen<'a, 'b> {
     /// reaches a waiting group.
     fn goto(&mut self, target: u32, clock: Value) {
         self.flush_pending();
-        self.b.def_var(self.v_clock, clock);
-        let nm = self.b.use_var(self.v_next_min);
+        self.b.def_var(self.warp.v_clock, clock);
+        let nm = self.b.use_var(self.warp.v_next_min);
         let t = self.c32(target);
         let meet = self.b.ins().icmp(IntCC::UnsignedGreaterThanOrEqual, t, nm);
         let resched = self.b.create_block();
@@ -754,7 +735,7 @@ impl<'a, 'b> Gen<'a, 'b> {
         self.b.switch_to_block(resched);
         self.reschedule_and_dispatch(t, clock);
         self.b.switch_to_block(direct);
-        match self.heads.get(&target).copied() {
+        match self.flow.heads.get(&target).copied() {
             Some(h) => {
                 self.b.ins().jump(h, &[]);
             }
@@ -762,9 +743,9 @@ impl<'a, 'b> Gen<'a, 'b> {
                 // Past the kernel's end: unreachable for validated kernels
                 // (the last instruction is an unguarded exit, bra or trap);
                 // the interpreter handles it as it does.
-                self.b.def_var(self.v_pc, t);
+                self.b.def_var(self.warp.v_pc, t);
                 let st = self.c32(status::MIDBLOCK);
-                self.b.ins().jump(self.exit, &[st.into()]);
+                self.b.ins().jump(self.flow.exit, &[st.into()]);
             }
         }
     }
@@ -778,37 +759,43 @@ impl<'a, 'b> Gen<'a, 'b> {
         let r = match mem {
             None => {
                 let f = self.helper(cx!(step));
-                let call = self.b.ins().call_indirect(self.sig_step, f, &[self.ctx]);
+                let call = self
+                    .b
+                    .ins()
+                    .call_indirect(self.flow.sig_step, f, &[self.mem.ctx]);
                 self.b.inst_results(call)[0]
             }
             Some(slot) => {
                 let f = self.helper(cx!(mem_step));
                 let s = self.c32(slot);
-                let call = self.b.ins().call_indirect(self.sig_mem, f, &[self.ctx, s]);
+                let call = self
+                    .b
+                    .ins()
+                    .call_indirect(self.mem.sig_mem, f, &[self.mem.ctx, s]);
                 self.b.inst_results(call)[0]
             }
         };
         let cont = self.b.create_block();
         self.b
             .ins()
-            .brif(r, self.exit_nosync, &[r.into()], cont, &[]);
+            .brif(r, self.flow.exit_nosync, &[r.into()], cont, &[]);
         self.b.switch_to_block(cont);
         if control {
             self.load_full();
-            self.b.ins().jump(self.dispatch, &[]);
+            self.b.ins().jump(self.flow.dispatch, &[]);
             return;
         }
         self.reload();
-        if self.full {
+        if self.flow.full {
             // A full warp stays full through a step of anything but a
             // control instruction; should it not, the scheduler decides.
-            let active = self.b.use_var(self.v_active);
+            let active = self.b.use_var(self.warp.v_active);
             let ok = self.b.ins().icmp_imm_s(IntCC::Equal, active, -1);
             let (same, other) = (self.b.create_block(), self.b.create_block());
             self.b.ins().brif(ok, same, &[], other, &[]);
             self.b.switch_to_block(other);
             self.load_full();
-            self.b.ins().jump(self.dispatch, &[]);
+            self.b.ins().jump(self.flow.dispatch, &[]);
             self.b.switch_to_block(same);
         }
     }

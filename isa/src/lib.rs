@@ -27,8 +27,9 @@
 //! * `inst`: the typed instructions, registers and operands; `math`: the
 //!   transcendental functions both engines share bit for bit.
 //! * `encode`: the binary encoding of an instruction; `mem`: global
-//!   memory (the `GlobalMemory` trait, paged memories, direct pages);
-//!   `bounds`: buffer-exact bounds over a memory.
+//!   memory (the `GlobalMemory` trait, paged memories, direct pages, and
+//!   `SparseMemory`, the in-process one, in `mem/sparse.rs`); `bounds`:
+//!   buffer-exact bounds over a memory.
 //! * `module`: the module container, its loader and validator;
 //!   `disasm` and `asm`: text to and from modules (`regflow`'s tests
 //!   write their kernels with `asm`).

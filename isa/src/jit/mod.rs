@@ -57,7 +57,7 @@ mod facts;
 mod runtime;
 mod shape;
 
-use crate::exec::{Fault, Limits, NativeCode, Outcome, Warp, WarpStop, WorkgroupExec};
+use crate::exec::{Fault, NativeCode, Warp, WarpStop, WorkgroupExec};
 use crate::inst::Instruction;
 use crate::mem::GlobalMemory;
 use crate::module::{Kernel, Module};
@@ -214,27 +214,6 @@ impl Pages {
 struct Runner {
     kernel: Arc<JitKernel>,
     pages: Pages,
-}
-
-impl NativeCode for Runner {
-    fn run(
-        &mut self,
-        exec: &mut WorkgroupExec<'_>,
-        warps: &mut [Warp],
-        code: &[Instruction],
-        mem: &dyn GlobalMemory,
-        limits: Limits<'_>,
-    ) -> Result<Outcome, Fault> {
-        runtime::schedule(
-            exec,
-            &self.kernel,
-            &mut self.pages,
-            warps,
-            code,
-            mem,
-            limits,
-        )
-    }
 }
 
 impl WorkgroupExec<'_> {

@@ -505,19 +505,44 @@ fn parse_instruction(
     let mut target = None;
     let parts: Vec<&str> = mnemonic.split('.').collect();
     let op = match parts[..] {
-        ["nop"] => {
+        ["nop" | "exit" | "bar" | "trap" | "bra"] => control(&o, &mut target)?,
+        ["mov" | "s2r" | "ldarg" | "sel"] => moves(&o, k)?,
+        ["add", "64"]
+        | ["mad", "wide", "u32" | "s32"]
+        | ["setp", _, _]
+        | ["pand" | "por" | "pxor"] => arithmetic(&o, &parts)?,
+        ["ld" | "lds", _] | ["st" | "sts", _] | ["atom" | "atoms", ..] => memory(&o, &parts)?,
+        ["vote", "ballot"] => {
+            o.count(2)?;
+            let (src, neg) = o.npred(1)?;
+            Op::Ballot {
+                d: o.reg(0)?,
+                src,
+                neg,
+            }
+        }
+        _ => by_name(&o)?,
+    };
+    Ok((Instruction { guard, op }, target))
+}
+
+/// `nop`, `exit`, `bar`, `trap` and `bra` (whose target is left in
+/// `target`).
+fn control(o: &Ops, target: &mut Option<Target>) -> Result<Op, AsmError> {
+    Ok(match o.mnemonic {
+        "nop" => {
             o.count(0)?;
             Op::Nop
         }
-        ["exit"] => {
+        "exit" => {
             o.count(0)?;
             Op::Exit
         }
-        ["bar"] => {
+        "bar" => {
             o.count(0)?;
             Op::Bar
         }
-        ["trap"] => {
+        "trap" => {
             let code = match o.ops.len() {
                 0 => 0,
                 _ => {
@@ -527,7 +552,7 @@ fn parse_instruction(
             };
             Op::Trap { code }
         }
-        ["bra"] => {
+        _ => {
             o.count(1)?;
             let t = o.ops[0];
             if let Some(r) = t.strip_prefix('.') {
@@ -536,29 +561,35 @@ fn parse_instruction(
                     .unwrap_or(r)
                     .parse::<i32>()
                     .or_else(|_| o.e(format!("bad relative target {t:?}")))?;
-                target = Some(Target::Relative(v));
+                *target = Some(Target::Relative(v));
             } else if is_ident(t) {
-                target = Some(Target::Label(t.to_string()));
+                *target = Some(Target::Label(t.to_string()));
             } else {
                 return o.e(format!("bad branch target {t:?}"));
             }
             Op::Bra { offset: 0 }
         }
-        ["mov"] => {
+    })
+}
+
+/// `mov`, `s2r`, `ldarg` and `sel`.
+fn moves(o: &Ops, k: &KernelBuilder) -> Result<Op, AsmError> {
+    Ok(match o.mnemonic {
+        "mov" => {
             o.count(2)?;
             Op::Mov {
                 d: o.reg(0)?,
                 b: o.src(1, ImmKind::Any)?,
             }
         }
-        ["s2r"] => {
+        "s2r" => {
             o.count(2)?;
             Op::S2r {
                 d: o.reg(0)?,
                 sr: o.special(1)?,
             }
         }
-        ["ldarg"] => {
+        "ldarg" => {
             o.count(2)?;
             let wide = o.ops[0].starts_with('d');
             let d = if wide { o.pair(0)? } else { o.reg(0)? };
@@ -576,7 +607,7 @@ fn parse_instruction(
             };
             Op::Ldarg { d, wide, offset }
         }
-        ["sel"] => {
+        _ => {
             o.count(4)?;
             let (p, neg) = o.npred(3)?;
             Op::Sel {
@@ -587,6 +618,12 @@ fn parse_instruction(
                 neg,
             }
         }
+    })
+}
+
+/// `add.64`, `mad.wide`, `setp` and the predicate operations.
+fn arithmetic(o: &Ops, parts: &[&str]) -> Result<Op, AsmError> {
+    Ok(match *parts {
         ["add", "64"] => {
             o.count(3)?;
             Op::Add64 {
@@ -626,11 +663,11 @@ fn parse_instruction(
                 b: o.src(2, kind)?,
             }
         }
-        [m @ ("pand" | "por" | "pxor")] => {
+        _ => {
             o.count(3)?;
             let op = PredOp::ALL
                 .into_iter()
-                .find(|p| p.mnemonic() == m)
+                .find(|p| p.mnemonic() == o.mnemonic)
                 .unwrap_or(PredOp::And);
             let (a, na) = o.npred(1)?;
             let (b, nb) = o.npred(2)?;
@@ -643,6 +680,12 @@ fn parse_instruction(
                 nb,
             }
         }
+    })
+}
+
+/// Loads, stores and atomics, global and shared.
+fn memory(o: &Ops, parts: &[&str]) -> Result<Op, AsmError> {
+    Ok(match *parts {
         [m @ ("ld" | "lds"), w] => {
             o.count(2)?;
             let Some(width) = Width::ALL.into_iter().find(|x| x.load_name() == w) else {
@@ -686,15 +729,16 @@ fn parse_instruction(
                 v,
             }
         }
-        [m @ ("atom" | "atoms"), ..] => {
-            let name = mnemonic
+        [m, ..] => {
+            let name = o
+                .mnemonic
                 .strip_prefix(m)
                 .and_then(|r| r.strip_prefix('.'))
                 .unwrap_or("");
             let Some(op) = AtomOp::ALL.into_iter().find(|a| a.name() == name) else {
                 return o.e(format!(
-                    "unknown atomic {name:?} (add min.u32 min.s32 max.u32 max.s32 exch cas and or xor)"
-                ));
+                "unknown atomic {name:?} (add min.u32 min.s32 max.u32 max.s32 exch cas and or xor)"
+            ));
             };
             o.count(if op == AtomOp::Cas { 4 } else { 3 })?;
             let global = m == "atom";
@@ -709,66 +753,60 @@ fn parse_instruction(
                 c: if op == AtomOp::Cas { o.reg(3)? } else { Reg(0) },
             }
         }
-        ["vote", "ballot"] => {
-            o.count(2)?;
-            let (src, neg) = o.npred(1)?;
-            Op::Ballot {
-                d: o.reg(0)?,
-                src,
-                neg,
-            }
+        _ => return o.e(format!("unknown instruction {:?}", o.mnemonic)),
+    })
+}
+
+/// The instructions of the operation tables (`BinOp`, `UnOp`, `TriOp`,
+/// `ShflMode`, `VoteMode`), by mnemonic.
+fn by_name(o: &Ops) -> Result<Op, AsmError> {
+    Ok(if let Some(op) = BinOp::from_mnemonic(o.mnemonic) {
+        o.count(3)?;
+        let kind = if op.is_float() {
+            ImmKind::Float
+        } else {
+            ImmKind::Int
+        };
+        Op::Bin {
+            op,
+            d: o.reg(0)?,
+            a: o.reg(1)?,
+            b: o.src(2, kind)?,
         }
-        _ => {
-            if let Some(op) = BinOp::from_mnemonic(mnemonic) {
-                o.count(3)?;
-                let kind = if op.is_float() {
-                    ImmKind::Float
-                } else {
-                    ImmKind::Int
-                };
-                Op::Bin {
-                    op,
-                    d: o.reg(0)?,
-                    a: o.reg(1)?,
-                    b: o.src(2, kind)?,
-                }
-            } else if let Some(op) = UnOp::from_mnemonic(mnemonic) {
-                o.count(2)?;
-                Op::Un {
-                    op,
-                    d: o.reg(0)?,
-                    a: o.reg(1)?,
-                }
-            } else if let Some(op) = TriOp::from_mnemonic(mnemonic) {
-                o.count(4)?;
-                Op::Tri {
-                    op,
-                    d: o.reg(0)?,
-                    a: o.reg(1)?,
-                    b: o.reg(2)?,
-                    c: o.reg(3)?,
-                }
-            } else if let Some(mode) = ShflMode::from_mnemonic(mnemonic) {
-                o.count(3)?;
-                Op::Shfl {
-                    mode,
-                    d: o.reg(0)?,
-                    a: o.reg(1)?,
-                    b: o.src(2, ImmKind::Int)?,
-                }
-            } else if let Some(mode) = VoteMode::from_mnemonic(mnemonic) {
-                o.count(2)?;
-                let (src, neg) = o.npred(1)?;
-                Op::Vote {
-                    mode,
-                    p: o.pred(0)?,
-                    src,
-                    neg,
-                }
-            } else {
-                return o.e(format!("unknown instruction {mnemonic:?}"));
-            }
+    } else if let Some(op) = UnOp::from_mnemonic(o.mnemonic) {
+        o.count(2)?;
+        Op::Un {
+            op,
+            d: o.reg(0)?,
+            a: o.reg(1)?,
         }
-    };
-    Ok((Instruction { guard, op }, target))
+    } else if let Some(op) = TriOp::from_mnemonic(o.mnemonic) {
+        o.count(4)?;
+        Op::Tri {
+            op,
+            d: o.reg(0)?,
+            a: o.reg(1)?,
+            b: o.reg(2)?,
+            c: o.reg(3)?,
+        }
+    } else if let Some(mode) = ShflMode::from_mnemonic(o.mnemonic) {
+        o.count(3)?;
+        Op::Shfl {
+            mode,
+            d: o.reg(0)?,
+            a: o.reg(1)?,
+            b: o.src(2, ImmKind::Int)?,
+        }
+    } else if let Some(mode) = VoteMode::from_mnemonic(o.mnemonic) {
+        o.count(2)?;
+        let (src, neg) = o.npred(1)?;
+        Op::Vote {
+            mode,
+            p: o.pred(0)?,
+            src,
+            neg,
+        }
+    } else {
+        return o.e(format!("unknown instruction {:?}", o.mnemonic));
+    })
 }

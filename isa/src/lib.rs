@@ -1,8 +1,47 @@
 //! The vgpu SIMT instruction set: typed instructions, binary encoding,
-//! module container and validator, assembler, disassembler, and the
-//! interpreter that is the device's compute unit.
+//! module container and validator, assembler, disassembler, the
+//! interpreter that is the device's compute unit and its JIT.
 //!
 //! The reference is `docs/isa.md`.
+//!
+//! # Blocks
+//!
+//! Each module uses only the modules of its row (and, through them,
+//! nothing above itself): the import graph has no cycle. From the bottom:
+//!
+//! | block | may use |
+//! |-------|---------|
+//! | inst | - |
+//! | math | - |
+//! | encode | inst |
+//! | mem | inst |
+//! | bounds | inst, mem |
+//! | module | encode, inst |
+//! | disasm | inst, module |
+//! | asm | encode, inst, module |
+//! | regflow | asm, inst |
+//! | exec | inst, math, mem, module, regflow |
+//! | jit | exec, inst, math, mem, module, regflow |
+//! | grid | exec, jit, mem, module |
+//!
+//! * `inst`: the typed instructions, registers and operands; `math`: the
+//!   transcendental functions both engines share bit for bit.
+//! * `encode`: the binary encoding of an instruction; `mem`: global
+//!   memory (the `GlobalMemory` trait, paged memories, direct pages, and
+//!   `SparseMemory`, the in-process one, in `mem/sparse.rs`); `bounds`:
+//!   buffer-exact bounds over a memory.
+//! * `module`: the module container, its loader and validator;
+//!   `disasm` and `asm`: text to and from modules (`regflow`'s tests
+//!   write their kernels with `asm`).
+//! * `regflow`: which registers a kernel reads before writing them, and
+//!   which are live where: for the interpreter's reset and the JIT's
+//!   write-back.
+//! * `exec`: the interpreter, the compute unit (`WorkgroupExec`): warp
+//!   state, the scheduler, the instruction loop. Native code plugs in
+//!   through its `NativeCode` trait; it does not know the JIT.
+//! * `jit`: the Cranelift backend, which implements `NativeCode` and
+//!   runs on the interpreter's state (`WorkgroupExec::set_jit`).
+//! * `grid`: a whole launch over compute-unit threads, on either engine.
 
 // Lane loops index several per-lane arrays at once; iterators obscure them.
 #![allow(clippy::needless_range_loop)]

@@ -331,6 +331,11 @@ pub(crate) fn is_ident(s: &str) -> bool {
         && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
 }
 
+/// The product of three dimensions, or `None` if it does not fit 64 bits.
+pub fn checked_product(d: [u32; 3]) -> Option<u64> {
+    d.iter().try_fold(1u64, |n, &v| n.checked_mul(u64::from(v)))
+}
+
 fn check_name(s: &str) -> Result<(), ModuleError> {
     if !is_ident(s) || s.len() > MAX_NAME_LEN {
         Err(ModuleError::BadName)
@@ -371,7 +376,7 @@ fn validate_kernel(k: &Kernel, code: &[Instruction], gen: u32) -> Result<(), Mod
     }
     let hint = k.wg_hint;
     // Checked: three u32 factors can exceed 64 bits and wrap into range.
-    let product = crate::exec::checked_product(hint);
+    let product = checked_product(hint);
     if hint != [0, 0, 0]
         && !product.is_some_and(|p| (1..=MAX_WORKGROUP_THREADS as u64).contains(&p))
     {

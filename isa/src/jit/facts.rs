@@ -160,7 +160,6 @@ pub(crate) fn analyse(
     fma: bool,
 ) -> BlockFacts {
     let end = start + len;
-    let n = blocks.list.len();
     let index: HashMap<u32, usize> = blocks
         .list
         .iter()
@@ -177,8 +176,45 @@ pub(crate) fn analyse(
                 .collect()
         })
         .collect();
+    let reach_in = reaching(code, blocks, &succ, nregs);
+    let cold = invariant_facts(code, blocks, &reach_in, nregs, sp);
+    let spec = chain_facts(code, blocks, &succ, nregs, sp, fma);
+    // Only facts about registers a block may read before writing them are
+    // worth assuming (and checking on entry).
+    let live = liveness(code, blocks, &succ, nregs);
+    let hot: Vec<Option<Vec<Fact>>> = match spec {
+        // No fixed point within the bound: no hot versions.
+        None => vec![None; blocks.list.len()],
+        Some(spec) => spec
+            .into_iter()
+            .zip(&cold)
+            .zip(&live)
+            .map(|((s, c), &live)| {
+                let mut f = s?;
+                for (r, (x, c)) in f.iter_mut().zip(c).enumerate() {
+                    if live >> r & 1 == 0 {
+                        *x = c.clone();
+                    } else if Shape::implies(c, x) {
+                        // Both hold: the stronger.
+                        *x = c.clone();
+                    }
+                }
+                (f != *c).then_some(f)
+            })
+            .collect(),
+    };
+    BlockFacts { cold, hot }
+}
 
-    // Reaching definitions.
+/// Reaching definitions: per block, per register, the definitions that
+/// reach the block's start.
+fn reaching(
+    code: &[Instruction],
+    blocks: &Blocks,
+    succ: &[Vec<(usize, bool)>],
+    nregs: usize,
+) -> Vec<Vec<Reach>> {
+    let n = blocks.list.len();
     let mut reach_in = vec![vec![Reach::Unreached; nregs]; n];
     if n > 0 {
         reach_in[0] = vec![Reach::One(ENTRY); nregs];
@@ -214,7 +250,18 @@ pub(crate) fn analyse(
             }
         }
     }
+    reach_in
+}
 
+/// The invariant facts at each block's start, from the reaching
+/// definitions `reach_in`.
+fn invariant_facts(
+    code: &[Instruction],
+    blocks: &Blocks,
+    reach_in: &[Vec<Reach>],
+    nregs: usize,
+    sp: &Specials,
+) -> Vec<Vec<Fact>> {
     // The shapes of invariant definitions: (pc, part) → shape.
     let mut inv: HashMap<(u32, u8), Rc<Shape>> = HashMap::new();
     let zero = Rc::new(Shape::uniform(Some(0)));
@@ -236,7 +283,7 @@ pub(crate) fn analyse(
     while changed && rounds < 64 {
         changed = false;
         rounds += 1;
-        for b in 0..n {
+        for b in 0..blocks.list.len() {
             let mut r = reach_in[b].clone();
             let (s, e) = blocks.list[b];
             for pc in s..e {
@@ -273,17 +320,29 @@ pub(crate) fn analyse(
             }
         }
     }
-    let cold: Vec<Vec<Fact>> = reach_in
+    reach_in
         .iter()
         .map(|r| (0..nregs).map(|i| fact_of(&inv, r[i], i)).collect())
-        .collect();
+        .collect()
+}
 
-    // Chain facts: what a warp that stays full and takes every fast path
-    // from the kernel's start carries into each block (the meet over all
-    // predecessors; a barrier leaves a warp's registers alone), with the
-    // known constants dropped at loop heads, joined with the invariant
-    // facts. Native code checks them in the register file where it
-    // cannot know them (`blocks.rs`).
+/// Chain facts: what a warp that stays full and takes every fast path
+/// from the kernel's start carries into each block (the meet over all
+/// predecessors; a barrier leaves a warp's registers alone), with the
+/// known constants dropped at loop heads. `analyse` joins them with the
+/// invariant facts; native code checks them in the register file where
+/// it cannot know them (`blocks.rs`). `None`: no fixed point within the
+/// bound.
+fn chain_facts(
+    code: &[Instruction],
+    blocks: &Blocks,
+    succ: &[Vec<(usize, bool)>],
+    nregs: usize,
+    sp: &Specials,
+    fma: bool,
+) -> Option<Vec<Option<Vec<Fact>>>> {
+    let n = blocks.list.len();
+    let zero = Rc::new(Shape::uniform(Some(0)));
     let mut looped = vec![false; n];
     for (a, s) in succ.iter().enumerate() {
         for &(t, _) in s {
@@ -329,31 +388,7 @@ pub(crate) fn analyse(
             }
         }
     }
-    // Only facts about registers a block may read before writing them are
-    // worth assuming (and checking on entry).
-    let live = liveness(code, blocks, &succ, nregs);
-    let hot: Vec<Option<Vec<Fact>>> = if changed {
-        // No fixed point within the bound: no hot versions.
-        vec![None; n]
-    } else {
-        spec.into_iter()
-            .zip(&cold)
-            .zip(&live)
-            .map(|((s, c), &live)| {
-                let mut f = s?;
-                for (r, (x, c)) in f.iter_mut().zip(c).enumerate() {
-                    if live >> r & 1 == 0 {
-                        *x = c.clone();
-                    } else if Shape::implies(c, x) {
-                        // Both hold: the stronger.
-                        *x = c.clone();
-                    }
-                }
-                (f != *c).then_some(f)
-            })
-            .collect()
-    };
-    BlockFacts { cold, hot }
+    (!changed).then_some(spec)
 }
 
 /// Per block: the registers (bit `r`) it or a block after it may read

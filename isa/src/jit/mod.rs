@@ -51,20 +51,13 @@
 //! generated code continues at the new group's block.
 
 mod analysis;
-mod blocks;
-mod carry;
-mod chain;
 mod codegen;
+mod error;
 mod facts;
-mod fused;
-mod lanes;
-mod memory;
 mod runtime;
-mod scalar;
 mod shape;
-mod shaped;
 
-use crate::exec::{Fault, Warp, WarpStop, WorkgroupExec};
+use crate::exec::{Fault, NativeCode, Warp, WarpStop, WorkgroupExec};
 use crate::inst::Instruction;
 use crate::mem::GlobalMemory;
 use crate::module::{Kernel, Module};
@@ -73,7 +66,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
-pub(crate) use runtime::schedule;
+pub use error::CompileError;
 
 /// Which engine runs kernels.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -207,12 +200,43 @@ unsafe impl Send for Pages {}
 unsafe impl Sync for Pages {}
 
 impl Pages {
-    pub(crate) fn for_kernel(k: Option<&JitKernel>) -> Pages {
+    fn for_kernel(k: &JitKernel) -> Pages {
         Pages {
             epoch: 0,
-            tlb: vec![runtime::Tlb::EMPTY; k.map_or(0, |k| k.sites)],
+            tlb: vec![runtime::Tlb::EMPTY; k.sites],
             chain: Vec::new(),
         }
+    }
+}
+
+/// A kernel's code as one execution runs it: the code and the
+/// execution's software TLB.
+struct Runner {
+    kernel: Arc<JitKernel>,
+    pages: Pages,
+}
+
+impl WorkgroupExec<'_> {
+    /// Runs the warps on `kernel`'s native code (compiled from this
+    /// execution's kernel by [`JitModule::compile`]), or on the
+    /// interpreter with `None`. Results are the same either way; the state
+    /// may be switched between `run` calls. Refused (false) for the code of
+    /// another kernel.
+    pub fn set_jit(&mut self, kernel: Option<Arc<JitKernel>>) -> bool {
+        if let Some(k) = &kernel {
+            if !self.kernel().is_some_and(|m| k.matches(m)) {
+                return false;
+            }
+        }
+        // The code specialised for the launch's workgroup shape.
+        let wg = self.launch().wg_size();
+        let runner = kernel.map(|k| {
+            let kernel = k.for_shape(wg);
+            let pages = Pages::for_kernel(&kernel);
+            Box::new(Runner { kernel, pages }) as Box<dyn NativeCode>
+        });
+        self.set_native(runner);
+        true
     }
 }
 
@@ -292,7 +316,7 @@ impl JitKernel {
 /// A module's native code: per kernel, its code or why it runs on the
 /// interpreter.
 pub struct JitModule {
-    kernels: Vec<Result<Arc<JitKernel>, String>>,
+    kernels: Vec<Result<Arc<JitKernel>, CompileError>>,
 }
 
 impl fmt::Debug for JitModule {
@@ -323,10 +347,7 @@ impl JitModule {
             .iter()
             .map(|k| {
                 if k.len > MAX_KERNEL_LEN {
-                    return Err(format!(
-                        "{} instructions (the JIT compiles at most {MAX_KERNEL_LEN})",
-                        k.len
-                    ));
+                    return Err(CompileError::TooLong(k.len));
                 }
                 let native = codegen::compile_kernel(&code, k, None)?;
                 let blocks = analysis::blocks(&code, k);
@@ -351,20 +372,20 @@ impl JitModule {
     }
 
     /// The native code of kernel `index`, or why it has none.
-    pub fn kernel(&self, index: usize) -> Result<&Arc<JitKernel>, &str> {
+    pub fn kernel(&self, index: usize) -> Result<&Arc<JitKernel>, &CompileError> {
         match self.kernels.get(index) {
             Some(Ok(k)) => Ok(k),
             Some(Err(why)) => Err(why),
-            None => Err("no such kernel"),
+            None => Err(&CompileError::NoSuchKernel),
         }
     }
 
     /// Kernels that fall back to the interpreter: (index, reason).
-    pub fn fallbacks(&self) -> impl Iterator<Item = (usize, &str)> {
+    pub fn fallbacks(&self) -> impl Iterator<Item = (usize, &CompileError)> {
         self.kernels
             .iter()
             .enumerate()
-            .filter_map(|(i, k)| k.as_ref().err().map(|e| (i, e.as_str())))
+            .filter_map(|(i, k)| k.as_ref().err().map(|e| (i, e)))
     }
 }
 

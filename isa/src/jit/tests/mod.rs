@@ -138,184 +138,21 @@ fn program(r: &mut Rng, gen: u32) -> Vec<Instruction> {
     let mut in_loop: Option<usize> = None;
     for _ in 0..n {
         match r.below(30) {
-            0..=7 => {
-                let op = r.pick(BinOp::ALL);
-                v.push(g(
-                    Op::Bin {
-                        op,
-                        d: reg(r),
-                        a: reg(r),
-                        b: src(r),
-                    },
-                    r,
-                ));
-            }
-            8 => {
-                let op = r.pick(UnOp::ALL);
-                v.push(g(
-                    Op::Un {
-                        op,
-                        d: reg(r),
-                        a: reg(r),
-                    },
-                    r,
-                ));
-            }
-            9 => {
-                let op = r.pick(TriOp::ALL);
-                v.push(g(
-                    Op::Tri {
-                        op,
-                        d: reg(r),
-                        a: reg(r),
-                        b: reg(r),
-                        c: reg(r),
-                    },
-                    r,
-                ));
-            }
-            10 => {
-                let op = if r.coin(50) {
-                    Op::Add64 {
-                        d: pair(r),
-                        a: pair(r),
-                        b: if r.coin(50) {
-                            Src::Reg(pair(r))
-                        } else {
-                            Src::Imm(imm(r))
-                        },
-                    }
-                } else {
-                    Op::MadWide {
-                        signed: r.coin(50),
-                        d: pair(r),
-                        a: reg(r),
-                        b: reg(r),
-                        c: pair(r),
-                    }
-                };
+            k @ 0..=16 => {
+                let op = lane_local(r, k);
                 v.push(g(op, r));
             }
-            11 => v.push(g(
-                Op::Mov {
-                    d: reg(r),
-                    b: src(r),
-                },
-                r,
-            )),
-            12 => {
-                let sr = r.pick(&Special::ALL);
-                v.push(g(Op::S2r { d: reg(r), sr }, r));
-            }
-            13 | 14 => v.push(g(
-                Op::Setp {
-                    cmp: r.pick(&Cmp::ALL),
-                    ty: r.pick(&CmpType::ALL),
-                    p: pred(r),
-                    a: reg(r),
-                    b: src(r),
-                },
-                r,
-            )),
-            15 => v.push(g(
-                Op::Plop {
-                    op: r.pick(&PredOp::ALL),
-                    p: pred(r),
-                    a: pred(r),
-                    na: r.coin(50),
-                    b: pred(r),
-                    nb: r.coin(50),
-                },
-                r,
-            )),
-            16 => v.push(g(
-                Op::Sel {
-                    d: reg(r),
-                    a: reg(r),
-                    b: src(r),
-                    p: pred(r),
-                    neg: r.coin(50),
-                },
-                r,
-            )),
             17..=20 => global_access(r, &mut v),
             21 | 22 => shared_access(r, &mut v),
             23 => {
                 forward.push((v.len(), 1 + r.below(8)));
                 v.push(g(Op::Bra { offset: 0 }, r));
             }
-            24 => match in_loop {
-                None => {
-                    v.push(u(Op::Mov {
-                        d: Reg(LOOP),
-                        b: Src::Imm(1 + r.below(4)),
-                    }));
-                    in_loop = Some(v.len());
-                }
-                Some(start) => {
-                    v.push(u(Op::Bin {
-                        op: BinOp::Sub,
-                        d: Reg(LOOP),
-                        a: Reg(LOOP),
-                        b: Src::Imm(1),
-                    }));
-                    let p = Pred(r.below(7) as u8);
-                    v.push(u(Op::Setp {
-                        cmp: Cmp::Ne,
-                        ty: CmpType::U32,
-                        p,
-                        a: Reg(LOOP),
-                        b: Src::Imm(0),
-                    }));
-                    let here = v.len() as i32;
-                    v.push(Instruction {
-                        guard: Guard {
-                            pred: p,
-                            neg: false,
-                        },
-                        op: Op::Bra {
-                            offset: start as i32 - here,
-                        },
-                    });
-                    in_loop = None;
-                }
-            },
+            24 => loop_step(r, &mut v, &mut in_loop),
             25 => v.push(u(Op::Bar)),
-            26 => {
-                if r.coin(60) {
-                    v.push(g(Op::Exit, r));
-                } else if r.coin(30) {
-                    v.push(Instruction {
-                        guard: Guard {
-                            pred: Pred(r.below(7) as u8),
-                            neg: r.coin(50),
-                        },
-                        op: Op::Trap { code: r.below(9) },
-                    });
-                } else {
-                    v.push(u(Op::Nop));
-                }
-            }
+            26 => end(r, &mut v),
             27 if gen >= 2 => {
-                let op = match r.below(3) {
-                    0 => Op::Shfl {
-                        mode: r.pick(ShflMode::ALL),
-                        d: reg(r),
-                        a: reg(r),
-                        b: src(r),
-                    },
-                    1 => Op::Vote {
-                        mode: r.pick(VoteMode::ALL),
-                        p: pred(r),
-                        src: pred(r),
-                        neg: r.coin(50),
-                    },
-                    _ => Op::Ballot {
-                        d: reg(r),
-                        src: pred(r),
-                        neg: r.coin(50),
-                    },
-                };
+                let op = cross_lane(r);
                 v.push(g(op, r));
             }
             28 if r.coin(20) => {
@@ -344,6 +181,172 @@ fn program(r: &mut Rng, gen: u32) -> Vec<Instruction> {
         };
     }
     v
+}
+
+/// A random lane-local instruction of kind `k` (0..=16 of `program`'s
+/// draw).
+fn lane_local(r: &mut Rng, k: u32) -> Op {
+    match k {
+        0..=7 => {
+            let op = r.pick(BinOp::ALL);
+            Op::Bin {
+                op,
+                d: reg(r),
+                a: reg(r),
+                b: src(r),
+            }
+        }
+        8 => {
+            let op = r.pick(UnOp::ALL);
+            Op::Un {
+                op,
+                d: reg(r),
+                a: reg(r),
+            }
+        }
+        9 => {
+            let op = r.pick(TriOp::ALL);
+            Op::Tri {
+                op,
+                d: reg(r),
+                a: reg(r),
+                b: reg(r),
+                c: reg(r),
+            }
+        }
+        10 => {
+            if r.coin(50) {
+                Op::Add64 {
+                    d: pair(r),
+                    a: pair(r),
+                    b: if r.coin(50) {
+                        Src::Reg(pair(r))
+                    } else {
+                        Src::Imm(imm(r))
+                    },
+                }
+            } else {
+                Op::MadWide {
+                    signed: r.coin(50),
+                    d: pair(r),
+                    a: reg(r),
+                    b: reg(r),
+                    c: pair(r),
+                }
+            }
+        }
+        11 => Op::Mov {
+            d: reg(r),
+            b: src(r),
+        },
+        12 => {
+            let sr = r.pick(&Special::ALL);
+            Op::S2r { d: reg(r), sr }
+        }
+        13 | 14 => Op::Setp {
+            cmp: r.pick(&Cmp::ALL),
+            ty: r.pick(&CmpType::ALL),
+            p: pred(r),
+            a: reg(r),
+            b: src(r),
+        },
+        15 => Op::Plop {
+            op: r.pick(&PredOp::ALL),
+            p: pred(r),
+            a: pred(r),
+            na: r.coin(50),
+            b: pred(r),
+            nb: r.coin(50),
+        },
+        _ => Op::Sel {
+            d: reg(r),
+            a: reg(r),
+            b: src(r),
+            p: pred(r),
+            neg: r.coin(50),
+        },
+    }
+}
+
+/// A loop's start (its counter set), or, inside one, its end: the
+/// counter's decrement and the branch back.
+fn loop_step(r: &mut Rng, v: &mut Vec<Instruction>, in_loop: &mut Option<usize>) {
+    match *in_loop {
+        None => {
+            v.push(u(Op::Mov {
+                d: Reg(LOOP),
+                b: Src::Imm(1 + r.below(4)),
+            }));
+            *in_loop = Some(v.len());
+        }
+        Some(start) => {
+            v.push(u(Op::Bin {
+                op: BinOp::Sub,
+                d: Reg(LOOP),
+                a: Reg(LOOP),
+                b: Src::Imm(1),
+            }));
+            let p = Pred(r.below(7) as u8);
+            v.push(u(Op::Setp {
+                cmp: Cmp::Ne,
+                ty: CmpType::U32,
+                p,
+                a: Reg(LOOP),
+                b: Src::Imm(0),
+            }));
+            let here = v.len() as i32;
+            v.push(Instruction {
+                guard: Guard {
+                    pred: p,
+                    neg: false,
+                },
+                op: Op::Bra {
+                    offset: start as i32 - here,
+                },
+            });
+            *in_loop = None;
+        }
+    }
+}
+
+/// An `exit`, a guarded `trap` or a `nop`.
+fn end(r: &mut Rng, v: &mut Vec<Instruction>) {
+    if r.coin(60) {
+        v.push(g(Op::Exit, r));
+    } else if r.coin(30) {
+        v.push(Instruction {
+            guard: Guard {
+                pred: Pred(r.below(7) as u8),
+                neg: r.coin(50),
+            },
+            op: Op::Trap { code: r.below(9) },
+        });
+    } else {
+        v.push(u(Op::Nop));
+    }
+}
+
+/// A random `shfl`, `vote` or `ballot`.
+fn cross_lane(r: &mut Rng) -> Op {
+    match r.below(3) {
+        0 => Op::Shfl {
+            mode: r.pick(ShflMode::ALL),
+            d: reg(r),
+            a: reg(r),
+            b: src(r),
+        },
+        1 => Op::Vote {
+            mode: r.pick(VoteMode::ALL),
+            p: pred(r),
+            src: pred(r),
+            neg: r.coin(50),
+        },
+        _ => Op::Ballot {
+            d: reg(r),
+            src: pred(r),
+            neg: r.coin(50),
+        },
+    }
 }
 
 fn global_access(r: &mut Rng, v: &mut Vec<Instruction>) {

@@ -15,13 +15,13 @@
 //! execute one by one as everywhere else (TLB refills, interpreter steps,
 //! faults with their VA, lane and PC).
 
-use super::analysis::Kind;
 use super::blocks::address;
-use super::codegen::{Gen, Mem};
 use super::lanes::RegionMem;
 use super::scalar::Pass;
 use super::shaped::{global_shaped_ok, shared_shaped_ok, Access};
+use super::{Gen, Mem};
 use crate::inst::*;
+use crate::jit::analysis::Kind;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::I8;
 use cranelift_codegen::ir::{InstBuilder, Value};
@@ -141,9 +141,9 @@ impl Gen<'_, '_> {
         }
         self.b.ins().brif(clash, slow, &[], fast, &[]);
 
-        self.fused_runs += 1;
+        self.mem.fused_runs += 1;
         self.b.switch_to_block(fast);
-        let carried_in = self.carry.as_ref().map(|c| c.vals.clone());
+        let carried_in = self.ssa.carry.as_ref().map(|c| c.vals.clone());
         let mem: Vec<Option<RegionMem>> = acc
             .iter()
             .zip(&ptrs)
@@ -173,16 +173,16 @@ impl Gen<'_, '_> {
         // One by one, on the register file: carried values go there first
         // and are read back after.
         self.b.switch_to_block(slow);
-        if let (Some(cy), Some(v)) = (self.carry.as_mut(), carried_in) {
+        if let (Some(cy), Some(v)) = (self.ssa.carry.as_mut(), carried_in) {
             cy.vals = v;
         }
         self.flush_carry();
-        let carry = self.carry.take();
+        let carry = self.ssa.carry.take();
         let mut x = i;
         while x < j {
             x = self.emit_straight(insts, kinds, s, (x, j), base, Some(pass));
         }
-        self.carry = carry;
+        self.ssa.carry = carry;
         self.reload_carry();
         let args: Vec<_> = self.carry_args().into_iter().map(Into::into).collect();
         self.b.ins().jump(cont, &args);
@@ -225,7 +225,7 @@ impl Gen<'_, '_> {
                 break;
             }
             if kinds[j] == Kind::Lane {
-                if let Some(p) = super::analysis::pred_written(&inst.op) {
+                if let Some(p) = crate::jit::analysis::pred_written(&inst.op) {
                     written |= 1 << p;
                 }
             } else {

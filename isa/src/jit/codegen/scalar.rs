@@ -6,12 +6,12 @@
 //! then only computes what is not shaped; a shaped register is written to
 //! the register file as `splat(base) + k` where its region ends.
 
-use super::analysis;
-use super::codegen::{Gen, Mem, CHUNKS};
-use super::facts;
-use super::runtime::{Ctx, REG_BYTES};
-use super::shape::{Fact, NoWrap, Probe, Shape};
+use super::{Gen, Mem, CHUNKS};
 use crate::inst::*;
+use crate::jit::analysis;
+use crate::jit::facts;
+use crate::jit::runtime::{Ctx, REG_BYTES};
+use crate::jit::shape::{Fact, NoWrap, Probe, Shape};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32, I32, I32X4, I64, I8};
 use cranelift_codegen::ir::{InstBuilder, Value};
@@ -69,7 +69,7 @@ impl Gen<'_, '_> {
                     return None;
                 }
                 // A shaped parameter of the hot version (`carry.rs`).
-                let param = self.carry.as_ref().and_then(|c| c.shaped(r as u8));
+                let param = self.ssa.carry.as_ref().and_then(|c| c.shaped(r as u8));
                 Some(match param {
                     Some(sv) => sv.clone(),
                     None => self.entry_sv(r as u8, s),
@@ -78,14 +78,14 @@ impl Gen<'_, '_> {
             .collect();
         let mut f: Vec<Fact> = facts.to_vec();
         let mut preds: [Option<Value>; 7] =
-            std::array::from_fn(|p| Some(self.b.use_var(self.v_preds[p])));
+            std::array::from_fn(|p| Some(self.b.use_var(self.warp.v_preds[p])));
         let mut plans = Vec::with_capacity(insts.len());
         let mut before = Vec::with_capacity(insts.len());
         let mut state = Rc::new(cur.clone());
         let mut fail: Option<Value> = None;
         for (i, inst) in insts.iter().enumerate() {
             before.push(Rc::clone(&state));
-            let step = facts::step(inst, &f, &self.sp, self.fma);
+            let step = facts::step(inst, &f, &self.k.sp, self.k.fma);
             let (d, n) = analysis::writes(&inst.op);
             let mut plan = Plan::Vector;
             if let Some((shapes, guards)) = step {
@@ -245,16 +245,16 @@ impl Gen<'_, '_> {
                 if wide && offset % 8 == 0 {
                     // One 64-bit load, its halves taken so that an address
                     // made from them is the loaded value (`join64`).
-                    let w = self.b.ins().load(I64, f, self.args, offset as i32);
+                    let w = self.b.ins().load(I64, f, self.mem.args, offset as i32);
                     let [lo, hi] = self.unpair64(w)[..] else {
                         return None;
                     };
                     return Some(vec![[lo, lo], [hi, hi]]);
                 }
-                let lo = self.b.ins().load(I32, f, self.args, offset as i32);
+                let lo = self.b.ins().load(I32, f, self.mem.args, offset as i32);
                 let mut v = vec![[lo, lo]];
                 if wide {
-                    let hi = self.b.ins().load(I32, f, self.args, offset as i32 + 4);
+                    let hi = self.b.ins().load(I32, f, self.mem.args, offset as i32 + 4);
                     v.push([hi, hi]);
                 }
                 Some(v)
@@ -415,7 +415,7 @@ impl Gen<'_, '_> {
         let fx = self.mf(Mem::Fixed);
         let ctx_u32 = |g: &mut Self, off: usize| {
             let f = g.mf(Mem::CtxFixed);
-            g.b.ins().load(I32, f, g.ctx, off as i32)
+            g.b.ins().load(I32, f, g.mem.ctx, off as i32)
         };
         let tid = |g: &mut Self, d: usize| -> [Value; 2] {
             let tids = g.tids();

@@ -7,11 +7,11 @@
 //! dictate. When a run-time check fails the instruction is an interpreter
 //! step, as in the generic paths (`memory.rs`).
 
-use super::codegen::{cx, Gen, Mem, CHUNKS};
 use super::memory::mem_operands;
-use super::runtime::Tlb;
 use super::scalar::Sv;
+use super::{cx, Gen, Mem, CHUNKS};
 use crate::inst::*;
+use crate::jit::runtime::Tlb;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I32X4, I64, I8};
 use cranelift_codegen::ir::{InstBuilder, MemFlagsData, Value};
@@ -159,7 +159,7 @@ impl Gen<'_, '_> {
             bad = self.out_or_unaligned(bad, [c1, c2], v);
             start.push(v);
         }
-        let site = self.sites.get(&pc).copied().unwrap_or(0);
+        let site = self.mem.sites.get(&pc).copied().unwrap_or(0);
         let tag = site | if load { 0 } else { 1 << 31 };
         let t = site as i32 * std::mem::size_of::<Tlb>() as i32;
         Some(Access {
@@ -201,7 +201,7 @@ impl Gen<'_, '_> {
         let m = self.guard_mask(inst.guard);
         let mut bad = self.b.ins().icmp_imm_s(IntCC::NotEqual, m, -1);
         let fx = self.mf(Mem::CtxFixed);
-        let sb = self.b.ins().load(I64, fx, self.ctx, cx!(shared_bytes));
+        let sb = self.b.ins().load(I64, fx, self.mem.ctx, cx!(shared_bytes));
         let mut start = Vec::with_capacity(2);
         for g in 0..halves {
             // Lane addresses `base + offset + k` as exact numbers: inside
@@ -252,7 +252,7 @@ impl Gen<'_, '_> {
         let tagv = self.c32(tag);
         self.b
             .ins()
-            .call_indirect(self.sig_refill, f, &[self.ctx, tagv, firsts[0]]);
+            .call_indirect(self.mem.sig_refill, f, &[self.mem.ctx, tagv, firsts[0]]);
     }
 
     /// Host pointers of each half's start (`Access::start`) once the
@@ -264,7 +264,7 @@ impl Gen<'_, '_> {
                     t,
                     [
                         (offset_of!(Tlb, base), I64),
-                        (offset_of!(Tlb, host), self.ptr),
+                        (offset_of!(Tlb, host), self.k.ptr),
                     ],
                 );
                 a.start.map(|v| {
@@ -273,12 +273,12 @@ impl Gen<'_, '_> {
                 })
             }
             None => a.start.map(|t| {
-                let t = if self.ptr == I64 {
+                let t = if self.k.ptr == I64 {
                     t
                 } else {
-                    self.b.ins().ireduce(self.ptr, t)
+                    self.b.ins().ireduce(self.k.ptr, t)
                 };
-                self.b.ins().iadd(self.shared, t)
+                self.b.ins().iadd(self.mem.shared, t)
             }),
         }
     }
@@ -317,10 +317,10 @@ impl Gen<'_, '_> {
         self.b.switch_to_block(miss);
         let f = self.helper(cx!(refill));
         let tagv = self.c32(tag);
-        let call = self
-            .b
-            .ins()
-            .call_indirect(self.sig_refill, f, &[self.ctx, tagv, firsts[0]]);
+        let call =
+            self.b
+                .ins()
+                .call_indirect(self.mem.sig_refill, f, &[self.mem.ctx, tagv, firsts[0]]);
         let got = self.b.inst_results(call)[0];
         self.b.ins().brif(got, lookup2, &[], slow, &[]);
         self.b.switch_to_block(lookup2);

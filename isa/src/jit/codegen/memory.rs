@@ -2,13 +2,38 @@
 //! software TLB, `lds.32`/`sts.32` bounds-checked inline; everything else
 //! (and every miss or bad lane) is an interpreter step.
 
-use super::codegen::{cx, Gen, Mem, CHUNKS};
-use super::runtime::{Tlb, REG_BYTES};
+use super::{cx, Gen, Mem, CHUNKS, MEM_KINDS};
 use crate::inst::*;
+use crate::jit::runtime::{Tlb, REG_BYTES};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I32X4, I64};
-use cranelift_codegen::ir::{InstBuilder, Type, Value};
+use cranelift_codegen::ir::{AliasRegion, InstBuilder, SigRef, Type, Value};
+use std::collections::HashMap;
 use std::mem::offset_of;
+
+/// Where the generated code's loads and stores go.
+pub(super) struct Memory {
+    /// The call's context (`runtime::Ctx`), the function's parameter.
+    pub(super) ctx: Value,
+    /// The kernel's arguments and the workgroup's shared memory.
+    pub(super) args: Value,
+    pub(super) shared: Value,
+    /// The constant table (`Ctx::consts`), its vectors and the index of
+    /// each.
+    pub(super) cbase: Value,
+    pub(super) consts: Vec<[u32; 4]>,
+    pub(super) const_ix: HashMap<[u32; 4], u32>,
+    /// Alias regions by `Mem` kind.
+    pub(super) regions: [AliasRegion; MEM_KINDS],
+    /// The TLB entry of each inlined global memory instruction.
+    pub(super) sites: HashMap<u32, u32>,
+    /// The interpreter step of a memory instruction and the TLB refill.
+    pub(super) sig_mem: SigRef,
+    pub(super) sig_refill: SigRef,
+    /// Runs compiled as one region with their memory accesses
+    /// (`fused.rs`).
+    pub(super) fused_runs: usize,
+}
 
 impl Gen<'_, '_> {
     /// Fields of software TLB entry `t` (its byte offset in `ctx.tlb`):
@@ -89,7 +114,7 @@ impl Gen<'_, '_> {
         self.b.append_block_param(fast, I64);
         self.b.ins().brif(a, lookup, &[], slow, &[]);
         // The entry of this instruction: hit, or refill once and retry.
-        let site = self.sites.get(&pc).copied().unwrap_or(0);
+        let site = self.mem.sites.get(&pc).copied().unwrap_or(0);
         let t = site as i32 * std::mem::size_of::<Tlb>() as i32;
         for (blk, on_miss) in [(lookup, miss), (lookup2, slow)] {
             self.b.switch_to_block(blk);
@@ -110,13 +135,13 @@ impl Gen<'_, '_> {
         let call = self
             .b
             .ins()
-            .call_indirect(self.sig_refill, f, &[self.ctx, tag, va0]);
+            .call_indirect(self.mem.sig_refill, f, &[self.mem.ctx, tag, va0]);
         let got = self.b.inst_results(call)[0];
         self.b.ins().brif(got, lookup2, &[], slow, &[]);
 
         self.b.switch_to_block(fast);
         let off = self.b.block_params(fast)[0];
-        let [host] = self.tlb_fields(t, [(offset_of!(Tlb, host), self.ptr)]);
+        let [host] = self.tlb_fields(t, [(offset_of!(Tlb, host), self.k.ptr)]);
         let f = self.mf(Mem::Global);
         let hp = self.b.ins().iadd(host, off);
         for c in 0..CHUNKS {
@@ -134,7 +159,7 @@ impl Gen<'_, '_> {
         self.b.ins().jump(cont, &[]);
 
         self.b.switch_to_block(slow);
-        let site = self.sites.get(&pc).copied().unwrap_or(0);
+        let site = self.mem.sites.get(&pc).copied().unwrap_or(0);
         self.step(
             pc,
             clock,
@@ -166,7 +191,7 @@ impl Gen<'_, '_> {
 
         self.b.switch_to_block(check);
         let fx = self.mf(Mem::CtxFixed);
-        let sb = self.b.ins().load(I64, fx, self.ctx, cx!(shared_bytes));
+        let sb = self.b.ins().load(I64, fx, self.mem.ctx, cx!(shared_bytes));
         let small = self.b.ins().icmp_imm_s(IntCC::UnsignedLessThan, sb, 4);
         let check2 = self.b.create_block();
         self.b.ins().brif(small, slow, &[], check2, &[]);
@@ -246,8 +271,8 @@ impl Gen<'_, '_> {
         self.b.switch_to_block(vector);
         for (c, &a) in first.iter().enumerate() {
             let idx = self.b.ins().extractlane(a, 0);
-            let idx = self.b.ins().uextend(self.ptr, idx);
-            let p = self.b.ins().iadd(self.shared, idx);
+            let idx = self.b.ins().uextend(self.k.ptr, idx);
+            let p = self.b.ins().iadd(self.mem.shared, idx);
             if load {
                 let v = self.b.ins().load(I32X4, fsh, p, 0);
                 self.store_reg(data.0, c, v);
@@ -263,8 +288,8 @@ impl Gen<'_, '_> {
         if load {
             for (c, &a) in first.iter().enumerate() {
                 let idx = self.b.ins().extractlane(a, 0);
-                let idx = self.b.ins().uextend(self.ptr, idx);
-                let p = self.b.ins().iadd(self.shared, idx);
+                let idx = self.b.ins().uextend(self.k.ptr, idx);
+                let p = self.b.ins().iadd(self.mem.shared, idx);
                 let w = self.b.ins().load(I32, fsh, p, 0);
                 let v = self.b.ins().splat(I32X4, w);
                 self.store_reg(data.0, c, v);
@@ -281,8 +306,8 @@ impl Gen<'_, '_> {
                 let mut v = zero;
                 for l in 0..4u8 {
                     let idx = self.b.ins().extractlane(a, l);
-                    let idx = self.b.ins().uextend(self.ptr, idx);
-                    let p = self.b.ins().iadd(self.shared, idx);
+                    let idx = self.b.ins().uextend(self.k.ptr, idx);
+                    let p = self.b.ins().iadd(self.mem.shared, idx);
                     let w = self.b.ins().load(I32, fsh, p, 0);
                     v = self.b.ins().insertlane(v, w, l);
                 }
@@ -293,8 +318,8 @@ impl Gen<'_, '_> {
                 let val = self.load_reg(data.0, c);
                 for l in 0..4u8 {
                     let idx = self.b.ins().extractlane(a, l);
-                    let idx = self.b.ins().uextend(self.ptr, idx);
-                    let p = self.b.ins().iadd(self.shared, idx);
+                    let idx = self.b.ins().uextend(self.k.ptr, idx);
+                    let p = self.b.ins().iadd(self.mem.shared, idx);
                     let old = self.b.ins().load(I32, fsh, p, 0);
                     let x = self.b.ins().extractlane(val, l);
                     let bit = self.b.ins().ushr_imm_s(m, (4 * c + l as usize) as i64);

@@ -22,9 +22,9 @@
 //! (`runtime::Run::run`) reads the warp the code stopped on from
 //! `Ctx::warp_index`.
 
-use super::codegen::{cx, Gen, Mem};
-use super::runtime::{status, Chain};
+use super::{cx, Gen, Mem};
 use crate::exec::{Stats, Warp, QUANTUM};
+use crate::jit::runtime::{status, Chain};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I64};
 use cranelift_codegen::ir::InstBuilder;
@@ -34,14 +34,14 @@ impl Gen<'_, '_> {
     /// The block an idle warp's dispatch jumps to: the next warp's code,
     /// or a return with `IDLE`.
     pub(super) fn emit_chain(&mut self) {
-        self.b.switch_to_block(self.chain);
-        let pc = self.b.use_var(self.v_pc);
-        let clock = self.b.use_var(self.v_clock);
+        self.b.switch_to_block(self.flow.chain);
+        let pc = self.b.use_var(self.warp.v_pc);
+        let clock = self.b.use_var(self.warp.v_clock);
         self.store_state(pc, clock);
         let idle = self.c32(status::IDLE);
         let fixed = self.mf(Mem::CtxFixed);
         let fc = self.mf(Mem::Ctx);
-        let ctx = self.ctx;
+        let ctx = self.mem.ctx;
 
         // A next warp to go on to.
         let w = self.b.ins().load(I32, fc, ctx, cx!(warp_index));
@@ -51,23 +51,23 @@ impl Gen<'_, '_> {
         let budget_ok = self.b.create_block();
         self.b
             .ins()
-            .brif(more, budget_ok, &[], self.exit_nosync, &[idle.into()]);
+            .brif(more, budget_ok, &[], self.flow.exit_nosync, &[idle.into()]);
 
         // Budget left after this warp.
         self.b.switch_to_block(budget_ok);
         let quantum = self.b.ins().load(I64, fc, ctx, cx!(budget));
-        let rem = self.b.use_var(self.v_remaining);
+        let rem = self.b.use_var(self.warp.v_remaining);
         let used = self.b.ins().isub(quantum, rem);
         let left0 = self.b.ins().load(I64, fc, ctx, cx!(wg_left));
         let left = self.b.ins().isub(left0, used);
         let flag = self.b.create_block();
         self.b
             .ins()
-            .brif(left, flag, &[], self.exit_nosync, &[idle.into()]);
+            .brif(left, flag, &[], self.flow.exit_nosync, &[idle.into()]);
 
         // The cancel flag (an `AtomicBool`: one byte, 0 or 1).
         self.b.switch_to_block(flag);
-        let cancel = self.b.ins().load(self.ptr, fixed, ctx, cx!(cancel));
+        let cancel = self.b.ins().load(self.k.ptr, fixed, ctx, cx!(cancel));
         let read_flag = self.b.create_block();
         let find = self.b.create_block();
         self.b.ins().brif(cancel, read_flag, &[], find, &[]);
@@ -75,12 +75,12 @@ impl Gen<'_, '_> {
         let set = self.b.ins().uload8(I32, fc, cancel, 0);
         self.b
             .ins()
-            .brif(set, self.exit_nosync, &[idle.into()], find, &[]);
+            .brif(set, self.flow.exit_nosync, &[idle.into()], find, &[]);
 
         // The next warp, if it has runnable lanes.
         self.b.switch_to_block(find);
-        let table = self.b.ins().load(self.ptr, fixed, ctx, cx!(chain));
-        let ix = self.b.ins().uextend(self.ptr, next);
+        let table = self.b.ins().load(self.k.ptr, fixed, ctx, cx!(chain));
+        let ix = self.b.ins().uextend(self.k.ptr, next);
         let off = self
             .b
             .ins()
@@ -89,7 +89,7 @@ impl Gen<'_, '_> {
         let wp = self
             .b
             .ins()
-            .load(self.ptr, fixed, e, offset_of!(Chain, warp) as i32);
+            .load(self.k.ptr, fixed, e, offset_of!(Chain, warp) as i32);
         let fw = self.mf(Mem::Warp);
         let active = self
             .b
@@ -98,11 +98,11 @@ impl Gen<'_, '_> {
         let go = self.b.create_block();
         self.b
             .ins()
-            .brif(active, go, &[], self.exit_nosync, &[idle.into()]);
+            .brif(active, go, &[], self.flow.exit_nosync, &[idle.into()]);
 
         // Go on: counters, budget, then the new warp's pointers and state.
         self.b.switch_to_block(go);
-        let stats = self.b.ins().load(self.ptr, fixed, ctx, cx!(stats));
+        let stats = self.b.ins().load(self.k.ptr, fixed, ctx, cx!(stats));
         let counts = self.counts();
         for (i, (field, mine)) in [
             offset_of!(Stats, warp_instructions),
@@ -119,39 +119,44 @@ impl Gen<'_, '_> {
             self.b.ins().store(fc, sum, ctx, snap);
         }
         let z = self.c64(0);
-        self.b.def_var(self.v_counts, z);
+        self.b.def_var(self.warp.v_counts, z);
         self.b.ins().store(fc, left, ctx, cx!(wg_left));
         let cap = self.c64(QUANTUM);
         let q = self.b.ins().umin(left, cap);
         self.b.ins().store(fc, q, ctx, cx!(budget));
-        self.b.def_var(self.v_remaining, q);
+        self.b.def_var(self.warp.v_remaining, q);
         self.b.ins().store(fc, next, ctx, cx!(warp_index));
         let regs = self
             .b
             .ins()
-            .load(self.ptr, fixed, e, offset_of!(Chain, regs) as i32);
+            .load(self.k.ptr, fixed, e, offset_of!(Chain, regs) as i32);
         let tids = self
             .b
             .ins()
-            .load(self.ptr, fixed, e, offset_of!(Chain, tids) as i32);
+            .load(self.k.ptr, fixed, e, offset_of!(Chain, tids) as i32);
         // The helpers find the warp through `warp` and `warp_index`; the
         // register file and thread ids live on in the variables only.
         self.b.ins().store(fc, wp, ctx, cx!(warp));
-        self.b.def_var(self.v_warp, wp);
-        self.b.def_var(self.v_regs, regs);
-        self.b.def_var(self.v_tids, tids);
+        self.b.def_var(self.warp.v_warp, wp);
+        self.b.def_var(self.warp.v_regs, regs);
+        self.b.def_var(self.warp.v_tids, tids);
         self.load_full();
         // A warp that has not started (the usual next one) goes straight
         // to the kernel's first block: its pc needs no jump table, and
         // `active` is known non-zero.
-        match self.heads.get(&self.start).copied() {
+        match self.flow.heads.get(&self.k.start).copied() {
             Some(first) => {
-                let pc = self.b.use_var(self.v_pc);
-                let fresh = self.b.ins().icmp_imm_s(IntCC::Equal, pc, self.start as i64);
-                self.b.ins().brif(fresh, first, &[], self.dispatch, &[]);
+                let pc = self.b.use_var(self.warp.v_pc);
+                let fresh = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::Equal, pc, self.k.start as i64);
+                self.b
+                    .ins()
+                    .brif(fresh, first, &[], self.flow.dispatch, &[]);
             }
             None => {
-                self.b.ins().jump(self.dispatch, &[]);
+                self.b.ins().jump(self.flow.dispatch, &[]);
             }
         }
     }

@@ -14,10 +14,10 @@
 //! `splat(base) + k`, a shaped operand whose offsets are 0 in a chunk is
 //! a splat of its base.
 
-use super::analysis;
-use super::codegen::{Gen, Mem, CHUNKS};
 use super::scalar::{Plan, Sv};
+use super::{Gen, Mem, CHUNKS};
 use crate::inst::*;
+use crate::jit::analysis;
 use crate::math::CANONICAL_NAN;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::types::{F32X4, I32, I32X4, I64X2};
@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::mem::offset_of;
 use std::rc::Rc;
 
-use super::runtime::Ctx;
+use crate::jit::runtime::Ctx;
 
 /// What the scalar pass says about a region: the plans of its
 /// instructions and the shaped registers at its start.
@@ -108,9 +108,10 @@ impl Gen<'_, '_> {
             Some((p, s)) => (Some(p), s),
             None => (None, Rc::new(Vec::new())),
         };
-        let used = self.used_preds;
-        let pstart: [Option<Value>; 7] =
-            std::array::from_fn(|p| (used >> p & 1 != 0).then(|| self.b.use_var(self.v_preds[p])));
+        let used = self.k.used_preds;
+        let pstart: [Option<Value>; 7] = std::array::from_fn(|p| {
+            (used >> p & 1 != 0).then(|| self.b.use_var(self.warp.v_preds[p]))
+        });
         // Per predicate written: the chunks' bits, or the whole mask.
         let mut pout: HashMap<u8, Value> = HashMap::new();
         for c in 0..CHUNKS {
@@ -122,7 +123,7 @@ impl Gen<'_, '_> {
             };
             // Carried registers (`carry.rs`) start as their SSA values,
             // not yet in the register file.
-            if let (true, Some(cy)) = (full, self.carry.as_ref()) {
+            if let (true, Some(cy)) = (full, self.ssa.carry.as_ref()) {
                 for (i, &r) in cy.regs.iter().enumerate() {
                     ch.regs.insert(r, (Cv::Vec(cy.vals[i][c]), true));
                 }
@@ -160,13 +161,13 @@ impl Gen<'_, '_> {
             }
             // Carried registers leave as SSA values too.
             if let Some(regs) = full
-                .then(|| self.carry.as_ref().map(|c| c.regs.clone()))
+                .then(|| self.ssa.carry.as_ref().map(|c| c.regs.clone()))
                 .flatten()
             {
                 for (i, r) in regs.into_iter().enumerate() {
                     let v = self.reg(&mut ch, r);
                     ch.regs.remove(&r);
-                    if let Some(cy) = self.carry.as_mut() {
+                    if let Some(cy) = self.ssa.carry.as_mut() {
                         cy.vals[i][c] = v;
                     }
                 }
@@ -176,7 +177,7 @@ impl Gen<'_, '_> {
         let mut pout: Vec<_> = pout.into_iter().collect();
         pout.sort_by_key(|(p, _)| *p);
         for (p, v) in pout {
-            self.b.def_var(self.v_preds[p as usize], v);
+            self.b.def_var(self.warp.v_preds[p as usize], v);
         }
     }
 
@@ -255,7 +256,7 @@ impl Gen<'_, '_> {
         }
         let shaped = ch.state.get(r as usize).cloned().flatten();
         // A shaped parameter (`carry.rs`) is not in the register file.
-        let param = self.carry.as_ref().and_then(|c| c.shaped(r).cloned());
+        let param = self.ssa.carry.as_ref().and_then(|c| c.shaped(r).cloned());
         let v = match (shaped, param) {
             (_, Some(sv)) => self.materialize(&sv, ch.c),
             (Some(sv), None) if (0..4).all(|i| sv.shape.k[4 * ch.c + i] == 0) => {
@@ -303,7 +304,7 @@ impl Gen<'_, '_> {
                     let i = (p.0 as usize).min(6);
                     let s = match ch.pstart[i] {
                         Some(s) => s,
-                        None => self.b.use_var(self.v_preds[i]),
+                        None => self.b.use_var(self.warp.v_preds[i]),
                     };
                     let v = self.mask_vec(s, ch.c);
                     ch.preds.insert(p.0, (Pv::Vec(v), false));
@@ -357,7 +358,7 @@ impl Gen<'_, '_> {
 
     fn ctx_u32(&mut self, off: usize) -> Value {
         let f = self.mf(Mem::CtxFixed);
-        self.b.ins().load(I32, f, self.ctx, off as i32)
+        self.b.ins().load(I32, f, self.mem.ctx, off as i32)
     }
 
     fn fl(&mut self, v: Value) -> Value {
@@ -372,7 +373,7 @@ impl Gen<'_, '_> {
             return bits;
         }
         let nan = self.b.ins().fcmp(FloatCC::Unordered, f, f);
-        if self.carry.as_ref().is_some_and(|c| c.looping()) {
+        if self.ssa.carry.as_ref().is_some_and(|c| c.looping()) {
             // In a loop with carried registers (`carry.rs`) a blend: a
             // branch would join the carried value through a block
             // parameter (a move and a jump per chunk) and split the region
@@ -428,11 +429,11 @@ impl Gen<'_, '_> {
             }
             Op::Ldarg { d, wide, offset } => {
                 let f = self.mf(Mem::Fixed);
-                let w = self.b.ins().load(I32, f, self.args, offset as i32);
+                let w = self.b.ins().load(I32, f, self.mem.args, offset as i32);
                 let v = self.b.ins().splat(I32X4, w);
                 self.set_reg(ch, d.0, v, mv);
                 if wide {
-                    let w = self.b.ins().load(I32, f, self.args, offset as i32 + 4);
+                    let w = self.b.ins().load(I32, f, self.mem.args, offset as i32 + 4);
                     let v = self.b.ins().splat(I32X4, w);
                     self.set_reg(ch, d.0 + 1, v, mv);
                 }

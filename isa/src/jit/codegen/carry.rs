@@ -26,20 +26,21 @@
 //! shaped registers it reads and does not write (`shaped_params`) as
 //! parameters of its head (the bases of lanes 0 and 16); a full-warp
 //! region that ends right before its block's branch or exit leaves such
-//! registers pending instead of writing them (`Gen::pending`), and a jump
+//! registers pending instead of writing them (`SsaRegs::pending`), and a jump
 //! to a hot head passes them on. Every other way out writes them first
 //! (`write_pending`). In the hot version they are written where code that
 //! reads the register file follows, as carried registers are, and not at
 //! all where they are dead.
 
-use super::analysis::{self, Kind};
-use super::codegen::{Gen, CHUNKS};
 use super::scalar::Sv;
-use super::shape::{Fact, Shape};
+use super::{Gen, CHUNKS};
 use crate::inst::*;
+use crate::jit::analysis::{self, Kind};
+use crate::jit::shape::{Fact, Shape};
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I32X4};
 use cranelift_codegen::ir::{Block, BlockArg, InstBuilder, Value};
+use std::collections::HashMap;
 use std::rc::Rc;
 
 /// Most registers carried (each takes eight vector registers of the host).
@@ -74,6 +75,25 @@ impl Carry {
     }
 }
 
+/// Registers held in SSA values instead of the register file across an
+/// edge: a loop's back edge, or a jump to a hot version.
+#[derive(Default)]
+pub(super) struct SsaRegs {
+    /// Registers kept in SSA values across the back edge of the loop
+    /// being emitted.
+    pub(super) carry: Option<Carry>,
+    /// Per block start: the shaped registers its hot head takes as
+    /// parameters.
+    pub(super) hot_params: HashMap<u32, Vec<(u8, Rc<Shape>)>>,
+    /// Shaped registers the last region left out of the register file,
+    /// for the block's branch or exit to pass on or write.
+    pub(super) pending: Vec<(u8, Sv)>,
+    /// Loops compiled with carried registers.
+    pub(super) carried_loops: usize,
+    /// Jumps passing a pending shaped register on to a hot version.
+    pub(super) shaped_edges: usize,
+}
+
 impl Gen<'_, '_> {
     /// The registers the hot version (facts `hot`) of the block `insts`
     /// at `s` carries across its back edge; empty if it is not a loop of
@@ -91,7 +111,7 @@ impl Gen<'_, '_> {
         }
         let lane_or_mem = body.iter().all(|i| {
             matches!(
-                analysis::kind(i, self.fma),
+                analysis::kind(i, self.k.fma),
                 Kind::Lane
                     | Kind::SharedLoad
                     | Kind::SharedStore
@@ -105,7 +125,7 @@ impl Gen<'_, '_> {
         let live = self.live_at(s);
         let mut regs = Vec::new();
         for i in body {
-            let (d, n) = match analysis::kind(i, self.fma) {
+            let (d, n) = match analysis::kind(i, self.k.fma) {
                 Kind::Lane => analysis::writes(&i.op),
                 Kind::SharedLoad | Kind::GlobalLoad => match i.op {
                     Op::Ld { d, .. } => (d.0, 1),
@@ -146,7 +166,7 @@ impl Gen<'_, '_> {
         let vals = (0..regs.len())
             .map(|i| std::array::from_fn(|c| p[i * CHUNKS + c]))
             .collect();
-        self.carry = Some(Carry {
+        self.ssa.carry = Some(Carry {
             regs,
             vals,
             head,
@@ -164,7 +184,9 @@ impl Gen<'_, '_> {
     /// `flush_carry` of the shaped registers in `live` only (the others
     /// are dead where this runs: no lane reads them before writing them).
     fn flush_carry_live(&mut self, live: u64) {
-        let Some(cy) = self.carry.take() else { return };
+        let Some(cy) = self.ssa.carry.take() else {
+            return;
+        };
         for (i, &r) in cy.regs.iter().enumerate() {
             for c in 0..CHUNKS {
                 self.store_reg(r, c, cy.vals[i][c]);
@@ -177,14 +199,14 @@ impl Gen<'_, '_> {
             .cloned()
             .collect();
         self.write_pending(&shaped);
-        self.carry = Some(cy);
+        self.ssa.carry = Some(cy);
     }
 
     /// Ends carrying: the register file gets the values, and the code
     /// after this reads them there.
     pub(super) fn drop_carry(&mut self) {
         self.flush_carry();
-        self.carry = None;
+        self.ssa.carry = None;
     }
 
     /// `drop_carry` before the instruction at `pc`: shaped registers dead
@@ -192,13 +214,13 @@ impl Gen<'_, '_> {
     pub(super) fn drop_carry_at(&mut self, pc: u32) {
         let live = self.live_at(pc);
         self.flush_carry_live(live);
-        self.carry = None;
+        self.ssa.carry = None;
     }
 
-    /// Writes the registers the last region left pending (`Gen::pending`)
+    /// Writes the registers the last region left pending (`SsaRegs::pending`)
     /// to the register file: the code after this reads them there.
     pub(super) fn flush_pending(&mut self) {
-        let pending = std::mem::take(&mut self.pending);
+        let pending = std::mem::take(&mut self.ssa.pending);
         self.write_pending(&pending);
     }
 
@@ -220,11 +242,11 @@ impl Gen<'_, '_> {
     /// (With parameters the hot version is emitted even where its facts
     /// are the cold version's.)
     pub(super) fn shaped_params(&self, bi: usize, hot: &[Fact]) -> Vec<(u8, Rc<Shape>)> {
-        let Some(&(s, e)) = self.blocks.list.get(bi) else {
+        let Some(&(s, e)) = self.k.blocks.list.get(bi) else {
             return Vec::new();
         };
         let Some(insts) = (s..e)
-            .map(|pc| self.code.get(pc as usize).copied())
+            .map(|pc| self.k.code.get(pc as usize).copied())
             .collect::<Option<Vec<Instruction>>>()
         else {
             return Vec::new();
@@ -252,7 +274,12 @@ impl Gen<'_, '_> {
     /// 16 from the register file. Writes the pending registers it does not
     /// take.
     pub(super) fn hot_args(&mut self, target: u32, pending: &[(u8, Sv)]) -> Vec<BlockArg> {
-        let params = self.hot_params.get(&target).cloned().unwrap_or_default();
+        let params = self
+            .ssa
+            .hot_params
+            .get(&target)
+            .cloned()
+            .unwrap_or_default();
         let rest: Vec<(u8, Sv)> = pending
             .iter()
             .filter(|(r, _)| !params.iter().any(|(p, _)| p == r))
@@ -263,7 +290,7 @@ impl Gen<'_, '_> {
         for (r, sh) in &params {
             let base = match pending.iter().find(|(x, _)| x == r) {
                 Some((_, sv)) => {
-                    self.shaped_edges += 1;
+                    self.ssa.shaped_edges += 1;
                     sv.base
                 }
                 None => self.entry_sv(*r, sh).base,
@@ -275,7 +302,7 @@ impl Gen<'_, '_> {
 
     /// Appends the shaped parameters of block `s`'s hot head `h`.
     pub(super) fn add_hot_params(&mut self, s: u32, h: Block) {
-        let n = self.hot_params.get(&s).map_or(0, Vec::len);
+        let n = self.ssa.hot_params.get(&s).map_or(0, Vec::len);
         for _ in 0..2 * n {
             self.b.append_block_param(h, I32);
         }
@@ -284,7 +311,7 @@ impl Gen<'_, '_> {
     /// In the hot head of block `s` (the builder there): its shaped
     /// parameters as the carry.
     pub(super) fn take_hot_params(&mut self, s: u32, h: Block) {
-        let params = self.hot_params.get(&s).cloned().unwrap_or_default();
+        let params = self.ssa.hot_params.get(&s).cloned().unwrap_or_default();
         if params.is_empty() {
             return;
         }
@@ -302,7 +329,7 @@ impl Gen<'_, '_> {
                 )
             })
             .collect();
-        self.carry = Some(Carry {
+        self.ssa.carry = Some(Carry {
             regs: Vec::new(),
             vals: Vec::new(),
             head: h,
@@ -313,7 +340,7 @@ impl Gen<'_, '_> {
     /// The carried registers loaded from the register file (after code
     /// that updated it).
     pub(super) fn reload_carry(&mut self) {
-        let Some(mut cy) = self.carry.take() else {
+        let Some(mut cy) = self.ssa.carry.take() else {
             return;
         };
         for (i, &r) in cy.regs.iter().enumerate() {
@@ -321,12 +348,13 @@ impl Gen<'_, '_> {
                 cy.vals[i][c] = self.load_reg(r, c);
             }
         }
-        self.carry = Some(cy);
+        self.ssa.carry = Some(cy);
     }
 
     /// The carried values as block arguments.
     pub(super) fn carry_args(&self) -> Vec<Value> {
-        self.carry
+        self.ssa
+            .carry
             .as_ref()
             .map(|cy| cy.vals.iter().flatten().copied().collect())
             .unwrap_or_default()
@@ -336,7 +364,7 @@ impl Gen<'_, '_> {
     /// carried values set from them once the builder is in it.
     pub(super) fn carry_join(&mut self) -> Block {
         let b = self.b.create_block();
-        if let Some(cy) = &self.carry {
+        if let Some(cy) = &self.ssa.carry {
             for _ in 0..cy.regs.len() * CHUNKS {
                 self.b.append_block_param(b, I32X4);
             }
@@ -348,7 +376,7 @@ impl Gen<'_, '_> {
     /// carried values.
     pub(super) fn take_join_params(&mut self, b: Block) {
         let p = self.b.block_params(b).to_vec();
-        if let Some(cy) = &mut self.carry {
+        if let Some(cy) = &mut self.ssa.carry {
             for (i, v) in cy.vals.iter_mut().enumerate() {
                 *v = std::array::from_fn(|c| p[i * CHUNKS + c]);
             }
@@ -360,7 +388,7 @@ impl Gen<'_, '_> {
     /// values; anything else writes them back first and branches as
     /// usual (`rest`).
     pub(super) fn carried_branch(&mut self, m: Value, clock: Value, rest: impl FnOnce(&mut Self)) {
-        let Some(head) = self.carry.as_ref().map(|c| c.head) else {
+        let Some(head) = self.ssa.carry.as_ref().map(|c| c.head) else {
             rest(self);
             return;
         };
@@ -368,7 +396,7 @@ impl Gen<'_, '_> {
         let (back, other) = (self.b.create_block(), self.b.create_block());
         self.b.ins().brif(all, back, &[], other, &[]);
         self.b.switch_to_block(back);
-        self.b.def_var(self.v_clock, clock);
+        self.b.def_var(self.warp.v_clock, clock);
         let args: Vec<_> = self.carry_args().into_iter().map(Into::into).collect();
         self.b.ins().jump(head, &args);
         self.b.switch_to_block(other);

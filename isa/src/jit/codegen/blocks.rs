@@ -12,35 +12,61 @@
 //! it returns `GUARD` before any effect and the interpreter runs the
 //! block.
 
-use super::analysis::{self, Kind};
-use super::codegen::{cx, Gen, Mem, CHUNKS};
-use super::runtime::{status, REG_BYTES};
 use super::scalar::Pass;
-use super::shape::{Fact, Shape};
+use super::{cx, Gen, Mem, CHUNKS};
 use crate::exec::Warp;
 use crate::inst::*;
+use crate::jit::analysis::{self, Kind};
+use crate::jit::runtime::{status, REG_BYTES};
+use crate::jit::shape::{Fact, Shape};
+use crate::jit::CompileError;
 use cranelift_codegen::ir::condcodes::IntCC;
 use cranelift_codegen::ir::types::{I32, I32X4};
-use cranelift_codegen::ir::{InstBuilder, Value};
+use cranelift_codegen::ir::{Block, InstBuilder, SigRef, Value};
+use std::collections::HashMap;
 use std::mem::offset_of;
 use std::rc::Rc;
 
+/// The native blocks and where control goes between them.
+pub(super) struct Flow {
+    /// The generic entry of each block, by its first instruction.
+    pub(super) heads: HashMap<u32, Block>,
+    /// The entries of the blocks' hot versions (`facts.rs`).
+    pub(super) hot_heads: HashMap<u32, Block>,
+    /// The jump on the warp's pc to its block.
+    pub(super) dispatch: Block,
+    /// Where an idle warp goes on to the next one (`emit_chain`).
+    pub(super) chain: Block,
+    /// The returns to the scheduler: with the warp's state written back,
+    /// and after an interpreter step that wrote it.
+    pub(super) exit: Block,
+    pub(super) exit_nosync: Block,
+    /// The helpers control flow calls: an interpreter step, a divergent
+    /// branch, rescheduling.
+    pub(super) sig_step: SigRef,
+    pub(super) sig_diverge: SigRef,
+    pub(super) sig_resched: SigRef,
+    /// Whether the code being emitted runs a full warp (all 32 lanes
+    /// active).
+    pub(super) full: bool,
+}
+
 impl Gen<'_, '_> {
     /// Emits block `bi` of `blocks.list` in its versions.
-    pub(super) fn emit_block(&mut self, bi: usize) -> Result<(), String> {
-        let (s, e) = self.blocks.list[bi];
+    pub(super) fn emit_block(&mut self, bi: usize) -> Result<(), CompileError> {
+        let (s, e) = self.k.blocks.list[bi];
         let insts: Vec<Instruction> = (s..e)
-            .map(|pc| self.code.get(pc as usize).copied())
+            .map(|pc| self.k.code.get(pc as usize).copied())
             .collect::<Option<_>>()
-            .ok_or("kernel outside the code")?;
-        let head = *self.heads.get(&s).ok_or("no block head")?;
+            .ok_or(CompileError::OutsideCode)?;
+        let head = *self.flow.heads.get(&s).ok_or(CompileError::NoBlockHead)?;
         self.b.switch_to_block(head);
         self.enter(s, e);
-        let active = self.b.use_var(self.v_active);
+        let active = self.b.use_var(self.warp.v_active);
         let full = self.b.ins().icmp_imm_s(IntCC::Equal, active, -1);
         let (cold, part) = (self.b.create_block(), self.b.create_block());
-        let cf = self.facts.cold.get(bi).cloned().unwrap_or_default();
-        match self.hot_heads.get(&s).copied() {
+        let cf = self.k.facts.cold.get(bi).cloned().unwrap_or_default();
+        match self.flow.hot_heads.get(&s).copied() {
             Some(hot) => {
                 // A full warp from the dispatch or from code that does not
                 // know the hot version's facts: check them.
@@ -65,31 +91,31 @@ impl Gen<'_, '_> {
             }
         }
         self.b.switch_to_block(part);
-        self.full = false;
+        self.flow.full = false;
         self.emit_body(&insts, s, None)?;
         self.b.switch_to_block(cold);
-        self.full = true;
+        self.flow.full = true;
         self.emit_body(&insts, s, Some(&cf))?;
-        if let Some(&h) = self.hot_heads.get(&s) {
+        if let Some(&h) = self.flow.hot_heads.get(&s) {
             self.b.switch_to_block(h);
             let hf = self.hot_facts(bi);
             let carried = self.carried_regs(&insts, s, &hf);
             if !carried.is_empty() {
                 self.enter_carried(s, e, carried);
                 self.emit_body(&insts, s, Some(&hf))?;
-                self.carry = None;
+                self.ssa.carry = None;
             } else {
                 self.take_hot_params(s, h);
                 self.enter(s, e);
-                if hf == cf && self.carry.is_none() {
+                if hf == cf && self.ssa.carry.is_none() {
                     self.b.ins().jump(cold, &[]);
                 } else {
                     self.emit_body(&insts, s, Some(&hf))?;
                 }
-                self.carry = None;
+                self.ssa.carry = None;
             }
         }
-        self.full = false;
+        self.flow.full = false;
         Ok(())
     }
 
@@ -97,18 +123,18 @@ impl Gen<'_, '_> {
     /// not cover the block. Leaves the builder in a new block.
     pub(super) fn enter(&mut self, s: u32, e: u32) {
         let spc = self.c32(s);
-        self.b.def_var(self.v_pc, spc);
-        let rem = self.b.use_var(self.v_remaining);
+        self.b.def_var(self.warp.v_pc, spc);
+        let rem = self.b.use_var(self.warp.v_remaining);
         let short = self
             .b
             .ins()
             .icmp_imm_s(IntCC::UnsignedLessThan, rem, (e - s) as i64);
         let body = self.b.create_block();
         let tail = self.c32(status::TAIL);
-        if self.carry.is_none() {
+        if self.ssa.carry.is_none() {
             self.b
                 .ins()
-                .brif(short, self.exit, &[tail.into()], body, &[]);
+                .brif(short, self.flow.exit, &[tail.into()], body, &[]);
         } else {
             // The interpreter runs the rest from the register file: the
             // carried registers (`carry.rs`) go there first.
@@ -116,7 +142,7 @@ impl Gen<'_, '_> {
             self.b.ins().brif(short, flush, &[], body, &[]);
             self.b.switch_to_block(flush);
             self.flush_carry();
-            self.b.ins().jump(self.exit, &[tail.into()]);
+            self.b.ins().jump(self.flow.exit, &[tail.into()]);
         }
         self.b.switch_to_block(body);
     }
@@ -128,8 +154,8 @@ impl Gen<'_, '_> {
         insts: &[Instruction],
         s: u32,
         facts: Option<&[Fact]>,
-    ) -> Result<(), String> {
-        let base = self.b.use_var(self.v_clock);
+    ) -> Result<(), CompileError> {
+        let base = self.b.use_var(self.warp.v_clock);
         let pass = facts.map(|f| self.scalar_pass(insts, base, f));
         if let Some(fail) = pass.as_ref().and_then(|p| p.fail) {
             let (ok, bad) = (self.b.create_block(), self.b.create_block());
@@ -137,13 +163,16 @@ impl Gen<'_, '_> {
             self.b.switch_to_block(bad);
             self.flush_carry();
             let st = self.c32(status::GUARD);
-            self.b.ins().jump(self.exit, &[st.into()]);
+            self.b.ins().jump(self.flow.exit, &[st.into()]);
             self.b.switch_to_block(ok);
         }
-        let rem = self.b.use_var(self.v_remaining);
+        let rem = self.b.use_var(self.warp.v_remaining);
         let rem = self.b.ins().iadd_imm_s(rem, -(insts.len() as i64));
-        self.b.def_var(self.v_remaining, rem);
-        let kinds: Vec<Kind> = insts.iter().map(|i| analysis::kind(i, self.fma)).collect();
+        self.b.def_var(self.warp.v_remaining, rem);
+        let kinds: Vec<Kind> = insts
+            .iter()
+            .map(|i| analysis::kind(i, self.k.fma))
+            .collect();
         let inline = kinds
             .iter()
             .filter(|k| matches!(k, Kind::Lane | Kind::Branch | Kind::Exit))
@@ -157,7 +186,7 @@ impl Gen<'_, '_> {
             // Carried registers (`carry.rs`) stay in SSA values only
             // through the loop's first run and into its branch back.
             let loop_branch = i + 1 == insts.len() && kinds[i] == Kind::Branch;
-            let looping = self.carry.as_ref().map(|c| c.looping());
+            let looping = self.ssa.carry.as_ref().map(|c| c.looping());
             if looping == Some(true) && i != 0 && !loop_branch {
                 self.drop_carry();
             }
@@ -201,7 +230,7 @@ impl Gen<'_, '_> {
                     };
                     continue;
                 }
-                Kind::Interp if self.full && is_full_bar(&insts[i]) => {
+                Kind::Interp if self.flow.full && is_full_bar(&insts[i]) => {
                     let clock = clock_at(self, i + 1);
                     self.emit_bar(pc, clock);
                     return Ok(());
@@ -216,11 +245,12 @@ impl Gen<'_, '_> {
                 }
                 Kind::Branch => {
                     let clock = clock_at(self, i + 1);
-                    if self.carry.is_some() && !self.back_edge_keeps_facts(s, after.as_deref()) {
+                    if self.ssa.carry.is_some() && !self.back_edge_keeps_facts(s, after.as_deref())
+                    {
                         self.drop_carry();
                     }
-                    if self.carry.is_some() {
-                        self.carried_loops += 1;
+                    if self.ssa.carry.is_some() {
+                        self.ssa.carried_loops += 1;
                         let m = self.guard_mask(insts[i].guard);
                         self.add_threads(m);
                         let out = after.as_deref();
@@ -251,7 +281,7 @@ impl Gen<'_, '_> {
     /// imply its hot version's (a back edge may go straight to it).
     fn back_edge_keeps_facts(&self, s: u32, out: Option<&[Fact]>) -> bool {
         let Some(out) = out else { return false };
-        let Some(bi) = self.blocks.list.iter().position(|b| b.0 == s) else {
+        let Some(bi) = self.k.blocks.list.iter().position(|b| b.0 == s) else {
             return false;
         };
         missing(out, &self.hot_facts(bi)).is_empty()
@@ -259,7 +289,8 @@ impl Gen<'_, '_> {
 
     /// The facts block `bi`'s hot version assumes (none if it has none).
     pub(super) fn hot_facts(&self, bi: usize) -> Vec<Fact> {
-        self.facts
+        self.k
+            .facts
             .hot
             .get(bi)
             .cloned()
@@ -319,7 +350,9 @@ impl Gen<'_, '_> {
                     && j + 1 == insts.len()
                     && matches!(kinds[j], Kind::Exit | Kind::Branch);
                 let mut pending = Vec::new();
-                if let (true, true, true, Some(p)) = (last, self.full, self.carry.is_none(), pass) {
+                if let (true, true, true, Some(p)) =
+                    (last, self.flow.full, self.ssa.carry.is_none(), pass)
+                {
                     for (r, sv) in p.before[j].iter().enumerate().take(64) {
                         let Some(sv) = sv else { continue };
                         let bit = 1u64 << r;
@@ -333,7 +366,7 @@ impl Gen<'_, '_> {
                     }
                 }
                 self.emit_region(&insts[i..j], i, base, plan, live, &[]);
-                self.pending = pending;
+                self.ssa.pending = pending;
                 j
             }
         }
@@ -345,19 +378,19 @@ impl Gen<'_, '_> {
     fn goto_next(&mut self, target: u32, clock: Value, out: Option<&[Fact]>) {
         // Shaped registers a region left pending go to the hot version as
         // arguments, or to the register file (`carry.rs`).
-        let pending = std::mem::take(&mut self.pending);
-        let hot = self.hot_heads.get(&target).copied();
-        let (Some(hot), Some(out), true) = (hot, out, self.full) else {
+        let pending = std::mem::take(&mut self.ssa.pending);
+        let hot = self.flow.hot_heads.get(&target).copied();
+        let (Some(hot), Some(out), true) = (hot, out, self.flow.full) else {
             self.write_pending(&pending);
             self.goto(target, clock);
             return;
         };
-        let Some(ti) = self.blocks.list.iter().position(|b| b.0 == target) else {
+        let Some(ti) = self.k.blocks.list.iter().position(|b| b.0 == target) else {
             self.write_pending(&pending);
             self.goto(target, clock);
             return;
         };
-        self.b.def_var(self.v_clock, clock);
+        self.b.def_var(self.warp.v_clock, clock);
         let need = self.hot_facts(ti);
         let missing = missing(out, &need);
         if missing.is_empty() {
@@ -374,7 +407,7 @@ impl Gen<'_, '_> {
         // edge of a cold version): check them in the register file.
         let ok = self.check_shapes(&missing);
         let args = self.hot_args(target, &[]);
-        let cold = self.heads.get(&target).copied();
+        let cold = self.flow.heads.get(&target).copied();
         match cold {
             Some(c) => {
                 self.b.ins().brif(ok, hot, &args, c, &[]);
@@ -461,21 +494,21 @@ impl Gen<'_, '_> {
             return;
         }
         // Each way on takes the pending registers (`carry.rs`).
-        let pending = std::mem::take(&mut self.pending);
+        let pending = std::mem::take(&mut self.ssa.pending);
         let active = self.active();
         let all = self.b.ins().icmp(IntCC::Equal, m, active);
         let taken = self.b.create_block();
         let not_all = self.b.create_block();
         self.b.ins().brif(all, taken, &[], not_all, &[]);
         self.b.switch_to_block(taken);
-        self.pending.clone_from(&pending);
+        self.ssa.pending.clone_from(&pending);
         self.goto_next(target, clock, out);
         self.b.switch_to_block(not_all);
         let none = self.b.create_block();
         let split = self.b.create_block();
         self.b.ins().brif(m, split, &[], none, &[]);
         self.b.switch_to_block(none);
-        self.pending.clone_from(&pending);
+        self.ssa.pending.clone_from(&pending);
         self.goto_next(pc + 1, clock, out);
         self.b.switch_to_block(split);
         self.write_pending(&pending);
@@ -485,7 +518,7 @@ impl Gen<'_, '_> {
         let f = self.helper(cx!(diverge));
         self.b
             .ins()
-            .call_indirect(self.sig_diverge, f, &[self.ctx, m]);
+            .call_indirect(self.flow.sig_diverge, f, &[self.mem.ctx, m]);
         self.reload();
         self.goto(target, clock);
     }
@@ -505,20 +538,20 @@ impl Gen<'_, '_> {
             self.set_warp_field(offset_of!(Warp, lane_pc) + 16 * c, pcs);
         }
         let zero = self.c32(0);
-        self.b.def_var(self.v_active, zero);
+        self.b.def_var(self.warp.v_active, zero);
         let none = self.c32(u32::MAX);
-        self.b.def_var(self.v_next_min, none);
-        self.b.def_var(self.v_pc, pcv);
-        self.b.def_var(self.v_clock, clock);
-        self.b.ins().jump(self.chain, &[]);
+        self.b.def_var(self.warp.v_next_min, none);
+        self.b.def_var(self.warp.v_pc, pcv);
+        self.b.def_var(self.warp.v_clock, clock);
+        self.b.ins().jump(self.flow.chain, &[]);
     }
 
     /// The active group: all lanes in full-warp code.
     fn active(&mut self) -> Value {
-        if self.full {
+        if self.flow.full {
             self.c32(u32::MAX)
         } else {
-            self.b.use_var(self.v_active)
+            self.b.use_var(self.warp.v_active)
         }
     }
 
@@ -527,21 +560,21 @@ impl Gen<'_, '_> {
         self.add_threads(m);
         // Falling through takes the pending registers (`carry.rs`); lanes
         // exiting leave the others on the register file.
-        let pending = std::mem::take(&mut self.pending);
+        let pending = std::mem::take(&mut self.ssa.pending);
         let fall = self.b.create_block();
         let some = self.b.create_block();
         self.b.ins().brif(m, some, &[], fall, &[]);
         self.b.switch_to_block(fall);
-        self.pending.clone_from(&pending);
+        self.ssa.pending.clone_from(&pending);
         self.goto_next(pc + 1, clock, out);
         self.b.switch_to_block(some);
         self.write_pending(&pending);
-        if self.full && inst.guard == Guard::ALWAYS {
+        if self.flow.full && inst.guard == Guard::ALWAYS {
             // A full warp leaving (live lanes are the active ones, all of
             // them): nothing is left to run, nothing to read first.
             let zero = self.c32(0);
             self.set_warp_field(offset_of!(Warp, live), zero);
-            self.b.def_var(self.v_active, zero);
+            self.b.def_var(self.warp.v_active, zero);
             self.end_warp(pc, clock);
             return;
         }
@@ -550,7 +583,7 @@ impl Gen<'_, '_> {
         self.set_warp_field(offset_of!(Warp, live), live);
         let active = self.active();
         let active = self.b.ins().band_not(active, m);
-        self.b.def_var(self.v_active, active);
+        self.b.def_var(self.warp.v_active, active);
         let (gone, rest) = (self.b.create_block(), self.b.create_block());
         self.b.ins().brif(active, rest, &[], gone, &[]);
         self.b.switch_to_block(rest);
@@ -574,11 +607,11 @@ impl Gen<'_, '_> {
     /// next warp, or back to the scheduler.
     fn end_warp(&mut self, pc: u32, clock: Value) {
         let pcv = self.c32(pc);
-        self.b.def_var(self.v_pc, pcv);
-        self.b.def_var(self.v_clock, clock);
+        self.b.def_var(self.warp.v_pc, pcv);
+        self.b.def_var(self.warp.v_clock, clock);
         let none = self.c32(u32::MAX);
-        self.b.def_var(self.v_next_min, none);
-        self.b.ins().jump(self.chain, &[]);
+        self.b.def_var(self.warp.v_next_min, none);
+        self.b.ins().jump(self.flow.chain, &[]);
     }
 }
 

@@ -273,7 +273,13 @@ impl ControlProcessor {
             return Reply::error(Some(&hdr), status);
         }
         match self.execute(cmd, ReplyHeader::for_command(Some(&hdr), Status::Ok)) {
-            Ok(reply) => {
+            Ok(mut reply) => {
+                let payload = reply.bytes.get_mut(size_of::<ReplyHeader>()..reply.len);
+                if let Some(payload) = payload {
+                    self.gpu
+                        .inject
+                        .on_reply(self.gpu.clock.now_ns(), op, ctx, eng, payload);
+                }
                 self.counters.count_command(op);
                 log::debug!("control: {} tag {:#x} -> OK", op.name(), hdr.tag);
                 reply

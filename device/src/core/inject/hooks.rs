@@ -391,6 +391,38 @@ impl Injector {
         None
     }
 
+    /// After command `op` (about `ctx` and `engine`) executed: whether an
+    /// armed `reply-corrupt` fault takes it, in which case bit 0 of the
+    /// reply's first payload word (`payload`, the bytes after the reply
+    /// header) is flipped. A reply without payload is no opportunity.
+    pub fn on_reply(
+        &self,
+        now_ns: u64,
+        op: Opcode,
+        ctx: u32,
+        engine: u32,
+        payload: &mut [u8],
+    ) -> bool {
+        let Some(first) = payload.first_mut() else {
+            return false;
+        };
+        let mut g = self.lock();
+        let name = op.name();
+        for i in 0..g.armed.len() {
+            let spec = g.armed[i].spec.clone();
+            if spec.class != Class::ReplyCorrupt
+                || !filter_matches(&spec.trigger, ctx, engine, name)
+                || !g.opportunity(i, now_ns)
+            {
+                continue;
+            }
+            *first ^= 1;
+            g.injected(i, now_ns, ctx, engine, format!("command={name}"));
+            return true;
+        }
+        false
+    }
+
     /// Engine `engine` was reset (`None`: the device): hangs and holds on
     /// it end; a device reset also ends a lost state.
     pub fn on_reset(&self, now_ns: u64, engine: Option<u32>) {

@@ -66,6 +66,10 @@ pub enum Class {
     Throttle,
     /// A control command is answered `BUSY` without being executed.
     ControlBusy,
+    /// A control command is executed, and its reply's first payload word
+    /// (after the reply header) reaches the driver with its lowest bit
+    /// flipped: a corrupted reply the driver must not believe.
+    ReplyCorrupt,
     /// The device process dies at the packet (exit status 70), like a
     /// backend that crashed: QEMU keeps the guest running, and nothing
     /// answers the driver any more.
@@ -74,7 +78,7 @@ pub enum Class {
 
 impl Class {
     /// Every class.
-    pub const ALL: [Class; 16] = [
+    pub const ALL: [Class; 17] = [
         Class::Hang,
         Class::FenceNever,
         Class::FenceLate,
@@ -90,6 +94,7 @@ impl Class {
         Class::ResetFail,
         Class::Throttle,
         Class::ControlBusy,
+        Class::ReplyCorrupt,
         Class::Crash,
     ];
 
@@ -111,6 +116,7 @@ impl Class {
             Class::ResetFail => "reset-fail",
             Class::Throttle => "throttle",
             Class::ControlBusy => "control-busy",
+            Class::ReplyCorrupt => "reply-corrupt",
             Class::Crash => "crash",
         }
     }
@@ -135,6 +141,9 @@ impl Class {
             Class::ResetFail => "first attempts (default 1) reset commands fail",
             Class::Throttle => "each matching packet held delay_ms (default 20)",
             Class::ControlBusy => "control command answered BUSY",
+            Class::ReplyCorrupt => {
+                "control command executed, its reply's first payload word bit 0 flipped"
+            }
             Class::Crash => {
                 "the device process exits at the packet (status 70): nothing answers any more"
             }
@@ -148,7 +157,10 @@ impl Class {
 
     /// Classes whose opportunities are control commands.
     pub(super) const fn on_control(self) -> bool {
-        matches!(self, Class::ControlBusy | Class::ResetFail)
+        matches!(
+            self,
+            Class::ControlBusy | Class::ResetFail | Class::ReplyCorrupt
+        )
     }
 
     /// Classes whose opportunities are FENCE packets only.

@@ -717,6 +717,27 @@ fn control_busy_answers_busy() {
 }
 
 #[test]
+fn reply_corrupt_flips_the_first_payload_bit_of_one_reply() {
+    use vgpu_hwif::pod::Pod;
+    let mut r = rig(&["reply-corrupt:packet=PING,count=1"]);
+    let cookie = 0x5049_4e47_0000_0010u64;
+    let ping = |d: &mut Driver<InProcess>| {
+        let (st, bytes) = d.try_command(Command::Ping { cookie });
+        assert_eq!(st, Status::Ok);
+        vgpu_hwif::proto::PingReply::read_from(&bytes).unwrap()
+    };
+    let first = ping(&mut r.d);
+    assert_eq!(first.cookie, cookie ^ 1, "the first reply's cookie is corrupted");
+    assert_ne!(first.event_seq, 0, "the command was executed");
+    assert_eq!(ping(&mut r.d).cookie, cookie, "count=1: the next reply is intact");
+    assert_eq!(injected(&r.gpu)[0].detail, "command=PING");
+    // A reply without payload is no opportunity.
+    let mut r = rig(&["reply-corrupt:packet=DOORBELL_KICK,count=1"]);
+    assert_eq!(r.d.status(Command::DoorbellKick), Status::Ok);
+    assert!(injected(&r.gpu).is_empty());
+}
+
+#[test]
 fn control_socket_protocol() {
     let r = rig(&[]);
     let dir = tempfile::tempdir().unwrap();

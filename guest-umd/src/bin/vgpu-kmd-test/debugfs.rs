@@ -113,3 +113,17 @@ pub fn uevents_with(needle: &str) -> Vec<String> {
     }
     events
 }
+
+/// Ring `e` of the context whose handle is `ctx`, as debugfs `contexts`
+/// shows it: (wptr, device rptr, ring size, jobs on the ring).
+pub fn ring_state(ctx: u32, e: u32) -> Option<(u32, u32, u32, u32)> {
+    let text = debugfs("contexts");
+    let mut lines = text.lines();
+    lines.find(|l| l.starts_with("ctx ") && field(l, "handle") == Some(ctx.to_string()))?;
+    let ring = lines
+        .take_while(|l| l.starts_with("  "))
+        .find(|l| field(l, "ring") == Some(e.to_string()))?;
+    let hex = |k: &str| u32::from_str_radix(field(ring, k)?.trim_start_matches("0x"), 16).ok();
+    let dec = |k: &str| field(ring, k)?.parse().ok();
+    Some((hex("wptr")?, hex("rptr")?, hex("size")?, dec("pending")?))
+}

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use vgpu_umd::uapi;
 
+use crate::debugfs::ring_state;
 use crate::node::{fence, fill, open, scratch, sem_wait_eq, Map, Scratch, MS, PAGE};
 use crate::report::T;
 
@@ -99,6 +100,12 @@ pub fn test_fence_export(t: &mut T, path: &Path) {
     let done = cmds.program(1, &[fill(dva + 128, 8, 7)]);
     let sb = n.submit(b, 0, &[done], &[]).unwrap_or(0);
     let _ = n.wait(&[fence(b, 0, sb)], true, 5_000 * MS);
+    let left = ring_state(b, 0).map(|(.., jobs)| jobs);
+    t.check(
+        "export: a completed job leaves the ring's job list",
+        left == Some(0),
+        || format!("debugfs contexts: {left:?} jobs still on the ring after its fence signalled"),
+    );
     if let Some(fb) = t.ok("export: completed fence", export(b, 0, sb)) {
         t.check(
             "export: completed fd ready, status 1",

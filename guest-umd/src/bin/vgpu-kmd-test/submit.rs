@@ -7,7 +7,7 @@ use std::path::Path;
 use vgpu_umd::kmd::{IoctlArg, Kmd};
 use vgpu_umd::uapi::{self, param};
 
-use crate::debugfs::{debugfs, debugfs_path, field, summary_field, vm_line};
+use crate::debugfs::{debugfs, debugfs_path, field, ring_state, summary_field, vm_line};
 use crate::node::{copy, fence, fill, open, sem_wait_eq, Cmds, Map, MS, PAGE};
 use crate::report::{errno, T};
 
@@ -411,20 +411,6 @@ fn backpressure(t: &mut T, f: &Fx, good: uapi::DrmVgpuCmd) {
         "backpressure: full ring drains",
         n.wait(&[fence(a, 0, seq_last)], true, 30_000 * MS),
     );
-}
-
-/// Ring `e` of the context whose handle is `ctx`, as debugfs `contexts`
-/// shows it: (wptr, device rptr, ring size, jobs on the ring).
-fn ring_state(ctx: u32, e: u32) -> Option<(u32, u32, u32, u32)> {
-    let text = debugfs("contexts");
-    let mut lines = text.lines();
-    lines.find(|l| l.starts_with("ctx ") && field(l, "handle") == Some(ctx.to_string()))?;
-    let ring = lines
-        .take_while(|l| l.starts_with("  "))
-        .find(|l| field(l, "ring") == Some(e.to_string()))?;
-    let hex = |k: &str| u32::from_str_radix(field(ring, k)?.trim_start_matches("0x"), 16).ok();
-    let dec = |k: &str| field(ring, k)?.parse().ok();
-    Some((hex("wptr")?, hex("rptr")?, hex("size")?, dec("pending")?))
 }
 
 /// The ring fills to its last byte: with the engine blocked, jobs of one

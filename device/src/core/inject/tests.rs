@@ -727,9 +727,17 @@ fn reply_corrupt_flips_the_first_payload_bit_of_one_reply() {
         vgpu_hwif::proto::PingReply::read_from(&bytes).unwrap()
     };
     let first = ping(&mut r.d);
-    assert_eq!(first.cookie, cookie ^ 1, "the first reply's cookie is corrupted");
+    assert_eq!(
+        first.cookie,
+        cookie ^ 1,
+        "the first reply's cookie is corrupted"
+    );
     assert_ne!(first.event_seq, 0, "the command was executed");
-    assert_eq!(ping(&mut r.d).cookie, cookie, "count=1: the next reply is intact");
+    assert_eq!(
+        ping(&mut r.d).cookie,
+        cookie,
+        "count=1: the next reply is intact"
+    );
     assert_eq!(injected(&r.gpu)[0].detail, "command=PING");
     // A reply without payload is no opportunity.
     let mut r = rig(&["reply-corrupt:packet=DOORBELL_KICK,count=1"]);

@@ -127,17 +127,3 @@ pub fn ring_state(ctx: u32, e: u32) -> Option<(u32, u32, u32, u32)> {
     let dec = |k: &str| field(ring, k)?.parse().ok();
     Some((hex("wptr")?, hex("rptr")?, hex("size")?, dec("pending")?))
 }
-
-/// The `tables` count of the address space holding the mapping at `va`
-/// (debugfs `vms`: the `vm root` line above its `map va` line).
-pub fn vm_tables(va: u64) -> Option<u64> {
-    let key = format!("map va {:#x} ", va);
-    let text = debugfs("vms");
-    let lines: Vec<&str> = text.lines().map(str::trim).collect();
-    let at = lines.iter().position(|l| l.starts_with(&key))?;
-    let head = lines[..at]
-        .iter()
-        .rev()
-        .find(|l| l.starts_with("vm root "))?;
-    field(head, "tables")?.parse().ok()
-}

@@ -124,6 +124,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("hostmap", true, hostmap::test_hostmap),
     ("unbind", false, unbind::test_unbind),
     ("remap", false, remap::test_remap),
+    ("unbind-refused", false, remap::test_unbind_refused),
     ("unmapped", false, remap::test_unmapped),
     ("syncobj", false, syncobj::test_syncobj),
     ("syncobj-hang", false, syncobj::test_syncobj_hang),

@@ -156,3 +156,46 @@ pub fn test_unmapped(t: &mut T, path: &Path) {
     );
     let _ = n.ctx_destroy(ctx);
 }
+
+/// The device refuses the unbind's TLB invalidation (run with the device
+/// armed `control-busy:packet=TLB_INVALIDATE,count=1`): the driver cannot
+/// know that no context still translates to the pages, so `VM_UNBIND`
+/// fails with `EIO` (the pages kept, docs/uapi.md) instead of reporting a
+/// success it cannot promise; the next unbind, its invalidation answered,
+/// succeeds.
+pub fn test_unbind_refused(t: &mut T, path: &Path) {
+    let n = open(path);
+    let start = n.get_param(param::VA_START).unwrap_or(0);
+    let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
+    let Some(ctx) = t.ok(
+        "unbind-refused: create copy context",
+        n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1 << uapi::ENGINE_COPY, 0),
+    ) else {
+        return;
+    };
+    let cmds = Cmds::new(&n, start + 0x100_0000, 4).expect("mmap cmds");
+    let (ha, hb) = (
+        n.gem_create(PAGE, 0).unwrap_or(0),
+        n.gem_create(PAGE, 0).unwrap_or(0),
+    );
+    let (ava, bva) = (start + 0x200_0000, start + 0x300_0000);
+    t.ok("unbind-refused: bind a", n.vm_bind(ha, ava, PAGE, rw));
+    t.ok("unbind-refused: bind b", n.vm_bind(hb, bva, PAGE, rw));
+    let c = cmds.program(0, &[copy(ava, bva, PAGE)]);
+    if let Some(s) = t.ok("unbind-refused: copy a to b", n.submit(ctx, 0, &[c], &[])) {
+        t.ok(
+            "unbind-refused: the copy completes",
+            n.wait(&[fence(ctx, 0, s)], true, 5_000 * MS),
+        );
+    }
+    t.err(
+        "unbind-refused: unbind fails when the device refuses its TLB invalidation",
+        n.vm_unbind(ava, PAGE),
+        libc::EIO,
+    );
+    t.ok(
+        "unbind-refused: the next unbind succeeds",
+        n.vm_unbind(bva, PAGE),
+    );
+    let _ = n.ctx_destroy(ctx);
+}

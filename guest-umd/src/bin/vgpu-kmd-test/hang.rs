@@ -82,6 +82,13 @@ pub fn test_hang_inflight(t: &mut T, path: &Path) {
             && dev_resets(&after) == dev_resets(&resets_before),
         || after.clone(),
     );
+    let resets = |c: &str| summary_field(c, "engine_resets").and_then(|v| v.parse::<u64>().ok());
+    let (r0, r1) = (resets(&resets_before), resets(&after));
+    t.check(
+        "inflight: the driver counted one engine reset",
+        r0.is_some() && r1.zip(r0).map(|(a, b)| a.wrapping_sub(b)) == Some(1),
+        || format!("debugfs contexts engine_resets {r0:?} before the hang, {r1:?} after one engine reset"),
+    );
     let dump = debugfs("hang_dump");
     t.check(
         "inflight: hang dump captured",

@@ -639,6 +639,48 @@ fn lazy(t: &mut T, f: &Fx, rw: u32) {
             );
         }
     }
+    lazy_read_only(t, f);
+}
+
+/// A write into a read-only lazy mapping, on a context of its own: the
+/// page is paged in for the not-present fault, and the write's permission
+/// fault that follows is not served (paging in cannot grant a write): the
+/// job fails after those two faults instead of retrying.
+fn lazy_read_only(t: &mut T, f: &Fx) {
+    let (n, start, sva) = (f.n, f.start, f.sva);
+    let r = n
+        .ctx_create(
+            uapi::CTX_PRIORITY_NORMAL,
+            f.copy_only,
+            uapi::CTX_CREATE_REPLAYABLE,
+        )
+        .unwrap_or(0);
+    let h = n.gem_create(PAGE, uapi::GEM_CREATE_LAZY).unwrap_or(0);
+    let va = start + 0x580_0000;
+    let _ = n.vm_bind(h, va, PAGE, uapi::VM_BIND_READ);
+    let c = f.cmds.program(9, &[copy(sva, va, 64)]);
+    if let Some(s) = t.ok(
+        "lazy: submit a copy into a read-only lazy BO",
+        n.submit(r, 0, &[c], &[]),
+    ) {
+        t.err(
+            "lazy: a write into a read-only lazy page is not served",
+            n.wait(&[fence(r, 0, s)], true, 10_000 * MS),
+            libc::EIO,
+        );
+        let q = n.ctx_query(r).unwrap_or_default();
+        t.check(
+            "lazy: the permission fault ended the job (no retry of it)",
+            (1..=2).contains(&q.faults),
+            || {
+                format!(
+                    "{} faults on the context: a permission fault was answered RETRY",
+                    q.faults
+                )
+            },
+        );
+    }
+    let _ = n.ctx_destroy(r);
 }
 
 /// Hang: a semaphore never written. Timeout, reset, guilty/innocent.

@@ -107,6 +107,12 @@ pub fn test_reset_compute(t: &mut T, path: &Path) {
             )
         },
     );
+    let log = new_resets(&log_before, &debugfs("contexts"));
+    t.check(
+        "reset-compute: the driver's reset log names the compute engine",
+        log.contains("reset engine") && log.contains("engine 0x1"),
+        || format!("the reset log's new entries: {log}"),
+    );
     let q = n.ctx_query(c).unwrap_or_default();
     t.check(
         "reset-compute: the hung context is guilty",

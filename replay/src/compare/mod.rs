@@ -233,6 +233,15 @@ pub fn compare_runs(reference: &Run, student: &Run, context: usize) -> Compariso
     for lane in lanes {
         let r = reference.lanes.get(lane).map_or(empty, Vec::as_slice);
         let s = student.lanes.get(lane).map_or(empty, Vec::as_slice);
+        // Which pages the compute engine walks depends on which compute
+        // unit (each with its own TLB) took which workgroup: an entry one
+        // run's units walked and the other's never needed is no
+        // difference; an entry both walked and read differently is.
+        let compute_walk =
+            matches!(lane, Lane::Pte(_, e, ..) if *e == vgpu_hwif::proto::engine::COMPUTE);
+        if compute_walk && (r.is_empty() || s.is_empty()) {
+            continue;
+        }
         if let Some((ri, si)) = first_difference(r, s) {
             let d = LaneDiff {
                 lane: *lane,

@@ -152,3 +152,17 @@ fn doorbells_rung_together_or_apart_are_the_same() {
         d.message
     );
 }
+
+#[test]
+fn host_mapping_window_addresses_compare_by_page_offset() {
+    use super::trace::host_window_text_for_tests as norm;
+    let a = norm("COPY src=0xe0000 dst=0xfffff1137010 size=300000", 2);
+    let b = norm("COPY src=0xe0000 dst=0xfffff1119010 size=300000", 2);
+    assert_eq!(a, b);
+    assert_eq!(a, "COPY src=0xe0000 dst=host-map+0x10 size=300000");
+    // The KMD's rings below the window and user VAs are kept.
+    assert_eq!(
+        norm("FENCE va=0xfffff0005000", 2),
+        "FENCE va=0xfffff0005000"
+    );
+}

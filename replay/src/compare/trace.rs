@@ -337,6 +337,9 @@ impl Builder {
         let (text, key, cmd, target) = match decoded {
             Ok(c) => {
                 let (t, k) = command_texts(&c, &|id| self.slot_text(id));
+                // A host mapping's VA (an unmap's TLB_INVALIDATE) is where
+                // that run's window had room: compared by page offset.
+                let k = host_window_text(&k, self.run.generation);
                 (t, k, Some(c), command_target(&c))
             }
             Err(err) => {
@@ -514,7 +517,15 @@ impl Builder {
         }
         .to_string();
         let engine = u32::from(e.engine);
-        let key = format!("depth {depth} va {va:#x} {text} {words:x?}");
+        // An operand in the KMD's window of host mappings (a process's own
+        // memory, mapped where that run's earlier mappings left room) is
+        // compared by its offset in the page, not its VA.
+        let norm = host_window_text(&text, self.run.generation);
+        let key = if norm == text {
+            format!("depth {depth} va {va:#x} {text} {words:x?}")
+        } else {
+            format!("depth {depth} va {va:#x} {norm}")
+        };
         let lane = Lane::Packets(self.slot(ctx), engine);
         self.run.engine_items += 1;
         self.push(
@@ -534,7 +545,9 @@ impl Builder {
         let (ctx, level, va, table) = (le32(p, 0), le32(p, 4), le64(p, 8), le64(p, 16));
         let (index, bits) = (le32(p, 24), le64(p, 32));
         self.run.engine_items += 1;
-        if level >= LEVELS {
+        if level >= LEVELS || in_host_window(va, self.run.generation) {
+            // The host-mapping window's pages are wherever that run's
+            // earlier host mappings left room: not comparable by VA.
             return;
         }
         self.tables.insert(table);
@@ -596,4 +609,49 @@ impl Builder {
         }
         self.run
     }
+}
+
+/// Where the KMD's window of host mappings starts below the top of the VA
+/// space (guest-kmd: the top 256 MiB are the KMD's, the window begins
+/// 16 MiB into them).
+const HOST_WINDOW_FROM_TOP: u64 = (256 - 16) << 20;
+
+/// [`host_window_text`], for the tests.
+#[cfg(test)]
+pub fn host_window_text_for_tests(text: &str, generation: u32) -> String {
+    host_window_text(text, generation)
+}
+
+/// Whether `va` lies in the KMD's window of host mappings.
+fn in_host_window(va: u64, generation: u32) -> bool {
+    1u64.checked_shl(vgpu_hwif::mmu::va_bits(generation))
+        .is_some_and(|top| va >= top.saturating_sub(HOST_WINDOW_FROM_TOP) && va < top)
+}
+
+/// `text` with every hexadecimal number that lies in the host-mapping
+/// window of a generation-`generation` VA space written as
+/// `host-map+OFFSET` (its offset in the page).
+fn host_window_text(text: &str, generation: u32) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("0x") {
+        out.push_str(&rest[..i]);
+        let digits: String = rest[i + 2..]
+            .chars()
+            .take_while(char::is_ascii_hexdigit)
+            .collect();
+        let n = u64::from_str_radix(&digits, 16).ok();
+        match n {
+            Some(v) if in_host_window(v, generation) => {
+                out.push_str(&format!("host-map+{:#x}", v & 0xfff))
+            }
+            _ => {
+                out.push_str("0x");
+                out.push_str(&digits);
+            }
+        }
+        rest = &rest[i + 2 + digits.len()..];
+    }
+    out.push_str(rest);
+    out
 }

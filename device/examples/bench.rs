@@ -21,6 +21,7 @@ use vgpu_hwif::event::Event;
 use vgpu_hwif::mmu::{Access, PTE_EXEC, PTE_READ, PTE_WRITE};
 use vgpu_hwif::packet::Packet;
 use vgpu_hwif::proto::engine;
+use vgpu_hwif::rng::Rng;
 use vm_memory::{Bytes, GuestAddress};
 
 const MIB: u64 = 1 << 20;
@@ -38,25 +39,6 @@ const RING_PA: u64 = 16 * MIB;
 const RING_SIZE: u32 = 1 << 20;
 const STATUS_VA: u64 = 0x2000_0000;
 const STATUS_PA: u64 = 30 * MIB;
-
-/// xorshift64*: deterministic shuffles.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = (self.next() % (i as u64 + 1)) as usize;
-            v.swap(i, j);
-        }
-    }
-}
 
 fn best<F: FnMut() -> Duration>(mut f: F) -> Duration {
     (0..RUNS).map(|_| f()).min().unwrap_or_default()
@@ -94,7 +76,7 @@ fn setup(layout: Layout) -> Setup {
     pt.map_4k(&mem, STATUS_VA, STATUS_PA, RW).unwrap();
     let pages = SIZE / 4096;
     let mut order: Vec<u64> = (0..pages).collect();
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::from_state(0x9e37_79b9_7f4a_7c15);
     for (va, pa) in [(SRC_VA, SRC_PA), (DST_VA, DST_PA)] {
         match layout {
             Layout::Huge => {
@@ -195,7 +177,7 @@ fn bench_copy() {
     // Page-by-page memcpy in the scattered order, the best a scattered
     // layout allows.
     let mut order: Vec<usize> = (0..(SIZE / 4096) as usize).collect();
-    Rng(7).shuffle(&mut order);
+    Rng::from_state(7).shuffle(&mut order);
     let scattered_memcpy = best(|| {
         let t = Instant::now();
         for (i, &p) in order.iter().enumerate() {
@@ -284,7 +266,7 @@ fn bench_mmu() {
     // Misses: every page of 64 MiB in a shuffled order, TLB flushed, so
     // every translation is a four-level walk (and an insertion).
     let mut cold: Vec<u64> = (0..SIZE / 4096).map(|i| SRC_VA + 4096 * i).collect();
-    Rng(3).shuffle(&mut cold);
+    Rng::from_state(3).shuffle(&mut cold);
     let miss = best(|| {
         mmu.tlb.flush();
         let t = Instant::now();

@@ -90,15 +90,12 @@ fn to_f32s(b: &[u8]) -> Vec<f32> {
     bytes_to_u32s(b).into_iter().map(f32::from_bits).collect()
 }
 
-/// Deterministic pseudo-random numbers.
+/// Deterministic pseudo-random numbers (the project's xorshift64).
 struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u32 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 16) as u32
+        (vgpu_hwif::rng::xorshift64(&mut self.0) >> 16) as u32
     }
     fn f32s(&mut self, n: usize) -> Vec<f32> {
         (0..n)

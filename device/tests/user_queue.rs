@@ -364,9 +364,7 @@ fn no_doorbell_is_lost_around_the_poll_window() {
     let mut rng = 0x2545_f491_4f6c_dd1du64;
     let mut kicks = 0;
     for seqno in 1..=150u64 {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
+        vgpu_hwif::rng::xorshift64(&mut rng);
         // 0 to 1.5 poll windows, in 0.5 ms steps.
         let gap = Duration::from_micros(500 * (rng % 61));
         std::thread::sleep(gap);

@@ -14,6 +14,7 @@
 //!
 //! | block | may use |
 //! |---|---|
+//! | `rng` | - |
 //! | `pod` | - |
 //! | `limits` | - |
 //! | `mmu` | - |
@@ -61,4 +62,5 @@ pub mod packet;
 pub mod pod;
 pub mod proto;
 pub mod reply;
+pub mod rng;
 pub mod sanitize;

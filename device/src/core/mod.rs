@@ -427,24 +427,7 @@ mod tests {
     use vgpu_hwif::proto::{
         CommandHeader, Opcode, PingReply, ReplyHeader, Status, MAX_COMMAND_SIZE,
     };
-
-    /// xorshift64*: a small deterministic generator.
-    struct XorShift(u64);
-
-    impl XorShift {
-        fn next(&mut self) -> u64 {
-            let mut x = self.0;
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            self.0 = x;
-            x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    use vgpu_hwif::rng::Rng;
 
     /// The status a well-behaved device must give `bytes`, computed
     /// independently of `Command::decode`.
@@ -479,7 +462,7 @@ mod tests {
             DeviceConfig::new(Generation::Gen2, 4).unwrap(),
             Box::new(clock.clone()),
         );
-        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng::from_state(0x9e37_79b9_7f4a_7c15);
         let mut oks = 0u64;
         let mut pings = 0u64;
         const N: usize = 5000;
@@ -491,7 +474,7 @@ mod tests {
                 3 => MAX_COMMAND_SIZE + rng.below(2) as usize,
                 _ => rng.below(64) as usize,
             };
-            let mut bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let mut bytes: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
             // Bias half of the inputs towards valid opcodes and zero flags
             // so that the success paths are exercised too.
             if len >= 16 && rng.below(2) == 0 {

@@ -11,6 +11,7 @@ use vgpu_hwif::proto::{
     ctx_state, engine, ring_state, stats_kind, Command, EngineResetReply, Status, CTX_NONE,
     FAULT_RESUME_ABORT, MAX_CONTEXTS, PRIORITY_REALTIME,
 };
+use vgpu_hwif::rng::Rng;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use crate::config::{DeviceConfig, Generation};
@@ -610,22 +611,6 @@ fn trace_records_packets_and_is_written_as_json() {
     assert!(String::from_utf8(out).unwrap().contains("\"records\":0"));
 }
 
-/// xorshift64*: a small deterministic generator.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 #[test]
 fn random_rings_tables_and_commands_never_hurt_the_device() {
     use vgpu_hwif::mmu::{PTE_EXEC, PTE_HUGE};
@@ -633,7 +618,7 @@ fn random_rings_tables_and_commands_never_hurt_the_device() {
     for generation in [Generation::Gen1, Generation::Gen2] {
         let mut d = driver(generation);
         let gen_no = generation.number();
-        let mut rng = Rng(0x0123_4567_89ab_cdef ^ u64::from(gen_no));
+        let mut rng = Rng::from_state(0x0123_4567_89ab_cdef ^ u64::from(gen_no));
         let mut ctxs = Vec::new();
         for id in 0..4 {
             let flags = if id % 2 == 0 {
@@ -705,7 +690,7 @@ fn random_rings_tables_and_commands_never_hurt_the_device() {
                             3..=5 => Packet::Fill {
                                 dst: va,
                                 size,
-                                pattern: rng.next() as u32,
+                                pattern: rng.next_u64() as u32,
                             },
                             6 => Packet::Copy2d(Copy2dPacket {
                                 src: va,
@@ -717,7 +702,7 @@ fn random_rings_tables_and_commands_never_hurt_the_device() {
                             }),
                             7..=11 => Packet::Fence {
                                 va,
-                                seqno: rng.next(),
+                                seqno: rng.next_u64(),
                                 flags: op(&mut rng, 1),
                             },
                             12 | 13 => Packet::SemWait {
@@ -740,7 +725,7 @@ fn random_rings_tables_and_commands_never_hurt_the_device() {
                             },
                             _ => {
                                 let w = [
-                                    rng.next() as u32,
+                                    rng.next_u64() as u32,
                                     encode_header(gen_no, OP_DISPATCH, 3),
                                     encode_header(3 - gen_no, 2, 6),
                                 ];
@@ -763,7 +748,7 @@ fn random_rings_tables_and_commands_never_hurt_the_device() {
                                 &d.mem,
                                 &Packet::Fence {
                                     va: DATA,
-                                    seqno: rng.next(),
+                                    seqno: rng.next_u64(),
                                     flags: 0,
                                 },
                             )
@@ -773,13 +758,13 @@ fn random_rings_tables_and_commands_never_hurt_the_device() {
                     if rng.below(4) == 0 {
                         let pa = ctxs[ci].pt.translate(&d.mem, 0x40_0000).unwrap_or(0);
                         for k in 0..16 {
-                            let _ = crate::testkit::write_u64(&d.mem, pa + 8 * k, rng.next());
+                            let _ = crate::testkit::write_u64(&d.mem, pa + 8 * k, rng.next_u64());
                         }
                     }
                     let ring = ctxs[ci].ring(e).unwrap();
                     let mut wptr = ring.writer.wptr();
                     if rng.below(8) == 0 {
-                        wptr = rng.next() as u32;
+                        wptr = rng.next_u64() as u32;
                     }
                     d.doorbell(id, e, wptr).unwrap();
                 }
@@ -789,10 +774,10 @@ fn random_rings_tables_and_commands_never_hurt_the_device() {
                     let va = pick(&mut rng) & ((1 << 47) - 1);
                     let level = rng.below(4) as u32;
                     let junk = match rng.below(4) {
-                        0 => rng.next(),
-                        1 => rng.next() & !0xfff | 1,
+                        0 => rng.next_u64(),
+                        1 => rng.next_u64() & !0xfff | 1,
                         2 => ctxs[ci].pt.root() | 1,
-                        _ => (rng.next() & 0xffff_f000) | 1 | PTE_HUGE,
+                        _ => (rng.next_u64() & 0xffff_f000) | 1 | PTE_HUGE,
                     };
                     if let Some(slot) = ctxs[ci].pt.entry_addr(va, level) {
                         corrupted.push((id, slot, read_u64(&d.mem, slot).unwrap()));

@@ -3,6 +3,8 @@
 
 use std::mem::size_of;
 
+use vgpu_hwif::rng::Rng;
+
 use virtio_bindings::bindings::virtio_ring::{
     VRING_DESC_F_INDIRECT, VRING_DESC_F_NEXT, VRING_DESC_F_WRITE,
 };
@@ -848,30 +850,12 @@ fn event_queue_asks_for_a_kick_while_events_wait() {
     assert_eq!(dev.pending_events(), 1);
 }
 
-/// xorshift64*: a small deterministic generator.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 #[test]
 fn random_chains_never_panic_and_are_always_completed() {
     let mem = memory();
     let mut rig = Rig::new(&mem);
     let (mut dev, _) = device();
-    let mut rng = XorShift(0x0123_4567_89ab_cdef);
+    let mut rng = Rng::from_state(0x0123_4567_89ab_cdef);
     let valid = [
         cmd_bytes(Command::Identify, 1),
         cmd_bytes(Command::Ping { cookie: 2 }, 2),
@@ -884,7 +868,7 @@ fn random_chains_never_panic_and_are_always_completed() {
             0 => rig.put_cmd(&valid[0]),
             1 => rig.put_cmd(&valid[1]),
             _ => {
-                let junk: Vec<u8> = (0..32).map(|_| rng.next() as u8).collect();
+                let junk: Vec<u8> = (0..32).map(|_| rng.next_u64() as u8).collect();
                 rig.put_cmd(&junk);
             }
         }

@@ -315,9 +315,7 @@ fn run(r: &RunArgs) -> Result<bool, String> {
                             "zero" => 0.0,
                             "iota" => i as f64,
                             "rand" => {
-                                seed ^= seed << 13;
-                                seed ^= seed >> 7;
-                                seed ^= seed << 17;
+                                vgpu_hwif::rng::xorshift64(&mut seed);
                                 if ty != "f32" {
                                     // Integers: the top 32 bits, the whole range.
                                     return (seed >> 32) as u32;

@@ -5,18 +5,14 @@
 use vgpu_isa::{assemble, Launch, Module, SparseMemory};
 
 /// SplitMix64: small, seeded, deterministic.
-pub struct Rng(u64);
+pub struct Rng(vgpu_hwif::rng::SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(vgpu_hwif::rng::SplitMix64::new(seed))
     }
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     pub fn next_u32(&mut self) -> u32 {
         (self.next_u64() >> 32) as u32

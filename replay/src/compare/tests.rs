@@ -111,9 +111,7 @@ fn truncated_and_garbage_records_never_panic() {
     for round in 0..2000 {
         let mut g = f.clone();
         for _ in 0..1 + round % 8 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
+            vgpu_hwif::rng::xorshift64(&mut seed);
             let at = 16 + (seed as usize) % (g.len() - 16);
             g[at] = (seed >> 32) as u8;
         }

@@ -119,7 +119,10 @@ impl Injector {
             if class == Class::StaleTlb {
                 // Armed per engine: the next invalidation is skipped.
                 if g.opportunity(i, now_ns) {
-                    let (id, pick) = g.armed.get_mut(i).map_or((0, 0), |a| (a.id, a.rng.next()));
+                    let (id, pick) = g
+                        .armed
+                        .get_mut(i)
+                        .map_or((0, 0), |a| (a.id, a.rng.next_u64()));
                     if let Some(h) = g.engines.get_mut(e) {
                         h.stale_tlb = Some((id, pick));
                     }
@@ -184,7 +187,7 @@ impl Injector {
                 }
                 Class::MmuFault => {
                     let va = spec.va.unwrap_or_else(|| {
-                        let r = g.armed.get_mut(i).map_or(0, |a| a.rng.next());
+                        let r = g.armed.get_mut(i).map_or(0, |a| a.rng.next_u64());
                         // A page-aligned VA in the low 4 GiB above 64 KiB.
                         (0x1_0000 + (r % 0xffff_0000)) & !0xfff
                     });
@@ -270,7 +273,7 @@ impl Injector {
                     let (dst, size) = copy_destination(&c);
                     let mut flips = Vec::new();
                     for _ in 0..spec.bits {
-                        let r = g.armed.get_mut(i).map_or(0, |a| a.rng.next());
+                        let r = g.armed.get_mut(i).map_or(0, |a| a.rng.next_u64());
                         let off = if size == 0 { 0 } else { (r >> 8) % size };
                         let bit = r & 7;
                         let va = dst.wrapping_add(off);

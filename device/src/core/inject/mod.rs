@@ -38,34 +38,10 @@ mod hooks;
 mod spec;
 
 pub use hooks::{Site, StepVerdict, CRASH_EXIT_STATUS};
+
 pub use spec::{parse_num, Class, InjectError, Spec, Trigger};
-
-/// xorshift64*: the injector's deterministic generator.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        // splitmix64 of the seed, never 0.
-        let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        Rng((z ^ (z >> 31)) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
+/// The injector's seeded generator (its sequence is what a seed replays).
+use vgpu_hwif::rng::Rng;
 
 /// One armed fault.
 #[derive(Debug, Clone)]

@@ -136,7 +136,7 @@ fn reseeding_replays_the_draws_of_a_fresh_injector() {
         inj.arm(Spec::parse("throttle:p=0.5,count=0").unwrap(), 0);
         let mut g = inj.lock();
         let a = g.armed.last_mut().unwrap();
-        (0..16).map(|_| a.rng.next()).collect::<Vec<_>>()
+        (0..16).map(|_| a.rng.next_u64()).collect::<Vec<_>>()
     };
     let fresh = Injector::new();
     fresh.set_seed(9);

@@ -2,26 +2,25 @@
 //! same sequence of choices (what the kernel answers can still steer a run
 //! differently: a call that fails leaves no object to use later).
 
-/// A seeded generator.
+use vgpu_hwif::rng::SplitMix64;
+
+/// A seeded generator: the project's SplitMix64 (`vgpu_hwif::rng`) with
+/// the fuzzer's choices on top.
 #[derive(Clone, Debug)]
-pub struct Rng(u64);
+pub struct Rng(SplitMix64);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(SplitMix64::new(seed))
     }
 
     /// A generator for a thread or a child process, derived from this one.
     pub fn fork(&mut self, salt: u64) -> Rng {
-        Rng(self.next() ^ salt.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        Rng(self.0.fork(salt))
     }
 
     pub fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     pub fn u32(&mut self) -> u32 {
@@ -31,12 +30,12 @@ impl Rng {
     /// Uniform in `0..n` (`n` > 0).
     pub fn below(&mut self, n: u64) -> u64 {
         debug_assert!(n > 0);
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
+        self.0.below(n)
     }
 
     /// Uniform in `lo..=hi`.
     pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
+        self.0.range(lo, hi)
     }
 
     /// True with probability `num`/`den`.

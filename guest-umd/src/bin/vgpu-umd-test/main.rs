@@ -33,15 +33,8 @@ use stream::{test_batching, test_cmdbuf_cap, test_concurrency, test_events};
 
 /// `n` pseudo-random bytes, the same for the same `seed`.
 pub fn pattern(n: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
+    let mut r = vgpu_hwif::rng::Rng::new(u64::from(seed));
+    (0..n).map(|_| r.next_u64() as u8).collect()
 }
 
 /// The 64-bit word at byte `off` of host-visible buffer `b`, for the CPU's

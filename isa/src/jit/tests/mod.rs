@@ -22,15 +22,14 @@ mod fused;
 mod params;
 mod shaped;
 
-struct Rng(u64);
+struct Rng(vgpu_hwif::rng::SplitMix64);
 
 impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(vgpu_hwif::rng::SplitMix64::new(seed))
+    }
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     fn below(&mut self, n: u32) -> u32 {
         (self.next() % n as u64) as u32
@@ -546,7 +545,7 @@ fn memory(seed: u64) -> SparseMemory {
     m.map(RW, PAGE_SIZE, true);
     m.map(RO, PAGE_SIZE, false);
     m.map(WRAP, 2 * PAGE_SIZE, true);
-    let mut r = Rng(seed);
+    let mut r = Rng::new(seed);
     let words: Vec<u32> = (0..PAGE_SIZE / 4).map(|_| r.next() as u32).collect();
     m.write_u32s(RW, &words).unwrap();
     m.write_u32s(RO, &words).unwrap();
@@ -591,7 +590,7 @@ fn dump(e: &WorkgroupExec<'_>, live: &[u64], entry: u32) -> String {
 }
 
 fn check_case(seed: u64) {
-    let mut r = Rng(seed);
+    let mut r = Rng::new(seed);
     let m = module(&mut r);
     let wg = r.pick(&[
         [32, 1, 1],
@@ -711,7 +710,7 @@ fn check_compiled(
         crate::disassemble(&m)
     );
     for seed in seeds {
-        check_module(m.clone(), [64, 1, 1], &mut Rng(seed), seed);
+        check_module(m.clone(), [64, 1, 1], &mut Rng::new(seed), seed);
     }
 }
 
@@ -746,7 +745,7 @@ fn a_reused_workgroup_state_behaves_like_a_fresh_one() {
     }
     let first = env("VGPU_JIT_DIFF_SEED", 1);
     for seed in first..first + env("VGPU_JIT_DIFF_CASES", 100) {
-        let mut r = Rng(seed ^ 0x5eed);
+        let mut r = Rng::new(seed ^ 0x5eed);
         let m = Arc::new(module(&mut r));
         let jit = JitModule::compile(&m).expect("host supports the JIT");
         let code = Arc::clone(jit.kernel(0).expect("every valid kernel compiles"));
@@ -805,7 +804,7 @@ fn every_random_valid_program_compiles() {
     if super::host_support().is_err() {
         return;
     }
-    let mut r = Rng(77);
+    let mut r = Rng::new(77);
     for _ in 0..200 {
         let m = module(&mut r);
         let j = JitModule::compile(&m).unwrap();
@@ -826,7 +825,7 @@ fn shaped_code_is_freed_with_its_module() {
     if super::host_support().is_err() {
         return;
     }
-    let mut r = Rng(78);
+    let mut r = Rng::new(78);
     let m = module(&mut r);
     let j = JitModule::compile(&m).unwrap();
     let k = Arc::clone(j.kernel(0).unwrap());
@@ -918,6 +917,6 @@ fn nan_results_and_left_out_canonicalisations_match_the_interpreter() {
 .end
 ",
     );
-    let mut r = Rng(5);
+    let mut r = Rng::new(5);
     check_module(m, [64, 1, 1], &mut r, 5);
 }

@@ -357,7 +357,7 @@ pub(super) fn program(r: &mut Rng) -> Vec<Instruction> {
 }
 
 fn check_shaped(seed: u64) {
-    let mut r = Rng(seed ^ 0x5eed_5a9e);
+    let mut r = Rng::new(seed ^ 0x5eed_5a9e);
     let code = program(&mut r);
     let m = module_of(1 + r.below(2), code, 1024);
     let wg = r.pick(&[

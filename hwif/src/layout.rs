@@ -12,11 +12,11 @@ use super::event::EventRecord;
 use super::pod::{Pod, StructLayout};
 use super::proto::{
     CaptureCmd, CaptureReadCmd, CaptureReadReply, CaptureReply, CommandHeader, ContextCreateCmd,
-    ContextDestroyCmd, ContextQueryCmd, ContextQueryReply, DoorbellBlock, DoorbellCmd,
-    DoorbellWatchCmd, EngineResetCmd, EngineResetReply, FaultResumeCmd, IdentifyReply, PingCmd,
-    PingReply, QueryStatsCmd, RasQueryCmd, RasQueryReply, RasRetireCmd, ReplyHeader, RingCreateCmd,
-    RingDestroyCmd, RingStatus, SanMemCmd, SanReportCmd, SanReportReply, StatsReply, TimeReply,
-    TlbInvalidateCmd,
+    ContextDestroyCmd, ContextQueryCmd, ContextQueryReply, DeviceResetReply, DoorbellBlock,
+    DoorbellCmd, DoorbellWatchCmd, EngineResetCmd, EngineResetReply, FaultResumeCmd, IdentifyReply,
+    MemoryLayoutReply, PingCmd, PingReply, QueryStatsCmd, RasQueryCmd, RasQueryReply, RasRetireCmd,
+    ReplyHeader, RingCreateCmd, RingDestroyCmd, RingStatus, SanMemCmd, SanReportCmd,
+    SanReportReply, StatsReply, TimeReply, TlbInvalidateCmd,
 };
 use super::sanitize::{SanRange, SanReport};
 
@@ -57,6 +57,8 @@ pub const TABLE: &[StructLayout] = &[
     CaptureReadCmd::LAYOUT,
     CaptureReadReply::LAYOUT,
     TimeReply::LAYOUT,
+    MemoryLayoutReply::LAYOUT,
+    DeviceResetReply::LAYOUT,
 ];
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;

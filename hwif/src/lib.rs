@@ -18,11 +18,12 @@
 //! | `pod` | - |
 //! | `limits` | - |
 //! | `mmu` | - |
+//! | `vram` | `mmu` |
 //! | `packet` | - |
 //! | `describe` | `mmu`, `packet` |
 //! | `event` | `pod` |
 //! | `sanitize` | `pod` |
-//! | `reply` | `pod`, `limits`, `sanitize` |
+//! | `reply` | `pod`, `limits`, `sanitize`, `vram` |
 //! | `proto` | `pod`, `limits`, `reply`, `sanitize` |
 //! | `layout` | `pod`, `event`, `proto`, `sanitize` |
 //! | `capture` | `pod`, `mmu` |
@@ -41,6 +42,8 @@
 //!   blocks the device keeps in guest memory.
 //! * [`event`]: event records posted on the event queue.
 //! * [`mmu`]: the GPU page-table format, access types, fault reasons.
+//! * [`vram`]: device memory: its layout, the CPU-visible aperture, what a
+//!   device reset does to it.
 //! * [`packet`]: ring and command-buffer packets, per generation.
 //! * [`sanitize`]: the driver sanitizer's checks, reports and commands.
 //! * [`describe`]: packets, engine errors and fault reasons as text, for
@@ -64,3 +67,4 @@ pub mod proto;
 pub mod reply;
 pub mod rng;
 pub mod sanitize;
+pub mod vram;

@@ -68,6 +68,9 @@ pub const FEATURE_SANITIZER: u32 = 1 << 0;
 /// a driver that wants them checked declares the pages it owns with
 /// `SAN_MEM` (its page tables with `SAN_MEM_OWN_TABLES`).
 pub const FEATURE_SAN_DMA: u32 = 1 << 1;
+/// `IDENTIFY.features` bit: the device has VRAM (`vram_size > 0`) and
+/// answers `MEMORY_LAYOUT` ([`super::vram`]).
+pub const FEATURE_VRAM: u32 = 1 << 2;
 
 /// Ranges one `SAN_MEM` command carries.
 pub const SAN_MEM_RANGES: usize = 14;

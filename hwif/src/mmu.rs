@@ -38,7 +38,8 @@
 //! A walk faults with [`FaultReason::Malformed`] on reserved bits, a HUGE bit
 //! outside level 1, a misaligned 2 MiB page, cache policy 3, or a table that
 //! appears twice in one walk (a cycle); with [`FaultReason::BadPhysical`] when
-//! a table or page lies outside guest RAM. The walk reads at most four entries,
+//! a table or page lies outside guest RAM (a system entry) or outside the
+//! usable VRAM ranges (a VRAM entry). The walk reads at most four entries,
 //! whatever the tables contain.
 
 /// Entry is valid.
@@ -51,6 +52,14 @@ pub const PTE_WRITE: u64 = 1 << 2;
 pub const PTE_EXEC: u64 = 1 << 3;
 /// Level-1 entry maps a 2 MiB page.
 pub const PTE_HUGE: u64 = 1 << 4;
+/// Location: the address field is an offset in VRAM (set) or a
+/// guest-physical address in system memory (clear). Table and leaf
+/// entries.
+pub const PTE_VRAM: u64 = 1 << 7;
+/// The device-physical address of VRAM offset 0: just above every address
+/// a page-table entry's address field can hold, so a system address never
+/// names VRAM. `dpa >= VRAM_BASE` is VRAM offset `dpa - VRAM_BASE`.
+pub const VRAM_BASE: u64 = 1 << 52;
 /// The permission bits of a leaf.
 pub const PTE_PERMS_MASK: u64 = PTE_READ | PTE_WRITE | PTE_EXEC;
 /// Cache policy field shift (bits 6..5).
@@ -60,7 +69,7 @@ pub const PTE_CACHE_MASK: u64 = 0x3;
 /// Physical address bits 51..12.
 pub const PTE_ADDR_MASK: u64 = 0x000f_ffff_ffff_f000;
 /// Bits that must be zero in every entry.
-pub const PTE_RESERVED_MASK: u64 = 0xfff0_0000_0000_0f80;
+pub const PTE_RESERVED_MASK: u64 = 0xfff0_0000_0000_0f00;
 /// Bits that must be zero in a table entry besides [`PTE_RESERVED_MASK`].
 pub const PTE_TABLE_MUST_BE_ZERO: u64 =
     PTE_READ | PTE_WRITE | PTE_EXEC | PTE_HUGE | (PTE_CACHE_MASK << PTE_CACHE_SHIFT);
@@ -144,7 +153,7 @@ pub struct Pte(u64);
 /// What a valid, well-formed entry is at its level ([`Pte::decode`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PteKind {
-    /// A table entry: the guest-physical address of the next-level table.
+    /// A table entry: the device-physical address of the next-level table.
     Table(u64),
     /// A leaf entry: a mapped page.
     Leaf(Leaf),
@@ -153,7 +162,7 @@ pub enum PteKind {
 /// A leaf entry, decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Leaf {
-    /// Guest-physical address of the page (aligned to its size).
+    /// Device-physical address of the page (aligned to its size).
     pub page: u64,
     /// log2 of the page size: [`PAGE_SHIFT`] or [`HUGE_PAGE_SHIFT`].
     pub shift: u32,
@@ -177,17 +186,26 @@ impl Pte {
         self.0
     }
 
-    /// A table entry pointing to the table at `table_pa` (4 KiB aligned;
-    /// lower bits are dropped).
-    pub const fn table(table_pa: u64) -> Pte {
-        Pte((table_pa & PTE_ADDR_MASK) | PTE_VALID)
+    /// The address field and location bit naming device-physical address
+    /// `dpa` (lower 12 bits dropped).
+    const fn locate(dpa: u64) -> u64 {
+        let vram = if dpa >= VRAM_BASE { PTE_VRAM } else { 0 };
+        (dpa & PTE_ADDR_MASK) | vram
     }
 
-    /// A 4 KiB leaf entry mapping the page at `page_pa` with the
+    /// A table entry pointing to the table at device-physical address
+    /// `table_pa` (4 KiB aligned; lower bits are dropped; at or above
+    /// [`VRAM_BASE`]: in VRAM).
+    pub const fn table(table_pa: u64) -> Pte {
+        Pte(Pte::locate(table_pa) | PTE_VALID)
+    }
+
+    /// A 4 KiB leaf entry mapping the page at device-physical address
+    /// `page_pa` (at or above [`VRAM_BASE`]: in VRAM) with the
     /// permission bits of `perms` (`PTE_READ | PTE_WRITE | PTE_EXEC`
     /// subset; other bits are dropped) and `cache`.
     pub const fn leaf(page_pa: u64, perms: u64, cache: CachePolicy) -> Pte {
-        Pte((page_pa & PTE_ADDR_MASK)
+        Pte(Pte::locate(page_pa)
             | PTE_VALID
             | (perms & PTE_PERMS_MASK)
             | ((cache as u64) << PTE_CACHE_SHIFT))
@@ -210,9 +228,24 @@ impl Pte {
     }
 
     /// The physical address field (bits 51..12): the next table or the
-    /// page.
+    /// page, in system memory or VRAM as [`Pte::is_vram`] says.
     pub const fn address(self) -> u64 {
         self.0 & PTE_ADDR_MASK
+    }
+
+    /// The location bit: the address is a VRAM offset.
+    pub const fn is_vram(self) -> bool {
+        self.0 & PTE_VRAM != 0
+    }
+
+    /// The device-physical address the entry points to: the address
+    /// field, plus [`VRAM_BASE`] for a VRAM entry.
+    pub const fn dpa(self) -> u64 {
+        if self.is_vram() {
+            VRAM_BASE | self.address()
+        } else {
+            self.address()
+        }
     }
 
     /// The permission bits (`PTE_READ | PTE_WRITE | PTE_EXEC` subset).
@@ -246,8 +279,8 @@ impl Pte {
     /// [`FaultReason::Malformed`] for reserved bits, HUGE outside level 1,
     /// a table entry with leaf bits (R, W, X, cache), a leaf with cache
     /// policy 3, or a 2 MiB page that is not 2 MiB aligned. A level above
-    /// 3 is malformed too. Whether the address lies in guest RAM is the
-    /// walker's check.
+    /// 3 is malformed too. Whether the address lies in guest RAM (or in
+    /// usable VRAM) is the walker's check.
     ///
     /// # Errors
     ///
@@ -267,13 +300,13 @@ impl Pte {
             if self.0 & PTE_TABLE_MUST_BE_ZERO != 0 {
                 return Err(FaultReason::Malformed);
             }
-            return Ok(PteKind::Table(self.address()));
+            return Ok(PteKind::Table(self.dpa()));
         }
         let Some(cache) = self.cache_policy() else {
             return Err(FaultReason::Malformed);
         };
         let shift = if huge { HUGE_PAGE_SHIFT } else { PAGE_SHIFT };
-        let page = self.address();
+        let page = self.dpa();
         if page & ((1u64 << shift) - 1) != 0 {
             return Err(FaultReason::Malformed);
         }
@@ -347,7 +380,8 @@ pub enum FaultReason {
     Malformed = 3,
     /// The virtual address has bits set above the generation's VA width.
     OutOfRange = 4,
-    /// A table or page lies outside guest RAM.
+    /// A table or page lies outside guest RAM, or (a VRAM entry) outside
+    /// the usable VRAM ranges.
     BadPhysical = 5,
 }
 

@@ -336,6 +336,11 @@ control_commands! {
         cookie: u64,
     } -> PingReply;
 
+    /// Return the layout of device memory (VRAM): its ranges, the
+    /// CPU-visible part and the reset policy ([`super::vram`]). A device
+    /// without VRAM answers with no ranges.
+    MemoryLayout = 0x0003, "MEMORY_LAYOUT" -> MemoryLayoutReply;
+
     /// Create a context.
     ContextCreate = 0x0101, "CONTEXT_CREATE", ContextCreateCmd {
         /// Context id chosen by the driver, `0..MAX_CONTEXTS`.
@@ -346,7 +351,9 @@ control_commands! {
         flags: u32 where flags & !CTX_FLAG_REPLAYABLE_FAULTS == 0,
         /// Zero.
         reserved: u32 = 0,
-        /// Guest-physical address of the level-3 page table (4 KiB aligned).
+        /// Device-physical address of the level-3 page table (4 KiB
+        /// aligned): guest-physical in system memory, or
+        /// [`super::mmu::VRAM_BASE`]` + offset` in VRAM.
         pt_root: u64,
     };
 
@@ -461,8 +468,9 @@ control_commands! {
         hung_ctx: u32,
     } -> EngineResetReply;
 
-    /// Return the whole device to its power-on state.
-    DeviceReset = 0x0402, "DEVICE_RESET";
+    /// Return the whole device to its power-on state. VRAM may be lost
+    /// ([`super::vram`]): the reply says what happened to it.
+    DeviceReset = 0x0402, "DEVICE_RESET" -> DeviceResetReply;
 
     /// Read counters of an engine, a context or the device.
     QueryStats = 0x0403, "QUERY_STATS", QueryStatsCmd {

@@ -7,6 +7,7 @@
 
 use super::limits::RAS_QUERY_PAGES;
 use super::pod::pod_struct;
+use super::vram::{MemRange, MEM_LAYOUT_RANGES};
 
 /// Status codes of a reply.
 #[repr(u32)]
@@ -160,7 +161,46 @@ pod_struct! {
         /// `FEATURE_*` bits.
         pub features: u32,
         /// Zero.
-        pub reserved: [u32; 3],
+        pub reserved: u32,
+        /// Bytes of device memory (VRAM); 0: none ([`super::vram`]).
+        pub vram_size: u64,
+        /// Bytes of VRAM the CPU reaches through the aperture, from
+        /// offset 0.
+        pub visible_vram_size: u64,
+    }
+
+    /// Reply to `MEMORY_LAYOUT`: the ranges of VRAM, lowest first
+    /// ([`super::vram::Layout`]); entry `i < count` of each array is
+    /// range `i`.
+    pub struct MemoryLayoutReply {
+        /// Header.
+        pub hdr: ReplyHeader,
+        /// Valid ranges.
+        pub count: u32,
+        /// What a device reset does to VRAM ([`super::vram::state`]).
+        pub reset_policy: u32,
+        /// Bytes of VRAM.
+        pub vram_size: u64,
+        /// Bytes CPU-visible from offset 0.
+        pub visible_vram_size: u64,
+        /// First offset of each range.
+        pub base: [u64; MEM_LAYOUT_RANGES],
+        /// Bytes of each range.
+        pub size: [u64; MEM_LAYOUT_RANGES],
+        /// [`super::vram::kind`] of each range.
+        pub kind: [u32; MEM_LAYOUT_RANGES],
+        /// [`super::vram::flags`] of each range.
+        pub flags: [u32; MEM_LAYOUT_RANGES],
+    }
+
+    /// Reply to `DEVICE_RESET`.
+    pub struct DeviceResetReply {
+        /// Header.
+        pub hdr: ReplyHeader,
+        /// What the reset did to VRAM ([`super::vram::state`]).
+        pub vram: u32,
+        /// Zero.
+        pub reserved: u32,
     }
 
     /// Reply to `CONTEXT_QUERY`.
@@ -340,5 +380,20 @@ pod_struct! {
         pub reserved0: u32,
         /// Zero.
         pub reserved: [u64; 6],
+    }
+}
+
+impl MemoryLayoutReply {
+    /// Range `i`, if `i < count`.
+    pub fn range(&self, i: usize) -> Option<MemRange> {
+        if i >= self.count as usize {
+            return None;
+        }
+        Some(MemRange {
+            base: *self.base.get(i)?,
+            size: *self.size.get(i)?,
+            kind: *self.kind.get(i)?,
+            flags: *self.flags.get(i)?,
+        })
     }
 }

@@ -13,6 +13,112 @@ pub enum ConfigError {
     /// The compute unit count is outside [`COMPUTE_UNITS_RANGE`].
     #[error("compute units {0} out of range {min}..={max}", min = COMPUTE_UNITS_RANGE.start(), max = COMPUTE_UNITS_RANGE.end())]
     ComputeUnits(u32),
+    /// VRAM or aperture sizes the device refuses.
+    #[error("VRAM of {size} bytes with {visible} visible: {why} (VRAM is 0 or at least 4 MiB, both sizes multiples of 2 MiB, the visible part at most VRAM less the firmware's 2 MiB)")]
+    Vram {
+        /// `--vram`.
+        size: u64,
+        /// `--visible-vram`.
+        visible: u64,
+        /// Which rule.
+        why: &'static str,
+    },
+    /// An unknown `--vram-on-reset` policy.
+    #[error("unknown VRAM reset policy {0:?} (keep, zero, garbage)")]
+    VramPolicy(String),
+}
+
+/// What a device reset does to VRAM (`--vram-on-reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VramOnReset {
+    /// Contents kept.
+    Keep,
+    /// Contents lost; VRAM reads as zero.
+    Zero,
+    /// Contents lost; pages the GPU had touched hold garbage (the default:
+    /// what a deep reset of a discrete GPU leaves).
+    Garbage,
+}
+
+impl VramOnReset {
+    /// The policy named `s` (`keep`, `zero`, `garbage`).
+    pub fn parse(s: &str) -> Result<VramOnReset, ConfigError> {
+        match s {
+            "keep" => Ok(VramOnReset::Keep),
+            "zero" => Ok(VramOnReset::Zero),
+            "garbage" => Ok(VramOnReset::Garbage),
+            other => Err(ConfigError::VramPolicy(other.to_owned())),
+        }
+    }
+
+    /// The policy's name on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            VramOnReset::Keep => "keep",
+            VramOnReset::Zero => "zero",
+            VramOnReset::Garbage => "garbage",
+        }
+    }
+
+    /// The [`vgpu_hwif::vram::state`] value a reset with this policy
+    /// reports.
+    pub const fn state(self) -> u32 {
+        match self {
+            VramOnReset::Keep => vgpu_hwif::vram::state::KEPT,
+            VramOnReset::Zero => vgpu_hwif::vram::state::ZEROED,
+            VramOnReset::Garbage => vgpu_hwif::vram::state::GARBAGE,
+        }
+    }
+}
+
+/// The device's memory: VRAM size, its CPU-visible part, and what a device
+/// reset does to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VramConfig {
+    /// The layout (sizes checked).
+    pub layout: vgpu_hwif::vram::Layout,
+    /// Device reset policy.
+    pub on_reset: VramOnReset,
+}
+
+impl VramConfig {
+    /// A checked configuration: `size` bytes of VRAM (0: none), `visible`
+    /// of them CPU-visible.
+    pub fn new(size: u64, visible: u64, on_reset: VramOnReset) -> Result<VramConfig, ConfigError> {
+        use vgpu_hwif::vram::{Layout, LayoutError};
+        let layout = Layout::new(size, visible).map_err(|e| ConfigError::Vram {
+            size,
+            visible,
+            why: match e {
+                LayoutError::TooSmall => "too small",
+                LayoutError::Unaligned => "not a multiple of 2 MiB",
+                LayoutError::VisibleTooLarge => "visible part larger than usable VRAM",
+            },
+        })?;
+        Ok(VramConfig { layout, on_reset })
+    }
+
+    /// No VRAM: an integrated GPU.
+    pub fn none() -> VramConfig {
+        VramConfig::new(0, 0, VramOnReset::Keep).unwrap_or(VramConfig {
+            layout: vgpu_hwif::vram::Layout {
+                size: 0,
+                visible: 0,
+                ranges: [vgpu_hwif::vram::MemRange::default(); vgpu_hwif::vram::MEM_LAYOUT_RANGES],
+                count: 0,
+            },
+            on_reset: VramOnReset::Keep,
+        })
+    }
+}
+
+impl Default for VramConfig {
+    /// 512 MiB, 128 MiB visible, garbage after a device reset.
+    fn default() -> Self {
+        use vgpu_hwif::vram::{DEFAULT_VISIBLE, DEFAULT_VRAM};
+        VramConfig::new(DEFAULT_VRAM, DEFAULT_VISIBLE, VramOnReset::Garbage)
+            .unwrap_or_else(|_| VramConfig::none())
+    }
 }
 
 /// Compute unit counts the device can be configured with.
@@ -88,6 +194,8 @@ pub struct DeviceConfig {
     /// How long the doorbell watcher polls watched doorbell blocks after
     /// the last activity before it sleeps (`--doorbell-poll-us`).
     pub doorbell_poll: std::time::Duration,
+    /// Device memory (`--vram`, `--visible-vram`, `--vram-on-reset`).
+    pub vram: VramConfig,
 }
 
 impl DeviceConfig {
@@ -102,7 +210,13 @@ impl DeviceConfig {
             trace: false,
             jit: JitMode::Auto,
             doorbell_poll: DEFAULT_DOORBELL_POLL,
+            vram: VramConfig::default(),
         })
+    }
+
+    /// The same configuration with device memory `vram`.
+    pub fn with_vram(self, vram: VramConfig) -> DeviceConfig {
+        DeviceConfig { vram, ..self }
     }
 
     /// The same configuration, recording a packet trace if `on`.
@@ -133,6 +247,7 @@ impl Default for DeviceConfig {
             trace: false,
             jit: JitMode::Auto,
             doorbell_poll: DEFAULT_DOORBELL_POLL,
+            vram: VramConfig::default(),
         }
     }
 }
@@ -155,6 +270,18 @@ mod tests {
             Generation::Gen2.firmware_version()
         );
         assert_eq!(Generation::Gen1.firmware_version(), 0x01_03_00);
+    }
+
+    #[test]
+    fn vram_sizes_and_policies_are_checked() {
+        let v = VramConfig::default();
+        assert_eq!((v.layout.size, v.layout.visible), (512 << 20, 128 << 20));
+        assert_eq!(v.on_reset, VramOnReset::Garbage);
+        assert!(VramConfig::new(3 << 20, 0, VramOnReset::Keep).is_err());
+        assert!(VramConfig::new(64 << 20, 64 << 20, VramOnReset::Keep).is_err());
+        assert_eq!(VramConfig::none().layout.size, 0);
+        assert_eq!(VramOnReset::parse("zero"), Ok(VramOnReset::Zero));
+        assert!(VramOnReset::parse("lost").is_err());
     }
 
     #[test]

@@ -8,7 +8,8 @@ use clap::Parser;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use vgpu_device::config::{
-    DeviceConfig, Generation, JitMode, COMPUTE_UNITS_RANGE, DEFAULT_COMPUTE_UNITS,
+    DeviceConfig, Generation, JitMode, VramConfig, VramOnReset, COMPUTE_UNITS_RANGE,
+    DEFAULT_COMPUTE_UNITS,
 };
 use vgpu_device::core::inject::Spec;
 use vgpu_device::daemon::{Daemon, SignalSource};
@@ -23,6 +24,14 @@ Examples:
       -object memory-backend-memfd,id=mem,size=1G,share=on \\
       -chardev socket,id=vgpu,path=/tmp/vgpu.sock \\
       -device vhost-user-gpu-pci,chardev=vgpu,edid=off ...
+
+  # A discrete GPU with 1 GiB of VRAM, 256 MiB of it CPU-visible through the
+  # aperture QEMU maps from /tmp/vgpu.vram (docs/hardware.md, Device memory):
+  vgpu-device --socket /tmp/vgpu.sock --vram 1G --visible-vram 256M \
+      --vram-link /tmp/vgpu.vram
+  qemu-system-x86_64 ... -device vhost-user-gpu-pci,chardev=vgpu,addr=4.0,multifunction=on \
+      -object memory-backend-file,id=vram,mem-path=/tmp/vgpu.vram,share=on,size=256M \
+      -device ivshmem-plain,memdev=vram,addr=4.1
 
   # Kernels on the interpreter only (the default, auto, compiles them to
   # native code where the host allows):
@@ -80,6 +89,31 @@ struct Cli {
     #[arg(long, value_name = "US", default_value_t = 2000,
           value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     doorbell_poll_us: u64,
+
+    /// Device memory (VRAM): SIZE bytes with a K, M or G suffix, a multiple
+    /// of 2 MiB and at least 4 MiB, or 0 for none (an integrated GPU). A
+    /// memfd of this process, never guest RAM; the top 2 MiB are the
+    /// firmware's (docs/hardware.md, "Device memory").
+    #[arg(long, value_name = "SIZE", default_value = "512M", value_parser = parse_size)]
+    vram: u64,
+
+    /// The CPU-visible part of VRAM (the aperture, from offset 0), a
+    /// multiple of 2 MiB.
+    #[arg(long, value_name = "SIZE", default_value = "128M", value_parser = parse_size)]
+    visible_vram: u64,
+
+    /// What DEVICE_RESET does to VRAM: keep, zero, or garbage (the pages
+    /// the GPU touched hold garbage, as after a discrete GPU's deep reset).
+    /// The reset's reply says which.
+    #[arg(long, value_name = "POLICY", default_value = "garbage",
+          value_parser = ["keep", "zero", "garbage"])]
+    vram_on_reset: String,
+
+    /// Make PATH a link to the VRAM memfd, for QEMU's aperture:
+    /// `-object memory-backend-file,id=vram,mem-path=PATH,share=on,size=VISIBLE
+    /// -device ivshmem-plain,memdev=vram,addr=SLOT.1` (scripts/vm does it).
+    #[arg(long, value_name = "PATH")]
+    vram_link: Option<PathBuf>,
 
     /// Record every packet's fetch, execution, fences, faults, errors and
     /// resets, and write them as a Chrome/Perfetto trace (JSON) to FILE
@@ -170,6 +204,19 @@ fn parse_spec(s: &str) -> Result<Spec, String> {
     Spec::parse(s).map_err(|e| e.to_string())
 }
 
+/// A byte count with an optional K, M or G suffix (powers of 1024).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let (num, shift) = match s.as_bytes().last() {
+        Some(b'K' | b'k') => (&s[..s.len() - 1], 10),
+        Some(b'M' | b'm') => (&s[..s.len() - 1], 20),
+        Some(b'G' | b'g') => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("'{s}' is not a size"))?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
 fn parse_generation(s: &str) -> Result<Generation, String> {
     let n: u32 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
     Generation::from_number(n).map_err(|e| e.to_string())
@@ -216,7 +263,11 @@ fn main() -> ExitCode {
         }
     };
 
-    let config = match DeviceConfig::new(cli.generation, cli.compute_units) {
+    let vram = VramOnReset::parse(&cli.vram_on_reset)
+        .and_then(|p| VramConfig::new(cli.vram, cli.visible_vram, p));
+    let config = match vram
+        .and_then(|v| DeviceConfig::new(cli.generation, cli.compute_units).map(|c| c.with_vram(v)))
+    {
         Ok(c) => c
             .with_trace(cli.trace.is_some())
             .with_jit(cli.jit)
@@ -258,6 +309,12 @@ fn main() -> ExitCode {
                 eprintln!("vgpu-device: cannot open {}: {e}", path.display());
                 return ExitCode::FAILURE;
             }
+        }
+    }
+    if let Some(path) = cli.vram_link.as_ref() {
+        if let Err(e) = gpu.vram.publish(path) {
+            eprintln!("vgpu-device: --vram-link: {e}");
+            return ExitCode::FAILURE;
         }
     }
     gpu.sanitizer.configure(&san);

@@ -1201,7 +1201,8 @@ fn orderly_teardown_is_clean() {
 #[test]
 fn off_the_sanitizer_reports_nothing_and_identify_says_so() {
     let mut d = rig_with(SanConfig::default());
-    assert_eq!(d.identity.features, 0);
+    // No sanitizer bit; only the VRAM bit (the default device has VRAM).
+    assert_eq!(d.identity.features, vgpu_hwif::proto::FEATURE_VRAM);
     let mut c = ctx_with(&mut d, 1, &[COPY]);
     d.submit(&mut c, COPY, &[fence(SEM, 5), fence(SEM, 3)])
         .unwrap();
@@ -1210,6 +1211,8 @@ fn off_the_sanitizer_reports_nothing_and_identify_says_so() {
     let d = rig();
     assert_eq!(
         d.identity.features,
-        vgpu_hwif::proto::FEATURE_SANITIZER | vgpu_hwif::proto::FEATURE_SAN_DMA
+        vgpu_hwif::proto::FEATURE_SANITIZER
+            | vgpu_hwif::proto::FEATURE_SAN_DMA
+            | vgpu_hwif::proto::FEATURE_VRAM
     );
 }

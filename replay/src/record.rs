@@ -15,7 +15,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vgpu_device::config::{DeviceConfig, Generation};
+use vgpu_device::config::{DeviceConfig, Generation, VramConfig, VramOnReset};
 use vgpu_device::core::clock::{Clock, ManualClock};
 use vgpu_device::core::doorbell;
 use vgpu_device::core::gpu::{GpuConfig, ENGINES};
@@ -146,26 +146,36 @@ fn config_of(entries: &[Entry]) -> Result<DeviceConfig, RecordReplayError> {
         .ok_or_else(|| RecordReplayError::Config("missing".into()))?;
     let text = String::from_utf8_lossy(&c.payload);
     let (mut generation, mut units, mut jit) = (1u32, 4u32, vgpu_device::config::JitMode::Auto);
+    // Records from before VRAM: none.
+    let (mut vram, mut visible, mut policy) = (0u64, 0u64, "keep".to_owned());
     for line in text.lines() {
         let bad = || RecordReplayError::Config(line.to_owned());
         match line.split_once('=') {
             Some(("generation", v)) => generation = v.parse().map_err(|_| bad())?,
             Some(("compute_units", v)) => units = v.parse().map_err(|_| bad())?,
             Some(("jit", v)) => jit = v.parse().map_err(|_| bad())?,
+            Some(("vram", v)) => vram = v.parse().map_err(|_| bad())?,
+            Some(("visible_vram", v)) => visible = v.parse().map_err(|_| bad())?,
+            Some(("vram_on_reset", v)) => v.clone_into(&mut policy),
             _ => {}
         }
     }
-    let g = Generation::from_number(generation)
-        .map_err(|e| RecordReplayError::Config(e.to_string()))?;
+    let cfg_err = |e: vgpu_device::config::ConfigError| RecordReplayError::Config(e.to_string());
+    let g = Generation::from_number(generation).map_err(cfg_err)?;
+    let on_reset = VramOnReset::parse(&policy).map_err(cfg_err)?;
+    let vram = VramConfig::new(vram, visible, on_reset).map_err(cfg_err)?;
     DeviceConfig::new(g, units)
-        .map(|c| c.with_jit(jit))
-        .map_err(|e| RecordReplayError::Config(e.to_string()))
+        .map(|c| c.with_jit(jit).with_vram(vram))
+        .map_err(cfg_err)
 }
 
+/// Guest RAM as the record's memory map describes it (the VRAM in the
+/// map is the replay device's own, attached by the device).
 fn memory_of(payload: &[u8]) -> Result<Mem, RecordReplayError> {
     let ranges: Vec<(GuestAddress, usize)> = payload
         .chunks_exact(16)
         .map(|r| (GuestAddress(le64(r, 0)), le64(r, 8) as usize))
+        .filter(|(a, _)| a.0 < vgpu_hwif::mmu::VRAM_BASE)
         .collect();
     Mem::from_ranges(&ranges).map_err(|e| RecordReplayError::Memory(e.to_string()))
 }

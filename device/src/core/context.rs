@@ -37,8 +37,8 @@ pub enum ContextError {
     /// The priority is not a `PRIORITY_*`.
     #[error("priority {0} out of range")]
     BadPriority(u32),
-    /// The page-table root is not a 4 KiB aligned 52-bit address.
-    #[error("page-table root {0:#x} is not a 4 KiB aligned guest-physical address")]
+    /// The page-table root is not a 4 KiB aligned device-physical address.
+    #[error("page-table root {0:#x} is not a 4 KiB aligned device-physical address (system memory, or VRAM at VRAM_BASE)")]
     BadRoot(u64),
     /// The id is in use.
     #[error("context {0} already exists")]
@@ -97,7 +97,8 @@ impl Context {
         if priority > PRIORITY_REALTIME {
             return Err(ContextError::BadPriority(priority));
         }
-        if pt_root & !vgpu_hwif::mmu::PTE_ADDR_MASK != 0 {
+        // A device-physical address: system memory, or VRAM at VRAM_BASE.
+        if pt_root & !(vgpu_hwif::mmu::PTE_ADDR_MASK | vgpu_hwif::mmu::VRAM_BASE) != 0 {
             return Err(ContextError::BadRoot(pt_root));
         }
         Ok(Context {
@@ -259,9 +260,11 @@ mod tests {
             Context::new(0, 0, 0, 0x1001).unwrap_err(),
             ContextError::BadRoot(0x1001)
         );
+        // VRAM_BASE (bit 52) names VRAM; bits above it name nothing.
+        assert!(Context::new(0, 0, 0, 1 << 52).is_ok());
         assert_eq!(
-            Context::new(0, 0, 0, 1 << 52).unwrap_err(),
-            ContextError::BadRoot(1 << 52)
+            Context::new(0, 0, 0, 1 << 53).unwrap_err(),
+            ContextError::BadRoot(1 << 53)
         );
         assert!(
             Context::new(0, PRIORITY_LOW, CTX_FLAG_REPLAYABLE_FAULTS, 0)

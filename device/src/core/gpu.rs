@@ -64,6 +64,8 @@ pub struct GpuConfig {
     pub jit: vgpu_isa::jit::JitMode,
     /// How long the doorbell watcher polls after the last activity.
     pub doorbell_poll: Duration,
+    /// Device memory.
+    pub vram: crate::config::VramConfig,
 }
 
 impl GpuConfig {
@@ -80,6 +82,7 @@ impl GpuConfig {
             trace: cfg.trace,
             jit: cfg.jit,
             doorbell_poll: cfg.doorbell_poll,
+            vram: cfg.vram,
         }
     }
 }
@@ -230,6 +233,8 @@ pub struct Gpu {
     pub record: std::sync::OnceLock<Arc<super::record::Recorder>>,
     /// Watched doorbell blocks (user-mode queues).
     pub watch: super::watch::Watcher,
+    /// Device memory (VRAM).
+    pub vram: super::memory::Vram,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -268,6 +273,10 @@ impl Gpu {
             capture: CaptureUnit::new(),
             record: std::sync::OnceLock::new(),
             watch: super::watch::Watcher::new(cfg.doorbell_poll),
+            vram: super::memory::Vram::new(cfg.vram).unwrap_or_else(|e| {
+                log::error!("{e}: the device runs without VRAM");
+                super::memory::Vram::none(cfg.vram)
+            }),
         }
     }
 

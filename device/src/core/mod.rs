@@ -9,7 +9,7 @@
 //! | rings | [`ring`] | idle / ready / running / sem-wait / fault-stalled / stopped |
 //! | doorbells | [`doorbell`], [`watch`] | `DOORBELL` latches a ring's write pointer; the watcher: polling ⇄ sleeping, per watched block translated → read on every pass → fault ends it |
 //! | command processor | [`cp`] | fetch → decode → in flight → complete, per packet |
-//! | physical memory | [`memory`] | what a physical address reaches (guest RAM) |
+//! | physical memory | [`memory`] | what a device-physical address reaches: guest RAM, VRAM at `VRAM_BASE`; VRAM kept / zeroed / scribbled by a device reset |
 //! | MMU and TLBs | [`mmu`], [`dma`] | range check → four-level walk → leaf; per-engine TLB |
 //! | copy engine | [`copy_engine`] | transfer progress, one chunk per step |
 //! | compute engine | [`compute_engine`] | `DISPATCH`: load (module, arguments, the kernel's native code from the engine's JIT cache) → steps on the compute units → done, or a fault, trap or error; the common packets as on the copy engine |
@@ -41,13 +41,13 @@
 //!
 //! | block | may use |
 //! |---|---|
-//! | `control` | `capture`, `capture_ctl`, `context`, `counters`, `doorbell`, `gpu`, `mmu`, `ras`, `reset`, `ring`, `sanitize`, `sanitize_hooks`, `telemetry`, `crate::config` |
+//! | `control` | `capture`, `capture_ctl`, `context`, `counters`, `doorbell`, `gpu`, `memory`, `mmu`, `ras`, `reset`, `ring`, `sanitize`, `sanitize_hooks`, `telemetry`, `crate::config` |
 //! | `scheduler` | `capture_ctl`, `compute_engine`, `context`, `cp`, `gpu`, `inject`, `mmu`, `reset`, `ring`, `sanitize_hooks`, `telemetry` |
 //! | `doorbell` | `context`, `gpu`, `mmu`, `ring`, `sanitize_hooks`, `watch` |
 //! | `capture_ctl` | `capture`, `cp`, `gpu`, `mmu` |
 //! | `reset` | `gpu`, `ring` |
 //! | `sanitize_hooks` | `context`, `cp`, `gpu`, `mmu`, `ring`, `sanitize` |
-//! | `gpu` | `capture`, `clock`, `context`, `events`, `inject`, `mmu`, `record`, `sanitize`, `telemetry`, `watch`, `crate::config` |
+//! | `gpu` | `capture`, `clock`, `context`, `events`, `inject`, `memory`, `mmu`, `record`, `sanitize`, `telemetry`, `watch`, `crate::config` |
 //! | `capture` | `context`, `copy_engine`, `cp`, `inject`, `mmu`, `ring` |
 //! | `cp` | `compute_engine`, `copy_engine`, `dma`, `inject`, `mmu`, `poison`, `record`, `ring`, `sanitize`, `telemetry` |
 //! | `context` | `mmu`, `ring`, `telemetry` |
@@ -61,7 +61,7 @@
 //! | `record` | `memory`, `crate::config` |
 //! | `sanitize` | `json` |
 //! | `watch` | - |
-//! | `memory` | - |
+//! | `memory` | `crate::config` |
 //! | `json` | - |
 //! | `clock` | - |
 //! | `counters` | - |
@@ -225,11 +225,24 @@ impl Device {
         }
     }
 
-    /// Uses `mem` as guest memory (the vhost-user memory table).
+    /// Uses `mem` as guest memory (the vhost-user memory table); the
+    /// engines see it with the device's VRAM attached
+    /// ([`memory::Vram::attach`]).
     pub fn set_memory(&self, mem: GuestMemoryAtomic<Mem>) {
         use vm_memory::GuestAddressSpace;
-        self.record_memory_map(&mem.memory());
-        self.gpu.set_memory(mem);
+        let all = self.gpu.vram.attach(&mem.memory());
+        self.record_memory_map(&all);
+        self.gpu.set_memory(GuestMemoryAtomic::new(all));
+    }
+
+    /// Makes `path` a link to the VRAM memfd for QEMU's aperture (see
+    /// [`memory::Vram::publish`]).
+    ///
+    /// # Errors
+    ///
+    /// The link cannot be made, or the device has no VRAM.
+    pub fn publish_vram(&self, path: &std::path::Path) -> Result<(), memory::VramError> {
+        self.gpu.vram.publish(path)
     }
 
     /// Installs the hook called whenever an event is posted.

@@ -256,10 +256,13 @@ pub fn le32(p: &[u8], o: usize) -> u32 {
 /// seeded with `seed` and armed with `specs` (their text) at startup.
 pub fn config_text(cfg: &crate::config::DeviceConfig, seed: u64, specs: &[String]) -> String {
     let mut s = format!(
-        "generation={}\ncompute_units={}\njit={}\ninject_seed={seed}\n",
+        "generation={}\ncompute_units={}\njit={}\nvram={}\nvisible_vram={}\nvram_on_reset={}\ninject_seed={seed}\n",
         cfg.generation.number(),
         cfg.compute_units,
-        cfg.jit
+        cfg.jit,
+        cfg.vram.layout.size,
+        cfg.vram.layout.visible,
+        cfg.vram.on_reset.name(),
     );
     for spec in specs {
         s.push_str("inject=");

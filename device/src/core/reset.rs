@@ -140,7 +140,8 @@ pub fn reset_engine(gpu: &Gpu, e: u32, hung_ctx: Option<u32>) -> Result<ResetRep
 
 /// Returns the device to its power-on state (see the module
 /// documentation); posts `RESET_DONE` for engine `ALL` if `announce`.
-pub fn reset_device(gpu: &Gpu, announce: bool) -> Result<(), ResetError> {
+/// Returns what the reset did to VRAM ([`vgpu_hwif::vram::state`]).
+pub fn reset_device(gpu: &Gpu, announce: bool) -> Result<u32, ResetError> {
     // Watches end with their contexts (taken before the state lock: see
     // the watcher's lock order).
     gpu.watch.clear();
@@ -181,6 +182,8 @@ pub fn reset_device(gpu: &Gpu, announce: bool) -> Result<(), ResetError> {
     // The driver's work is gone; its memory declarations stay (the
     // virtio reset, the driver leaving, clears those too).
     gpu.sanitizer.device_reset(false);
+    // The engines are stopped: nothing writes VRAM while it is lost.
+    let vram = gpu.vram.on_device_reset();
     if announce {
         gpu.events().post(
             Event::ResetDone {
@@ -195,7 +198,7 @@ pub fn reset_device(gpu: &Gpu, announce: bool) -> Result<(), ResetError> {
     gpu.kick_transport();
     match lost {
         Some(e) => Err(ResetError::EngineLost(e)),
-        None => Ok(()),
+        None => Ok(vram),
     }
 }
 

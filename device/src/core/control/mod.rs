@@ -31,9 +31,10 @@ use vgpu_hwif::mmu::va_bits;
 use vgpu_hwif::pod::Pod;
 use vgpu_hwif::proto::SanReportReply;
 use vgpu_hwif::proto::{
-    engine, Command, CommandHeader, EngineResetReply, IdentifyReply, Opcode, PingReply,
-    ReplyHeader, Status, TimeReply, CTX_NONE, DESTROY_FLAG_FORCE, IDENTIFY_MAGIC, MAX_COMMAND_SIZE,
-    MAX_CONTEXTS, MAX_RING_SIZE, MIN_RING_SIZE, PAGE_SIZE_2M, PAGE_SIZE_4K, PROTOCOL_VERSION,
+    engine, Command, CommandHeader, DeviceResetReply, EngineResetReply, IdentifyReply,
+    MemoryLayoutReply, Opcode, PingReply, ReplyHeader, Status, TimeReply, CTX_NONE,
+    DESTROY_FLAG_FORCE, FEATURE_VRAM, IDENTIFY_MAGIC, MAX_COMMAND_SIZE, MAX_CONTEXTS,
+    MAX_RING_SIZE, MIN_RING_SIZE, PAGE_SIZE_2M, PAGE_SIZE_4K, PROTOCOL_VERSION,
 };
 
 use super::capture::CaptureError;
@@ -302,11 +303,17 @@ impl ControlProcessor {
         let gpu = &*self.gpu;
         let header_only = Reply::from_pod(&ok);
         match cmd {
-            Command::Identify => Ok(Reply::from_pod(&IdentifyReply {
-                hdr: ok,
-                features: gpu.sanitizer.features(),
-                ..self.identity
-            })),
+            Command::Identify => {
+                let vram = gpu.vram.layout();
+                let has_vram = if vram.size > 0 { FEATURE_VRAM } else { 0 };
+                Ok(Reply::from_pod(&IdentifyReply {
+                    hdr: ok,
+                    features: gpu.sanitizer.features() | has_vram,
+                    vram_size: vram.size,
+                    visible_vram_size: vram.visible,
+                    ..self.identity
+                }))
+            }
             Command::Ping { cookie } => {
                 let event_seq = gpu.post(Event::Ping { cookie });
                 Ok(Reply::from_pod(&PingReply {
@@ -404,9 +411,14 @@ impl ControlProcessor {
                 }))
             }
             Command::DeviceReset => {
-                reset::reset_device(gpu, true)?;
-                Ok(header_only)
+                let vram = reset::reset_device(gpu, true)?;
+                Ok(Reply::from_pod(&DeviceResetReply {
+                    hdr: ok,
+                    vram,
+                    reserved: 0,
+                }))
             }
+            Command::MemoryLayout => Ok(Reply::from_pod(&memory_layout(&gpu.vram, ok))),
             Command::QueryStats { kind, id } => debug::query_stats(gpu, kind, id, ok),
             Command::RasRetire { pa } => {
                 memory::ras_retire(&mut self.ras, pa)?;
@@ -488,6 +500,34 @@ pub fn identity(config: &DeviceConfig) -> IdentifyReply {
         max_command_size: MAX_COMMAND_SIZE as u32,
         layout_fingerprint: FINGERPRINT,
         features: 0,
-        reserved: [0; 3],
+        reserved: 0,
+        vram_size: config.vram.layout.size,
+        visible_vram_size: config.vram.layout.visible,
     }
+}
+
+/// The `MEMORY_LAYOUT` reply of a device with `vram`.
+fn memory_layout(vram: &crate::core::memory::Vram, hdr: ReplyHeader) -> MemoryLayoutReply {
+    let l = vram.layout();
+    let mut r = MemoryLayoutReply {
+        hdr,
+        count: 0,
+        reset_policy: vram.reset_policy(),
+        vram_size: l.size,
+        visible_vram_size: l.visible,
+        ..MemoryLayoutReply::zeroed()
+    };
+    for (i, range) in l.ranges().iter().enumerate() {
+        let slots = (
+            r.base.get_mut(i),
+            r.size.get_mut(i),
+            r.kind.get_mut(i),
+            r.flags.get_mut(i),
+        );
+        if let (Some(b), Some(s), Some(k), Some(f)) = slots {
+            (*b, *s, *k, *f) = (range.base, range.size, range.kind, range.flags);
+            r.count += 1;
+        }
+    }
+    r
 }

@@ -211,8 +211,10 @@ fn identify_gen1_and_gen2() {
                 event_record_size: 64,
                 max_command_size: 4096,
                 layout_fingerprint: FINGERPRINT,
-                features: 0,
-                reserved: [0; 3],
+                features: vgpu_hwif::proto::FEATURE_VRAM,
+                reserved: 0,
+                vram_size: 512 << 20,
+                visible_vram_size: 128 << 20,
             }
         );
         assert_eq!(gpu.events().pending(), 0);

@@ -123,7 +123,7 @@ fn malformed_tables_fault_and_never_panic() {
                 set(
                     m,
                     0x4000 + idx(VA, 0),
-                    leaf_entry(0x8000, RW, CachePolicy::Cached) | 1 << 7,
+                    leaf_entry(0x8000, RW, CachePolicy::Cached) | 1 << 8,
                 )
             },
             FaultReason::Malformed,

@@ -118,6 +118,7 @@ pub(crate) fn create(
             dir.write_only_callback_file(c"coredump", v, &write_coredump);
             dir.read_callback_file(c"stats", v, &show_stats);
             dir.read_callback_file(c"ras", v, &show_ras);
+            dir.read_callback_file(c"vram", v, &show_vram);
             dir.read_callback_file(c"sanitizer", v, &show_sanitizer);
             dir.write_only_callback_file(c"sanitizer_plant", v, &write_sanitizer_plant);
             dir.read_callback_file(c"trace", v, &show_trace);
@@ -406,6 +407,53 @@ fn write_selftest_bug(_v: &Arc<Vgpu>, r: &mut kernel::uaccess::UserSliceReader) 
     r.read_slice(&mut buf[..n])?;
     let word = buf[..n].strip_suffix(b"\n").unwrap_or(&buf[..n]);
     crate::selftest::commit(word)
+}
+
+/// `vram`: the device's VRAM layout (`MEMORY_LAYOUT`, checked) and the
+/// aperture's PCI function, or `none` for a device without VRAM.
+fn show_vram(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let Some(m) = v.hw.memory.as_ref() else {
+        return writeln!(f, "vram: none");
+    };
+    writeln!(
+        f,
+        "vram: size {:#x} visible {:#x} usable {:#x} reset_policy {}",
+        m.size,
+        m.visible,
+        m.usable(),
+        crate::vram::state::name(m.reset_policy)
+    )?;
+    for (i, r) in m.ranges().iter().enumerate() {
+        let kind = match r.kind {
+            crate::vram::kind::USABLE => "usable",
+            _ => "reserved",
+        };
+        let visible = if r.flags & crate::vram::flags::CPU_VISIBLE != 0 {
+            " cpu-visible"
+        } else {
+            ""
+        };
+        writeln!(
+            f,
+            "range {}: {:#x}..{:#x} {}{}",
+            i,
+            r.base,
+            r.end(),
+            kind,
+            visible
+        )?;
+    }
+    match m.aperture {
+        Some(a) => writeln!(
+            f,
+            "aperture: function {:02x}.{} bar 2 at {:#x} size {:#x}",
+            a.devfn >> 3,
+            a.devfn & 7,
+            a.start,
+            a.len
+        ),
+        None => writeln!(f, "aperture: none"),
+    }
 }
 
 fn show_layout(_vgpu: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -14,6 +14,8 @@
 //!   `si_meminfo()`; [`current_ids`]: the current thread's process and
 //!   thread ids (`task_tgid_nr_ns`, `__task_pid_nr_ns`).
 //! * [`ModuleRef`]: a reference on this module (`try_module_get`).
+//! * [`find_aperture`]: the CPU-visible VRAM aperture's PCI function next
+//!   to the GPU (`pci_get_slot`).
 //! * [`publish_coredump`], [`remove_coredump`], [`DumpSlot`]: devcoredumps
 //!   (`dev_coredumpm`, `dev_coredump_put`; not in the bindings).
 
@@ -286,6 +288,67 @@ unsafe extern "C" fn wedged_uevent(
         };
     }
     0
+}
+
+// ---------------------------------------------------------------- aperture
+
+/// PCI ids of the aperture function: QEMU's `ivshmem-plain`.
+const APERTURE_VENDOR: u16 = 0x1af4;
+const APERTURE_DEVICE: u16 = 0x1110;
+/// The BAR of the aperture function that maps VRAM.
+const APERTURE_BAR: usize = 2;
+
+/// Where the CPU-visible VRAM aperture is: BAR 2 of the `ivshmem-plain`
+/// function 1 on the GPU's own slot (docs/hardware.md, "Device memory").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ApertureBar {
+    /// Bus address of the BAR.
+    pub(crate) start: u64,
+    /// Its length in bytes.
+    pub(crate) len: u64,
+    /// The function's devfn.
+    pub(crate) devfn: u32,
+}
+
+/// Finds the aperture function next to `gpu` (`pci_get_slot` on function
+/// 1 of the GPU's slot, matched by its ids); `None` without one, or with a
+/// BAR the PCI core did not assign.
+pub(crate) fn find_aperture(gpu: &kernel::device::Device) -> Option<ApertureBar> {
+    // `Device` is a transparent wrapper of `struct device`.
+    let dev = core::ptr::from_ref(gpu)
+        .cast::<bindings::device>()
+        .cast_mut();
+    // SAFETY: `gpu` is the `struct device` embedded in the GPU's live
+    // `struct pci_dev` (the driver is bound to a PCI function), so the
+    // containing struct is valid for the call.
+    let pdev = unsafe { kernel::container_of!(dev, bindings::pci_dev, dev) };
+    // SAFETY: `pdev` is live (see above); `bus` and `devfn` are set at
+    // enumeration and never change while the function exists.
+    let (bus, devfn) = unsafe { ((*pdev).bus, (*pdev).devfn) };
+    let want = (devfn & !7) | 1;
+    // SAFETY: `bus` is the live bus of a live function; `pci_get_slot`
+    // returns a referenced `pci_dev` or NULL.
+    let other = unsafe { bindings::pci_get_slot(bus, want) };
+    if other.is_null() {
+        return None;
+    }
+    // SAFETY: `other` is a live, referenced `pci_dev`: its ids and
+    // resources are read under that reference, dropped right after.
+    let found = unsafe {
+        let ok = (*other).vendor == APERTURE_VENDOR && (*other).device == APERTURE_DEVICE;
+        let r = (*other).resource.get(APERTURE_BAR).copied();
+        bindings::pci_dev_put(other);
+        (ok, r)
+    };
+    let (true, Some(r)) = found else {
+        return None;
+    };
+    let len = r.end.checked_sub(r.start)?.checked_add(1)?;
+    (r.start != 0).then_some(ApertureBar {
+        start: r.start,
+        len,
+        devfn: want,
+    })
 }
 
 // ---------------------------------------------------------------- time

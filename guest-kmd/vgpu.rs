@@ -42,11 +42,11 @@
 //!
 //! | block | may use |
 //! |---|---|
-//! | `debugfs` | `device`, `gem`, `gpu`, `hostmem`, `ktrace`, `layout`, `mmu`, `proto`, `selftest`, `stats`, `transport` |
+//! | `debugfs` | `device`, `gem`, `gpu`, `hostmem`, `ktrace`, `layout`, `mmu`, `proto`, `selftest`, `stats`, `transport`, `vram` |
 //! | `drm` | `device`, `ffi`, `ffi_gpuvm`, `ffi_sync`, `file`, `gem`, `gpu`, `hostmem`, `stats`, `uarray`, `vm`, `vm_ops` |
 //! | `stats` | `device`, `errno`, `ffi`, `file`, `gpu`, `mmu`, `params`, `proto`, `uarray` |
 //! | `device` | `errno`, `ffi`, `file`, `gem`, `gpu`, `layout`, `params`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanmem`, `transport`, `vm`, `watchdog` |
-//! | `gpu` | `capture`, `coredump`, `describe`, `errno`, `event`, `ffi`, `ffi_sync`, `file`, `gem`, `hostmem`, `ktrace`, `mmu`, `packet`, `params`, `pod`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanitize`, `time`, `transport`, `uarray`, `vm`, `vm_ops` |
+//! | `gpu` | `capture`, `coredump`, `describe`, `errno`, `event`, `ffi`, `ffi_sync`, `file`, `gem`, `hostmem`, `ktrace`, `mmu`, `packet`, `params`, `pod`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanitize`, `time`, `transport`, `uarray`, `vm`, `vm_ops`, `vram` |
 //! | `file` | `ffi`, `gem`, `hostmem`, `vm` |
 //! | `hostmem` | `gem`, `mmu`, `pagetable`, `sanmem`, `vm` |
 //! | `vm_ops` | `ffi_gpuvm`, `gem`, `mmu`, `ratelimit`, `sanmem`, `vm` |
@@ -54,12 +54,12 @@
 //! | `pagetable` | `gem`, `mmu`, `ptpool`, `ras` |
 //! | `sanmem` | `gem`, `proto`, `ratelimit`, `sanitize`, `transport` |
 //! | `ras` | `gem` |
-//! | `transport` | `errno`, `event`, `ffi`, `ktrace`, `layout`, `pod`, `proto`, `ratelimit`, `time` |
+//! | `transport` | `errno`, `event`, `ffi`, `ktrace`, `layout`, `pod`, `proto`, `ratelimit`, `time`, `vram` |
 //! | `gem` | `ratelimit` |
 //! | `layout` | `event`, `pod`, `proto`, `sanitize` |
 //! | `ktrace` | `ffi` |
 //! | `proto` | `limits`, `pod`, `reply`, `sanitize` |
-//! | `reply` | `limits`, `pod`, `sanitize` |
+//! | `reply` | `limits`, `pod`, `sanitize`, `vram` |
 //! | `ratelimit` | `ffi` |
 //! | `watchdog` | `ffi` |
 //! | `capture` | `mmu`, `pod` |
@@ -67,6 +67,7 @@
 //! | `event` | `pod` |
 //! | `ffi` | `ffi_sync` |
 //! | `ptpool` | `mmu` |
+//! | `vram` | `mmu` |
 //! | `sanitize` | `pod` |
 //! | `coredump` | - |
 //! | `errno` | - |
@@ -154,6 +155,12 @@ mod event;
 #[allow(dead_code, unreachable_pub)]
 #[path = "../hwif/src/mmu.rs"]
 mod mmu;
+
+/// Device memory: its layout and reset states (from
+/// `hwif/src/vram.rs`).
+#[allow(dead_code, unreachable_pub)]
+#[path = "../hwif/src/vram.rs"]
+mod vram;
 
 /// Ring and command-buffer packets (from `hwif/src/packet.rs`).
 ///

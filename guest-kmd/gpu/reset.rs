@@ -65,10 +65,12 @@ use crate::{
         ring_state,
         Command,
         ContextQueryReply,
+        DeviceResetReply,
         EngineResetReply,
         CTX_NONE, //
     },
     time::elapsed_ns,
+    vram,
 };
 use kernel::{
     prelude::*,
@@ -524,8 +526,19 @@ impl Gpu {
             }
         }
         self.hw.events.expect_restart();
-        if self.cmd(Command::DeviceReset).is_err() {
+        let Ok(reply) = self.cmd(Command::DeviceReset) else {
             return false;
+        };
+        // Nothing of the driver's lives in VRAM yet: what the reset did to
+        // it is reported, not acted on.
+        if let Ok(r) = reply.get::<DeviceResetReply>() {
+            if matches!(r.vram, vram::state::ZEROED | vram::state::GARBAGE) {
+                dev_info_ratelimited!(
+                    self.pdev(),
+                    "device reset: VRAM contents lost ({})\n",
+                    vram::state::name(r.vram)
+                );
+            }
         }
         for c in ctxs.iter() {
             if self.hw_create(c).is_err() {

@@ -13,6 +13,7 @@
 //! * [`events`]: the event queue, sequence tracking, `PING` waiters; GPU
 //!   events go up through [`events::EventSink`].
 //! * [`irq`]: MSI-X / INTx handlers, calling up through [`irq::IrqTarget`].
+//! * [`memory`]: the device's VRAM layout and its CPU-visible aperture.
 //!
 //! [`Hw`] puts them together: bring-up (features, queues, interrupts,
 //! `IDENTIFY`), commands and doorbells, event processing, teardown.
@@ -21,6 +22,7 @@ pub(crate) mod control;
 pub(crate) mod events;
 pub(crate) mod irq;
 pub(crate) mod link;
+pub(crate) mod memory;
 pub(crate) mod virtio;
 pub(crate) mod virtqueue;
 
@@ -115,6 +117,8 @@ pub(crate) struct Hw {
     pub(crate) identity: SetOnce<IdentifyReply>,
     /// Negotiation results.
     pub(crate) setup: SetOnce<Setup>,
+    /// The device's VRAM and aperture, if it has VRAM.
+    pub(crate) memory: SetOnce<memory::DeviceMemory>,
     /// The driver's trace buffer ([`crate::ktrace`]): here because every
     /// block reaches the transport.
     #[pin]
@@ -142,6 +146,7 @@ impl Hw {
                 events <- Events::new(),
                 identity: SetOnce::new(),
                 setup: SetOnce::new(),
+                memory: SetOnce::new(),
                 trace <- Trace::new(),
             }),
             GFP_KERNEL,
@@ -456,7 +461,11 @@ impl Hw {
             return Err(EIO);
         }
         self.events.kick(&self.link)?;
-        self.identify()
+        let id = self.identify()?;
+        if let Some(m) = self.discover_memory(&id) {
+            self.memory.populate(m);
+        }
+        Ok(id)
     }
 
     /// Sends `IDENTIFY`, validates the reply against this driver and stores

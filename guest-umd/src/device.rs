@@ -51,6 +51,10 @@ pub struct Identity {
     pub kmd_fingerprint: u64,
     /// The device's hwif layout fingerprint.
     pub device_fingerprint: u64,
+    /// Bytes of device memory (VRAM); 0: an integrated GPU.
+    pub vram_size: u64,
+    /// Bytes of VRAM the CPU reaches through the aperture (0: none).
+    pub vram_visible: u64,
 }
 
 /// The result of a `PING` round trip.
@@ -204,6 +208,8 @@ impl Device {
             device_id: g(p::DEVICE_ID)? as u32,
             kmd_fingerprint: g(p::HWIF_FINGERPRINT)?,
             device_fingerprint: g(p::DEVICE_FINGERPRINT)?,
+            vram_size: g(p::VRAM_SIZE)?,
+            vram_visible: g(p::VRAM_VISIBLE)?,
         })
     }
 

@@ -229,6 +229,8 @@ int main(void) {
     P("VGPU_WAIT_MAX_FENCES", VGPU_WAIT_MAX_FENCES);
     P("VGPU_PARAM_VA_START", VGPU_PARAM_VA_START);
     P("VGPU_PARAM_VA_END", VGPU_PARAM_VA_END);
+    P("VGPU_PARAM_VRAM_SIZE", VGPU_PARAM_VRAM_SIZE);
+    P("VGPU_PARAM_VRAM_VISIBLE", VGPU_PARAM_VRAM_VISIBLE);
     P("VGPU_PARAM_COUNT", VGPU_PARAM_COUNT);
     P("sizeof.counters", sizeof(struct drm_vgpu_counters));
     P("counters.busy_ns", offsetof(struct drm_vgpu_counters, busy_ns));
@@ -1027,6 +1029,8 @@ fn rust_mirror_matches_c_header() {
         ("VGPU_WAIT_MAX_FENCES", u64::from(uapi::WAIT_MAX_FENCES)),
         ("VGPU_PARAM_VA_START", param::VA_START.into()),
         ("VGPU_PARAM_VA_END", param::VA_END.into()),
+        ("VGPU_PARAM_VRAM_SIZE", param::VRAM_SIZE.into()),
+        ("VGPU_PARAM_VRAM_VISIBLE", param::VRAM_VISIBLE.into()),
         ("VGPU_PARAM_COUNT", param::COUNT.into()),
         ("sizeof.counters", size_of::<uapi::DrmVgpuCounters>() as u64),
         (

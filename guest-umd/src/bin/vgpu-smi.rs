@@ -382,12 +382,14 @@ fn json_view(dev: &Device, id: &Identity, prev: Option<&Stats>, s: &Stats) -> St
     let mut o = String::new();
     let _ = write!(
         o,
-        "{{\"device\":{},\"generation\":{},\"pci_device_id\":{},\"engine_mask\":{},\"compute_units\":{},",
+        "{{\"device\":{},\"generation\":{},\"pci_device_id\":{},\"engine_mask\":{},\"compute_units\":{},\"vram_bytes\":{},\"vram_visible_bytes\":{},",
         json_str(&dev.path().display().to_string()),
         id.generation,
         id.device_id,
         id.engine_mask,
-        id.compute_units
+        id.compute_units,
+        id.vram_size,
+        id.vram_visible
     );
     let interval = prev.map(|p| s.sample_ns.saturating_sub(p.sample_ns));
     let _ = write!(
@@ -467,6 +469,15 @@ fn print_identity(dev: &Device, id: &Identity) -> bool {
     println!("  firmware          {}", fmt_firmware(id.firmware_version));
     println!("  engines           {:#x}", id.engine_mask);
     println!("  compute units     {}", id.compute_units);
+    if id.vram_size == 0 {
+        println!("  vram              none (integrated)");
+    } else {
+        println!(
+            "  vram              {} MiB, {} MiB CPU-visible",
+            id.vram_size >> 20,
+            id.vram_visible >> 20
+        );
+    }
     println!("  va bits           {}", id.va_bits);
     println!("  page sizes        {}", fmt_page_sizes(id.page_sizes));
     println!("  contexts          {}", id.max_contexts);

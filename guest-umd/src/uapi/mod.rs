@@ -54,8 +54,13 @@ pub mod param {
     pub const VA_START: u32 = 0x0f;
     /// One past the last GPU VA `VM_BIND` accepts.
     pub const VA_END: u32 = 0x10;
+    /// Bytes of device memory (VRAM); 0: none.
+    pub const VRAM_SIZE: u32 = 0x11;
+    /// Bytes of VRAM the CPU reaches through the aperture; 0: none (no
+    /// VRAM, or no aperture function).
+    pub const VRAM_VISIBLE: u32 = 0x12;
     /// One past the last valid parameter.
-    pub const COUNT: u32 = 0x11;
+    pub const COUNT: u32 = 0x13;
 }
 
 /// `struct drm_vgpu_get_param`.

@@ -48,7 +48,9 @@ extern "C" {
 #define VGPU_PARAM_DEVICE_FINGERPRINT 0x0e /* layout fingerprint the device reported */
 #define VGPU_PARAM_VA_START          0x0f /* first GPU VA VM_BIND accepts */
 #define VGPU_PARAM_VA_END            0x10 /* one past the last GPU VA VM_BIND accepts */
-#define VGPU_PARAM_COUNT             0x11 /* one past the last valid parameter */
+#define VGPU_PARAM_VRAM_SIZE         0x11 /* bytes of device memory (VRAM); 0: none */
+#define VGPU_PARAM_VRAM_VISIBLE      0x12 /* bytes of VRAM the CPU reaches through the aperture; 0: none */
+#define VGPU_PARAM_COUNT             0x13 /* one past the last valid parameter */
 
 /**
  * struct drm_vgpu_get_param - query one device or driver parameter

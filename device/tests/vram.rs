@@ -352,3 +352,45 @@ fn a_device_reset_keeps_zeroes_or_scribbles_vram_and_says_which() {
     assert_ne!(back, page);
     assert_ne!(back, vec![0; 4096]);
 }
+
+#[test]
+fn an_uncorrectable_vram_page_is_named_by_its_dpa_and_reads_of_it_fail() {
+    use vgpu_device::core::inject::Spec;
+    use vgpu_hwif::packet::EngineError;
+    let mut d = rig(2, VramOnReset::Keep);
+    let mut c = context(&mut d, engine::COPY);
+    d.buffer(&mut c, SYS, 4096, RW).unwrap();
+    c.pt.map_4k(&d.mem, VR, vram::dpa(5 * MIB), RW).unwrap();
+    // The page the next packet reads: a VRAM page, reported as its DPA.
+    d.transport
+        .device
+        .gpu()
+        .inject
+        .arm(Spec::parse("ecc:engine=copy,packet=COPY").unwrap(), 0);
+    d.submit(
+        &mut c,
+        engine::COPY,
+        &[Packet::Copy {
+            src: VR,
+            dst: SYS,
+            size: 64,
+        }],
+    )
+    .unwrap();
+    let mut saw_ecc = false;
+    let mut saw_error = false;
+    for _ in 0..2 {
+        match d.event(T).unwrap() {
+            Event::EccError { va, pa, .. } => {
+                assert_eq!((va, pa), (VR, vram::dpa(5 * MIB)));
+                saw_ecc = true;
+            }
+            Event::EngineError(r) => {
+                assert_eq!(r.code, EngineError::EccUncorrectable as u32, "{r:?}");
+                saw_error = true;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(saw_ecc && saw_error);
+}

@@ -147,7 +147,8 @@ impl fmt::Display for HeaderWord {
 /// A page-table entry's bits as the walk reads them at a level, as text:
 /// valid or not, its shape (table, 4 KiB leaf, 2 MiB leaf, leaf bits
 /// without HUGE), its permissions and cache policy where it has them, its
-/// address, and any reserved bits set.
+/// address (a VRAM offset when the location bit is set), and any reserved
+/// bits set.
 #[derive(Clone, Copy, Debug)]
 pub struct PteText {
     /// The entry's level (3 = root).
@@ -182,7 +183,11 @@ impl fmt::Display for PteText {
                 p.cache_bits()
             )?;
         }
-        write!(f, ", address {:#x}", p.address())?;
+        if p.is_vram() {
+            write!(f, ", VRAM offset {:#x}", p.address())?;
+        } else {
+            write!(f, ", address {:#x}", p.address())?;
+        }
         if p.reserved_bits() != 0 {
             write!(f, ", reserved bits {:#x}", p.reserved_bits())?;
         }

@@ -347,4 +347,11 @@ fn entry_checks_need_their_evidence() {
         text(3, leaf_entry(0x30_0000, PTE_READ, CachePolicy::Uncached) | 1 << 60),
         "valid, leaf bits without HUGE, perms r--, cache 1, address 0x300000, reserved bits 0x1000000000000000"
     );
+    assert_eq!(
+        text(
+            0,
+            leaf_entry(vgpu_hwif::vram::dpa(0x4000), RW, CachePolicy::Cached)
+        ),
+        "valid, 4 KiB leaf, perms rw-, cache 0, VRAM offset 0x4000"
+    );
 }

@@ -415,16 +415,17 @@ fi
 # --- Device memory discovery: the KMD reads the device's VRAM layout (MEMORY_LAYOUT: the CPU-visible part, the
 #     usable part, the firmware's carve-out) and finds the aperture (ivshmem-plain function 1 on the GPU's slot,
 #     BAR 2 the size of the visible part); vgpu-smi shows it. A device without VRAM (--vram 0) is an integrated
-#     GPU: no layout, no aperture function on the slot.
+#     GPU: no layout, no aperture function on the slot. The CPU writes 8 MiB through the aperture and reads them back.
 name=vram-discovery
 if selected "$name"; then
-    run_vm "$name" --gen 2 --device-arg --vram=256M --device-arg --visible-vram=64M run 'cat /sys/kernel/debug/vgpu/*/vram; vgpu-smi | grep "^  vram"; vgpu-smi --json --interval 0 | grep -o "\"vram_bytes\":[0-9]*,\"vram_visible_bytes\":[0-9]*"'
+    run_vm "$name" --gen 2 --device-arg --vram=256M --device-arg --visible-vram=64M run 'cat /sys/kernel/debug/vgpu/*/vram; vgpu-smi | grep "^  vram"; vgpu-smi --json --interval 0 | grep -o "\"vram_bytes\":[0-9]*,\"vram_visible_bytes\":[0-9]*"; vgpu-umd-bench --aperture --mib 8; echo "aperture-rc $?"'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif ! want "^vram: size 0x10000000 visible 0x4000000 usable 0xfe00000 reset_policy GARBAGE$"; then result "$name" 0 "no VRAM layout in debugfs"
     elif ! want "^range 0: 0x0\.\.0x4000000 usable cpu-visible$" || ! want "^range 2: 0xfe00000\.\.0x10000000 reserved$"; then result "$name" 0 "wrong ranges"
     elif ! want "^aperture: function 01\.1 bar 2 at 0x[0-9a-f]+ size 0x4000000$"; then result "$name" 0 "aperture not found"
     elif ! want "^  vram +256 MiB, 64 MiB CPU-visible$"; then result "$name" 0 "vgpu-smi does not show VRAM"
     elif ! want '"vram_bytes":268435456,"vram_visible_bytes":67108864'; then result "$name" 0 "vgpu-smi --json does not show VRAM"
+    elif ! want "^bench: 8 MiB through the VRAM aperture: CPU write" || ! want "^aperture-rc 0$"; then result "$name" 0 "CPU access through the aperture failed"
     else
         run_vm "$name-none" --gen 1 --device-arg --vram=0 run 'cat /sys/kernel/debug/vgpu/*/vram; vgpu-smi | grep "^  vram"; ls /sys/bus/pci/devices/ | grep -c "01\.1$" | sed "s/^/aperture-functions /"'
         if [ $case_rc -ne 0 ]; then result "$name" 0 "--vram 0: exit status $case_rc"

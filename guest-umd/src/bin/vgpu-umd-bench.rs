@@ -8,10 +8,14 @@
 //! * host↔device copy bandwidth through the API vs guest `memcpy`; reads
 //!   into the caller's memory mapped for the device (`VGPU_READ=mapped`,
 //!   the default), straight from the buffer's mapping (`VGPU_READ=direct`)
-//!   and staged through the copy engine (`VGPU_READ=staged`).
+//!   and staged through the copy engine (`VGPU_READ=staged`);
+//! * CPU writes and reads through the VRAM aperture (BAR 2 of the function
+//!   next to the GPU, docs/hardware.md section 5.6) vs guest `memcpy`, the
+//!   bytes read back checked.
 //!
 //! ```text
 //! vgpu-umd-bench [--iters N] [--mib M]
+//! vgpu-umd-bench --aperture       only the aperture: write, read back, check
 //! vgpu-umd-bench --uq-idle SECS   user-mode queues open and idle for SECS
 //!                                 between `uq-idle: begin` and `uq-idle: end`
 //!                                 (the host measures the device process's
@@ -49,6 +53,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let idle = arg("--uq-idle", 0);
     if idle > 0 {
         return uq_idle(&dev, idle);
+    }
+    if std::env::args().any(|a| a == "--aperture") {
+        let src: Vec<u8> = (0..mib << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
+        let mut dst = vec![0u8; src.len()];
+        let t = Instant::now();
+        dst.copy_from_slice(std::hint::black_box(&src));
+        let memcpy = src.len() as f64 / t.elapsed().as_secs_f64();
+        return aperture_benchmark(&dev, mib, memcpy, &src);
     }
     // The direct read path for this context (VGPU_READ=direct); the staged
     // one gets a context of its own below.
@@ -277,6 +289,7 @@ fn copy_benchmarks(
     if ms.stats().mapped_reads < 6 {
         return Err(format!("mapped reads went staged: {:?}", ms.stats()).into());
     }
+    aperture_benchmark(dev, mib, memcpy, &src)?;
     let mib_s = |r: f64| r / 1048576.0;
     println!(
         "bench: {mib} MiB copies: H2D {:.0} MiB/s ({:.2}x memcpy), D2H direct {:.0} MiB/s ({:.2}x memcpy), guest memcpy {:.0} MiB/s",
@@ -297,6 +310,95 @@ fn copy_benchmarks(
         "bench: {mib} MiB D2H into the caller's memory mapped for the device {:.0} MiB/s ({:.2}x memcpy)",
         mib_s(mapped),
         mapped / memcpy
+    );
+    Ok(())
+}
+
+/// The aperture's PCI function next to `dev`'s (function 1 of its slot),
+/// if it is QEMU's `ivshmem-plain`.
+fn aperture_dir(dev: &Device) -> Option<std::path::PathBuf> {
+    let node = dev.path().file_name()?.to_str()?.to_owned();
+    let gpu = std::fs::canonicalize(format!("/sys/class/drm/{node}/device")).ok()?;
+    let name = gpu.file_name()?.to_str()?;
+    let dir = gpu.with_file_name(format!("{}.1", name.rsplit_once('.')?.0));
+    let id = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+    (id("vendor")?.trim() == "0x1af4" && id("device")?.trim() == "0x1110").then_some(dir)
+}
+
+/// CPU writes and reads of `src` through the VRAM aperture, as ratios to
+/// `memcpy` (bytes per second); the bytes read back must be those written.
+fn aperture_benchmark(
+    dev: &Device,
+    mib: usize,
+    memcpy: f64,
+    src: &[u8],
+) -> Result<(), Box<dyn std::error::Error>> {
+    use std::os::fd::AsRawFd;
+    let Some(dir) = aperture_dir(dev) else {
+        println!("bench: no VRAM aperture next to the GPU: aperture not measured");
+        return Ok(());
+    };
+    // Memory decoding on: the function has no driver of its own.
+    std::fs::write(dir.join("enable"), "1")?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("resource2_wc"))
+        .or_else(|_| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(dir.join("resource2"))
+        })?;
+    let len = src.len();
+    if (f.metadata()?.len() as usize) < len {
+        return Err(format!("the aperture is smaller than {mib} MiB").into());
+    }
+    // SAFETY: a shared mapping of `len` bytes of the BAR file, checked
+    // above to be at least that long; unmapped below, never aliased by a
+    // Rust reference while mapped (accessed through raw-pointer slices
+    // only in this function).
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    // SAFETY: `p` maps `len` bytes readable and writable (above); nothing
+    // else in this process refers to them.
+    let bar = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
+    let mut back = vec![0u8; len];
+    let (mut write, mut read) = (0f64, 0f64);
+    for _ in 0..3 {
+        let t = Instant::now();
+        bar.copy_from_slice(std::hint::black_box(src));
+        write = write.max(len as f64 / t.elapsed().as_secs_f64());
+        back.fill(0);
+        let t = Instant::now();
+        back.copy_from_slice(std::hint::black_box(bar));
+        read = read.max(len as f64 / t.elapsed().as_secs_f64());
+        if back != src {
+            // SAFETY: the mapping made above, not used after.
+            unsafe { libc::munmap(p, len) };
+            return Err("bytes read through the aperture differ from those written".into());
+        }
+    }
+    // SAFETY: the mapping made above; `bar` is not used after.
+    unsafe { libc::munmap(p, len) };
+    let mib_s = |r: f64| r / 1048576.0;
+    println!(
+        "bench: {mib} MiB through the VRAM aperture: CPU write {:.0} MiB/s ({:.2}x memcpy), CPU read {:.0} MiB/s ({:.2}x memcpy)",
+        mib_s(write),
+        write / memcpy,
+        mib_s(read),
+        read / memcpy
     );
     Ok(())
 }

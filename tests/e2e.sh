@@ -435,6 +435,24 @@ if selected "$name"; then
     fi
 fi
 
+# --- VRAM across a device reset, seen by the CPU through the aperture: 4 MiB written, a device reset (debugfs
+#     reset_device), read back. --vram-on-reset garbage (the default): the bytes are gone, the written pages
+#     hold garbage (not zeroes) and the KMD logs the loss; zero: all zeroes; keep: all kept, nothing logged.
+name=vram-reset
+if selected "$name"; then
+    ok=1 why=""
+    for policy in garbage zero keep; do
+        run_vm "$name-$policy" --gen 2 --device-arg "--vram-on-reset=$policy" run 'vgpu-umd-bench --aperture-fill 7 --mib 4 && for f in /sys/kernel/debug/vgpu/*/reset_device; do echo 1 > $f; done && vgpu-umd-bench --aperture-verify 7 --mib 4; dmesg | grep -c "device reset: VRAM contents lost" | sed "s/^/lost-logged /"'
+        case "$policy" in
+            garbage) want "^aperture: lost, [0-9]+ of 4194304 bytes differ, [0-9]+ zero$" && ! want "differ, 4194304 zero$" && want "^lost-logged 1$" ;;
+            zero) want "^aperture: lost, [0-9]+ of 4194304 bytes differ, 4194304 zero$" && want "^lost-logged 1$" ;;
+            keep) want "^aperture: kept$" && want "^lost-logged 0$" ;;
+        esac || { ok=0; why="--vram-on-reset $policy: $(grep -m1 "^aperture" <<<"$case_out" || echo "no verdict (exit $case_rc)")"; break; }
+    done
+    cp "$logdir/$name-$policy.out" "$logdir/$name.out"; cp "$logdir/$name-$policy.stderr" "$logdir/$name.stderr"
+    result "$name" "$ok" "$why"
+fi
+
 # --- GEM memory limits: a file stops at its limit (ENOSPC), all files at the device's (ENOMEM), refusals
 #     counted in QUERY_STATS; freeing makes room.
 name=kmd-limits

@@ -16,6 +16,10 @@
 //! ```text
 //! vgpu-umd-bench [--iters N] [--mib M]
 //! vgpu-umd-bench --aperture       only the aperture: write, read back, check
+//! vgpu-umd-bench --aperture-fill SEED | --aperture-verify SEED
+//!                                 write a seeded pattern through the aperture,
+//!                                 or say whether it is still there (`aperture:
+//!                                 kept` / `aperture: lost, ...`)
 //! vgpu-umd-bench --uq-idle SECS   user-mode queues open and idle for SECS
 //!                                 between `uq-idle: begin` and `uq-idle: end`
 //!                                 (the host measures the device process's
@@ -53,6 +57,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let idle = arg("--uq-idle", 0);
     if idle > 0 {
         return uq_idle(&dev, idle);
+    }
+    for (flag, fill) in [("--aperture-fill", true), ("--aperture-verify", false)] {
+        if std::env::args().any(|a| a == flag) {
+            return aperture_fill_verify(&dev, mib, arg(flag, 1), fill);
+        }
     }
     if std::env::args().any(|a| a == "--aperture") {
         let src: Vec<u8> = (0..mib << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
@@ -325,6 +334,104 @@ fn aperture_dir(dev: &Device) -> Option<std::path::PathBuf> {
     (id("vendor")?.trim() == "0x1af4" && id("device")?.trim() == "0x1110").then_some(dir)
 }
 
+/// The first `len` bytes of the VRAM aperture, mapped shared.
+struct ApertureMap {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+impl ApertureMap {
+    /// Maps `len` bytes of `dev`'s aperture; `None` without one.
+    fn new(dev: &Device, len: usize) -> Result<Option<ApertureMap>, Box<dyn std::error::Error>> {
+        use std::os::fd::AsRawFd;
+        let Some(dir) = aperture_dir(dev) else {
+            return Ok(None);
+        };
+        // Memory decoding on: the function has no driver of its own.
+        std::fs::write(dir.join("enable"), "1")?;
+        let open = |name: &str| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(dir.join(name))
+        };
+        let f = open("resource2_wc").or_else(|_| open("resource2"))?;
+        if (f.metadata()?.len() as usize) < len {
+            return Err(format!("the aperture is smaller than {len} bytes").into());
+        }
+        // SAFETY: a shared mapping of `len` bytes of the BAR file, checked
+        // above to be at least that long; unmapped on drop.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        Ok(Some(ApertureMap { ptr, len }))
+    }
+
+    /// The mapped bytes.
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: `ptr` maps `len` readable and writable bytes until drop;
+        // the `&mut self` borrow makes this the only slice of them.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.cast::<u8>(), self.len) }
+    }
+}
+
+impl Drop for ApertureMap {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, not used after this.
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}
+
+/// The pattern `--aperture-fill SEED` writes.
+fn aperture_pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| (vgpu_hwif::rng::xorshift64(&mut x) >> 24) as u8)
+        .collect()
+}
+
+/// `--aperture-fill SEED` (write the pattern) or `--aperture-verify SEED`
+/// (say whether the aperture still holds it: `aperture: kept`, or `aperture:
+/// lost, N of M bytes differ, M zero`), over `mib` MiB.
+fn aperture_fill_verify(
+    dev: &Device,
+    mib: usize,
+    seed: u64,
+    fill: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let want = aperture_pattern(mib << 20, seed);
+    let Some(mut map) = ApertureMap::new(dev, want.len())? else {
+        return Err("no VRAM aperture next to the GPU".into());
+    };
+    let bar = map.bytes();
+    if fill {
+        bar.copy_from_slice(&want);
+        println!("aperture: filled {mib} MiB");
+        return Ok(());
+    }
+    let differ = bar.iter().zip(&want).filter(|(a, b)| a != b).count();
+    let zero = bar.iter().filter(|&&b| b == 0).count();
+    if differ == 0 {
+        println!("aperture: kept");
+    } else {
+        println!(
+            "aperture: lost, {differ} of {} bytes differ, {zero} zero",
+            want.len()
+        );
+    }
+    Ok(())
+}
+
 /// CPU writes and reads of `src` through the VRAM aperture, as ratios to
 /// `memcpy` (bytes per second); the bytes read back must be those written.
 fn aperture_benchmark(
@@ -333,47 +440,12 @@ fn aperture_benchmark(
     memcpy: f64,
     src: &[u8],
 ) -> Result<(), Box<dyn std::error::Error>> {
-    use std::os::fd::AsRawFd;
-    let Some(dir) = aperture_dir(dev) else {
+    let Some(mut map) = ApertureMap::new(dev, src.len())? else {
         println!("bench: no VRAM aperture next to the GPU: aperture not measured");
         return Ok(());
     };
-    // Memory decoding on: the function has no driver of its own.
-    std::fs::write(dir.join("enable"), "1")?;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(dir.join("resource2_wc"))
-        .or_else(|_| {
-            std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(dir.join("resource2"))
-        })?;
+    let bar = map.bytes();
     let len = src.len();
-    if (f.metadata()?.len() as usize) < len {
-        return Err(format!("the aperture is smaller than {mib} MiB").into());
-    }
-    // SAFETY: a shared mapping of `len` bytes of the BAR file, checked
-    // above to be at least that long; unmapped below, never aliased by a
-    // Rust reference while mapped (accessed through raw-pointer slices
-    // only in this function).
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            f.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error().into());
-    }
-    // SAFETY: `p` maps `len` bytes readable and writable (above); nothing
-    // else in this process refers to them.
-    let bar = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
     let mut back = vec![0u8; len];
     let (mut write, mut read) = (0f64, 0f64);
     for _ in 0..3 {
@@ -382,16 +454,12 @@ fn aperture_benchmark(
         write = write.max(len as f64 / t.elapsed().as_secs_f64());
         back.fill(0);
         let t = Instant::now();
-        back.copy_from_slice(std::hint::black_box(bar));
+        back.copy_from_slice(std::hint::black_box(&*bar));
         read = read.max(len as f64 / t.elapsed().as_secs_f64());
         if back != src {
-            // SAFETY: the mapping made above, not used after.
-            unsafe { libc::munmap(p, len) };
             return Err("bytes read through the aperture differ from those written".into());
         }
     }
-    // SAFETY: the mapping made above; `bar` is not used after.
-    unsafe { libc::munmap(p, len) };
     let mib_s = |r: f64| r / 1048576.0;
     println!(
         "bench: {mib} MiB through the VRAM aperture: CPU write {:.0} MiB/s ({:.2}x memcpy), CPU read {:.0} MiB/s ({:.2}x memcpy)",

@@ -418,12 +418,12 @@ fn show_vram(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(
         f,
         "vram: size {:#x} visible {:#x} usable {:#x} reset_policy {}",
-        m.size,
-        m.visible,
-        m.usable(),
+        m.layout.size,
+        m.layout.visible,
+        m.layout.usable_bytes(),
         crate::vram::state::name(m.reset_policy)
     )?;
-    for (i, r) in m.ranges().iter().enumerate() {
+    for (i, r) in m.layout.ranges().iter().enumerate() {
         let kind = match r.kind {
             crate::vram::kind::USABLE => "usable",
             _ => "reserved",

@@ -382,13 +382,13 @@ impl Vgpu {
             uapi::VGPU_PARAM_DEVICE_FINGERPRINT => id.layout_fingerprint,
             uapi::VGPU_PARAM_VA_START => vm::VA_USER_START,
             uapi::VGPU_PARAM_VA_END => vm::va_user_end(id.va_bits.min(crate::proto::VA_BITS)),
-            uapi::VGPU_PARAM_VRAM_SIZE => self.hw.memory.as_ref().map_or(0, |m| m.size),
+            uapi::VGPU_PARAM_VRAM_SIZE => self.hw.memory.as_ref().map_or(0, |m| m.layout.size),
             uapi::VGPU_PARAM_VRAM_VISIBLE => self
                 .hw
                 .memory
                 .as_ref()
                 .filter(|m| m.aperture.is_some())
-                .map_or(0, |m| m.visible),
+                .map_or(0, |m| m.layout.visible),
             _ => return Err(EINVAL),
         };
         Ok(v)

@@ -100,15 +100,10 @@ impl VramConfig {
 
     /// No VRAM: an integrated GPU.
     pub fn none() -> VramConfig {
-        VramConfig::new(0, 0, VramOnReset::Keep).unwrap_or(VramConfig {
-            layout: vgpu_hwif::vram::Layout {
-                size: 0,
-                visible: 0,
-                ranges: [vgpu_hwif::vram::MemRange::default(); vgpu_hwif::vram::MEM_LAYOUT_RANGES],
-                count: 0,
-            },
+        VramConfig {
+            layout: vgpu_hwif::vram::Layout::NONE,
             on_reset: VramOnReset::Keep,
-        })
+        }
     }
 }
 

@@ -12,7 +12,7 @@
 use crate::{
     ffi::{find_aperture, ApertureBar},
     proto::{Command, IdentifyReply, MemoryLayoutReply, FEATURE_VRAM},
-    vram::{kind, state, MemRange, MEM_LAYOUT_RANGES},
+    vram::{kind, state, Layout, MEM_LAYOUT_RANGES},
 };
 use kernel::prelude::*;
 
@@ -21,33 +21,12 @@ use super::Hw;
 /// The device's VRAM, checked.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct DeviceMemory {
-    /// Bytes of VRAM.
-    pub(crate) size: u64,
-    /// Bytes CPU-visible from offset 0.
-    pub(crate) visible: u64,
-    /// The ranges, lowest first (`count` valid).
-    pub(crate) ranges: [MemRange; MEM_LAYOUT_RANGES],
-    /// Valid entries of `ranges`.
-    pub(crate) count: usize,
+    /// Sizes and ranges, as the device reported them.
+    pub(crate) layout: Layout,
     /// What a device reset does to VRAM (`vram::state`).
     pub(crate) reset_policy: u32,
     /// The aperture's BAR, if QEMU provides one.
     pub(crate) aperture: Option<ApertureBar>,
-}
-
-impl DeviceMemory {
-    /// The valid ranges.
-    pub(crate) fn ranges(&self) -> &[MemRange] {
-        self.ranges.get(..self.count).unwrap_or(&[])
-    }
-
-    /// Bytes the driver may place objects in.
-    pub(crate) fn usable(&self) -> u64 {
-        self.ranges()
-            .iter()
-            .filter(|r| r.kind == kind::USABLE)
-            .fold(0u64, |a, r| a.saturating_add(r.size))
-    }
 }
 
 /// Why a `MEMORY_LAYOUT` reply is refused.
@@ -65,16 +44,14 @@ fn check(
     if count == 0 || count > MEM_LAYOUT_RANGES {
         return Err("range count out of bounds");
     }
-    let mut m = DeviceMemory {
+    let mut layout = Layout {
         size: r.vram_size,
         visible: r.visible_vram_size,
-        ranges: [MemRange::default(); MEM_LAYOUT_RANGES],
         count,
-        reset_policy: r.reset_policy,
-        aperture: None,
+        ..Layout::NONE
     };
     let mut next = 0u64;
-    for (i, slot) in m.ranges.iter_mut().enumerate().take(count) {
+    for (i, slot) in layout.ranges.iter_mut().enumerate().take(count) {
         let range = r.range(i).ok_or("range missing")?;
         if range.base != next || range.size == 0 {
             return Err("ranges not contiguous from 0");
@@ -94,7 +71,11 @@ fn check(
     if !matches!(r.reset_policy, state::KEPT | state::ZEROED | state::GARBAGE) {
         return Err("unknown reset policy");
     }
-    Ok(m)
+    Ok(DeviceMemory {
+        layout,
+        reset_policy: r.reset_policy,
+        aperture: None,
+    })
 }
 
 impl Hw {
@@ -117,12 +98,12 @@ impl Hw {
         };
         m.aperture = find_aperture(pdev.as_ref());
         match m.aperture {
-            Some(a) if a.len >= m.visible => dev_info!(
+            Some(a) if a.len >= m.layout.visible => dev_info!(
                 pdev,
                 "VRAM {} MiB ({} MiB usable), {} MiB CPU-visible through the aperture at {:#x}\n",
-                m.size >> 20,
-                m.usable() >> 20,
-                m.visible >> 20,
+                m.layout.size >> 20,
+                m.layout.usable_bytes() >> 20,
+                m.layout.visible >> 20,
                 a.start
             ),
             Some(a) => {
@@ -130,15 +111,15 @@ impl Hw {
                     pdev,
                     "aperture BAR of {} bytes is smaller than the visible VRAM ({} bytes): not used\n",
                     a.len,
-                    m.visible
+                    m.layout.visible
                 );
                 m.aperture = None;
             }
             None => dev_info!(
                 pdev,
                 "VRAM {} MiB ({} MiB usable), no aperture function: not CPU-visible\n",
-                m.size >> 20,
-                m.usable() >> 20
+                m.layout.size >> 20,
+                m.layout.usable_bytes() >> 20
             ),
         }
         Some(m)

@@ -158,6 +158,19 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// No VRAM: no ranges.
+    pub const NONE: Layout = Layout {
+        size: 0,
+        visible: 0,
+        ranges: [MemRange {
+            base: 0,
+            size: 0,
+            kind: 0,
+            flags: 0,
+        }; MEM_LAYOUT_RANGES],
+        count: 0,
+    };
+
     /// The layout of `size` bytes of VRAM with `visible` bytes in the
     /// aperture: the usable part split at the aperture's end, the
     /// firmware's carve-out on top. `size == 0`: no VRAM, no ranges.
@@ -166,17 +179,10 @@ impl Layout {
     ///
     /// [`LayoutError`] for sizes the device refuses.
     pub const fn new(size: u64, visible: u64) -> Result<Layout, LayoutError> {
-        let empty = MemRange {
-            base: 0,
-            size: 0,
-            kind: 0,
-            flags: 0,
-        };
         let mut l = Layout {
             size,
             visible,
-            ranges: [empty; MEM_LAYOUT_RANGES],
-            count: 0,
+            ..Layout::NONE
         };
         if size == 0 {
             l.visible = 0;
@@ -230,8 +236,7 @@ impl Layout {
         self.ranges.split_at(n).0
     }
 
-    /// Whether `offset..offset + len` lies inside one usable range: what
-    /// the MMU checks of a VRAM page or table.
+    /// Whether `offset..offset + len` lies inside one usable range.
     pub fn usable(&self, offset: u64, len: u64) -> bool {
         self.ranges()
             .iter()

@@ -119,6 +119,7 @@ pub(crate) fn create(
             dir.read_callback_file(c"stats", v, &show_stats);
             dir.read_callback_file(c"ras", v, &show_ras);
             dir.read_callback_file(c"vram", v, &show_vram);
+            dir.read_callback_file(c"vram_mm", v, &show_vram_mm);
             dir.read_callback_file(c"sanitizer", v, &show_sanitizer);
             dir.write_only_callback_file(c"sanitizer_plant", v, &write_sanitizer_plant);
             dir.read_callback_file(c"trace", v, &show_trace);
@@ -454,6 +455,54 @@ fn show_vram(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         ),
         None => writeln!(f, "aperture: none"),
     }
+}
+
+/// `vram_mm`: the VRAM manager (free and used bytes, counters) and every
+/// VRAM object with its blocks.
+fn show_vram_mm(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    let Some(mgr) = v.vram.as_ref() else {
+        return writeln!(f, "vram_mm: none");
+    };
+    let c = mgr.counters();
+    writeln!(
+        f,
+        "vram_mm: usable {:#x} free {:#x} used {:#x} visible_used {:#x} allocs {} failed {}",
+        mgr.usable(),
+        mgr.avail(),
+        c.used,
+        c.visible_used,
+        c.allocs,
+        c.failed
+    )?;
+    let mut res = Ok(());
+    let mut n = 0u32;
+    v.bos.visit(|bo| {
+        let Some(p) = bo.vram() else {
+            return;
+        };
+        if res.is_err() {
+            return;
+        }
+        res = (|| {
+            n += 1;
+            write!(
+                f,
+                "bo {} size {:#x} {}:",
+                n,
+                p.alloc.size(),
+                if p.alloc.is_visible() {
+                    "visible"
+                } else {
+                    "vram"
+                }
+            )?;
+            for (off, len) in p.alloc.blocks() {
+                write!(f, " {:#x}+{:#x}", off, len)?;
+            }
+            writeln!(f)
+        })();
+    });
+    res
 }
 
 fn show_layout(_vgpu: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {

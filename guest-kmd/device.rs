@@ -19,7 +19,11 @@
 use crate::{
     errno,
     file::Client,
-    gem::MemAccount,
+    gem::{
+        BoRegistry,
+        MemAccount,
+        VramPlacement, //
+    },
     gpu::{
         hooks::HangCheck,
         Gpu, //
@@ -39,6 +43,10 @@ use crate::{
     vm::{
         self,
         Vm, //
+    },
+    vram_mgr::{
+        Region,
+        VramMgr, //
     },
     watchdog::{
         Periodic,
@@ -92,6 +100,10 @@ pub(crate) struct Vgpu {
     pub(crate) san_mem: SetOnce<Arc<SanMem>>,
     /// GEM objects of every file.
     pub(crate) mem: Arc<MemAccount>,
+    /// Device memory for objects, on a device with VRAM (set at probe).
+    pub(crate) vram: SetOnce<Arc<VramMgr>>,
+    /// The device's buffer objects.
+    pub(crate) bos: Arc<BoRegistry>,
     /// Open render-node files.
     #[pin]
     pub(crate) clients: Mutex<KVec<Arc<Client>>>,
@@ -113,6 +125,7 @@ impl Vgpu {
     pub(crate) fn new(hw: Arc<Hw>) -> Result<Arc<Vgpu>> {
         let mem = MemAccount::new(crate::params::gem_limit(crate::ffi::total_ram_bytes()))?;
         let retired = Retired::new()?;
+        let bos = BoRegistry::new()?;
         let gpu = Arc::pin_init(Gpu::new(hw.clone()), GFP_KERNEL)?;
         Arc::pin_init(
             pin_init!(Vgpu {
@@ -122,6 +135,8 @@ impl Vgpu {
                 retired,
                 san_mem: SetOnce::new(),
                 mem,
+                vram: SetOnce::new(),
+                bos,
                 clients <- new_mutex!(KVec::new()),
                 zombies <- new_mutex!(KVec::new()),
                 watchdog <- new_mutex!(None),
@@ -175,7 +190,64 @@ impl Vgpu {
             );
         }
         self.san_mem.populate(san);
+        if let Some(m) = self.hw.memory.as_ref() {
+            match VramMgr::new(&m.layout) {
+                Ok(mgr) => {
+                    self.vram.populate(mgr);
+                }
+                Err(e) => dev_err!(
+                    self.hw.pdev(),
+                    "VRAM manager not started (error {}): objects go to system memory\n",
+                    e.to_errno()
+                ),
+            }
+        }
         Ok(())
+    }
+
+    /// Where a new object of `size` bytes (a multiple of 4 KiB) created
+    /// with `VGPU_GEM_CREATE_*` `flags` goes: its VRAM, or `None` for
+    /// system memory (see `drm_vgpu_gem_create` in the uAPI header).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` (`LAZY` or `CPU_ACCESS` with a VRAM placement they do not
+    /// go with), `ENXIO` (VRAM only, on a device without VRAM), `E2BIG`
+    /// (VRAM only, larger than the usable or, with `CPU_ACCESS`, the
+    /// visible VRAM), `ENOSPC` (VRAM only, and VRAM is full), `ENOMEM`.
+    pub(crate) fn place(&self, size: u64, flags: u32) -> Result<Option<VramPlacement>> {
+        let vram = flags & uapi::VGPU_GEM_CREATE_VRAM != 0;
+        let system = flags & uapi::VGPU_GEM_CREATE_SYSTEM != 0;
+        let cpu = flags & uapi::VGPU_GEM_CREATE_CPU_ACCESS != 0;
+        if !vram {
+            return if cpu { Err(EINVAL) } else { Ok(None) };
+        }
+        if flags & uapi::VGPU_GEM_CREATE_LAZY != 0 {
+            return Err(EINVAL);
+        }
+        let Some(mgr) = self.vram.as_ref() else {
+            return if system { Ok(None) } else { Err(ENXIO) };
+        };
+        let aperture = self
+            .hw
+            .memory
+            .as_ref()
+            .and_then(|m| m.aperture)
+            .map(|a| a.start);
+        let (region, fits) = if cpu {
+            let visible = aperture.map_or(0, |_| mgr.layout().visible);
+            (Region::Visible, size <= visible)
+        } else {
+            (Region::Any, mgr.fits(size, Region::Any))
+        };
+        if !fits {
+            return if system { Ok(None) } else { Err(E2BIG) };
+        }
+        match mgr.alloc(size, region) {
+            Ok(alloc) => Ok(Some(VramPlacement { alloc, aperture })),
+            Err(e) if e == ENOSPC && system => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Declares `size` bytes of `bo` from `offset` to the device's

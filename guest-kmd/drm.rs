@@ -280,19 +280,35 @@ impl VgpuFile {
             map_wc: false,
             parent_resv_obj: None,
         };
-        let charge = MemCharge::new(size, dev.vgpu.mem.clone(), file.inner().client.mem.clone())?;
+        let vram = dev.vgpu.place(size as u64, args.flags)?;
+        // System memory is guest memory, counted against the GEM limits;
+        // VRAM is the device's.
+        let charge = match vram {
+            Some(_) => None,
+            None => Some(MemCharge::new(
+                size,
+                dev.vgpu.mem.clone(),
+                file.inner().client.mem.clone(),
+            )?),
+        };
+        let in_vram = vram.is_some();
         let bo = Bo::new(
             dev,
             size,
             config,
             BoArgs {
                 flags: args.flags,
-                charge: Some(charge),
+                charge,
+                vram,
             },
         )?;
         // SAFETY: `bo` was just created: it has no handle yet, so no other
         // thread and no GPUVM can reach it.
         unsafe { crate::ffi_gpuvm::gem_gpuva_init(&*bo) };
+        if in_vram {
+            // SAFETY: As above.
+            unsafe { crate::gem_vram::install(&bo) };
+        }
         dev.bos.add(&bo)?;
         args.handle = bo.create_handle(file)?;
         Ok(0)
@@ -309,6 +325,13 @@ impl VgpuFile {
         }
         dev.vgpu.check_usable()?;
         let bo = vgem::lookup(file, args.handle, &dev.bos)?;
+        if bo
+            .vram()
+            .is_some_and(|v| v.aperture.is_none() || !v.alloc.is_visible())
+        {
+            // Device memory the CPU cannot see.
+            return Err(ENXIO);
+        }
         args.offset = bo.create_mmap_offset()?;
         Ok(0)
     }
@@ -620,7 +643,7 @@ impl VgpuFile {
 ///
 /// The errno of a failed allocation or registration.
 pub(crate) fn register(pdev: &pci::Device<Core<'_>>, vgpu: &Arc<Vgpu>) -> Result<Arc<BoRegistry>> {
-    let bos = BoRegistry::new()?;
+    let bos = vgpu.bos.clone();
     let data = Ok::<_, Error>(DrmData {
         vgpu: vgpu.clone(),
         bos: bos.clone(),

@@ -17,9 +17,16 @@
 //! file's with `ENOSPC`, so that GPU memory runs out before the guest's
 //! memory does (the OOM killer is not a GPU memory manager).
 //!
+//! An object placed in VRAM ([`VramPlacement`], `VGPU_GEM_CREATE_VRAM`) is
+//! still a shmem object, whose pages are never allocated while it is in
+//! VRAM: [`segments`] returns its VRAM blocks (device-physical addresses),
+//! so binding it maps device memory; its CPU mapping and dma-buf export
+//! are [`crate::gem_vram`]'s.
+//!
 //! The object's `DriverObject` implementation, which names the DRM driver
 //! type, is in `drm.rs` with the driver's other associated types.
 
+use crate::vram_mgr::VramAlloc;
 use core::ptr::NonNull;
 use kernel::{
     bindings,
@@ -254,8 +261,39 @@ impl BoRegistry {
     /// lock (objects already being freed are skipped: their release unmaps
     /// them), so the reservation lock is never taken under the registry's.
     pub(crate) fn unmap_all(&self) -> usize {
-        let mut next = 0usize;
         let mut released = 0;
+        self.visit(|bo| {
+            let raw = bo.as_raw();
+            // SAFETY:
+            // - `raw` is a live object: `visit` holds a reference.
+            // - It is one of this driver's shmem objects (only those are
+            //   listed), never an import, so its `sgt` is the helper's own
+            //   mapping, which `__drm_gem_shmem_free_sgt_locked` unmaps,
+            //   frees and clears under the reservation lock; the pages
+            //   reference it held is dropped when the object is freed, as
+            //   for an object never unmapped (`drm_gem_shmem_release`).
+            // - `dma_resv_lock` without an acquire context cannot fail.
+            unsafe {
+                let shmem = kernel::container_of!(raw, bindings::drm_gem_shmem_object, base);
+                let resv = (*raw).resv;
+                let _ = bindings::dma_resv_lock(resv, core::ptr::null_mut());
+                if !(*shmem).sgt.is_null() {
+                    bindings::__drm_gem_shmem_free_sgt_locked(shmem);
+                    released += 1;
+                }
+                bindings::dma_resv_unlock(resv);
+            }
+        });
+        released
+    }
+
+    /// Calls `f` on every listed object, in address order, each holding a
+    /// reference taken under the registry lock (objects already being
+    /// freed are skipped); `f` runs without the registry lock, so it may
+    /// take the reservation lock. The reference is dropped after `f`
+    /// (freeing the object unlists it, which takes the registry lock).
+    pub(crate) fn visit(&self, mut f: impl FnMut(&Bo)) {
+        let mut next = 0usize;
         loop {
             let found = {
                 let l = self.objects.lock();
@@ -274,33 +312,20 @@ impl BoRegistry {
                 found
             };
             let Some(addr) = found else {
-                return released;
+                return;
             };
-            let raw = addr as *mut bindings::drm_gem_object;
-            // SAFETY:
-            // - `raw` is a live object: the reference taken above holds it.
-            // - It is one of this driver's shmem objects (only those are
-            //   listed), never an import, so its `sgt` is the helper's own
-            //   mapping, which `__drm_gem_shmem_free_sgt_locked` unmaps,
-            //   frees and clears under the reservation lock; the pages
-            //   reference it held is dropped when the object is freed, as
-            //   for an object never unmapped (`drm_gem_shmem_release`).
-            // - `dma_resv_lock` without an acquire context cannot fail.
-            // - The reference is dropped last; freeing the object unlists
-            //   it, which takes the registry lock (not held here).
-            unsafe {
-                let shmem = kernel::container_of!(raw, bindings::drm_gem_shmem_object, base);
-                let resv = (*raw).resv;
-                let _ = bindings::dma_resv_lock(resv, core::ptr::null_mut());
-                if !(*shmem).sgt.is_null() {
-                    bindings::__drm_gem_shmem_free_sgt_locked(shmem);
-                    released += 1;
-                }
-                bindings::dma_resv_unlock(resv);
-                bindings::drm_gem_object_put(raw);
-            }
+            // SAFETY: The registry lists `addr`: a `Bo` of this driver,
+            // held alive by the reference taken above, which passes to the
+            // `ARef` (dropped at the end of this iteration).
+            let bo: ARef<Bo> = unsafe {
+                ARef::from_raw(NonNull::from(<Bo as IntoGEMObject>::from_raw(
+                    addr as *mut bindings::drm_gem_object,
+                )))
+            };
+            f(&bo);
+            drop(bo);
             if next == usize::MAX {
-                return released;
+                return;
             }
         }
     }
@@ -374,8 +399,21 @@ pub(crate) struct VgpuObject {
     registered: SetOnce<(Arc<BoRegistry>, usize)>,
     _live: LiveCount,
     /// None for the driver's own objects (an address space's reservation
-    /// object), which are not GEM memory of any file.
+    /// object) and for VRAM objects, which are not guest memory.
     _charge: Option<MemCharge>,
+    /// The object's device memory, for an object placed in VRAM: its
+    /// shmem pages are then never allocated (see [`crate::gem_vram`]).
+    vram: Option<VramPlacement>,
+}
+
+/// Where a VRAM object is.
+pub(crate) struct VramPlacement {
+    /// Its blocks.
+    pub(crate) alloc: VramAlloc,
+    /// The CPU-physical address of VRAM offset 0 in the aperture, when the
+    /// device has one (the object is CPU-mappable when it is all below the
+    /// visible size: [`VramAlloc::is_visible`]).
+    pub(crate) aperture: Option<u64>,
 }
 
 #[pinned_drop]
@@ -396,7 +434,13 @@ impl VgpuObject {
             registered: SetOnce::new(),
             _live: LiveCount::new(),
             _charge: args.charge,
+            vram: args.vram,
         })
+    }
+
+    /// The object's VRAM placement, if it is in VRAM.
+    pub(crate) fn vram(&self) -> Option<&VramPlacement> {
+        self.vram.as_ref()
     }
 
     /// `VGPU_GEM_CREATE_LAZY`: pages are mapped on GPU faults.
@@ -421,6 +465,8 @@ pub(crate) struct BoArgs {
     pub(crate) flags: u32,
     /// Memory accounting, from creation until the object is freed.
     pub(crate) charge: Option<MemCharge>,
+    /// Its device memory, for an object placed in VRAM.
+    pub(crate) vram: Option<VramPlacement>,
 }
 
 /// A physically contiguous piece of a buffer object.
@@ -442,6 +488,9 @@ pub(crate) struct Seg {
 /// `ENOMEM` (no pages), `EIO` (the mapping does not cover the object),
 /// `ENODEV` (unmapped by an unbind meanwhile), or the shmem helper's errno.
 pub(crate) fn segments(bo: &Bo) -> Result<KVec<Seg>> {
+    if let Some(v) = bo.vram() {
+        return vram_segments(&v.alloc);
+    }
     let raw = bo.as_raw();
     // SAFETY: `Bo` is a shmem object: its `drm_gem_object` is the `base`
     // field of a live `drm_gem_shmem_object`.
@@ -479,6 +528,22 @@ pub(crate) fn segments(bo: &Bo) -> Result<KVec<Seg>> {
             mapped
         );
         return Err(EIO);
+    }
+    Ok(segs)
+}
+
+/// A VRAM object's blocks as contiguous segments of device-physical
+/// addresses in object order.
+///
+/// # Errors
+///
+/// `ENOMEM`.
+fn vram_segments(alloc: &VramAlloc) -> Result<KVec<Seg>> {
+    let mut segs = KVec::new();
+    let mut offset = 0u64;
+    for (addr, len) in alloc.dpa_runs()? {
+        segs.push(Seg { offset, addr, len }, GFP_KERNEL)?;
+        offset += len;
     }
     Ok(segs)
 }

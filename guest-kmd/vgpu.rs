@@ -20,9 +20,11 @@
 //! * [`gpu`]: contexts, rings, submission, fences, faults, hangs, resets —
 //!   a folder of blocks, the twin of the device's `core/`.
 //! * [`file`]: what an open file owns (its address space, its memory).
-//! * [`vm`], [`vm_ops`], [`pagetable`], [`gem`], [`ptpool`], [`ras`]: GPU
+//! * [`vm`], [`vm_ops`], [`pagetable`], [`gem`], [`gem_vram`], [`vram_mgr`],
+//!   [`ptpool`], [`ras`]: GPU
 //!   address spaces (on DRM GPUVM) and their map/unmap requests, their page
-//!   tables, buffer objects, the page-table pool, retired pages; [`sanmem`]: that memory declared to
+//!   tables, buffer objects (VRAM objects' CPU mappings), the VRAM manager
+//!   (on the kernel's buddy allocator), the page-table pool, retired pages; [`sanmem`]: that memory declared to
 //!   the device's sanitizer.
 //! * [`transport`]: the virtio-pci transport, the control and event queues,
 //!   interrupts.
@@ -43,9 +45,9 @@
 //! | block | may use |
 //! |---|---|
 //! | `debugfs` | `device`, `gem`, `gpu`, `hostmem`, `ktrace`, `layout`, `mmu`, `proto`, `selftest`, `stats`, `transport`, `vram` |
-//! | `drm` | `device`, `ffi`, `ffi_gpuvm`, `ffi_sync`, `file`, `gem`, `gpu`, `hostmem`, `stats`, `uarray`, `vm`, `vm_ops` |
+//! | `drm` | `device`, `ffi`, `ffi_gpuvm`, `ffi_sync`, `file`, `gem`, `gem_vram`, `gpu`, `hostmem`, `stats`, `uarray`, `vm`, `vm_ops` |
 //! | `stats` | `device`, `errno`, `ffi`, `file`, `gpu`, `mmu`, `params`, `proto`, `uarray` |
-//! | `device` | `errno`, `ffi`, `file`, `gem`, `gpu`, `layout`, `params`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanmem`, `transport`, `vm`, `watchdog` |
+//! | `device` | `errno`, `ffi`, `file`, `gem`, `gpu`, `layout`, `params`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanmem`, `transport`, `vm`, `vram_mgr`, `watchdog` |
 //! | `gpu` | `capture`, `coredump`, `describe`, `errno`, `event`, `ffi`, `ffi_sync`, `file`, `gem`, `hostmem`, `ktrace`, `mmu`, `packet`, `params`, `pod`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanitize`, `time`, `transport`, `uarray`, `vm`, `vm_ops`, `vram` |
 //! | `file` | `ffi`, `gem`, `hostmem`, `vm` |
 //! | `hostmem` | `gem`, `mmu`, `pagetable`, `sanmem`, `vm` |
@@ -55,7 +57,9 @@
 //! | `sanmem` | `gem`, `proto`, `ratelimit`, `sanitize`, `transport` |
 //! | `ras` | `gem` |
 //! | `transport` | `errno`, `event`, `ffi`, `ktrace`, `layout`, `pod`, `proto`, `ratelimit`, `time`, `vram` |
-//! | `gem` | `ratelimit` |
+//! | `gem_vram` | `errno`, `gem` |
+//! | `gem` | `ratelimit`, `vram_mgr` |
+//! | `vram_mgr` | `vram` |
 //! | `layout` | `event`, `pod`, `proto`, `sanitize` |
 //! | `ktrace` | `ffi` |
 //! | `proto` | `limits`, `pod`, `reply`, `sanitize` |
@@ -98,6 +102,7 @@ mod ffi_gpuvm;
 mod ffi_sync;
 mod file;
 mod gem;
+mod gem_vram;
 mod gpu;
 mod hostmem;
 mod ktrace;
@@ -115,6 +120,7 @@ mod transport;
 mod uarray;
 mod vm;
 mod vm_ops;
+mod vram_mgr;
 mod watchdog;
 
 // The hardware interface, shared with the device and userspace. The files

@@ -200,6 +200,7 @@ impl Vm {
             BoArgs {
                 flags: 0,
                 charge: None,
+                vram: None,
             },
         )?;
         let data = VmData {

@@ -53,6 +53,12 @@ typedef enum vgpu_mem_kind {
 	VGPU_MEM_HOST_VISIBLE = 1,      /* also mapped for the CPU */
 } vgpu_mem_kind;
 
+typedef enum vgpu_placement {
+	VGPU_PLACEMENT_SYSTEM = 0,          /* guest RAM */
+	VGPU_PLACEMENT_VRAM = 1,            /* device memory only (fails when full or absent) */
+	VGPU_PLACEMENT_VRAM_PREFERRED = 2,  /* device memory, else guest RAM */
+} vgpu_placement;
+
 typedef enum vgpu_lost_reason {
 	VGPU_LOST_NONE = 0,
 	VGPU_LOST_PAGE_FAULT = 1,       /* guilty: fault_va/fault_access */
@@ -146,6 +152,11 @@ vgpu_status vgpu_mem_host_ptr(vgpu_buffer_t buf, void **ptr);
  * closes it) that another process imports into its context (the fd stays the caller's). */
 vgpu_status vgpu_mem_alloc_shared(vgpu_context_t ctx, uint64_t size, vgpu_mem_kind kind, vgpu_buffer_t *out);
 vgpu_status vgpu_mem_export_fd(vgpu_buffer_t buf, int *fd);
+/* Placement (devices with VRAM): a buffer in a BO of its own, in device memory or guest RAM.
+ * A VRAM_DEVICE_LOCAL buffer has no host pointer; a HOST_VISIBLE one in VRAM is mapped through
+ * the CPU-visible aperture. VRAM buffers cannot be exported. */
+vgpu_status vgpu_mem_alloc_placed(vgpu_context_t ctx, uint64_t size, vgpu_mem_kind kind,
+				  vgpu_placement placement, vgpu_buffer_t *out);
 vgpu_status vgpu_mem_import_fd(vgpu_context_t ctx, int fd, vgpu_mem_kind kind, vgpu_buffer_t *out);
 
 /* Streams. */

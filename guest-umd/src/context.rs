@@ -309,6 +309,35 @@ pub enum MemKind {
     HostVisible,
 }
 
+/// Where a buffer's memory is, on a device with VRAM (device memory); on
+/// one without, every placement that allows system memory is system memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Guest RAM, which the GPU reaches over the bus.
+    System,
+    /// VRAM only: the allocation fails when VRAM is full or absent.
+    Vram,
+    /// VRAM when there is room, system memory otherwise.
+    VramPreferred,
+}
+
+impl Placement {
+    /// The `VGPU_GEM_CREATE_*` flags of this placement for a buffer of
+    /// `kind` (a host-visible VRAM buffer is in the CPU-visible part).
+    pub fn gem_flags(self, kind: MemKind) -> u32 {
+        let cpu = if kind == MemKind::HostVisible {
+            uapi::GEM_CREATE_CPU_ACCESS
+        } else {
+            0
+        };
+        match self {
+            Placement::System => 0,
+            Placement::Vram => uapi::GEM_CREATE_VRAM | cpu,
+            Placement::VramPreferred => uapi::GEM_CREATE_VRAM | uapi::GEM_CREATE_SYSTEM | cpu,
+        }
+    }
+}
+
 /// GPU memory. Dropping it (or [`Buffer::free`]) returns it to the pool,
 /// which reuses it only after the work submitted so far completed.
 pub struct Buffer {
@@ -572,6 +601,26 @@ impl Context {
             &self.inner.kmd,
             &self.inner.vas,
             size,
+            uapi::VM_BIND_READ | uapi::VM_BIND_WRITE,
+        )
+        .map_err(|source| Error::Mem { call, source })?;
+        Ok(self.shared_buffer(bo, size, kind))
+    }
+
+    /// Allocates `size` bytes in a BO of their own placed as `placement`
+    /// says (device memory on a device with VRAM). A
+    /// [`MemKind::DeviceLocal`] VRAM buffer has no CPU mapping (reach it
+    /// with copies); a [`MemKind::HostVisible`] one is in the CPU-visible
+    /// part of VRAM, mapped through the aperture. Buffers in VRAM cannot be
+    /// exported ([`Buffer::export_fd`] fails).
+    pub fn alloc_placed(&self, size: u64, kind: MemKind, placement: Placement) -> Result<Buffer> {
+        let call = "Context::alloc_placed";
+        self.inner.check(call)?;
+        let bo = Bo::with_flags(
+            &self.inner.kmd,
+            &self.inner.vas,
+            size,
+            placement.gem_flags(kind),
             uapi::VM_BIND_READ | uapi::VM_BIND_WRITE,
         )
         .map_err(|source| Error::Mem { call, source })?;

@@ -69,7 +69,7 @@ pub mod uapi;
 pub mod uq;
 
 pub use config::{Config, ReadPath, SubmitPath};
-pub use context::{sanitizer_line, Buffer, Context, MemKind};
+pub use context::{sanitizer_line, Buffer, Context, MemKind, Placement};
 pub use device::{
     devices, driver_name, fmt_firmware, fmt_page_sizes, fmt_protocol, Device, Identity, Pong,
     DRIVER_NAME,

@@ -124,19 +124,36 @@ unsafe impl Send for Bo {}
 unsafe impl Sync for Bo {}
 
 impl Bo {
-    /// Creates a BO of `size` (a multiple of 4 KiB), maps it, binds it.
+    /// Creates a BO of `size` (a multiple of 4 KiB) in system memory, maps
+    /// it, binds it.
     pub fn new(
         kmd: &Arc<Kmd>,
         vas: &Arc<Mutex<VaAllocator>>,
         size: u64,
         bind_flags: u32,
     ) -> Result<Bo, MemError> {
+        Bo::with_flags(kmd, vas, size, 0, bind_flags)
+    }
+
+    /// Creates a BO of `size` with `VGPU_GEM_CREATE_*` `gem_flags` (a
+    /// placement), binds it, and maps it for the CPU unless it is placed
+    /// in VRAM without `GEM_CREATE_CPU_ACCESS` (then [`Bo::ptr`] panics:
+    /// such a buffer is device-local).
+    pub fn with_flags(
+        kmd: &Arc<Kmd>,
+        vas: &Arc<Mutex<VaAllocator>>,
+        size: u64,
+        gem_flags: u32,
+        bind_flags: u32,
+    ) -> Result<Bo, MemError> {
         if size == 0 || size > uapi::GEM_MAX_SIZE {
             return Err(MemError::BadSize(size));
         }
         let size = size.next_multiple_of(4096);
-        let handle = kmd.gem_create(size, 0)?;
-        Bo::from_handle(kmd, vas, handle, size, bind_flags)
+        let handle = kmd.gem_create(size, gem_flags)?;
+        let cpu = gem_flags & uapi::GEM_CREATE_VRAM == 0
+            || gem_flags & uapi::GEM_CREATE_CPU_ACCESS != 0;
+        Bo::bind_handle(kmd, vas, handle, size, bind_flags, cpu)
     }
 
     /// Maps and binds the BO behind `handle` (of `size` bytes, a multiple
@@ -149,16 +166,34 @@ impl Bo {
         size: u64,
         bind_flags: u32,
     ) -> Result<Bo, MemError> {
-        let ptr = match kmd.mmap(handle, size) {
-            Ok(p) => p,
-            Err(e) => {
-                let _ = kmd.gem_close(handle);
-                return Err(e.into());
+        Bo::bind_handle(kmd, vas, handle, size, bind_flags, true)
+    }
+
+    /// [`Bo::from_handle`], mapping it for the CPU only when `cpu`.
+    fn bind_handle(
+        kmd: &Arc<Kmd>,
+        vas: &Arc<Mutex<VaAllocator>>,
+        handle: u32,
+        size: u64,
+        bind_flags: u32,
+        cpu: bool,
+    ) -> Result<Bo, MemError> {
+        let ptr = if cpu {
+            match kmd.mmap(handle, size) {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = kmd.gem_close(handle);
+                    return Err(e.into());
+                }
             }
+        } else {
+            std::ptr::null_mut()
         };
         let unmap = || {
-            // SAFETY: `ptr` is the mapping of `size` bytes created above.
-            unsafe { libc::munmap(ptr.cast(), size as usize) };
+            if !ptr.is_null() {
+                // SAFETY: `ptr` is the mapping of `size` bytes created above.
+                unsafe { libc::munmap(ptr.cast(), size as usize) };
+            }
             let _ = kmd.gem_close(handle);
         };
         let Some(va) = vas.lock().unwrap().alloc(size) else {
@@ -228,8 +263,14 @@ impl Bo {
         self.size
     }
 
+    /// Whether the BO is mapped for the CPU (all but device-local VRAM).
+    pub fn is_mapped(&self) -> bool {
+        !self.ptr.is_null()
+    }
+
     /// CPU address of byte `off`.
     pub fn ptr(&self, off: u64) -> *mut u8 {
+        assert!(self.is_mapped(), "a device-local VRAM BO has no CPU mapping");
         assert!(off <= self.size);
         // SAFETY: `off` is within the mapping (checked above).
         unsafe { self.ptr.add(off as usize) }
@@ -269,7 +310,7 @@ impl Bo {
     /// kernel without it leaves the pages to fault in as they are touched.
     pub fn populate_read(&self) {
         use std::sync::atomic::Ordering;
-        if self.kmd.is_none() || self.populated.swap(true, Ordering::AcqRel) {
+        if self.kmd.is_none() || !self.is_mapped() || self.populated.swap(true, Ordering::AcqRel) {
             return;
         }
         // SAFETY: the whole live mapping (page aligned, `size` bytes);
@@ -375,9 +416,11 @@ fn disjoint(a: *const u8, b: *const u8, len: usize) -> bool {
 
 impl Drop for Bo {
     fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`; no reference into it outlives
-        // the `Bo` (users hold an `Arc<Bo>` while they access it).
-        unsafe { libc::munmap(self.ptr.cast(), self.size as usize) };
+        if self.is_mapped() {
+            // SAFETY: the mapping made in `new`; no reference into it
+            // outlives the `Bo` (users hold an `Arc<Bo>` while they access it).
+            unsafe { libc::munmap(self.ptr.cast(), self.size as usize) };
+        }
         let Some(kmd) = &self.kmd else {
             self.vas.lock().unwrap().free(self.va, self.size);
             return;

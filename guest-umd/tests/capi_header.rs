@@ -31,6 +31,7 @@ int main(void) {
     C(VGPU_LOST_NONE); C(VGPU_LOST_PAGE_FAULT); C(VGPU_LOST_HANG); C(VGPU_LOST_BANNED); C(VGPU_LOST_INNOCENT);
     C(VGPU_LOST_ENGINE_ERROR); C(VGPU_LOST_WEDGED); C(VGPU_LOST_REMOVED);
     C(VGPU_MEM_DEVICE_LOCAL); C(VGPU_MEM_HOST_VISIBLE);
+    C(VGPU_PLACEMENT_SYSTEM); C(VGPU_PLACEMENT_VRAM); C(VGPU_PLACEMENT_VRAM_PREFERRED);
     C(VGPU_ARG_U32); C(VGPU_ARG_I32); C(VGPU_ARG_F32); C(VGPU_ARG_U64); C(VGPU_ARG_PTR);
     /* The union's members alias the low bytes (little endian). */
     vgpu_arg a = {0}; a.v.f32 = 2.5f; C(a.v.u64);
@@ -151,6 +152,9 @@ fn header_matches_rust() {
         ("VGPU_LOST_REMOVED", lost::REMOVED),
         ("VGPU_MEM_DEVICE_LOCAL", 0),
         ("VGPU_MEM_HOST_VISIBLE", 1),
+        ("VGPU_PLACEMENT_SYSTEM", 0),
+        ("VGPU_PLACEMENT_VRAM", 1),
+        ("VGPU_PLACEMENT_VRAM_PREFERRED", 2),
     ] {
         assert_eq!(c(n), u64::from(v), "{n}");
     }

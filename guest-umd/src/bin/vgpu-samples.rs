@@ -2,6 +2,8 @@
 //!
 //!   vgpu-samples vecadd|saxpy|reduce|matmul|histogram|scan [n]
 //!   vgpu-samples copy [bytes]      copies and memsets only (copy engine)
+//!   vgpu-samples vram [percent]    oversubscribes VRAM (default 200 %), checks every
+//!                                  byte; CPU and GPU through the aperture
 //!   vgpu-samples fault             a kernel storing out of bounds: page fault
 //!   vgpu-samples hang              a kernel that never finishes: context reset
 //!   vgpu-samples device-lost       the device goes away under the app
@@ -10,7 +12,9 @@
 //! seen); 1 wrong result or unexpected error.
 
 use std::process::ExitCode;
-use vgpu_umd::{Arg, Buffer, Context, Error, Event, LostReason, MemKind, Module, Stream};
+use vgpu_umd::{
+    Arg, Buffer, Context, Error, Event, LostReason, MemKind, Module, Placement, Stream,
+};
 
 type R<T> = Result<T, String>;
 
@@ -301,6 +305,84 @@ fn copy(bytes: u32) -> R<()> {
     compare("copy", &back, &data)
 }
 
+/// The word of buffer `i` in [`vram`].
+fn vram_word(i: u64) -> u32 {
+    (i as u32).wrapping_mul(0x9e37_79b9) ^ 0x00a5_5a00
+}
+
+/// Oversubscribes VRAM: `percent` % of it in 4 MiB buffers placed
+/// VRAM-preferred (those past what VRAM holds go to system memory), each
+/// filled on the copy engine with its own word in its first half and copied
+/// by the copy engine over its second half, then every byte of every
+/// buffer checked. Then, with a CPU-visible part, a buffer in visible VRAM
+/// written by the CPU through the aperture and read by the GPU, and the
+/// other way round.
+fn vram(percent: u32) -> R<()> {
+    const CHUNK: u64 = 4 << 20;
+    let g = Gpu::new()?;
+    let (size, visible) = (g.ctx.identity().vram_size, g.ctx.identity().vram_visible);
+    // A device without VRAM: the same run over 64 MiB, all system memory.
+    let total = size.max(64 << 20) * u64::from(percent) / 100;
+    let n = (total / CHUNK).max(1);
+    println!(
+        "vram: {n} buffers of {} MiB ({} MiB, {percent} % of {} MiB of VRAM), VRAM preferred",
+        CHUNK >> 20,
+        (n * CHUNK) >> 20,
+        size >> 20
+    );
+    let mut bufs = Vec::new();
+    for i in 0..n {
+        let b = g
+            .ctx
+            .alloc_placed(CHUNK, MemKind::DeviceLocal, Placement::VramPreferred)
+            .map_err(|err| format!("buffer {i}: {err}"))?;
+        g.s.memset32(&b, 0, vram_word(i), CHUNK / 2).map_err(e)?;
+        g.s.copy(&b, CHUNK / 2, &b, 0, CHUNK / 2).map_err(e)?;
+        bufs.push(b);
+    }
+    g.s.synchronize().map_err(e)?;
+    let mut back = vec![0u8; CHUNK as usize];
+    for (i, b) in bufs.iter().enumerate() {
+        g.s.read(b, 0, &mut back).map_err(e)?;
+        let want = vram_word(i as u64);
+        if let Some(at) = to_u32(&back).iter().position(|&w| w != want) {
+            return Err(format!(
+                "vram: buffer {i} word {at}: {:#x}, want {want:#x}",
+                to_u32(&back)[at]
+            ));
+        }
+    }
+    println!("vram: every byte of {} MiB verified", (n * CHUNK) >> 20);
+    drop(bufs);
+    if visible == 0 {
+        println!("vram: no CPU-visible VRAM");
+        return Ok(());
+    }
+    let len = 1u64 << 20;
+    let data: Vec<u8> = (0..len as u32)
+        .map(|i| (i.wrapping_mul(131) >> 5) as u8)
+        .collect();
+    let ap = g
+        .ctx
+        .alloc_placed(len, MemKind::HostVisible, Placement::Vram)
+        .map_err(e)?;
+    ap.write(0, &data).map_err(e)?;
+    let sys = g.ctx.alloc(len, MemKind::DeviceLocal).map_err(e)?;
+    g.s.copy(&sys, 0, &ap, 0, len).map_err(e)?;
+    compare("vram: CPU writes through the aperture, read by the GPU", &g.download(&sys)?, &data)?;
+    g.s.memset32(&ap, 0, 0xfeed_f00d, len).map_err(e)?;
+    g.s.synchronize().map_err(e)?;
+    let mut cpu = vec![0u8; len as usize];
+    ap.read(0, &mut cpu).map_err(e)?;
+    compare(
+        "vram: GPU writes read by the CPU through the aperture",
+        &to_u32(&cpu),
+        &vec![0xfeed_f00d; (len / 4) as usize],
+    )?;
+    println!("vram: {} KiB through the aperture both ways verified", len >> 10);
+    Ok(())
+}
+
 fn fault() -> R<()> {
     let g = Gpu::new()?;
     // isa/samples/oob_store.s: out[i] = i with no bounds check. 64 Ki
@@ -416,11 +498,12 @@ fn main() -> ExitCode {
         Some("histogram") => histogram(n(20_000)),
         Some("scan") => scan(n(10_000)),
         Some("copy") => copy(n(1 << 20)),
+        Some("vram") => vram(n(200)),
         Some("fault") => fault(),
         Some("hang") => hang(),
         Some("device-lost") => device_lost(),
         _ => {
-            eprintln!("usage: vgpu-samples vecadd|saxpy|reduce|matmul|histogram|scan|copy [n] | fault | hang | device-lost");
+            eprintln!("usage: vgpu-samples vecadd|saxpy|reduce|matmul|histogram|scan|copy|vram [n] | fault | hang | device-lost");
             return ExitCode::from(2);
         }
     };

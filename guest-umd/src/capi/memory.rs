@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::handles::*;
 use super::*;
-use crate::context::MemKind;
+use crate::context::{MemKind, Placement};
 
 /// `vgpu_mem_alloc`.
 ///
@@ -115,6 +115,44 @@ pub unsafe extern "C" fn vgpu_mem_alloc_shared(
         Err(s) => return s,
     };
     match c.alloc_shared(size, kind) {
+        // SAFETY: `out` is non-null and valid per the contract.
+        Ok(b) => unsafe { give(out, T_BUFFER, Obj::Buffer(Arc::new(b)), ctx) },
+        Err(e) => err(e),
+    }
+}
+
+/// `vgpu_mem_alloc_placed`.
+///
+/// # Safety
+/// `out` is null or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn vgpu_mem_alloc_placed(
+    ctx: u64,
+    size: u64,
+    kind: u32,
+    placement: u32,
+    out: *mut u64,
+) -> Status {
+    let call = "vgpu_mem_alloc_placed";
+    let out = out!(call, out);
+    let (c, _) = get!(call, ctx, Context);
+    let kind = match mem_kind(call, kind) {
+        Ok(k) => k,
+        Err(s) => return s,
+    };
+    let placement = match placement {
+        0 => Placement::System,
+        1 => Placement::Vram,
+        2 => Placement::VramPreferred,
+        p => {
+            return fail(
+                call,
+                VGPU_ERROR_INVALID_ARGUMENT,
+                format!("placement {p}"),
+            )
+        }
+    };
+    match c.alloc_placed(size, kind, placement) {
         // SAFETY: `out` is non-null and valid per the contract.
         Ok(b) => unsafe { give(out, T_BUFFER, Obj::Buffer(Arc::new(b)), ctx) },
         Err(e) => err(e),

@@ -92,8 +92,18 @@ pub struct DrmVgpuPing {
 /// `VGPU_GEM_CREATE_LAZY`: demand-paged BO.
 pub const GEM_CREATE_LAZY: u32 = 1 << 0;
 
+/// `VGPU_GEM_CREATE_VRAM`: the BO may be placed in device memory.
+pub const GEM_CREATE_VRAM: u32 = 1 << 1;
+
+/// `VGPU_GEM_CREATE_SYSTEM`: the BO may be placed in system memory.
+pub const GEM_CREATE_SYSTEM: u32 = 1 << 2;
+
+/// `VGPU_GEM_CREATE_CPU_ACCESS`: a VRAM placement in the CPU-visible part.
+pub const GEM_CREATE_CPU_ACCESS: u32 = 1 << 3;
+
 /// Every `VGPU_GEM_CREATE_*` flag.
-pub const GEM_CREATE_FLAGS: u32 = GEM_CREATE_LAZY;
+pub const GEM_CREATE_FLAGS: u32 =
+    GEM_CREATE_LAZY | GEM_CREATE_VRAM | GEM_CREATE_SYSTEM | GEM_CREATE_CPU_ACCESS;
 
 /// `VGPU_GEM_MAX_SIZE`.
 pub const GEM_MAX_SIZE: u64 = 1 << 30;

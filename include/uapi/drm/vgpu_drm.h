@@ -110,7 +110,22 @@ struct drm_vgpu_ping {
  * access faults, and the KMD maps the page and lets the job continue
  * (the context must be created with VGPU_CTX_CREATE_REPLAYABLE). */
 #define VGPU_GEM_CREATE_LAZY         (1u << 0)
-#define VGPU_GEM_CREATE_FLAGS        VGPU_GEM_CREATE_LAZY
+/* Placement (devices with VRAM: VGPU_PARAM_VRAM_SIZE != 0). The BO may be
+ * placed in device memory (VRAM) and/or in system memory (guest RAM);
+ * neither bit means system memory. VRAM alone: VRAM or fail (ENOSPC when
+ * it is full, E2BIG when the BO is larger than the usable VRAM, ENXIO on a
+ * device without VRAM). VRAM | SYSTEM: VRAM preferred, system memory when
+ * VRAM is full or absent. Not with LAZY (EINVAL). */
+#define VGPU_GEM_CREATE_VRAM         (1u << 1)
+#define VGPU_GEM_CREATE_SYSTEM       (1u << 2)
+/* The CPU maps the BO (GEM_MMAP_OFFSET): a VRAM placement is in the
+ * CPU-visible part, mapped through the aperture (E2BIG when the BO is
+ * larger than the visible part; with VRAM | SYSTEM, system memory then).
+ * Only with VGPU_GEM_CREATE_VRAM (EINVAL otherwise): system memory is always
+ * CPU-mappable. */
+#define VGPU_GEM_CREATE_CPU_ACCESS   (1u << 3)
+#define VGPU_GEM_CREATE_FLAGS        (VGPU_GEM_CREATE_LAZY | VGPU_GEM_CREATE_VRAM | \
+				      VGPU_GEM_CREATE_SYSTEM | VGPU_GEM_CREATE_CPU_ACCESS)
 
 /* Largest BO, in bytes. */
 #define VGPU_GEM_MAX_SIZE            (1ull << 30)
@@ -122,8 +137,13 @@ struct drm_vgpu_ping {
  * @flags:  in, VGPU_GEM_CREATE_*.
  * @handle: out, a GEM handle of this file (close with DRM_IOCTL_GEM_CLOSE).
  *
- * The BO is backed by shmem pages, zero-filled, allocated on first use (CPU
- * fault, VM_BIND of a non-lazy BO, or a GPU fault on a lazy one).
+ * A system-memory BO is backed by shmem pages, zero-filled, allocated on
+ * first use (CPU fault, VM_BIND of a non-lazy BO, or a GPU fault on a lazy
+ * one). A VRAM BO gets its device memory at creation (contents undefined
+ * until written, as on real hardware) and counts against VRAM, not against
+ * the GEM memory limits. A VRAM BO cannot be exported as a dma-buf
+ * (DRM_IOCTL_PRIME_HANDLE_TO_FD: EOPNOTSUPP); one without
+ * VGPU_GEM_CREATE_CPU_ACCESS cannot be CPU-mapped (GEM_MMAP_OFFSET: ENXIO).
  */
 struct drm_vgpu_gem_create {
 	__u64 size;

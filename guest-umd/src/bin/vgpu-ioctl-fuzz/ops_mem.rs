@@ -71,7 +71,9 @@ impl Worker {
             }
             // Unknown flags.
             _ => {
-                let flags = (self.rng.u32() | 2) & !uapi::GEM_CREATE_LAZY | (self.rng.u32() & 1);
+                // At least one bit outside the known ones, any known ones.
+                let flags = (self.rng.u32() | 1 << 16) & !0xffff
+                    | (self.rng.u32() & uapi::GEM_CREATE_FLAGS);
                 (PAGE, flags, Expect::BAD)
             }
         };

@@ -90,6 +90,7 @@ mod unbind;
 mod uqueue;
 mod vm;
 mod vmbind;
+mod vram;
 
 use std::path::Path;
 
@@ -131,6 +132,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("queue", false, queue::test_queue),
     ("vmbind", false, vmbind::test_vmbind),
     ("prime", false, prime::test_prime),
+    ("vram", false, vram::test_vram),
     ("sanitizer", false, sanitizer::test_sanitizer),
     ("uq", false, uqueue::test_uq),
     ("uq-hang", false, uqueue::test_uq_hang),

@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! The VRAM manager: device memory for buffer objects, on the kernel's
+//! buddy allocator (`kernel::gpu::buddy`, drivers/gpu/buddy.c).
+//!
+//! This is the allocator half of a small TTM-shaped layer of the driver's
+//! own (there is no Rust TTM): like `xe_ttm_vram_mgr.c` and
+//! `amdgpu_vram_mgr.c` it manages the whole of VRAM as one buddy address
+//! space, takes the device's reserved ranges (`MEMORY_LAYOUT`: the
+//! firmware carve-out) out of it at start so they are never handed out,
+//! allocates the CPU-visible part only for objects that need CPU access
+//! (a `Range` allocation below the visible size) and everything else top
+//! down, from the part the CPU cannot see, so the aperture stays free for
+//! the objects that need it (amdgpu's `TOPDOWN` for invisible buffers).
+//!
+//! An allocation ([`VramAlloc`]) is a list of buddy blocks returned to the
+//! allocator when it is dropped; its blocks are device-physical addresses
+//! (`vram::dpa`) that go into page-table entries with the VRAM bit.
+//!
+//! Lock order: the buddy allocator's own mutex is a leaf (taken inside
+//! `alloc_blocks`, `avail` and a block list's drop, never around a call out).
+
+use crate::vram::{self, kind, Layout};
+use kernel::{
+    gpu::buddy::{
+        AllocatedBlocks,
+        GpuBuddy,
+        GpuBuddyAllocFlags,
+        GpuBuddyAllocMode,
+        GpuBuddyParams, //
+    },
+    prelude::*,
+    ptr::Alignment,
+    sync::{
+        atomic::{
+            Atomic,
+            Relaxed, //
+        },
+        Arc,
+    },
+};
+
+/// The allocation unit: one GPU page.
+const CHUNK: usize = 4096;
+
+/// Counters of the manager, for debugfs `vram_mm` and `QUERY_STATS`.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct VramCounters {
+    /// Bytes allocated to objects now.
+    pub(crate) used: u64,
+    /// Of which in the CPU-visible part.
+    pub(crate) visible_used: u64,
+    /// Allocations made since probe.
+    pub(crate) allocs: u64,
+    /// Allocations refused (no room) since probe.
+    pub(crate) failed: u64,
+}
+
+/// Where in VRAM an allocation may go.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Region {
+    /// Only the CPU-visible part (an object the CPU maps).
+    Visible,
+    /// Anywhere, the invisible part first.
+    Any,
+}
+
+/// Device memory of one device, for buffer objects.
+pub(crate) struct VramMgr {
+    buddy: GpuBuddy,
+    layout: Layout,
+    /// The device's reserved ranges, held for the manager's lifetime.
+    _reserved: KVec<Pin<KBox<AllocatedBlocks>>>,
+    reserved_bytes: u64,
+    used: Atomic<u64>,
+    visible_used: Atomic<u64>,
+    allocs: Atomic<u64>,
+    failed: Atomic<u64>,
+}
+
+impl VramMgr {
+    /// A manager of `layout` (checked by the transport), with its reserved
+    /// ranges taken out.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` (a layout without usable memory, or a reserved range the
+    /// allocator cannot take), `ENOMEM`.
+    pub(crate) fn new(layout: &Layout) -> Result<Arc<VramMgr>> {
+        if layout.usable_bytes() == 0 {
+            return Err(EINVAL);
+        }
+        let buddy = GpuBuddy::new(GpuBuddyParams {
+            base_offset: 0,
+            size: layout.size,
+            chunk_size: Alignment::new::<CHUNK>(),
+        })?;
+        let mut reserved = KVec::new();
+        let mut reserved_bytes = 0u64;
+        for r in layout.ranges().iter().filter(|r| r.kind == kind::RESERVED) {
+            let blocks = KBox::pin_init(
+                buddy.alloc_blocks(
+                    GpuBuddyAllocMode::Range(r.base..r.end()),
+                    r.size,
+                    Alignment::new::<CHUNK>(),
+                    GpuBuddyAllocFlags::default(),
+                ),
+                GFP_KERNEL,
+            )
+            .map_err(|_| EINVAL)?;
+            reserved.push(blocks, GFP_KERNEL)?;
+            reserved_bytes += r.size;
+        }
+        Ok(Arc::new(
+            VramMgr {
+                buddy,
+                layout: *layout,
+                _reserved: reserved,
+                reserved_bytes,
+                used: Atomic::new(0),
+                visible_used: Atomic::new(0),
+                allocs: Atomic::new(0),
+                failed: Atomic::new(0),
+            },
+            GFP_KERNEL,
+        )?)
+    }
+
+    /// The layout managed.
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Bytes objects can use (VRAM less the reserved ranges).
+    pub(crate) fn usable(&self) -> u64 {
+        self.layout.size - self.reserved_bytes
+    }
+
+    /// Free bytes now.
+    pub(crate) fn avail(&self) -> u64 {
+        self.buddy.avail()
+    }
+
+    /// The counters.
+    pub(crate) fn counters(&self) -> VramCounters {
+        VramCounters {
+            used: self.used.load(Relaxed),
+            visible_used: self.visible_used.load(Relaxed),
+            allocs: self.allocs.load(Relaxed),
+            failed: self.failed.load(Relaxed),
+        }
+    }
+
+    /// Whether `size` bytes could ever fit in `region` (with nothing else
+    /// allocated).
+    pub(crate) fn fits(&self, size: u64, region: Region) -> bool {
+        match region {
+            Region::Visible => size <= self.layout.visible,
+            Region::Any => size <= self.usable(),
+        }
+    }
+
+    /// Allocates `size` bytes (a multiple of 4 KiB) in `region`, in as
+    /// few blocks as the free space allows (blocks of at least 4 KiB; a
+    /// 2 MiB-aligned 2 MiB block can be mapped with one huge entry).
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` (size not a multiple of 4 KiB, or 0), `ENOSPC` (no room
+    /// in `region` now), `ENOMEM`.
+    pub(crate) fn alloc(self: &Arc<Self>, size: u64, region: Region) -> Result<VramAlloc> {
+        if size == 0 || size % CHUNK as u64 != 0 {
+            return Err(EINVAL);
+        }
+        let mode = match region {
+            Region::Visible => GpuBuddyAllocMode::Range(0..self.layout.visible),
+            Region::Any => GpuBuddyAllocMode::TopDown,
+        };
+        let blocks = KBox::pin_init(
+            self.buddy.alloc_blocks(
+                mode,
+                size,
+                Alignment::new::<CHUNK>(),
+                GpuBuddyAllocFlags::default(),
+            ),
+            GFP_KERNEL,
+        );
+        let blocks = match blocks {
+            Ok(b) => b,
+            Err(e) => {
+                self.failed.add(1u64, Relaxed);
+                return Err(if e == ENOMEM { ENOMEM } else { ENOSPC });
+            }
+        };
+        let visible = blocks
+            .iter()
+            .map(|b| {
+                let end = b.offset().saturating_add(b.size()).min(self.layout.visible);
+                end.saturating_sub(b.offset())
+            })
+            .sum::<u64>();
+        self.used.add(size, Relaxed);
+        self.visible_used.add(visible, Relaxed);
+        self.allocs.add(1u64, Relaxed);
+        Ok(VramAlloc {
+            blocks,
+            size,
+            visible,
+            mgr: self.clone(),
+        })
+    }
+}
+
+/// A VRAM allocation: its blocks go back to the manager when it is
+/// dropped.
+pub(crate) struct VramAlloc {
+    blocks: Pin<KBox<AllocatedBlocks>>,
+    size: u64,
+    /// Bytes of it in the CPU-visible part.
+    visible: u64,
+    mgr: Arc<VramMgr>,
+}
+
+impl VramAlloc {
+    /// Bytes allocated.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Whether all of it is CPU-visible.
+    pub(crate) fn is_visible(&self) -> bool {
+        self.visible == self.size
+    }
+
+    /// Its blocks in allocation order as (VRAM offset, bytes); an object's
+    /// bytes follow this order.
+    pub(crate) fn blocks(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.blocks.iter().map(|b| (b.offset(), b.size()))
+    }
+
+    /// Its blocks as (device-physical address, bytes), adjacent blocks
+    /// merged, in object order.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn dpa_runs(&self) -> Result<KVec<(u64, u64)>> {
+        let mut runs: KVec<(u64, u64)> = KVec::new();
+        for (off, len) in self.blocks() {
+            let dpa = vram::dpa(off);
+            match runs.last_mut() {
+                Some((a, l)) if *a + *l == dpa => *l += len,
+                _ => runs.push((dpa, len), GFP_KERNEL)?,
+            }
+        }
+        Ok(runs)
+    }
+}
+
+impl Drop for VramAlloc {
+    fn drop(&mut self) {
+        let _ = self.mgr.used.fetch_sub(self.size, Relaxed);
+        let _ = self.mgr.visible_used.fetch_sub(self.visible, Relaxed);
+    }
+}

@@ -466,29 +466,36 @@ fn show_vram_mm(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let c = mgr.counters();
     writeln!(
         f,
-        "vram_mm: usable {:#x} free {:#x} used {:#x} visible_used {:#x} allocs {} failed {}",
+        "vram_mm: usable {:#x} free {:#x} used {:#x} visible_used {:#x} allocs {} failed {} evictions {} evicted_bytes {:#x} moves_failed {}",
         mgr.usable(),
         mgr.avail(),
         c.used,
         c.visible_used,
         c.allocs,
-        c.failed
+        c.failed,
+        c.evictions,
+        c.evicted_bytes,
+        c.moves_failed
     )?;
     let mut res = Ok(());
     let mut n = 0u32;
     v.bos.visit(|bo| {
-        let Some(p) = bo.vram() else {
-            return;
-        };
-        if res.is_err() {
+        if !bo.is_vram_object() || res.is_err() {
             return;
         }
+        let place = bo.vram();
+        let Some(p) = place.as_ref() else {
+            n += 1;
+            res = writeln!(f, "bo {} evicted {}: system", n, bo.evictions());
+            return;
+        };
         res = (|| {
             n += 1;
             write!(
                 f,
-                "bo {} size {:#x} {}:",
+                "bo {} evicted {}: size {:#x} {}:",
                 n,
+                bo.evictions(),
                 p.alloc.size(),
                 if p.alloc.is_visible() {
                     "visible"

@@ -21,11 +21,11 @@ use crate::{
     file::Client,
     gem::{
         BoRegistry,
-        MemAccount,
-        VramPlacement, //
+        MemAccount, //
     },
     gpu::{
         hooks::HangCheck,
+        migrate::Migrator,
         Gpu, //
     },
     layout,
@@ -44,10 +44,7 @@ use crate::{
         self,
         Vm, //
     },
-    vram_mgr::{
-        Region,
-        VramMgr, //
-    },
+    vram_mgr::VramMgr,
     watchdog::{
         Periodic,
         WatchdogHandle, //
@@ -104,6 +101,10 @@ pub(crate) struct Vgpu {
     pub(crate) vram: SetOnce<Arc<VramMgr>>,
     /// The device's buffer objects.
     pub(crate) bos: Arc<BoRegistry>,
+    /// The driver's copy context for moves, made on the first eviction
+    /// (and held for the whole of a move: one at a time).
+    #[pin]
+    pub(crate) mover: Mutex<Option<Migrator>>,
     /// Open render-node files.
     #[pin]
     pub(crate) clients: Mutex<KVec<Arc<Client>>>,
@@ -137,6 +138,7 @@ impl Vgpu {
                 mem,
                 vram: SetOnce::new(),
                 bos,
+                mover <- new_mutex!(None),
                 clients <- new_mutex!(KVec::new()),
                 zombies <- new_mutex!(KVec::new()),
                 watchdog <- new_mutex!(None),
@@ -203,51 +205,6 @@ impl Vgpu {
             }
         }
         Ok(())
-    }
-
-    /// Where a new object of `size` bytes (a multiple of 4 KiB) created
-    /// with `VGPU_GEM_CREATE_*` `flags` goes: its VRAM, or `None` for
-    /// system memory (see `drm_vgpu_gem_create` in the uAPI header).
-    ///
-    /// # Errors
-    ///
-    /// `EINVAL` (`LAZY` or `CPU_ACCESS` with a VRAM placement they do not
-    /// go with), `ENXIO` (VRAM only, on a device without VRAM), `E2BIG`
-    /// (VRAM only, larger than the usable or, with `CPU_ACCESS`, the
-    /// visible VRAM), `ENOSPC` (VRAM only, and VRAM is full), `ENOMEM`.
-    pub(crate) fn place(&self, size: u64, flags: u32) -> Result<Option<VramPlacement>> {
-        let vram = flags & uapi::VGPU_GEM_CREATE_VRAM != 0;
-        let system = flags & uapi::VGPU_GEM_CREATE_SYSTEM != 0;
-        let cpu = flags & uapi::VGPU_GEM_CREATE_CPU_ACCESS != 0;
-        if !vram {
-            return if cpu { Err(EINVAL) } else { Ok(None) };
-        }
-        if flags & uapi::VGPU_GEM_CREATE_LAZY != 0 {
-            return Err(EINVAL);
-        }
-        let Some(mgr) = self.vram.as_ref() else {
-            return if system { Ok(None) } else { Err(ENXIO) };
-        };
-        let aperture = self
-            .hw
-            .memory
-            .as_ref()
-            .and_then(|m| m.aperture)
-            .map(|a| a.start);
-        let (region, fits) = if cpu {
-            let visible = aperture.map_or(0, |_| mgr.layout().visible);
-            (Region::Visible, size <= visible)
-        } else {
-            (Region::Any, mgr.fits(size, Region::Any))
-        };
-        if !fits {
-            return if system { Ok(None) } else { Err(E2BIG) };
-        }
-        match mgr.alloc(size, region) {
-            Ok(alloc) => Ok(Some(VramPlacement { alloc, aperture })),
-            Err(e) if e == ENOSPC && system => Ok(None),
-            Err(e) => Err(e),
-        }
     }
 
     /// Declares `size` bytes of `bo` from `offset` to the device's
@@ -374,6 +331,27 @@ impl Vgpu {
         Ok(client)
     }
 
+    /// The driver's copy context goes (at shutdown, while the device still
+    /// answers); kept with its page tables if the device did not let it go.
+    fn close_mover(&self) {
+        let m = self.mover.lock().take();
+        if let Some(m) = m {
+            self.retire_mover(m);
+        }
+    }
+
+    /// Destroys the driver's copy context `m` (taken out of
+    /// [`Vgpu::mover`]): kept with its page tables if the device did not
+    /// let it go. VRAM the device may still translate to is never freed.
+    pub(crate) fn retire_mover(&self, m: Migrator) {
+        if !self.gpu.destroy_client(&m.client) {
+            let _ = self.zombies.lock().push(m.client.clone(), GFP_KERNEL);
+        }
+        for p in m.stale {
+            core::mem::forget(p);
+        }
+    }
+
     /// A file closes: its contexts are destroyed, then its client goes (or,
     /// if a context could not be destroyed, is kept with its page tables).
     pub(crate) fn close_client(&self, c: &Arc<Client>) {
@@ -397,6 +375,8 @@ impl Vgpu {
     /// page-table, ring and capture memory freed ([`PtPool::release`],
     /// [`Gpu::release_dma`]) and every sleeper woken.
     pub(crate) fn shutdown(&self) {
+        // The driver's copy context goes while the device still answers.
+        self.close_mover();
         if self.hw.link.set_unbound() {
             return;
         }

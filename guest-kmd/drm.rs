@@ -280,7 +280,7 @@ impl VgpuFile {
             map_wc: false,
             parent_resv_obj: None,
         };
-        let vram = dev.vgpu.place(size as u64, args.flags)?;
+        let vram = dev.vgpu.place(dev, size as u64, args.flags)?;
         // System memory is guest memory, counted against the GEM limits;
         // VRAM is the device's.
         let charge = match vram {
@@ -300,6 +300,7 @@ impl VgpuFile {
                 flags: args.flags,
                 charge,
                 vram,
+                owner: file.inner().client.id,
             },
         )?;
         // SAFETY: `bo` was just created: it has no handle yet, so no other
@@ -327,7 +328,9 @@ impl VgpuFile {
         let bo = vgem::lookup(file, args.handle, &dev.bos)?;
         if bo
             .vram()
+            .as_ref()
             .is_some_and(|v| v.aperture.is_none() || !v.alloc.is_visible())
+            || (bo.is_vram_object() && bo.vram().is_none())
         {
             // Device memory the CPU cannot see.
             return Err(ENXIO);

@@ -38,6 +38,9 @@ pub(crate) struct Client {
     pub(crate) bind_fence_ctx: u64,
     /// The last bind job's seqno.
     bind_seqno: Atomic<u64>,
+    /// Moves of its buffer objects in progress: while non-zero its jobs
+    /// stay queued ([`Client::gated`]). Changed under the GPU state lock.
+    moves: Atomic<u32>,
 }
 
 /// Source of [`Client::id`].
@@ -59,6 +62,7 @@ impl Client {
                 host <- new_mutex!(HostMaps::new()),
                 bind_fence_ctx: crate::ffi::new_fence_context(),
                 bind_seqno: Atomic::new(0),
+                moves: Atomic::new(0),
             }),
             GFP_KERNEL,
         )
@@ -69,6 +73,22 @@ impl Client {
     /// The seqno of a new bind job (counting from 1).
     pub(crate) fn next_bind_seqno(&self) -> u64 {
         self.bind_seqno.fetch_add(1, Relaxed) + 1
+    }
+
+    /// Whether a move of one of its objects holds its jobs back (read
+    /// under the GPU state lock).
+    pub(crate) fn gated(&self) -> bool {
+        self.moves.load(Relaxed) != 0
+    }
+
+    /// One more move in progress (under the GPU state lock).
+    pub(crate) fn gate(&self) {
+        self.moves.add(1, Relaxed);
+    }
+
+    /// One move fewer (under the GPU state lock).
+    pub(crate) fn ungate(&self) {
+        let _ = self.moves.fetch_sub(1, Relaxed);
     }
 }
 

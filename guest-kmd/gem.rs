@@ -401,9 +401,21 @@ pub(crate) struct VgpuObject {
     /// None for the driver's own objects (an address space's reservation
     /// object) and for VRAM objects, which are not guest memory.
     _charge: Option<MemCharge>,
-    /// The object's device memory, for an object placed in VRAM: its
-    /// shmem pages are then never allocated (see [`crate::gem_vram`]).
-    vram: Option<VramPlacement>,
+    /// The object's device memory while it is in VRAM (its shmem pages are
+    /// then not allocated, see [`crate::gem_vram`]); `None` in system
+    /// memory: created there, or evicted ([`crate::placement`]). Taken
+    /// inside an address space's lock, never around one.
+    #[pin]
+    vram: Mutex<Option<VramPlacement>>,
+    /// Created in VRAM (its object operations are [`crate::gem_vram`]'s).
+    vram_object: bool,
+    /// A move is in progress (one at a time per object).
+    moving: AtomicFlag,
+    /// Times it was evicted from VRAM.
+    evictions: Atomic<u32>,
+    /// [`crate::file::Client::id`] of the file that created it (0: the
+    /// driver's own).
+    owner: u64,
 }
 
 /// Where a VRAM object is.
@@ -434,13 +446,53 @@ impl VgpuObject {
             registered: SetOnce::new(),
             _live: LiveCount::new(),
             _charge: args.charge,
-            vram: args.vram,
+            vram_object: args.vram.is_some(),
+            vram <- new_mutex!(args.vram),
+            moving: AtomicFlag::new(false),
+            evictions: Atomic::new(0),
+            owner: args.owner,
         })
     }
 
-    /// The object's VRAM placement, if it is in VRAM.
-    pub(crate) fn vram(&self) -> Option<&VramPlacement> {
-        self.vram.as_ref()
+    /// The object's VRAM placement (`None`: in system memory), locked.
+    pub(crate) fn vram(&self) -> kernel::sync::MutexGuard<'_, Option<VramPlacement>> {
+        self.vram.lock()
+    }
+
+    /// Whether it was created for CPU access (`VGPU_GEM_CREATE_CPU_ACCESS`):
+    /// a VRAM object then stays in visible VRAM.
+    pub(crate) fn cpu_access(&self) -> bool {
+        self.flags & uapi::VGPU_GEM_CREATE_CPU_ACCESS != 0
+    }
+
+    /// Whether it was created in VRAM.
+    pub(crate) fn is_vram_object(&self) -> bool {
+        self.vram_object
+    }
+
+    /// The creating file's client id (0: the driver's own object).
+    pub(crate) fn owner(&self) -> u64 {
+        self.owner
+    }
+
+    /// Claims the object for a move; `false` if one is in progress.
+    pub(crate) fn begin_move(&self) -> bool {
+        !self.moving.xchg(true, Relaxed)
+    }
+
+    /// Ends the move claimed with [`VgpuObject::begin_move`].
+    pub(crate) fn end_move(&self) {
+        self.moving.store(false, Relaxed);
+    }
+
+    /// Counts an eviction.
+    pub(crate) fn count_eviction(&self) {
+        self.evictions.add(1, Relaxed);
+    }
+
+    /// Times it was evicted.
+    pub(crate) fn evictions(&self) -> u32 {
+        self.evictions.load(Relaxed)
     }
 
     /// `VGPU_GEM_CREATE_LAZY`: pages are mapped on GPU faults.
@@ -467,6 +519,8 @@ pub(crate) struct BoArgs {
     pub(crate) charge: Option<MemCharge>,
     /// Its device memory, for an object placed in VRAM.
     pub(crate) vram: Option<VramPlacement>,
+    /// The creating file's [`crate::file::Client::id`] (0: the driver's).
+    pub(crate) owner: u64,
 }
 
 /// A physically contiguous piece of a buffer object.
@@ -488,9 +542,20 @@ pub(crate) struct Seg {
 /// `ENOMEM` (no pages), `EIO` (the mapping does not cover the object),
 /// `ENODEV` (unmapped by an unbind meanwhile), or the shmem helper's errno.
 pub(crate) fn segments(bo: &Bo) -> Result<KVec<Seg>> {
-    if let Some(v) = bo.vram() {
+    if let Some(v) = bo.vram().as_ref() {
         return vram_segments(&v.alloc);
     }
+    shmem_segments(bo)
+}
+
+/// [`segments`] of the object's shmem pages, wherever the object is (a
+/// VRAM object's pages are allocated by this call: the destination of its
+/// eviction).
+///
+/// # Errors
+///
+/// As [`segments`].
+pub(crate) fn shmem_segments(bo: &Bo) -> Result<KVec<Seg>> {
     let raw = bo.as_raw();
     // SAFETY: `Bo` is a shmem object: its `drm_gem_object` is the `base`
     // field of a live `drm_gem_shmem_object`.
@@ -538,7 +603,7 @@ pub(crate) fn segments(bo: &Bo) -> Result<KVec<Seg>> {
 /// # Errors
 ///
 /// `ENOMEM`.
-fn vram_segments(alloc: &VramAlloc) -> Result<KVec<Seg>> {
+pub(crate) fn vram_segments(alloc: &VramAlloc) -> Result<KVec<Seg>> {
     let mut segs = KVec::new();
     let mut offset = 0u64;
     for (addr, len) in alloc.dpa_runs()? {

@@ -113,7 +113,8 @@ unsafe extern "C" fn vram_mmap(
 /// `ENXIO` (not in the CPU-visible part, or no aperture), or the errno of
 /// `remap_pfn_range`.
 fn map_aperture(bo: &Bo, vma: *mut bindings::vm_area_struct) -> Result {
-    let v = bo.vram().ok_or(ENXIO)?;
+    let place = bo.vram();
+    let v = place.as_ref().ok_or(ENXIO)?;
     let base = v.aperture.filter(|_| v.alloc.is_visible()).ok_or(ENXIO)?;
     // SAFETY: `vma` is the VMA being set up by `mmap`, exclusively ours for
     // the call (the mmap lock is held for writing).

@@ -13,6 +13,8 @@
 //! * [`drm`]: the DRM driver, its ioctl table, its file and GEM object types.
 //! * [`debugfs`]: `/sys/kernel/debug/vgpu/<pci-name>/`, reading every block.
 //! * [`stats`]: the snapshots and counters of `QUERY_STATS`.
+//! * [`placement`]: where buffer objects go (VRAM or system memory) and
+//!   eviction from VRAM on the copy engine.
 //! * [`device`]: [`device::Vgpu`], what everything that uses one device
 //!   shares; `GET_PARAM`, `PING`, open files, teardown.
 //! * [`watchdog`]: a periodic check in process context (a leaf, called back
@@ -45,7 +47,8 @@
 //! | block | may use |
 //! |---|---|
 //! | `debugfs` | `device`, `gem`, `gpu`, `hostmem`, `ktrace`, `layout`, `mmu`, `proto`, `selftest`, `stats`, `transport`, `vram` |
-//! | `drm` | `device`, `ffi`, `ffi_gpuvm`, `ffi_sync`, `file`, `gem`, `gem_vram`, `gpu`, `hostmem`, `stats`, `uarray`, `vm`, `vm_ops` |
+//! | `drm` | `device`, `ffi`, `ffi_gpuvm`, `ffi_sync`, `file`, `gem`, `gem_vram`, `gpu`, `hostmem`, `placement`, `stats`, `uarray`, `vm`, `vm_ops` |
+//! | `placement` | `device`, `file`, `gem`, `gpu`, `params`, `ratelimit`, `vm`, `vram_mgr` |
 //! | `stats` | `device`, `errno`, `ffi`, `file`, `gpu`, `mmu`, `params`, `proto`, `uarray` |
 //! | `device` | `errno`, `ffi`, `file`, `gem`, `gpu`, `layout`, `params`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanmem`, `transport`, `vm`, `vram_mgr`, `watchdog` |
 //! | `gpu` | `capture`, `coredump`, `describe`, `errno`, `event`, `ffi`, `ffi_sync`, `file`, `gem`, `hostmem`, `ktrace`, `mmu`, `packet`, `params`, `pod`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanitize`, `time`, `transport`, `uarray`, `vm`, `vm_ops`, `vram` |
@@ -108,6 +111,7 @@ mod hostmem;
 mod ktrace;
 mod pagetable;
 mod params;
+mod placement;
 mod ptpool;
 mod ras;
 mod ratelimit;

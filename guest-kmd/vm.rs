@@ -201,6 +201,7 @@ impl Vm {
                 flags: 0,
                 charge: None,
                 vram: None,
+                owner: 0,
             },
         )?;
         let data = VmData {
@@ -297,10 +298,10 @@ impl Vm {
     /// translates to through it (if its pages are pinned).
     pub(crate) fn lookup_va(&self, va: u64) -> Option<(Mapping, Option<u64>)> {
         let m = self.va_at(va)?;
-        let pa = m
-            .vm_bo()
-            .data()
-            .segs()
+        let fresh = object_segs(m.obj());
+        let pa = fresh
+            .as_deref()
+            .or(m.vm_bo().data().segs())
             .and_then(|segs| gem::addr_at(segs, m.gem_offset() + (va - m.addr())))
             .map(|(pa, _)| pa);
         Some((Mapping { bo: m.obj().into() }, pa))
@@ -369,6 +370,41 @@ impl Vm {
         Self::check_retired(&pt.bad_pages, &bo, segs, handle)?;
         pt.populate(&backing, page, page + PAGE_4K)?;
         Ok((page, declare))
+    }
+
+    /// Rewrites every mapping of `bo` (a VRAM object that moved) to where
+    /// its pages are now ([`gem::segments`]); the caller invalidates the
+    /// TLBs. Returns the number of mappings rewritten.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` (tables, or the object's pages): the mappings not yet
+    /// rewritten are left cleared (a GPU access faults, no stale
+    /// translation is left).
+    pub(crate) fn rebind_object(&mut self, bo: &Bo) -> Result<usize> {
+        let (start, end) = self.pt().user_range();
+        let mut maps = KVec::new();
+        for m in ffi_gpuvm::mappings(&self.gpuvm, start, end) {
+            if core::ptr::eq(m.obj(), bo) {
+                let perms = self.gpuvm.data_ref().attr(m.addr()).map_or(0, |a| a.perms);
+                maps.push((m.addr(), m.length(), m.gem_offset(), perms), GFP_KERNEL)?;
+            }
+        }
+        let pt = &mut self.gpuvm.data().pt;
+        for &(va, len, _, _) in maps.iter() {
+            pt.clear(va, va + len);
+        }
+        let segs = gem::segments(bo)?;
+        for &(va, len, gem_offset, perms) in maps.iter() {
+            let b = Backing {
+                va,
+                gem_offset,
+                segs: &segs,
+                perms,
+            };
+            pt.populate(&b, va, va + len)?;
+        }
+        Ok(maps.len())
     }
 
     /// Maps `size` bytes of KMD memory at DMA address `pa` (contiguous) at
@@ -455,7 +491,8 @@ impl Vm {
             let attr = self.gpuvm.data_ref().attr(m.addr());
             let perms = attr.map_or(0, |a| a.perms);
             let lazy = m.obj().lazy();
-            let segs = m.vm_bo().data().segs();
+            let fresh = object_segs(m.obj());
+            let segs = fresh.as_deref().or(m.vm_bo().data().segs());
             let backing = segs.map(|segs| Backing {
                 va: m.addr(),
                 gem_offset: m.gem_offset(),
@@ -491,6 +528,14 @@ impl Vm {
         }
         Ok(())
     }
+}
+
+/// A VRAM object's pages now (it can move: they are not cached in its
+/// [`BoPages`]); `None` for other objects, or if they cannot be read.
+fn object_segs(bo: &Bo) -> Option<KVec<Seg>> {
+    bo.is_vram_object()
+        .then(|| gem::segments(bo).ok())
+        .flatten()
 }
 
 /// The driver data of a (VM, object) pair (`drm_gpuvm_bo`): the object's

@@ -391,12 +391,20 @@ impl Vm {
         }
         let vm_bo = self.gpuvm.obtain(&p.bo, BoPages::new())?;
         let lazy = p.segs.is_none();
-        if let Some(segs) = p.segs {
+        // A VRAM object can move (crate::placement): its pages are read
+        // again now, under this address space's lock, which a move takes to
+        // rewrite the object's mappings, and never cached.
+        let fresh = match !lazy && p.bo.is_vram_object() {
+            true => Some(gem::segments(&p.bo)?),
+            false => None,
+        };
+        if let (Some(segs), None) = (p.segs, &fresh) {
             vm_bo.data().set_segs(segs);
         }
-        let segs = match lazy {
-            true => None,
-            false => Some(vm_bo.data().segs().ok_or(EINVAL)?),
+        let segs = match (lazy, &fresh) {
+            (true, _) => None,
+            (false, Some(f)) => Some(&f[..]),
+            (false, None) => Some(vm_bo.data().segs().ok_or(EINVAL)?),
         };
         let mut ctx = StepCtx {
             map: Some(MapReq {

@@ -54,6 +54,11 @@ pub(crate) struct VramCounters {
     pub(crate) allocs: u64,
     /// Allocations refused (no room) since probe.
     pub(crate) failed: u64,
+    /// Objects evicted to system memory since probe, and their bytes.
+    pub(crate) evictions: u64,
+    pub(crate) evicted_bytes: u64,
+    /// Moves that failed (the object stayed where it was).
+    pub(crate) moves_failed: u64,
 }
 
 /// Where in VRAM an allocation may go.
@@ -76,6 +81,9 @@ pub(crate) struct VramMgr {
     visible_used: Atomic<u64>,
     allocs: Atomic<u64>,
     failed: Atomic<u64>,
+    evictions: Atomic<u64>,
+    evicted_bytes: Atomic<u64>,
+    moves_failed: Atomic<u64>,
 }
 
 impl VramMgr {
@@ -121,6 +129,9 @@ impl VramMgr {
                 visible_used: Atomic::new(0),
                 allocs: Atomic::new(0),
                 failed: Atomic::new(0),
+                evictions: Atomic::new(0),
+                evicted_bytes: Atomic::new(0),
+                moves_failed: Atomic::new(0),
             },
             GFP_KERNEL,
         )?)
@@ -148,7 +159,21 @@ impl VramMgr {
             visible_used: self.visible_used.load(Relaxed),
             allocs: self.allocs.load(Relaxed),
             failed: self.failed.load(Relaxed),
+            evictions: self.evictions.load(Relaxed),
+            evicted_bytes: self.evicted_bytes.load(Relaxed),
+            moves_failed: self.moves_failed.load(Relaxed),
         }
+    }
+
+    /// Counts an eviction of `bytes`.
+    pub(crate) fn count_eviction(&self, bytes: u64) {
+        self.evictions.add(1u64, Relaxed);
+        self.evicted_bytes.add(bytes, Relaxed);
+    }
+
+    /// Counts a failed move.
+    pub(crate) fn count_move_failed(&self) {
+        self.moves_failed.add(1u64, Relaxed);
     }
 
     /// Whether `size` bytes could ever fit in `region` (with nothing else
@@ -201,11 +226,12 @@ impl VramMgr {
             .sum::<u64>();
         self.used.add(size, Relaxed);
         self.visible_used.add(visible, Relaxed);
-        self.allocs.add(1u64, Relaxed);
+        let stamp = self.allocs.fetch_add(1u64, Relaxed);
         Ok(VramAlloc {
             blocks,
             size,
             visible,
+            stamp,
             mgr: self.clone(),
         })
     }
@@ -218,6 +244,8 @@ pub(crate) struct VramAlloc {
     size: u64,
     /// Bytes of it in the CPU-visible part.
     visible: u64,
+    /// Allocation order: the eviction order (least recently placed first).
+    stamp: u64,
     mgr: Arc<VramMgr>,
 }
 
@@ -230,6 +258,16 @@ impl VramAlloc {
     /// Whether all of it is CPU-visible.
     pub(crate) fn is_visible(&self) -> bool {
         self.visible == self.size
+    }
+
+    /// Bytes of it in the CPU-visible part.
+    pub(crate) fn visible_bytes(&self) -> u64 {
+        self.visible
+    }
+
+    /// When it was made, in allocation order (older first).
+    pub(crate) fn stamp(&self) -> u64 {
+        self.stamp
     }
 
     /// Its blocks in allocation order as (VRAM offset, bytes); an object's

@@ -455,15 +455,16 @@ fi
 
 # --- VRAM placements (GEM_CREATE): the ioctl-level checks of vgpu-kmd-test vram (errors of every placement the
 #     device cannot satisfy, a visible VRAM BO mapped twice through the aperture, an invisible one refused, PRIME
-#     export refused, VRAM filled to ENOSPC and the fallback to system memory, debugfs vram_mm's accounting), on a
-#     device with VRAM and on one without.
+#     export refused, visible VRAM filled with pinned CPU-access BOs to ENOSPC and the fallback to system memory,
+#     twice VRAM's size in VRAM-only BOs (older ones evicted), debugfs vram_mm's accounting), on a device with VRAM
+#     and on one without.
 name=vram-placement
 if selected "$name"; then
     run_vm "$name" --gen 1 --device-arg --vram=128M --device-arg --visible-vram=32M run 'vgpu-kmd-test vram; head -1 /sys/kernel/debug/vgpu/*/vram_mm; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
-    elif ! want "^ok vram: VRAM only, VRAM full" || ! want "^ok vram: one aperture mapping sees the other's writes"; then result "$name" 0 "VRAM checks missing"
-    elif ! want "^vram_mm: usable 0x7e00000 free 0x7e00000 used 0x0 visible_used 0x0 allocs [1-9][0-9]* failed [1-9]"; then result "$name" 0 "vram_mm not back to empty, or no refusal counted"
+    elif ! want "^ok vram: visible VRAM full, CPU-access objects not evicted" || ! want "^ok vram: older objects evicted$" || ! want "^ok vram: one aperture mapping sees the other's writes"; then result "$name" 0 "VRAM checks missing"
+    elif ! want "^vram_mm: usable 0x7e00000 free 0x7e00000 used 0x0 visible_used 0x0 allocs [1-9][0-9]* failed [1-9][0-9]* evictions [1-9][0-9]* .* moves_failed 0$"; then result "$name" 0 "vram_mm not back to empty, no refusal or eviction counted, or a failed move"
     elif ! want "^dmesg-problems 0$"; then result "$name" 0 "warnings in dmesg"
     else
         run_vm "$name-none" --gen 2 --device-arg --vram=0 run 'vgpu-kmd-test vram'
@@ -473,21 +474,23 @@ if selected "$name"; then
     fi
 fi
 
-# --- VRAM oversubscribed: three processes at once each allocate 200 % of a 64 MiB VRAM in VRAM-preferred 4 MiB
-#     buffers (what VRAM does not hold goes to system memory), fill and copy each on the copy engine and check every
-#     byte, then move 1 MiB through the aperture both ways (CPU writes read by the GPU, GPU writes read by the CPU).
-#     Both generations.
+# --- VRAM oversubscribed: three processes at once each allocate 200 % of a 64 MiB VRAM in 4 MiB buffers, two
+#     VRAM-only (the KMD evicts older buffers, any process's, to system memory on the copy engine, holding their
+#     owner's jobs back while they move), one VRAM-preferred (what VRAM does not hold goes to system memory); each
+#     fills and copies every buffer on the copy engine and checks every byte, then moves 1 MiB through the aperture
+#     both ways (CPU writes read by the GPU, GPU writes read by the CPU). Both generations.
 name=vram-oversubscribe
 if selected "$name"; then
     ok=1 why=""
     for g in 1 2; do
-        run_vm "$name-gen$g" --gen "$g" --mem 1G --device-arg --vram=64M --device-arg --visible-vram=16M run 'for i in 1 2 3; do (vgpu-samples vram 200 > /tmp/vram.$i 2>&1; echo "rc $?" >> /tmp/vram.$i) & done; wait; cat /tmp/vram.1 /tmp/vram.2 /tmp/vram.3; head -1 /sys/kernel/debug/vgpu/*/vram_mm'
+        run_vm "$name-gen$g" --gen "$g" --mem 1G --device-arg --vram=64M --device-arg --visible-vram=16M run 'for i in 1 2 3; do s=vram; [ $i = 3 ] && s=vram-preferred; (vgpu-samples $s 200 > /tmp/vram.$i 2>&1; echo "rc $?" >> /tmp/vram.$i) & done; wait; cat /tmp/vram.1 /tmp/vram.2 /tmp/vram.3; head -1 /sys/kernel/debug/vgpu/*/vram_mm; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
         if [ $case_rc -ne 0 ]; then ok=0 why="gen $g: exit status $case_rc"
         elif want "^FAIL"; then ok=0 why="gen $g: $(grep -m1 "^FAIL" <<<"$case_out")"
         elif [ "$(grep -c "^vram: every byte of 128 MiB verified$" <<<"$case_out")" -ne 3 ]; then ok=0 why="gen $g: not every process verified its bytes"
         elif [ "$(grep -c "^vram: 1024 KiB through the aperture both ways verified$" <<<"$case_out")" -ne 3 ]; then ok=0 why="gen $g: aperture round trip missing"
         elif [ "$(grep -c "^rc 0$" <<<"$case_out")" -ne 3 ]; then ok=0 why="gen $g: a process failed"
-        elif ! want "^vram_mm: .* used 0x0 .* failed [1-9]"; then ok=0 why="gen $g: VRAM not oversubscribed, or not given back"
+        elif ! want "^vram_mm: .* used 0x0 .* failed [1-9][0-9]* evictions [1-9][0-9]* .* moves_failed 0$"; then ok=0 why="gen $g: no eviction, a failed move, or VRAM not given back: $(grep "^vram_mm" <<<"$case_out")"
+        elif ! want "^dmesg-problems 0$"; then ok=0 why="gen $g: warnings in dmesg"
         fi
         [ $ok -eq 1 ] || break
     done

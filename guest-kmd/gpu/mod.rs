@@ -12,6 +12,7 @@
 //!
 //! | block | may use |
 //! |---|---|
+//! | [`migrate`] | `queue`, `ring`, `sched`, `state`, `tlb` |
 //! | [`uqctl`] | `context`, `hooks`, `ring`, `state`, `uqueue` |
 //! | [`reset`] | `coredump`, `dump`, `hooks`, `hwctx`, `ring`, `sched`, `state`, `uqueue` |
 //! | [`fence`] | `hooks`, `ring`, `state`, `uqueue` |
@@ -34,6 +35,8 @@
 //! | [`uqueue`] | - |
 //! | [`ring`] | - |
 //!
+//! * [`migrate`]: moves of buffer objects on the copy engine (the driver's
+//!   own copy context), and a client's jobs held back while one moves.
 //! * [`uqctl`]: user-mode queues: `UQ_CREATE`, `UQ_KICK`, the device's watch
 //!   of their doorbells suspended and resumed around resets (its hook).
 //! * [`reset`]: the hang check (its hook) and the reset ladder (engine →
@@ -126,6 +129,7 @@ pub(crate) mod fault;
 pub(crate) mod fence;
 pub(crate) mod hooks;
 pub(crate) mod hwctx;
+pub(crate) mod migrate;
 pub(crate) mod queue;
 pub(crate) mod ras;
 pub(crate) mod records;

@@ -162,7 +162,7 @@ impl Gpu {
         let Some(c) = g.slots.get(hw as usize).and_then(|s| s.as_ref()) else {
             return false;
         };
-        if c.destroying || c.errored || c.banned || !c.rings[e].present {
+        if c.destroying || c.errored || c.banned || !c.rings[e].present || c.client.gated() {
             return false;
         }
         let Some(j) = c.queues[e].front() else {

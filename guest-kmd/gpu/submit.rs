@@ -184,7 +184,9 @@ impl Gpu {
             };
             let shared = job_fence.as_ref().map(ExportedFence::fence);
             let deps = dependencies(core::mem::take(&mut ins), &bos, shared.as_ref())?;
+            // A move of one of the client's objects holds its jobs back.
             let fast = deps.is_empty()
+                && !client.gated()
                 && c.queues[e].is_empty()
                 && mem.has_room(hw, e, c.rings[e].wptr, bytes);
             // The other planted bug: the doorbell first, the packets after.

@@ -2,8 +2,11 @@
 //!
 //!   vgpu-samples vecadd|saxpy|reduce|matmul|histogram|scan [n]
 //!   vgpu-samples copy [bytes]      copies and memsets only (copy engine)
-//!   vgpu-samples vram [percent]    oversubscribes VRAM (default 200 %), checks every
-//!                                  byte; CPU and GPU through the aperture
+//!   vgpu-samples vram [percent]    oversubscribes VRAM (default 200 %) with VRAM-only
+//!                                  buffers (older ones evicted), checks every byte;
+//!                                  CPU and GPU through the aperture
+//!   vgpu-samples vram-preferred [percent]  the same, VRAM-preferred (no eviction:
+//!                                  what does not fit goes to system memory)
 //!   vgpu-samples fault             a kernel storing out of bounds: page fault
 //!   vgpu-samples hang              a kernel that never finishes: context reset
 //!   vgpu-samples device-lost       the device goes away under the app
@@ -310,22 +313,28 @@ fn vram_word(i: u64) -> u32 {
     (i as u32).wrapping_mul(0x9e37_79b9) ^ 0x00a5_5a00
 }
 
-/// Oversubscribes VRAM: `percent` % of it in 4 MiB buffers placed
-/// VRAM-preferred (those past what VRAM holds go to system memory), each
-/// filled on the copy engine with its own word in its first half and copied
-/// by the copy engine over its second half, then every byte of every
-/// buffer checked. Then, with a CPU-visible part, a buffer in visible VRAM
-/// written by the CPU through the aperture and read by the GPU, and the
-/// other way round.
-fn vram(percent: u32) -> R<()> {
+/// Oversubscribes VRAM: `percent` % of it in 4 MiB buffers placed as
+/// `placement` says (VRAM only: the KMD evicts older buffers to system
+/// memory to make room; VRAM-preferred: those past what VRAM holds go to
+/// system memory), each filled on the copy engine with its own word in its
+/// first half and copied by the copy engine over its second half, then
+/// every byte of every buffer checked. Then, with a CPU-visible part, a
+/// buffer in visible VRAM written by the CPU through the aperture and read
+/// by the GPU, and the other way round.
+fn vram(percent: u32, placement: Placement) -> R<()> {
     const CHUNK: u64 = 4 << 20;
     let g = Gpu::new()?;
     let (size, visible) = (g.ctx.identity().vram_size, g.ctx.identity().vram_visible);
     // A device without VRAM: the same run over 64 MiB, all system memory.
+    let placement = if size == 0 {
+        Placement::VramPreferred
+    } else {
+        placement
+    };
     let total = size.max(64 << 20) * u64::from(percent) / 100;
     let n = (total / CHUNK).max(1);
     println!(
-        "vram: {n} buffers of {} MiB ({} MiB, {percent} % of {} MiB of VRAM), VRAM preferred",
+        "vram: {n} buffers of {} MiB ({} MiB, {percent} % of {} MiB of VRAM), {placement:?}",
         CHUNK >> 20,
         (n * CHUNK) >> 20,
         size >> 20
@@ -334,7 +343,7 @@ fn vram(percent: u32) -> R<()> {
     for i in 0..n {
         let b = g
             .ctx
-            .alloc_placed(CHUNK, MemKind::DeviceLocal, Placement::VramPreferred)
+            .alloc_placed(CHUNK, MemKind::DeviceLocal, placement)
             .map_err(|err| format!("buffer {i}: {err}"))?;
         g.s.memset32(&b, 0, vram_word(i), CHUNK / 2).map_err(e)?;
         g.s.copy(&b, CHUNK / 2, &b, 0, CHUNK / 2).map_err(e)?;
@@ -498,12 +507,13 @@ fn main() -> ExitCode {
         Some("histogram") => histogram(n(20_000)),
         Some("scan") => scan(n(10_000)),
         Some("copy") => copy(n(1 << 20)),
-        Some("vram") => vram(n(200)),
+        Some("vram") => vram(n(200), Placement::Vram),
+        Some("vram-preferred") => vram(n(200), Placement::VramPreferred),
         Some("fault") => fault(),
         Some("hang") => hang(),
         Some("device-lost") => device_lost(),
         _ => {
-            eprintln!("usage: vgpu-samples vecadd|saxpy|reduce|matmul|histogram|scan|copy|vram [n] | fault | hang | device-lost");
+            eprintln!("usage: vgpu-samples vecadd|saxpy|reduce|matmul|histogram|scan|copy|vram|vram-preferred [n] | fault | hang | device-lost");
             return ExitCode::from(2);
         }
     };

@@ -1,9 +1,9 @@
 //! Device memory: `GEM_CREATE` placements and their errors on a device
 //! with VRAM (and without), the CPU mapping of a visible VRAM object
 //! through the aperture, the refused mapping of an invisible one, PRIME
-//! export refused, VRAM filled up (`ENOSPC`, then the fallback to system
-//! memory) and given back, and the VRAM manager's accounting in debugfs
-//! `vram_mm`.
+//! export refused, visible VRAM filled with pinned objects (`ENOSPC`, the
+//! fallback to system memory), VRAM oversubscribed (older objects evicted),
+//! and the VRAM manager's accounting in debugfs `vram_mm`.
 
 use std::path::Path;
 
@@ -19,11 +19,20 @@ use crate::report::T;
 
 const MIB: u64 = 1 << 20;
 
-/// `used` of debugfs `vram_mm`, in bytes (`None` without debugfs).
-fn vram_used() -> Option<u64> {
+/// Field `name` of debugfs `vram_mm`'s first line (`None` without
+/// debugfs).
+fn vram_field(name: &str) -> Option<u64> {
     let text = debugfs("vram_mm");
-    let v = field(text.lines().next()?, "used")?;
-    u64::from_str_radix(v.trim_start_matches("0x"), 16).ok()
+    let v = field(text.lines().next()?, name)?;
+    match v.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => v.parse().ok(),
+    }
+}
+
+/// `used` of debugfs `vram_mm`, in bytes.
+fn vram_used() -> Option<u64> {
+    vram_field("used")
 }
 
 pub fn test_vram(t: &mut T, path: &Path) {
@@ -77,7 +86,7 @@ pub fn test_vram(t: &mut T, path: &Path) {
         });
     }
     test_aperture(t, &n, visible);
-    test_full(t, &n, size);
+    test_full(t, &n, size, visible);
 }
 
 /// A visible VRAM object mapped by the CPU (through the aperture): what
@@ -131,36 +140,65 @@ fn test_aperture(t: &mut T, n: &Kmd, visible: u64) {
     let _ = n.gem_close(h);
 }
 
-/// VRAM-only objects until VRAM is full (`ENOSPC`); then `VRAM | SYSTEM`
-/// still succeeds (system memory); one freed, VRAM-only succeeds again.
-fn test_full(t: &mut T, n: &Kmd, size: u64) {
+/// Visible VRAM filled with CPU-access objects (mapped through the
+/// aperture: never evicted) until `ENOSPC`, and the fallback to system
+/// memory; then VRAM-only objects of twice VRAM's size: every one is
+/// created, the older ones evicted to system memory (debugfs counts the
+/// evictions); all given back at the end.
+fn test_full(t: &mut T, n: &Kmd, size: u64, visible: u64) {
+    if visible > 0 {
+        const CHUNK: u64 = 4 * MIB;
+        let mut held = Vec::new();
+        let mut last = Ok(0);
+        for _ in 0..=visible / CHUNK {
+            last = n.gem_create(CHUNK, VRAM | CPU);
+            match &last {
+                Ok(h) => held.push(*h),
+                Err(_) => break,
+            }
+        }
+        t.check(
+            "vram: visible VRAM filled with CPU-access objects",
+            held.len() as u64 == visible / CHUNK,
+            || format!("{} objects of 4 MiB in {} MiB", held.len(), visible >> 20),
+        );
+        t.err(
+            "vram: visible VRAM full, CPU-access objects not evicted",
+            last,
+            libc::ENOSPC,
+        );
+        if let Some(h) = t.ok(
+            "vram: visible VRAM full, VRAM | SYSTEM | CPU_ACCESS falls back",
+            n.gem_create(CHUNK, VRAM | SYS | CPU),
+        ) {
+            let _ = n.gem_close(h);
+        }
+        for h in held {
+            let _ = n.gem_close(h);
+        }
+    }
     const CHUNK: u64 = 32 * MIB;
+    let before = vram_field("evictions");
+    let want = 2 * size / CHUNK;
     let mut held = Vec::new();
-    let mut last = Ok(0);
-    for _ in 0..=size / CHUNK {
-        last = n.gem_create(CHUNK, VRAM);
-        match &last {
-            Ok(h) => held.push(*h),
-            Err(_) => break,
+    for i in 0..want {
+        match n.gem_create(CHUNK, VRAM) {
+            Ok(h) => held.push(h),
+            Err(e) => {
+                t.check("vram: VRAM only, twice VRAM's size", false, || {
+                    format!("object {i} of {want}: {e}")
+                });
+                break;
+            }
         }
     }
-    t.check(
-        "vram: VRAM only until full",
-        !held.is_empty() && held.len() as u64 <= size / CHUNK,
-        || format!("{} objects of 32 MiB in {} MiB", held.len(), size >> 20),
-    );
-    t.err("vram: VRAM only, VRAM full", last, libc::ENOSPC);
-    if let Some(h) = t.ok(
-        "vram: VRAM full, VRAM | SYSTEM falls back",
-        n.gem_create(CHUNK, VRAM | SYS),
-    ) {
-        let _ = n.gem_close(h);
+    if held.len() as u64 == want {
+        t.check("vram: VRAM only, twice VRAM's size", true, String::new);
     }
-    if let Some(h) = held.pop() {
-        let _ = n.gem_close(h);
-        if let Some(h) = t.ok("vram: one freed, VRAM only again", n.gem_create(CHUNK, VRAM)) {
-            held.push(h);
-        }
+    if let (Some(b), Some(a)) = (before, vram_field("evictions")) {
+        t.check("vram: older objects evicted", a > b, || {
+            format!("evictions {b} -> {a}")
+        });
     }
     for h in held {
         let _ = n.gem_close(h);

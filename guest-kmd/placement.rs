@@ -1,0 +1,281 @@
+// SPDX-License-Identifier: GPL-2.0
+
+//! Placement and eviction of buffer objects: the policy half of the
+//! driver's small TTM-shaped layer (the allocator half is
+//! [`crate::vram_mgr`], the copies are [`crate::gpu::migrate`]).
+//!
+//! * **Placement** ([`Vgpu::place`], at `GEM_CREATE`): the object's
+//!   `VGPU_GEM_CREATE_*` placement flags against the VRAM manager, as
+//!   TTM's `ttm_bo_validate` walks a placement list: VRAM first when
+//!   allowed; system memory as the "busy" placement of a VRAM-preferred
+//!   object (it is not worth evicting anyone for); a VRAM-only object
+//!   evicts others to make room.
+//! * **Eviction** ([`Vgpu::evict_for`]): victims are VRAM objects in the
+//!   order they were placed (least recently placed first, TTM's LRU),
+//!   skipping those that cannot move now: CPU-accessed ones (mapped through
+//!   the aperture: pinned while they exist), the driver's own, one whose
+//!   file has a user-mode queue (its jobs cannot be held back), one already
+//!   moving. Like TTM's `eviction_valuable`, a request for the visible part
+//!   only takes victims with visible blocks.
+//! * **A move** ([`Vgpu::evict`]): the victim's system pages are allocated
+//!   and DMA-mapped; the owning file's jobs are held back and its rings
+//!   drained; the copy engine copies VRAM to the pages; the object's
+//!   placement becomes system memory; every mapping of it is rewritten
+//!   ([`crate::vm::Vm::rebind_object`]) and the file's TLBs invalidated;
+//!   the jobs go again; the VRAM is freed. A move that fails (copy fault,
+//!   reset, timeout) leaves the object where it was, in VRAM: nothing is
+//!   lost. An evicted object stays in system memory until it is freed.
+//!
+//! Lock order: the mover (one move at a time) → the clients list (briefly)
+//! → the GPU state (briefly) → an address space → an object's placement.
+
+use crate::{
+    device::Vgpu,
+    gem::{
+        self,
+        Bo,
+        VramPlacement, //
+    },
+    gpu::migrate::Migrator,
+    vm::DrmDev,
+    vram_mgr::{
+        Region,
+        VramAlloc, //
+    },
+};
+use kernel::{
+    drm::gem::BaseObject,
+    prelude::*,
+    sync::{
+        aref::ARef,
+        MutexGuard, //
+    },
+    time::Delta,
+    uapi,
+};
+
+impl Vgpu {
+    /// Where a new object of `size` bytes (a multiple of 4 KiB) created
+    /// with `VGPU_GEM_CREATE_*` `flags` goes: its VRAM, or `None` for
+    /// system memory (see `drm_vgpu_gem_create` in the uAPI header). A
+    /// VRAM-only object evicts others when VRAM is full.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` (`LAZY` or `CPU_ACCESS` with a VRAM placement they do not
+    /// go with), `ENXIO` (VRAM only, on a device without VRAM), `E2BIG`
+    /// (VRAM only, larger than the usable or, with `CPU_ACCESS`, the
+    /// visible VRAM), `ENOSPC` (VRAM only, and nothing could be evicted to
+    /// make room), `ENOMEM`.
+    pub(crate) fn place(
+        &self,
+        dev: &DrmDev,
+        size: u64,
+        flags: u32,
+    ) -> Result<Option<VramPlacement>> {
+        let vram = flags & uapi::VGPU_GEM_CREATE_VRAM != 0;
+        let system = flags & uapi::VGPU_GEM_CREATE_SYSTEM != 0;
+        let cpu = flags & uapi::VGPU_GEM_CREATE_CPU_ACCESS != 0;
+        if !vram {
+            return if cpu { Err(EINVAL) } else { Ok(None) };
+        }
+        if flags & uapi::VGPU_GEM_CREATE_LAZY != 0 {
+            return Err(EINVAL);
+        }
+        let Some(mgr) = self.vram.as_ref() else {
+            return if system { Ok(None) } else { Err(ENXIO) };
+        };
+        let aperture = self
+            .hw
+            .memory
+            .as_ref()
+            .and_then(|m| m.aperture)
+            .map(|a| a.start);
+        let (region, fits) = if cpu {
+            let visible = aperture.map_or(0, |_| mgr.layout().visible);
+            (Region::Visible, size <= visible)
+        } else {
+            (Region::Any, mgr.fits(size, Region::Any))
+        };
+        if !fits {
+            return if system { Ok(None) } else { Err(E2BIG) };
+        }
+        match mgr.alloc(size, region) {
+            Ok(alloc) => return Ok(Some(VramPlacement { alloc, aperture })),
+            Err(e) if e == ENOSPC && system => return Ok(None),
+            Err(e) if e == ENOSPC => {}
+            Err(e) => return Err(e),
+        }
+        let alloc = self.evict_for(dev, size, region)?;
+        Ok(Some(VramPlacement { alloc, aperture }))
+    }
+
+    /// Evicts objects, least recently placed first, one at a time, until
+    /// `size` bytes of `region` can be allocated; returns the allocation.
+    /// Room another file takes meanwhile is made again by the next
+    /// eviction: the loop ends when it allocates or nothing is left to
+    /// evict.
+    ///
+    /// # Errors
+    ///
+    /// `ENOSPC` (nothing more can be evicted, or the copy context was
+    /// stopped), `ENOMEM`, `ENODEV`, or the errno of making the copy
+    /// context.
+    fn evict_for(&self, dev: &DrmDev, size: u64, region: Region) -> Result<VramAlloc> {
+        let mgr = self.vram.as_ref().ok_or(ENODEV)?;
+        let mut mover = self.mover(dev)?;
+        loop {
+            match mgr.alloc(size, region) {
+                Ok(a) => return Ok(a),
+                Err(e) if e == ENOSPC => {}
+                Err(e) => return Err(e),
+            }
+            let Some(m) = &mut *mover else {
+                return Err(ENODEV);
+            };
+            let mut evicted = false;
+            for bo in self.victims(region)?.iter() {
+                match self.evict(m, bo) {
+                    Ok(()) => {
+                        evicted = true;
+                        break;
+                    }
+                    // Skipped: moving, its file gone or holding a
+                    // user-mode queue.
+                    Err(e) if e == EBUSY || e == ENOENT => {}
+                    Err(e) => {
+                        mgr.count_move_failed();
+                        crate::pr_warn_ratelimited!("eviction failed (error {})\n", e.to_errno());
+                        if e == EIO {
+                            // The copy context was stopped (an engine
+                            // error, a ban): a new one is made for the
+                            // next move.
+                            if let Some(m) = mover.take() {
+                                self.retire_mover(m);
+                            }
+                            return Err(ENOSPC);
+                        }
+                    }
+                }
+            }
+            if !evicted {
+                return Err(ENOSPC);
+            }
+        }
+    }
+
+    /// The objects that could be evicted for `region`, least recently
+    /// placed first.
+    fn victims(&self, region: Region) -> Result<KVec<ARef<Bo>>> {
+        let mut v: KVec<(u64, ARef<Bo>)> = KVec::new();
+        let mut err = Ok(());
+        self.bos.visit(|bo| {
+            if !bo.is_vram_object() || bo.cpu_access() || bo.owner() == 0 || err.is_err() {
+                return;
+            }
+            let stamp = {
+                let p = bo.vram();
+                match p.as_ref() {
+                    Some(p) if region == Region::Any || p.alloc.visible_bytes() > 0 => {
+                        p.alloc.stamp()
+                    }
+                    _ => return,
+                }
+            };
+            err = v.push((stamp, bo.into()), GFP_KERNEL).map_err(Error::from);
+        });
+        err?;
+        v.sort_unstable_by_key(|(stamp, _)| *stamp);
+        let mut out = KVec::with_capacity(v.len(), GFP_KERNEL)?;
+        for (_, bo) in v {
+            out.push(bo, GFP_KERNEL)?;
+        }
+        Ok(out)
+    }
+
+    /// The driver's copy context, made on first use.
+    ///
+    /// # Errors
+    ///
+    /// `ENOSPC` (no context slot), `ENOMEM`, or the errno of the device's
+    /// `CONTEXT_CREATE`.
+    fn mover(&self, dev: &DrmDev) -> Result<MutexGuard<'_, Option<Migrator>>> {
+        let mut g = self.mover.lock();
+        if g.is_none() {
+            let client = crate::file::Client::new(self.new_vm(dev)?, 0)?;
+            let ctx = self.gpu.create_context(
+                &client,
+                uapi::VGPU_CTX_PRIORITY_HIGH,
+                1 << uapi::VGPU_ENGINE_COPY,
+                0,
+                None,
+            )?;
+            *g = Some(Migrator {
+                client,
+                ctx,
+                stale: KVec::new(),
+            });
+        }
+        Ok(g)
+    }
+
+    /// How long a move waits for the owner's jobs, and for each copy.
+    fn move_timeout() -> Delta {
+        Delta::from_millis(i64::from(crate::params::job_timeout_ms()) * 2 + 1000)
+    }
+
+    /// Moves `bo` from VRAM to system memory (see the module
+    /// documentation).
+    ///
+    /// # Errors
+    ///
+    /// `EBUSY` (already moving, or its file has a user-mode queue),
+    /// `ENOENT` (not in VRAM, or its file is gone), `ETIMEDOUT` (its jobs
+    /// or the copy did not finish), `EIO` (the copy failed), `ENOMEM`.
+    fn evict(&self, m: &mut Migrator, bo: &Bo) -> Result {
+        if !bo.begin_move() {
+            return Err(EBUSY);
+        }
+        let r = self.evict_claimed(m, bo);
+        bo.end_move();
+        r
+    }
+
+    fn evict_claimed(&self, m: &mut Migrator, bo: &Bo) -> Result {
+        let owner = self
+            .clients
+            .lock()
+            .iter()
+            .find(|c| c.id == bo.owner())
+            .cloned()
+            .ok_or(ENOENT)?;
+        let src = {
+            let p = bo.vram();
+            gem::vram_segments(&p.as_ref().ok_or(ENOENT)?.alloc)?
+        };
+        let dst = gem::shmem_segments(bo)?;
+        let size = bo.size() as u64;
+        let timeout = Self::move_timeout();
+        self.gpu.gate_and_drain(&owner, timeout)?;
+        let r = (|| {
+            self.gpu.migrate_copy(m, &src, &dst, size, timeout)?;
+            let old = bo.vram().take();
+            let rebound = owner.vm.lock().rebind_object(bo);
+            let (start, end) = owner.vm.lock().user_range();
+            if self.gpu.invalidate_client(&owner, None, start, end - start) {
+                drop(old);
+            } else if let Some(old) = old {
+                // The device may still translate to the old blocks.
+                m.stale.push(old, GFP_KERNEL)?;
+            }
+            rebound?;
+            bo.count_eviction();
+            if let Some(mgr) = self.vram.as_ref() {
+                mgr.count_eviction(size);
+            }
+            Ok(())
+        })();
+        self.gpu.ungate(&owner);
+        r
+    }
+}

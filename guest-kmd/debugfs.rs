@@ -466,7 +466,7 @@ fn show_vram_mm(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let c = mgr.counters();
     writeln!(
         f,
-        "vram_mm: usable {:#x} free {:#x} used {:#x} visible_used {:#x} allocs {} failed {} evictions {} evicted_bytes {:#x} moves_failed {}",
+        "vram_mm: usable {:#x} free {:#x} used {:#x} visible_used {:#x} allocs {} failed {} evictions {} evicted_bytes {:#x} moves_failed {} losses {}",
         mgr.usable(),
         mgr.avail(),
         c.used,
@@ -475,7 +475,8 @@ fn show_vram_mm(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         c.failed,
         c.evictions,
         c.evicted_bytes,
-        c.moves_failed
+        c.moves_failed,
+        v.gpu.vram_losses.load(kernel::sync::atomic::Relaxed)
     )?;
     let mut res = Ok(());
     let mut n = 0u32;
@@ -484,9 +485,10 @@ fn show_vram_mm(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             return;
         }
         let place = bo.vram();
+        let lost = if bo.is_lost() { " lost" } else { "" };
         let Some(p) = place.as_ref() else {
             n += 1;
-            res = writeln!(f, "bo {} evicted {}: system", n, bo.evictions());
+            res = writeln!(f, "bo {} evicted {}: system{}", n, bo.evictions(), lost);
             return;
         };
         res = (|| {
@@ -506,7 +508,7 @@ fn show_vram_mm(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             for (off, len) in p.alloc.blocks() {
                 write!(f, " {:#x}+{:#x}", off, len)?;
             }
-            writeln!(f)
+            writeln!(f, "{}", lost)
         })();
     });
     res

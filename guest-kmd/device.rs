@@ -192,6 +192,7 @@ impl Vgpu {
             );
         }
         self.san_mem.populate(san);
+        self.gpu.bos.populate(self.bos.clone());
         if let Some(m) = self.hw.memory.as_ref() {
             match VramMgr::new(&m.layout) {
                 Ok(mgr) => {

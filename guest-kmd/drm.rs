@@ -280,7 +280,9 @@ impl VgpuFile {
             map_wc: false,
             parent_resv_obj: None,
         };
-        let vram = dev.vgpu.place(dev, size as u64, args.flags)?;
+        let vram = dev
+            .vgpu
+            .place(dev, size as u64, args.flags, &file.inner().client.vram)?;
         // System memory is guest memory, counted against the GEM limits;
         // VRAM is the device's.
         let charge = match vram {
@@ -326,14 +328,14 @@ impl VgpuFile {
         }
         dev.vgpu.check_usable()?;
         let bo = vgem::lookup(file, args.handle, &dev.bos)?;
-        if bo
+        let invisible = bo
             .vram()
             .as_ref()
-            .is_some_and(|v| v.aperture.is_none() || !v.alloc.is_visible())
-            || (bo.is_vram_object() && bo.vram().is_none())
-        {
-            // Device memory the CPU cannot see.
-            return Err(ENXIO);
+            .is_some_and(|v| v.aperture.is_none() || !v.alloc.is_visible());
+        if invisible {
+            // Device memory the CPU cannot see: the object moves to system
+            // memory, whose pages the mapping shows.
+            dev.vgpu.migrate_to_system(dev, &bo)?;
         }
         args.offset = bo.create_mmap_offset()?;
         Ok(0)

@@ -7,7 +7,7 @@
 //! to it from every context the file creates (a context runs on its file's
 //! address space), and debugfs lists every client.
 
-use crate::{gem::MemAccount, hostmem::HostMaps, vm::Vm};
+use crate::{gem::MemAccount, hostmem::HostMaps, vm::Vm, vram_mgr::VramUse};
 use kernel::{
     new_mutex,
     prelude::*,
@@ -31,6 +31,8 @@ pub(crate) struct Client {
     pub(crate) vm: Mutex<Vm>,
     /// GEM objects created through this file.
     pub(crate) mem: Arc<MemAccount>,
+    /// VRAM its objects hold.
+    pub(crate) vram: Arc<VramUse>,
     /// Process memory mapped for the GPU (`HOST_MAP`); locked before `vm`.
     #[pin]
     pub(crate) host: Mutex<HostMaps>,
@@ -54,11 +56,13 @@ impl Client {
     /// `ENOMEM`.
     pub(crate) fn new(vm: Vm, mem_limit: u64) -> Result<Arc<Client>> {
         let mem = MemAccount::new(mem_limit)?;
+        let vram = VramUse::new()?;
         Arc::pin_init(
             pin_init!(Client {
                 id: NEXT_CLIENT.fetch_add(1, Relaxed),
                 vm <- new_mutex!(vm),
                 mem,
+                vram,
                 host <- new_mutex!(HostMaps::new()),
                 bind_fence_ctx: crate::ffi::new_fence_context(),
                 bind_seqno: Atomic::new(0),

@@ -411,6 +411,9 @@ pub(crate) struct VgpuObject {
     vram_object: bool,
     /// A move is in progress (one at a time per object).
     moving: AtomicFlag,
+    /// Its VRAM contents were lost in a device reset: never mapped for
+    /// the GPU again.
+    lost: AtomicFlag,
     /// Times it was evicted from VRAM.
     evictions: Atomic<u32>,
     /// [`crate::file::Client::id`] of the file that created it (0: the
@@ -449,6 +452,7 @@ impl VgpuObject {
             vram_object: args.vram.is_some(),
             vram <- new_mutex!(args.vram),
             moving: AtomicFlag::new(false),
+            lost: AtomicFlag::new(false),
             evictions: Atomic::new(0),
             owner: args.owner,
         })
@@ -483,6 +487,16 @@ impl VgpuObject {
     /// Ends the move claimed with [`VgpuObject::begin_move`].
     pub(crate) fn end_move(&self) {
         self.moving.store(false, Relaxed);
+    }
+
+    /// Marks its contents lost (a device reset lost the VRAM it was in).
+    pub(crate) fn mark_lost(&self) {
+        self.lost.store(true, Relaxed);
+    }
+
+    /// Whether its contents were lost.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Relaxed)
     }
 
     /// Counts an eviction.

@@ -100,6 +100,17 @@ unsafe extern "C" fn vram_mmap(
     // SAFETY: Only VRAM objects, which are `Bo`s, have these operations;
     // the caller holds a reference for the call.
     let bo: &Bo = unsafe { <Bo as IntoGEMObject>::from_raw(obj) };
+    if bo.vram().is_none() {
+        // Evicted: its shmem pages, mapped as the helper maps any shmem
+        // object (with the helper's VMA operations, which hold the pages).
+        // SAFETY: `vma` is the VMA being set up (see above); the object is
+        // a shmem object with its pages in system memory, and
+        // `drm_gem_shmem_vm_ops` is a static of the helper.
+        return unsafe {
+            (*vma).vm_ops = &raw const bindings::drm_gem_shmem_vm_ops;
+            bindings::drm_gem_shmem_object_mmap(obj, vma)
+        };
+    }
     match map_aperture(bo, vma) {
         Ok(()) => 0,
         Err(e) => e.to_errno(),

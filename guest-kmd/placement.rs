@@ -40,7 +40,8 @@ use crate::{
     vm::DrmDev,
     vram_mgr::{
         Region,
-        VramAlloc, //
+        VramAlloc,
+        VramUse, //
     },
 };
 use kernel::{
@@ -48,6 +49,7 @@ use kernel::{
     prelude::*,
     sync::{
         aref::ARef,
+        Arc,
         MutexGuard, //
     },
     time::Delta,
@@ -72,6 +74,7 @@ impl Vgpu {
         dev: &DrmDev,
         size: u64,
         flags: u32,
+        user: &Arc<VramUse>,
     ) -> Result<Option<VramPlacement>> {
         let vram = flags & uapi::VGPU_GEM_CREATE_VRAM != 0;
         let system = flags & uapi::VGPU_GEM_CREATE_SYSTEM != 0;
@@ -100,13 +103,13 @@ impl Vgpu {
         if !fits {
             return if system { Ok(None) } else { Err(E2BIG) };
         }
-        match mgr.alloc(size, region) {
+        match mgr.alloc(size, region, Some(user)) {
             Ok(alloc) => return Ok(Some(VramPlacement { alloc, aperture })),
             Err(e) if e == ENOSPC && system => return Ok(None),
             Err(e) if e == ENOSPC => {}
             Err(e) => return Err(e),
         }
-        let alloc = self.evict_for(dev, size, region)?;
+        let alloc = self.evict_for(dev, size, region, user)?;
         Ok(Some(VramPlacement { alloc, aperture }))
     }
 
@@ -121,11 +124,17 @@ impl Vgpu {
     /// `ENOSPC` (nothing more can be evicted, or the copy context was
     /// stopped), `ENOMEM`, `ENODEV`, or the errno of making the copy
     /// context.
-    fn evict_for(&self, dev: &DrmDev, size: u64, region: Region) -> Result<VramAlloc> {
+    fn evict_for(
+        &self,
+        dev: &DrmDev,
+        size: u64,
+        region: Region,
+        user: &Arc<VramUse>,
+    ) -> Result<VramAlloc> {
         let mgr = self.vram.as_ref().ok_or(ENODEV)?;
         let mut mover = self.mover(dev)?;
         loop {
-            match mgr.alloc(size, region) {
+            match mgr.alloc(size, region, Some(user)) {
                 Ok(a) => return Ok(a),
                 Err(e) if e == ENOSPC => {}
                 Err(e) => return Err(e),
@@ -160,6 +169,35 @@ impl Vgpu {
             }
             if !evicted {
                 return Err(ENOSPC);
+            }
+        }
+    }
+
+    /// Moves `bo` (a VRAM object the CPU cannot see) to system memory, for
+    /// a CPU mapping of it (`GEM_MMAP_OFFSET`): an eviction of that one
+    /// object. Nothing to do for one already in system memory.
+    ///
+    /// # Errors
+    ///
+    /// `EBUSY` (its file has a user-mode queue), `ETIMEDOUT`, `EIO` (the
+    /// copy failed: the object stays in VRAM), `ENOMEM`, `ENODEV`.
+    pub(crate) fn migrate_to_system(&self, dev: &DrmDev, bo: &Bo) -> Result {
+        let mgr = self.vram.as_ref().ok_or(ENODEV)?;
+        let mut mover = self.mover(dev)?;
+        let Some(m) = &mut *mover else {
+            return Err(ENODEV);
+        };
+        match self.evict(m, bo) {
+            Ok(()) => Ok(()),
+            Err(e) if e == ENOENT && bo.vram().is_none() => Ok(()),
+            Err(e) => {
+                mgr.count_move_failed();
+                if e == EIO {
+                    if let Some(m) = mover.take() {
+                        self.retire_mover(m);
+                    }
+                }
+                Err(e)
             }
         }
     }

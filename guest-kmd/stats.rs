@@ -171,7 +171,12 @@ const ZERO: uapi::drm_vgpu_counters = uapi::drm_vgpu_counters {
 };
 
 /// `c` as the uAPI's `struct drm_vgpu_ctx_stats`.
-fn ctx_stats(c: &CtxSnapshot, mem_bytes: u64, counters: uapi::drm_vgpu_counters) -> UCtxStats {
+fn ctx_stats(
+    c: &CtxSnapshot,
+    mem_bytes: u64,
+    vram_bytes: u64,
+    counters: uapi::drm_vgpu_counters,
+) -> UCtxStats {
     let at = c.error_at.unwrap_or_default();
     UCtxStats(uapi::drm_vgpu_ctx_stats {
         ctx_id: c.handle,
@@ -194,6 +199,7 @@ fn ctx_stats(c: &CtxSnapshot, mem_bytes: u64, counters: uapi::drm_vgpu_counters)
         error_seqno: at.seqno,
         error_cmd_offset: at.cmd_offset,
         san_reports: c.san_reports,
+        vram_bytes,
     })
 }
 
@@ -251,7 +257,10 @@ pub(crate) fn query_stats(v: &Vgpu, a: &mut uapi::drm_vgpu_query_stats) -> Resul
     if cap > 0 {
         let mut out = KVec::with_capacity(cap.min(ctxs.len()), GFP_KERNEL)?;
         for (c, k) in ctxs.iter().zip(per_ctx.iter()) {
-            out.push(ctx_stats(c, c.client.mem.get().0, *k), GFP_KERNEL)?;
+            out.push(
+                ctx_stats(c, c.client.mem.get().0, c.client.vram.get(), *k),
+                GFP_KERNEL,
+            )?;
         }
         uarray::write(a.contexts, &out)?;
     }
@@ -278,6 +287,9 @@ pub(crate) fn query_stats(v: &Vgpu, a: &mut uapi::drm_vgpu_query_stats) -> Resul
     a.mem_refused = v.mem.refused();
     a.retired_pages = v.gpu.retired_pages();
     a.lost = u32::from(v.hw.link.is_lost());
+    let vram = v.vram.as_ref().map(|m| m.counters()).unwrap_or_default();
+    a.vram_used = vram.used;
+    a.vram_evictions = vram.evictions;
     Ok(())
 }
 
@@ -316,6 +328,8 @@ pub(crate) fn show(v: &Vgpu, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Res
         mem_refused: 0,
         retired_pages: 0,
         lost: 0,
+        vram_used: 0,
+        vram_evictions: 0,
     };
     if let Err(e) = query_stats(v, &mut a) {
         return writeln!(f, "error {}", e.to_errno());

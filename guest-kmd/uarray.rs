@@ -52,7 +52,7 @@ const _: () = assert!(core::mem::size_of::<uapi::drm_vgpu_fence>() == 4 + 4 + 8)
 const _: () = assert!(core::mem::size_of::<uapi::drm_vgpu_cmd>() == 8 + 8);
 const _: () = assert!(
     core::mem::size_of::<uapi::drm_vgpu_ctx_stats>()
-        == 8 * 4 + 8 + 2 * 8 + 2 * 8 + 12 * 8 + 4 * 4 + 2 * 8 + 2 * 4
+        == 8 * 4 + 8 + 2 * 8 + 2 * 8 + 12 * 8 + 4 * 4 + 2 * 8 + 2 * 4 + 8
 );
 const _: () = assert!(core::mem::size_of::<uapi::drm_vgpu_sync>() == 4 + 4 + 8);
 const _: () = assert!(core::mem::size_of::<uapi::drm_vgpu_submit_bo>() == 4 + 4);

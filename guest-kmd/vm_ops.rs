@@ -334,7 +334,7 @@ impl Vm {
         decl: Option<Arc<Declared>>,
     ) -> Result<PreparedMap> {
         self.check_map(flags, bo_offset, va, size, &bo)?;
-        if bo.is_bad() {
+        if bo.is_bad() || bo.is_lost() {
             return Err(EIO);
         }
         let segs = if bo.lazy() {

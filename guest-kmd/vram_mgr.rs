@@ -61,6 +61,26 @@ pub(crate) struct VramCounters {
     pub(crate) moves_failed: u64,
 }
 
+/// Bytes of VRAM one file's objects hold: charged while an allocation
+/// made for the file lives ([`VramMgr::alloc`]).
+pub(crate) struct VramUse(Atomic<u64>);
+
+impl VramUse {
+    /// Nothing held yet.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn new() -> Result<Arc<VramUse>> {
+        Ok(Arc::new(VramUse(Atomic::new(0)), GFP_KERNEL)?)
+    }
+
+    /// Bytes held now.
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
 /// Where in VRAM an allocation may go.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Region {
@@ -193,7 +213,12 @@ impl VramMgr {
     ///
     /// `EINVAL` (size not a multiple of 4 KiB, or 0), `ENOSPC` (no room
     /// in `region` now), `ENOMEM`.
-    pub(crate) fn alloc(self: &Arc<Self>, size: u64, region: Region) -> Result<VramAlloc> {
+    pub(crate) fn alloc(
+        self: &Arc<Self>,
+        size: u64,
+        region: Region,
+        user: Option<&Arc<VramUse>>,
+    ) -> Result<VramAlloc> {
         if size == 0 || size % CHUNK as u64 != 0 {
             return Err(EINVAL);
         }
@@ -226,12 +251,16 @@ impl VramMgr {
             .sum::<u64>();
         self.used.add(size, Relaxed);
         self.visible_used.add(visible, Relaxed);
+        if let Some(u) = user {
+            u.0.add(size, Relaxed);
+        }
         let stamp = self.allocs.fetch_add(1u64, Relaxed);
         Ok(VramAlloc {
             blocks,
             size,
             visible,
             stamp,
+            user: user.cloned(),
             mgr: self.clone(),
         })
     }
@@ -246,6 +275,8 @@ pub(crate) struct VramAlloc {
     visible: u64,
     /// Allocation order: the eviction order (least recently placed first).
     stamp: u64,
+    /// The file charged for it.
+    user: Option<Arc<VramUse>>,
     mgr: Arc<VramMgr>,
 }
 
@@ -299,5 +330,8 @@ impl Drop for VramAlloc {
     fn drop(&mut self) {
         let _ = self.mgr.used.fetch_sub(self.size, Relaxed);
         let _ = self.mgr.visible_used.fetch_sub(self.visible, Relaxed);
+        if let Some(u) = &self.user {
+            let _ = u.0.fetch_sub(self.size, Relaxed);
+        }
     }
 }

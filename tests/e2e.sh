@@ -463,8 +463,8 @@ if selected "$name"; then
     run_vm "$name" --gen 1 --device-arg --vram=128M --device-arg --visible-vram=32M run 'vgpu-kmd-test vram; head -1 /sys/kernel/debug/vgpu/*/vram_mm; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
-    elif ! want "^ok vram: visible VRAM full, CPU-access objects not evicted" || ! want "^ok vram: older objects evicted$" || ! want "^ok vram: one aperture mapping sees the other's writes"; then result "$name" 0 "VRAM checks missing"
-    elif ! want "^vram_mm: usable 0x7e00000 free 0x7e00000 used 0x0 visible_used 0x0 allocs [1-9][0-9]* failed [1-9][0-9]* evictions [1-9][0-9]* .* moves_failed 0$"; then result "$name" 0 "vram_mm not back to empty, no refusal or eviction counted, or a failed move"
+    elif ! want "^ok vram: visible VRAM full, CPU-access objects not evicted" || ! want "^ok vram: older objects evicted$" || ! want "^ok vram: one aperture mapping sees the other's writes" || ! want "^ok vram: the CPU sees the GPU's new words$"; then result "$name" 0 "VRAM checks missing"
+    elif ! want "^vram_mm: usable 0x7e00000 free 0x7e00000 used 0x0 visible_used 0x0 allocs [1-9][0-9]* failed [1-9][0-9]* evictions [1-9][0-9]* .* moves_failed 0 losses 0$"; then result "$name" 0 "vram_mm not back to empty, no refusal or eviction counted, or a failed move"
     elif ! want "^dmesg-problems 0$"; then result "$name" 0 "warnings in dmesg"
     else
         run_vm "$name-none" --gen 2 --device-arg --vram=0 run 'vgpu-kmd-test vram'
@@ -474,23 +474,47 @@ if selected "$name"; then
     fi
 fi
 
+# --- VRAM lost in a device reset: a file's object in VRAM, filled by its GPU job, then a device reset (debugfs
+#     reset_device). With --vram-on-reset garbage, that file's context reports VGPU_CTX_RESET_VRAM_LOST and takes no
+#     more jobs (EIO), the object cannot be bound again (EIO), another file's context works on; with keep, nothing
+#     is lost. A CPU mapping of a VRAM object the CPU cannot see moves it to system memory (kmd-test vram checks the
+#     GPU's bytes through it).
+name=vram-lost
+if selected "$name"; then
+    ok=1 why=""
+    for policy in garbage keep; do
+        run_vm "$name-$policy" --gen 2 --device-arg "--vram-on-reset=$policy" run 'vgpu-kmd-test vram-lost; dmesg | grep -c "device reset: VRAM contents lost" | sed "s/^/lost-logged /"; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
+        if [ $case_rc -ne 0 ]; then ok=0 why="$policy: exit status $case_rc"
+        elif want "^FAIL"; then ok=0 why="$policy: $(grep -m1 "^FAIL" <<<"$case_out")"
+        elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then ok=0 why="$policy: no summary"
+        elif [ $policy = garbage ] && { ! want "^ok vram-lost: its context reports VRAM lost$" || ! want "^lost-logged 1$"; }; then ok=0 why="garbage: VRAM loss not reported"
+        elif [ $policy = keep ] && { ! want "^ok vram-lost: kept, the context works on$" || ! want "^lost-logged 0$"; }; then ok=0 why="keep: a loss reported"
+        elif ! want "^dmesg-problems 0$"; then ok=0 why="$policy: warnings in dmesg"
+        fi
+        [ $ok -eq 1 ] || break
+    done
+    result "$name" $ok "$why"
+fi
+
 # --- VRAM oversubscribed: three processes at once each allocate 200 % of a 64 MiB VRAM in 4 MiB buffers, two
 #     VRAM-only (the KMD evicts older buffers, any process's, to system memory on the copy engine, holding their
 #     owner's jobs back while they move), one VRAM-preferred (what VRAM does not hold goes to system memory); each
 #     fills and copies every buffer on the copy engine and checks every byte, then moves 1 MiB through the aperture
-#     both ways (CPU writes read by the GPU, GPU writes read by the CPU). Both generations.
+#     both ways (CPU writes read by the GPU, GPU writes read by the CPU); meanwhile vgpu-smi --json shows a process's
+#     VRAM. Both generations.
 name=vram-oversubscribe
 if selected "$name"; then
     ok=1 why=""
     for g in 1 2; do
-        run_vm "$name-gen$g" --gen "$g" --mem 1G --device-arg --vram=64M --device-arg --visible-vram=16M run 'for i in 1 2 3; do s=vram; [ $i = 3 ] && s=vram-preferred; (vgpu-samples $s 200 > /tmp/vram.$i 2>&1; echo "rc $?" >> /tmp/vram.$i) & done; wait; cat /tmp/vram.1 /tmp/vram.2 /tmp/vram.3; head -1 /sys/kernel/debug/vgpu/*/vram_mm; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
+        run_vm "$name-gen$g" --gen "$g" --mem 1G --device-arg --vram=64M --device-arg --visible-vram=16M run 'for i in 1 2 3; do s=vram; [ $i = 3 ] && s=vram-preferred; (vgpu-samples $s 200 > /tmp/vram.$i 2>&1; echo "rc $?" >> /tmp/vram.$i) & done; (for k in 1 2 3 4 5 6 7 8 9 10 11 12; do vgpu-smi --json --interval 0 | grep -o "\"vram_bytes\":[1-9][0-9]*" | head -1; sleep 0.3; done > /tmp/smi) & wait; head -1 /tmp/smi | sed "s/^/smi-/"; cat /tmp/vram.1 /tmp/vram.2 /tmp/vram.3; head -1 /sys/kernel/debug/vgpu/*/vram_mm; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
         if [ $case_rc -ne 0 ]; then ok=0 why="gen $g: exit status $case_rc"
         elif want "^FAIL"; then ok=0 why="gen $g: $(grep -m1 "^FAIL" <<<"$case_out")"
         elif [ "$(grep -c "^vram: every byte of 128 MiB verified$" <<<"$case_out")" -ne 3 ]; then ok=0 why="gen $g: not every process verified its bytes"
         elif [ "$(grep -c "^vram: 1024 KiB through the aperture both ways verified$" <<<"$case_out")" -ne 3 ]; then ok=0 why="gen $g: aperture round trip missing"
         elif [ "$(grep -c "^rc 0$" <<<"$case_out")" -ne 3 ]; then ok=0 why="gen $g: a process failed"
-        elif ! want "^vram_mm: .* used 0x0 .* failed [1-9][0-9]* evictions [1-9][0-9]* .* moves_failed 0$"; then ok=0 why="gen $g: no eviction, a failed move, or VRAM not given back: $(grep "^vram_mm" <<<"$case_out")"
+        elif ! want "^vram_mm: .* used 0x0 .* failed [1-9][0-9]* evictions [1-9][0-9]* .* moves_failed 0 losses 0$"; then ok=0 why="gen $g: no eviction, a failed move, or VRAM not given back: $(grep "^vram_mm" <<<"$case_out")"
         elif ! want "^dmesg-problems 0$"; then ok=0 why="gen $g: warnings in dmesg"
+        elif ! want '^smi-"vram_bytes":[1-9]'; then ok=0 why="gen $g: vgpu-smi never showed a process's VRAM"
         fi
         [ $ok -eq 1 ] || break
     done

@@ -74,6 +74,7 @@ use crate::{
 };
 use kernel::{
     prelude::*,
+    sync::atomic::Relaxed,
     time::{
         Instant,
         Monotonic, //
@@ -529,14 +530,29 @@ impl Gpu {
         let Ok(reply) = self.cmd(Command::DeviceReset) else {
             return false;
         };
-        // Nothing of the driver's lives in VRAM yet: what the reset did to
-        // it is reported, not acted on.
+        // VRAM lost: the objects that were in it are lost, and the files
+        // that own them told through their contexts (nothing of the
+        // driver's own lives in VRAM).
         if let Ok(r) = reply.get::<DeviceResetReply>() {
             if matches!(r.vram, vram::state::ZEROED | vram::state::GARBAGE) {
+                self.vram_losses.add(1, Relaxed);
+                let owners = self.mark_vram_lost();
+                let mut files = 0;
+                {
+                    let mut g = self.state.lock();
+                    for c in g.slots.iter_mut().flatten() {
+                        if owners.contains(&c.client.id) {
+                            c.set_vram_lost();
+                            files += 1;
+                        }
+                    }
+                }
                 dev_info_ratelimited!(
                     self.pdev(),
-                    "device reset: VRAM contents lost ({})\n",
-                    vram::state::name(r.vram)
+                    "device reset: VRAM contents lost ({}): {} objects of {} contexts lost\n",
+                    vram::state::name(r.vram),
+                    owners.len(),
+                    files
                 );
             }
         }
@@ -567,6 +583,24 @@ impl Gpu {
             }
         }
         true
+    }
+
+    /// Marks every object in VRAM lost (a device reset lost its
+    /// contents); returns the ids of their owners' clients, one per
+    /// object (an allocation failure leaves an owner out: its objects
+    /// are still marked).
+    fn mark_vram_lost(&self) -> KVec<u64> {
+        let mut owners = KVec::new();
+        let Some(bos) = self.bos.as_ref() else {
+            return owners;
+        };
+        bos.visit(|bo| {
+            if bo.is_vram_object() && bo.vram().is_some() {
+                bo.mark_lost();
+                let _ = owners.push(bo.owner(), GFP_KERNEL);
+            }
+        });
+        owners
     }
 
     /// debugfs `reset_device`: the ladder's device reset with no guilty

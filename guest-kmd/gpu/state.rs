@@ -50,6 +50,7 @@ use crate::{
     ffi::DumpSlot,
     ffi_sync::Dependency,
     file::Client,
+    gem::BoRegistry,
     proto::Command,
     ptpool::PtPool,
     ras::Retired,
@@ -65,6 +66,7 @@ use kernel::{
     new_condvar, new_mutex, new_work, pci,
     prelude::*,
     sync::atomic::{
+        Atomic,
         AtomicFlag,
         Relaxed, //
     },
@@ -268,6 +270,16 @@ impl Ctx {
         banned
     }
 
+    /// A device reset lost VRAM its file's objects were in: its pending
+    /// jobs fail and it takes no more.
+    pub(crate) fn set_vram_lost(&mut self) {
+        self.errored = true;
+        self.reset_status = uapi::VGPU_CTX_RESET_VRAM_LOST;
+        for r in self.rings.iter_mut() {
+            r.fail_pending();
+        }
+    }
+
     /// Its work was lost to another context's reset and is written again.
     pub(crate) fn set_innocent(&mut self) {
         if self.reset_status == uapi::VGPU_CTX_RESET_NONE {
@@ -414,6 +426,11 @@ pub(crate) struct Gpu {
     pub(crate) pt_pool: SetOnce<Arc<PtPool>>,
     /// Whether a published devcoredump is still unread (set at probe).
     pub(crate) dump_slot: SetOnce<Arc<DumpSlot>>,
+    /// The device's buffer objects, for what a reset that loses VRAM does
+    /// to them (set at probe).
+    pub(crate) bos: SetOnce<Arc<BoRegistry>>,
+    /// Device resets that lost VRAM contents.
+    pub(crate) vram_losses: Atomic<u32>,
     /// The buffer `CAPTURE_READ` writes device captures into (set at
     /// probe, freed at unbind). Its lock serialises reads of device
     /// captures; held across `CAPTURE_READ` round trips, never with the
@@ -456,6 +473,8 @@ impl Gpu {
             ras: SetOnce::new(),
             pt_pool: SetOnce::new(),
             dump_slot: SetOnce::new(),
+            bos: SetOnce::new(),
+            vram_losses: Atomic::new(0),
             dumping <- new_mutex!(None),
             ops <- new_mutex!(()),
             state <- new_mutex!(GpuState {

@@ -41,6 +41,10 @@ pub struct Stats {
     pub mem_refused: u64,
     /// Pages the driver retired after uncorrectable ECC errors.
     pub retired_pages: u32,
+    /// Bytes of VRAM objects hold now.
+    pub vram_used: u64,
+    /// Objects evicted from VRAM to system memory.
+    pub vram_evictions: u64,
     /// Contexts that exist on the device (may exceed `contexts.len()`).
     pub total_contexts: u32,
     /// Every context of every file (at most `STATS_MAX_CONTEXTS`).
@@ -77,6 +81,8 @@ impl Stats {
             file_mem_limit: a.file_mem_limit,
             mem_refused: a.mem_refused,
             retired_pages: a.retired_pages,
+            vram_used: a.vram_used,
+            vram_evictions: a.vram_evictions,
             total_contexts: a.num_contexts,
             contexts,
         }

@@ -194,6 +194,9 @@ int main(void) {
     P("DRM_IOCTL_VGPU_WAIT", (unsigned int)DRM_IOCTL_VGPU_WAIT);
     P("DRM_IOCTL_GEM_CLOSE", (unsigned int)DRM_IOCTL_GEM_CLOSE);
     P("VGPU_GEM_CREATE_LAZY", VGPU_GEM_CREATE_LAZY);
+    P("VGPU_GEM_CREATE_VRAM", VGPU_GEM_CREATE_VRAM);
+    P("VGPU_GEM_CREATE_SYSTEM", VGPU_GEM_CREATE_SYSTEM);
+    P("VGPU_GEM_CREATE_CPU_ACCESS", VGPU_GEM_CREATE_CPU_ACCESS);
     P("VGPU_GEM_CREATE_FLAGS", VGPU_GEM_CREATE_FLAGS);
     P("VGPU_GEM_MAX_SIZE", VGPU_GEM_MAX_SIZE);
     P("VGPU_VM_BIND_READ", VGPU_VM_BIND_READ);
@@ -211,6 +214,7 @@ int main(void) {
     P("VGPU_CTX_RESET_NONE", VGPU_CTX_RESET_NONE);
     P("VGPU_CTX_RESET_GUILTY", VGPU_CTX_RESET_GUILTY);
     P("VGPU_CTX_RESET_INNOCENT", VGPU_CTX_RESET_INNOCENT);
+    P("VGPU_CTX_RESET_VRAM_LOST", VGPU_CTX_RESET_VRAM_LOST);
     P("VGPU_CTX_STATE_ERRORED", VGPU_CTX_STATE_ERRORED);
     P("VGPU_CTX_STATE_BANNED", VGPU_CTX_STATE_BANNED);
     P("VGPU_CTX_STATE_FAULTED", VGPU_CTX_STATE_FAULTED);
@@ -266,6 +270,7 @@ int main(void) {
     P("ctx_stats.error_seqno", offsetof(struct drm_vgpu_ctx_stats, error_seqno));
     P("ctx_stats.error_cmd_offset", offsetof(struct drm_vgpu_ctx_stats, error_cmd_offset));
     P("ctx_stats.san_reports", offsetof(struct drm_vgpu_ctx_stats, san_reports));
+    P("ctx_stats.vram_bytes", offsetof(struct drm_vgpu_ctx_stats, vram_bytes));
     P("sizeof.query_stats", sizeof(struct drm_vgpu_query_stats));
     P("query_stats.sample_ns", offsetof(struct drm_vgpu_query_stats, sample_ns));
     P("query_stats.device", offsetof(struct drm_vgpu_query_stats, device));
@@ -287,6 +292,8 @@ int main(void) {
     P("query_stats.mem_refused", offsetof(struct drm_vgpu_query_stats, mem_refused));
     P("query_stats.retired_pages", offsetof(struct drm_vgpu_query_stats, retired_pages));
     P("query_stats.lost", offsetof(struct drm_vgpu_query_stats, lost));
+    P("query_stats.vram_used", offsetof(struct drm_vgpu_query_stats, vram_used));
+    P("query_stats.vram_evictions", offsetof(struct drm_vgpu_query_stats, vram_evictions));
     P("DRM_IOCTL_VGPU_QUERY_STATS", (unsigned int)DRM_IOCTL_VGPU_QUERY_STATS);
     P("sizeof.fence_export", sizeof(struct drm_vgpu_fence_export));
     P("fence_export.fence", offsetof(struct drm_vgpu_fence_export, fence));
@@ -973,6 +980,12 @@ fn rust_mirror_matches_c_header() {
         ("DRM_IOCTL_VGPU_WAIT", u64::from(uapi::DRM_IOCTL_VGPU_WAIT)),
         ("DRM_IOCTL_GEM_CLOSE", u64::from(uapi::DRM_IOCTL_GEM_CLOSE)),
         ("VGPU_GEM_CREATE_LAZY", u64::from(uapi::GEM_CREATE_LAZY)),
+        ("VGPU_GEM_CREATE_VRAM", u64::from(uapi::GEM_CREATE_VRAM)),
+        ("VGPU_GEM_CREATE_SYSTEM", u64::from(uapi::GEM_CREATE_SYSTEM)),
+        (
+            "VGPU_GEM_CREATE_CPU_ACCESS",
+            u64::from(uapi::GEM_CREATE_CPU_ACCESS),
+        ),
         ("VGPU_GEM_CREATE_FLAGS", u64::from(uapi::GEM_CREATE_FLAGS)),
         ("VGPU_GEM_MAX_SIZE", uapi::GEM_MAX_SIZE),
         ("VGPU_VM_BIND_READ", u64::from(uapi::VM_BIND_READ)),
@@ -1001,6 +1014,10 @@ fn rust_mirror_matches_c_header() {
         (
             "VGPU_CTX_RESET_INNOCENT",
             u64::from(uapi::CTX_RESET_INNOCENT),
+        ),
+        (
+            "VGPU_CTX_RESET_VRAM_LOST",
+            u64::from(uapi::CTX_RESET_VRAM_LOST),
         ),
         ("VGPU_CTX_STATE_ERRORED", u64::from(uapi::CTX_STATE_ERRORED)),
         ("VGPU_CTX_STATE_BANNED", u64::from(uapi::CTX_STATE_BANNED)),
@@ -1166,6 +1183,10 @@ fn rust_mirror_matches_c_header() {
             offset_of!(uapi::DrmVgpuCtxStats, san_reports) as u64,
         ),
         (
+            "ctx_stats.vram_bytes",
+            offset_of!(uapi::DrmVgpuCtxStats, vram_bytes) as u64,
+        ),
+        (
             "sizeof.query_stats",
             size_of::<uapi::DrmVgpuQueryStats>() as u64,
         ),
@@ -1248,6 +1269,14 @@ fn rust_mirror_matches_c_header() {
         (
             "query_stats.lost",
             offset_of!(uapi::DrmVgpuQueryStats, lost) as u64,
+        ),
+        (
+            "query_stats.vram_used",
+            offset_of!(uapi::DrmVgpuQueryStats, vram_used) as u64,
+        ),
+        (
+            "query_stats.vram_evictions",
+            offset_of!(uapi::DrmVgpuQueryStats, vram_evictions) as u64,
         ),
         (
             "DRM_IOCTL_VGPU_QUERY_STATS",

@@ -157,6 +157,7 @@ fn reset_name(r: u32) -> &'static str {
         uapi::CTX_RESET_NONE => "none",
         uapi::CTX_RESET_GUILTY => "guilty",
         uapi::CTX_RESET_INNOCENT => "innocent",
+        uapi::CTX_RESET_VRAM_LOST => "vram-lost",
         _ => "?",
     }
 }
@@ -226,7 +227,7 @@ fn error_text(generation: u32, c: &uapi::DrmVgpuCtxStats) -> Option<String> {
     Some(t)
 }
 
-fn print_text(generation: u32, prev: Option<&Stats>, s: &Stats) {
+fn print_text(generation: u32, vram_size: u64, prev: Option<&Stats>, s: &Stats) {
     let dt_ms = prev.map(|p| s.sample_ns.saturating_sub(p.sample_ns) as f64 / 1e6);
     match dt_ms {
         Some(ms) => println!("engines (utilisation over {ms:.0} ms)"),
@@ -268,6 +269,14 @@ fn print_text(generation: u32, prev: Option<&Stats>, s: &Stats) {
         s.mem_refused,
         bytes(s.pt_bytes)
     );
+    if vram_size > 0 {
+        println!(
+            "          vram {} in use of {}, {} evictions to system memory",
+            bytes(s.vram_used),
+            bytes(vram_size),
+            s.vram_evictions
+        );
+    }
     println!(
         "recovery  faults {}  hangs {}  engine resets {}  device resets {}  retired pages {}  wedged {}  lost {}",
         s.faults,
@@ -296,7 +305,7 @@ fn print_text(generation: u32, prev: Option<&Stats>, s: &Stats) {
         return;
     }
     println!(
-        "  {:>5} {:>6} {:<14} {:<8} {:<12} {:<16} {:<8} {:>7} {:>10} {:>13} {:>13} {:>6} {:>5}",
+        "  {:>5} {:>6} {:<14} {:<8} {:<12} {:<16} {:<9} {:>7} {:>10} {:>10} {:>13} {:>13} {:>6} {:>5}",
         "CTX",
         "PID",
         "COMMAND",
@@ -306,6 +315,7 @@ fn print_text(generation: u32, prev: Option<&Stats>, s: &Stats) {
         "RESET",
         "UTIL",
         "MEM",
+        "VRAM",
         "COPY_FENCES",
         "COMP_FENCES",
         "FAULTS",
@@ -322,7 +332,7 @@ fn print_text(generation: u32, prev: Option<&Stats>, s: &Stats) {
         let mut name = comm(c.pid);
         name.truncate(14);
         println!(
-            "  {:>5} {:>6} {:<14} {:<8} {:<12} {:<16} {:<8} {:>7} {:>10} {:>13} {:>13} {:>6} {:>5}",
+            "  {:>5} {:>6} {:<14} {:<8} {:<12} {:<16} {:<9} {:>7} {:>10} {:>10} {:>13} {:>13} {:>6} {:>5}",
             c.ctx_id,
             c.pid,
             name,
@@ -332,6 +342,7 @@ fn print_text(generation: u32, prev: Option<&Stats>, s: &Stats) {
             reset_name(c.reset_status),
             pct(prev.map(|p| s.ctx_utilisation(p, c.ctx_id))),
             bytes(c.mem_bytes),
+            bytes(c.vram_bytes),
             fences(0),
             fences(1),
             c.faults,
@@ -347,7 +358,9 @@ fn print_text(generation: u32, prev: Option<&Stats>, s: &Stats) {
             );
         }
     }
-    println!("  (fences: completed/submitted; MEM: GEM memory of the context's file)");
+    println!(
+        "  (fences: completed/submitted; MEM: GEM memory of the context's file; VRAM: its VRAM)"
+    );
 }
 
 fn json_str(s: &str) -> String {
@@ -412,7 +425,7 @@ fn json_view(dev: &Device, id: &Identity, prev: Option<&Stats>, s: &Stats) -> St
     }
     let _ = write!(
         o,
-        "],\"device_counters\":{},\"mem_bytes\":{},\"mem_objects\":{},\"mem_limit\":{},\"file_mem_limit\":{},\"mem_refused\":{},\"pt_bytes\":{},\"faults\":{},\"hangs\":{},\"engine_resets\":{},\"device_resets\":{},\"retired_pages\":{},\"wedged\":{},\"lost\":{},\"num_contexts\":{},\"contexts\":[",
+        "],\"device_counters\":{},\"mem_bytes\":{},\"mem_objects\":{},\"mem_limit\":{},\"file_mem_limit\":{},\"mem_refused\":{},\"pt_bytes\":{},\"faults\":{},\"hangs\":{},\"engine_resets\":{},\"device_resets\":{},\"retired_pages\":{},\"wedged\":{},\"lost\":{},\"vram_used\":{},\"vram_evictions\":{},\"num_contexts\":{},\"contexts\":[",
         json_counters(&s.device),
         s.mem_bytes,
         s.mem_objects,
@@ -427,6 +440,8 @@ fn json_view(dev: &Device, id: &Identity, prev: Option<&Stats>, s: &Stats) -> St
         s.retired_pages,
         s.wedged,
         s.lost,
+        s.vram_used,
+        s.vram_evictions,
         s.total_contexts
     );
     for (i, c) in s.contexts.iter().enumerate() {
@@ -435,7 +450,7 @@ fn json_view(dev: &Device, id: &Identity, prev: Option<&Stats>, s: &Stats) -> St
         }
         let _ = write!(
             o,
-            "{{\"ctx_id\":{},\"pid\":{},\"command\":{},\"priority\":{},\"engines\":{},\"state\":{},\"reset_status\":{},\"hangs\":{},\"faults\":{},\"mem_bytes\":{},\"submitted\":[{},{}],\"completed\":[{},{}],\"utilisation\":{},\"counters\":{},\"error\":{},\"san_reports\":{}}}",
+            "{{\"ctx_id\":{},\"pid\":{},\"command\":{},\"priority\":{},\"engines\":{},\"state\":{},\"reset_status\":{},\"hangs\":{},\"faults\":{},\"mem_bytes\":{},\"vram_bytes\":{},\"submitted\":[{},{}],\"completed\":[{},{}],\"utilisation\":{},\"counters\":{},\"error\":{},\"san_reports\":{}}}",
             c.ctx_id,
             c.pid,
             json_str(&comm(c.pid)),
@@ -446,6 +461,7 @@ fn json_view(dev: &Device, id: &Identity, prev: Option<&Stats>, s: &Stats) -> St
             c.hangs,
             c.faults,
             c.mem_bytes,
+            c.vram_bytes,
             c.submitted[0],
             c.submitted[1],
             c.completed[0],
@@ -541,7 +557,7 @@ fn run(args: &Args) -> Result<bool, vgpu_umd::Error> {
             if args.watch.is_some() {
                 println!("--- view {}", n + 1);
             }
-            print_text(id.generation, prev.as_ref(), &s);
+            print_text(id.generation, id.vram_size, prev.as_ref(), &s);
             if args.status {
                 ok &= show_debugfs(&dev);
             }

@@ -11,11 +11,15 @@
 //!   and staged through the copy engine (`VGPU_READ=staged`);
 //! * CPU writes and reads through the VRAM aperture (BAR 2 of the function
 //!   next to the GPU, docs/hardware.md section 5.6) vs guest `memcpy`, the
-//!   bytes read back checked.
+//!   bytes read back checked;
+//! * eviction of a VRAM object to system memory (`--evict`: the creation of
+//!   a VRAM-only object when VRAM is full, the copy on the copy engine
+//!   included) vs the copy engine's raw VRAM→system copy of the same bytes.
 //!
 //! ```text
 //! vgpu-umd-bench [--iters N] [--mib M]
 //! vgpu-umd-bench --aperture       only the aperture: write, read back, check
+//! vgpu-umd-bench --evict --mib M  only eviction: M MiB (at most half of VRAM)
 //! vgpu-umd-bench --aperture-fill SEED | --aperture-verify SEED
 //!                                 write a seeded pattern through the aperture,
 //!                                 or say whether it is still there (`aperture:
@@ -28,7 +32,9 @@
 use std::time::{Duration, Instant};
 
 use vgpu_hwif::packet::Packet;
-use vgpu_umd::{Config, Context, Device, MemKind, ReadPath, Stream, SubmitPath, ENGINE_COPY};
+use vgpu_umd::{
+    Config, Context, Device, MemKind, Placement, ReadPath, Stream, SubmitPath, ENGINE_COPY,
+};
 
 /// Longer than the device's default doorbell polling window (2 ms) after
 /// a user-mode queue's last activity: once it has passed, the device's
@@ -62,6 +68,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if std::env::args().any(|a| a == flag) {
             return aperture_fill_verify(&dev, mib, arg(flag, 1), fill);
         }
+    }
+    if std::env::args().any(|a| a == "--evict") {
+        return evict_benchmark(mib);
     }
     if std::env::args().any(|a| a == "--aperture") {
         let src: Vec<u8> = (0..mib << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
@@ -499,6 +508,52 @@ fn uq_idle(dev: &Device, secs: u64) -> Result<(), Box<dyn std::error::Error>> {
     println!(
         "uq-idle: a submission after the idle time ran ({} kick)",
         streams[0].stats().kicks - before
+    );
+    Ok(())
+}
+
+/// `--evict`: three rounds of: an object of `mib` MiB in VRAM (filled on
+/// the copy engine), copied VRAM→system by the copy engine through a
+/// stream (timed to completion: the raw rate); VRAM then filled by a second
+/// object; a third VRAM-only object of `mib` MiB created, which evicts the
+/// first (timed: `GEM_CREATE` with the eviction, and `VM_BIND`). Medians.
+fn evict_benchmark(mib: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let ctx = Context::new()?;
+    let size = ctx.identity().vram_size;
+    let len = (mib as u64) << 20;
+    let usable = size.saturating_sub(vgpu_hwif::vram::FIRMWARE_RESERVED);
+    if size == 0 || 2 * len > usable {
+        return Err(format!("--evict: {mib} MiB needs a VRAM of twice that ({} MiB)", size >> 20).into());
+    }
+    let s = Stream::new(&ctx)?;
+    let (mut raw, mut evict) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        let a = ctx.alloc_placed(len, MemKind::DeviceLocal, Placement::Vram)?;
+        let sys = ctx.alloc_placed(len, MemKind::DeviceLocal, Placement::System)?;
+        s.memset32(&a, 0, 0x5a5a_5a5a, len)?;
+        s.memset32(&sys, 0, 0, len)?;
+        s.synchronize()?;
+        let t = Instant::now();
+        s.copy(&sys, 0, &a, 0, len)?;
+        s.synchronize()?;
+        raw.push(t.elapsed());
+        drop(sys);
+        let fill = ctx.alloc_placed(usable - len, MemKind::DeviceLocal, Placement::Vram)?;
+        let t = Instant::now();
+        let c = ctx.alloc_placed(len, MemKind::DeviceLocal, Placement::Vram)?;
+        evict.push(t.elapsed());
+        drop((c, fill, a));
+        s.synchronize()?;
+    }
+    let (raw, evict) = (median(raw), median(evict));
+    let rate = |d: Duration| mib as f64 / d.as_secs_f64();
+    println!(
+        "bench: eviction of {mib} MiB VRAM->system median {:.1} ms ({:.0} MiB/s), raw copy-engine VRAM->system copy median {:.1} ms ({:.0} MiB/s), ratio {:.2}x",
+        evict.as_secs_f64() * 1e3,
+        rate(evict),
+        raw.as_secs_f64() * 1e3,
+        rate(raw),
+        raw.as_secs_f64() / evict.as_secs_f64()
     );
     Ok(())
 }

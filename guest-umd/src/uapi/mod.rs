@@ -153,6 +153,10 @@ pub const CTX_RESET_GUILTY: u32 = 1;
 /// `VGPU_CTX_RESET_INNOCENT`.
 pub const CTX_RESET_INNOCENT: u32 = 2;
 
+/// `VGPU_CTX_RESET_VRAM_LOST`: a device reset lost the VRAM its file's BOs
+/// were in.
+pub const CTX_RESET_VRAM_LOST: u32 = 3;
+
 /// `VGPU_CTX_STATE_ERRORED`.
 pub const CTX_STATE_ERRORED: u32 = 1 << 0;
 

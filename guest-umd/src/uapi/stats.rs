@@ -81,6 +81,8 @@ pub struct DrmVgpuCtxStats {
     pub error_cmd_offset: u32,
     /// Device sanitizer reports about this context.
     pub san_reports: u32,
+    /// Bytes of VRAM the objects of its file hold now.
+    pub vram_bytes: u64,
 }
 
 /// `struct drm_vgpu_query_stats`: device-wide status for tools.
@@ -127,4 +129,8 @@ pub struct DrmVgpuQueryStats {
     pub retired_pages: u32,
     /// Out: 1 when the driver declared the device lost.
     pub lost: u32,
+    /// Out: bytes of VRAM objects hold now.
+    pub vram_used: u64,
+    /// Out: objects evicted from VRAM to system memory.
+    pub vram_evictions: u64,
 }

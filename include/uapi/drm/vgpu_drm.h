@@ -342,6 +342,9 @@ struct drm_vgpu_ctx_destroy {
 #define VGPU_CTX_RESET_NONE          0 /* no reset affected the context */
 #define VGPU_CTX_RESET_GUILTY        1 /* the context caused a reset or fault */
 #define VGPU_CTX_RESET_INNOCENT      2 /* a reset caused by another context hit it */
+#define VGPU_CTX_RESET_VRAM_LOST     3 /* a device reset lost VRAM its file's BOs were in:
+					* its jobs were dropped, it takes no more (SUBMIT:
+					* EIO), and those BOs are lost (VM_BIND: EIO) */
 
 /* CTX_QUERY state bits. */
 #define VGPU_CTX_STATE_ERRORED       (1u << 0) /* stopped by a fault or error: submits fail with EIO */
@@ -721,6 +724,8 @@ struct drm_vgpu_counters {
  * @error_seqno:      the SUBMIT (its fence seqno) that held it (0: unknown).
  * @error_cmd_offset: its byte offset in that command buffer.
  * @san_reports:      device sanitizer reports about this context.
+ * @vram_bytes:   bytes of VRAM the objects of the file that owns it hold now
+ *                (VGPU_GEM_CREATE_VRAM objects not evicted).
  *
  * The error_* fields are those of CTX_QUERY, for tools that see every
  * file's contexts (vgpu-smi).
@@ -746,6 +751,7 @@ struct drm_vgpu_ctx_stats {
 	__u64 error_seqno;
 	__u32 error_cmd_offset;
 	__u32 san_reports;
+	__u64 vram_bytes;
 };
 
 /* Largest context array a QUERY_STATS fills. */
@@ -780,6 +786,8 @@ struct drm_vgpu_ctx_stats {
  *                 uncorrectable memory (ECC) error: never used again.
  * @lost:          out, 1 when the device stopped answering and the driver
  *                 declared it lost (every call then fails with EIO).
+ * @vram_used:     out, bytes of VRAM objects hold now (0 without VRAM).
+ * @vram_evictions: out, objects evicted from VRAM to system memory.
  *
  * Contexts of every file are listed, so a status tool sees the whole GPU.
  * Counters come from the device (QUERY_STATS control commands); a device
@@ -806,6 +814,8 @@ struct drm_vgpu_query_stats {
 	__u64 mem_refused;
 	__u32 retired_pages;
 	__u32 lost;
+	__u64 vram_used;
+	__u64 vram_evictions;
 };
 
 /*

@@ -133,6 +133,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("vmbind", false, vmbind::test_vmbind),
     ("prime", false, prime::test_prime),
     ("vram", false, vram::test_vram),
+    ("vram-lost", false, vram::test_vram_lost),
     ("sanitizer", false, sanitizer::test_sanitizer),
     ("uq", false, uqueue::test_uq),
     ("uq-hang", false, uqueue::test_uq_hang),

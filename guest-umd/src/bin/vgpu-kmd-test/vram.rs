@@ -1,7 +1,7 @@
 //! Device memory: `GEM_CREATE` placements and their errors on a device
 //! with VRAM (and without), the CPU mapping of a visible VRAM object
-//! through the aperture, the refused mapping of an invisible one, PRIME
-//! export refused, visible VRAM filled with pinned objects (`ENOSPC`, the
+//! through the aperture, the mapping of an invisible one (it moves to
+//! system memory, the GPU's bytes with it), PRIME export refused, visible VRAM filled with pinned objects (`ENOSPC`, the
 //! fallback to system memory), VRAM oversubscribed (older objects evicted),
 //! and the VRAM manager's accounting in debugfs `vram_mm`.
 
@@ -13,8 +13,8 @@ use vgpu_umd::uapi::{
     GEM_CREATE_VRAM as VRAM,
 };
 
-use crate::debugfs::{debugfs, field};
-use crate::node::{open, Map, PAGE};
+use crate::debugfs::{debugfs, debugfs_path, field};
+use crate::node::{fence, fill, open, scratch, Map, MS, PAGE};
 use crate::report::T;
 
 const MIB: u64 = 1 << 20;
@@ -69,11 +69,6 @@ pub fn test_vram(t: &mut T, path: &Path) {
     }
     if let Some(h) = h {
         t.err(
-            "vram: mmap of invisible VRAM",
-            n.gem_mmap_offset(h),
-            libc::ENXIO,
-        );
-        t.err(
             "vram: PRIME export of VRAM",
             n.prime_handle_to_fd(h),
             libc::EOPNOTSUPP,
@@ -86,7 +81,154 @@ pub fn test_vram(t: &mut T, path: &Path) {
         });
     }
     test_aperture(t, &n, visible);
+    test_mmap_migrates(t, &n);
     test_full(t, &n, size, visible);
+}
+
+const COPY: u32 = uapi::ENGINE_COPY;
+const RW: u32 = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
+const LEN: u64 = 64 << 10;
+
+/// A job filling `len` bytes at `va` with `word` on context `c`, waited
+/// for; whether it completed.
+fn gpu_fill(n: &Kmd, cmds: &crate::node::Cmds, c: u32, slot: usize, va: u64, word: u32) -> bool {
+    let cmd = cmds.program(slot, &[fill(va, LEN, word)]);
+    n.submit(c, COPY, &[cmd], &[])
+        .and_then(|s| n.wait(&[fence(c, COPY, s)], true, 10_000 * MS))
+        .is_ok()
+}
+
+/// Whether every word of the mapping is `word` twice.
+fn all_words(m: &Map, word: u32) -> usize {
+    let w = u64::from(word) << 32 | u64::from(word);
+    (0..(LEN / 8) as usize).filter(|&i| m.read(i) != w).count()
+}
+
+/// A VRAM object the GPU filled, then mapped by the CPU: `GEM_MMAP_OFFSET`
+/// moves it to system memory (an eviction, which debugfs counts) and the
+/// CPU reads what the GPU wrote; the GPU writes it again at the same VA
+/// (its mapping was rewritten) and the CPU sees that too.
+fn test_mmap_migrates(t: &mut T, n: &Kmd) {
+    let s = scratch(n, 0x300_0000, 1);
+    let va = s.start + 0x500_0000;
+    let Some(h) = t.ok("vram: 64 KiB in VRAM for the GPU", n.gem_create(LEN, VRAM)) else {
+        return;
+    };
+    t.ok("vram: bind it", n.vm_bind(h, va, LEN, RW));
+    let Some(c) = t.ok(
+        "vram: a copy context",
+        n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1 << COPY, 0),
+    ) else {
+        return;
+    };
+    t.check("vram: the GPU fills VRAM", gpu_fill(n, &s.cmds, c, 0, va, 0xc0ff_ee11), || {
+        "the job failed".into()
+    });
+    let before = vram_field("evictions");
+    let Some(m) = t.ok(
+        "vram: mmap of VRAM the CPU cannot see (moves it to system memory)",
+        Map::new(n, h, LEN),
+    ) else {
+        return;
+    };
+    let bad = all_words(&m, 0xc0ff_ee11);
+    t.check("vram: the CPU reads what the GPU wrote", bad == 0, || {
+        format!("{bad} of {} words differ", LEN / 8)
+    });
+    if let (Some(b), Some(a)) = (before, vram_field("evictions")) {
+        t.check("vram: the move counted as an eviction", a == b + 1, || {
+            format!("evictions {b} -> {a}")
+        });
+    }
+    t.check(
+        "vram: the GPU writes it again at the same VA",
+        gpu_fill(n, &s.cmds, c, 1, va, 0x1234_5678),
+        || "the job failed".into(),
+    );
+    let bad = all_words(&m, 0x1234_5678);
+    t.check("vram: the CPU sees the GPU's new words", bad == 0, || {
+        format!("{bad} of {} words differ", LEN / 8)
+    });
+    drop(m);
+    let _ = n.ctx_destroy(c);
+    let _ = n.vm_unbind(va, LEN);
+    let _ = n.gem_close(h);
+}
+
+/// A device reset (debugfs `reset_device`) with VRAM in use: with the
+/// device's reset policy losing VRAM (garbage, zero), the context of the
+/// file whose object was in VRAM reports `VGPU_CTX_RESET_VRAM_LOST` and
+/// takes no more jobs (`EIO`), the object cannot be bound again (`EIO`),
+/// while another file's context (no VRAM objects) works on; with `keep`,
+/// nothing is lost.
+pub fn test_vram_lost(t: &mut T, path: &Path) {
+    let n = open(path);
+    let other = open(path);
+    let policy = debugfs("vram");
+    let keeps = policy.contains("reset_policy KEPT");
+    let s = scratch(&n, 0x300_0000, 1);
+    let o = scratch(&other, 0x300_0000, LEN / PAGE);
+    let va = s.start + 0x500_0000;
+    let (Some(h), Some(c), Some(d)) = (
+        t.ok("vram-lost: an object in VRAM", n.gem_create(LEN, VRAM)),
+        t.ok(
+            "vram-lost: its file's context",
+            n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1 << COPY, 0),
+        ),
+        t.ok(
+            "vram-lost: another file's context",
+            other.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1 << COPY, 0),
+        ),
+    ) else {
+        return;
+    };
+    t.ok("vram-lost: bind it", n.vm_bind(h, va, LEN, RW));
+    t.check("vram-lost: the GPU fills it", gpu_fill(&n, &s.cmds, c, 0, va, 7), || {
+        "the job failed".into()
+    });
+    let reset = std::fs::write(debugfs_path("reset_device"), "1");
+    t.ok("vram-lost: device reset", reset);
+    let status = n.ctx_query(c).map(|q| q.reset_status).unwrap_or(u32::MAX);
+    let other_status = other.ctx_query(d).map(|q| q.reset_status).unwrap_or(u32::MAX);
+    t.check(
+        "vram-lost: the other file's context is not told VRAM was lost",
+        other_status != uapi::CTX_RESET_VRAM_LOST,
+        || format!("reset_status {other_status}"),
+    );
+    t.check(
+        "vram-lost: the other file's context works on",
+        gpu_fill(&other, &o.cmds, d, 0, o.dva, 9),
+        || "its job failed".into(),
+    );
+    if keeps {
+        t.check("vram-lost: kept, nothing lost", status != uapi::CTX_RESET_VRAM_LOST, || {
+            format!("reset_status {status}")
+        });
+        t.check("vram-lost: kept, the context works on", gpu_fill(&n, &s.cmds, c, 1, va, 8), || {
+            "its job failed".into()
+        });
+        return;
+    }
+    t.check(
+        "vram-lost: its context reports VRAM lost",
+        status == uapi::CTX_RESET_VRAM_LOST,
+        || format!("reset_status {status}"),
+    );
+    let cmd = s.cmds.program(1, &[fill(va, LEN, 8)]);
+    t.err(
+        "vram-lost: its context takes no more jobs",
+        n.submit(c, COPY, &[cmd], &[]),
+        libc::EIO,
+    );
+    t.err(
+        "vram-lost: the lost object cannot be bound again",
+        n.vm_bind(h, va + 0x10_0000, LEN, RW),
+        libc::EIO,
+    );
+    let text = debugfs("vram_mm");
+    t.check("vram-lost: vram_mm marks the object lost", text.contains(" lost"), || {
+        text.lines().take(3).collect::<Vec<_>>().join(" | ")
+    });
 }
 
 /// A visible VRAM object mapped by the CPU (through the aperture): what

@@ -478,6 +478,12 @@ fn show_vram_mm(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         c.moves_failed,
         v.gpu.vram_losses.load(kernel::sync::atomic::Relaxed)
     )?;
+    let m = mgr.last_move();
+    writeln!(
+        f,
+        "last_move: bytes {:#x} pages_us {} drain_us {} copy_us {} remap_us {}",
+        m.bytes, m.pages_us, m.drain_us, m.copy_us, m.remap_us
+    )?;
     let mut res = Ok(());
     let mut n = 0u32;
     v.bos.visit(|bo| {

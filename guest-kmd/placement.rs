@@ -39,6 +39,7 @@ use crate::{
     gpu::migrate::Migrator,
     vm::DrmDev,
     vram_mgr::{
+        MovePhases,
         Region,
         VramAlloc,
         VramUse, //
@@ -52,7 +53,11 @@ use kernel::{
         Arc,
         MutexGuard, //
     },
-    time::Delta,
+    time::{
+        Delta,
+        Instant,
+        Monotonic, //
+    },
     uapi,
 };
 
@@ -291,12 +296,25 @@ impl Vgpu {
             let p = bo.vram();
             gem::vram_segments(&p.as_ref().ok_or(ENOENT)?.alloc)?
         };
-        let dst = gem::shmem_segments(bo)?;
         let size = bo.size() as u64;
+        let mut phases = MovePhases {
+            bytes: size,
+            ..MovePhases::default()
+        };
+        let mut t = Instant::<Monotonic>::now();
+        let lap = |t: &mut Instant<Monotonic>| {
+            let us = t.elapsed().as_micros_ceil() as u64;
+            *t = Instant::now();
+            us
+        };
+        let dst = gem::shmem_segments(bo)?;
+        phases.pages_us = lap(&mut t);
         let timeout = Self::move_timeout();
         self.gpu.gate_and_drain(&owner, timeout)?;
+        phases.drain_us = lap(&mut t);
         let r = (|| {
             self.gpu.migrate_copy(m, &src, &dst, size, timeout)?;
+            phases.copy_us = lap(&mut t);
             let old = bo.vram().take();
             let rebound = owner.vm.lock().rebind_object(bo);
             let (start, end) = owner.vm.lock().user_range();
@@ -307,9 +325,11 @@ impl Vgpu {
                 m.stale.push(old, GFP_KERNEL)?;
             }
             rebound?;
+            phases.remap_us = lap(&mut t);
             bo.count_eviction();
             if let Some(mgr) = self.vram.as_ref() {
                 mgr.count_eviction(size);
+                mgr.record_move(&phases);
             }
             Ok(())
         })();

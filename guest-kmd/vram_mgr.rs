@@ -104,6 +104,20 @@ pub(crate) struct VramMgr {
     evictions: Atomic<u64>,
     evicted_bytes: Atomic<u64>,
     moves_failed: Atomic<u64>,
+    /// The last move's phases, in µs ([`MovePhases`]).
+    last_move: [Atomic<u64>; 5],
+}
+
+/// Where the time of one move went, in µs: its system pages allocated and
+/// mapped, its owner's jobs drained, the copy, its mappings rewritten and
+/// the TLBs invalidated; and its size in bytes.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct MovePhases {
+    pub(crate) bytes: u64,
+    pub(crate) pages_us: u64,
+    pub(crate) drain_us: u64,
+    pub(crate) copy_us: u64,
+    pub(crate) remap_us: u64,
 }
 
 impl VramMgr {
@@ -152,6 +166,7 @@ impl VramMgr {
                 evictions: Atomic::new(0),
                 evicted_bytes: Atomic::new(0),
                 moves_failed: Atomic::new(0),
+                last_move: [const { Atomic::new(0) }; 5],
             },
             GFP_KERNEL,
         )?)
@@ -189,6 +204,29 @@ impl VramMgr {
     pub(crate) fn count_eviction(&self, bytes: u64) {
         self.evictions.add(1u64, Relaxed);
         self.evicted_bytes.add(bytes, Relaxed);
+    }
+
+    /// Records the phases of the last move.
+    pub(crate) fn record_move(&self, p: &MovePhases) {
+        for (a, v) in self
+            .last_move
+            .iter()
+            .zip([p.bytes, p.pages_us, p.drain_us, p.copy_us, p.remap_us])
+        {
+            a.store(v, Relaxed);
+        }
+    }
+
+    /// The phases of the last move.
+    pub(crate) fn last_move(&self) -> MovePhases {
+        let v = |i: usize| self.last_move[i].load(Relaxed);
+        MovePhases {
+            bytes: v(0),
+            pages_us: v(1),
+            drain_us: v(2),
+            copy_us: v(3),
+            remap_us: v(4),
+        }
     }
 
     /// Counts a failed move.

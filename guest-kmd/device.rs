@@ -343,13 +343,10 @@ impl Vgpu {
 
     /// Destroys the driver's copy context `m` (taken out of
     /// [`Vgpu::mover`]): kept with its page tables if the device did not
-    /// let it go. VRAM the device may still translate to is never freed.
+    /// let it go.
     pub(crate) fn retire_mover(&self, m: Migrator) {
         if !self.gpu.destroy_client(&m.client) {
             let _ = self.zombies.lock().push(m.client.clone(), GFP_KERNEL);
-        }
-        for p in m.stale {
-            core::mem::forget(p);
         }
     }
 

@@ -18,12 +18,16 @@
 //!   moving. Like TTM's `eviction_valuable`, a request for the visible part
 //!   only takes victims with visible blocks.
 //! * **A move** ([`Vgpu::evict`]): the victim's system pages are allocated
-//!   and DMA-mapped; the owning file's jobs are held back and its rings
-//!   drained; the copy engine copies VRAM to the pages; the object's
-//!   placement becomes system memory; every mapping of it is rewritten
-//!   ([`crate::vm::Vm::rebind_object`]) and the file's TLBs invalidated;
-//!   the jobs go again; the VRAM is freed. A move that fails (copy fault,
-//!   reset, timeout) leaves the object where it was, in VRAM: nothing is
+//!   and DMA-mapped (and, with the device's sanitizer on, both sides of the
+//!   copy declared to it); the owning file's jobs are held back and its
+//!   rings drained; the object's mappings are cleared and the file's TLBs
+//!   invalidated; the copy engine copies VRAM to the pages; the object's
+//!   placement becomes system memory; every mapping of it is written again
+//!   onto the pages ([`crate::vm::Vm::rebind_object`], their declarations
+//!   with them); the jobs go again; the VRAM is freed. Unmap, invalidate,
+//!   then copy and release: no TLB holds the old pages while they move or
+//!   once they are free. A move that fails (copy fault, reset, timeout)
+//!   leaves the object where it was, in VRAM, mapped again: nothing is
 //!   lost. An evicted object stays in system memory until it is freed.
 //!
 //! Lock order: the mover (one move at a time) → the clients list (briefly)
@@ -37,6 +41,7 @@ use crate::{
         VramPlacement, //
     },
     gpu::migrate::Migrator,
+    sanmem::ranges_of,
     vm::DrmDev,
     vram_mgr::{
         MovePhases,
@@ -253,11 +258,7 @@ impl Vgpu {
                 0,
                 None,
             )?;
-            *g = Some(Migrator {
-                client,
-                ctx,
-                stale: KVec::new(),
-            });
+            *g = Some(Migrator { client, ctx });
         }
         Ok(g)
     }
@@ -309,22 +310,48 @@ impl Vgpu {
         };
         let dst = gem::shmem_segments(bo)?;
         phases.pages_us = lap(&mut t);
+        // The device's sanitizer is told of both sides of the copy for its
+        // duration (the object may have no mapping that declares them).
+        let san = self.san_mem.as_ref().filter(|s| s.on()).cloned();
+        let _copy_decl = match &san {
+            Some(s) => {
+                let mut r = ranges_of(&src, 0, size)?;
+                r.extend_from_slice(&ranges_of(&dst, 0, size)?, GFP_KERNEL)?;
+                Some(s.declare(r)?)
+            }
+            None => None,
+        };
         let timeout = Self::move_timeout();
         self.gpu.gate_and_drain(&owner, timeout)?;
         phases.drain_us = lap(&mut t);
         let r = (|| {
-            self.gpu.migrate_copy(m, &src, &dst, size, timeout)?;
+            // Unmap, invalidate, then copy and map again: no TLB of the
+            // owner's holds the old pages while they move or after.
+            owner.vm.lock().clear_object(bo);
+            let (start, end) = owner.vm.lock().user_range();
+            if !self.gpu.invalidate_client(&owner, None, start, end - start) {
+                // The device may still translate to the old pages: the
+                // object stays where it is, mapped again.
+                if let Ok(decls) = owner.vm.lock().rebind_object(bo) {
+                    for d in decls {
+                        owner.vm.lock().retired_decls.push(d, GFP_KERNEL)?;
+                    }
+                }
+                return Err(EIO);
+            }
+            if let Err(e) = self.gpu.migrate_copy(m, &src, &dst, size, timeout) {
+                // Still in VRAM: mapped there again.
+                owner.vm.lock().rebind_object(bo)?;
+                return Err(e);
+            }
             phases.copy_us = lap(&mut t);
             let old = bo.vram().take();
+            // The entries were invalid: mapping the pages needs no
+            // invalidation. The old pages' declarations go, then the blocks.
             let rebound = owner.vm.lock().rebind_object(bo);
-            let (start, end) = owner.vm.lock().user_range();
-            if self.gpu.invalidate_client(&owner, None, start, end - start) {
-                drop(old);
-            } else if let Some(old) = old {
-                // The device may still translate to the old blocks.
-                m.stale.push(old, GFP_KERNEL)?;
-            }
-            rebound?;
+            let r = rebound.map(drop);
+            drop(old);
+            r?;
             phases.remap_us = lap(&mut t);
             bo.count_eviction();
             if let Some(mgr) = self.vram.as_ref() {

@@ -372,30 +372,73 @@ impl Vm {
         Ok((page, declare))
     }
 
+    /// Clears the entries of every mapping of `bo` (before it moves); the
+    /// caller invalidates the TLBs, then [`Vm::rebind_object`] maps it
+    /// where it is. Returns the number of mappings cleared.
+    pub(crate) fn clear_object(&mut self, bo: &Bo) -> usize {
+        let (start, end) = self.pt().user_range();
+        let mut n = 0;
+        let mut ranges: KVec<(u64, u64)> = KVec::new();
+        for m in ffi_gpuvm::mappings(&self.gpuvm, start, end) {
+            if core::ptr::eq(m.obj(), bo) && ranges.push((m.addr(), m.length()), GFP_KERNEL).is_ok()
+            {
+                n += 1;
+            }
+        }
+        let pt = &mut self.gpuvm.data().pt;
+        for &(va, len) in ranges.iter() {
+            pt.clear(va, va + len);
+        }
+        n
+    }
+
     /// Rewrites every mapping of `bo` (a VRAM object that moved) to where
-    /// its pages are now ([`gem::segments`]); the caller invalidates the
-    /// TLBs. Returns the number of mappings rewritten.
+    /// its pages are now ([`gem::segments`]), each with its new pages
+    /// declared to the device's sanitizer when the mapping had a
+    /// declaration. Returns the old declarations: the caller invalidates
+    /// the TLBs, then drops them (unmap, invalidate, then release).
     ///
     /// # Errors
     ///
-    /// `ENOMEM` (tables, or the object's pages): the mappings not yet
-    /// rewritten are left cleared (a GPU access faults, no stale
-    /// translation is left).
-    pub(crate) fn rebind_object(&mut self, bo: &Bo) -> Result<usize> {
+    /// `ENOMEM` (tables, declarations, or the object's pages): the
+    /// mappings not yet rewritten are left cleared (a GPU access faults, no
+    /// stale translation is left).
+    pub(crate) fn rebind_object(&mut self, bo: &Bo) -> Result<KVec<Arc<Declared>>> {
         let (start, end) = self.pt().user_range();
         let mut maps = KVec::new();
         for m in ffi_gpuvm::mappings(&self.gpuvm, start, end) {
             if core::ptr::eq(m.obj(), bo) {
-                let perms = self.gpuvm.data_ref().attr(m.addr()).map_or(0, |a| a.perms);
-                maps.push((m.addr(), m.length(), m.gem_offset(), perms), GFP_KERNEL)?;
+                let attr = self.gpuvm.data_ref().attr(m.addr());
+                let perms = attr.map_or(0, |a| a.perms);
+                let declared = attr.is_some_and(|a| a.decl.is_some());
+                maps.push(
+                    (m.addr(), m.length(), m.gem_offset(), perms, declared),
+                    GFP_KERNEL,
+                )?;
+            }
+        }
+        let segs = gem::segments(bo)?;
+        let mut old = KVec::with_capacity(maps.len(), GFP_KERNEL)?;
+        let san = self.san.clone();
+        for &(va, len, gem_offset, _, declared) in maps.iter() {
+            let (Some(san), true) = (&san, declared) else {
+                continue;
+            };
+            let d = san.declare(crate::sanmem::ranges_of(&segs, gem_offset, len)?)?;
+            let attrs = &mut self.gpuvm.data().attrs;
+            let i = attrs.partition_point(|a| a.va < va);
+            if let Some(a) = attrs.get_mut(i).filter(|a| a.va == va) {
+                if let Some(prev) = a.decl.replace(d) {
+                    // Room was reserved above.
+                    let _ = old.push(prev, GFP_KERNEL);
+                }
             }
         }
         let pt = &mut self.gpuvm.data().pt;
-        for &(va, len, _, _) in maps.iter() {
+        for &(va, len, _, _, _) in maps.iter() {
             pt.clear(va, va + len);
         }
-        let segs = gem::segments(bo)?;
-        for &(va, len, gem_offset, perms) in maps.iter() {
+        for &(va, len, gem_offset, perms, _) in maps.iter() {
             let b = Backing {
                 va,
                 gem_offset,
@@ -404,7 +447,7 @@ impl Vm {
             };
             pt.populate(&b, va, va + len)?;
         }
-        Ok(maps.len())
+        Ok(old)
     }
 
     /// Maps `size` bytes of KMD memory at DMA address `pa` (contiguous) at

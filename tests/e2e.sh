@@ -879,6 +879,20 @@ if selected "$name"; then
     else sanitize_saved=$sanitize; sanitize=1; result "$name" 1; sanitize=$sanitize_saved; fi
 fi
 
+# --- Device memory under the device's sanitizer: placements, aperture mappings, an mmap that moves a BO, VRAM
+#     filled and oversubscribed (evictions holding the owner's jobs back, copying on the driver's copy context,
+#     mapping the BO again) from three processes: no report (every page declared while the GPU can reach it, the
+#     owner's TLBs invalidated before the pages move and before they are freed).
+name=vram-sanitize
+if selected "$name"; then
+    run_vm "$name" --gen 2 --mem 1G --device-arg --vram=64M --device-arg --visible-vram=16M "${case_san[@]}" run 'vgpu-kmd-test vram | tail -1; for i in 1 2 3; do vgpu-samples vram 200 > /tmp/v.$i 2>&1 & done; wait; cat /tmp/v.1 /tmp/v.2 /tmp/v.3 | grep -c "^vram: every byte of 128 MiB verified$" | sed "s/^/verified /"; head -1 /sys/kernel/debug/vgpu/*/vram_mm; grep "^reports" /sys/kernel/debug/vgpu/*/sanitizer'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif ! want "^kmd-test: [0-9]+ passed, 0 failed$" || ! want "^verified 3$"; then result "$name" 0 "the workload failed"
+    elif ! want "^vram_mm: .* evictions [1-9]"; then result "$name" 0 "nothing was evicted"
+    elif ! want "^reports 0 "; then result "$name" 0 "the KMD received sanitizer reports: $(grep "^reports" <<<"$case_out")"
+    else sanitize_saved=$sanitize; sanitize=1; result "$name" 1; sanitize=$sanitize_saved; fi
+fi
+
 [ $qemu_aborts -eq 0 ] || echo "e2e: QEMU aborted on its own assertion before the guest command in $qemu_aborts case(s); each was run again (logs: $logdir/*.qemu-abort.stderr)"
 echo "e2e: $passed passed, $failed failed"
 [ $failed -eq 0 ]

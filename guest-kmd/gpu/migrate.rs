@@ -29,10 +29,7 @@ use super::{
 };
 use crate::{
     file::Client,
-    gem::{
-        Seg,
-        VramPlacement, //
-    },
+    gem::Seg,
     mmu::{
         PTE_READ,
         PTE_WRITE, //
@@ -66,10 +63,6 @@ const WINDOW_BASE: u64 = 16 << 20;
 pub(crate) struct Migrator {
     pub(crate) client: Arc<Client>,
     pub(crate) ctx: u32,
-    /// VRAM that objects moved out of but whose TLB invalidation failed:
-    /// the device may still translate to it, so it is never handed out
-    /// again.
-    pub(crate) stale: KVec<VramPlacement>,
 }
 
 /// `segs` (an object's, in object order) cut to `[off, off + len)`, as

@@ -35,9 +35,11 @@
 
 use crate::{
     device::Vgpu,
+    file::Client,
     gem::{
         self,
         Bo,
+        Seg,
         VramPlacement, //
     },
     gpu::migrate::Migrator,
@@ -215,6 +217,7 @@ impl Vgpu {
     /// The objects that could be evicted for `region`, least recently
     /// placed first.
     fn victims(&self, region: Region) -> Result<KVec<ARef<Bo>>> {
+        // LAB(9) BEGIN victims
         let mut v: KVec<(u64, ARef<Bo>)> = KVec::new();
         let mut err = Ok(());
         self.bos.visit(|bo| {
@@ -239,6 +242,7 @@ impl Vgpu {
             out.push(bo, GFP_KERNEL)?;
         }
         Ok(out)
+        // LAB(9) END victims
     }
 
     /// The driver's copy context, made on first use.
@@ -263,6 +267,59 @@ impl Vgpu {
         Ok(g)
     }
 
+    /// Moves `bo` from VRAM to its system pages `dst` (`src`: its VRAM
+    /// blocks), its owner's jobs held back and drained: unmap, invalidate,
+    /// then copy and map again, so that no TLB of the owner's holds the old
+    /// pages while they move or once they are free. Returns the copy's
+    /// time in µs. On an error the object stays in VRAM, mapped there.
+    ///
+    /// # Errors
+    ///
+    /// `EIO` (the TLB invalidation or the copy failed), `ETIMEDOUT`,
+    /// `ENOMEM`.
+    fn move_out(
+        &self,
+        m: &Migrator,
+        owner: &Arc<Client>,
+        bo: &Bo,
+        src: &[Seg],
+        dst: &[Seg],
+    ) -> Result<u64> {
+        // LAB(9) BEGIN move
+        owner.vm.lock().clear_object(bo);
+        let (start, end) = owner.vm.lock().user_range();
+        if !self.gpu.invalidate_client(owner, None, start, end - start) {
+            // The device may still translate to the old pages: the object
+            // stays where it is, mapped again.
+            if let Ok(decls) = owner.vm.lock().rebind_object(bo) {
+                for d in decls {
+                    owner.vm.lock().retired_decls.push(d, GFP_KERNEL)?;
+                }
+            }
+            return Err(EIO);
+        }
+        let t = Instant::<Monotonic>::now();
+        let size = bo.size() as u64;
+        if let Err(e) = self
+            .gpu
+            .migrate_copy(m, src, dst, size, Self::move_timeout())
+        {
+            // Still in VRAM: mapped there again.
+            owner.vm.lock().rebind_object(bo)?;
+            return Err(e);
+        }
+        let copy_us = t.elapsed().as_micros_ceil() as u64;
+        let old = bo.vram().take();
+        // The entries were invalid: mapping the pages needs no
+        // invalidation. The old pages' declarations go, then the blocks.
+        let rebound = owner.vm.lock().rebind_object(bo);
+        let r = rebound.map(drop);
+        drop(old);
+        r?;
+        Ok(copy_us)
+        // LAB(9) END move
+    }
+
     /// How long a move waits for the owner's jobs, and for each copy.
     fn move_timeout() -> Delta {
         Delta::from_millis(i64::from(crate::params::job_timeout_ms()) * 2 + 1000)
@@ -276,7 +333,7 @@ impl Vgpu {
     /// `EBUSY` (already moving, or its file has a user-mode queue),
     /// `ENOENT` (not in VRAM, or its file is gone), `ETIMEDOUT` (its jobs
     /// or the copy did not finish), `EIO` (the copy failed), `ENOMEM`.
-    fn evict(&self, m: &mut Migrator, bo: &Bo) -> Result {
+    fn evict(&self, m: &Migrator, bo: &Bo) -> Result {
         if !bo.begin_move() {
             return Err(EBUSY);
         }
@@ -285,7 +342,7 @@ impl Vgpu {
         r
     }
 
-    fn evict_claimed(&self, m: &mut Migrator, bo: &Bo) -> Result {
+    fn evict_claimed(&self, m: &Migrator, bo: &Bo) -> Result {
         let owner = self
             .clients
             .lock()
@@ -324,42 +381,15 @@ impl Vgpu {
         let timeout = Self::move_timeout();
         self.gpu.gate_and_drain(&owner, timeout)?;
         phases.drain_us = lap(&mut t);
-        let r = (|| {
-            // Unmap, invalidate, then copy and map again: no TLB of the
-            // owner's holds the old pages while they move or after.
-            owner.vm.lock().clear_object(bo);
-            let (start, end) = owner.vm.lock().user_range();
-            if !self.gpu.invalidate_client(&owner, None, start, end - start) {
-                // The device may still translate to the old pages: the
-                // object stays where it is, mapped again.
-                if let Ok(decls) = owner.vm.lock().rebind_object(bo) {
-                    for d in decls {
-                        owner.vm.lock().retired_decls.push(d, GFP_KERNEL)?;
-                    }
-                }
-                return Err(EIO);
-            }
-            if let Err(e) = self.gpu.migrate_copy(m, &src, &dst, size, timeout) {
-                // Still in VRAM: mapped there again.
-                owner.vm.lock().rebind_object(bo)?;
-                return Err(e);
-            }
-            phases.copy_us = lap(&mut t);
-            let old = bo.vram().take();
-            // The entries were invalid: mapping the pages needs no
-            // invalidation. The old pages' declarations go, then the blocks.
-            let rebound = owner.vm.lock().rebind_object(bo);
-            let r = rebound.map(drop);
-            drop(old);
-            r?;
-            phases.remap_us = lap(&mut t);
+        let r = self.move_out(m, &owner, bo, &src, &dst).map(|copy_us| {
+            phases.copy_us = copy_us;
+            phases.remap_us = lap(&mut t).saturating_sub(copy_us);
             bo.count_eviction();
             if let Some(mgr) = self.vram.as_ref() {
                 mgr.count_eviction(size);
                 mgr.record_move(&phases);
             }
-            Ok(())
-        })();
+        });
         self.gpu.ungate(&owner);
         r
     }

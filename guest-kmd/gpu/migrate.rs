@@ -25,7 +25,10 @@ use super::{
         fence_va,
         ENGINES, //
     },
-    state::Gpu,
+    state::{
+        Gpu,
+        GpuState, //
+    },
 };
 use crate::{
     file::Client,
@@ -127,6 +130,35 @@ impl Gpu {
     /// error or a ban count as idle: their rings run no more).
     fn drain(&self, client: &Arc<Client>, timeout: Delta) -> Result {
         let mem = self.slots()?;
+        self.poll(timeout, |g| {
+            let mut busy = g.resetting;
+            for (hw, s) in g.slots.iter_mut().enumerate() {
+                let Some(c) = s else { continue };
+                if !Arc::ptr_eq(&c.client, client) || c.errored || c.banned {
+                    continue;
+                }
+                for (e, r) in c.rings.iter_mut().enumerate().take(ENGINES) {
+                    if r.present {
+                        r.retire(mem.fence_value(hw as u32, e));
+                        busy |= !r.jobs.is_empty();
+                    }
+                }
+            }
+            (!busy).then_some(Ok(()))
+        })
+    }
+
+    /// Calls `done` under the state lock every 100 µs until it has an
+    /// answer, `timeout` at most.
+    ///
+    /// # Errors
+    ///
+    /// `done`'s error, `ETIMEDOUT`, `EIO` (wedged), `ENODEV`.
+    fn poll(
+        &self,
+        timeout: Delta,
+        mut done: impl FnMut(&mut GpuState) -> Option<Result>,
+    ) -> Result {
         let start = Instant::<Monotonic>::now();
         loop {
             {
@@ -134,27 +166,14 @@ impl Gpu {
                 if g.wedged {
                     return Err(EIO);
                 }
-                let mut busy = g.resetting;
-                for (hw, s) in g.slots.iter_mut().enumerate() {
-                    let Some(c) = s else { continue };
-                    if !Arc::ptr_eq(&c.client, client) || c.errored || c.banned {
-                        continue;
-                    }
-                    for (e, r) in c.rings.iter_mut().enumerate().take(ENGINES) {
-                        if r.present {
-                            r.retire(mem.fence_value(hw as u32, e));
-                            busy |= !r.jobs.is_empty();
-                        }
-                    }
-                }
-                if !busy {
-                    return Ok(());
+                if let Some(r) = done(&mut g) {
+                    return r;
                 }
             }
             if start.elapsed() > timeout {
                 return Err(ETIMEDOUT);
             }
-            fsleep(Delta::from_micros(200));
+            fsleep(Delta::from_micros(100));
         }
     }
 
@@ -276,26 +295,17 @@ impl Gpu {
         };
         self.pump();
         let mem = self.slots()?;
-        let start = Instant::<Monotonic>::now();
-        loop {
-            {
-                let mut g = self.lock()?;
-                if g.wedged {
-                    return Err(EIO);
-                }
-                let (hw, c) = g.find(&m.client, m.ctx)?;
-                let r = &mut c.rings[e];
-                r.retire(mem.fence_value(hw, e));
-                match r.fence_state(seqno) {
-                    Some(res) => return res,
-                    None if c.errored || c.banned => return Err(EIO),
-                    None => {}
-                }
+        self.poll(timeout, |g| {
+            let (hw, c) = match g.find(&m.client, m.ctx) {
+                Ok(x) => x,
+                Err(e) => return Some(Err(e)),
+            };
+            let r = &mut c.rings[e];
+            r.retire(mem.fence_value(hw, e));
+            match r.fence_state(seqno) {
+                None if c.errored || c.banned => Some(Err(EIO)),
+                state => state,
             }
-            if start.elapsed() > timeout {
-                return Err(ETIMEDOUT);
-            }
-            fsleep(Delta::from_micros(100));
-        }
+        })
     }
 }

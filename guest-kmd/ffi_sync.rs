@@ -471,3 +471,32 @@ pub(crate) fn implicit_sync<O: IntoGEMObject>(
     unsafe { bindings::dma_resv_add_fence(resv, fence.as_raw(), add_as) };
     Ok(dep)
 }
+
+/// Adds `fence` to `obj`'s reservation object as a kernel fence
+/// (`DMA_RESV_USAGE_KERNEL`: a move of the object's memory, which every
+/// later user, reader or writer, waits for), like TTM's move fences.
+///
+/// # Errors
+///
+/// `ENOMEM`, or the errno of the lock.
+pub(crate) fn add_kernel_fence<O: IntoGEMObject>(obj: &O, fence: &Fence) -> Result {
+    // SAFETY: `obj` is a live GEM object (borrowed); its `resv` pointer is
+    // set at init and valid for the object's lifetime.
+    let resv = unsafe { (*obj.as_raw()).resv };
+    let _g = ResvGuard::lock(resv)?;
+    // SAFETY: we hold the lock.
+    let rc = unsafe { bindings::dma_resv_reserve_fences(resv, 1) };
+    if rc < 0 {
+        return Err(Error::from_errno(rc));
+    }
+    // SAFETY: we hold the lock and reserved a slot; the helper takes its
+    // own reference on the fence.
+    unsafe {
+        bindings::dma_resv_add_fence(
+            resv,
+            fence.as_raw(),
+            bindings::dma_resv_usage_DMA_RESV_USAGE_KERNEL,
+        )
+    };
+    Ok(())
+}

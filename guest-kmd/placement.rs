@@ -302,7 +302,7 @@ impl Vgpu {
         let size = bo.size() as u64;
         if let Err(e) = self
             .gpu
-            .migrate_copy(m, src, dst, size, Self::move_timeout())
+            .migrate_copy(m, bo, src, dst, size, Self::move_timeout())
         {
             // Still in VRAM: mapped there again.
             owner.vm.lock().rebind_object(bo)?;

@@ -48,7 +48,7 @@
 //! |---|---|
 //! | `debugfs` | `device`, `gem`, `gpu`, `hostmem`, `ktrace`, `layout`, `mmu`, `proto`, `selftest`, `stats`, `transport`, `vram` |
 //! | `drm` | `device`, `ffi`, `ffi_gpuvm`, `ffi_sync`, `file`, `gem`, `gem_vram`, `gpu`, `hostmem`, `placement`, `stats`, `uarray`, `vm`, `vm_ops` |
-//! | `placement` | `device`, `file`, `gem`, `gpu`, `params`, `ratelimit`, `vm`, `vram_mgr` |
+//! | `placement` | `device`, `file`, `gem`, `gpu`, `params`, `ratelimit`, `sanmem`, `vm`, `vram_mgr` |
 //! | `stats` | `device`, `errno`, `ffi`, `file`, `gpu`, `mmu`, `params`, `proto`, `uarray` |
 //! | `device` | `errno`, `ffi`, `file`, `gem`, `gpu`, `layout`, `params`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanmem`, `transport`, `vm`, `vram_mgr`, `watchdog` |
 //! | `gpu` | `capture`, `coredump`, `describe`, `errno`, `event`, `ffi`, `ffi_sync`, `file`, `gem`, `hostmem`, `ktrace`, `mmu`, `packet`, `params`, `pod`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanitize`, `time`, `transport`, `uarray`, `vm`, `vm_ops`, `vram` |

@@ -31,8 +31,12 @@ use super::{
     },
 };
 use crate::{
+    ffi_sync::add_kernel_fence,
     file::Client,
-    gem::Seg,
+    gem::{
+        Bo,
+        Seg, //
+    },
     mmu::{
         PTE_READ,
         PTE_WRITE, //
@@ -199,6 +203,7 @@ impl Gpu {
     pub(crate) fn migrate_copy(
         &self,
         m: &Migrator,
+        obj: &Bo,
         src: &[Seg],
         dst: &[Seg],
         size: u64,
@@ -221,7 +226,7 @@ impl Gpu {
                     return Err(e);
                 }
             }
-            let r = self.copy_job(m, src_va, dst_va, len, timeout);
+            let r = self.copy_job(m, obj, src_va, dst_va, len, timeout);
             {
                 let mut vm = m.client.vm.lock();
                 vm.unmap_kmd(src_va, len);
@@ -237,11 +242,21 @@ impl Gpu {
         Ok(())
     }
 
-    /// One `COPY` job of `len` bytes on `m`'s copy ring, waited for.
-    fn copy_job(&self, m: &Migrator, src: u64, dst: u64, len: u64, timeout: Delta) -> Result {
+    /// One `COPY` job of `len` bytes on `m`'s copy ring, its fence added to
+    /// `obj`'s reservation object as a kernel fence (what implicit sync
+    /// waits for), waited for.
+    fn copy_job(
+        &self,
+        m: &Migrator,
+        obj: &Bo,
+        src: u64,
+        dst: u64,
+        len: u64,
+        timeout: Delta,
+    ) -> Result {
         let e = uapi::VGPU_ENGINE_COPY as usize;
         let generation = self.hw.generation();
-        let seqno = {
+        let queued = {
             let mut g = self.lock()?;
             if g.wedged {
                 return Err(EIO);
@@ -281,6 +296,8 @@ impl Gpu {
                 }
             }
             c.queues[e].reserve()?;
+            let fence = c.rings[e].new_fence(seqno)?;
+            let shared = fence.fence();
             let job = Queued {
                 seqno,
                 words,
@@ -290,9 +307,16 @@ impl Gpu {
             if c.queues[e].push(job).is_err() {
                 return Err(ENOMEM);
             }
+            // Room was reserved by `new_fence`.
+            let _ = c.rings[e].exported.push(fence, GFP_KERNEL);
             c.rings[e].next_seqno += 1;
-            seqno
+            (seqno, shared)
         };
+        let (seqno, shared) = queued;
+        // Later users of the object wait for the move (the owner's jobs
+        // are also held back meanwhile). The job is queued: its fence
+        // signals, with an error if the job fails.
+        add_kernel_fence(obj, &shared)?;
         self.pump();
         let mem = self.slots()?;
         self.poll(timeout, |g| {

@@ -22,7 +22,10 @@
 //! encoder ([`Packet::encode`]).
 
 use crate::{
-    ffi::ExportedFence,
+    ffi::{
+        new_fence_context,
+        ExportedFence, //
+    },
     packet::{
         decode_header,
         Packet,
@@ -483,6 +486,20 @@ impl RingSw {
             fence_ctx: 0,
             exported: KVec::new(),
         }
+    }
+
+    /// The fence of job `seqno` on this ring (its fence context made on
+    /// first use), with room reserved for it among the exported fences.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn new_fence(&mut self, seqno: u64) -> Result<ExportedFence> {
+        if self.fence_ctx == 0 {
+            self.fence_ctx = new_fence_context();
+        }
+        self.exported.reserve(1, GFP_KERNEL)?;
+        ExportedFence::new(self.fence_ctx, seqno)
     }
 
     /// Drops completed jobs and signals their exported fences; notes

@@ -37,7 +37,6 @@ use super::{
         ring_va,
         CmdBuf,
         Job,
-        RingSw,
         SlotMemory,
         ENGINES,
         RING_SIZE, //
@@ -50,10 +49,7 @@ use super::{
     },
 };
 use crate::{
-    ffi::{
-        new_fence_context,
-        ExportedFence, //
-    },
+    ffi::ExportedFence,
     ffi_sync::{
         implicit_sync,
         Dependency,
@@ -178,7 +174,7 @@ impl Gpu {
             let bytes = u32::try_from(words.len() * 4).map_err(|_| EINVAL)?;
             // The job's fence, when anything outside the ring needs it.
             let job_fence = if need_fence {
-                Some(new_job_fence(&mut c.rings[e], seqno)?)
+                Some(c.rings[e].new_fence(seqno)?)
             } else {
                 None
             };
@@ -415,20 +411,6 @@ fn command_buffers(client: &Client, cmds: &[UCmd]) -> Result<KVec<CmdBuf>> {
         bufs.push(CmdBuf { va, size }, GFP_KERNEL)?;
     }
     Ok(bufs)
-}
-
-/// The fence of job `seqno` on `ring` (its fence context made on first
-/// use), with room reserved for it among the ring's exported fences.
-///
-/// # Errors
-///
-/// `ENOMEM`.
-fn new_job_fence(ring: &mut RingSw, seqno: u64) -> Result<ExportedFence> {
-    if ring.fence_ctx == 0 {
-        ring.fence_ctx = new_fence_context();
-    }
-    ring.exported.reserve(1, GFP_KERNEL)?;
-    ExportedFence::new(ring.fence_ctx, seqno)
 }
 
 /// Implicit synchronisation: the BOs' fences become dependencies (with

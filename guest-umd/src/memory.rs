@@ -151,8 +151,8 @@ impl Bo {
         }
         let size = size.next_multiple_of(4096);
         let handle = kmd.gem_create(size, gem_flags)?;
-        let cpu = gem_flags & uapi::GEM_CREATE_VRAM == 0
-            || gem_flags & uapi::GEM_CREATE_CPU_ACCESS != 0;
+        let cpu =
+            gem_flags & uapi::GEM_CREATE_VRAM == 0 || gem_flags & uapi::GEM_CREATE_CPU_ACCESS != 0;
         Bo::bind_handle(kmd, vas, handle, size, bind_flags, cpu)
     }
 
@@ -270,7 +270,10 @@ impl Bo {
 
     /// CPU address of byte `off`.
     pub fn ptr(&self, off: u64) -> *mut u8 {
-        assert!(self.is_mapped(), "a device-local VRAM BO has no CPU mapping");
+        assert!(
+            self.is_mapped(),
+            "a device-local VRAM BO has no CPU mapping"
+        );
         assert!(off <= self.size);
         // SAFETY: `off` is within the mapping (checked above).
         unsafe { self.ptr.add(off as usize) }

@@ -378,7 +378,11 @@ fn vram(percent: u32, placement: Placement) -> R<()> {
     ap.write(0, &data).map_err(e)?;
     let sys = g.ctx.alloc(len, MemKind::DeviceLocal).map_err(e)?;
     g.s.copy(&sys, 0, &ap, 0, len).map_err(e)?;
-    compare("vram: CPU writes through the aperture, read by the GPU", &g.download(&sys)?, &data)?;
+    compare(
+        "vram: CPU writes through the aperture, read by the GPU",
+        &g.download(&sys)?,
+        &data,
+    )?;
     g.s.memset32(&ap, 0, 0xfeed_f00d, len).map_err(e)?;
     g.s.synchronize().map_err(e)?;
     let mut cpu = vec![0u8; len as usize];
@@ -388,7 +392,10 @@ fn vram(percent: u32, placement: Placement) -> R<()> {
         &to_u32(&cpu),
         &vec![0xfeed_f00d; (len / 4) as usize],
     )?;
-    println!("vram: {} KiB through the aperture both ways verified", len >> 10);
+    println!(
+        "vram: {} KiB through the aperture both ways verified",
+        len >> 10
+    );
     Ok(())
 }
 

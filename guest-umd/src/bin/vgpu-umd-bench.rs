@@ -577,7 +577,10 @@ fn evict_benchmark(mib: usize) -> Result<(), Box<dyn std::error::Error>> {
 /// `pages_us drain_us copy_us remap_us` of debugfs `vram_mm`'s
 /// `last_move` line (`None` without debugfs).
 fn last_move_phases() -> Option<[u64; 4]> {
-    let dir = std::fs::read_dir("/sys/kernel/debug/vgpu").ok()?.flatten().next()?;
+    let dir = std::fs::read_dir("/sys/kernel/debug/vgpu")
+        .ok()?
+        .flatten()
+        .next()?;
     let text = std::fs::read_to_string(dir.path().join("vram_mm")).ok()?;
     let line = text.lines().find(|l| l.starts_with("last_move:"))?;
     let w: Vec<&str> = line.split_whitespace().collect();
@@ -585,5 +588,10 @@ fn last_move_phases() -> Option<[u64; 4]> {
         let i = w.iter().position(|x| *x == name)?;
         w.get(i + 1)?.parse().ok()
     };
-    Some([get("pages_us")?, get("drain_us")?, get("copy_us")?, get("remap_us")?])
+    Some([
+        get("pages_us")?,
+        get("drain_us")?,
+        get("copy_us")?,
+        get("remap_us")?,
+    ])
 }

@@ -144,13 +144,7 @@ pub unsafe extern "C" fn vgpu_mem_alloc_placed(
         0 => Placement::System,
         1 => Placement::Vram,
         2 => Placement::VramPreferred,
-        p => {
-            return fail(
-                call,
-                VGPU_ERROR_INVALID_ARGUMENT,
-                format!("placement {p}"),
-            )
-        }
+        p => return fail(call, VGPU_ERROR_INVALID_ARGUMENT, format!("placement {p}")),
     };
     match c.alloc_placed(size, kind, placement) {
         // SAFETY: `out` is non-null and valid per the contract.

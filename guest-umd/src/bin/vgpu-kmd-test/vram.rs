@@ -39,8 +39,16 @@ pub fn test_vram(t: &mut T, path: &Path) {
     let n = open(path);
     let size = n.get_param(param::VRAM_SIZE).unwrap_or(0);
     let visible = n.get_param(param::VRAM_VISIBLE).unwrap_or(0);
-    t.err("vram: LAZY | VRAM", n.gem_create(PAGE, LAZY | VRAM), libc::EINVAL);
-    t.err("vram: CPU_ACCESS alone", n.gem_create(PAGE, CPU), libc::EINVAL);
+    t.err(
+        "vram: LAZY | VRAM",
+        n.gem_create(PAGE, LAZY | VRAM),
+        libc::EINVAL,
+    );
+    t.err(
+        "vram: CPU_ACCESS alone",
+        n.gem_create(PAGE, CPU),
+        libc::EINVAL,
+    );
     if let Some(h) = t.ok("vram: VRAM | SYSTEM", n.gem_create(PAGE, VRAM | SYS)) {
         let _ = n.gem_close(h);
     }
@@ -121,9 +129,11 @@ fn test_mmap_migrates(t: &mut T, n: &Kmd) {
     ) else {
         return;
     };
-    t.check("vram: the GPU fills VRAM", gpu_fill(n, &s.cmds, c, 0, va, 0xc0ff_ee11), || {
-        "the job failed".into()
-    });
+    t.check(
+        "vram: the GPU fills VRAM",
+        gpu_fill(n, &s.cmds, c, 0, va, 0xc0ff_ee11),
+        || "the job failed".into(),
+    );
     let before = vram_field("evictions");
     let Some(m) = t.ok(
         "vram: mmap of VRAM the CPU cannot see (moves it to system memory)",
@@ -183,13 +193,18 @@ pub fn test_vram_lost(t: &mut T, path: &Path) {
         return;
     };
     t.ok("vram-lost: bind it", n.vm_bind(h, va, LEN, RW));
-    t.check("vram-lost: the GPU fills it", gpu_fill(&n, &s.cmds, c, 0, va, 7), || {
-        "the job failed".into()
-    });
+    t.check(
+        "vram-lost: the GPU fills it",
+        gpu_fill(&n, &s.cmds, c, 0, va, 7),
+        || "the job failed".into(),
+    );
     let reset = std::fs::write(debugfs_path("reset_device"), "1");
     t.ok("vram-lost: device reset", reset);
     let status = n.ctx_query(c).map(|q| q.reset_status).unwrap_or(u32::MAX);
-    let other_status = other.ctx_query(d).map(|q| q.reset_status).unwrap_or(u32::MAX);
+    let other_status = other
+        .ctx_query(d)
+        .map(|q| q.reset_status)
+        .unwrap_or(u32::MAX);
     t.check(
         "vram-lost: the other file's context is not told VRAM was lost",
         other_status != uapi::CTX_RESET_VRAM_LOST,
@@ -201,12 +216,16 @@ pub fn test_vram_lost(t: &mut T, path: &Path) {
         || "its job failed".into(),
     );
     if keeps {
-        t.check("vram-lost: kept, nothing lost", status != uapi::CTX_RESET_VRAM_LOST, || {
-            format!("reset_status {status}")
-        });
-        t.check("vram-lost: kept, the context works on", gpu_fill(&n, &s.cmds, c, 1, va, 8), || {
-            "its job failed".into()
-        });
+        t.check(
+            "vram-lost: kept, nothing lost",
+            status != uapi::CTX_RESET_VRAM_LOST,
+            || format!("reset_status {status}"),
+        );
+        t.check(
+            "vram-lost: kept, the context works on",
+            gpu_fill(&n, &s.cmds, c, 1, va, 8),
+            || "its job failed".into(),
+        );
         return;
     }
     t.check(
@@ -226,9 +245,11 @@ pub fn test_vram_lost(t: &mut T, path: &Path) {
         libc::EIO,
     );
     let text = debugfs("vram_mm");
-    t.check("vram-lost: vram_mm marks the object lost", text.contains(" lost"), || {
-        text.lines().take(3).collect::<Vec<_>>().join(" | ")
-    });
+    t.check(
+        "vram-lost: vram_mm marks the object lost",
+        text.contains(" lost"),
+        || text.lines().take(3).collect::<Vec<_>>().join(" | "),
+    );
 }
 
 /// A visible VRAM object mapped by the CPU (through the aperture): what

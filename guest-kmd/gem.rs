@@ -18,6 +18,8 @@
 //! memory does (the OOM killer is not a GPU memory manager).
 //!
 //! An object placed in VRAM ([`VramPlacement`], `VGPU_GEM_CREATE_VRAM`) is
+//! not charged while it is there (device memory), and is charged like any
+//! other once it is evicted to system memory. It is
 //! still a shmem object, whose pages are never allocated while it is in
 //! VRAM: [`segments`] returns its VRAM blocks (device-physical addresses),
 //! so binding it maps device memory; its CPU mapping and dma-buf export
@@ -401,6 +403,9 @@ pub(crate) struct VgpuObject {
     /// None for the driver's own objects (an address space's reservation
     /// object) and for VRAM objects, which are not guest memory.
     _charge: Option<MemCharge>,
+    /// What a VRAM object is charged once it was evicted to system memory
+    /// (guest memory from then on).
+    evicted_charge: SetOnce<MemCharge>,
     /// The object's device memory while it is in VRAM (its shmem pages are
     /// then not allocated, see [`crate::gem_vram`]); `None` in system
     /// memory: created there, or evicted ([`crate::placement`]). Taken
@@ -449,6 +454,7 @@ impl VgpuObject {
             registered: SetOnce::new(),
             _live: LiveCount::new(),
             _charge: args.charge,
+            evicted_charge: SetOnce::new(),
             vram_object: args.vram.is_some(),
             vram <- new_mutex!(args.vram),
             moving: AtomicFlag::new(false),
@@ -497,6 +503,12 @@ impl VgpuObject {
     /// Whether its contents were lost.
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Relaxed)
+    }
+
+    /// Keeps `charge`, the guest memory of the object evicted to system
+    /// memory, until the object is freed (an object is evicted once).
+    pub(crate) fn keep_evicted_charge(&self, charge: MemCharge) {
+        let _ = self.evicted_charge.populate(charge);
     }
 
     /// Counts an eviction.

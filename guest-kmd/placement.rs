@@ -39,6 +39,7 @@ use crate::{
     gem::{
         self,
         Bo,
+        MemCharge,
         Seg,
         VramPlacement, //
     },
@@ -162,8 +163,9 @@ impl Vgpu {
                         break;
                     }
                     // Skipped: moving, its file gone or holding a
-                    // user-mode queue.
-                    Err(e) if e == EBUSY || e == ENOENT => {}
+                    // user-mode queue, or no guest memory left for it
+                    // under the GEM limits.
+                    Err(e) if e == EBUSY || e == ENOENT || e == ENOSPC => {}
                     Err(e) => {
                         mgr.count_move_failed();
                         crate::pr_warn_ratelimited!("eviction failed (error {})\n", e.to_errno());
@@ -191,8 +193,9 @@ impl Vgpu {
     ///
     /// # Errors
     ///
-    /// `EBUSY` (its file has a user-mode queue), `ETIMEDOUT`, `EIO` (the
-    /// copy failed: the object stays in VRAM), `ENOMEM`, `ENODEV`.
+    /// `EBUSY` (its file has a user-mode queue), `ENOSPC` (the GEM limits
+    /// leave no guest memory for it), `ETIMEDOUT`, `EIO` (the copy failed:
+    /// the object stays in VRAM), `ENOMEM`, `ENODEV`.
     pub(crate) fn migrate_to_system(&self, dev: &DrmDev, bo: &Bo) -> Result {
         let mgr = self.vram.as_ref().ok_or(ENODEV)?;
         let mut mover = self.mover(dev)?;
@@ -202,6 +205,7 @@ impl Vgpu {
         match self.evict(m, bo) {
             Ok(()) => Ok(()),
             Err(e) if e == ENOENT && bo.vram().is_none() => Ok(()),
+            Err(e) if e == ENOSPC || e == EBUSY => Err(e),
             Err(e) => {
                 mgr.count_move_failed();
                 if e == EIO {
@@ -331,8 +335,9 @@ impl Vgpu {
     /// # Errors
     ///
     /// `EBUSY` (already moving, or its file has a user-mode queue),
-    /// `ENOENT` (not in VRAM, or its file is gone), `ETIMEDOUT` (its jobs
-    /// or the copy did not finish), `EIO` (the copy failed), `ENOMEM`.
+    /// `ENOENT` (not in VRAM, or its file is gone), `ENOSPC` (the GEM
+    /// limits leave no guest memory for it), `ETIMEDOUT` (its jobs or the
+    /// copy did not finish), `EIO` (the copy failed), `ENOMEM`.
     fn evict(&self, m: &Migrator, bo: &Bo) -> Result {
         if !bo.begin_move() {
             return Err(EBUSY);
@@ -355,6 +360,10 @@ impl Vgpu {
             gem::vram_segments(&p.as_ref().ok_or(ENOENT)?.alloc)?
         };
         let size = bo.size() as u64;
+        // Evicted, the object is guest memory: charged to the device's and
+        // its file's GEM limits, or not evicted.
+        let charge = MemCharge::new(size as usize, self.mem.clone(), owner.mem.clone())
+            .map_err(|_| ENOSPC)?;
         let mut phases = MovePhases {
             bytes: size,
             ..MovePhases::default()
@@ -382,6 +391,7 @@ impl Vgpu {
         self.gpu.gate_and_drain(&owner, timeout)?;
         phases.drain_us = lap(&mut t);
         let r = self.move_out(m, &owner, bo, &src, &dst).map(|copy_us| {
+            bo.keep_evicted_charge(charge);
             phases.copy_us = copy_us;
             phases.remap_us = lap(&mut t).saturating_sub(copy_us);
             bo.count_eviction();

@@ -457,7 +457,8 @@ fi
 #     device cannot satisfy, a visible VRAM BO mapped twice through the aperture, an invisible one refused, PRIME
 #     export refused, visible VRAM filled with pinned CPU-access BOs to ENOSPC and the fallback to system memory,
 #     twice VRAM's size in VRAM-only BOs (older ones evicted), debugfs vram_mm's accounting), on a device with VRAM
-#     and on one without.
+#     and on one without; with file_gem_limit_mib=64, evicted BOs count against it (kmd-test vram-charge: ENOSPC
+#     once no more may be evicted).
 name=vram-placement
 if selected "$name"; then
     run_vm "$name" --gen 1 --device-arg --vram=128M --device-arg --visible-vram=32M run 'vgpu-kmd-test vram; head -1 /sys/kernel/debug/vgpu/*/vram_mm; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
@@ -467,10 +468,15 @@ if selected "$name"; then
     elif ! want "^vram_mm: usable 0x7e00000 free 0x7e00000 used 0x0 visible_used 0x0 allocs [1-9][0-9]* failed [1-9][0-9]* evictions [1-9][0-9]* .* moves_failed 0 losses 0$"; then result "$name" 0 "vram_mm not back to empty, no refusal or eviction counted, or a failed move"
     elif ! want "^dmesg-problems 0$"; then result "$name" 0 "warnings in dmesg"
     else
-        run_vm "$name-none" --gen 2 --device-arg --vram=0 run 'vgpu-kmd-test vram'
-        if [ $case_rc -ne 0 ] || want "^FAIL"; then result "$name" 0 "--vram 0: a check failed"
-        elif ! want "^ok vram: VRAM only, device without VRAM"; then result "$name" 0 "--vram 0: ENXIO not checked"
-        else result "$name" 1; fi
+        run_vm "$name-charge" --gen 2 --device-arg --vram=128M --device-arg --visible-vram=32M --kmd-args "file_gem_limit_mib=64" run 'vgpu-kmd-test vram-charge'
+        if [ $case_rc -ne 0 ] || want "^FAIL" || ! want "^ok vram-charge: then refused$"; then
+            result "$name" 0 "evicted BOs not charged to the GEM limits: $(grep -m1 "^FAIL" <<<"$case_out")"
+        else
+            run_vm "$name-none" --gen 2 --device-arg --vram=0 run 'vgpu-kmd-test vram'
+            if [ $case_rc -ne 0 ] || want "^FAIL"; then result "$name" 0 "--vram 0: a check failed"
+            elif ! want "^ok vram: VRAM only, device without VRAM"; then result "$name" 0 "--vram 0: ENXIO not checked"
+            else result "$name" 1; fi
+        fi
     fi
 fi
 

@@ -141,7 +141,8 @@ struct drm_vgpu_ping {
  * first use (CPU fault, VM_BIND of a non-lazy BO, or a GPU fault on a lazy
  * one). A VRAM BO gets its device memory at creation (contents undefined
  * until written, as on real hardware) and counts against VRAM, not against
- * the GEM memory limits. A VRAM BO cannot be exported as a dma-buf
+ * the GEM memory limits, until it is evicted to system memory (then it
+ * does). A VRAM BO cannot be exported as a dma-buf
  * (DRM_IOCTL_PRIME_HANDLE_TO_FD: EOPNOTSUPP); one without
  * VGPU_GEM_CREATE_CPU_ACCESS cannot be CPU-mapped (GEM_MMAP_OFFSET: ENXIO).
  */

@@ -134,6 +134,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("prime", false, prime::test_prime),
     ("vram", false, vram::test_vram),
     ("vram-lost", false, vram::test_vram_lost),
+    ("vram-charge", false, vram::test_vram_charge),
     ("sanitizer", false, sanitizer::test_sanitizer),
     ("uq", false, uqueue::test_uq),
     ("uq-hang", false, uqueue::test_uq_hang),

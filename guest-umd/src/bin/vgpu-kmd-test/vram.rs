@@ -370,3 +370,54 @@ fn test_full(t: &mut T, n: &Kmd, size: u64, visible: u64) {
         t.check("vram: all given back", u == 0, || format!("used {u:#x}"));
     }
 }
+
+/// Evicted objects are guest memory, charged to the GEM limits: with a
+/// small per-file limit (`file_gem_limit_mib`), VRAM-only objects of 32 MiB
+/// are created while VRAM holds them and while the limit leaves room for
+/// the ones evicted, then refused with `ENOSPC` (nothing more may be
+/// evicted), rather than exhausting guest memory.
+pub fn test_vram_charge(t: &mut T, path: &Path) {
+    const CHUNK: u64 = 32 * MIB;
+    let n = open(path);
+    let size = n.get_param(param::VRAM_SIZE).unwrap_or(0);
+    let limit = n
+        .query_stats(&mut [])
+        .map(|s| s.file_mem_limit)
+        .unwrap_or(0);
+    let usable = size.saturating_sub(2 * MIB);
+    let want = usable / CHUNK + limit / CHUNK;
+    let mut held = Vec::new();
+    let mut last = Ok(0);
+    for _ in 0..want + 2 {
+        last = n.gem_create(CHUNK, VRAM);
+        match &last {
+            Ok(h) => held.push(*h),
+            Err(_) => break,
+        }
+    }
+    t.check(
+        "vram-charge: objects while VRAM and the limit leave room",
+        held.len() as u64 == want,
+        || {
+            format!(
+                "{} created, want {want} ({} MiB usable VRAM, {} MiB file limit)",
+                held.len(),
+                usable >> 20,
+                limit >> 20
+            )
+        },
+    );
+    t.err("vram-charge: then refused", last, libc::ENOSPC);
+    let mem = n
+        .query_stats(&mut [])
+        .map(|s| s.mem_bytes)
+        .unwrap_or(u64::MAX);
+    t.check(
+        "vram-charge: the evicted ones within the limit",
+        mem <= limit,
+        || format!("GEM memory {mem:#x}, limit {limit:#x}"),
+    );
+    for h in held {
+        let _ = n.gem_close(h);
+    }
+}

@@ -302,6 +302,7 @@ impl ControlProcessor {
     fn execute(&mut self, cmd: Command, ok: ReplyHeader) -> Result<Reply, CommandError> {
         let gpu = &*self.gpu;
         let header_only = Reply::from_pod(&ok);
+        let (target_ctx, target_engine) = command_target(&cmd);
         match cmd {
             Command::Identify => {
                 let vram = gpu.vram.layout();
@@ -315,7 +316,17 @@ impl ControlProcessor {
                 }))
             }
             Command::Ping { cookie } => {
-                let event_seq = gpu.post(Event::Ping { cookie });
+                // An armed `event-corrupt` fault: the event's cookie has
+                // bit 0 flipped, the reply's does not.
+                let corrupt = gpu.inject.on_command_event(
+                    gpu.clock.now_ns(),
+                    Opcode::Ping,
+                    target_ctx,
+                    target_engine,
+                );
+                let event_seq = gpu.post(Event::Ping {
+                    cookie: cookie ^ u64::from(corrupt),
+                });
                 Ok(Reply::from_pod(&PingReply {
                     hdr: ok,
                     cookie,

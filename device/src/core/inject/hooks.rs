@@ -409,17 +409,33 @@ impl Injector {
         let Some(first) = payload.first_mut() else {
             return false;
         };
+        let taken = self.take_control(Class::ReplyCorrupt, now_ns, op, ctx, engine);
+        if taken {
+            *first ^= 1;
+        }
+        taken
+    }
+
+    /// Command `op` (about `ctx` and `engine`) posts an event: whether an
+    /// armed `event-corrupt` fault takes it, in which case the caller flips
+    /// bit 0 of the event's first payload word (a `PING` event's cookie).
+    pub fn on_command_event(&self, now_ns: u64, op: Opcode, ctx: u32, engine: u32) -> bool {
+        self.take_control(Class::EventCorrupt, now_ns, op, ctx, engine)
+    }
+
+    /// Whether an armed fault of `class` whose filters match command `op`
+    /// takes this opportunity (logged as injected).
+    fn take_control(&self, class: Class, now_ns: u64, op: Opcode, ctx: u32, engine: u32) -> bool {
         let mut g = self.lock();
         let name = op.name();
         for i in 0..g.armed.len() {
             let spec = g.armed[i].spec.clone();
-            if spec.class != Class::ReplyCorrupt
+            if spec.class != class
                 || !filter_matches(&spec.trigger, ctx, engine, name)
                 || !g.opportunity(i, now_ns)
             {
                 continue;
             }
-            *first ^= 1;
             g.injected(i, now_ns, ctx, engine, format!("command={name}"));
             return true;
         }

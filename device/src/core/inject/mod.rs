@@ -12,6 +12,8 @@
 //! | [`Injector::on_done`] | the command processor, when a packet finished executing | dma-corrupt, event-duplicate |
 //! | [`Injector::on_invalidate`] | the engine serving a TLB invalidation | stale-tlb (one stale translation) |
 //! | [`Injector::on_command`] | the control processor, before executing a command | control-busy, reset-fail, lost |
+//! | [`Injector::on_reply`] | the control processor, after a command executed | reply-corrupt |
+//! | [`Injector::on_command_event`] | the control processor, when a command posts an event (`PING`) | event-corrupt |
 //! | [`Injector::on_reset`] | engine and device resets | clears hangs (and `lost` on device reset) |
 //!
 //! Every opportunity that passes a fault's filters counts, whether or not

@@ -70,6 +70,10 @@ pub enum Class {
     /// (after the reply header) reaches the driver with its lowest bit
     /// flipped: a corrupted reply the driver must not believe.
     ReplyCorrupt,
+    /// A control command that posts an event (`PING`) is executed, and its
+    /// event's first payload word reaches the driver with its lowest bit
+    /// flipped (the reply is intact): a corrupted event record.
+    EventCorrupt,
     /// The device process dies at the packet (exit status 70), like a
     /// backend that crashed: QEMU keeps the guest running, and nothing
     /// answers the driver any more.
@@ -78,7 +82,7 @@ pub enum Class {
 
 impl Class {
     /// Every class.
-    pub const ALL: [Class; 17] = [
+    pub const ALL: [Class; 18] = [
         Class::Hang,
         Class::FenceNever,
         Class::FenceLate,
@@ -95,6 +99,7 @@ impl Class {
         Class::Throttle,
         Class::ControlBusy,
         Class::ReplyCorrupt,
+        Class::EventCorrupt,
         Class::Crash,
     ];
 
@@ -117,6 +122,7 @@ impl Class {
             Class::Throttle => "throttle",
             Class::ControlBusy => "control-busy",
             Class::ReplyCorrupt => "reply-corrupt",
+            Class::EventCorrupt => "event-corrupt",
             Class::Crash => "crash",
         }
     }
@@ -144,6 +150,9 @@ impl Class {
             Class::ReplyCorrupt => {
                 "control command executed, its reply's first payload word bit 0 flipped"
             }
+            Class::EventCorrupt => {
+                "control command executed, the first payload word of the event it posts bit 0 flipped"
+            }
             Class::Crash => {
                 "the device process exits at the packet (status 70): nothing answers any more"
             }
@@ -159,7 +168,7 @@ impl Class {
     pub(super) const fn on_control(self) -> bool {
         matches!(
             self,
-            Class::ControlBusy | Class::ResetFail | Class::ReplyCorrupt
+            Class::ControlBusy | Class::ResetFail | Class::ReplyCorrupt | Class::EventCorrupt
         )
     }
 

@@ -746,6 +746,46 @@ fn reply_corrupt_flips_the_first_payload_bit_of_one_reply() {
 }
 
 #[test]
+fn event_corrupt_flips_the_first_payload_bit_of_one_event_not_the_reply() {
+    use vgpu_hwif::pod::Pod;
+    let mut r = rig(&["event-corrupt:packet=PING,after=2,count=1"]);
+    let cookie = 0x5049_4e47_0000_0020u64;
+    let ping = |d: &mut Driver<InProcess>| {
+        let (st, bytes) = d.try_command(Command::Ping { cookie });
+        assert_eq!(st, Status::Ok);
+        let reply = vgpu_hwif::proto::PingReply::read_from(&bytes).unwrap();
+        let ev = d.event(Duration::from_secs(2)).unwrap();
+        (reply.cookie, ev)
+    };
+    let (reply, ev) = ping(&mut r.d);
+    assert_eq!(reply, cookie);
+    assert_eq!(
+        ev,
+        Event::Ping { cookie },
+        "after=2: the first event is intact"
+    );
+    let (reply, ev) = ping(&mut r.d);
+    assert_eq!(reply, cookie, "the reply is never corrupted");
+    assert_eq!(
+        ev,
+        Event::Ping { cookie: cookie ^ 1 },
+        "the second event's cookie is corrupted"
+    );
+    let (_, ev) = ping(&mut r.d);
+    assert_eq!(
+        ev,
+        Event::Ping { cookie },
+        "count=1: the next event is intact"
+    );
+    assert_eq!(injected(&r.gpu).len(), 1);
+    assert_eq!(injected(&r.gpu)[0].detail, "command=PING");
+    // Only commands that post an event: IDENTIFY is no opportunity.
+    let mut r = rig(&["event-corrupt:count=1"]);
+    assert_eq!(r.d.status(Command::Identify), Status::Ok);
+    assert!(injected(&r.gpu).is_empty());
+}
+
+#[test]
 fn control_socket_protocol() {
     let r = rig(&[]);
     let dir = tempfile::tempdir().unwrap();

@@ -10,13 +10,13 @@ use vgpu_umd::kmd::Kmd;
 use vgpu_umd::uapi::{self, param};
 
 use crate::debugfs::{debugfs, field, summary_field, uevents_with};
-use crate::node::{copy, fence, fill, open, scratch, sem_wait_eq, Cmds, Scratch, MS, PAGE};
+use crate::node::{copy, fence, fill, open, plan, scratch, sem_wait_eq, Cmds, Scratch, MS, PAGE};
 use crate::report::{errname, errno, T};
 
 /// `count` aliases of one 2 MiB BO bound one after the other from
 /// `VA_START + 4 GiB` (FILLs of up to `count` × 2 MiB with few pages);
 /// returns that VA, or `None` if a bind failed.
-fn aliases(n: &Kmd, count: u64) -> Option<u64> {
+pub(crate) fn aliases(n: &Kmd, count: u64) -> Option<u64> {
     let start = n.get_param(param::VA_START).unwrap_or(0);
     let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
     let hf = n.gem_create(2 << 20, 0).ok()?;
@@ -28,7 +28,7 @@ fn aliases(n: &Kmd, count: u64) -> Option<u64> {
 }
 
 /// `count` times `p` in a 64-byte slot of its own (padded with a NOP).
-fn slotted(p: Packet, count: usize) -> Vec<Packet> {
+pub(crate) fn slotted(p: Packet, count: usize) -> Vec<Packet> {
     [p, Packet::Nop { words: 10 }].repeat(count)
 }
 
@@ -226,7 +226,12 @@ fn status_name(s: u32) -> &'static str {
 }
 
 /// What `CTX_QUERY` says of the hung context `z` and the innocent one `w`.
-fn verdicts(w: u32, qw: &uapi::DrmVgpuCtxQuery, z: u32, qz: &uapi::DrmVgpuCtxQuery) -> String {
+pub(crate) fn verdicts(
+    w: u32,
+    qw: &uapi::DrmVgpuCtxQuery,
+    z: u32,
+    qz: &uapi::DrmVgpuCtxQuery,
+) -> String {
     format!(
         "context {z} (the one that hung) reported {} after {} hang(s), context {w} (in flight, \
          cut off by the reset) reported {} after {} hang(s)",
@@ -241,7 +246,7 @@ fn verdicts(w: u32, qw: &uapi::DrmVgpuCtxQuery, z: u32, qz: &uapi::DrmVgpuCtxQue
 /// engine reset of hung context `z`: from the contexts' hang counts and,
 /// when `w` was found hung itself, from the hang dump of its ring (the
 /// device's read pointer against the driver's write pointer).
-fn innocent_why(
+pub(crate) fn innocent_why(
     r: &Result<u32, vgpu_umd::kmd::KmdError>,
     w: u32,
     qw: &uapi::DrmVgpuCtxQuery,
@@ -411,5 +416,85 @@ pub fn test_wedged(t: &mut T, path: &Path) {
                 .iter()
                 .all(|e| e.contains("ACTION=change") && e.contains("SUBSYSTEM=drm")),
         || ev.clone(),
+    );
+}
+
+/// Progress is not a hang, and no progress is (`job_timeout_ms=1000`): a
+/// ring kept busy for about 3 s by jobs of about 150 ms, all queued at
+/// once (the ring never empties), is never found hung: the hang check
+/// measures the time since the ring's last completed job, not since its
+/// first. A ring blocked on a semaphore is found hung and its job fails.
+pub fn test_progress(t: &mut T, path: &Path) {
+    let n = open(path);
+    let Some(base) = aliases(&n, 64) else {
+        t.check("progress: 128 MiB of aliases bound", false, || {
+            "bind failed".into()
+        });
+        return;
+    };
+    let Scratch { cmds, dva, .. } = scratch(&n, 0x200_0000, 1);
+    let w = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    let probe = cmds.put(0, &slotted(fill(base, 16 << 20, 1), 1));
+    let s0 = n.submit(w, 0, &[probe], &[]).unwrap_or(0);
+    let _ = n.wait(&[fence(w, 0, s0)], true, 10_000 * MS);
+    let t1 = std::time::Instant::now();
+    let s1 = n.submit(w, 0, &[probe], &[]).unwrap_or(0);
+    let _ = n.wait(&[fence(w, 0, s1)], true, 10_000 * MS);
+    let (mib, pieces) = plan(t1.elapsed(), 16, 128);
+    let jobs = (pieces / 2).max(4);
+    println!(
+        "info progress: 16 MiB fill {:?}; {jobs} jobs of a {mib} MiB fill",
+        t1.elapsed()
+    );
+    let job = cmds.put(512, &slotted(fill(base, mib << 20, 2), 1));
+    let before = debugfs("contexts");
+    let t2 = std::time::Instant::now();
+    let mut last = 0;
+    for _ in 0..jobs {
+        last = n.submit(w, 0, &[job], &[]).unwrap_or(0);
+    }
+    let r = n.wait(&[fence(w, 0, last)], true, 60_000 * MS);
+    let busy = t2.elapsed();
+    let q = n.ctx_query(w).unwrap_or_default();
+    let after = debugfs("contexts");
+    let resets = |c: &str| summary_field(c, "engine_resets");
+    t.check(
+        "progress: a ring busy past the job timeout, its jobs completing, is not hung",
+        r.is_ok() && q.hangs == 0 && resets(&after) == resets(&before),
+        || {
+            format!(
+                "{jobs} jobs of about {} ms each, queued at once, ran for {busy:?} (WAIT: {}); \
+                 the context was found hung {} time(s): every job that completes is progress, \
+                 so the ring's last-progress time must move when its fence value moves (retire), \
+                 else a ring busy for longer than the job timeout looks hung",
+                busy.as_millis() / jobs as u128,
+                match &r {
+                    Ok(_) => "completed".to_string(),
+                    Err(e) => errname(e.errno).to_string(),
+                },
+                q.hangs
+            )
+        },
+    );
+    let z = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1, 0).unwrap_or(0);
+    let hang = cmds.put(1024, &[sem_wait_eq(dva, 0xdead), Packet::Nop { words: 2 }]);
+    let t3 = std::time::Instant::now();
+    let sz = n.submit(z, 0, &[hang], &[]).unwrap_or(0);
+    let rz = n.wait(&[fence(z, 0, sz)], true, 15_000 * MS);
+    t.check(
+        "progress: a ring that stops is found hung and its job fails",
+        errno(&rz) == Some(libc::EIO),
+        || {
+            format!(
+                "a ring blocked on a semaphore nobody writes: WAIT {} after {:?} (job timeout \
+                 1 s): the ring's last-progress time must move only when its fence value \
+                 grows, else the hang check never sees it stop",
+                match &rz {
+                    Ok(_) => "completed".to_string(),
+                    Err(e) => errname(e.errno).to_string(),
+                },
+                t3.elapsed()
+            )
+        },
     );
 }

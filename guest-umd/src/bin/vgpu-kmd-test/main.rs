@@ -17,10 +17,18 @@
 //!                            (job_timeout_ms=1000 pt_pool_kib=16384)
 //!   inflight-innocent        an innocent job in flight cut off by another
 //!                            context's reset, written again and completed
+//!   inflight-compute         the same with a compute dispatch in flight:
+//!                            written again on the compute ring and rung
+//!   inflight-uq              the same with a user-mode queue in flight: it
+//!                            restarts at the reported read pointer, innocent
 //!   watchdog                 a hang nobody waits on
+//!   progress                 a ring busy past the job timeout is not hung;
+//!                            one that stops is (job_timeout_ms=1000)
 //!   reset-compute            a hang on the compute engine: that engine reset
 //!   reset-uq                 user-mode queues around an engine reset: an
 //!                            innocent one resumed, a hung one errored
+//!   reset-device             the engine reset refused (--inject
+//!                            reset-fail): a device reset, counted and logged
 //!   events                   injected fence-event faults
 //!   wedged                   the bottom of the reset ladder
 //!   lost                     the device process dies under a job (an
@@ -37,6 +45,7 @@
 //!   remap                    rebind a VA to another BO after the GPU used
 //!                            it: every page must read the new BO (the
 //!                            unbind invalidated the TLB)
+//!   remap-compute            the same through the compute engine's TLB
 //!   unmapped                 unbind and close a BO the GPU read: the next
 //!                            copy from its range faults (EIO), none of it read
 //!   syncobj                  DRM sync objects: waits, timelines, transfers,
@@ -72,6 +81,7 @@ mod export;
 mod gem;
 mod hang;
 mod hostmap;
+mod innocent;
 mod leaks;
 mod limits;
 mod lost;
@@ -111,9 +121,13 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("submit", true, submit::test_submit),
     ("inflight", false, hang::test_hang_inflight),
     ("inflight-innocent", false, hang::test_hang_innocent),
+    ("inflight-compute", false, innocent::test_innocent_compute),
+    ("inflight-uq", false, innocent::test_innocent_uq),
     ("watchdog", false, hang::test_watchdog),
+    ("progress", false, hang::test_progress),
     ("reset-compute", false, reset::test_reset_compute),
     ("reset-uq", false, reset::test_reset_uq),
+    ("reset-device", false, reset::test_reset_device),
     ("events", false, events::test_injected_events),
     ("wedged", false, hang::test_wedged),
     ("lost", false, lost::test_device_lost),
@@ -125,6 +139,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("hostmap", true, hostmap::test_hostmap),
     ("unbind", false, unbind::test_unbind),
     ("remap", false, remap::test_remap),
+    ("remap-compute", false, remap::test_remap_compute),
     ("unbind-refused", false, remap::test_unbind_refused),
     ("unmapped", false, remap::test_unmapped),
     ("syncobj", false, syncobj::test_syncobj),

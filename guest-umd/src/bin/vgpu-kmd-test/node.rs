@@ -5,6 +5,7 @@
 
 use std::fs::OpenOptions;
 use std::path::Path;
+use std::time::Duration;
 
 use vgpu_hwif::packet::{self, Packet};
 use vgpu_umd::cmdbuf::Writer;
@@ -162,6 +163,33 @@ impl Cmds {
         })
     }
 
+    /// Assembles `src` for the device's generation and writes the module
+    /// image from word `first` on (the BO is bound EXEC): the `DISPATCH`
+    /// of its first kernel, one thread, with `args_size` argument bytes at
+    /// `args_va`.
+    ///
+    /// # Errors
+    /// The assembler's or the image writer's message.
+    pub fn module(&self, first: usize, src: &str) -> Result<Module, String> {
+        let bytes = vgpu_isa::asm::assemble(src, self.generation)
+            .map_err(|e| format!("{e:?}"))?
+            .to_bytes()
+            .map_err(|e| format!("{e:?}"))?;
+        let words: Vec<u32> = bytes
+            .chunks(4)
+            .map(|c| {
+                let mut w = [0u8; 4];
+                w[..c.len()].copy_from_slice(c);
+                u32::from_le_bytes(w)
+            })
+            .collect();
+        self.map.write_words(first, &words);
+        Ok(Module {
+            va: self.va + 4 * first as u64,
+            size: bytes.len() as u32,
+        })
+    }
+
     /// Writes `packets` at slot `slot`, padded with a NOP to a multiple of 8
     /// bytes; returns the command buffer.
     pub fn program(&self, slot: usize, packets: &[Packet]) -> uapi::DrmVgpuCmd {
@@ -189,6 +217,30 @@ impl Cmds {
 
 /// A 4-page command-buffer BO bound READ|EXEC at `VA_START + at` and a
 /// data BO of `data_pages` pages bound READ|WRITE 1 MiB above it.
+/// A compute module written into a command BO ([`Cmds::module`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Module {
+    pub va: u64,
+    pub size: u32,
+}
+
+impl Module {
+    /// A `DISPATCH` of the module's first kernel: one workgroup of one
+    /// thread, with `args_size` argument bytes at `args_va`.
+    pub fn dispatch(&self, args_va: u64, args_size: u32) -> Packet {
+        Packet::Dispatch(packet::DispatchPacket {
+            module_va: self.va,
+            module_size: self.size,
+            kernel: 0,
+            args_va,
+            args_size,
+            grid: [1, 1, 1],
+            wg: [1, 1, 1],
+            shared_size: 0,
+        })
+    }
+}
+
 pub struct Scratch {
     pub cmds: Cmds,
     pub data: u32,
@@ -267,4 +319,14 @@ mod tests {
         assert_eq!(w[6], encode_header(2, OP_NOP, 10));
         assert_eq!(w[16], encode_header(2, OP_FILL, 6));
     }
+}
+
+/// About 6 s of work in pieces of about 150 ms, from `one`, the time of a
+/// piece of `unit` measured warm: how many units per piece, and pieces.
+pub fn plan(one: Duration, unit: u64, max_units: u64) -> (u64, usize) {
+    let ms = one.as_millis().max(1) as u64;
+    let units = (unit * 150 / ms).clamp(1, max_units);
+    let piece = (ms * units / unit).max(1);
+    let pieces = (6000 / piece).clamp(4, 400) as usize;
+    (units, pieces)
 }

@@ -88,6 +88,104 @@ pub fn test_remap(t: &mut T, path: &Path) {
     let _ = n.ctx_destroy(ctx);
 }
 
+/// One thread copies the 32-bit word at `src` to `dst`: a read through the
+/// compute engine's own TLB.
+const PEEK: &str = "\
+.kernel peek
+.arg src ptr
+.arg dst ptr
+.workgroup 1
+    ldarg   d2, [src]
+    ldarg   d4, [dst]
+    ld.32   r8, [d2]
+    st.32   [d4], r8
+    exit
+.end
+";
+
+/// [`test_remap`] through the compute engine: a kernel reads a VA, the VA
+/// is unbound and bound to another BO, and the next kernel must read the
+/// new BO. The compute engine caches translations in a TLB of its own, so
+/// an invalidation that names only the copy engine leaves it stale.
+pub fn test_remap_compute(t: &mut T, path: &Path) {
+    let n = open(path);
+    let start = n.get_param(param::VA_START).unwrap_or(0);
+    let rw = uapi::VM_BIND_READ | uapi::VM_BIND_WRITE;
+    let Some(ctx) = t.ok(
+        "remap-compute: create compute context",
+        n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1 << uapi::ENGINE_COMPUTE, 0),
+    ) else {
+        return;
+    };
+    let cmds = Cmds::new(&n, start + 0x100_0000, 16).expect("mmap cmds");
+    let module = match cmds.module(1024, PEEK) {
+        Ok(m) => m,
+        Err(e) => {
+            t.check("remap-compute: assemble the peek kernel", false, || e);
+            return;
+        }
+    };
+    let (ha, hb, hd) = (
+        n.gem_create(PAGE, 0).unwrap_or(0),
+        n.gem_create(PAGE, 0).unwrap_or(0),
+        n.gem_create(PAGE, 0).unwrap_or(0),
+    );
+    let (sva, dva) = (start + 0x200_0000, start + 0x300_0000);
+    let a = Map::new(&n, ha, PAGE).expect("mmap a");
+    let b = Map::new(&n, hb, PAGE).expect("mmap b");
+    let d = Map::new(&n, hd, PAGE).expect("mmap dst");
+    a.write(0, 0xaaaa_aaaa);
+    b.write(0, 0xbbbb_bbbb);
+    let _ = n.vm_bind(hd, dva, PAGE, rw);
+    // The arguments at 0x100 in dst's page: src, then dst (the page's
+    // first word, where the word read lands).
+    d.write(32, sva);
+    d.write(33, dva);
+    let program = cmds.program(0, &[module.dispatch(dva + 0x100, 16)]);
+    let peek = |t: &mut T, what: &str| -> u64 {
+        d.write(0, 0);
+        if let Some(s) = t.ok(
+            &format!("remap-compute: dispatch {what}"),
+            n.submit(ctx, uapi::ENGINE_COMPUTE, &[program], &[]),
+        ) {
+            t.ok(
+                &format!("remap-compute: wait {what}"),
+                n.wait(&[fence(ctx, uapi::ENGINE_COMPUTE, s)], true, 5_000 * MS),
+            );
+        }
+        d.read(0)
+    };
+    t.ok("remap-compute: bind a", n.vm_bind(ha, sva, PAGE, rw));
+    let got = peek(t, "a read of a");
+    t.check(
+        "remap-compute: the kernel reads a",
+        got == 0xaaaa_aaaa,
+        || format!("read {got:#x}"),
+    );
+    t.ok("remap-compute: unbind a", n.vm_unbind(sva, PAGE));
+    t.ok(
+        "remap-compute: bind b at the same va",
+        n.vm_bind(hb, sva, PAGE, rw),
+    );
+    let got = peek(t, "a read after the remap");
+    t.check(
+        "remap-compute: the kernel reads b after the remap",
+        got == 0xbbbb_bbbb,
+        || {
+            format!(
+                "read {got:#x}{}",
+                if got == 0xaaaa_aaaa {
+                    ": the old BO's word, through a stale translation in the compute engine's \
+                     TLB (the unbind's invalidation must cover every engine: engine_mask 0)"
+                } else {
+                    ""
+                }
+            )
+        },
+    );
+    let _ = n.ctx_destroy(ctx);
+}
+
 /// A range the GPU has read, unbound and its BO closed, faults on the next
 /// GPU access: the unbind's invalidation dropped the cached translations,
 /// so the engine walks the page table, finds no entry and the job fails

@@ -11,7 +11,7 @@ use vgpu_hwif::packet::{self, Packet};
 use vgpu_umd::kmd::Kmd;
 use vgpu_umd::uapi::{self, param};
 
-use crate::debugfs::debugfs;
+use crate::debugfs::{debugfs, summary_field};
 use crate::node::{fence, open, scratch, sem_wait_eq, Map, Scratch, MS, PAGE};
 use crate::report::{errno, T};
 use crate::uqueue::{create_queue, fence_packet, Queue};
@@ -76,6 +76,18 @@ pub fn test_reset_compute(t: &mut T, path: &Path) {
     ) else {
         return;
     };
+    // A job of another context on the copy engine waits on the hung job's
+    // fence (written to its ring behind a SEM_WAIT on the fence's value):
+    // the reset must release it, not leave it waiting until it is found
+    // hung itself. It is submitted 400 ms after the hang, so that it is
+    // far from its own timeout when the hang is found.
+    std::thread::sleep(Duration::from_millis(400));
+    let waiter = n
+        .ctx_create(uapi::CTX_PRIORITY_NORMAL, 1 << COPY, 0)
+        .unwrap_or(0);
+    let sw = n
+        .submit(waiter, COPY, &[small], &[fence(c, COMPUTE, s)])
+        .unwrap_or(0);
     let r = n.wait(&[fence(c, COMPUTE, s)], true, 30_000 * MS);
     t.check(
         "reset-compute: the hung compute job's fence fails",
@@ -118,6 +130,23 @@ pub fn test_reset_compute(t: &mut T, path: &Path) {
         "reset-compute: the hung context is guilty",
         q.reset_status == uapi::CTX_RESET_GUILTY,
         || format!("{q:?}"),
+    );
+    // Well inside the job timeout: a waiter left blocked would only end
+    // when found hung itself (its job failed, its context guilty).
+    let rw = n.wait(&[fence(waiter, COPY, sw)], true, 600 * MS);
+    let qw = n.ctx_query(waiter).unwrap_or_default();
+    t.check(
+        "reset-compute: a job waiting on the hung job's fence is released",
+        rw.is_ok() && qw.hangs == 0,
+        || {
+            format!(
+                "context {waiter}'s copy job, waiting (SEM_WAIT) on the failed compute job's \
+                 fence, did not run within 600 ms of the reset (WAIT: {rw:?}; its hangs: {}): \
+                 the fence value must move past the jobs the reset discarded (release_failed) \
+                 so that jobs waiting on them go on",
+                qw.hangs
+            )
+        },
     );
     let sd = n.submit(d, COMPUTE, &[small], &[]).unwrap_or(0);
     t.ok(
@@ -257,4 +286,89 @@ pub fn test_reset_uq(t: &mut T, path: &Path) {
     );
     t.ok("reset-uq: destroy the hung queue", n.ctx_destroy(g.id));
     t.ok("reset-uq: destroy the innocent queue", n.ctx_destroy(u.id));
+}
+
+/// The ladder's second rung, with the device armed to refuse the first
+/// reset command (`--inject reset-fail`, attempts 1): the engine reset of
+/// a hang fails, so the driver resets the device, counts and logs it
+/// (debugfs `contexts`: `device_resets`, a `reset device` line); the hung
+/// job fails, its context is guilty, and both it and another context run
+/// again.
+pub fn test_reset_device(t: &mut T, path: &Path) {
+    let n = open(path);
+    let Scratch { cmds, dva, .. } = scratch(&n, 0x200_0000, 1);
+    let hang = cmds.program(0, &[sem_wait_eq(dva, 0xdead)]);
+    let small = cmds.program(
+        1,
+        &[Packet::SemSignal {
+            va: dva + 8,
+            value: 1,
+            op: packet::SEM_SIGNAL_WRITE,
+        }],
+    );
+    let c = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1 << COPY, 0);
+    let d = n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1 << COPY, 0);
+    let (Some(c), Some(d)) = (
+        t.ok("reset-device: a context", c),
+        t.ok("reset-device: another context", d),
+    ) else {
+        return;
+    };
+    let before = debugfs("contexts");
+    let Some(s) = t.ok(
+        "reset-device: submit a hang",
+        n.submit(c, COPY, &[hang], &[]),
+    ) else {
+        return;
+    };
+    let r = n.wait(&[fence(c, COPY, s)], true, 30_000 * MS);
+    t.check(
+        "reset-device: the hung job's fence fails",
+        errno(&r) == Some(libc::EIO),
+        || format!("{r:?}"),
+    );
+    // The hung job fails before the device reset is done (and counted):
+    // the count is read once the reset is over, within 3 s.
+    let count = |s: &str| summary_field(s, "device_resets").and_then(|v| v.parse::<u64>().ok());
+    let end = std::time::Instant::now() + Duration::from_secs(3);
+    let mut after = debugfs("contexts");
+    while count(&after) == count(&before) && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+        after = debugfs("contexts");
+    }
+    let log = new_resets(&before, &after);
+    t.check(
+        "reset-device: the driver counted one device reset",
+        matches!((count(&before), count(&after)), (Some(b), Some(a)) if a == b + 1),
+        || {
+            format!(
+                "debugfs contexts: device_resets {:?} before the hang, {:?} after it (the \
+                 engine reset was refused, so the device was reset: count it and log it, \
+                 record_device_reset); the reset log's new entries: {log}",
+                count(&before),
+                count(&after)
+            )
+        },
+    );
+    t.check(
+        "reset-device: the reset log shows the refused engine reset, then the device reset",
+        log.contains("reset engine") && log.contains("reset device"),
+        || format!("the reset log's new entries: {log}"),
+    );
+    let q = n.ctx_query(c).unwrap_or_default();
+    t.check(
+        "reset-device: the hung context is guilty",
+        q.reset_status == uapi::CTX_RESET_GUILTY,
+        || format!("{q:?}"),
+    );
+    let sd = n.submit(d, COPY, &[small], &[]).unwrap_or(0);
+    t.ok(
+        "reset-device: another context runs after the device reset",
+        n.wait(&[fence(d, COPY, sd)], true, 5_000 * MS),
+    );
+    let sc = n.submit(c, COPY, &[small], &[]).unwrap_or(0);
+    t.ok(
+        "reset-device: the guilty context runs again after the device reset",
+        n.wait(&[fence(c, COPY, sc)], true, 5_000 * MS),
+    );
 }

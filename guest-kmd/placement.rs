@@ -13,8 +13,8 @@
 //! * **Eviction** ([`Vgpu::evict_for`]): victims are VRAM objects in the
 //!   order they were placed (least recently placed first, TTM's LRU),
 //!   skipping those that cannot move now: CPU-accessed ones (mapped through
-//!   the aperture: pinned while they exist), the driver's own, one whose
-//!   file has a user-mode queue (its jobs cannot be held back), one already
+//!   the aperture: pinned while they exist; the driver's own objects are
+//!   never in VRAM), one whose file has a user-mode queue (its jobs cannot be held back), one already
 //!   moving. Like TTM's `eviction_valuable`, a request for the visible part
 //!   only takes victims with visible blocks.
 //! * **A move** ([`Vgpu::evict`]): the victim's system pages are allocated
@@ -225,7 +225,8 @@ impl Vgpu {
         let mut v: KVec<(u64, ARef<Bo>)> = KVec::new();
         let mut err = Ok(());
         self.bos.visit(|bo| {
-            if !bo.is_vram_object() || bo.cpu_access() || bo.owner() == 0 || err.is_err() {
+            // A CPU-access object is pinned by its aperture mapping.
+            if bo.cpu_access() {
                 return;
             }
             let stamp = {
@@ -234,10 +235,14 @@ impl Vgpu {
                     Some(p) if region == Region::Any || p.alloc.visible_bytes() > 0 => {
                         p.alloc.stamp()
                     }
+                    // Not in VRAM (never, or no more), or no visible bytes
+                    // for a visible request.
                     _ => return,
                 }
             };
-            err = v.push((stamp, bo.into()), GFP_KERNEL).map_err(Error::from);
+            if let Err(e) = v.push((stamp, bo.into()), GFP_KERNEL) {
+                err = Err(Error::from(e));
+            }
         });
         err?;
         v.sort_unstable_by_key(|(stamp, _)| *stamp);

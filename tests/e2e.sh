@@ -328,7 +328,7 @@ for g in 1 2; do
     # blocked job while they fill the queue, finish before the hang check;
     # 15 s on the debug kernel, whose 2,048 SUBMITs take longer than 3 s.
     jt=3000; [ $debug_kernel -eq 1 ] && jt=15000
-    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=$jt" run 'vgpu-kmd-test submit stats export concurrent remap unmapped leaks; grep -E "^(contexts|bos|mappings|pt_pool_used) " /sys/kernel/debug/vgpu/*/objects; dmesg | grep -v "Kernel command line\|vgpurun=\|vgpukmd=\|DMA-API: preallocated\|DMA-API: debugging enabled" | grep -E "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:|event sequence went" | sed "s/^/dmesg-problem: /"; echo dmesg-checked'
+    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=$jt" run 'vgpu-kmd-test submit stats export concurrent remap remap-compute unmapped leaks; grep -E "^(contexts|bos|mappings|pt_pool_used) " /sys/kernel/debug/vgpu/*/objects; dmesg | grep -v "Kernel command line\|vgpurun=\|vgpukmd=\|DMA-API: preallocated\|DMA-API: debugging enabled" | grep -E "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:|event sequence went" | sed "s/^/dmesg-problem: /"; echo dmesg-checked'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
     elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
@@ -338,11 +338,12 @@ for g in 1 2; do
 done
 
 # --- A hang in flight (256 GiB of FILLs): the engine reset alone recovers; hang dump captured. An innocent
-#     job cut off by another context's reset written again and completed; a hang on the compute engine resets
-#     that engine; user-mode queues on a reset engine resumed, a hung one errored; the watchdog.
+#     job cut off by another context's reset written again and completed (a copy, a dispatch, a user-mode
+#     queue's work); a hang on the compute engine resets that engine and releases a job waiting on it; user-mode
+#     queues on a reset engine resumed, a hung one errored; the watchdog; a busy ring is not hung.
 name=kmd-hang-inflight
 if selected "$name"; then
-    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=1000 pt_pool_kib=16384" run 'vgpu-kmd-test inflight inflight-innocent watchdog reset-compute reset-uq; grep -c "^hang ctx" /sys/kernel/debug/vgpu/*/hang_dump | sed "s/^/hang-dumps /"'
+    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=1000 pt_pool_kib=16384" run 'vgpu-kmd-test inflight inflight-innocent inflight-compute inflight-uq watchdog progress reset-compute reset-uq; grep -c "^hang ctx" /sys/kernel/debug/vgpu/*/hang_dump | sed "s/^/hang-dumps /"'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
     elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
@@ -374,6 +375,18 @@ if selected "$name"; then
         --device-arg --inject --device-arg "event-spurious:after=3,count=1" \
         --device-arg --inject --device-arg "control-busy:packet=DOORBELL,after=4,count=1" \
         --device-arg --inject --device-arg "fence-never:after=5,count=1" run 'vgpu-kmd-test events'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
+    else result "$name" 1; fi
+fi
+
+# --- The ladder's second rung: the engine reset of a hang refused (injected), the device reset recovers,
+#     counted and logged; the guilty context and another run again.
+name=kmd-reset-device
+if selected "$name"; then
+    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=1000" \
+        --device-arg --inject --device-arg "reset-fail:attempts=1" run 'vgpu-kmd-test reset-device'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
     elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
@@ -456,12 +469,14 @@ fi
 # --- VRAM placements (GEM_CREATE): the ioctl-level checks of vgpu-kmd-test vram (errors of every placement the
 #     device cannot satisfy, a visible VRAM BO mapped twice through the aperture, an invisible one refused, PRIME
 #     export refused, visible VRAM filled with pinned CPU-access BOs to ENOSPC and the fallback to system memory,
-#     twice VRAM's size in VRAM-only BOs (older ones evicted), debugfs vram_mm's accounting), on a device with VRAM
+#     twice VRAM's size in VRAM-only BOs (older ones evicted), debugfs vram_mm's accounting; kmd-test vram-victims:
+#     a CPU-access BO evicts only BOs with visible bytes, the least recently placed first), on a device with VRAM
 #     and on one without; with file_gem_limit_mib=64, evicted BOs count against it (kmd-test vram-charge: ENOSPC
-#     once no more may be evicted).
+#     once no more may be evicted); a move whose TLB invalidation the device refuses (injected) is abandoned, the
+#     object intact where it was (kmd-test vram-move-refused).
 name=vram-placement
 if selected "$name"; then
-    run_vm "$name" --gen 1 --device-arg --vram=128M --device-arg --visible-vram=32M run 'vgpu-kmd-test vram; head -1 /sys/kernel/debug/vgpu/*/vram_mm; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
+    run_vm "$name" --gen 1 --device-arg --vram=128M --device-arg --visible-vram=32M run 'vgpu-kmd-test vram vram-victims; head -1 /sys/kernel/debug/vgpu/*/vram_mm; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
     elif ! want "^ok vram: visible VRAM full, CPU-access objects not evicted" || ! want "^ok vram: older objects evicted$" || ! want "^ok vram: one aperture mapping sees the other's writes" || ! want "^ok vram: the CPU sees the GPU's new words$"; then result "$name" 0 "VRAM checks missing"
@@ -475,7 +490,13 @@ if selected "$name"; then
             run_vm "$name-none" --gen 2 --device-arg --vram=0 run 'vgpu-kmd-test vram'
             if [ $case_rc -ne 0 ] || want "^FAIL"; then result "$name" 0 "--vram 0: a check failed"
             elif ! want "^ok vram: VRAM only, device without VRAM"; then result "$name" 0 "--vram 0: ENXIO not checked"
-            else result "$name" 1; fi
+            else
+                run_vm "$name-refused" --gen 2 --mem 1G --device-arg --vram=64M --device-arg --visible-vram=16M \
+                    --device-arg --inject --device-arg "control-busy:packet=TLB_INVALIDATE,count=1" run 'vgpu-kmd-test vram-move-refused'
+                if [ $case_rc -ne 0 ] || want "^FAIL" || ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then
+                    result "$name" 0 "a move whose invalidation was refused: $(grep -m1 "^FAIL" <<<"$case_out")"
+                else result "$name" 1; fi
+            fi
         fi
     fi
 fi

@@ -155,7 +155,12 @@ fn reduce(n: u32) -> R<()> {
         .map_err(e)?;
     let v: Vec<u32> = (0..n).map(|i| i.wrapping_mul(2_654_435_761) >> 8).collect();
     let groups = n.div_ceil(256);
-    let (bi, bp) = (g.upload(&u32s(&v))?, g.zeros(4 * u64::from(groups))?);
+    // The input buffer runs to the last workgroup's end; the elements past
+    // n hold a canary, so that a kernel that reads past n (a bound off by
+    // one) gets a wrong sum instead of zeros.
+    let mut padded = v.clone();
+    padded.resize(groups as usize * 256, 0x0bad_cafe);
+    let (bi, bp) = (g.upload(&u32s(&padded))?, g.zeros(4 * u64::from(groups))?);
     g.s.launch(
         &k,
         [groups, 1, 1],

@@ -59,6 +59,11 @@
 //!                            split maps, 2 MiB pages cut, ordered unmap
 //!   prime                    dma-buf sharing between files and processes,
 //!                            implicit sync, a foreign dma-buf refused
+//!   vram-victims             which objects eviction takes: visible ones
+//!                            for a CPU-access object, oldest first
+//!   vram-move-refused        a move whose TLB invalidation the device
+//!                            refuses (--inject control-busy:packet=
+//!                            TLB_INVALIDATE,count=1) is abandoned
 //!   sanitizer                bugs planted in the KMD (debugfs
 //!                            `sanitizer_plant`) each caught by the
 //!                            device's sanitizer (vgpu-device --sanitize)
@@ -150,6 +155,8 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("vram", false, vram::test_vram),
     ("vram-lost", false, vram::test_vram_lost),
     ("vram-charge", false, vram::test_vram_charge),
+    ("vram-victims", false, vram::test_vram_victims),
+    ("vram-move-refused", false, vram::test_vram_move_refused),
     ("sanitizer", false, sanitizer::test_sanitizer),
     ("uq", false, uqueue::test_uq),
     ("uq-hang", false, uqueue::test_uq_hang),

@@ -14,7 +14,7 @@ use vgpu_umd::uapi::{
 };
 
 use crate::debugfs::{debugfs, debugfs_path, field};
-use crate::node::{fence, fill, open, scratch, Map, MS, PAGE};
+use crate::node::{copy, fence, fill, open, scratch, Map, MS, PAGE};
 use crate::report::T;
 
 const MIB: u64 = 1 << 20;
@@ -91,6 +91,165 @@ pub fn test_vram(t: &mut T, path: &Path) {
     test_aperture(t, &n, visible);
     test_mmap_migrates(t, &n);
     test_full(t, &n, size, visible);
+}
+
+/// Which objects eviction takes: only those with visible bytes for a
+/// CPU-access object, the least recently placed first (VRAM empty at the
+/// start; `vgpu-kmd-test vram-victims`).
+pub fn test_vram_victims(t: &mut T, path: &Path) {
+    let n = open(path);
+    let visible = n.get_param(param::VRAM_VISIBLE).unwrap_or(0);
+    let used = vram_used();
+    t.check(
+        "vram-victims: VRAM empty at the start",
+        used == Some(0),
+        || format!("debugfs vram_mm used: {used:?}"),
+    );
+    test_visible_eviction(t, &n, visible);
+    test_lru(t, &n);
+}
+
+/// The least recently placed object is evicted first: four objects of
+/// different sizes nearly fill VRAM, and one more needs the room of any
+/// one of them; it must be the oldest's. (The oldest object is made to
+/// sit at a higher kernel address than the younger ones, so that an
+/// order other than placement order, such as the registry's address
+/// order, picks another.)
+fn test_lru(t: &mut T, n: &Kmd) {
+    let (Some(usable), Some(0)) = (vram_field("usable"), vram_used()) else {
+        return;
+    };
+    // Free after the four: 2u + 1 MiB, less than the 3u asked for next.
+    let u = (usable / 16) & !(MIB - 1);
+    if u < 2 * MIB {
+        return;
+    }
+    let mut sizes = [4 * u, 3 * u, 5 * u, usable - 14 * u - MIB];
+    sizes[3] &= !(MIB - 1);
+    let distinct = (0..4).all(|i| (0..i).all(|j| sizes[i] != sizes[j]));
+    if !distinct || sizes[3] == 0 {
+        return;
+    }
+    // Small system objects first; the oldest VRAM object after them; then
+    // the small ones freed, so that the younger VRAM objects reuse their
+    // (lower) slots.
+    let small: Vec<u32> = (0..16).filter_map(|_| n.gem_create(PAGE, 0).ok()).collect();
+    let mut held = Vec::new();
+    for (i, &size) in sizes.iter().enumerate() {
+        if i == 1 {
+            for &h in &small {
+                let _ = n.gem_close(h);
+            }
+        }
+        match n.gem_create(size, VRAM) {
+            Ok(h) => held.push(h),
+            Err(e) => {
+                t.check("vram-victims: four objects placed", false, || {
+                    format!("object {i} of {} MiB: {e}", size >> 20)
+                });
+                return;
+            }
+        }
+    }
+    let before = vram_used().unwrap_or(0);
+    let more = 3 * u;
+    let r = n.gem_create(more, VRAM);
+    let after = vram_used().unwrap_or(0);
+    let evicted = (before + more).saturating_sub(after);
+    t.check(
+        "vram-victims: the least recently placed object is evicted first",
+        r.is_ok() && evicted == sizes[0],
+        || {
+            let which = sizes
+                .iter()
+                .position(|&s| s == evicted)
+                .map_or(format!("{} MiB in all", evicted >> 20), |i| {
+                    format!("object {i} ({} MiB)", sizes[i] >> 20)
+                });
+            format!(
+                "objects of {:?} MiB placed in that order; one of {} MiB more needed the room \
+                 of one of them: GEM_CREATE {}, evicted {which}, want object 0 (the oldest, {} \
+                 MiB): victims go least recently placed first (their allocations' stamps), \
+                 whatever order the objects are visited in",
+                sizes.map(|s| s >> 20),
+                more >> 20,
+                match &r {
+                    Ok(_) => "succeeded".to_string(),
+                    Err(e) => crate::report::errname(e.errno).to_string(),
+                },
+                sizes[0] >> 20
+            )
+        },
+    );
+    if let Ok(h) = r {
+        held.push(h);
+    }
+    for h in held {
+        let _ = n.gem_close(h);
+    }
+}
+
+/// Room in visible VRAM made by evicting only objects that hold visible
+/// bytes: the part the CPU cannot see is filled first (objects are placed
+/// top down), then one object spills into the visible part; a CPU-access
+/// object that needs that room evicts the spilled object, and only it
+/// (evicting the older, invisible ones would free nothing it can use).
+fn test_visible_eviction(t: &mut T, n: &Kmd, visible: u64) {
+    let (Some(usable), Some(0)) = (vram_field("usable"), vram_used()) else {
+        return;
+    };
+    if visible < 8 * MIB || usable < visible + 8 * MIB {
+        return;
+    }
+    let invisible = usable - visible;
+    let half = (invisible / 2) & !(MIB - 1);
+    let mut held = Vec::new();
+    for i in 0..2 {
+        match n.gem_create(half, VRAM) {
+            Ok(h) => held.push(h),
+            Err(e) => {
+                t.check("vram-victims: the invisible part filled", false, || {
+                    format!("object {i} of {} MiB: {e}", half >> 20)
+                });
+                return;
+            }
+        }
+    }
+    // Spills over the rest of the invisible part into the visible one.
+    let spill = visible / 2;
+    let cpu = visible * 3 / 4;
+    let before = vram_field("evictions").unwrap_or(0);
+    let r = n.gem_create(spill, VRAM).and_then(|h| {
+        held.push(h);
+        n.gem_create(cpu, VRAM | CPU)
+    });
+    let evicted = vram_field("evictions").unwrap_or(0) - before;
+    t.check(
+        "vram-victims: a visible allocation evicts only objects with visible bytes",
+        r.is_ok() && evicted == 1,
+        || {
+            format!(
+                "two objects of {} MiB fill the part of VRAM the CPU cannot see, one of {} MiB \
+                 spills into the visible part; a CPU-access object of {} MiB then needs visible \
+                 room: GEM_CREATE {}, {evicted} evictions (want 1: the spilled object; for \
+                 Region::Visible only objects with visible bytes are victims, for Region::Any \
+                 every object in VRAM)",
+                half >> 20,
+                spill >> 20,
+                cpu >> 20,
+                match &r {
+                    Ok(_) => "succeeded".to_string(),
+                    Err(e) => crate::report::errname(e.errno).to_string(),
+                }
+            )
+        },
+    );
+    if let Ok(h) = r {
+        held.push(h);
+    }
+    for h in held {
+        let _ = n.gem_close(h);
+    }
 }
 
 const COPY: u32 = uapi::ENGINE_COPY;
@@ -416,6 +575,116 @@ pub fn test_vram_charge(t: &mut T, path: &Path) {
         "vram-charge: the evicted ones within the limit",
         mem <= limit,
         || format!("GEM memory {mem:#x}, limit {limit:#x}"),
+    );
+    for h in held {
+        let _ = n.gem_close(h);
+    }
+}
+
+/// The first `LEN` bytes at `va` copied by the GPU (context `c`) into the
+/// scratch data at `s.dva`, read back: how many 8-byte words are not
+/// `word` twice (`None`: the copy failed).
+fn gpu_read(
+    n: &Kmd,
+    s: &crate::node::Scratch,
+    c: u32,
+    slot: usize,
+    va: u64,
+    word: u32,
+) -> Option<usize> {
+    let cmd = s.cmds.program(slot, &[copy(va, s.dva, LEN)]);
+    n.submit(c, COPY, &[cmd], &[])
+        .and_then(|q| n.wait(&[fence(c, COPY, q)], true, 10_000 * MS))
+        .ok()?;
+    let m = Map::new(n, s.data, LEN).ok()?;
+    Some(all_words(&m, word))
+}
+
+/// A move whose TLB invalidation the device refuses (the device armed with
+/// `--inject control-busy:packet=TLB_INVALIDATE,count=1`; VRAM of 64 MiB):
+/// the GPU may still translate the object's VA to its VRAM pages, so the
+/// move must be abandoned, the object left where it is, mapped again and
+/// intact, and the failed move counted; the next allocation that needs the
+/// room moves it for real, and the GPU then reads it from system memory.
+pub fn test_vram_move_refused(t: &mut T, path: &Path) {
+    const BIG: u64 = 16 * MIB;
+    let n = open(path);
+    let s = scratch(&n, 0x300_0000, LEN / PAGE);
+    let Some(c) = t.ok(
+        "vram-move-refused: a copy context",
+        n.ctx_create(uapi::CTX_PRIORITY_NORMAL, 1 << COPY, 0),
+    ) else {
+        return;
+    };
+    // Three objects of 16 MiB, each filled by the GPU (its TLB holds their
+    // translations); the oldest, `a`, is the first victim.
+    let words = [0xa1, 0xb2, 0xc3];
+    let mut held = Vec::new();
+    for (i, &w) in words.iter().enumerate() {
+        let va = s.start + 0x1000_0000 + i as u64 * BIG;
+        let Some(h) = t.ok(
+            &format!("vram-move-refused: object {i} in VRAM"),
+            n.gem_create(BIG, VRAM),
+        ) else {
+            return;
+        };
+        t.ok("vram-move-refused: bind it", n.vm_bind(h, va, BIG, RW));
+        t.check(
+            "vram-move-refused: the GPU fills it",
+            gpu_fill(&n, &s.cmds, c, i, va, w),
+            || "the job failed".into(),
+        );
+        held.push(h);
+    }
+    let a_va = s.start + 0x1000_0000;
+    let failed_before = vram_field("moves_failed").unwrap_or(0);
+    // 24 MiB more than VRAM holds: `a` must move, and its invalidation is
+    // refused.
+    let first = n.gem_create(24 * MIB, VRAM);
+    let failed = vram_field("moves_failed").unwrap_or(0) - failed_before;
+    t.check(
+        "vram-move-refused: the move whose invalidation was refused is abandoned and counted",
+        failed == 1,
+        || {
+            format!(
+                "GEM_CREATE that needed the room: {}; debugfs vram_mm moves_failed grew by \
+                 {failed}: the device refused the TLB invalidation of the victim's VA, so its \
+                 translations to the old VRAM pages may live on in a TLB: the move must stop \
+                 there (the object mapped again where it is, Err(EIO)), not copy and free pages \
+                 the GPU may still reach",
+                match &first {
+                    Ok(_) => "succeeded".to_string(),
+                    Err(e) => crate::report::errname(e.errno).to_string(),
+                }
+            )
+        },
+    );
+    if let Ok(h) = first {
+        let _ = n.gem_close(h);
+    }
+    let bad = gpu_read(&n, &s, c, 4, a_va, words[0]);
+    t.check(
+        "vram-move-refused: the victim is intact where it was",
+        bad == Some(0),
+        || format!("{bad:?} words of its first 64 KiB differ (None: the GPU's copy failed)"),
+    );
+    let second = n.gem_create(24 * MIB, VRAM);
+    t.check(
+        "vram-move-refused: the next allocation moves it",
+        second.is_ok(),
+        || format!("{second:?}"),
+    );
+    if let Ok(h) = second {
+        let va = s.start + 0x2000_0000;
+        let _ = n.vm_bind(h, va, 24 * MIB, RW);
+        let _ = gpu_fill(&n, &s.cmds, c, 5, va, 0xd4);
+        held.push(h);
+    }
+    let bad = gpu_read(&n, &s, c, 6, a_va, words[0]);
+    t.check(
+        "vram-move-refused: the GPU reads the moved object from system memory",
+        bad == Some(0),
+        || format!("{bad:?} words of its first 64 KiB differ (None: the GPU's copy failed)"),
     );
     for h in held {
         let _ = n.gem_close(h);

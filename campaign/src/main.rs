@@ -5,6 +5,18 @@
 //! scenario's fault in the device, runs the workload, and classifies what
 //! happened from the guest's output, the kernel log and the device's
 //! injection log.
+//!
+//! Each module uses only the modules of its row (checked by
+//! `scripts/deps`), top first: the reports (`report`) and the one-VM
+//! mode (`reuse`) over the runner (`run`) over the campaign file
+//! (`spec`).
+//!
+//! | block | may use |
+//! |---|---|
+//! | `report` | `run`, `spec` |
+//! | `reuse` | `run`, `spec` |
+//! | `run` | `spec` |
+//! | `spec` | - |
 
 /// `println!` that drops its line when standard output is closed (a
 /// reader that went away, `vgpu-campaign list | head -1`) instead of

@@ -16,6 +16,23 @@
 //! * [`inject_ctl`] — the fault-injection control socket.
 //! * [`testkit`] — driver-side helpers (page tables, packet writers) for
 //!   tests, benchmarks and tools.
+//!
+//! # Blocks
+//!
+//! Dependencies point one way: each block uses only the blocks of its row
+//! (checked by `scripts/deps device/src/lib.rs`; the core's own blocks have
+//! their rule in [`core`]). Top first:
+//!
+//! | block | may use |
+//! |---|---|
+//! | `daemon` | `backend`, `config`, `core`, `inject_ctl` |
+//! | `testkit` | `config`, `core` |
+//! | `backend` | `config`, `core`, `virtq`, `vring` |
+//! | `inject_ctl` | `core` |
+//! | `virtq` | `core` |
+//! | `vring` | - |
+//! | `core` | `config` |
+//! | `config` | - |
 
 pub mod backend;
 pub mod config;

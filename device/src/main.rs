@@ -325,7 +325,7 @@ fn main() -> ExitCode {
     if let Some(path) = cli.record.as_ref() {
         let text =
             vgpu_device::core::record::config_text(&config, cli.inject_seed, &cli.inject_text);
-        if let Err(e) = gpu.start_recording(path, &text) {
+        if let Err(e) = vgpu_device::core::record_ctl::start(&gpu, path, &text) {
             eprintln!("vgpu-device: --record {}: {e}", path.display());
             return ExitCode::FAILURE;
         }

@@ -10,24 +10,24 @@
 //!
 //! Each module (block) uses, in code, only the modules its row names, and
 //! the order has no cycle (checked by `scripts/deps`, in `scripts/test`).
-//! Documentation links may point anywhere.
+//! Documentation links may point anywhere. Top first:
 //!
 //! | block | may use |
 //! |---|---|
-//! | `rng` | - |
-//! | `pod` | - |
-//! | `limits` | - |
-//! | `mmu` | - |
+//! | `layout` | `pod`, `event`, `proto`, `sanitize` |
+//! | `proto` | `pod`, `limits`, `reply`, `sanitize` |
+//! | `reply` | `pod`, `limits`, `sanitize`, `vram` |
+//! | `sanitize` | `pod` |
+//! | `event` | `pod` |
+//! | `capture` | `pod`, `mmu` |
+//! | `describe` | `mmu`, `packet` |
 //! | `vram` | `mmu` |
 //! | `packet` | - |
-//! | `describe` | `mmu`, `packet` |
-//! | `event` | `pod` |
-//! | `sanitize` | `pod` |
-//! | `reply` | `pod`, `limits`, `sanitize`, `vram` |
-//! | `proto` | `pod`, `limits`, `reply`, `sanitize` |
-//! | `layout` | `pod`, `event`, `proto`, `sanitize` |
-//! | `capture` | `pod`, `mmu` |
+//! | `mmu` | - |
+//! | `limits` | - |
 //! | `coredump` | - |
+//! | `rng` | - |
+//! | `pod` | - |
 //!
 //! # Blocks
 //!

@@ -7,22 +7,22 @@
 //! # Blocks
 //!
 //! Each module uses only the modules of its row (and, through them,
-//! nothing above itself): the import graph has no cycle. From the bottom:
+//! nothing above itself): the import graph has no cycle. From the top:
 //!
 //! | block | may use |
 //! |-------|---------|
-//! | inst | - |
-//! | math | - |
-//! | encode | inst |
-//! | mem | inst |
-//! | bounds | inst, mem |
-//! | module | encode, inst |
-//! | disasm | inst, module |
-//! | asm | encode, inst, module |
-//! | regflow | asm, inst |
-//! | exec | inst, math, mem, module, regflow |
-//! | jit | exec, inst, math, mem, module, regflow |
 //! | grid | exec, jit, mem, module |
+//! | jit | exec, inst, math, mem, module, regflow |
+//! | exec | inst, math, mem, module, regflow |
+//! | regflow | asm, inst |
+//! | asm | encode, inst, module |
+//! | disasm | inst, module |
+//! | module | encode, inst |
+//! | bounds | inst, mem |
+//! | mem | inst |
+//! | encode | inst |
+//! | math | - |
+//! | inst | - |
 //!
 //! * `inst`: the typed instructions, registers and operands; `math`: the
 //!   transcendental functions both engines share bit for bit.

@@ -8,6 +8,16 @@
 //! guest ([`guest`]) through real mode, protected mode, CPUID, XSETBV,
 //! XSAVE and XRSTOR under a bounded time ([`watchdog`]), and decides from
 //! its exits ([`decide`]) how far it got.
+//!
+//! Each module uses only the modules of its row (checked by
+//! `scripts/deps`), top first:
+//!
+//! | block | may use |
+//! |---|---|
+//! | `probe` | `decide`, `guest`, `watchdog` |
+//! | `watchdog` | `decide` |
+//! | `decide` | `guest` |
+//! | `guest` | - |
 
 pub mod decide;
 pub mod guest;

@@ -41,6 +41,7 @@ use vgpu_device::core::cp::{CommandProcessor, Host, SliceEnd};
 use vgpu_device::core::gpu::{Gpu, GpuConfig, SEM_POLL, TIME_SLICE};
 use vgpu_device::core::inject::{Injector, Spec};
 use vgpu_device::core::mmu::Mem;
+use vgpu_device::core::post;
 use vgpu_device::core::ring::{Cursor, RingState};
 use vgpu_device::core::scheduler;
 use vgpu_hwif::capture::{
@@ -200,7 +201,7 @@ impl Host for ReplayHost<'_> {
         self.gpu.sem_epoch.fetch_add(1, Ordering::AcqRel);
     }
     fn post(&self, event: Event) {
-        self.gpu.post(event);
+        post::event(self.gpu, event);
     }
     fn injector(&self) -> Option<&Injector> {
         Some(&self.gpu.inject)
@@ -621,7 +622,7 @@ impl Replay {
                 .extend(&recs);
         }
         for ev in events {
-            self.gpu.post(ev);
+            post::event(&self.gpu, ev);
         }
         while let Some(rec) = self.gpu.events().commit_front(self.gpu.clock.now_ns()) {
             self.events.push(rec);

@@ -13,6 +13,15 @@
 //!
 //! The device core is transport-free: the replay drives its blocks
 //! directly (control processor, scheduler steps, command processor).
+//!
+//! The three are independent: none uses another (checked by
+//! `scripts/deps`).
+//!
+//! | block | may use |
+//! |---|---|
+//! | `compare` | - |
+//! | `dump` | - |
+//! | `record` | - |
 
 pub mod compare;
 pub mod dump;

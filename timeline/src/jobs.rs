@@ -18,6 +18,9 @@ pub const PID_DEVICE: u64 = 4_194_306;
 pub const TID_CONTROL: u64 = 2;
 /// Device track of the event records.
 pub const TID_EVENTS: u64 = 3;
+/// Duration of a point record's slice (ns): long enough for a flow to bind
+/// to it (the timeline shortens it where it would overlap the next slice).
+pub const POINT_NS: i64 = 2;
 
 /// The device track of the packets of context `ctx` on `engine`.
 pub fn packet_tid(engine: u64, ctx: u64) -> u64 {
@@ -106,7 +109,7 @@ fn kmd_point(step: usize, r: &KmdRec) -> Point {
         pid: PID_KMD,
         tid: r.u("tid").unwrap_or(0),
         start: r.ts as i64,
-        dur: crate::merge::POINT_NS,
+        dur: POINT_NS,
     }
 }
 
@@ -119,7 +122,7 @@ fn dev_point(step: usize, clock: &Clock, tid: u64, e: &DevEvent) -> Point {
         pid: PID_DEVICE,
         tid,
         start,
-        dur: (end - start).max(crate::merge::POINT_NS),
+        dur: (end - start).max(POINT_NS),
     }
 }
 
@@ -289,7 +292,7 @@ pub fn chains(
                         && e.ts >= f.ts
                 }) {
                     let mut p = dev_point(7, clock, TID_EVENTS, ev);
-                    p.dur = crate::merge::POINT_NS;
+                    p.dur = POINT_NS;
                     c.points.push(p);
                     // 8. The KMD received it (same sequence number).
                     if let Some(k) = ev.arg("seq").and_then(|s| events.get(&s)) {

@@ -11,6 +11,17 @@
 //! * [`jobs`]: each job's chain of moments across the layers;
 //! * [`merge`]: the timeline document;
 //! * [`check`]: the format checker.
+//!
+//! Each module uses only the modules of its row (checked by
+//! `scripts/deps`), top first:
+//!
+//! | block | may use |
+//! |---|---|
+//! | `merge` | `clock`, `input`, `jobs` |
+//! | `jobs` | `clock`, `input` |
+//! | `check` | - |
+//! | `clock` | - |
+//! | `input` | - |
 
 pub mod check;
 pub mod clock;

@@ -28,10 +28,8 @@ use serde_json::{json, Value};
 
 use crate::clock::{Clock, Pair};
 use crate::input::{DevTrace, KmdRec, KmdTrace, UmdTrace};
-use crate::jobs::{self, Chain, PID_DEVICE, PID_KMD, STEPS, TID_CONTROL, TID_EVENTS};
+use crate::jobs::{self, Chain, PID_DEVICE, PID_KMD, POINT_NS, STEPS, TID_CONTROL, TID_EVENTS};
 
-/// Duration of a point record's slice (ns).
-pub const POINT_NS: i64 = 2;
 /// First KMD ring track id.
 const TID_RINGS: u64 = 1_000_000;
 

@@ -55,6 +55,7 @@ use vm_memory::{Bytes, GuestAddress};
 use super::context::ContextError;
 use super::gpu::Gpu;
 use super::mmu::{self, Mem};
+use super::post;
 use super::ring::{RingError, RingState};
 use super::sanitize_hooks as hooks;
 use super::watch::Watch;
@@ -98,7 +99,7 @@ pub fn ring_doorbell(gpu: &Gpu, ctx: u32, e: u32, wptr: u32) -> Result<(), Watch
     let mut st = gpu.lock();
     let san_events = hooks::on_doorbell(gpu, &mut st, ctx, e, wptr);
     for ev in san_events {
-        gpu.post(ev);
+        post::event(gpu, ev);
     }
     let current = st
         .engines

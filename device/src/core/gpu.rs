@@ -15,15 +15,15 @@
 //!   it executes packets; it finds requests at every packet or chunk
 //!   boundary through its `attention` flag.
 //! * The **event unit** has its own mutex, always taken after the state
-//!   lock if both are held. Whoever posts an event wakes the transport
-//!   through the [`Notify`] hook so the record is delivered.
+//!   lock if both are held. Whoever posts an event (`super::post`) wakes
+//!   the transport through the [`Notify`] hook so the record is delivered.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
-use vgpu_hwif::event::{Event, EventRecord};
+use vgpu_hwif::event::EventRecord;
 use vgpu_hwif::proto::engine;
 use vm_memory::{GuestAddressSpace, GuestMemoryAtomic, GuestMemoryLoadGuard};
 
@@ -280,26 +280,6 @@ impl Gpu {
         }
     }
 
-    /// Starts recording this GPU's session into a new file at `path` whose
-    /// `CONFIG` is `config` (see [`super::record::config_text`]).
-    ///
-    /// # Errors
-    ///
-    /// The file cannot be created, or the GPU already records or replays.
-    pub fn start_recording(&self, path: &std::path::Path, config: &str) -> std::io::Result<()> {
-        let r = super::record::Recorder::create(path, config)?;
-        self.record
-            .set(Arc::new(r))
-            .map_err(|_| std::io::Error::other("the device already records or replays"))?;
-        let mem = self.memory();
-        if vm_memory::GuestMemoryBackend::num_regions(&*mem) > 0 {
-            if let Some(r) = self.record.get() {
-                r.memory_map(self.clock.now_ns(), &mem);
-            }
-        }
-        Ok(())
-    }
-
     /// Locks the shared state.
     pub fn lock(&self) -> MutexGuard<'_, GpuState> {
         unpoison(self.state.lock())
@@ -323,54 +303,6 @@ impl Gpu {
     /// A snapshot of guest memory (kept mapped while held).
     pub fn memory(&self) -> GuestMemoryLoadGuard<Mem> {
         unpoison(self.mem.lock()).memory()
-    }
-
-    /// Posts `event` at the current device time and wakes the transport;
-    /// returns its sequence number.
-    pub fn post(&self, event: Event) -> u64 {
-        let now = self.clock.now_ns();
-        let (seq, starving) = {
-            let mut ev = self.events();
-            let seq = ev.post(event, now);
-            let starving = self
-                .sanitizer
-                .enabled()
-                .then(|| (ev.front().map(|r| r.timestamp_ns), ev.pending()));
-            (seq, starving)
-        };
-        self.capture.note_event(&event.to_record(seq, now));
-        if let Some((front, pending)) = starving {
-            if let Some(ev) = self
-                .sanitizer
-                .events_posted(now, front, pending, &self.inject)
-            {
-                let san_seq = self.events().post(ev, now);
-                self.capture.note_event(&ev.to_record(san_seq, now));
-            }
-        }
-        self.kick_transport();
-        seq
-    }
-
-    /// Posts `events` under one hold of the event unit, then wakes the
-    /// transport once: none reaches the driver's buffers before the last
-    /// is queued, so a burst longer than the FIFO's free room always loses
-    /// its newest events (the injected `event-overflow`), however fast the
-    /// driver returns buffers.
-    pub fn post_burst(&self, events: &[Event]) {
-        if events.is_empty() {
-            return;
-        }
-        let now = self.clock.now_ns();
-        let seqs: Vec<u64> = {
-            let mut ev = self.events();
-            events.iter().map(|&e| ev.post(e, now)).collect()
-        };
-        // The capture's lock is never taken under the event unit's.
-        for (e, seq) in events.iter().zip(seqs) {
-            self.capture.note_event(&e.to_record(seq, now));
-        }
-        self.kick_transport();
     }
 
     /// Wakes the transport.

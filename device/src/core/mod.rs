@@ -16,14 +16,14 @@
 //! | kernel memory | [`kernel_mem`] | a kernel's global memory per compute unit: `vgpu-isa`'s `PagedMemory` over the MMU |
 //! | scheduler | [`scheduler`] | per-engine loop: mailbox → doorbells → select → slice → retire |
 //! | resets | [`reset`] | engine reset, device reset |
-//! | events | [`events`] | numbered FIFO with loss accounting |
+//! | events | [`events`], [`post`] | numbered FIFO with loss accounting; a post: queued → noted by the capture → starvation checked by the sanitizer → transport woken |
 //! | fault injection | [`inject`] | armed → fired (logged) → cleared by reset; told a [`inject::Site`] by the command processor |
 //! | poisoned pages | [`poison`] | pages with an uncorrectable ECC error that engine reads fail on |
 //! | retired pages | [`ras`] | the driver's retired pages, kept across resets and driver reloads (a RAS EEPROM) |
 //! | driver sanitizer | [`sanitize`], [`sanitize_hooks`] | per check family: rings (published → fetched), TLB entries (filled → hit → dropped), pages (declared → given back), fence slots, access epochs, blocked waits; reports numbered and kept |
 //! | telemetry | [`telemetry`], [`counters`] | counters and the packet trace |
 //! | captures | [`capture`], [`capture_ctl`] | failure or request → frozen context state → kept for `CAPTURE_READ` |
-//! | record and replay | [`record`] | what the engines read, versioned per page; replayed in order |
+//! | record and replay | [`record`], [`record_ctl`] | what the engines read, versioned per page; replayed in order |
 //! | time | [`clock`] | device clock |
 //! | JSON | [`json`] | one string escaper for replies and reports |
 //!
@@ -41,12 +41,14 @@
 //!
 //! | block | may use |
 //! |---|---|
-//! | `control` | `capture`, `capture_ctl`, `context`, `counters`, `doorbell`, `gpu`, `memory`, `mmu`, `ras`, `reset`, `ring`, `sanitize`, `sanitize_hooks`, `telemetry`, `crate::config` |
-//! | `scheduler` | `capture_ctl`, `compute_engine`, `context`, `cp`, `gpu`, `inject`, `mmu`, `reset`, `ring`, `sanitize_hooks`, `telemetry` |
-//! | `doorbell` | `context`, `gpu`, `mmu`, `ring`, `sanitize_hooks`, `watch` |
+//! | `control` | `capture`, `capture_ctl`, `context`, `counters`, `doorbell`, `gpu`, `memory`, `mmu`, `post`, `ras`, `reset`, `ring`, `sanitize`, `sanitize_hooks`, `telemetry`, `crate::config` |
+//! | `scheduler` | `capture_ctl`, `compute_engine`, `context`, `cp`, `gpu`, `inject`, `mmu`, `post`, `reset`, `ring`, `sanitize_hooks`, `telemetry` |
+//! | `doorbell` | `context`, `gpu`, `mmu`, `post`, `ring`, `sanitize_hooks`, `watch` |
 //! | `capture_ctl` | `capture`, `cp`, `gpu`, `mmu` |
 //! | `reset` | `gpu`, `ring` |
 //! | `sanitize_hooks` | `context`, `cp`, `gpu`, `mmu`, `ring`, `sanitize` |
+//! | `post` | `gpu` |
+//! | `record_ctl` | `gpu`, `record` |
 //! | `gpu` | `capture`, `clock`, `context`, `events`, `inject`, `memory`, `mmu`, `record`, `sanitize`, `telemetry`, `watch`, `crate::config` |
 //! | `capture` | `context`, `copy_engine`, `cp`, `inject`, `mmu`, `ring` |
 //! | `cp` | `compute_engine`, `copy_engine`, `dma`, `inject`, `mmu`, `poison`, `record`, `ring`, `sanitize`, `telemetry` |
@@ -89,8 +91,10 @@ pub mod kernel_mem;
 pub mod memory;
 pub mod mmu;
 pub mod poison;
+pub mod post;
 pub mod ras;
 pub mod record;
+pub mod record_ctl;
 pub mod reset;
 pub mod ring;
 pub mod sanitize;
@@ -197,8 +201,7 @@ impl Device {
     /// The file cannot be created, or the device already records or
     /// replays.
     pub fn start_recording(&self, path: &std::path::Path) -> io::Result<()> {
-        self.gpu
-            .start_recording(path, &record::config_text(&self.config, 0, &[]))
+        record_ctl::start(&self.gpu, path, &record::config_text(&self.config, 0, &[]))
     }
 
     /// Replay of a record: the engines read the recorded memory (see
@@ -208,10 +211,7 @@ impl Device {
     ///
     /// The device already records or replays.
     pub fn start_replay(&self, entries: &[record::Entry]) -> io::Result<()> {
-        self.gpu
-            .record
-            .set(Arc::new(record::Recorder::replaying(entries)))
-            .map_err(|_| io::Error::other("the device already records or replays"))
+        record_ctl::replay(&self.gpu, entries)
     }
 
     /// The session's recorder, if recording or replaying.

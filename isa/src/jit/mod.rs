@@ -100,14 +100,19 @@ impl fmt::Display for JitMode {
     }
 }
 
+/// A name [`JitMode::from_str`] does not know.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not off, on or auto")]
+pub struct JitModeError(pub String);
+
 impl FromStr for JitMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = JitModeError;
+    fn from_str(s: &str) -> Result<Self, JitModeError> {
         match s {
             "off" => Ok(JitMode::Off),
             "auto" => Ok(JitMode::Auto),
             "on" => Ok(JitMode::On),
-            _ => Err(format!("'{s}' is not off, on or auto")),
+            _ => Err(JitModeError(s.to_owned())),
         }
     }
 }

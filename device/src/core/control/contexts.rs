@@ -9,6 +9,7 @@ use vgpu_hwif::proto::{engine, FAULT_RESUME_ABORT, FAULT_RESUME_RETRY};
 use super::CommandError;
 use crate::core::context::{Context, ContextError};
 use crate::core::gpu::{Gpu, Request, ENGINES};
+use crate::core::post;
 use crate::core::reset::ResetError;
 use crate::core::ring::RingState;
 use crate::core::sanitize_hooks as hooks;
@@ -44,7 +45,7 @@ pub(super) fn destroy(gpu: &Gpu, ctx_id: u32, force: bool) -> Result<(), Command
             }
             drop(st);
             evs.into_iter().for_each(|ev| {
-                gpu.post(ev);
+                post::event(gpu, ev);
             });
         }
         Ok(()) if gpu.sanitizer.enabled() => {

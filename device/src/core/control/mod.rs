@@ -42,6 +42,7 @@ use super::context::ContextError;
 use super::counters::Counters;
 use super::doorbell::{self, WatchError};
 use super::gpu::Gpu;
+use super::post;
 use super::ras::{RasError, RasTable};
 use super::reset::{self, ResetError};
 use super::ring::RingError;
@@ -324,9 +325,12 @@ impl ControlProcessor {
                     target_ctx,
                     target_engine,
                 );
-                let event_seq = gpu.post(Event::Ping {
-                    cookie: cookie ^ u64::from(corrupt),
-                });
+                let event_seq = post::event(
+                    gpu,
+                    Event::Ping {
+                        cookie: cookie ^ u64::from(corrupt),
+                    },
+                );
                 Ok(Reply::from_pod(&PingReply {
                     hdr: ok,
                     cookie,

@@ -7,6 +7,7 @@ use vgpu_hwif::proto::engine;
 
 use super::CommandError;
 use crate::core::gpu::Gpu;
+use crate::core::post;
 use crate::core::ring::{self, Ring, RingError};
 use crate::core::sanitize_hooks as hooks;
 
@@ -55,7 +56,7 @@ pub(super) fn destroy(gpu: &Gpu, ctx_id: u32, e: u32) -> Result<(), CommandError
             let evs = hooks::on_destroy_refused(gpu, &st, ctx_id, e, true);
             drop(st);
             evs.into_iter().for_each(|ev| {
-                gpu.post(ev);
+                post::event(gpu, ev);
             });
             Err(RingError::Busy(ctx_id, e).into())
         }

@@ -12,6 +12,7 @@ use vgpu_hwif::event::Event;
 use crate::core::capture_ctl;
 use crate::core::cp::CommandProcessor;
 use crate::core::gpu::{Gpu, GpuState, Request};
+use crate::core::post;
 use crate::core::reset::engine_reset;
 use crate::core::ring::{Op, RingState};
 use crate::core::telemetry::{TraceKind, TraceRecord};
@@ -55,11 +56,14 @@ pub fn serve_requests(gpu: &Gpu, st: &mut GpuState, e: u32, cp: &mut CommandProc
                                 .unwrap_or_else(PoisonError::into_inner)
                                 .extend(&[rec]);
                         }
-                        gpu.post(Event::ResetDone {
-                            engine: e,
-                            ctx_id: report.ctx_id,
-                            rptr: report.rptr,
-                        });
+                        post::event(
+                            gpu,
+                            Event::ResetDone {
+                                engine: e,
+                                ctx_id: report.ctx_id,
+                                rptr: report.rptr,
+                            },
+                        );
                     }
                     if let Some(es) = st.engines.get_mut(ei) {
                         es.reset_reports.push((id, report));
@@ -89,7 +93,7 @@ pub fn serve_requests(gpu: &Gpu, st: &mut GpuState, e: u32, cp: &mut CommandProc
                         }
                     });
                 for ev in san_events {
-                    gpu.post(ev);
+                    post::event(gpu, ev);
                 }
             }
         }

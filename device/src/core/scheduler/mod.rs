@@ -59,6 +59,7 @@ use vgpu_hwif::proto::MAX_CONTEXTS;
 use super::cp::{CommandProcessor, Host, Job, SliceEnd, SliceOutput};
 use super::gpu::{Gpu, GpuConfig, GpuState, ENGINES};
 use super::mmu::Mem;
+use super::post;
 use super::ring::{check_doorbell, RingState};
 use super::sanitize_hooks as hooks;
 use super::telemetry::Stats;
@@ -224,10 +225,10 @@ impl Host for EngineHost<'_> {
         self.gpu.semaphores_changed();
     }
     fn post(&self, event: Event) {
-        self.gpu.post(event);
+        post::event(self.gpu, event);
     }
     fn post_burst(&self, events: Vec<Event>) {
-        self.gpu.post_burst(&events);
+        post::burst(self.gpu, &events);
     }
     fn injector(&self) -> Option<&super::inject::Injector> {
         Some(&self.gpu.inject)
@@ -341,7 +342,7 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
         hooks::after_take_doorbells(&gpu, &mut st, eu);
         flush_status(&mut st, eu, gpu.cfg.va_bits, &mut cp, &mem, &mut events);
         for ev in events {
-            gpu.post(ev);
+            post::event(&gpu, ev);
         }
         flush_trace(&gpu, &mut cp);
         let now = Instant::now();
@@ -368,7 +369,7 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
                 super::capture_ctl::on_retire(&gpu, &st, &cp, &mem, &job, &end, &events);
                 flush_trace(&gpu, &mut cp);
                 for ev in events {
-                    gpu.post(ev);
+                    post::event(&gpu, ev);
                 }
             }
             None => {

@@ -268,6 +268,16 @@ pub fn scratch(n: &Kmd, at: u64, data_pages: u64) -> Scratch {
     }
 }
 
+/// About 6 s of work in pieces of about 150 ms, from `one`, the time of a
+/// piece of `unit` measured warm: how many units per piece, and pieces.
+pub fn plan(one: Duration, unit: u64, max_units: u64) -> (u64, usize) {
+    let ms = one.as_millis().max(1) as u64;
+    let units = (unit * 150 / ms).clamp(1, max_units);
+    let piece = (ms * units / unit).max(1);
+    let pieces = (6000 / piece).clamp(4, 400) as usize;
+    (units, pieces)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,14 +329,4 @@ mod tests {
         assert_eq!(w[6], encode_header(2, OP_NOP, 10));
         assert_eq!(w[16], encode_header(2, OP_FILL, 6));
     }
-}
-
-/// About 6 s of work in pieces of about 150 ms, from `one`, the time of a
-/// piece of `unit` measured warm: how many units per piece, and pieces.
-pub fn plan(one: Duration, unit: u64, max_units: u64) -> (u64, usize) {
-    let ms = one.as_millis().max(1) as u64;
-    let units = (unit * 150 / ms).clamp(1, max_units);
-    let piece = (ms * units / unit).max(1);
-    let pieces = (6000 / piece).clamp(4, 400) as usize;
-    (units, pieces)
 }

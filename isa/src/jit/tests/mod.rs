@@ -920,3 +920,14 @@ fn nan_results_and_left_out_canonicalisations_match_the_interpreter() {
     let mut r = Rng::new(5);
     check_module(m, [64, 1, 1], &mut r, 5);
 }
+
+#[test]
+fn jit_modes_parse_by_name_and_name_what_they_refuse() {
+    use super::{JitMode, JitModeError};
+    for mode in [JitMode::Off, JitMode::Auto, JitMode::On] {
+        assert_eq!(mode.name().parse::<JitMode>(), Ok(mode));
+    }
+    let e = "fast".parse::<JitMode>().unwrap_err();
+    assert_eq!(e, JitModeError("fast".into()));
+    assert_eq!(e.to_string(), "'fast' is not off, on or auto");
+}

@@ -299,10 +299,14 @@ impl Vgpu {
         let (start, end) = owner.vm.lock().user_range();
         if !self.gpu.invalidate_client(owner, None, start, end - start) {
             // The device may still translate to the old pages: the object
-            // stays where it is, mapped again.
-            if let Ok(decls) = owner.vm.lock().rebind_object(bo) {
+            // stays where it is, mapped again. (The address space's lock is
+            // taken once per statement: a guard in an `if let` scrutinee
+            // lives through its body.)
+            let rebound = owner.vm.lock().rebind_object(bo);
+            if let Ok(decls) = rebound {
+                let mut vm = owner.vm.lock();
                 for d in decls {
-                    owner.vm.lock().retired_decls.push(d, GFP_KERNEL)?;
+                    vm.retired_decls.push(d, GFP_KERNEL)?;
                 }
             }
             return Err(EIO);

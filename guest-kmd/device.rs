@@ -392,7 +392,15 @@ impl Vgpu {
         // kick the worker afterwards), then the worker waited for.
         self.gpu.cancel_exported();
         crate::ffi::flush_work(&self.gpu);
-        self.retired.release_quarantine();
+        let (kept, lost) = self.retired.release_quarantine();
+        if kept + lost > 0 {
+            dev_info!(
+                self.hw.pdev(),
+                "{} retired pages kept out of use after unbind ({} could not be)\n",
+                kept,
+                lost
+            );
+        }
         // The device walks no page table any more: the table memory goes
         // with the binding, even while files still own address spaces.
         if let Some(pool) = self.pt_pool.as_ref() {

@@ -18,6 +18,8 @@
 //!   to the GPU (`pci_get_slot`).
 //! * [`publish_coredump`], [`remove_coredump`], [`DumpSlot`]: devcoredumps
 //!   (`dev_coredumpm`, `dev_coredump_put`; not in the bindings).
+//! * [`keep_shmem_page_forever`]: a shmem page kept out of the allocator
+//!   for good (`shmem_read_mapping_page_gfp`; not in the bindings).
 
 use core::ptr::NonNull;
 use kernel::{
@@ -440,6 +442,52 @@ impl Drop for ModuleRef {
             unsafe { bindings::module_put(m.as_ptr()) };
         }
     }
+}
+
+// ---------------------------------------------------------------- shmem pages
+
+/// `include/linux/shmem_fs.h`, not in the pinned kernel's bindings. The
+/// `struct address_space *` and `struct page *` are declared as `void *`
+/// (the bindings' structs hold zero-sized members that Rust does not
+/// consider FFI-safe; the pointers are only passed on and checked).
+mod shmem {
+    use kernel::bindings;
+    use kernel::ffi::{c_ulong, c_void};
+
+    extern "C" {
+        pub(super) fn shmem_read_mapping_page_gfp(
+            mapping: *mut c_void,
+            index: c_ulong,
+            gfp: bindings::gfp_t,
+        ) -> *mut c_void;
+    }
+}
+
+/// Takes one reference on page `index` of the shmem file `filp` and never
+/// drops it: when the file goes, the page does not return to the kernel's
+/// allocator (a page taken out of use for good, as `memory_failure()`
+/// keeps a poisoned one).
+///
+/// # Safety
+///
+/// `filp` points at a live shmem file (a shmem GEM object's `filp`).
+///
+/// # Errors
+///
+/// `ENOMEM`, `EIO` (a poisoned page), or the errno of reading the page in.
+pub(crate) unsafe fn keep_shmem_page_forever(filp: *mut bindings::file, index: usize) -> Result {
+    let index = kernel::ffi::c_ulong::try_from(index)?;
+    // SAFETY: `filp` is live (the caller's guarantee); a shmem file's
+    // `f_mapping` is its inode's page cache, set when it was opened.
+    let mapping = unsafe { (*filp).f_mapping };
+    // SAFETY: `mapping` is the live file's page cache (above). The call
+    // returns the page at `index`, read in if it was swapped out, with a
+    // reference taken on its folio, or an error pointer.
+    let page =
+        unsafe { shmem::shmem_read_mapping_page_gfp(mapping.cast(), index, bindings::GFP_KERNEL) };
+    // The reference is kept on purpose: it is never dropped.
+    kernel::error::from_err_ptr(page)?;
+    Ok(())
 }
 
 // ---------------------------------------------------------------- devcoredump

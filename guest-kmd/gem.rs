@@ -623,6 +623,34 @@ pub(crate) fn shmem_segments(bo: &Bo) -> Result<KVec<Seg>> {
     Ok(segs)
 }
 
+/// Takes the system-memory page at guest-physical `pa` of a shmem object
+/// out of use for good: one reference on it that is never dropped, so that
+/// when the object is freed the page does not go back to the kernel's
+/// allocator (as `memory_failure()` keeps a poisoned page). For retired
+/// pages ([`crate::ras`]), at most `ras_max_pages` of them. Returns whether
+/// the object held the page.
+///
+/// # Errors
+///
+/// `ENODEV` or `EIO` (the object's pages cannot be listed: [`segments`]),
+/// `ENOMEM`, or the errno of reading the page from the object's shmem file.
+pub(crate) fn keep_page_forever(bo: &Bo, pa: u64) -> Result<bool> {
+    let segs = shmem_segments(bo)?;
+    let Some(offset) = segs
+        .iter()
+        .find(|s| pa >= s.addr && pa - s.addr < s.len)
+        .map(|s| s.offset + (pa - s.addr))
+    else {
+        return Ok(false);
+    };
+    let index = usize::try_from(offset / kernel::page::PAGE_SIZE as u64)?;
+    // SAFETY: `bo` is a live shmem object (the caller holds a reference):
+    // its `filp`, the shmem file holding its pages, is set at creation and
+    // released only when the object is freed.
+    unsafe { crate::ffi::keep_shmem_page_forever((*bo.as_raw()).filp, index) }?;
+    Ok(true)
+}
+
 /// A VRAM object's blocks as contiguous segments of device-physical
 /// addresses in object order.
 ///

@@ -11,8 +11,10 @@
 //! returned to the kernel while the driver is loaded, and it is marked bad.
 //! The device keeps the list across driver reloads (`RAS_RETIRE`,
 //! `RAS_QUERY`: its "EEPROM"), so a driver that loads later knows them; a
-//! quarantined object is let go when the driver unbinds (its pages may then
-//! serve the CPU again, never the GPU: the bind check still refuses them).
+//! quarantined object is let go when the driver unbinds, but its retired
+//! pages are not: they keep a reference that is never dropped, so they
+//! never go back to the kernel's allocator, and the next driver's objects
+//! never meet them (the bind check would refuse those).
 //!
 //! The GPU block (`gpu/ras.rs`) decides what to retire when an `ECC_ERROR`
 //! event arrives; this block only keeps the set.
@@ -100,10 +102,44 @@ impl Retired {
     }
 
     /// Lets the quarantined objects go (unbind: they hold the DRM device,
-    /// which holds the device state that holds this set).
-    pub(crate) fn release_quarantine(&self) {
-        let q = core::mem::take(&mut self.inner.lock().quarantine);
-        drop(q);
+    /// which holds the device state that holds this set), keeping each
+    /// retired system-memory page they hold out of the kernel's allocator
+    /// for good ([`crate::gem::keep_page_forever`]): a driver loaded later
+    /// reads the device's table, and a page that went back to the kernel
+    /// would reach a new object it then refuses to bind. Returns how many
+    /// pages were kept and how many could not be (already logged).
+    pub(crate) fn release_quarantine(&self) -> (u32, u32) {
+        let (quarantine, pages) = {
+            let mut g = self.inner.lock();
+            let mut pages = KVec::new();
+            if pages.extend_from_slice(&g.pages, GFP_KERNEL).is_err() {
+                pages.clear();
+            }
+            (core::mem::take(&mut g.quarantine), pages)
+        };
+        let (mut kept, mut lost) = (0u32, 0u32);
+        for bo in quarantine.iter().filter(|b| b.vram().is_none()) {
+            for &pa in pages.iter() {
+                match crate::gem::keep_page_forever(bo, pa) {
+                    Ok(true) => kept += 1,
+                    Ok(false) => {}
+                    Err(e) => {
+                        pr_warn!(
+                            "vgpu: retired page {:#x} not kept out of use ({:?})\n",
+                            pa,
+                            e
+                        );
+                        lost += 1;
+                    }
+                }
+            }
+        }
+        if pages.is_empty() && !quarantine.is_empty() {
+            pr_warn!("vgpu: retired pages not kept out of use (no memory to list them)\n");
+            lost += 1;
+        }
+        drop(quarantine);
+        (kept, lost)
     }
 
     /// Pages retired.

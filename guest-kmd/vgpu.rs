@@ -61,7 +61,7 @@
 //! | `ras` | `gem` |
 //! | `transport` | `errno`, `event`, `ffi`, `ktrace`, `layout`, `pod`, `proto`, `ratelimit`, `time`, `vram` |
 //! | `gem_vram` | `errno`, `gem` |
-//! | `gem` | `ratelimit`, `vram_mgr` |
+//! | `gem` | `ffi`, `ratelimit`, `vram_mgr` |
 //! | `vram_mgr` | `vram` |
 //! | `layout` | `event`, `pod`, `proto`, `sanitize` |
 //! | `ktrace` | `ffi` |

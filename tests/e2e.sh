@@ -318,7 +318,8 @@ done
 #     demand-paged), hangs (SEM_WAIT never satisfied) -> reset ladder -> guilty/innocent -> ban, destroy, close
 #     with work in flight, QUERY_STATS (bad arguments, memory and counters following the work, engine_error),
 #     concurrent submitters on two files, a VA rebound after the GPU read it (every page reads the new BO) and
-#     a range unbound and closed (the next copy faults); then every object count back to zero. (Event FIFO
+#     a range unbound and closed (the next copy faults), the unbind under an allocation failure at every N
+#     (fail-nth: a success leaves no stale translation); then every object count back to zero. (Event FIFO
 #     overflows under fence bursts are expected and covered by the fence-value fallback; a sequence going
 #     backwards is not.)
 for g in 1 2; do
@@ -328,10 +329,11 @@ for g in 1 2; do
     # blocked job while they fill the queue, finish before the hang check;
     # 15 s on the debug kernel, whose 2,048 SUBMITs take longer than 3 s.
     jt=3000; [ $debug_kernel -eq 1 ] && jt=15000
-    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=$jt" run 'vgpu-kmd-test submit stats export concurrent remap remap-compute unmapped leaks; grep -E "^(contexts|bos|mappings|pt_pool_used) " /sys/kernel/debug/vgpu/*/objects; dmesg | grep -v "Kernel command line\|vgpurun=\|vgpukmd=\|DMA-API: preallocated\|DMA-API: debugging enabled" | grep -E "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:|event sequence went" | sed "s/^/dmesg-problem: /"; echo dmesg-checked'
+    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=$jt" run 'vgpu-kmd-test submit stats export concurrent remap remap-compute unmapped unbind-nomem leaks; grep -E "^(contexts|bos|mappings|pt_pool_used) " /sys/kernel/debug/vgpu/*/objects; dmesg | grep -v "Kernel command line\|vgpurun=\|vgpukmd=\|DMA-API: preallocated\|DMA-API: debugging enabled" | grep -E "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:|event sequence went" | sed "s/^/dmesg-problem: /"; echo dmesg-checked'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
     elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
+    elif ! want "^ok unbind-nomem: after every successful unbind the range faults, nothing read$"; then result "$name" 0 "no unbind-nomem verdict"
     elif want "^(contexts|bos|mappings|pt_pool_used) [1-9]"; then result "$name" 0 "objects left after close"
     elif ! want "^dmesg-checked$" || want "^dmesg-problem:"; then result "$name" 0 "warnings in dmesg"
     else result "$name" 1; fi
@@ -470,15 +472,17 @@ fi
 #     device cannot satisfy, a visible VRAM BO mapped twice through the aperture, an invisible one refused, PRIME
 #     export refused, visible VRAM filled with pinned CPU-access BOs to ENOSPC and the fallback to system memory,
 #     twice VRAM's size in VRAM-only BOs (older ones evicted), debugfs vram_mm's accounting; kmd-test vram-victims:
-#     a CPU-access BO evicts only BOs with visible bytes, the least recently placed first), on a device with VRAM
+#     a CPU-access BO evicts only BOs with visible bytes, the least recently placed first; victims-nomem: the same
+#     under an allocation failure at every N (fail-nth), a success took the right victims), on a device with VRAM
 #     and on one without; with file_gem_limit_mib=64, evicted BOs count against it (kmd-test vram-charge: ENOSPC
 #     once no more may be evicted); a move whose TLB invalidation the device refuses (injected) is abandoned, the
 #     object intact where it was (kmd-test vram-move-refused).
 name=vram-placement
 if selected "$name"; then
-    run_vm "$name" --gen 1 --device-arg --vram=128M --device-arg --visible-vram=32M run 'vgpu-kmd-test vram vram-victims; head -1 /sys/kernel/debug/vgpu/*/vram_mm; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
+    run_vm "$name" --gen 1 --device-arg --vram=128M --device-arg --visible-vram=32M run 'vgpu-kmd-test vram vram-victims; head -1 /sys/kernel/debug/vgpu/*/vram_mm; vgpu-kmd-test victims-nomem; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^ok victims-nomem: every eviction took the two least recently placed objects$"; then result "$name" 0 "no victims-nomem verdict"
     elif ! want "^ok vram: visible VRAM full, CPU-access objects not evicted" || ! want "^ok vram: older objects evicted$" || ! want "^ok vram: one aperture mapping sees the other's writes" || ! want "^ok vram: the CPU sees the GPU's new words$"; then result "$name" 0 "VRAM checks missing"
     elif ! want "^vram_mm: usable 0x7e00000 free 0x7e00000 used 0x0 visible_used 0x0 allocs [1-9][0-9]* failed [1-9][0-9]* evictions [1-9][0-9]* .* moves_failed 0 losses 0$"; then result "$name" 0 "vram_mm not back to empty, no refusal or eviction counted, or a failed move"
     elif ! want "^dmesg-problems 0$"; then result "$name" 0 "warnings in dmesg"
@@ -562,17 +566,19 @@ fi
 
 # --- ECC page retirement: two COPYs read poisoned pages; each page is retired (its object quarantined,
 #     never bound again, no new object gets it), the device records it; at ras_max_pages=2 the device is
-#     bad. A driver loaded again reads the device's table: the pages stay retired.
+#     bad. The unbind keeps both pages out of the kernel's allocator (a reference never dropped), so the
+#     objects of a driver loaded again never meet them: it reads the device's table, and four copies run.
 name=kmd-ras
 if selected "$name"; then
     run_vm "$name" --gen 2 --kmd-args "ras_max_pages=2" \
         --device-arg --inject --device-arg "ecc:engine=copy,packet=COPY,count=2" \
-        run 'vgpu-kmd-test ras; for d in /sys/class/devcoredump/devcd*/data; do [ -e "$d" ] && echo 1 > "$d"; done; n=1; until rmmod vgpu 2>/dev/null; do [ $n -ge 5 ] && break; n=$((n+1)); sleep 1; done; echo "rmmod-tries $n"; insmod /lib/modules/vgpu.ko ras_max_pages=4 && dmesg | grep -c "2 pages were retired earlier" | sed "s/^/reloaded-retired /"; head -1 /sys/kernel/debug/vgpu/*/ras; vgpu-samples copy >/dev/null && echo serves-after-reload; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
+        run 'vgpu-kmd-test ras; for d in /sys/class/devcoredump/devcd*/data; do [ -e "$d" ] && echo 1 > "$d"; done; n=1; until rmmod vgpu 2>/dev/null; do [ $n -ge 5 ] && break; n=$((n+1)); sleep 1; done; echo "rmmod-tries $n"; insmod /lib/modules/vgpu.ko ras_max_pages=4 && dmesg | grep -c "2 pages were retired earlier" | sed "s/^/reloaded-retired /"; head -1 /sys/kernel/debug/vgpu/*/ras; dmesg | grep -o "[0-9]* retired pages kept out of use after unbind ([0-9]* could not be)"; n=0; while [ $n -lt 4 ] && vgpu-samples copy; do n=$((n+1)); done; [ $n -eq 4 ] && echo serves-after-reload; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
     elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
     elif ! want "^reloaded-retired 1$"; then result "$name" 0 "the reloaded driver did not read the device's table"
     elif ! want "^retired_pages 2 "; then result "$name" 0 "retired pages not kept across the reload"
+    elif ! want "^2 retired pages kept out of use after unbind \(0 could not be\)$"; then result "$name" 0 "the retired pages were not kept out of the allocator at unbind"
     elif ! want "^serves-after-reload$"; then result "$name" 0 "not serving after the reload"
     elif ! want "^dmesg-problems 0$"; then result "$name" 0 "warnings in dmesg"
     else result "$name" 1; fi

@@ -20,6 +20,7 @@ use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use crate::failprobe;
+pub use crate::failthread::FailNth;
 use crate::sys::{self, rname};
 use crate::worker::DevInfo;
 
@@ -197,72 +198,6 @@ pub fn write_file(path: &str, text: &str) -> Result<(), i32> {
     fs::write(path, text).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
 }
 
-/// This thread's fail-nth counter.
-pub struct FailNth(RawFd);
-
-impl FailNth {
-    fn open() -> Result<FailNth, String> {
-        // SAFETY: a NUL-terminated path.
-        let fd = unsafe {
-            libc::open(
-                c"/proc/thread-self/fail-nth".as_ptr(),
-                libc::O_RDWR | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(
-                "no /proc/thread-self/fail-nth: the kernel lacks CONFIG_FAULT_INJECTION".into(),
-            );
-        }
-        Ok(FailNth(fd))
-    }
-
-    /// The N-th injection point this thread passes from now on fails.
-    /// (Formatted on the stack: nothing of ours allocates while armed.)
-    pub fn arm(&self, n: u32) {
-        let mut buf = [0u8; 12];
-        let mut i = buf.len();
-        let mut v = n;
-        loop {
-            i -= 1;
-            buf[i] = b'0' + (v % 10) as u8;
-            v /= 10;
-            if v == 0 {
-                break;
-            }
-        }
-        let s = &buf[i..];
-        // SAFETY: writes from a live buffer to our own fd.
-        let w = unsafe { libc::pwrite(self.0, s.as_ptr().cast(), s.len(), 0) };
-        assert_eq!(w, s.len() as isize, "fail-nth write");
-    }
-
-    /// Disarms; whether a failure was injected (the counter reached 0).
-    /// Reading the counter is itself a user copy: a counter of 1 makes
-    /// that copy fail (EFAULT), which means nothing was injected before.
-    pub fn disarm(&self) -> bool {
-        let mut buf = [0u8; 16];
-        // SAFETY: reads into a local buffer from our own fd.
-        let n = unsafe { libc::pread(self.0, buf.as_mut_ptr().cast(), buf.len(), 0) };
-        let left: u32 = if n < 0 {
-            1
-        } else {
-            std::str::from_utf8(&buf[..n as usize])
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-                .unwrap_or(1)
-        };
-        for _ in 0..4 {
-            // SAFETY: writes "0" from a static buffer to our own fd.
-            let w = unsafe { libc::pwrite(self.0, b"0".as_ptr().cast(), 1, 0) };
-            if w == 1 {
-                break;
-            }
-        }
-        left == 0
-    }
-}
-
 /// What the sweeps found.
 #[derive(Default)]
 pub struct Totals {
@@ -277,8 +212,9 @@ pub struct Totals {
 /// skip sleeping allocations (and fail_page_alloc order-0 and highmem ones,
 /// shmem's pages) unless told otherwise; no report per injected failure.
 fn configure() -> Result<(), String> {
+    crate::failthread::count_sleeping_slab_allocations()
+        .map_err(|e| format!("{e} (a kernel with FAULT_INJECTION_DEBUG_FS?)"))?;
     let knobs: &[(&str, &[(&str, &str)])] = &[
-        ("failslab", &[("ignore-gfp-wait", "N"), ("verbose", "0")]),
         (
             "fail_page_alloc",
             &[

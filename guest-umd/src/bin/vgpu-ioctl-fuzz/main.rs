@@ -25,6 +25,7 @@
 mod expect;
 mod failnth;
 mod failprobe;
+mod failthread;
 mod guard;
 mod oplog;
 mod ops_gpu;

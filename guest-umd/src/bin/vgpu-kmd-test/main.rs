@@ -48,6 +48,9 @@
 //!   remap-compute            the same through the compute engine's TLB
 //!   unmapped                 unbind and close a BO the GPU read: the next
 //!                            copy from its range faults (EIO), none of it read
+//!   unbind-nomem             the same unbind with its N-th allocation failing
+//!                            for every N (fail-nth): a successful unbind
+//!                            leaves no stale translation
 //!   syncobj                  DRM sync objects: waits, timelines, transfers,
 //!                            sync_files, jobs signalling and waiting
 //!   syncobj-hang             a job's out-syncobj carries -EIO after an
@@ -61,6 +64,9 @@
 //!                            implicit sync, a foreign dma-buf refused
 //!   vram-victims             which objects eviction takes: visible ones
 //!                            for a CPU-access object, oldest first
+//!   victims-nomem            eviction with its N-th allocation failing for
+//!                            every N (fail-nth): a success took the two
+//!                            least recently placed objects
 //!   vram-move-refused        a move whose TLB invalidation the device
 //!                            refuses (--inject control-busy:packet=
 //!                            TLB_INVALIDATE,count=1) is abandoned
@@ -83,6 +89,8 @@ mod coredump;
 mod debugfs;
 mod events;
 mod export;
+#[path = "../vgpu-ioctl-fuzz/failthread.rs"]
+mod failthread;
 mod gem;
 mod hang;
 mod hostmap;
@@ -91,6 +99,7 @@ mod leaks;
 mod limits;
 mod lost;
 mod node;
+mod nomem;
 mod prime;
 mod queue;
 mod ras;
@@ -147,6 +156,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("remap-compute", false, remap::test_remap_compute),
     ("unbind-refused", false, remap::test_unbind_refused),
     ("unmapped", false, remap::test_unmapped),
+    ("unbind-nomem", false, nomem::test_unbind_nomem),
     ("syncobj", false, syncobj::test_syncobj),
     ("syncobj-hang", false, syncobj::test_syncobj_hang),
     ("queue", false, queue::test_queue),
@@ -156,6 +166,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("vram-lost", false, vram::test_vram_lost),
     ("vram-charge", false, vram::test_vram_charge),
     ("vram-victims", false, vram::test_vram_victims),
+    ("victims-nomem", false, vram::test_victims_nomem),
     ("vram-move-refused", false, vram::test_vram_move_refused),
     ("sanitizer", false, sanitizer::test_sanitizer),
     ("uq", false, uqueue::test_uq),

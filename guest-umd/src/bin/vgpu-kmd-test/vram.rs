@@ -109,26 +109,26 @@ pub fn test_vram_victims(t: &mut T, path: &Path) {
     test_lru(t, &n);
 }
 
-/// The least recently placed object is evicted first: four objects of
-/// different sizes nearly fill VRAM, and one more needs the room of any
-/// one of them; it must be the oldest's. (The oldest object is made to
-/// sit at a higher kernel address than the younger ones, so that an
-/// order other than placement order, such as the registry's address
-/// order, picks another.)
-fn test_lru(t: &mut T, n: &Kmd) {
+/// Four VRAM objects of different sizes (`u` = usable / 16: 4u, 3u, 5u and
+/// the rest but 2u + 1 MiB) placed in that order, the oldest at a higher
+/// kernel address than the younger ones, so that an order other than
+/// placement order, such as the registry's address order, picks another.
+/// Their handles, sizes and `u`; `None` (a failed check if placing failed)
+/// when VRAM is not empty or too small.
+fn place_four(t: &mut T, n: &Kmd, section: &str) -> Option<(Vec<u32>, [u64; 4], u64)> {
     let (Some(usable), Some(0)) = (vram_field("usable"), vram_used()) else {
-        return;
+        return None;
     };
-    // Free after the four: 2u + 1 MiB, less than the 3u asked for next.
+    // Free after the four: 2u + 1 MiB.
     let u = (usable / 16) & !(MIB - 1);
     if u < 2 * MIB {
-        return;
+        return None;
     }
     let mut sizes = [4 * u, 3 * u, 5 * u, usable - 14 * u - MIB];
     sizes[3] &= !(MIB - 1);
     let distinct = (0..4).all(|i| (0..i).all(|j| sizes[i] != sizes[j]));
     if !distinct || sizes[3] == 0 {
-        return;
+        return None;
     }
     // Small system objects first; the oldest VRAM object after them; then
     // the small ones freed, so that the younger VRAM objects reuse their
@@ -144,13 +144,39 @@ fn test_lru(t: &mut T, n: &Kmd) {
         match n.gem_create(size, VRAM) {
             Ok(h) => held.push(h),
             Err(e) => {
-                t.check("vram-victims: four objects placed", false, || {
+                t.check(&format!("{section}: four objects placed"), false, || {
                     format!("object {i} of {} MiB: {e}", size >> 20)
                 });
-                return;
+                for h in held {
+                    let _ = n.gem_close(h);
+                }
+                return None;
             }
         }
     }
+    Some((held, sizes, u))
+}
+
+/// Which of [`place_four`]'s objects `evicted` bytes are, for a message.
+fn which(sizes: &[u64; 4], evicted: u64) -> String {
+    let set = |m: usize| (0..4).filter(move |i| m >> i & 1 == 1);
+    (1..16usize)
+        .find(|&m| set(m).map(|i| sizes[i]).sum::<u64>() == evicted)
+        .map_or(format!("{} MiB in all", evicted >> 20), |m| {
+            set(m)
+                .map(|i| format!("object {i} ({} MiB)", sizes[i] >> 20))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        })
+}
+
+/// The least recently placed object is evicted first: [`place_four`]'s
+/// objects nearly fill VRAM, and one more needs the room of any one of
+/// them; it must be the oldest's.
+fn test_lru(t: &mut T, n: &Kmd) {
+    let Some((mut held, sizes, u)) = place_four(t, n, "vram-victims") else {
+        return;
+    };
     let before = vram_used().unwrap_or(0);
     let more = 3 * u;
     let r = n.gem_create(more, VRAM);
@@ -160,15 +186,9 @@ fn test_lru(t: &mut T, n: &Kmd) {
         "vram-victims: the least recently placed object is evicted first",
         r.is_ok() && evicted == sizes[0],
         || {
-            let which = sizes
-                .iter()
-                .position(|&s| s == evicted)
-                .map_or(format!("{} MiB in all", evicted >> 20), |i| {
-                    format!("object {i} ({} MiB)", sizes[i] >> 20)
-                });
             format!(
                 "objects of {:?} MiB placed in that order; one of {} MiB more needed the room \
-                 of one of them: GEM_CREATE {}, evicted {which}, want object 0 (the oldest, {} \
+                 of one of them: GEM_CREATE {}, evicted {}, want object 0 (the oldest, {} \
                  MiB): victims go least recently placed first (their allocations' stamps), \
                  whatever order the objects are visited in",
                 sizes.map(|s| s >> 20),
@@ -177,6 +197,7 @@ fn test_lru(t: &mut T, n: &Kmd) {
                     Ok(_) => "succeeded".to_string(),
                     Err(e) => crate::report::errname(e.errno).to_string(),
                 },
+                which(&sizes, evicted),
                 sizes[0] >> 20
             )
         },
@@ -187,6 +208,68 @@ fn test_lru(t: &mut T, n: &Kmd) {
     for h in held {
         let _ = n.gem_close(h);
     }
+}
+
+/// Eviction under allocation failures: [`place_four`]'s objects, then one
+/// that needs the room of the two oldest (7u: the 2u + 1 MiB free and
+/// objects 0 and 1), created with its N-th allocation failing, for every
+/// N the call reaches (fail-nth). A run may fail; a run that succeeds with
+/// no failed move (a move that fails passes on to the next victim: debugfs
+/// `vram_mm` `moves_failed`) must have evicted objects 0 and 1 and nothing
+/// else. A victim list that lost an object to a failed allocation, and went
+/// on, evicts object 2 instead.
+pub fn test_victims_nomem(t: &mut T, path: &Path) {
+    let Some(fnth) = crate::nomem::fail_nth(t, "victims-nomem") else {
+        return;
+    };
+    let n = open(path);
+    let (mut failed, mut wrong) = (0u32, Vec::new());
+    let mut done = false;
+    for k in 1..=crate::nomem::MAX_N {
+        let Some((mut held, sizes, u)) = place_four(t, &n, "victims-nomem") else {
+            t.check("victims-nomem: VRAM empty and large enough", false, || {
+                format!("run {k}: used {:?}", vram_used())
+            });
+            return;
+        };
+        let before = vram_used().unwrap_or(0);
+        let moves_failed = vram_field("moves_failed");
+        let more = 7 * u;
+        fnth.arm(k);
+        let r = n.gem_create(more, VRAM);
+        let injected = fnth.disarm();
+        match r {
+            // A move that failed (counted) passes on to the next victim.
+            Ok(h) if vram_field("moves_failed") != moves_failed => held.push(h),
+            Ok(h) => {
+                let evicted = (before + more).saturating_sub(vram_used().unwrap_or(0));
+                if evicted != sizes[0] + sizes[1] {
+                    wrong.push(format!("run {k}: evicted {}", which(&sizes, evicted)));
+                }
+                held.push(h);
+            }
+            Err(_) => failed += 1,
+        }
+        for h in held {
+            let _ = n.gem_close(h);
+        }
+        if !injected {
+            done = true;
+            break;
+        }
+    }
+    crate::nomem::sweep_end(t, "victims-nomem", failed, done);
+    t.check(
+        "victims-nomem: every eviction took the two least recently placed objects",
+        wrong.is_empty(),
+        || {
+            format!(
+                "{}; want objects 0 and 1: a victim list that could not be built whole must \
+                 fail the allocation (ENOMEM), not evict from what it has",
+                wrong.join("; ")
+            )
+        },
+    );
 }
 
 /// Room in visible VRAM made by evicting only objects that hold visible

@@ -248,6 +248,11 @@ pub fn test_victims_nomem(t: &mut T, path: &Path) {
                 }
                 held.push(h);
             }
+            // The run without an injected failure must succeed.
+            Err(e) if !injected => wrong.push(format!(
+                "run {k}, with no failure injected: GEM_CREATE {}",
+                crate::report::errname(e.errno)
+            )),
             Err(_) => failed += 1,
         }
         for h in held {

@@ -326,10 +326,20 @@ impl Vgpu {
         // The entries were invalid: mapping the pages needs no
         // invalidation. The old pages' declarations go, then the blocks.
         let rebound = owner.vm.lock().rebind_object(bo);
-        let r = rebound.map(drop);
-        drop(old);
-        r?;
-        Ok(copy_us)
+        match rebound {
+            Ok(decls) => {
+                drop(decls);
+                drop(old);
+                Ok(copy_us)
+            }
+            Err(e) => {
+                // Not mapped onto its new pages: back in VRAM (its blocks
+                // were never freed), mapped there again.
+                *bo.vram() = old;
+                owner.vm.lock().rebind_object(bo)?;
+                Err(e)
+            }
+        }
         // LAB(9) END move
     }
 

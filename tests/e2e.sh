@@ -473,16 +473,17 @@ fi
 #     export refused, visible VRAM filled with pinned CPU-access BOs to ENOSPC and the fallback to system memory,
 #     twice VRAM's size in VRAM-only BOs (older ones evicted), debugfs vram_mm's accounting; kmd-test vram-victims:
 #     a CPU-access BO evicts only BOs with visible bytes, the least recently placed first; victims-nomem: the same
-#     under an allocation failure at every N (fail-nth), a success took the right victims), on a device with VRAM
+#     under an allocation failure at every N (fail-nth), a success took the right victims; move-nomem: with the
+#     objects bound, each still reads its words through the GPU after every run), on a device with VRAM
 #     and on one without; with file_gem_limit_mib=64, evicted BOs count against it (kmd-test vram-charge: ENOSPC
 #     once no more may be evicted); a move whose TLB invalidation the device refuses (injected) is abandoned, the
 #     object intact where it was (kmd-test vram-move-refused).
 name=vram-placement
 if selected "$name"; then
-    run_vm "$name" --gen 1 --device-arg --vram=128M --device-arg --visible-vram=32M run 'vgpu-kmd-test vram vram-victims; head -1 /sys/kernel/debug/vgpu/*/vram_mm; vgpu-kmd-test victims-nomem; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
+    run_vm "$name" --gen 1 --device-arg --vram=128M --device-arg --visible-vram=32M run 'vgpu-kmd-test vram vram-victims; head -1 /sys/kernel/debug/vgpu/*/vram_mm; vgpu-kmd-test victims-nomem move-nomem; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
-    elif ! want "^ok victims-nomem: every eviction took the two least recently placed objects$"; then result "$name" 0 "no victims-nomem verdict"
+    elif ! want "^ok victims-nomem: every eviction took the two least recently placed objects$" || ! want "^ok move-nomem: every object reads its words through the GPU after each run$"; then result "$name" 0 "no victims-nomem or move-nomem verdict"
     elif ! want "^ok vram: visible VRAM full, CPU-access objects not evicted" || ! want "^ok vram: older objects evicted$" || ! want "^ok vram: one aperture mapping sees the other's writes" || ! want "^ok vram: the CPU sees the GPU's new words$"; then result "$name" 0 "VRAM checks missing"
     elif ! want "^vram_mm: usable 0x7e00000 free 0x7e00000 used 0x0 visible_used 0x0 allocs [1-9][0-9]* failed [1-9][0-9]* evictions [1-9][0-9]* .* moves_failed 0 losses 0$"; then result "$name" 0 "vram_mm not back to empty, no refusal or eviction counted, or a failed move"
     elif ! want "^dmesg-problems 0$"; then result "$name" 0 "warnings in dmesg"

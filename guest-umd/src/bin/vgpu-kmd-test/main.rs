@@ -67,6 +67,8 @@
 //!   victims-nomem            eviction with its N-th allocation failing for
 //!                            every N (fail-nth): a success took the two
 //!                            least recently placed objects
+//!   move-nomem               the same with bound objects: each reads its
+//!                            words through the GPU after every run
 //!   vram-move-refused        a move whose TLB invalidation the device
 //!                            refuses (--inject control-busy:packet=
 //!                            TLB_INVALIDATE,count=1) is abandoned
@@ -166,7 +168,8 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("vram-lost", false, vram::test_vram_lost),
     ("vram-charge", false, vram::test_vram_charge),
     ("vram-victims", false, vram::test_vram_victims),
-    ("victims-nomem", false, vram::test_victims_nomem),
+    ("victims-nomem", false, nomem::test_victims_nomem),
+    ("move-nomem", false, nomem::test_move_nomem),
     ("vram-move-refused", false, vram::test_vram_move_refused),
     ("sanitizer", false, sanitizer::test_sanitizer),
     ("uq", false, uqueue::test_uq),

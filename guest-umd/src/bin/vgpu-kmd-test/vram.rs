@@ -21,7 +21,7 @@ const MIB: u64 = 1 << 20;
 
 /// Field `name` of debugfs `vram_mm`'s first line (`None` without
 /// debugfs).
-fn vram_field(name: &str) -> Option<u64> {
+pub(crate) fn vram_field(name: &str) -> Option<u64> {
     let text = debugfs("vram_mm");
     let v = field(text.lines().next()?, name)?;
     match v.strip_prefix("0x") {
@@ -31,7 +31,7 @@ fn vram_field(name: &str) -> Option<u64> {
 }
 
 /// `used` of debugfs `vram_mm`, in bytes.
-fn vram_used() -> Option<u64> {
+pub(crate) fn vram_used() -> Option<u64> {
     vram_field("used")
 }
 
@@ -115,7 +115,7 @@ pub fn test_vram_victims(t: &mut T, path: &Path) {
 /// placement order, such as the registry's address order, picks another.
 /// Their handles, sizes and `u`; `None` (a failed check if placing failed)
 /// when VRAM is not empty or too small.
-fn place_four(t: &mut T, n: &Kmd, section: &str) -> Option<(Vec<u32>, [u64; 4], u64)> {
+pub(crate) fn place_four(t: &mut T, n: &Kmd, section: &str) -> Option<(Vec<u32>, [u64; 4], u64)> {
     let (Some(usable), Some(0)) = (vram_field("usable"), vram_used()) else {
         return None;
     };
@@ -158,16 +158,22 @@ fn place_four(t: &mut T, n: &Kmd, section: &str) -> Option<(Vec<u32>, [u64; 4], 
 }
 
 /// Which of [`place_four`]'s objects `evicted` bytes are, for a message.
-fn which(sizes: &[u64; 4], evicted: u64) -> String {
+pub(crate) fn which(sizes: &[u64; 4], evicted: u64) -> String {
+    objects_of(sizes, evicted).map_or(format!("{} MiB in all", evicted >> 20), |set| {
+        set.iter()
+            .map(|&i| format!("object {i} ({} MiB)", sizes[i] >> 20))
+            .collect::<Vec<_>>()
+            .join(" and ")
+    })
+}
+
+/// The objects of [`place_four`] whose sizes add up to `bytes` (the sizes
+/// are chosen so that at most one set does), if any do.
+pub(crate) fn objects_of(sizes: &[u64; 4], bytes: u64) -> Option<Vec<usize>> {
     let set = |m: usize| (0..4).filter(move |i| m >> i & 1 == 1);
     (1..16usize)
-        .find(|&m| set(m).map(|i| sizes[i]).sum::<u64>() == evicted)
-        .map_or(format!("{} MiB in all", evicted >> 20), |m| {
-            set(m)
-                .map(|i| format!("object {i} ({} MiB)", sizes[i] >> 20))
-                .collect::<Vec<_>>()
-                .join(" and ")
-        })
+        .find(|&m| set(m).map(|i| sizes[i]).sum::<u64>() == bytes)
+        .map(|m| set(m).collect())
 }
 
 /// The least recently placed object is evicted first: [`place_four`]'s
@@ -208,73 +214,6 @@ fn test_lru(t: &mut T, n: &Kmd) {
     for h in held {
         let _ = n.gem_close(h);
     }
-}
-
-/// Eviction under allocation failures: [`place_four`]'s objects, then one
-/// that needs the room of the two oldest (7u: the 2u + 1 MiB free and
-/// objects 0 and 1), created with its N-th allocation failing, for every
-/// N the call reaches (fail-nth). A run may fail; a run that succeeds with
-/// no failed move (a move that fails passes on to the next victim: debugfs
-/// `vram_mm` `moves_failed`) must have evicted objects 0 and 1 and nothing
-/// else. A victim list that lost an object to a failed allocation, and went
-/// on, evicts object 2 instead.
-pub fn test_victims_nomem(t: &mut T, path: &Path) {
-    let Some(fnth) = crate::nomem::fail_nth(t, "victims-nomem") else {
-        return;
-    };
-    let n = open(path);
-    let (mut failed, mut wrong) = (0u32, Vec::new());
-    let mut done = false;
-    for k in 1..=crate::nomem::MAX_N {
-        let Some((mut held, sizes, u)) = place_four(t, &n, "victims-nomem") else {
-            t.check("victims-nomem: VRAM empty and large enough", false, || {
-                format!("run {k}: used {:?}", vram_used())
-            });
-            return;
-        };
-        let before = vram_used().unwrap_or(0);
-        let moves_failed = vram_field("moves_failed");
-        let more = 7 * u;
-        fnth.arm(k);
-        let r = n.gem_create(more, VRAM);
-        let injected = fnth.disarm();
-        match r {
-            // A move that failed (counted) passes on to the next victim.
-            Ok(h) if vram_field("moves_failed") != moves_failed => held.push(h),
-            Ok(h) => {
-                let evicted = (before + more).saturating_sub(vram_used().unwrap_or(0));
-                if evicted != sizes[0] + sizes[1] {
-                    wrong.push(format!("run {k}: evicted {}", which(&sizes, evicted)));
-                }
-                held.push(h);
-            }
-            // The run without an injected failure must succeed.
-            Err(e) if !injected => wrong.push(format!(
-                "run {k}, with no failure injected: GEM_CREATE {}",
-                crate::report::errname(e.errno)
-            )),
-            Err(_) => failed += 1,
-        }
-        for h in held {
-            let _ = n.gem_close(h);
-        }
-        if !injected {
-            done = true;
-            break;
-        }
-    }
-    crate::nomem::sweep_end(t, "victims-nomem", failed, done);
-    t.check(
-        "victims-nomem: every eviction took the two least recently placed objects",
-        wrong.is_empty(),
-        || {
-            format!(
-                "{}; want objects 0 and 1: a victim list that could not be built whole must \
-                 fail the allocation (ENOMEM), not evict from what it has",
-                wrong.join("; ")
-            )
-        },
-    );
 }
 
 /// Room in visible VRAM made by evicting only objects that hold visible

@@ -128,12 +128,15 @@ fn reference(
         let e = u64::from_le(e);
         let valid = e & 1 != 0;
         let huge = e & (1 << 4) != 0;
-        let addr = e & 0x000f_ffff_ffff_f000;
+        // Bit 7 says the address is a VRAM offset: device-physical address
+        // 2^52 + offset, which no region of this guest RAM holds.
+        let vram = if e & (1 << 7) != 0 { 1u64 << 52 } else { 0 };
+        let addr = (e & 0x000f_ffff_ffff_f000) | vram;
         if !valid {
             return fail(FaultReason::NotPresent);
         }
-        // Bits 63..52 and 11..7 are reserved.
-        if e & 0xfff0_0000_0000_0f80 != 0 || (huge && level != 1) {
+        // Bits 63..52 and 11..8 are reserved.
+        if e & 0xfff0_0000_0000_0f00 != 0 || (huge && level != 1) {
             return fail(FaultReason::Malformed);
         }
         if level > 0 && !huge {

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use vgpu_fuzz::packets::{DATA_VA, IB_VA, MODULE_VA};
 use vgpu_hwif::mmu::{
-    huge_entry, leaf_entry, table_entry, CachePolicy, PTE_EXEC, PTE_READ, PTE_WRITE,
+    huge_entry, leaf_entry, table_entry, CachePolicy, PTE_EXEC, PTE_READ, PTE_WRITE, VRAM_BASE,
 };
 use vgpu_hwif::packet::{
     Copy2dPacket, DispatchPacket, Packet, FENCE_NO_EVENT, SEM_SIGNAL_ADD, SEM_WAIT_GEQ,
@@ -197,6 +197,11 @@ fn mmu(dir: &Path) {
             leaf_entry(0x1_0000 + 0x1000 * i, perms, CachePolicy::Cached),
         );
     }
+    // A page in VRAM, which this guest RAM does not have: a bad address.
+    put(
+        0x3000 + 8 * (idx(va, 0) + 8),
+        leaf_entry(VRAM_BASE + 0x1000, PTE_READ, CachePolicy::Cached),
+    );
     let huge_va = va + (1 << 21);
     put(
         0x2000 + 8 * idx(huge_va, 1),
@@ -207,6 +212,7 @@ fn mmu(dir: &Path) {
         va + 0x1234,
         va + 0x3000,
         va + 0x7fff,
+        va + 0x8010,
         huge_va + 0x1_2345,
         va + (1 << 30),
         1 << 47,

@@ -198,6 +198,37 @@ fn copies_through_scattered_pages_on_both_generations() {
         assert_eq!(st.bytes, 65536 - 5 + 960 + 6);
         assert_eq!(st.fences, 1);
         assert!(st.tlb_misses > 0 && st.tlb_hits > st.tlb_misses, "{st:?}");
+        // The context's only ring holds all of its counters; it has no
+        // ring on the compute engine to ask about.
+        let ce = stats_kind::context_engine_id(1, engine::COPY);
+        let rs = d.stats(stats_kind::CONTEXT_ENGINE, ce).unwrap();
+        assert_eq!(
+            (
+                rs.busy_ns,
+                rs.bytes,
+                rs.fences,
+                rs.tlb_misses,
+                rs.kind,
+                rs.id
+            ),
+            (
+                st.busy_ns,
+                st.bytes,
+                st.fences,
+                st.tlb_misses,
+                stats_kind::CONTEXT_ENGINE,
+                ce
+            )
+        );
+        assert!(rs.busy_ns > 0, "{rs:?}");
+        let none = stats_kind::context_engine_id(1, engine::COMPUTE);
+        assert!(d.stats(stats_kind::CONTEXT_ENGINE, none).is_err());
+        assert!(d
+            .stats(
+                stats_kind::CONTEXT_ENGINE,
+                stats_kind::context_engine_id(1, 9)
+            )
+            .is_err());
         let id = d.identity;
         assert_eq!(
             (id.generation, id.va_bits, id.engine_mask),

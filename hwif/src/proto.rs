@@ -92,6 +92,21 @@ pub mod stats_kind {
     pub const CONTEXT: u32 = 1;
     /// The whole device (`id` = 0).
     pub const DEVICE: u32 = 2;
+    /// One engine's share of one context (`id` =
+    /// [`context_engine_id`]): what the context's ring on that engine
+    /// used, the figures DRM fdinfo's `drm-engine-<name>` keys report.
+    pub const CONTEXT_ENGINE: u32 = 3;
+
+    /// The `id` of a [`CONTEXT_ENGINE`] query: the context id in bits
+    /// 15..0, the engine number in bits 31..16.
+    pub const fn context_engine_id(ctx_id: u32, engine: u32) -> u32 {
+        (ctx_id & 0xffff) | (engine << 16)
+    }
+
+    /// The context id and engine number a [`CONTEXT_ENGINE`] `id` names.
+    pub const fn split_context_engine_id(id: u32) -> (u32, u32) {
+        (id & 0xffff, id >> 16)
+    }
 }
 
 pod_struct! {

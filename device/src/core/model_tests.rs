@@ -218,9 +218,17 @@ fn command_operands_are_checked() {
             Status::InvalidArgument,
         ),
         (
-            "stats kind 3",
-            Command::QueryStats { kind: 3, id: 0 },
+            "stats kind 4",
+            Command::QueryStats { kind: 4, id: 0 },
             Status::InvalidArgument,
+        ),
+        (
+            "stats context-engine of an unknown ctx",
+            Command::QueryStats {
+                kind: stats_kind::CONTEXT_ENGINE,
+                id: stats_kind::context_engine_id(8, 0),
+            },
+            Status::NotFound,
         ),
         (
             "stats engine 2",

@@ -46,6 +46,7 @@ use vgpu_hwif::proto::{engine, ring_state, RingStatus, Status, MAX_RING_SIZE, MI
 
 use super::compute_engine::DispatchOp;
 use super::copy_engine::CopyOp;
+use super::telemetry::Stats;
 
 /// An `INDIRECT` command buffer being executed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -247,6 +248,10 @@ pub struct Ring {
     /// The watched doorbell block at this VA could not be accessed: the
     /// engine stops the ring with `DOORBELL_FAULT` when it next looks.
     pub doorbell_fault: Option<u64>,
+    /// Counters of the context's work on this engine since the ring was
+    /// created (`QUERY_STATS` `CONTEXT_ENGINE`); the context's own
+    /// counters are the sum over its rings.
+    pub stats: Stats,
 }
 
 impl Ring {
@@ -264,6 +269,7 @@ impl Ring {
             status_dirty: true,
             status_broken: false,
             doorbell_fault: None,
+            stats: Stats::default(),
         }
     }
 

@@ -30,6 +30,16 @@ pub(super) fn query_stats(
                 .stats
         }
         stats_kind::CONTEXT => st.contexts.get(id)?.stats,
+        stats_kind::CONTEXT_ENGINE => {
+            let (ctx_id, e) = stats_kind::split_context_engine_id(id);
+            st.contexts
+                .get(ctx_id)?
+                .ring(e)
+                .ok_or(CommandError::Invalid(
+                    "the context has no ring on that engine",
+                ))?
+                .stats
+        }
         stats_kind::DEVICE => {
             if id != 0 {
                 return Err(CommandError::Invalid("device stats take id 0"));

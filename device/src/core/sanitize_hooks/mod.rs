@@ -597,6 +597,7 @@ pub fn after_retire(gpu: &Gpu, st: &mut GpuState, ctx: u32, e: u32, end: &SliceE
                     error_rptr: rptr,
                 };
                 r.status_dirty = true;
+                r.stats.errors += 1;
                 c.stats.errors += 1;
                 out.push(Event::EngineError(EngineErrorRecord {
                     ctx_id: id,

@@ -165,6 +165,7 @@ pub fn take_doorbells(st: &mut GpuState, e: u32, events: &mut Vec<Event>) {
                     error_rptr: rptr,
                 };
                 r.status_dirty = true;
+                r.stats.errors += 1;
                 c.stats.errors += 1;
                 errors += 1;
                 let r = c.ring(e);

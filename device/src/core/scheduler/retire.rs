@@ -95,6 +95,7 @@ fn write_status(
         };
     }
     let packet_va = r.va_of(rptr);
+    r.stats.faults += 1;
     c.stats.faults += 1;
     c.last_fault_va = f.va;
     engine_stats.faults += 1;
@@ -164,6 +165,7 @@ pub fn retire(
     let Some(r) = c.ring_mut(e) else {
         return events;
     };
+    r.stats.add(&out.stats);
     r.cursor = job.cursor;
     r.status_dirty = true;
     let rptr = r.cursor.rptr;
@@ -192,6 +194,7 @@ pub fn retire(
                     error_rptr: rptr,
                 }
             };
+            r.stats.faults += 1;
             c.stats.faults += 1;
             c.last_fault_va = fault.va;
             es.stats.faults += 1;
@@ -221,6 +224,7 @@ pub fn retire(
                 error: code as u32,
                 error_rptr: rptr,
             };
+            r.stats.errors += 1;
             c.stats.errors += 1;
             es.stats.errors += 1;
             cp.record_instant(
@@ -252,6 +256,7 @@ pub fn retire(
                 error: EngineError::PageFault as u32,
                 error_rptr: rptr,
             };
+            r.stats.faults += 1;
             c.stats.faults += 1;
             c.last_fault_va = fault.va;
             es.stats.faults += 1;
@@ -276,6 +281,7 @@ pub fn retire(
                 error_rptr: rptr,
             };
             let packet_va = r.va_of(rptr);
+            r.stats.faults += 1;
             c.stats.faults += 1;
             c.last_fault_va = fault.va;
             es.stats.faults += 1;

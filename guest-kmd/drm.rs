@@ -217,6 +217,10 @@ impl drm::file::DriverFile for VgpuFile {
         };
         Ok(KBox::new(file, GFP_KERNEL)?.into())
     }
+
+    fn show_fdinfo(&self, _dev: &VgpuDrmDevice, p: &mut drm::file::FdinfoPrinter<'_>) {
+        crate::stats::show_fdinfo(&self.vgpu, &self.client, p);
+    }
 }
 
 impl gem::DriverObject for VgpuObject {

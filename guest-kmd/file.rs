@@ -7,7 +7,7 @@
 //! to it from every context the file creates (a context runs on its file's
 //! address space), and debugfs lists every client.
 
-use crate::{gem::MemAccount, hostmem::HostMaps, vm::Vm, vram_mgr::VramUse};
+use crate::{gem::MemAccount, hostmem::HostMaps, proto::engine, vm::Vm, vram_mgr::VramUse};
 use kernel::{
     new_mutex,
     prelude::*,
@@ -43,6 +43,66 @@ pub(crate) struct Client {
     /// Moves of its buffer objects in progress: while non-zero its jobs
     /// stay queued ([`Client::gated`]). Changed under the GPU state lock.
     moves: Atomic<u32>,
+    /// Engine time of its contexts, for fdinfo. Locked before the GPU
+    /// state lock, never inside it.
+    #[pin]
+    pub(crate) engine_time: Mutex<EngineTime>,
+}
+
+/// Engines the device has (`proto::engine::COUNT`).
+pub(crate) const ENGINES: usize = engine::COUNT as usize;
+
+/// A client's time on each engine, in nanoseconds, as DRM fdinfo's
+/// `drm-engine-<name>` keys report it: it only grows.
+///
+/// The device counts per context ring (`QUERY_STATS` `CONTEXT_ENGINE`), and
+/// a ring's counters go with it (context destroyed, device reset). Each
+/// sample adds what a context's counter gained since that context's last
+/// sample; a counter below its last sample started again from zero (a
+/// reset rebuilt the context) and counts whole. A context is sampled once
+/// more when it is destroyed, then forgotten.
+pub(crate) struct EngineTime {
+    /// Nanoseconds per engine.
+    total: [u64; ENGINES],
+    /// Each sampled context (by handle) and its counters at the last sample.
+    seen: KVec<(u32, [u64; ENGINES])>,
+}
+
+impl EngineTime {
+    /// Adds context `handle`'s counter `busy_ns` on engine `e`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM` when the first sample of a context cannot be kept (nothing
+    /// is added then).
+    pub(crate) fn sample(&mut self, handle: u32, e: usize, busy_ns: u64) -> Result {
+        let i = match self.seen.iter().position(|&(h, _)| h == handle) {
+            Some(i) => i,
+            None => {
+                self.seen.push((handle, [0; ENGINES]), GFP_KERNEL)?;
+                self.seen.len() - 1
+            }
+        };
+        // PANIC: `i` is an index of `seen` (found, or the entry just pushed).
+        let last = &mut self.seen[i].1;
+        let (Some(last), Some(total)) = (last.get_mut(e), self.total.get_mut(e)) else {
+            return Ok(());
+        };
+        let gained = busy_ns.checked_sub(*last).unwrap_or(busy_ns);
+        *total = total.saturating_add(gained);
+        *last = busy_ns;
+        Ok(())
+    }
+
+    /// Forgets context `handle` (destroyed: its time stays in the totals).
+    pub(crate) fn forget(&mut self, handle: u32) {
+        self.seen.retain(|e| e.0 != handle);
+    }
+
+    /// Nanoseconds on each engine so far.
+    pub(crate) fn totals(&self) -> [u64; ENGINES] {
+        self.total
+    }
 }
 
 /// Source of [`Client::id`].
@@ -67,6 +127,10 @@ impl Client {
                 bind_fence_ctx: crate::ffi::new_fence_context(),
                 bind_seqno: Atomic::new(0),
                 moves: Atomic::new(0),
+                engine_time <- new_mutex!(EngineTime {
+                    total: [0; ENGINES],
+                    seen: KVec::new(),
+                }),
             }),
             GFP_KERNEL,
         )

@@ -11,6 +11,10 @@
 //! * The device's counters (`QUERY_STATS` control commands: the device,
 //!   each engine, each context).
 //!
+//! A file's fdinfo ([`show_fdinfo`], Documentation/gpu/drm-usage-stats.rst)
+//! reads the same sources for one client: its engine time
+//! ([`crate::file::EngineTime`]) and its memory.
+//!
 //! Errors of `QUERY_STATS`: `EINVAL` for non-zero `flags`/`pad` or
 //! `num_contexts` above `VGPU_STATS_MAX_CONTEXTS`; `EFAULT` when the context
 //! array cannot be written; `ENODEV` once the device is unbound; `EIO` when a
@@ -38,6 +42,7 @@ use crate::{
     },
 };
 use kernel::{
+    drm::file::FdinfoPrinter,
     prelude::*,
     sync::Arc,
     uapi, //
@@ -365,4 +370,48 @@ pub(crate) fn show(v: &Vgpu, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Res
         }
     }
     Ok(())
+}
+
+/// The fdinfo name of each engine (`drm-engine-<name>`), by engine number.
+const ENGINE_NAMES: [&str; ENGINES] = ["copy", "compute"];
+
+/// The driver's keys of a file's fdinfo, after the DRM core's
+/// `drm-driver`, `drm-client-id` and `drm-pdev`:
+///
+/// * `drm-engine-copy`, `drm-engine-compute`: nanoseconds the file's
+///   contexts held each engine (the device's per-ring counters, sampled now
+///   for every live context; a destroyed context's time stays counted);
+/// * `drm-total-system`, `drm-memory-system`: its GEM objects in system
+///   memory (what its GEM limit counts);
+/// * `drm-total-vram`, `drm-resident-vram`, `drm-memory-vram`: its objects in
+///   VRAM, on a device with VRAM.
+///
+/// A device that is wedged, lost or unbound is not asked: the engine time
+/// known so far is shown.
+pub(crate) fn show_fdinfo(v: &Vgpu, client: &Arc<Client>, p: &mut FdinfoPrinter<'_>) {
+    let busy = {
+        let mut t = client.engine_time.lock();
+        if let Ok(ctxs) = v.gpu.client_contexts(client) {
+            for &(handle, hw, engines) in ctxs.iter() {
+                v.gpu.sample_engine_time(&mut t, handle, hw, engines);
+            }
+        }
+        t.totals()
+    };
+    let mask = v.hw.identity.as_ref().map_or(0, |i| i.engine_mask);
+    for (e, (name, ns)) in ENGINE_NAMES.iter().zip(busy).enumerate() {
+        if mask & (1 << e) != 0 {
+            p.print(fmt!("drm-engine-{}:\t{} ns\n", name, ns));
+        }
+    }
+    let kib = |bytes: u64| bytes / 1024;
+    let system = kib(client.mem.get().0);
+    p.print(fmt!("drm-total-system:\t{} KiB\n", system));
+    p.print(fmt!("drm-memory-system:\t{} KiB\n", system));
+    if v.vram.as_ref().is_some() {
+        let vram = kib(client.vram.get());
+        p.print(fmt!("drm-total-vram:\t{} KiB\n", vram));
+        p.print(fmt!("drm-resident-vram:\t{} KiB\n", vram));
+        p.print(fmt!("drm-memory-vram:\t{} KiB\n", vram));
+    }
 }

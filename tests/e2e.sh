@@ -317,6 +317,7 @@ done
 # --- Contexts, SUBMIT (copy, fill), fences, WAIT, input-fence ordering, backpressure, faults (aborted and
 #     demand-paged), hangs (SEM_WAIT never satisfied) -> reset ladder -> guilty/innocent -> ban, destroy, close
 #     with work in flight, QUERY_STATS (bad arguments, memory and counters following the work, engine_error),
+#     DRM fdinfo (client ids, engine time of the file's own work kept past its context, memory in both regions),
 #     concurrent submitters on two files, a VA rebound after the GPU read it (every page reads the new BO) and
 #     a range unbound and closed (the next copy faults), the unbind under an allocation failure at every N
 #     (fail-nth: a success leaves no stale translation); then every object count back to zero. (Event FIFO
@@ -329,11 +330,12 @@ for g in 1 2; do
     # blocked job while they fill the queue, finish before the hang check;
     # 15 s on the debug kernel, whose 2,048 SUBMITs take longer than 3 s.
     jt=3000; [ $debug_kernel -eq 1 ] && jt=15000
-    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=$jt" run 'vgpu-kmd-test submit stats export concurrent remap remap-compute unmapped unbind-nomem leaks; grep -E "^(contexts|bos|mappings|pt_pool_used) " /sys/kernel/debug/vgpu/*/objects; dmesg | grep -v "Kernel command line\|vgpurun=\|vgpukmd=\|DMA-API: preallocated\|DMA-API: debugging enabled" | grep -E "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:|event sequence went" | sed "s/^/dmesg-problem: /"; echo dmesg-checked'
+    run_vm "$name" --gen "$g" --kmd-args "job_timeout_ms=$jt" run 'vgpu-kmd-test submit stats fdinfo export concurrent remap remap-compute unmapped unbind-nomem leaks; grep -E "^(contexts|bos|mappings|pt_pool_used) " /sys/kernel/debug/vgpu/*/objects; dmesg | grep -v "Kernel command line\|vgpurun=\|vgpukmd=\|DMA-API: preallocated\|DMA-API: debugging enabled" | grep -E "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:|event sequence went" | sed "s/^/dmesg-problem: /"; echo dmesg-checked'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
     elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
     elif ! want "^ok unbind-nomem: after every successful unbind the range faults, nothing read$"; then result "$name" 0 "no unbind-nomem verdict"
+    elif ! want "^ok fdinfo: 48 MiB of fills count on drm-engine-copy, none on compute$"; then result "$name" 0 "no fdinfo engine time"
     elif want "^(contexts|bos|mappings|pt_pool_used) [1-9]"; then result "$name" 0 "objects left after close"
     elif ! want "^dmesg-checked$" || want "^dmesg-problem:"; then result "$name" 0 "warnings in dmesg"
     else result "$name" 1; fi

@@ -39,7 +39,8 @@ use super::{
 use crate::{
     file::{
         current_tgid,
-        Client, //
+        Client,
+        EngineTime, //
     },
     mmu::{
         PTE_EXEC,
@@ -48,8 +49,10 @@ use crate::{
     },
     proto::{
         ctx_state,
+        stats_kind,
         Command,
         ContextQueryReply,
+        StatsReply,
         CTX_FLAG_REPLAYABLE_FAULTS,
         DESTROY_FLAG_FORCE, //
     },
@@ -242,13 +245,73 @@ impl Gpu {
     /// the device's `CONTEXT_DESTROY`.
     pub(crate) fn ctx_destroy(&self, client: &Arc<Client>, handle: u32) -> Result {
         let _ops = self.ops.lock();
-        let hw = {
+        let (hw, engines) = {
             let mut g = self.lock()?;
             let (hw, ctx) = g.find(client, handle)?;
             ctx.destroying = true;
-            hw
+            (hw, ctx.engine_mask)
         };
+        // Its last engine time, before the device forgets it.
+        {
+            let mut t = client.engine_time.lock();
+            self.sample_engine_time(&mut t, handle, hw, engines);
+            t.forget(handle);
+        }
         self.destroy_hw(hw)
+    }
+
+    /// The contexts of `client` as (handle, device slot, engine mask), for
+    /// [`Gpu::sample_engine_time`].
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn client_contexts(&self, client: &Arc<Client>) -> Result<KVec<(u32, u32, u32)>> {
+        let g = self.state.lock();
+        let mut out = KVec::new();
+        for (hw, c) in g.slots.iter().enumerate() {
+            if let Some(c) = c {
+                if Arc::ptr_eq(&c.client, client) && !c.destroying {
+                    out.push((c.handle, hw as u32, c.engine_mask), GFP_KERNEL)?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adds what context `handle` (device slot `hw`) used of each engine in
+    /// `engines` since its last sample to its file's engine time
+    /// (`QUERY_STATS` `CONTEXT_ENGINE`). A device that cannot answer adds
+    /// nothing: fdinfo shows the time known so far.
+    pub(crate) fn sample_engine_time(
+        &self,
+        t: &mut EngineTime,
+        handle: u32,
+        hw: u32,
+        engines: u32,
+    ) {
+        if self.check_usable().is_err() {
+            return;
+        }
+        for e in 0..ENGINES {
+            if engines & (1 << e) == 0 {
+                continue;
+            }
+            let id = stats_kind::context_engine_id(hw, e as u32);
+            let Ok(reply) = self.cmd(Command::QueryStats {
+                kind: stats_kind::CONTEXT_ENGINE,
+                id,
+            }) else {
+                continue;
+            };
+            match reply.get::<StatsReply>() {
+                Ok(r) if r.kind == stats_kind::CONTEXT_ENGINE && r.id == id => {
+                    // Not kept (ENOMEM): counted at the next sample.
+                    let _ = t.sample(handle, e, r.busy_ns);
+                }
+                _ => {}
+            }
+        }
     }
 
     /// Destroys device slot `hw` (already marked destroying; the caller

@@ -90,6 +90,9 @@
 //!    the reset ladder, across their device commands. The hang check only
 //!    try-locks it (a check that finds it held is skipped: the watchdog
 //!    comes back); the interrupt threads never take it.
+//!    A file's engine time (`Client::engine_time`, DRM fdinfo) comes next:
+//!    under `ops` by `CTX_DESTROY`, alone by an fdinfo read; the state
+//!    lock and the transport's locks are taken under it, nothing else.
 //! 2. [`Gpu::state`](state::Gpu::state): contexts, rings, jobs, fences,
 //!    counters. **Never held across a control-queue round trip**: every
 //!    operation decides under it, drops it, talks to the device, and takes

@@ -92,6 +92,14 @@ pub struct Kmd {
     file: File,
 }
 
+/// The render node's descriptor (its fdinfo is
+/// `/proc/self/fdinfo/<fd>`).
+impl AsRawFd for Kmd {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
+}
+
 impl Kmd {
     /// Wraps an open vgpu render node.
     pub fn new(file: File) -> Kmd {

@@ -54,7 +54,7 @@
 //! | `cp` | `compute_engine`, `copy_engine`, `dma`, `inject`, `mmu`, `poison`, `record`, `ring`, `sanitize`, `telemetry` |
 //! | `context` | `mmu`, `ring`, `telemetry` |
 //! | `inject` | `copy_engine`, `dma`, `mmu`, `poison`, `ring`, `sanitize` |
-//! | `ring` | `compute_engine`, `copy_engine` |
+//! | `ring` | `compute_engine`, `copy_engine`, `telemetry` |
 //! | `compute_engine` | `dma`, `kernel_mem`, `mmu`, `poison`, `record` |
 //! | `copy_engine` | `dma`, `mmu` |
 //! | `kernel_mem` | `dma`, `mmu`, `poison` |

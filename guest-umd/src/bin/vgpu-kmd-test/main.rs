@@ -4,7 +4,7 @@
 //! submission, fences, faults, hangs and resets on the device.
 //!
 //!   vgpu-kmd-test            the default sections: gem vm submit export
-//!                            hostmap stats concurrent leaks
+//!                            hostmap stats fdinfo concurrent leaks
 //!   vgpu-kmd-test gem vm     only these sections (in the order below,
 //!                            whatever the order of the arguments)
 //!
@@ -93,6 +93,7 @@ mod events;
 mod export;
 #[path = "../vgpu-ioctl-fuzz/failthread.rs"]
 mod failthread;
+mod fdinfo;
 mod gem;
 mod hang;
 mod hostmap;
@@ -175,6 +176,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("uq", false, uqueue::test_uq),
     ("uq-hang", false, uqueue::test_uq_hang),
     ("stats", true, stats::test_stats),
+    ("fdinfo", true, fdinfo::test_fdinfo),
     ("concurrent", true, concurrent::test_concurrent),
     ("leaks", true, |t, path| leaks::test_leaks(t, path, 1000)),
 ];

@@ -53,6 +53,7 @@ use crate::{
 use kernel::{
     device::{
         Bound,
+        Core,
         Device, //
     },
     drm::gem::BaseObject,
@@ -362,6 +363,58 @@ impl Vgpu {
         }
         if !clean {
             let _ = self.zombies.lock().push(c.clone(), GFP_KERNEL);
+        }
+    }
+
+    /// Before a PCI function reset (the PCI core's `reset_prepare`, the
+    /// device lock held): the GPU holds submissions off
+    /// ([`Gpu::begin_function_reset`]), then the transport goes offline
+    /// (the command in flight finishes, the device is reset, its queues
+    /// freed). A device being unbound is left alone.
+    pub(crate) fn function_reset_prepare(&self) {
+        if self.hw.link.is_unbound() {
+            return;
+        }
+        dev_info!(self.hw.pdev(), "function reset: quiescing the device\n");
+        self.gpu.begin_function_reset();
+        self.hw.go_offline();
+    }
+
+    /// After a PCI function reset (`reset_done`): the transport restarted
+    /// ([`Hw::restart`]), the sanitizer's declarations made again, then
+    /// every context and ring created again with its unfinished jobs
+    /// ([`Gpu::finish_function_reset`]). A device that does not come back
+    /// is broken and the GPU wedged (as a failed device reset).
+    pub(crate) fn function_reset_done(&self, pdev: &kernel::pci::Device<Core<'_>>) {
+        if self.hw.link.is_unbound() {
+            return;
+        }
+        let start = Instant::<Monotonic>::now();
+        let up = self.hw.restart(pdev);
+        let mut redeclared = 0;
+        if up.is_ok() {
+            if let Some(san) = self.san_mem.as_ref() {
+                redeclared = san.redeclare();
+            }
+        }
+        let ok = self.gpu.finish_function_reset(up.is_ok());
+        let ms = crate::time::elapsed_ns(&start) / 1_000_000;
+        match (ok, up) {
+            (true, _) => dev_info!(
+                pdev,
+                "function reset: device back in {} ms ({} mappings declared again to the sanitizer)\n",
+                ms,
+                redeclared
+            ),
+            (false, Err(e)) => dev_err!(
+                pdev,
+                "function reset: the device did not come back (error {}): wedged\n",
+                e.to_errno()
+            ),
+            (false, Ok(())) => dev_err!(
+                pdev,
+                "function reset: contexts not restored: wedged\n"
+            ),
         }
     }
 

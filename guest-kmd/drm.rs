@@ -25,8 +25,9 @@
 //! The render node advertises DRM sync objects (binary and timeline), so the
 //! generic `DRM_IOCTL_SYNCOBJ_*` ioctls work on it, and PRIME works through
 //! the GEM shmem helpers: handles of objects that are not this device's BOs
-//! (a foreign dma-buf, a dumb buffer) are refused by every lookup
-//! ([`crate::gem::lookup`]).
+//! (a foreign dma-buf) are refused by every lookup ([`crate::gem::lookup`]).
+//! Dumb buffers (`MODE_CREATE_DUMB`, primary node) are this driver's BOs,
+//! charged like `GEM_CREATE`'s.
 //!
 //! The GPUVM driver type of the address spaces is implemented here too,
 //! since it names the driver; its steps are in [`crate::vm_ops`].
@@ -180,6 +181,37 @@ impl drm::Driver for VgpuDrm {
     const FEAT_SYNCOBJ: bool = true;
     const FEAT_SYNCOBJ_TIMELINE: bool = true;
 
+    /// `DRM_IOCTL_MODE_CREATE_DUMB` (primary node only): vgpu has no
+    /// display, but a dumb buffer is still memory a client can fill and map,
+    /// so it is an ordinary system-memory BO of this driver, charged to the
+    /// GEM limits like `GEM_CREATE`'s (docs/uapi.md, "Dumb buffers").
+    ///
+    /// # Errors
+    ///
+    /// As `GEM_CREATE` ([`VgpuFile::create_bo`]): `EINVAL` for a buffer
+    /// over `VGPU_GEM_MAX_SIZE`, `ENOMEM`/`ENOSPC` at the device's or the
+    /// file's GEM limit.
+    fn dumb_create(
+        dev: &VgpuDrmDevice,
+        file: &File,
+        args: &mut kernel::bindings::drm_mode_create_dumb,
+    ) -> Result {
+        // DRM checked that width, height and bpp are non-zero and that the
+        // size fits in 32 bits; checked again here all the same.
+        let cpp = args.bpp.div_ceil(8);
+        let pitch = cpp.checked_mul(args.width).ok_or(EINVAL)?;
+        let size = u64::from(pitch)
+            .checked_mul(u64::from(args.height))
+            .filter(|&s| s > 0)
+            .ok_or(EINVAL)?
+            .next_multiple_of(crate::vm::PAGE_4K);
+        let handle = VgpuFile::create_bo(dev, size, 0, file)?;
+        args.handle = handle;
+        args.pitch = pitch;
+        args.size = size;
+        Ok(())
+    }
+
     traced_drm_ioctls! {
         (VGPU_GET_PARAM, drm_vgpu_get_param, ioctl::RENDER_ALLOW, VgpuFile::get_param),
         (VGPU_PING, drm_vgpu_ping, ioctl::RENDER_ALLOW, VgpuFile::ping),
@@ -271,22 +303,37 @@ impl VgpuFile {
         args: &mut uapi::drm_vgpu_gem_create,
         file: &File,
     ) -> Result<u32> {
-        if args.flags & !uapi::VGPU_GEM_CREATE_FLAGS != 0
-            || args.size == 0
-            || args.size > u64::from(uapi::VGPU_GEM_MAX_SIZE)
-        {
+        if args.flags & !uapi::VGPU_GEM_CREATE_FLAGS != 0 {
+            return Err(EINVAL);
+        }
+        args.handle = Self::create_bo(dev, args.size, args.flags, file)?;
+        Ok(0)
+    }
+
+    /// Creates a BO of `size` bytes (rounded up to 4 KiB) placed and
+    /// charged as `flags` say (`GEM_CREATE`, and dumb buffers with no
+    /// flags); returns its handle in `file`.
+    ///
+    /// # Errors
+    ///
+    /// `EINVAL` (size 0 or over `VGPU_GEM_MAX_SIZE`), `ENOMEM` (the device's
+    /// GEM limit, or no memory), `ENOSPC` (the file's GEM limit), the
+    /// placement's errnos (docs/uapi.md), `ENODEV`/`EIO` for a device that
+    /// is gone or broken.
+    fn create_bo(dev: &VgpuDrmDevice, size: u64, flags: u32, file: &File) -> Result<u32> {
+        if size == 0 || size > u64::from(uapi::VGPU_GEM_MAX_SIZE) {
             return Err(EINVAL);
         }
         dev.vgpu.check_usable()?;
         let size =
-            usize::try_from(args.size.next_multiple_of(crate::vm::PAGE_4K)).map_err(|_| EINVAL)?;
+            usize::try_from(size.next_multiple_of(crate::vm::PAGE_4K)).map_err(|_| EINVAL)?;
         let config = gem::shmem::ObjectConfig {
             map_wc: false,
             parent_resv_obj: None,
         };
         let vram = dev
             .vgpu
-            .place(dev, size as u64, args.flags, &file.inner().client.vram)?;
+            .place(dev, size as u64, flags, &file.inner().client.vram)?;
         // System memory is guest memory, counted against the GEM limits;
         // VRAM is the device's.
         let charge = match vram {
@@ -303,7 +350,7 @@ impl VgpuFile {
             size,
             config,
             BoArgs {
-                flags: args.flags,
+                flags,
                 charge,
                 vram,
                 owner: file.inner().client.id,
@@ -317,8 +364,7 @@ impl VgpuFile {
             unsafe { crate::gem_vram::install(&bo) };
         }
         dev.bos.add(&bo)?;
-        args.handle = bo.create_handle(file)?;
-        Ok(0)
+        bo.create_handle(file)
     }
 
     /// `DRM_IOCTL_VGPU_GEM_MMAP_OFFSET`.

@@ -195,7 +195,7 @@ impl Drop for MemCharge {
 ///
 /// A file's GEM handles can name objects this driver did not create as
 /// [`Bo`]s: a dma-buf of another driver imported through PRIME (the shmem
-/// helper makes a plain shmem object of it) or a dumb buffer. Looking a
+/// helper makes a plain shmem object of it). Looking a
 /// handle up as a `Bo` is only sound for the objects listed here
 /// ([`lookup`]). An object is listed once created and unlisted when it is
 /// freed, before its memory goes.
@@ -362,8 +362,7 @@ unsafe fn get_unless_zero(obj: *mut bindings::drm_gem_object) -> bool {
 /// # Errors
 ///
 /// `ENOENT` (no such handle), `EINVAL` (the handle names an object that is
-/// not one of this device's BOs: an imported foreign dma-buf, a dumb
-/// buffer).
+/// not one of this device's BOs: an imported foreign dma-buf).
 pub(crate) fn lookup<F: kernel::drm::file::DriverFile>(
     file: &kernel::drm::File<F>,
     handle: u32,

@@ -20,7 +20,9 @@
 //!   when dropped).
 //!
 //! Declarations are counted per page by the device, so a page mapped twice
-//! is declared and given back twice. Without the feature nothing is sent.
+//! is declared and given back twice. A PCI function reset makes the device
+//! forget every declaration: [`SanMem::redeclare`] tells it again what is
+//! still declared (the driver's own memory and every live [`Declared`]). Without the feature nothing is sent.
 //! Commands go out with no lock of the driver held by the caller (the
 //! mapping's object pages are pinned before `VM_BIND` takes the address
 //! space's lock); a failure is counted and logged, never fatal: the check
@@ -47,7 +49,9 @@ use kernel::{
             Atomic,
             Relaxed, //
         },
+        new_mutex,
         Arc,
+        Mutex,
         UniqueArc, //
     },
 };
@@ -56,6 +60,7 @@ use kernel::{
 pub(crate) type Ranges = KVec<(u64, u64)>;
 
 /// The declarations of one device.
+#[pin_data]
 pub(crate) struct SanMem {
     hw: Arc<Hw>,
     on: bool,
@@ -63,6 +68,22 @@ pub(crate) struct SanMem {
     pages: Atomic<u64>,
     /// Commands the device refused.
     failed: Atomic<u64>,
+    /// What is declared now, to tell the device again after a function
+    /// reset. Held across `SAN_MEM` round trips by [`SanMem::redeclare`]
+    /// only; taken by a [`Declared`] as it goes.
+    #[pin]
+    kept: Mutex<Kept>,
+}
+
+/// The declarations in force.
+struct Kept {
+    /// The page-table pool's ranges.
+    tables: Ranges,
+    /// The driver's other memory (rings, status pages).
+    own: Ranges,
+    /// The address of every live [`Declared`] (in its `Arc`); each removes
+    /// itself under the lock before it is freed.
+    live: KVec<usize>,
 }
 
 impl SanMem {
@@ -77,15 +98,20 @@ impl SanMem {
             .identity
             .as_ref()
             .is_some_and(|id| id.features & FEATURE_SAN_DMA != 0);
-        Ok(Arc::new(
-            SanMem {
+        Arc::pin_init(
+            pin_init!(SanMem {
                 hw,
                 on,
                 pages: Atomic::new(0),
                 failed: Atomic::new(0),
-            },
+                kept <- new_mutex!(Kept {
+                    tables: KVec::new(),
+                    own: KVec::new(),
+                    live: KVec::new(),
+                }),
+            }),
             GFP_KERNEL,
-        )?)
+        )
     }
 
     /// Whether the driver declares its memory.
@@ -102,6 +128,17 @@ impl SanMem {
         if !self.on {
             return;
         }
+        self.send_uncounted(op, ranges);
+        let pages: u64 = ranges.iter().map(|&(_, s)| s / 4096).sum();
+        if op == SAN_MEM_RELEASE {
+            self.pages.fetch_sub(pages, Relaxed);
+        } else {
+            self.pages.add(pages, Relaxed);
+        }
+    }
+
+    /// The `SAN_MEM` commands of `ranges`, without counting their pages.
+    fn send_uncounted(&self, op: u32, ranges: &[(u64, u64)]) {
         for chunk in ranges.chunks(SAN_MEM_RANGES) {
             let mut rs = [SanRange { pa: 0, size: 0 }; SAN_MEM_RANGES];
             for (d, &(pa, size)) in rs.iter_mut().zip(chunk) {
@@ -127,12 +164,6 @@ impl SanMem {
                 );
             }
         }
-        let pages: u64 = ranges.iter().map(|&(_, s)| s / 4096).sum();
-        if op == SAN_MEM_RELEASE {
-            self.pages.fetch_sub(pages, Relaxed);
-        } else {
-            self.pages.add(pages, Relaxed);
-        }
     }
 
     /// Declares `ranges` (guest-physical, 4 KiB aligned) for as long as
@@ -144,19 +175,28 @@ impl SanMem {
     pub(crate) fn declare(self: &Arc<Self>, ranges: KVec<(u64, u64)>) -> Result<Arc<Declared>> {
         // Room first: a declaration is only made when its give-back is sure.
         let slot = UniqueArc::new_uninit(GFP_KERNEL)?;
+        let mut kept = self.kept.lock();
+        kept.live.reserve(1, GFP_KERNEL)?;
         self.send(SAN_MEM_OWN, &ranges);
-        Ok(slot
+        let d: Arc<Declared> = slot
             .write(Declared {
                 mem: self.clone(),
                 ranges,
             })
-            .into())
+            .into();
+        // Cannot fail: room was reserved above.
+        let _ = kept.live.push(Arc::as_ptr(&d) as usize, GFP_NOWAIT);
+        Ok(d)
     }
 
     /// Declares `ranges` for the device's lifetime (the driver's own
     /// memory, given back by the reset at unbind).
     pub(crate) fn declare_forever(&self, ranges: &[(u64, u64)]) {
         self.send(SAN_MEM_OWN, ranges);
+        let mut kept = self.kept.lock();
+        if kept.own.extend_from_slice(ranges, GFP_KERNEL).is_err() {
+            self.failed.add(1, Relaxed);
+        }
     }
 
     /// Declares `ranges` as page-table memory for the device's lifetime:
@@ -164,6 +204,30 @@ impl SanMem {
     /// (`SAN-PT-INVALID-TABLE`) by its address.
     pub(crate) fn declare_tables_forever(&self, ranges: &[(u64, u64)]) {
         self.send(SAN_MEM_OWN_TABLES, ranges);
+        let mut kept = self.kept.lock();
+        if kept.tables.extend_from_slice(ranges, GFP_KERNEL).is_err() {
+            self.failed.add(1, Relaxed);
+        }
+    }
+
+    /// After a PCI function reset (the device forgot every declaration):
+    /// declares again everything declared now. Returns the number of
+    /// mappings declared again.
+    pub(crate) fn redeclare(&self) -> usize {
+        if !self.on {
+            return 0;
+        }
+        let kept = self.kept.lock();
+        self.send_uncounted(SAN_MEM_OWN_TABLES, &kept.tables);
+        self.send_uncounted(SAN_MEM_OWN, &kept.own);
+        for &addr in kept.live.iter() {
+            // SAFETY: Every address in `live` is that of a live `Declared`:
+            // each removes its own under this lock before it is freed, and
+            // the lock is held.
+            let d = unsafe { &*(addr as *const Declared) };
+            self.send_uncounted(SAN_MEM_OWN, &d.ranges);
+        }
+        kept.live.len()
     }
 }
 
@@ -176,6 +240,8 @@ pub(crate) struct Declared {
 
 impl Drop for Declared {
     fn drop(&mut self) {
+        let me = core::ptr::from_ref(self) as usize;
+        self.mem.kept.lock().live.retain(|a| *a != me);
         self.mem.send(SAN_MEM_RELEASE, &self.ranges);
     }
 }

@@ -9,7 +9,8 @@
 //!
 //! Blocks, from the top down (each imports only blocks below it):
 //!
-//! * this file: the module, its parameters, the PCI driver (probe, unbind).
+//! * this file: the module, its parameters, the PCI driver (probe, unbind,
+//!   function reset).
 //! * [`drm`]: the DRM driver, its ioctl table, its file and GEM object types.
 //! * [`debugfs`]: `/sys/kernel/debug/vgpu/<pci-name>/`, reading every block.
 //! * [`stats`]: the snapshots and counters of `QUERY_STATS`.
@@ -50,7 +51,7 @@
 //! | `drm` | `device`, `ffi`, `ffi_gpuvm`, `ffi_sync`, `file`, `gem`, `gem_vram`, `gpu`, `hostmem`, `placement`, `stats`, `uarray`, `vm`, `vm_ops` |
 //! | `placement` | `device`, `file`, `gem`, `gpu`, `params`, `ratelimit`, `sanmem`, `vm`, `vram_mgr` |
 //! | `stats` | `device`, `errno`, `ffi`, `file`, `gpu`, `mmu`, `params`, `proto`, `uarray` |
-//! | `device` | `errno`, `ffi`, `file`, `gem`, `gpu`, `layout`, `params`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanmem`, `transport`, `vm`, `vram_mgr`, `watchdog` |
+//! | `device` | `errno`, `ffi`, `file`, `gem`, `gpu`, `layout`, `params`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanmem`, `time`, `transport`, `vm`, `vram_mgr`, `watchdog` |
 //! | `gpu` | `capture`, `coredump`, `describe`, `errno`, `event`, `ffi`, `ffi_sync`, `file`, `gem`, `hostmem`, `ktrace`, `mmu`, `packet`, `params`, `pod`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanitize`, `time`, `transport`, `uarray`, `vm`, `vm_ops`, `vram` |
 //! | `file` | `ffi`, `gem`, `hostmem`, `proto`, `vm`, `vram_mgr` |
 //! | `hostmem` | `gem`, `mmu`, `pagetable`, `sanmem`, `vm` |
@@ -345,6 +346,14 @@ impl pci::Driver for VgpuPciDriver {
         // An unread devcoredump goes with the binding.
         ffi::remove_coredump(pdev.as_ref());
         dev_info!(pdev, "device quiesced and unbound\n");
+    }
+
+    fn reset_prepare<'bound>(_pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
+        this.vgpu().function_reset_prepare();
+    }
+
+    fn reset_done<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
+        this.vgpu().function_reset_done(pdev);
     }
 }
 

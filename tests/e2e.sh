@@ -397,6 +397,21 @@ if selected "$name"; then
     else result "$name" 1; fi
 fi
 
+# --- PCI function-level reset through the PCI core (the GPU behind a PCIe root port): the job in flight runs
+#     again (innocent), new work runs, one reset of kind "function"; the driver says how long it took. Under the
+#     device's sanitizer, which forgets the driver's memory declarations at the reset: none may be missing after
+#     it (the waiting job is the case's own SAN-WAIT-UNSATISFIABLE: the CPU writes its value).
+name=kmd-flr
+if selected "$name"; then
+    run_vm "$name" --gen 2 "${case_san[@]}" run 'vgpu-kmd-test flr; dmesg | grep -c "function reset: device back in" | sed "s/^/back /"'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
+    elif ! want "^back 2$"; then result "$name" 0 "the driver did not log two function resets"
+    else san_allowed_saved=$san_allowed; san_allowed="kmd-flr:SAN-WAIT-UNSATISFIABLE $san_allowed"
+         sanitize_saved=$sanitize; sanitize=1; result "$name" 1; sanitize=$sanitize_saved; san_allowed=$san_allowed_saved; fi
+fi
+
 # --- The bottom of the reset ladder: a hang whose engine reset and device reset both fail (injected) wedges
 #     the device: EIO everywhere, a WEDGED=rebind uevent on the DRM nodes; unbind + bind brings it back.
 name=kmd-wedged
@@ -439,12 +454,12 @@ if selected "$name"; then
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif ! want "^vram: size 0x10000000 visible 0x4000000 usable 0xfe00000 reset_policy GARBAGE$"; then result "$name" 0 "no VRAM layout in debugfs"
     elif ! want "^range 0: 0x0\.\.0x4000000 usable cpu-visible$" || ! want "^range 2: 0xfe00000\.\.0x10000000 reserved$"; then result "$name" 0 "wrong ranges"
-    elif ! want "^aperture: function 01\.1 bar 2 at 0x[0-9a-f]+ size 0x4000000$"; then result "$name" 0 "aperture not found"
+    elif ! want "^aperture: function 00\.1 bar 2 at 0x[0-9a-f]+ size 0x4000000$"; then result "$name" 0 "aperture not found"
     elif ! want "^  vram +256 MiB, 64 MiB CPU-visible$"; then result "$name" 0 "vgpu-smi does not show VRAM"
     elif ! want '"vram_bytes":268435456,"vram_visible_bytes":67108864'; then result "$name" 0 "vgpu-smi --json does not show VRAM"
     elif ! want "^bench: 8 MiB through the VRAM aperture: CPU write" || ! want "^aperture-rc 0$"; then result "$name" 0 "CPU access through the aperture failed"
     else
-        run_vm "$name-none" --gen 1 --device-arg --vram=0 run 'cat /sys/kernel/debug/vgpu/*/vram; vgpu-smi | grep "^  vram"; ls /sys/bus/pci/devices/ | grep -c "01\.1$" | sed "s/^/aperture-functions /"'
+        run_vm "$name-none" --gen 1 --device-arg --vram=0 run 'cat /sys/kernel/debug/vgpu/*/vram; vgpu-smi | grep "^  vram"; ls /sys/bus/pci/devices/ | grep -c "^0000:01:00\.1$" | sed "s/^/aperture-functions /"'
         if [ $case_rc -ne 0 ]; then result "$name" 0 "--vram 0: exit status $case_rc"
         elif ! want "^vram: none$" || ! want "^  vram +none \(integrated\)$"; then result "$name" 0 "--vram 0: VRAM reported"
         elif ! want "^aperture-functions 0$"; then result "$name" 0 "--vram 0: an aperture function on the slot"
@@ -556,14 +571,15 @@ if selected "$name"; then
 fi
 
 # --- GEM memory limits: a file stops at its limit (ENOSPC), all files at the device's (ENOMEM), refusals
-#     counted in QUERY_STATS; freeing makes room.
+#     counted in QUERY_STATS; freeing makes room. Dumb buffers on the primary node count the same (3 more
+#     refusals).
 name=kmd-limits
 if selected "$name"; then
     run_vm "$name" --gen 2 --kmd-args "gem_limit_mib=64 file_gem_limit_mib=32" run 'vgpu-kmd-test limits; vgpu-smi | grep "^memory"'
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
     elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
-    elif ! want "^memory .*limit 64.0 MiB, per file 32.0 MiB, refused 3"; then result "$name" 0 "vgpu-smi does not show the limits"
+    elif ! want "^memory .*limit 64.0 MiB, per file 32.0 MiB, refused 6"; then result "$name" 0 "vgpu-smi does not show the limits"
     else result "$name" 1; fi
 fi
 
@@ -928,6 +944,22 @@ if selected "$name"; then
     elif ! want "^reports 0 "; then result "$name" 0 "the KMD received sanitizer reports: $(grep "^reports" <<<"$case_out")"
     else sanitize_saved=$sanitize; sanitize=1; result "$name" 1; sanitize=$sanitize_saved; fi
 fi
+
+# --- IGT GPU Tools (tests/igt, docs/igt.md): every test of tests/igt/tests.txt, the dma-buf KUnit suites and
+#     gputop beside a compute workload, on card0 and the render node as each test opens them; every result
+#     compared with tests/igt/expectations.txt (a difference fails the case). The long run (repeats, the
+#     sanitizer on) is tests/igt/run --long.
+for gen in 1 2; do
+    name=igt-gen$gen
+    selected "$name" || continue
+    run_vm "$name" --igt --gen "$gen" --timeout 1200 run 'vgpu-igt-run'
+    igt_report=$("$repo/tests/igt/check" --label "gen$gen" "$logdir/$name.out"); igt_rc=$?
+    printf '%s\n' "$igt_report" > "$logdir/$name.check"
+    grep -E "binaries, |flaked" <<<"$igt_report" | sed 's/^/     /'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif [ $igt_rc -ne 0 ]; then result "$name" 0 "$(grep -m1 "DIFFERENCE\|no results" <<<"$igt_report" | sed 's/^igt: //')"
+    else result "$name" 1; fi
+done
 
 [ $qemu_aborts -eq 0 ] || echo "e2e: QEMU aborted on its own assertion before the guest command in $qemu_aborts case(s); each was run again (logs: $logdir/*.qemu-abort.stderr)"
 echo "e2e: $passed passed, $failed failed"

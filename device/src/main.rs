@@ -29,9 +29,11 @@ Examples:
   # aperture QEMU maps from /tmp/vgpu.vram (docs/hardware.md, Device memory):
   vgpu-device --socket /tmp/vgpu.sock --vram 1G --visible-vram 256M \
       --vram-link /tmp/vgpu.vram
-  qemu-system-x86_64 ... -device vhost-user-gpu-pci,chardev=vgpu,addr=4.0,multifunction=on \
+  qemu-system-x86_64 ... \
+      -device pcie-root-port,id=gpu-port,bus=pcie.0,addr=4.0,chassis=1,slot=1,hotplug=off \
+      -device vhost-user-gpu-pci,chardev=vgpu,bus=gpu-port,addr=0.0,multifunction=on \
       -object memory-backend-file,id=vram,mem-path=/tmp/vgpu.vram,share=on,size=256M \
-      -device ivshmem-plain,memdev=vram,addr=4.1
+      -device ivshmem-plain,memdev=vram,bus=gpu-port,addr=0.1
 
   # Kernels on the interpreter only (the default, auto, compiles them to
   # native code where the host allows):

@@ -28,6 +28,11 @@
 //!    new submissions fail with `EIO`, and a `WEDGED=rebind` uevent is sent
 //!    on the DRM nodes.
 //!
+//! A PCI function reset (`reset_prepare`/`reset_done`, see
+//! [`crate::transport`]'s bring-up) runs rung 2 without a guilty context on
+//! the restarted device ([`Gpu::finish_function_reset`]); when it succeeds a
+//! wedged device is usable again.
+//!
 //! A context that caused `ban_hangs` hangs within `ban_window_ms` is banned
 //! (`SUBMIT` fails with `EIO`).
 //!
@@ -121,7 +126,8 @@ impl HangCheck for Gpu {
             }
         }
         let mut g = self.state.lock();
-        if g.wedged || self.check_usable().is_err() {
+        // `resetting` without `ops`: a PCI function reset has the device.
+        if g.wedged || g.resetting || self.check_usable().is_err() {
             return;
         }
         // Doorbells the device refused (posted, so nobody saw the error):
@@ -417,17 +423,19 @@ impl Gpu {
             h.hw
         );
         let ok = self.device_reset(mem, h.hw);
-        self.record_device_reset(mem, h.hw, ok, &start);
+        self.record_device_reset(mem, h.hw, ok, &start, "device");
         // LAB(6) END reset-ladder
     }
 
-    /// Counts and logs a device reset; wedges the device if it failed.
+    /// Counts and logs a device reset (`kind`: `device`, or `function`
+    /// for a PCI function reset); wedges the device if it failed.
     fn record_device_reset(
         &self,
         mem: &SlotMemory,
         guilty: u32,
         ok: bool,
         start: &Instant<Monotonic>,
+        kind: &'static str,
     ) {
         self.hw.trace.device_reset(guilty, ok);
         let mut g = self.state.lock();
@@ -437,7 +445,7 @@ impl Gpu {
             ResetLog {
                 hw: guilty,
                 engine: engine::ALL,
-                kind: "device",
+                kind,
                 ok,
                 ms: elapsed_ns(start) / 1_000_000,
             },
@@ -603,6 +611,44 @@ impl Gpu {
         owners
     }
 
+    /// Before a PCI function reset: waits for a running rung of the ladder
+    /// (it holds [`Gpu::ops`]), then holds `SUBMIT` and the scheduler off
+    /// (`resetting`) until [`Gpu::finish_function_reset`]. The hang check
+    /// leaves the GPU alone meanwhile.
+    pub(crate) fn begin_function_reset(&self) {
+        let _ops = self.ops.lock();
+        self.state.lock().resetting = true;
+    }
+
+    /// After a PCI function reset (`transport_ok`: the device came back):
+    /// the ladder's device reset with no guilty context, on the restarted
+    /// device (the function reset removed every context): every context
+    /// and ring created again on the same page tables, their unfinished
+    /// jobs written again (they are innocent), VRAM loss reported. Counted
+    /// as a reset of kind `function`; the device is wedged if it failed.
+    /// Returns whether it succeeded.
+    pub(crate) fn finish_function_reset(&self, transport_ok: bool) -> bool {
+        let start = Instant::<Monotonic>::now();
+        let Ok(mem) = self.slots() else {
+            self.end_reset();
+            return false;
+        };
+        let _ops = self.ops.lock();
+        let ok = transport_ok && self.device_reset(mem, CTX_NONE);
+        if ok {
+            // A wedged or lost device that came back is usable again (the
+            // jobs failed when it wedged stay failed).
+            let was_wedged = core::mem::replace(&mut self.state.lock().wedged, false);
+            self.revived();
+            if was_wedged {
+                dev_info!(self.pdev(), "function reset: the wedged device recovered\n");
+            }
+        }
+        self.record_device_reset(mem, CTX_NONE, ok, &start, "function");
+        self.end_reset();
+        ok
+    }
+
     /// debugfs `reset_device`: the ladder's device reset with no guilty
     /// context.
     ///
@@ -620,11 +666,16 @@ impl Gpu {
             if g.wedged {
                 return Err(EIO);
             }
+            // A PCI function reset holds the device (it sets `resetting`
+            // without holding `ops`).
+            if g.resetting {
+                return Err(EBUSY);
+            }
             g.resetting = true;
         }
         dev_warn_ratelimited!(self.pdev(), "device reset requested through debugfs\n");
         let ok = self.device_reset(mem, CTX_NONE);
-        self.record_device_reset(mem, CTX_NONE, ok, &start);
+        self.record_device_reset(mem, CTX_NONE, ok, &start, "device");
         self.end_reset();
         if ok {
             Ok(())

@@ -594,6 +594,12 @@ impl Gpu {
         self.wake();
     }
 
+    /// A function reset brought a lost device back: a later loss is
+    /// handled again ([`Gpu::device_gone`]).
+    pub(crate) fn revived(&self) {
+        self.lost_handled.store(false, Relaxed);
+    }
+
     /// Wakes every fence waiter (and submitters waiting for a reset).
     pub(crate) fn wake(&self) {
         self.fences.notify_all();

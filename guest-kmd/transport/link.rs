@@ -12,7 +12,10 @@
 //!        └───────────────────────┴──────────────unbind──────────────────────▶ unbound
 //! ```
 //!
-//! A broken device needs a rebind; an unbound one answers `ENODEV` forever.
+//! A broken device needs a rebind or a PCI function reset after which it
+//! answers again ([`super::bringup`]); an unbound one answers `ENODEV`
+//! forever. While a function reset has the device down the link is
+//! *offline*: calls fail with `EAGAIN`.
 //! A *lost* device is a broken one that stopped answering altogether (its
 //! process died, or it hangs in its control path): [`LOST_AFTER`]
 //! consecutive commands without a reply declare it lost; the driver's
@@ -53,10 +56,14 @@ pub(crate) struct Link {
     running: AtomicFlag,
     /// Set when teardown starts; never cleared.
     unbound: AtomicFlag,
-    /// Set when the device broke; never cleared: the device needs a rebind.
+    /// Set when the device broke; cleared only by a function reset after
+    /// which the device answers (or a rebind).
     broken: AtomicFlag,
-    /// Set (with `broken`) when the device stopped answering; never cleared.
+    /// Set (with `broken`) when the device stopped answering; cleared only
+    /// by a function reset after which the device answers.
     lost: AtomicFlag,
+    /// Set while a PCI function reset has the device down.
+    offline: AtomicFlag,
     /// Commands in a row that timed out (0 after any reply).
     unanswered: Atomic<u32>,
     /// When the device last answered a command (monotonic ns).
@@ -81,6 +88,7 @@ impl Link {
             unbound: AtomicFlag::new(false),
             broken: AtomicFlag::new(false),
             lost: AtomicFlag::new(false),
+            offline: AtomicFlag::new(false),
             unanswered: Atomic::new(0),
             last_answer_ns: Atomic::new(0),
             config_pending: AtomicFlag::new(false),
@@ -94,7 +102,8 @@ impl Link {
     ///
     /// # Errors
     ///
-    /// `ENODEV` once unbound, `EIO` once broken.
+    /// `ENODEV` once unbound, `EIO` once broken, `EAGAIN` while a function
+    /// reset has the device down.
     pub(crate) fn check_usable(&self) -> Result {
         if self.unbound.load(Relaxed) {
             return Err(ENODEV);
@@ -102,7 +111,27 @@ impl Link {
         if self.broken.load(Relaxed) {
             return Err(EIO);
         }
+        if self.offline.load(Relaxed) {
+            return Err(EAGAIN);
+        }
         Ok(())
+    }
+
+    /// A function reset takes the device down (`true`) or has brought it
+    /// back (`false`).
+    pub(crate) fn set_offline(&self, offline: bool) {
+        self.offline.store(offline, Relaxed);
+    }
+
+    /// A function reset brought the device back and it answered: a broken
+    /// or lost device is usable again.
+    pub(crate) fn revive(&self) {
+        self.unanswered.store(0, Relaxed);
+        self.last_answer_ns.store(monotonic_ns(), Relaxed);
+        if self.broken.xchg(false, Relaxed) {
+            self.lost.store(false, Relaxed);
+            dev_info!(self.pdev, "function reset: the device answers again\n");
+        }
     }
 
     /// Whether teardown has started.
@@ -153,7 +182,9 @@ impl Link {
         } else if self.lost.load(Relaxed) {
             "lost (the device stopped answering; rebind the driver to recover)"
         } else if self.broken.load(Relaxed) {
-            "broken (rebind the driver to recover)"
+            "broken (a function reset or a rebind may recover it)"
+        } else if self.offline.load(Relaxed) {
+            "offline (function reset)"
         } else if self.running.load(Relaxed) {
             "running"
         } else {

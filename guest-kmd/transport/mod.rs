@@ -15,9 +15,11 @@
 //! * [`irq`]: MSI-X / INTx handlers, calling up through [`irq::IrqTarget`].
 //! * [`memory`]: the device's VRAM layout and its CPU-visible aperture.
 //!
-//! [`Hw`] puts them together: bring-up (features, queues, interrupts,
-//! `IDENTIFY`), commands and doorbells, event processing, teardown.
+//! [`Hw`] puts them together: commands and doorbells, event processing;
+//! [`bringup`]: bring-up (features, queues, interrupts, `IDENTIFY`),
+//! teardown, and going offline and back around a PCI function reset.
 
+mod bringup;
 pub(crate) mod control;
 pub(crate) mod events;
 pub(crate) mod irq;
@@ -27,60 +29,43 @@ pub(crate) mod virtio;
 pub(crate) mod virtqueue;
 
 use crate::{
-    errno,
-    event::EVENT_RECORD_SIZE,
     ffi::monotonic_ns,
     ktrace::Trace,
-    layout,
     proto::{
         Command,
         IdentifyReply,
         TimeReply, //
-        IDENTIFY_MAGIC,
         NUM_QUEUES,
-        PROTOCOL_MAJOR,
-        QUEUE_CONTROL,
-        QUEUE_EVENT,
     },
 };
 use control::{
     Control,
-    ControlQueue,
     DoorbellSlot,
     PostedDoorbell,
-    Reply,
-    CONTROL_QUEUE_MAX, //
+    Reply, //
 };
 use events::{
-    EventQueue,
     EventSink,
-    Events,
-    EVENT_QUEUE_MAX, //
+    Events, //
 };
-use irq::{
-    IrqMode,
-    IrqTarget,
-    Registrations, //
-};
+use irq::IrqMode;
 use kernel::{
     device::Core,
     pci,
     prelude::*,
     sync::{
         aref::ARef,
+        new_condvar,
+        new_mutex,
         Arc,
+        CondVar,
+        Mutex,
         MutexGuard,
         SetOnce, //
     },
 };
 use link::Link;
-use virtio::{
-    feature,
-    status,
-    QueueConfig,
-    StatusBits,
-    Transport, //
-};
+use virtio::Transport;
 
 /// Device silence after which the heartbeat asks it something: 1 s.
 pub(crate) const HEARTBEAT_IDLE_NS: u64 = 1_000_000_000;
@@ -123,6 +108,13 @@ pub(crate) struct Hw {
     /// block reaches the transport.
     #[pin]
     pub(crate) trace: Trace,
+    /// Closed (`true`) while a PCI function reset runs ([`bringup`]):
+    /// commands wait for it to open.
+    #[pin]
+    gate: Mutex<bool>,
+    /// Signalled when the gate opens.
+    #[pin]
+    gate_open: CondVar,
 }
 
 /// `TIME_QUERY` round trips per clock sync; the shortest is kept.
@@ -148,6 +140,8 @@ impl Hw {
                 setup: SetOnce::new(),
                 memory: SetOnce::new(),
                 trace <- Trace::new(),
+                gate <- new_mutex!(false),
+                gate_open <- new_condvar!(),
             }),
             GFP_KERNEL,
         )
@@ -172,12 +166,24 @@ impl Hw {
         self.identity.as_ref().map_or(1, |i| i.generation)
     }
 
-    /// Sends a control command and waits for its reply.
+    /// Sends a control command and waits for its reply (first for the
+    /// gate, while a function reset runs).
+    ///
+    /// # Errors
+    ///
+    /// As [`Control::command_locked`]; `EAGAIN` or `ERESTARTSYS` as
+    /// [`Hw::wait_online`].
+    pub(crate) fn command(&self, cmd: Command) -> Result<Reply> {
+        self.wait_online()?;
+        self.command_ungated(cmd)
+    }
+
+    /// [`Hw::command`] without waiting at the gate of a function reset.
     ///
     /// # Errors
     ///
     /// As [`Control::command_locked`].
-    pub(crate) fn command(&self, cmd: Command) -> Result<Reply> {
+    fn command_ungated(&self, cmd: Command) -> Result<Reply> {
         let (start, name) = (self.trace.start(), cmd.opcode().name());
         let r = self.control.command(&self.link, cmd);
         self.trace.command(start, name, ret_of(&r));
@@ -214,6 +220,7 @@ impl Hw {
     ///
     /// As [`Control::reserve_doorbell`].
     pub(crate) fn reserve_doorbell(&self) -> Result<DoorbellSlot<'_>> {
+        self.wait_online()?;
         self.control.reserve_doorbell(&self.link)
     }
 
@@ -246,6 +253,7 @@ impl Hw {
     ///
     /// As [`Hw::command`] (the samples taken before a failure are kept).
     pub(crate) fn sync_clock(&self) -> Result {
+        self.wait_online()?;
         let mut best: Option<(u64, u64, u64)> = None;
         let mut res = Ok(());
         for _ in 0..SYNC_SAMPLES {
@@ -310,261 +318,6 @@ impl Hw {
     pub(crate) fn wake(&self) {
         self.control.wake();
         self.events.wake();
-    }
-
-    /// Brings the device up: reset, features, queues, interrupts (handlers
-    /// calling `target`, registered into `irqs`), `DRIVER_OK`, then
-    /// `IDENTIFY`, whose reply must match this driver.
-    ///
-    /// # Errors
-    ///
-    /// `ENODEV` (not a usable vgpu device), `EPROTO` (protocol, layout or
-    /// record size mismatch), `EBUSY` (the device refused an MSI-X vector),
-    /// `EIO` (the device did not accept `DRIVER_OK`), or the errno of a
-    /// failed register access, allocation or command.
-    pub(crate) fn bring_up<T: IrqTarget>(
-        &self,
-        pdev: &pci::Device<Core<'_>>,
-        target: &Arc<T>,
-        force_intx: bool,
-        irqs: &mut Registrations<T>,
-    ) -> Result<IdentifyReply> {
-        let t = &self.link.transport;
-
-        t.reset().inspect_err(|e| {
-            dev_err!(
-                pdev,
-                "device reset did not complete: error {}\n",
-                e.to_errno()
-            )
-        })?;
-        t.add_status(status::ACKNOWLEDGE)?;
-        t.add_status(status::DRIVER)?;
-
-        // Features: VERSION_1 is required, nothing beyond what this driver
-        // implements is accepted.
-        let offered = t.device_features()?;
-        if offered & feature::VERSION_1 == 0 {
-            dev_err!(
-                pdev,
-                "device does not offer VIRTIO_F_VERSION_1 (features {:#x})\n",
-                offered
-            );
-            return Err(ENODEV);
-        }
-        let accepted = offered & feature::SUPPORTED;
-        t.set_driver_features(accepted)?;
-        t.add_status(status::FEATURES_OK)?;
-        let st = t.status()?;
-        if st & status::FEATURES_OK == 0 {
-            dev_err!(
-                pdev,
-                "device rejected features {:#x} (status {})\n",
-                accepted,
-                StatusBits(st)
-            );
-            return Err(ENODEV);
-        }
-
-        // Queues.
-        let nq = t.num_queues()?;
-        if usize::from(nq) < NUM_QUEUES {
-            dev_err!(
-                pdev,
-                "device has {} virtqueues, {} needed\n",
-                nq,
-                NUM_QUEUES
-            );
-            return Err(ENODEV);
-        }
-        let max_sizes = [
-            t.queue_max_size(QUEUE_CONTROL)?,
-            t.queue_max_size(QUEUE_EVENT)?,
-        ];
-        let (Some(control_size), Some(event_size)) = (
-            queue_size(max_sizes[0], CONTROL_QUEUE_MAX, 2),
-            queue_size(max_sizes[1], EVENT_QUEUE_MAX, 1),
-        ) else {
-            dev_err!(
-                pdev,
-                "unusable queue sizes: control {}, event {}\n",
-                max_sizes[0],
-                max_sizes[1]
-            );
-            return Err(ENODEV);
-        };
-        let mut ctrl = ControlQueue::new(pdev.as_ref(), control_size)?;
-        let mut evq = EventQueue::new(pdev.as_ref(), event_size)?;
-
-        // Interrupts, then the queues that use them.
-        let mode = irq::setup(pdev, target, force_intx, irqs)?;
-        let busy = |what: &'static str| {
-            move |e: &Error| {
-                dev_err!(
-                    pdev,
-                    "device refused the MSI-X vector for {}: error {}\n",
-                    what,
-                    e.to_errno()
-                )
-            }
-        };
-        if mode != IrqMode::Intx {
-            t.set_config_vector(mode.config_vector())
-                .inspect_err(busy("configuration changes"))?;
-        }
-        let off = t
-            .setup_queue(
-                QUEUE_CONTROL,
-                &QueueConfig {
-                    size: control_size,
-                    vector: mode.control_vector(),
-                    desc: ctrl.ring().desc_addr(),
-                    driver: ctrl.ring().driver_addr(),
-                    device: ctrl.ring().device_addr(),
-                },
-            )
-            .inspect_err(busy("the control queue"))?;
-        ctrl.set_notify_off(off);
-        let off = t
-            .setup_queue(
-                QUEUE_EVENT,
-                &QueueConfig {
-                    size: event_size,
-                    vector: mode.event_vector(),
-                    desc: evq.ring().desc_addr(),
-                    driver: evq.ring().driver_addr(),
-                    device: evq.ring().device_addr(),
-                },
-            )
-            .inspect_err(busy("the event queue"))?;
-        evq.set_notify_off(off);
-        self.control.install(ctrl);
-        self.events.install(evq);
-        self.setup.populate(Setup {
-            device_features: offered,
-            driver_features: accepted,
-            control_size,
-            event_size,
-            max_sizes,
-            irq: mode,
-        });
-
-        t.add_status(status::DRIVER_OK)?;
-        self.link.set_running(true);
-        let st = t.status()?;
-        if st & (status::NEEDS_RESET | status::FAILED) != 0 || st & status::DRIVER_OK == 0 {
-            dev_err!(
-                pdev,
-                "device did not accept DRIVER_OK (status {})\n",
-                StatusBits(st)
-            );
-            return Err(EIO);
-        }
-        self.events.kick(&self.link)?;
-        let id = self.identify()?;
-        if let Some(m) = self.discover_memory(&id) {
-            self.memory.populate(m);
-        }
-        Ok(id)
-    }
-
-    /// Sends `IDENTIFY`, validates the reply against this driver and stores
-    /// it.
-    ///
-    /// # Errors
-    ///
-    /// `ENODEV` (not a vgpu device), `EPROTO` (incompatible protocol,
-    /// layout, record size or command size), or the command's errno.
-    fn identify(&self) -> Result<IdentifyReply> {
-        let pdev = self.pdev();
-        let reply = self
-            .command(Command::Identify)
-            .inspect_err(|e| dev_err!(pdev, "IDENTIFY failed: error {}\n", e.to_errno()))?;
-        let id: IdentifyReply = reply.get()?;
-        if id.magic != IDENTIFY_MAGIC {
-            dev_err!(
-                pdev,
-                "IDENTIFY: magic {:#010x}, expected {:#010x}: not a vgpu device\n",
-                id.magic,
-                IDENTIFY_MAGIC
-            );
-            return Err(ENODEV);
-        }
-        let major = id.protocol_version >> 16;
-        if major != u32::from(PROTOCOL_MAJOR) {
-            dev_err!(
-                pdev,
-                "device speaks protocol {}.{}, this driver {}.x: incompatible\n",
-                major,
-                id.protocol_version & 0xffff,
-                PROTOCOL_MAJOR
-            );
-            return Err(errno::eproto());
-        }
-        if id.layout_fingerprint != layout::FINGERPRINT {
-            dev_err!(
-                pdev,
-                "hardware interface mismatch: device layout fingerprint {:#018x}, driver {:#018x}; \
-                 build the driver and the device from the same hwif sources\n",
-                id.layout_fingerprint,
-                layout::FINGERPRINT
-            );
-            return Err(errno::eproto());
-        }
-        if usize::try_from(id.event_record_size).ok() != Some(EVENT_RECORD_SIZE) {
-            dev_err!(
-                pdev,
-                "device event records are {} bytes, this driver's {}\n",
-                id.event_record_size,
-                EVENT_RECORD_SIZE
-            );
-            return Err(errno::eproto());
-        }
-        if usize::try_from(id.max_command_size).unwrap_or(0) < control::largest_command() {
-            dev_err!(
-                pdev,
-                "device accepts commands of at most {} bytes, this driver needs {}\n",
-                id.max_command_size,
-                control::largest_command()
-            );
-            return Err(errno::eproto());
-        }
-        if !(32..=crate::proto::VA_BITS).contains(&id.va_bits) {
-            dev_err!(pdev, "device reports {}-bit GPU addresses\n", id.va_bits);
-            return Err(errno::eproto());
-        }
-        self.identity.populate(id);
-        Ok(id)
-    }
-
-    /// Quiesces the device (the caller has marked the link unbound):
-    /// status 0, then the queues are freed.
-    ///
-    /// Once the device reads back status 0 it no longer touches the queues,
-    /// so they can be freed; if the reset does not complete, their memory is
-    /// leaked instead, so that a device that may still write to it never
-    /// writes to freed memory.
-    pub(crate) fn quiesce(&self) {
-        self.link.set_running(false);
-        let reset = self.link.transport.reset();
-        let ctrl = self.control.take_queue();
-        let events = self.events.take_queue();
-        match reset {
-            Ok(()) => {
-                drop(ctrl);
-                drop(events);
-            }
-            Err(e) => {
-                dev_err!(
-                    self.pdev(),
-                    "device reset failed (error {}): leaking its queue memory\n",
-                    e.to_errno()
-                );
-                core::mem::forget(ctrl);
-                core::mem::forget(events);
-            }
-        }
-        self.wake();
     }
 }
 

@@ -2,7 +2,8 @@
 //! `gem_limit_mib=64 file_gem_limit_mib=32`): a file's objects stop at its
 //! limit with ENOSPC, all files' at the device's with ENOMEM; refusals are
 //! counted, the limits reported in QUERY_STATS; freeing makes room again; a
-//! lazy object is charged its whole size when it is created.
+//! lazy object is charged its whole size when it is created; dumb buffers
+//! on the primary node count like any object ([`crate::dumb`]).
 
 use std::path::Path;
 
@@ -72,4 +73,7 @@ pub fn test_limits(t: &mut T, path: &Path) {
         t.ok("limits: close a 16 MiB object", a.gem_close(h));
         t.ok("limits: the room is there again", a.gem_create(16 * MIB, 0));
     }
+    // Every object gone with its file: dumb buffers against the same limits.
+    drop((a, b));
+    crate::dumb::test_dumb_limits(t, path);
 }

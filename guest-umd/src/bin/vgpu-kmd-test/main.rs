@@ -29,11 +29,14 @@
 //!                            innocent one resumed, a hung one errored
 //!   reset-device             the engine reset refused (--inject
 //!                            reset-fail): a device reset, counted and logged
+//!   flr                      PCI function-level reset through sysfs: the job
+//!                            in flight runs again, new work runs, counted
 //!   events                   injected fence-event faults
 //!   wedged                   the bottom of the reset ladder
 //!   lost                     the device process dies under a job (an
 //!                            injected crash): the device declared lost
-//!   limits                   GEM limits (gem_limit_mib=64 file_gem_limit_mib=32)
+//!   limits                   GEM limits (gem_limit_mib=64 file_gem_limit_mib=32),
+//!                            dumb buffers on the primary node included
 //!   ras                      ECC page retirement (two injected ecc faults,
 //!                            ras_max_pages=2)
 //!   unbind                   unbinds and rebinds the driver; the sections
@@ -89,11 +92,13 @@
 mod concurrent;
 mod coredump;
 mod debugfs;
+mod dumb;
 mod events;
 mod export;
 #[path = "../vgpu-ioctl-fuzz/failthread.rs"]
 mod failthread;
 mod fdinfo;
+mod flr;
 mod gem;
 mod hang;
 mod hostmap;
@@ -145,6 +150,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("reset-compute", false, reset::test_reset_compute),
     ("reset-uq", false, reset::test_reset_uq),
     ("reset-device", false, reset::test_reset_device),
+    ("flr", false, flr::test_flr),
     ("events", false, events::test_injected_events),
     ("wedged", false, hang::test_wedged),
     ("lost", false, lost::test_device_lost),

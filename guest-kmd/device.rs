@@ -161,6 +161,21 @@ impl Vgpu {
         let nslots = id.max_contexts.min(crate::proto::MAX_CONTEXTS);
         self.gpu
             .init(dev, nslots, self.retired.clone(), pool.clone())?;
+        // The VRAM manager first: retired VRAM pages in the device's table
+        // are taken out of it.
+        if let Some(m) = self.hw.memory.as_ref() {
+            match VramMgr::new(&m.layout) {
+                Ok(mgr) => {
+                    self.gpu.vram.populate(mgr.clone());
+                    self.vram.populate(mgr);
+                }
+                Err(e) => dev_err!(
+                    self.hw.pdev(),
+                    "VRAM manager not started (error {}): objects go to system memory\n",
+                    e.to_errno()
+                ),
+            }
+        }
         let earlier = self.gpu.load_retired()?;
         if earlier > 0 {
             dev_warn!(
@@ -194,18 +209,6 @@ impl Vgpu {
         }
         self.san_mem.populate(san);
         self.gpu.bos.populate(self.bos.clone());
-        if let Some(m) = self.hw.memory.as_ref() {
-            match VramMgr::new(&m.layout) {
-                Ok(mgr) => {
-                    self.vram.populate(mgr);
-                }
-                Err(e) => dev_err!(
-                    self.hw.pdev(),
-                    "VRAM manager not started (error {}): objects go to system memory\n",
-                    e.to_errno()
-                ),
-            }
-        }
         Ok(())
     }
 

@@ -130,12 +130,14 @@ impl Vgpu {
     /// `size` bytes of `region` can be allocated; returns the allocation.
     /// Room another file takes meanwhile is made again by the next
     /// eviction: the loop ends when it allocates or nothing is left to
-    /// evict.
+    /// evict. A copy context stopped under a move (an engine fault, a ban)
+    /// is replaced once and the eviction tried again; the object it was
+    /// moving stayed in VRAM, intact.
     ///
     /// # Errors
     ///
     /// `ENOSPC` (nothing more can be evicted, or the copy context was
-    /// stopped), `ENOMEM`, `ENODEV`, or the errno of making the copy
+    /// stopped twice), `ENOMEM`, `ENODEV`, or the errno of making the copy
     /// context.
     fn evict_for(
         &self,
@@ -146,6 +148,9 @@ impl Vgpu {
     ) -> Result<VramAlloc> {
         let mgr = self.vram.as_ref().ok_or(ENODEV)?;
         let mut mover = self.mover(dev)?;
+        // A copy context stopped under a move is replaced once: the object
+        // stayed in VRAM, intact, and the eviction is tried again.
+        let mut replaced = false;
         loop {
             match mgr.alloc(size, region, Some(user)) {
                 Ok(a) => return Ok(a),
@@ -156,7 +161,10 @@ impl Vgpu {
                 return Err(ENODEV);
             };
             let mut evicted = false;
-            for bo in self.victims(region)?.iter() {
+            let mut stopped = false;
+            // An object holding a retired page stays where it is: moving
+            // it would read the bad page.
+            for bo in self.victims(region)?.iter().filter(|b| !b.is_bad()) {
                 match self.evict(m, bo) {
                     Ok(()) => {
                         evicted = true;
@@ -171,15 +179,24 @@ impl Vgpu {
                         crate::pr_warn_ratelimited!("eviction failed (error {})\n", e.to_errno());
                         if e == EIO {
                             // The copy context was stopped (an engine
-                            // error, a ban): a new one is made for the
-                            // next move.
-                            if let Some(m) = mover.take() {
-                                self.retire_mover(m);
-                            }
-                            return Err(ENOSPC);
+                            // error, a ban).
+                            stopped = true;
+                            break;
                         }
                     }
                 }
+            }
+            if stopped {
+                if let Some(m) = mover.take() {
+                    self.retire_mover(m);
+                }
+                if replaced {
+                    return Err(ENOSPC);
+                }
+                replaced = true;
+                drop(mover);
+                mover = self.mover(dev)?;
+                continue;
             }
             if !evicted {
                 return Err(ENOSPC);

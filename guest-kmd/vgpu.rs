@@ -52,7 +52,7 @@
 //! | `placement` | `device`, `file`, `gem`, `gpu`, `params`, `ratelimit`, `sanmem`, `vm`, `vram_mgr` |
 //! | `stats` | `device`, `errno`, `ffi`, `file`, `gpu`, `mmu`, `params`, `proto`, `uarray` |
 //! | `device` | `errno`, `ffi`, `file`, `gem`, `gpu`, `layout`, `params`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanmem`, `time`, `transport`, `vm`, `vram_mgr`, `watchdog` |
-//! | `gpu` | `capture`, `coredump`, `describe`, `errno`, `event`, `ffi`, `ffi_sync`, `file`, `gem`, `hostmem`, `ktrace`, `mmu`, `packet`, `params`, `pod`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanitize`, `time`, `transport`, `uarray`, `vm`, `vm_ops`, `vram` |
+//! | `gpu` | `capture`, `coredump`, `describe`, `errno`, `event`, `ffi`, `ffi_sync`, `file`, `gem`, `hostmem`, `ktrace`, `mmu`, `packet`, `params`, `pod`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanitize`, `time`, `transport`, `uarray`, `vm`, `vm_ops`, `vram`, `vram_mgr` |
 //! | `file` | `ffi`, `gem`, `hostmem`, `proto`, `vm`, `vram_mgr` |
 //! | `hostmem` | `gem`, `mmu`, `pagetable`, `sanmem`, `vm` |
 //! | `vm_ops` | `ffi_gpuvm`, `gem`, `mmu`, `ratelimit`, `sanmem`, `vm` |

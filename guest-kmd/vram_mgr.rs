@@ -17,8 +17,16 @@
 //! allocator when it is dropped; its blocks are device-physical addresses
 //! (`vram::dpa`) that go into page-table entries with the VRAM bit.
 //!
-//! Lock order: the buddy allocator's own mutex is a leaf (taken inside
-//! `alloc_blocks`, `avail` and a block list's drop, never around a call out).
+//! Retired pages (an uncorrectable memory error, docs/uapi.md "Retired
+//! pages") are taken out the same way, one 4 KiB range each, as amdgpu
+//! reserves its bad pages ([`VramMgr::retire_page`]); a page still held by an
+//! object stays with it (the object is quarantined: it is never freed while
+//! the driver is bound) and is taken out at the next probe, from the
+//! device's table.
+//!
+//! Lock order: `retired` is taken before the buddy allocator's own mutex,
+//! which is a leaf (taken inside `alloc_blocks`, `avail` and a block list's
+//! drop, never around a call out).
 
 use crate::vram::{self, kind, Layout};
 use kernel::{
@@ -36,7 +44,9 @@ use kernel::{
             Atomic,
             Relaxed, //
         },
+        new_mutex,
         Arc,
+        Mutex, //
     },
 };
 
@@ -91,12 +101,17 @@ pub(crate) enum Region {
 }
 
 /// Device memory of one device, for buffer objects.
+#[pin_data]
 pub(crate) struct VramMgr {
     buddy: GpuBuddy,
     layout: Layout,
     /// The device's reserved ranges, held for the manager's lifetime.
     _reserved: KVec<Pin<KBox<AllocatedBlocks>>>,
     reserved_bytes: u64,
+    /// Retired pages taken out of the allocator (their VRAM offsets, and
+    /// the 4 KiB allocation holding each), for the manager's lifetime.
+    #[pin]
+    retired: Mutex<KVec<(u64, Pin<KBox<AllocatedBlocks>>)>>,
     used: Atomic<u64>,
     visible_used: Atomic<u64>,
     allocs: Atomic<u64>,
@@ -153,12 +168,13 @@ impl VramMgr {
             reserved.push(blocks, GFP_KERNEL)?;
             reserved_bytes += r.size;
         }
-        Ok(Arc::new(
-            VramMgr {
+        Arc::pin_init(
+            pin_init!(VramMgr {
                 buddy,
                 layout: *layout,
                 _reserved: reserved,
                 reserved_bytes,
+                retired <- new_mutex!(KVec::new()),
                 used: Atomic::new(0),
                 visible_used: Atomic::new(0),
                 allocs: Atomic::new(0),
@@ -167,9 +183,9 @@ impl VramMgr {
                 evicted_bytes: Atomic::new(0),
                 moves_failed: Atomic::new(0),
                 last_move: [const { Atomic::new(0) }; 5],
-            },
+            }),
             GFP_KERNEL,
-        )?)
+        )
     }
 
     /// The layout managed.
@@ -185,6 +201,45 @@ impl VramMgr {
     /// Free bytes now.
     pub(crate) fn avail(&self) -> u64 {
         self.buddy.avail()
+    }
+
+    /// Takes the page at VRAM offset `offset` out of the allocator for the
+    /// manager's lifetime (an uncorrectable memory error). Returns `true`
+    /// if it was taken out now, `false` if it already was.
+    ///
+    /// # Errors
+    ///
+    /// `EBUSY` while an allocation holds it (its object keeps it; it is
+    /// taken out at the next probe), `EINVAL` for an offset outside the
+    /// usable VRAM, `ENOMEM`.
+    pub(crate) fn retire_page(&self, offset: u64) -> Result<bool> {
+        let page = offset & !(CHUNK as u64 - 1);
+        let end = page.checked_add(CHUNK as u64).ok_or(EINVAL)?;
+        if end > self.layout.size {
+            return Err(EINVAL);
+        }
+        let mut retired = self.retired.lock();
+        if retired.iter().any(|(p, _)| *p == page) {
+            return Ok(false);
+        }
+        retired.reserve(1, GFP_KERNEL)?;
+        let blocks = KBox::pin_init(
+            self.buddy.alloc_blocks(
+                GpuBuddyAllocMode::Range(page..end),
+                CHUNK as u64,
+                Alignment::new::<CHUNK>(),
+                GpuBuddyAllocFlags::default(),
+            ),
+            GFP_KERNEL,
+        )
+        .map_err(|e| if e == ENOMEM { ENOMEM } else { EBUSY })?;
+        retired.push((page, blocks), GFP_KERNEL)?;
+        Ok(true)
+    }
+
+    /// Pages retired (taken out of the allocator).
+    pub(crate) fn retired_pages(&self) -> usize {
+        self.retired.lock().len()
     }
 
     /// The counters.
@@ -343,6 +398,12 @@ impl VramAlloc {
     /// bytes follow this order.
     pub(crate) fn blocks(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.blocks.iter().map(|b| (b.offset(), b.size()))
+    }
+
+    /// Whether VRAM offset `offset` lies in it.
+    pub(crate) fn holds(&self, offset: u64) -> bool {
+        self.blocks()
+            .any(|(off, len)| offset >= off && offset - off < len)
     }
 
     /// Its blocks as (device-physical address, bytes), adjacent blocks

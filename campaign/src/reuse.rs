@@ -14,8 +14,8 @@
 //! A run that leaves the VM in doubt — no end marker (guest panic, timeout,
 //! QEMU gone), the device gone or lost, a failed health check, a wedged
 //! driver — is followed by a fresh VM for the remaining runs; the result
-//! says so (`vm_replaced`). A run whose `kmd_args` differ from the VM's also
-//! gets a fresh VM.
+//! says so (`vm_replaced`). A run whose `kmd_args` or `device_args` differ
+//! from the VM's also gets a fresh VM.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
@@ -29,7 +29,7 @@ use crate::run::{
     fault_specs, guest_script, parse_guest, Evidence, RunError, RunResult, Runner,
     ENVIRONMENT_STATUSES,
 };
-use crate::spec::{Campaign, RunId};
+use crate::spec::{Campaign, RunId, VmConfig};
 
 /// Printed by the guest when it is ready for the first command.
 const READY: &str = "VGPU-SERVE-READY";
@@ -126,7 +126,7 @@ struct Vm {
     control: PathBuf,
     device_log: PathBuf,
     console: Option<File>,
-    kmd: String,
+    config: VmConfig,
     boot: u64,
     next_cmd: u64,
 }
@@ -136,7 +136,7 @@ impl Vm {
     fn boot(
         runner: &Runner,
         c: &Campaign,
-        kmd: &str,
+        config: &VmConfig,
         boot: u64,
         build: bool,
         dir: &Path,
@@ -168,8 +168,11 @@ impl Vm {
                 crate::run::record_path(dir).display()
             ));
         }
-        if !kmd.is_empty() {
-            cmd.arg("--kmd-args").arg(kmd);
+        if !config.kmd.is_empty() {
+            cmd.arg("--kmd-args").arg(&config.kmd);
+        }
+        for a in &config.device {
+            cmd.arg("--device-arg").arg(a);
         }
         cmd.arg("serve")
             .stdin(Stdio::piped())
@@ -197,7 +200,7 @@ impl Vm {
             control,
             device_log,
             console: File::create(dir.join("console.log")).ok(),
-            kmd: kmd.to_owned(),
+            config: config.clone(),
             boot,
             next_cmd: 1,
         };
@@ -325,9 +328,14 @@ impl<'a> ReuseRunner<'a> {
         base.join("vms").join(format!("{boot:02}"))
     }
 
-    /// A VM for `kmd`, booting one if needed (one retry).
-    fn ensure_vm(&mut self, c: &Campaign, kmd: &str, first: bool) -> Result<(), (String, i32)> {
-        if self.vm.as_ref().is_some_and(|v| v.kmd != kmd) {
+    /// A VM booted with `config`, booting one if needed (one retry).
+    fn ensure_vm(
+        &mut self,
+        c: &Campaign,
+        config: &VmConfig,
+        first: bool,
+    ) -> Result<(), (String, i32)> {
+        if self.vm.as_ref().is_some_and(|v| v.config != *config) {
             self.shutdown();
         }
         if self.vm.is_some() {
@@ -338,7 +346,7 @@ impl<'a> ReuseRunner<'a> {
             self.boots += 1;
             let dir = self.vm_dir(self.boots);
             let build = self.runner.build && first && attempt == 0;
-            match Vm::boot(self.runner, c, kmd, self.boots, build, &dir) {
+            match Vm::boot(self.runner, c, config, self.boots, build, &dir) {
                 Ok(vm) => {
                     self.vm = Some(vm);
                     return Ok(());
@@ -375,15 +383,12 @@ impl<'a> ReuseRunner<'a> {
             .scenario(&id.scenario)
             .expect("runs come from the campaign's scenarios");
         let dir = self.runner.run_dir(id)?;
-        let kmd = s
-            .kmd_args
-            .clone()
-            .unwrap_or_else(|| c.campaign.kmd_args.clone());
+        let config = c.vm_config(s);
         let t0 = Instant::now();
         // A VM whose device no longer answers is replaced before the run.
         let mut prepared = Err(String::new());
         for _ in 0..2 {
-            if let Err((why, status)) = self.ensure_vm(c, &kmd, first) {
+            if let Err((why, status)) = self.ensure_vm(c, &config, first) {
                 let env = ENVIRONMENT_STATUSES.contains(&status);
                 let ev = Evidence {
                     vm_status: if status >= 128 || env { status } else { 125 },

@@ -122,6 +122,20 @@ pub struct Scenario {
     /// Overrides the campaign's vgpu.ko parameters.
     #[serde(default)]
     pub kmd_args: Option<String>,
+    /// Extra `vgpu-device` arguments, separated by spaces (e.g.
+    /// `"--vram=64M --visible-vram=16M --vram-on-reset=garbage"`).
+    #[serde(default)]
+    pub device_args: Option<String>,
+}
+
+/// What a VM is booted with for a scenario: the vgpu.ko parameters and the
+/// extra `vgpu-device` arguments. A reused VM serves only runs of the same.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VmConfig {
+    /// vgpu.ko parameters (`scripts/vm --kmd-args`).
+    pub kmd: String,
+    /// `vgpu-device` arguments (each a `scripts/vm --device-arg`).
+    pub device: Vec<String>,
 }
 
 /// A campaign file.
@@ -221,6 +235,24 @@ impl Campaign {
     pub fn scenario(&self, name: &str) -> Option<&Scenario> {
         self.scenario.iter().find(|s| s.name == name)
     }
+
+    /// The VM configuration of scenario `s`: its own vgpu.ko parameters or
+    /// the campaign's, and its device arguments.
+    pub fn vm_config(&self, s: &Scenario) -> VmConfig {
+        VmConfig {
+            kmd: s
+                .kmd_args
+                .clone()
+                .unwrap_or_else(|| self.campaign.kmd_args.clone()),
+            device: s
+                .device_args
+                .as_deref()
+                .unwrap_or("")
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect(),
+        }
+    }
 }
 
 /// `i/n` (1-based): which runs a shard takes.
@@ -290,6 +322,24 @@ expect = ["silent"]
         }
         assert!("0/2".parse::<Shard>().is_err());
         assert!("3/2".parse::<Shard>().is_err());
+    }
+
+    #[test]
+    fn vm_config_per_scenario() {
+        let text = TEXT
+            .replace("seed = 5", "seed = 5\nkmd_args = \"job_timeout_ms=1000\"")
+            .replace(
+                "repeat = 3",
+                "repeat = 3\ndevice_args = \" --vram=64M  --vram-on-reset=garbage \"\nkmd_args = \"x=1\"",
+            );
+        let c = Campaign::parse("t", &text).unwrap();
+        let a = c.vm_config(c.scenario("a").unwrap());
+        let b = c.vm_config(c.scenario("b").unwrap());
+        assert_eq!(a.kmd, "x=1");
+        assert_eq!(a.device, ["--vram=64M", "--vram-on-reset=garbage"]);
+        assert_eq!(b.kmd, "job_timeout_ms=1000");
+        assert!(b.device.is_empty());
+        assert_ne!(a, b);
     }
 
     #[test]

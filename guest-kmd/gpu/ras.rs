@@ -7,9 +7,11 @@
 //! the page is retired so the GPU never uses it again:
 //!
 //! * the page joins the device's retired set ([`crate::ras`]); the buffer
-//!   object holding it is quarantined and marked bad (never mapped again);
-//!   a page-table page is taken out of the pool, a ring page's device slot
-//!   out of use;
+//!   object holding it is quarantined and marked bad (never mapped again,
+//!   never evicted); a page-table page is taken out of the pool, a ring
+//!   page's device slot out of use; a VRAM page is taken out of the VRAM
+//!   manager ([`crate::vram_mgr::VramMgr::retire_page`]), at once when it is
+//!   free, else at the next probe (its object holds it meanwhile);
 //! * the device records it in its table (`RAS_RETIRE`), which outlives
 //!   driver reloads;
 //! * at `ras_max_pages` retired pages the device is declared bad: wedged,
@@ -23,12 +25,15 @@ use crate::{
     dev_err_ratelimited, dev_warn_ratelimited,
     event::ECC_PA_UNKNOWN,
     ffi,
+    gem::Bo,
+    mmu::VRAM_BASE,
     proto::{
         Command,
         RasQueryReply, //
     },
 };
 use kernel::prelude::*;
+use kernel::sync::aref::ARef;
 
 impl Gpu {
     /// An `ECC_ERROR` event: the page at `pa` (or, if the device did not
@@ -57,6 +62,12 @@ impl Gpu {
         } else {
             pa
         };
+        // A VRAM page the context's mapping did not name: the object whose
+        // VRAM holds it.
+        let bo = match bo {
+            None if pa != ECC_PA_UNKNOWN && pa >= VRAM_BASE => self.vram_holder(pa - VRAM_BASE),
+            bo => bo,
+        };
         let ctx = client.as_ref().map_or(0, |(h, _)| *h);
         if pa == ECC_PA_UNKNOWN {
             dev_warn_ratelimited!(
@@ -68,6 +79,13 @@ impl Gpu {
             );
             return;
         }
+        // A VRAM page leaves the VRAM manager (now if free, else with its
+        // object at the next probe).
+        let vram_note = if pa >= VRAM_BASE && pa != ECC_PA_UNKNOWN {
+            self.retire_vram_page(pa - VRAM_BASE)
+        } else {
+            ""
+        };
         // KMD memory: page tables and ring pages.
         let what = if bo.is_some() {
             "buffer object quarantined"
@@ -97,12 +115,13 @@ impl Gpu {
         let count = ras.count();
         dev_warn_ratelimited!(
             self.pdev(),
-            "ECC error: page {:#x} (va {:#x}, context {} slot {}) retired: {}; {} retired{}\n",
+            "ECC error: page {:#x} (va {:#x}, context {} slot {}) retired: {}{}; {} retired{}\n",
             pa & !0xfff,
             va,
             ctx,
             ctx_id,
             what,
+            vram_note,
             count,
             if recorded {
                 ""
@@ -157,6 +176,9 @@ impl Gpu {
             let n = r.count.min(r.pages.len() as u32);
             for &pa in r.pages.iter().take(n as usize) {
                 ras.retire(pa, None)?;
+                if pa >= VRAM_BASE {
+                    self.retire_vram_page(pa - VRAM_BASE);
+                }
                 if let Some(p) = self.pt_pool.as_ref() {
                     p.retire_at(pa);
                 }
@@ -168,6 +190,36 @@ impl Gpu {
             if n == 0 || start >= r.total {
                 return Ok(r.total);
             }
+        }
+    }
+
+    /// The object whose VRAM holds VRAM offset `offset`, if any.
+    fn vram_holder(&self, offset: u64) -> Option<ARef<Bo>> {
+        let bos = self.bos.as_ref()?;
+        let mut found = None;
+        bos.visit(|bo| {
+            if found.is_none()
+                && bo.is_vram_object()
+                && bo.vram().as_ref().is_some_and(|p| p.alloc.holds(offset))
+            {
+                found = Some(bo.into());
+            }
+        });
+        found
+    }
+
+    /// Takes the VRAM page at `offset` out of the VRAM manager; returns
+    /// what the log says about it.
+    fn retire_vram_page(&self, offset: u64) -> &'static str {
+        let Some(mgr) = self.vram.as_ref() else {
+            return "";
+        };
+        match mgr.retire_page(offset) {
+            Ok(_) => ", VRAM page taken out of the allocator",
+            Err(e) if e == EBUSY => {
+                ", VRAM page kept by its object, out of the allocator from the next probe"
+            }
+            Err(_) => ", VRAM page could not be taken out of the allocator",
         }
     }
 }

@@ -56,6 +56,7 @@ use crate::{
     ras::Retired,
     time::elapsed_ns,
     transport::{control::Reply, Hw},
+    vram_mgr::VramMgr,
 };
 use kernel::{
     device::{
@@ -429,6 +430,9 @@ pub(crate) struct Gpu {
     /// The device's buffer objects, for what a reset that loses VRAM does
     /// to them (set at probe).
     pub(crate) bos: SetOnce<Arc<BoRegistry>>,
+    /// The VRAM manager, on a device with VRAM (set at probe): retired VRAM
+    /// pages are taken out of it ([`super::ras`]).
+    pub(crate) vram: SetOnce<Arc<VramMgr>>,
     /// Device resets that lost VRAM contents.
     pub(crate) vram_losses: Atomic<u32>,
     /// The buffer `CAPTURE_READ` writes device captures into (set at
@@ -474,6 +478,7 @@ impl Gpu {
             pt_pool: SetOnce::new(),
             dump_slot: SetOnce::new(),
             bos: SetOnce::new(),
+            vram: SetOnce::new(),
             vram_losses: Atomic::new(0),
             dumping <- new_mutex!(None),
             ops <- new_mutex!(()),

@@ -498,7 +498,7 @@ impl Runner {
             .scenario(&id.scenario)
             .expect("runs come from the campaign's scenarios");
         let dir = self.run_dir(id)?;
-        let kmd = s.kmd_args.as_ref().unwrap_or(&c.campaign.kmd_args);
+        let vm = c.vm_config(s);
         let script = guest_script(s, &c.campaign.health);
         let mut cmd = Command::new(self.repo.join("scripts/vm"));
         cmd.arg("--gen")
@@ -510,8 +510,11 @@ impl Runner {
         if !(self.build && first) {
             cmd.arg("--no-build");
         }
-        if !kmd.is_empty() {
-            cmd.arg("--kmd-args").arg(kmd);
+        if !vm.kmd.is_empty() {
+            cmd.arg("--kmd-args").arg(&vm.kmd);
+        }
+        for a in &vm.device {
+            cmd.arg("--device-arg").arg(a);
         }
         if let Some(checks) = &self.sanitize {
             cmd.arg("--device-arg").arg(format!("--sanitize={checks}"));

@@ -12,6 +12,7 @@ fn scenario(fault: Option<&str>, innocent: bool) -> Scenario {
         detect_within_ms: Some(3000),
         workload_status: None,
         kmd_args: None,
+        device_args: None,
     }
 }
 

@@ -65,6 +65,10 @@
 //!                            split maps, 2 MiB pages cut, ordered unmap
 //!   prime                    dma-buf sharing between files and processes,
 //!                            implicit sync, a foreign dma-buf refused
+//!   vram-ecc                 an uncorrectable error in a VRAM page (--inject
+//!                            ecc:engine=copy,packet=COPY,after=2): the job
+//!                            fails, the object is quarantined, after a
+//!                            rebind the page is out of the VRAM allocator
 //!   vram-victims             which objects eviction takes: visible ones
 //!                            for a CPU-access object, oldest first
 //!   victims-nomem            eviction with its N-th allocation failing for
@@ -123,6 +127,7 @@ mod uqueue;
 mod vm;
 mod vmbind;
 mod vram;
+mod vram_ecc;
 
 use std::path::Path;
 
@@ -173,6 +178,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("prime", false, prime::test_prime),
     ("vram", false, vram::test_vram),
     ("vram-lost", false, vram::test_vram_lost),
+    ("vram-ecc", false, vram_ecc::test_vram_ecc),
     ("vram-charge", false, vram::test_vram_charge),
     ("vram-victims", false, vram::test_vram_victims),
     ("victims-nomem", false, nomem::test_victims_nomem),

@@ -360,11 +360,13 @@ impl Hw {
         if self.link.is_unbound() {
             return false;
         }
+        // New commands wait at the gate; the one in flight (if any) gets
+        // its reply or times out; one that passed the gate already finds
+        // the link offline once it has the command lock (EAGAIN).
         *self.gate.lock() = true;
+        let serial = self.serialise();
         self.link.set_offline(true);
-        // The command in flight (if any) gets its reply or times out; the
-        // next one waits at the gate.
-        drop(self.serialise());
+        drop(serial);
         self.link.set_running(false);
         let reset = self.link.transport.reset();
         let ctrl = self.control.take_queue();

@@ -367,26 +367,7 @@ impl Hw {
         let serial = self.serialise();
         self.link.set_offline(true);
         drop(serial);
-        self.link.set_running(false);
-        let reset = self.link.transport.reset();
-        let ctrl = self.control.take_queue();
-        let events = self.events.take_queue();
-        match reset {
-            Ok(()) => {
-                drop(ctrl);
-                drop(events);
-            }
-            Err(e) => {
-                dev_err!(
-                    self.pdev(),
-                    "function reset: the device did not reset (error {}): leaking its queue memory\n",
-                    e.to_errno()
-                );
-                core::mem::forget(ctrl);
-                core::mem::forget(events);
-            }
-        }
-        self.wake();
+        self.quiesce();
         true
     }
 
@@ -488,7 +469,7 @@ impl Hw {
         Ok(())
     }
 
-    /// Quiesces the device (the caller has marked the link unbound):
+    /// Quiesces the device (the caller has marked the link unbound or offline):
     /// status 0, then the queues are freed.
     ///
     /// Once the device reads back status 0 it no longer touches the queues,
@@ -508,7 +489,7 @@ impl Hw {
             Err(e) => {
                 dev_err!(
                     self.pdev(),
-                    "device reset failed (error {}): leaking its queue memory\n",
+                    "device reset did not complete (error {}): leaking its queue memory\n",
                     e.to_errno()
                 );
                 core::mem::forget(ctrl);

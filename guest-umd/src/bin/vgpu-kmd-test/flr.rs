@@ -14,21 +14,10 @@ use vgpu_hwif::packet::{self, Packet};
 use vgpu_umd::uapi;
 
 use crate::debugfs::{debugfs, summary_field};
-use crate::node::{fence, open, scratch, sem_wait_eq, Map, Scratch, MS, PAGE};
+use crate::node::{fence, open, pci_name, scratch, sem_wait_eq, Map, Scratch, MS, PAGE};
 use crate::report::T;
 
 const COPY: u32 = 0;
-
-/// The PCI name (`0000:01:00.0`) of the device bound to vgpu.
-fn pci_name() -> Option<String> {
-    std::fs::read_dir("/sys/bus/pci/drivers/vgpu")
-        .ok()?
-        .flatten()
-        .find_map(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            n.starts_with("0000:").then_some(n)
-        })
-}
 
 /// The PCI core's reset methods of `pci` (`reset_method`).
 fn reset_methods(pci: &str) -> String {

@@ -16,6 +16,17 @@ pub const PAGE: u64 = 4096;
 /// One millisecond in the nanoseconds of `WAIT` timeouts.
 pub const MS: u64 = 1_000_000;
 
+/// The PCI name (`0000:01:00.0`) of the device bound to vgpu.
+pub fn pci_name() -> Option<String> {
+    std::fs::read_dir("/sys/bus/pci/drivers/vgpu")
+        .ok()?
+        .flatten()
+        .find_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with("0000:").then_some(n)
+        })
+}
+
 /// Opens the render node at `path` (a file of its own: its own VM).
 pub fn open(path: &Path) -> Kmd {
     let file = OpenOptions::new()

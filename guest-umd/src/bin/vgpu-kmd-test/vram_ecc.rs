@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use vgpu_umd::uapi::{self, GEM_CREATE_VRAM as VRAM};
 
-use crate::node::{copy, fence, fill, open, scratch, MS, PAGE};
+use crate::node::{copy, fence, fill, open, pci_name, scratch, MS, PAGE};
 use crate::report::{errno, T};
 use crate::vram::vram_field;
 
@@ -25,16 +25,6 @@ fn dmesg_has(needle: &str) -> bool {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).contains(needle))
         .unwrap_or(false)
-}
-
-fn pci_name() -> Option<String> {
-    std::fs::read_dir("/sys/bus/pci/drivers/vgpu")
-        .ok()?
-        .flatten()
-        .find_map(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            n.starts_with("0000:").then_some(n)
-        })
 }
 
 pub fn test_vram_ecc(t: &mut T, path: &Path) {

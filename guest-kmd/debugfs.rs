@@ -486,7 +486,6 @@ fn show_vram_mm(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         m.bytes, m.pages_us, m.drain_us, m.copy_us, m.remap_us
     )?;
     let mut res = Ok(());
-    let mut n = 0u32;
     v.bos.visit(|bo| {
         if !bo.is_vram_object() || res.is_err() {
             return;
@@ -494,16 +493,22 @@ fn show_vram_mm(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let place = bo.vram();
         let lost = if bo.is_lost() { " lost" } else { "" };
         let Some(p) = place.as_ref() else {
-            n += 1;
-            res = writeln!(f, "bo {} evicted {}: system{}", n, bo.evictions(), lost);
+            res = writeln!(
+                f,
+                "bo {} gen {} evicted {}: system{}",
+                bo.id(),
+                bo.gen(),
+                bo.evictions(),
+                lost
+            );
             return;
         };
         res = (|| {
-            n += 1;
             write!(
                 f,
-                "bo {} evicted {}: size {:#x} {}:",
-                n,
+                "bo {} gen {} evicted {}: size {:#x} {}:",
+                bo.id(),
+                bo.gen(),
                 bo.evictions(),
                 p.alloc.size(),
                 if p.alloc.is_visible() {

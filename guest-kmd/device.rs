@@ -242,7 +242,8 @@ impl Vgpu {
         }
         let segs = crate::gem::segments(bo)?;
         let ranges = crate::sanmem::ranges_of(&segs, offset, size)?;
-        san.declare(ranges).map(Some)
+        san.declare_tagged(ranges, crate::sanmem::Tag::of(bo))
+            .map(Some)
     }
 
     /// Starts the driver's trace at probe when `trace_records` asks for it,

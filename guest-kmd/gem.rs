@@ -61,6 +61,9 @@ pub(crate) type Bo = gem::shmem::Object<VgpuObject>;
 /// Buffer objects alive, for debugfs (leak checks).
 static LIVE_OBJECTS: Atomic<i64> = Atomic::new(0);
 
+/// The last object id handed out ([`VgpuObject::id`]).
+static LAST_ID: Atomic<u64> = Atomic::new(0);
+
 /// Buffer objects alive.
 pub(crate) fn live_objects() -> i64 {
     LIVE_OBJECTS.load(Relaxed)
@@ -420,6 +423,13 @@ pub(crate) struct VgpuObject {
     lost: AtomicFlag,
     /// Times it was evicted from VRAM.
     evictions: Atomic<u32>,
+    /// Its placement generation: moves so far (VRAM to system memory and
+    /// back). With [`VgpuObject::id`] it tags the object's pages declared
+    /// to the device's sanitizer ([`crate::sanmem::Tag::of`]).
+    gen: Atomic<u32>,
+    /// The driver's name for the object: unique for the module's lifetime,
+    /// from 1 (debugfs `vram_mm`, sanitizer reports).
+    id: u64,
     /// [`crate::file::Client::id`] of the file that created it (0: the
     /// driver's own).
     owner: u64,
@@ -459,6 +469,8 @@ impl VgpuObject {
             moving: AtomicFlag::new(false),
             lost: AtomicFlag::new(false),
             evictions: Atomic::new(0),
+            gen: Atomic::new(0),
+            id: LAST_ID.fetch_add(1, Relaxed) + 1,
             owner: args.owner,
         })
     }
@@ -518,6 +530,22 @@ impl VgpuObject {
     /// Times it was evicted.
     pub(crate) fn evictions(&self) -> u32 {
         self.evictions.load(Relaxed)
+    }
+
+    /// Starts the object's next placement generation (it is moving): pages
+    /// declared from now on carry the new number.
+    pub(crate) fn next_gen(&self) {
+        self.gen.add(1, Relaxed);
+    }
+
+    /// The driver's name for the object (from 1).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Its placement generation (moves so far).
+    pub(crate) fn gen(&self) -> u32 {
+        self.gen.load(Relaxed)
     }
 
     /// `VGPU_GEM_CREATE_LAZY`: pages are mapped on GPU faults.

@@ -44,7 +44,10 @@ use crate::{
         VramPlacement, //
     },
     gpu::migrate::Migrator,
-    sanmem::ranges_of,
+    sanmem::{
+        ranges_of,
+        Tag, //
+    },
     vm::DrmDev,
     vram_mgr::{
         MovePhases,
@@ -360,6 +363,41 @@ impl Vgpu {
         // LAB(9) END move
     }
 
+    /// The planted bug `move-no-invalidate` (debugfs `sanitizer_plant`):
+    /// [`Self::move_out`] without clearing the object's mappings or
+    /// invalidating its owner's TLBs first. The owner's cached
+    /// translations keep reaching the old VRAM after the move; the device's
+    /// sanitizer reports the access and names the object and its move.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::move_out`].
+    fn move_out_planted(
+        &self,
+        m: &Migrator,
+        owner: &Arc<Client>,
+        bo: &Bo,
+        src: &[Seg],
+        dst: &[Seg],
+    ) -> Result<u64> {
+        let t = Instant::<Monotonic>::now();
+        self.gpu
+            .migrate_copy(m, bo, src, dst, bo.size() as u64, Self::move_timeout())?;
+        let copy_us = t.elapsed().as_micros_ceil() as u64;
+        let old = bo.vram().take();
+        match owner.vm.lock().rebind_object(bo) {
+            Ok(decls) => {
+                drop(decls);
+                drop(old);
+                Ok(copy_us)
+            }
+            Err(e) => {
+                *bo.vram() = old;
+                Err(e)
+            }
+        }
+    }
+
     /// How long a move waits for the owner's jobs, and for each copy.
     fn move_timeout() -> Delta {
         Delta::from_millis(i64::from(crate::params::job_timeout_ms()) * 2 + 1000)
@@ -412,21 +450,29 @@ impl Vgpu {
         };
         let dst = gem::shmem_segments(bo)?;
         phases.pages_us = lap(&mut t);
+        // The object's next placement generation starts: its new pages are
+        // declared under it, and the device names the object (moved) if
+        // the GPU reaches the old ones after the move.
+        let old_tag = Tag::of(bo);
+        bo.next_gen();
         // The device's sanitizer is told of both sides of the copy for its
         // duration (the object may have no mapping that declares them).
         let san = self.san_mem.as_ref().filter(|s| s.on()).cloned();
         let _copy_decl = match &san {
-            Some(s) => {
-                let mut r = ranges_of(&src, 0, size)?;
-                r.extend_from_slice(&ranges_of(&dst, 0, size)?, GFP_KERNEL)?;
-                Some(s.declare(r)?)
-            }
+            Some(s) => Some((
+                s.declare_tagged(ranges_of(&src, 0, size)?, old_tag)?,
+                s.declare_tagged(ranges_of(&dst, 0, size)?, Tag::of(bo))?,
+            )),
             None => None,
         };
         let timeout = Self::move_timeout();
         self.gpu.gate_and_drain(&owner, timeout)?;
         phases.drain_us = lap(&mut t);
-        let r = self.move_out(m, &owner, bo, &src, &dst).map(|copy_us| {
+        let moved = match self.gpu.planted_move_no_invalidate() {
+            true => self.move_out_planted(m, &owner, bo, &src, &dst),
+            false => self.move_out(m, &owner, bo, &src, &dst),
+        };
+        let r = moved.map(|copy_us| {
             bo.keep_evicted_charge(charge);
             phases.copy_us = copy_us;
             phases.remap_us = lap(&mut t).saturating_sub(copy_us);

@@ -59,6 +59,28 @@ use kernel::{
 /// Guest-physical ranges: (address, bytes) each.
 pub(crate) type Ranges = KVec<(u64, u64)>;
 
+/// The tag of a declaration: the object the pages belong to and its
+/// placement generation ([`Tag::of`]). The device
+/// keeps it with the pages and, after they are given back, names the
+/// object in a report of an access to them (moved or freed).
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Tag {
+    /// The object's id (0: untagged, the driver's own memory).
+    pub(crate) object: u64,
+    /// Its placement generation.
+    pub(crate) gen: u32,
+}
+
+impl Tag {
+    /// The tag of `bo`'s pages now: its id and placement generation.
+    pub(crate) fn of(bo: &crate::gem::Bo) -> Tag {
+        Tag {
+            object: bo.id(),
+            gen: bo.gen(),
+        }
+    }
+}
+
 /// The declarations of one device.
 #[pin_data]
 pub(crate) struct SanMem {
@@ -124,11 +146,11 @@ impl SanMem {
         (self.pages.load(Relaxed), self.failed.load(Relaxed))
     }
 
-    fn send(&self, op: u32, ranges: &[(u64, u64)]) {
+    fn send(&self, op: u32, ranges: &[(u64, u64)], tag: Tag) {
         if !self.on {
             return;
         }
-        self.send_uncounted(op, ranges);
+        self.send_uncounted(op, ranges, tag);
         let pages: u64 = ranges.iter().map(|&(_, s)| s / 4096).sum();
         if op == SAN_MEM_RELEASE {
             self.pages.fetch_sub(pages, Relaxed);
@@ -138,7 +160,7 @@ impl SanMem {
     }
 
     /// The `SAN_MEM` commands of `ranges`, without counting their pages.
-    fn send_uncounted(&self, op: u32, ranges: &[(u64, u64)]) {
+    fn send_uncounted(&self, op: u32, ranges: &[(u64, u64)], tag: Tag) {
         for chunk in ranges.chunks(SAN_MEM_RANGES) {
             let mut rs = [SanRange { pa: 0, size: 0 }; SAN_MEM_RANGES];
             for (d, &(pa, size)) in rs.iter_mut().zip(chunk) {
@@ -148,6 +170,8 @@ impl SanMem {
                 op,
                 count: chunk.len() as u32,
                 ranges: rs,
+                object: tag.object,
+                gen: tag.gen,
             };
             if self.hw.command(cmd).is_err() && self.hw.check_usable().is_ok() {
                 self.failed.add(1, Relaxed);
@@ -173,15 +197,29 @@ impl SanMem {
     ///
     /// `ENOMEM`.
     pub(crate) fn declare(self: &Arc<Self>, ranges: KVec<(u64, u64)>) -> Result<Arc<Declared>> {
+        self.declare_tagged(ranges, Tag::default())
+    }
+
+    /// [`SanMem::declare`] of an object's pages, tagged with its `tag`.
+    ///
+    /// # Errors
+    ///
+    /// `ENOMEM`.
+    pub(crate) fn declare_tagged(
+        self: &Arc<Self>,
+        ranges: KVec<(u64, u64)>,
+        tag: Tag,
+    ) -> Result<Arc<Declared>> {
         // Room first: a declaration is only made when its give-back is sure.
         let slot = UniqueArc::new_uninit(GFP_KERNEL)?;
         let mut kept = self.kept.lock();
         kept.live.reserve(1, GFP_KERNEL)?;
-        self.send(SAN_MEM_OWN, &ranges);
+        self.send(SAN_MEM_OWN, &ranges, tag);
         let d: Arc<Declared> = slot
             .write(Declared {
                 mem: self.clone(),
                 ranges,
+                tag,
             })
             .into();
         // Cannot fail: room was reserved above.
@@ -192,7 +230,7 @@ impl SanMem {
     /// Declares `ranges` for the device's lifetime (the driver's own
     /// memory, given back by the reset at unbind).
     pub(crate) fn declare_forever(&self, ranges: &[(u64, u64)]) {
-        self.send(SAN_MEM_OWN, ranges);
+        self.send(SAN_MEM_OWN, ranges, Tag::default());
         let mut kept = self.kept.lock();
         if kept.own.extend_from_slice(ranges, GFP_KERNEL).is_err() {
             self.failed.add(1, Relaxed);
@@ -203,7 +241,7 @@ impl SanMem {
     /// the device then tells a table linked without its valid bit
     /// (`SAN-PT-INVALID-TABLE`) by its address.
     pub(crate) fn declare_tables_forever(&self, ranges: &[(u64, u64)]) {
-        self.send(SAN_MEM_OWN_TABLES, ranges);
+        self.send(SAN_MEM_OWN_TABLES, ranges, Tag::default());
         let mut kept = self.kept.lock();
         if kept.tables.extend_from_slice(ranges, GFP_KERNEL).is_err() {
             self.failed.add(1, Relaxed);
@@ -218,14 +256,14 @@ impl SanMem {
             return 0;
         }
         let kept = self.kept.lock();
-        self.send_uncounted(SAN_MEM_OWN_TABLES, &kept.tables);
-        self.send_uncounted(SAN_MEM_OWN, &kept.own);
+        self.send_uncounted(SAN_MEM_OWN_TABLES, &kept.tables, Tag::default());
+        self.send_uncounted(SAN_MEM_OWN, &kept.own, Tag::default());
         for &addr in kept.live.iter() {
             // SAFETY: Every address in `live` is that of a live `Declared`:
             // each removes its own under this lock before it is freed, and
             // the lock is held.
             let d = unsafe { &*(addr as *const Declared) };
-            self.send_uncounted(SAN_MEM_OWN, &d.ranges);
+            self.send_uncounted(SAN_MEM_OWN, &d.ranges, d.tag);
         }
         kept.live.len()
     }
@@ -236,13 +274,14 @@ impl SanMem {
 pub(crate) struct Declared {
     mem: Arc<SanMem>,
     ranges: KVec<(u64, u64)>,
+    tag: Tag,
 }
 
 impl Drop for Declared {
     fn drop(&mut self) {
         let me = core::ptr::from_ref(self) as usize;
         self.mem.kept.lock().live.retain(|a| *a != me);
-        self.mem.send(SAN_MEM_RELEASE, &self.ranges);
+        self.mem.send(SAN_MEM_RELEASE, &self.ranges, self.tag);
     }
 }
 

@@ -424,7 +424,8 @@ impl Vm {
             let (Some(san), true) = (&san, declared) else {
                 continue;
             };
-            let d = san.declare(crate::sanmem::ranges_of(&segs, gem_offset, len)?)?;
+            let ranges = crate::sanmem::ranges_of(&segs, gem_offset, len)?;
+            let d = san.declare_tagged(ranges, crate::sanmem::Tag::of(bo))?;
             let attrs = &mut self.gpuvm.data().attrs;
             let i = attrs.partition_point(|a| a.va < va);
             if let Some(a) = attrs.get_mut(i).filter(|a| a.va == va) {

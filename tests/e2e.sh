@@ -957,6 +957,21 @@ if selected "$name"; then
     else sanitize_saved=$sanitize; sanitize=1; result "$name" 1; sanitize=$sanitize_saved; fi
 fi
 
+# --- The sanitizer naming a moved object: an eviction planted without clearing the mappings or invalidating the
+#     owner's TLBs (debugfs sanitizer_plant move-no-invalidate); the owner's next job reaches the old VRAM and the
+#     report names the object (the id vram_mm lists), its generation before and after the move and where it is now.
+name=vram-san-moved
+if selected "$name"; then
+    run_vm "$name" --gen 2 --mem 1G --device-arg --vram=64M --device-arg --visible-vram=16M "${case_san[@]}" run 'vgpu-kmd-test vram-san-moved'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^kmd-test: 15 passed, 0 failed$"; then result "$name" 0 "no summary"
+    elif ! grep -q "sanitizer: SAN-DMA-UNOWNED .*that page was object [0-9]*'s (generation 0) until the object moved" "$logdir/$name/device.log"; then
+        result "$name" 0 "the device log does not name the moved object"
+    else san_allowed_saved=$san_allowed; san_allowed="vram-san-moved:SAN-TLB-STALE vram-san-moved:SAN-DMA-UNOWNED $san_allowed"
+         sanitize_saved=$sanitize; sanitize=1; result "$name" 1; sanitize=$sanitize_saved; san_allowed=$san_allowed_saved; fi
+fi
+
 # --- IGT GPU Tools (tests/igt, docs/igt.md): every test of tests/igt/tests.txt, the dma-buf KUnit suites and
 #     gputop beside a compute workload, on card0 and the render node as each test opens them; every result
 #     compared with tests/igt/expectations.txt (a difference fails the case). The long run (repeats, the

@@ -15,8 +15,8 @@ use vgpu_hwif::packet::{
 };
 use vgpu_hwif::proto::{engine, ring_state, Command, Status, DESTROY_FLAG_FORCE, PRIORITY_HIGH};
 use vgpu_hwif::sanitize::{
-    ring_index, teardown, wait, Check, SanReport, SAN_FLAG_PACKET, SAN_FLAG_PRIOR,
-    SAN_FLAG_STOPPED, SAN_KIND_SHIFT,
+    ring_index, teardown, wait, Check, SanReport, SAN_FLAG_MOVED, SAN_FLAG_OBJECT, SAN_FLAG_PACKET,
+    SAN_FLAG_PRIOR, SAN_FLAG_STOPPED, SAN_KIND_SHIFT,
 };
 use vm_memory::{GuestAddress, GuestMemoryMmap};
 
@@ -1031,6 +1031,77 @@ fn access_to_pages_given_back_is_reported() {
         (1, Access::Write as u32, DST, dst_pa)
     );
     assert_eq!(&r.detail[..2], &[dst_pa, 0xff], "the page, not a table");
+}
+
+#[test]
+fn access_to_a_moved_objects_old_pages_names_the_object_and_the_move() {
+    use vgpu_hwif::proto::{SAN_MEM_OWN, SAN_MEM_RELEASE};
+    let mut d = rig();
+    let (mut c, _) = copied_once(&mut d, 1);
+    let dst_pa = c.pt.translate(&d.mem, DST).unwrap();
+    // Everything but DST's page declared untagged; DST's page is object
+    // 42's, generation 1.
+    let ranges: Vec<(u64, u64)> = (ALLOC..RAM)
+        .step_by(0x1000)
+        .filter(|&pa| pa != dst_pa)
+        .fold(Vec::new(), |mut v: Vec<(u64, u64)>, pa| {
+            match v.last_mut() {
+                Some((p, s)) if *p + *s == pa => *s += 0x1000,
+                _ => v.push((pa, 0x1000)),
+            }
+            v
+        });
+    d.san_mem(true, &ranges).unwrap();
+    d.san_mem_tagged(SAN_MEM_OWN, &[(dst_pa, 0x1000)], 42, 1)
+        .unwrap();
+    copy(&mut d, &mut c, 2);
+    assert_eq!(reports(&d), 0, "declared: clean");
+    // The move: the object's new page (one the driver owns) declared as
+    // generation 2, the old one given back; the bug is the mapping,
+    // never rewritten.
+    let new_pa = RAM - 0x1000;
+    d.san_mem(false, &[(new_pa, 0x1000)]).unwrap();
+    d.san_mem_tagged(SAN_MEM_OWN, &[(new_pa, 0x1000)], 42, 2)
+        .unwrap();
+    d.san_mem_tagged(SAN_MEM_RELEASE, &[(dst_pa, 0x1000)], 42, 1)
+        .unwrap();
+    d.submit(
+        &mut c,
+        COPY,
+        &[Packet::Copy {
+            src: SRC,
+            dst: DST,
+            size: 64,
+        }],
+    )
+    .unwrap();
+    let (ev, r, _) = next_report(&mut d);
+    assert_eq!(r.check(), Some(Check::DmaUnowned));
+    assert_eq!((r.va, r.pa), (DST, dst_pa));
+    assert_eq!(
+        r.flags & (SAN_FLAG_OBJECT | SAN_FLAG_MOVED),
+        SAN_FLAG_OBJECT | SAN_FLAG_MOVED
+    );
+    assert_eq!(
+        (r.object, r.object_gen, r.object_gen_now, r.object_pa_now),
+        (42, 1, 2, new_pa)
+    );
+    assert!(r.released_ns > 0 && r.released_ns <= r.time_ns);
+    match ev {
+        Event::Sanitizer { flags, .. } => assert_ne!(flags & SAN_FLAG_MOVED, 0),
+        e => panic!("{e:?}"),
+    }
+    let text = san(&d).log().get(r.seq).unwrap().line();
+    assert!(
+        text.contains("object 42's (generation 1) until the object moved")
+            && text.contains(&format!("now generation 2, at pa {new_pa:#x}")),
+        "{text}"
+    );
+    // The object freed as well: the same page is then a use after free.
+    d.san_mem_tagged(SAN_MEM_RELEASE, &[(new_pa, 0x1000)], 42, 2)
+        .unwrap();
+    let h = san(&d).shared.history(dst_pa).unwrap();
+    assert_eq!((h.tag.object, h.now, h.moved()), (42, None, false));
 }
 
 #[test]

@@ -53,6 +53,8 @@ use crate::{
     sanitize::{
         Check,
         SanReport,
+        SAN_FLAG_MOVED,
+        SAN_FLAG_OBJECT,
         SAN_FLAG_PACKET,
         SAN_FLAG_PRIOR,
         SAN_FLAG_STOPPED,
@@ -148,6 +150,22 @@ impl fmt::Display for Line<'_> {
                 " {} us earlier",
                 r.time_ns.saturating_sub(r.prior_time_ns) / 1000
             )?;
+        }
+        if r.flags & SAN_FLAG_OBJECT != 0 {
+            let ago_us = r.time_ns.saturating_sub(r.released_ns) / 1000;
+            if r.flags & SAN_FLAG_MOVED != 0 {
+                write!(
+                    f,
+                    "; the page was bo {}'s (gen {}) until it moved {} us earlier (now gen {} at {:#x}): a mapping or TLB entry still reaches its old place",
+                    r.object, r.object_gen, ago_us, r.object_gen_now, r.object_pa_now
+                )?;
+            } else {
+                write!(
+                    f,
+                    "; the page was bo {}'s (gen {}) until it was given back {} us earlier: a use after free",
+                    r.object, r.object_gen, ago_us
+                )?;
+            }
         }
         write!(
             f,
@@ -293,6 +311,18 @@ impl Gpu {
         taken
     }
 
+    /// Whether the planted `move-no-invalidate` is armed (and takes it).
+    pub(crate) fn planted_move_no_invalidate(&self) -> bool {
+        let taken = self.state.lock().san.take(Plant::MoveNoInvalidate);
+        if taken {
+            dev_warn_ratelimited!(
+                self.pdev(),
+                "sanitizer: planted bug: an eviction without clearing the mappings or TLB_INVALIDATE\n"
+            );
+        }
+        taken
+    }
+
     /// `DRM_IOCTL_VGPU_SAN_REPORT`: the oldest kept report about context
     /// `handle` of `client` numbered above `after`.
     ///
@@ -343,6 +373,11 @@ impl Gpu {
         o.prior_time_ns = r.prior_time_ns;
         o.detail = r.detail;
         o.history = r.history;
+        o.object = r.object;
+        o.object_gen = r.object_gen;
+        o.object_gen_now = r.object_gen_now;
+        o.object_pa_now = r.object_pa_now;
+        o.released_ns = r.released_ns;
         Ok(())
     }
 }

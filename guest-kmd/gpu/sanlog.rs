@@ -22,15 +22,21 @@ pub(crate) enum Plant {
     /// The next `SUBMIT` rings with a write pointer one word short of its
     /// packets' end (inside the last packet).
     DoorbellMidPacket,
+    /// The next eviction from VRAM neither clears the object's mappings
+    /// nor invalidates its owner's TLBs before the copy (it maps the
+    /// object onto its new pages after): cached translations keep reaching
+    /// the old VRAM, which the device names as the moved object's.
+    MoveNoInvalidate,
 }
 
 impl Plant {
     /// Every planted bug, with its debugfs name.
-    pub(crate) const ALL: [(Plant, &'static str); 4] = [
+    pub(crate) const ALL: [(Plant, &'static str); 5] = [
         (Plant::DoorbellEarly, "doorbell-early"),
         (Plant::SkipTlbInvalidate, "skip-tlb-invalidate"),
         (Plant::FenceBackwards, "fence-backwards"),
         (Plant::DoorbellMidPacket, "doorbell-mid-packet"),
+        (Plant::MoveNoInvalidate, "move-no-invalidate"),
     ];
 
     /// The bug named `s` (`Ok(None)` for `none`).

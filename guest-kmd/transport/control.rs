@@ -85,8 +85,9 @@ use kernel::{
 
 /// Bytes reserved for a command in each slot.
 pub(crate) const CMD_AREA: usize = 256;
-/// Bytes reserved for a reply in each slot.
-pub(crate) const REPLY_AREA: usize = 256;
+/// Bytes reserved for a reply in each slot (the largest, `SAN_REPORT`'s,
+/// is 288).
+pub(crate) const REPLY_AREA: usize = 512;
 /// DMA bytes per slot.
 const SLOT_BYTES: usize = CMD_AREA + REPLY_AREA;
 /// Largest control queue this driver sets up (descriptors; two per slot).

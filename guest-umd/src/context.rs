@@ -42,7 +42,23 @@ pub fn sanitizer_line(generation: u32, r: &uapi::DrmVgpuSanRecord) -> String {
         s.push_str(&format!(" va {:#x}", r.va));
     }
     if let Some(c) = Check::from_u32(r.check) {
-        s.push_str(&format!(": {}; hint: {}", c.meaning(), c.hint()));
+        s.push_str(&format!(": {}", c.meaning()));
+    }
+    if r.flags & uapi::san::FLAG_OBJECT != 0 {
+        let ago_us = r.time_ns.saturating_sub(r.released_ns) / 1000;
+        s.push_str(&match r.flags & uapi::san::FLAG_MOVED != 0 {
+            true => format!(
+                "; the page was bo {}'s (gen {}) until it moved {ago_us} us earlier (now gen {} at {:#x})",
+                r.object, r.object_gen, r.object_gen_now, r.object_pa_now
+            ),
+            false => format!(
+                "; the page was bo {}'s (gen {}) until it was given back {ago_us} us earlier (a use after free)",
+                r.object, r.object_gen
+            ),
+        });
+    }
+    if let Some(c) = Check::from_u32(r.check) {
+        s.push_str(&format!("; hint: {}", c.hint()));
     }
     s
 }
@@ -770,6 +786,23 @@ mod tests {
         let line = sanitizer_line(1, &r);
         assert!(
             line.starts_with("SAN-FENCE-REGRESS #9 packet 0x40 [NOP words=1]: "),
+            "{line}"
+        );
+        let moved = uapi::DrmVgpuSanRecord {
+            check: uapi::san::DMA_UNOWNED,
+            seq: 3,
+            flags: uapi::san::FLAG_OBJECT | uapi::san::FLAG_MOVED,
+            time_ns: 5_000_000,
+            object: 12,
+            object_gen: 1,
+            object_gen_now: 2,
+            object_pa_now: 0x4000_0000,
+            released_ns: 3_000_000,
+            ..Default::default()
+        };
+        let line = sanitizer_line(1, &moved);
+        assert!(
+            line.contains("; the page was bo 12's (gen 1) until it moved 2000 us earlier (now gen 2 at 0x40000000); hint: "),
             "{line}"
         );
     }

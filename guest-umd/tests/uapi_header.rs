@@ -112,6 +112,11 @@ int main(void) {
     P("san_record.prior_time_ns", offsetof(struct drm_vgpu_san_record, prior_time_ns));
     P("san_record.detail", offsetof(struct drm_vgpu_san_record, detail));
     P("san_record.history", offsetof(struct drm_vgpu_san_record, history));
+    P("san_record.object", offsetof(struct drm_vgpu_san_record, object));
+    P("san_record.object_gen", offsetof(struct drm_vgpu_san_record, object_gen));
+    P("san_record.object_gen_now", offsetof(struct drm_vgpu_san_record, object_gen_now));
+    P("san_record.object_pa_now", offsetof(struct drm_vgpu_san_record, object_pa_now));
+    P("san_record.released_ns", offsetof(struct drm_vgpu_san_record, released_ns));
     P("sizeof.san_report", sizeof(struct drm_vgpu_san_report));
     P("san_report.ctx_id", offsetof(struct drm_vgpu_san_report, ctx_id));
     P("san_report.pad", offsetof(struct drm_vgpu_san_report, pad));
@@ -738,6 +743,26 @@ fn rust_mirror_matches_c_header() {
         (
             "san_record.history",
             offset_of!(uapi::DrmVgpuSanRecord, history) as u64,
+        ),
+        (
+            "san_record.object",
+            offset_of!(uapi::DrmVgpuSanRecord, object) as u64,
+        ),
+        (
+            "san_record.object_gen",
+            offset_of!(uapi::DrmVgpuSanRecord, object_gen) as u64,
+        ),
+        (
+            "san_record.object_gen_now",
+            offset_of!(uapi::DrmVgpuSanRecord, object_gen_now) as u64,
+        ),
+        (
+            "san_record.object_pa_now",
+            offset_of!(uapi::DrmVgpuSanRecord, object_pa_now) as u64,
+        ),
+        (
+            "san_record.released_ns",
+            offset_of!(uapi::DrmVgpuSanRecord, released_ns) as u64,
         ),
         (
             "sizeof.san_report",

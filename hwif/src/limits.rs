@@ -72,8 +72,9 @@ pub const FEATURE_SAN_DMA: u32 = 1 << 1;
 /// answers `MEMORY_LAYOUT` ([`super::vram`]).
 pub const FEATURE_VRAM: u32 = 1 << 2;
 
-/// Ranges one `SAN_MEM` command carries.
-pub const SAN_MEM_RANGES: usize = 14;
+/// Ranges one `SAN_MEM` command carries (the command fits the 256 bytes of
+/// a control slot's command area).
+pub const SAN_MEM_RANGES: usize = 13;
 
 /// "No context" in replies and events.
 pub const CTX_NONE: u32 = 0xffff_ffff;

@@ -557,6 +557,17 @@ control_commands! {
         count: u32,
         /// The ranges (entries from `count` on must be zero).
         ranges: [SanRange; SAN_MEM_RANGES] where unused_ranges_zero(count, &ranges),
+        /// The driver's name for the object whose pages these are (0:
+        /// none). The device keeps it with each page it declares, and when
+        /// the pages are given back, so that a later access to them can
+        /// name the object ([`super::sanitize::SAN_FLAG_OBJECT`]).
+        object: u64,
+        /// The object's placement generation: a number the driver raises
+        /// each time the object moves (VRAM to system memory and back).
+        /// The device tells a page given back by a move (the object
+        /// declares pages under a newer generation) from one freed.
+        gen: u32,
+        reserved: u32 = 0,
     };
 
     /// Fetch a sanitizer report by number.

@@ -254,6 +254,16 @@ pub const SAN_FLAG_STOPPED: u32 = 1 << 0;
 pub const SAN_FLAG_PRIOR: u32 = 1 << 1;
 /// Report flag: the `packet` words are valid.
 pub const SAN_FLAG_PACKET: u32 = 1 << 2;
+/// Report flag: the `object*` fields name the object the accessed page
+/// belonged to when the driver gave it back (tagged `SAN_MEM` declarations):
+/// a use of a moved or freed object's old pages.
+pub const SAN_FLAG_OBJECT: u32 = 1 << 3;
+/// Report flag (with [`SAN_FLAG_OBJECT`]): the object moved since (it
+/// declares pages under a newer generation, `object_pa_now` the first):
+/// the mapping was not updated, or its TLB entry not invalidated, after the
+/// move. Without it the object gave the pages back and declares none now
+/// (freed or unmapped).
+pub const SAN_FLAG_MOVED: u32 = 1 << 4;
 /// Shift of the report's sub-kind in `flags` (bits 8..16, check-specific:
 /// see docs/sanitizer.md).
 pub const SAN_KIND_SHIFT: u32 = 8;
@@ -381,6 +391,17 @@ pod_struct! {
         /// Check-specific history: the last doorbells of the ring, oldest
         /// first, for [`Check::RingIndex`].
         pub history: [u32; SAN_HISTORY],
+        /// The object the page belonged to ([`SAN_FLAG_OBJECT`]; 0: none):
+        /// the driver's tag of its `SAN_MEM` declaration.
+        pub object: u64,
+        /// Its generation when it gave the page back.
+        pub object_gen: u32,
+        /// Its generation now ([`SAN_FLAG_MOVED`]; else equal).
+        pub object_gen_now: u32,
+        /// The first page it declares now ([`SAN_FLAG_MOVED`]; 0: none).
+        pub object_pa_now: u64,
+        /// When the page was given back (device time).
+        pub released_ns: u64,
     }
 
     /// A guest-physical range in a `SAN_MEM` command.
@@ -410,5 +431,5 @@ impl SanReport {
     }
 }
 
-const _: () = assert!(core::mem::size_of::<SanReport>() == 240);
+const _: () = assert!(core::mem::size_of::<SanReport>() == 272);
 const _: () = assert!(core::mem::size_of::<SanRange>() == 16);

@@ -462,16 +462,22 @@ fn sanitizer_commands_and_events_round_trip() {
             op: SAN_MEM_OWN,
             count: 2,
             ranges,
+            object: 0x1234_5678_9abc,
+            gen: 3,
         },
         Command::SanMem {
             op: SAN_MEM_RELEASE,
             count: 2,
             ranges,
+            object: 0x1234_5678_9abc,
+            gen: 3,
         },
         Command::SanMem {
             op: SAN_MEM_OWN_TABLES,
             count: 2,
             ranges,
+            object: 0x1234_5678_9abc,
+            gen: 3,
         },
         Command::SanReport { seq: 17 },
     ] {
@@ -483,7 +489,13 @@ fn sanitizer_commands_and_events_round_trip() {
     // Unknown operation, and a range past `count`: reserved.
     for (op, count) in [(3, 2), (SAN_MEM_OWN, 1)] {
         let mut buf = [0u8; 256];
-        let cmd = Command::SanMem { op, count, ranges };
+        let cmd = Command::SanMem {
+            op,
+            count,
+            ranges,
+            object: 0,
+            gen: 0,
+        };
         let n = cmd.encode(5, &mut buf).unwrap();
         assert_eq!(
             Command::decode(&buf[..n]).1.map_err(|e| e.status()),
@@ -491,7 +503,7 @@ fn sanitizer_commands_and_events_round_trip() {
         );
     }
     assert!(
-        Opcode::SanReport.reply_size() <= 256,
+        Opcode::SanReport.reply_size() <= 512,
         "fits the KMD's reply area"
     );
     let ev = Event::Sanitizer {

@@ -397,6 +397,18 @@ impl<T: Transport> Driver<T> {
     /// tables), at most [`vgpu_hwif::proto::SAN_MEM_RANGES`] ranges per
     /// command.
     pub fn san_mem_op(&mut self, op: u32, ranges: &[(u64, u64)]) -> Result<(), KitError> {
+        self.san_mem_tagged(op, ranges, 0, 0)
+    }
+
+    /// `SAN_MEM` with operation `op`, tagged with the driver's name for the
+    /// object (`object`, 0: none) and its placement generation.
+    pub fn san_mem_tagged(
+        &mut self,
+        op: u32,
+        ranges: &[(u64, u64)],
+        object: u64,
+        gen: u32,
+    ) -> Result<(), KitError> {
         use vgpu_hwif::proto::SAN_MEM_RANGES;
         use vgpu_hwif::sanitize::SanRange;
         for chunk in ranges.chunks(SAN_MEM_RANGES) {
@@ -408,6 +420,8 @@ impl<T: Transport> Driver<T> {
                 op,
                 count: chunk.len() as u32,
                 ranges: rs,
+                object,
+                gen,
             })?;
         }
         Ok(())

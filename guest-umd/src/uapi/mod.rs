@@ -297,6 +297,10 @@ pub mod san {
     pub const FLAG_PRIOR: u32 = 1 << 1;
     /// `VGPU_SAN_FLAG_PACKET`.
     pub const FLAG_PACKET: u32 = 1 << 2;
+    /// `VGPU_SAN_FLAG_OBJECT`.
+    pub const FLAG_OBJECT: u32 = 1 << 3;
+    /// `VGPU_SAN_FLAG_MOVED`.
+    pub const FLAG_MOVED: u32 = 1 << 4;
     /// `VGPU_SAN_PACKET_WORDS`.
     pub const PACKET_WORDS: usize = 15;
     /// `VGPU_SAN_HISTORY`.

@@ -172,6 +172,16 @@ pub struct DrmVgpuSanRecord {
     pub detail: [u64; 4],
     /// The ring's last doorbells.
     pub history: [u32; san::HISTORY],
+    /// `san::FLAG_OBJECT`: the KMD's id of the object the page belonged to.
+    pub object: u64,
+    /// Its placement generation then.
+    pub object_gen: u32,
+    /// `san::FLAG_MOVED`: its generation now.
+    pub object_gen_now: u32,
+    /// `san::FLAG_MOVED`: the lowest page it has now.
+    pub object_pa_now: u64,
+    /// When the page was given back (device time).
+    pub released_ns: u64,
 }
 
 /// `struct drm_vgpu_doorbell`: a user-mode queue's doorbell block.

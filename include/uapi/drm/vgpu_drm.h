@@ -848,6 +848,8 @@ struct drm_vgpu_query_stats {
 #define VGPU_SAN_FLAG_STOPPED        (1u << 0) /* the ring was stopped (stop mode) */
 #define VGPU_SAN_FLAG_PRIOR          (1u << 1) /* the prior_* fields are valid */
 #define VGPU_SAN_FLAG_PACKET         (1u << 2) /* the packet words are valid */
+#define VGPU_SAN_FLAG_OBJECT         (1u << 3) /* the object* fields name the page's object */
+#define VGPU_SAN_FLAG_MOVED          (1u << 4) /* that object moved since (else freed) */
 #define VGPU_SAN_PACKET_WORDS        15
 #define VGPU_SAN_HISTORY             8
 
@@ -877,6 +879,13 @@ struct drm_vgpu_query_stats {
  * @prior_time_ns:   when (device time).
  * @detail:          check-specific values (docs/sanitizer.md).
  * @history:         the ring's last doorbells (VGPU_SAN_RING_INDEX).
+ * @object:          VGPU_SAN_FLAG_OBJECT: the KMD's id of the buffer object
+ *                   the accessed page belonged to when it was given back
+ *                   (debugfs vram_mm names objects by it).
+ * @object_gen:      its placement generation then (moves so far).
+ * @object_gen_now:  VGPU_SAN_FLAG_MOVED: its generation now.
+ * @object_pa_now:   VGPU_SAN_FLAG_MOVED: the lowest page it has now.
+ * @released_ns:     when the page was given back (device time).
  */
 struct drm_vgpu_san_record {
 	__u32 check;
@@ -903,6 +912,11 @@ struct drm_vgpu_san_record {
 	__u64 prior_time_ns;
 	__u64 detail[4];
 	__u32 history[VGPU_SAN_HISTORY];
+	__u64 object;
+	__u32 object_gen;
+	__u32 object_gen_now;
+	__u64 object_pa_now;
+	__u64 released_ns;
 };
 
 /**

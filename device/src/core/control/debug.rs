@@ -11,7 +11,7 @@ use vgpu_hwif::sanitize::SanRange;
 use super::{CommandError, Reply};
 use crate::core::capture_ctl as capture;
 use crate::core::gpu::Gpu;
-use crate::core::sanitize::tlb::OwnError;
+use crate::core::sanitize::owned::{OwnError, Tag};
 use crate::core::telemetry::Stats;
 
 /// `QUERY_STATS`: the counters of an engine, a context or the device.
@@ -99,12 +99,14 @@ pub(super) fn capture_read(
 
 /// `SAN_MEM`: the first `count` of `ranges` declared as the driver's
 /// (`SAN_MEM_OWN`), as its page tables' (`SAN_MEM_OWN_TABLES`), or given
-/// back; every range is checked before any is applied.
+/// back, tagged with the object they belong to (`tag`); every range is
+/// checked before any is applied.
 pub(super) fn san_mem(
     gpu: &Gpu,
     op: u32,
     count: u32,
     ranges: &[SanRange; SAN_MEM_RANGES],
+    tag: Tag,
 ) -> Result<(), CommandError> {
     if count == 0 || count as usize > SAN_MEM_RANGES {
         return Err(CommandError::Invalid("SAN_MEM count out of range"));
@@ -118,9 +120,9 @@ pub(super) fn san_mem(
     for r in ranges.iter().take(count as usize) {
         let shared = &gpu.sanitizer.shared;
         let res = match op {
-            SAN_MEM_OWN => shared.own(r.pa, r.size),
-            SAN_MEM_OWN_TABLES => shared.own_tables(r.pa, r.size),
-            _ => shared.release(r.pa, r.size),
+            SAN_MEM_OWN => shared.own_tagged(r.pa, r.size, false, tag),
+            SAN_MEM_OWN_TABLES => shared.own_tagged(r.pa, r.size, true, tag),
+            _ => shared.release_tagged(r.pa, r.size, tag, gpu.clock.now_ns()),
         };
         match res {
             Ok(()) => {}

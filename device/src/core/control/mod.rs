@@ -46,6 +46,7 @@ use super::post;
 use super::ras::{RasError, RasTable};
 use super::reset::{self, ResetError};
 use super::ring::RingError;
+use super::sanitize::owned::Tag;
 use crate::config::DeviceConfig;
 use vgpu_hwif::proto::WATCH_KEEP_POINTERS;
 
@@ -456,8 +457,14 @@ impl ControlProcessor {
                 device_ns: gpu.clock.now_ns(),
             })),
             Command::RasQuery { start } => Ok(memory::ras_query(&self.ras, start, ok)),
-            Command::SanMem { op, count, ranges } => {
-                debug::san_mem(gpu, op, count, &ranges)?;
+            Command::SanMem {
+                op,
+                count,
+                ranges,
+                object,
+                gen,
+            } => {
+                debug::san_mem(gpu, op, count, &ranges, Tag { object, gen })?;
                 Ok(header_only)
             }
             Command::SanReport { seq } => {

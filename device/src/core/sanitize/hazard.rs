@@ -33,7 +33,7 @@ use std::hash::BuildHasherDefault;
 
 use vgpu_hwif::proto::{engine, MAX_CONTEXTS};
 
-use super::tlb::{FastHash, FastMap};
+use super::fasthash::{FastHash, FastMap};
 
 /// Rings tracked: one per (context, engine).
 pub const RINGS: usize = (MAX_CONTEXTS * engine::COUNT) as usize;

@@ -45,8 +45,10 @@
 //! created is counted as suppressed, not reported.
 
 pub mod cmdbuf;
+pub mod fasthash;
 pub mod fence;
 pub mod hazard;
+pub mod owned;
 pub mod pt;
 pub mod report;
 pub mod ring;
@@ -59,7 +61,9 @@ use std::time::Duration;
 
 use vgpu_hwif::event::Event;
 use vgpu_hwif::proto::{engine, CTX_NONE, MAX_CONTEXTS};
-use vgpu_hwif::sanitize::{Check, CHECKS, SAN_FLAG_STOPPED, SAN_KIND_SHIFT};
+use vgpu_hwif::sanitize::{
+    Check, CHECKS, SAN_FLAG_MOVED, SAN_FLAG_OBJECT, SAN_FLAG_STOPPED, SAN_KIND_SHIFT,
+};
 
 use report::{Report, ReportLog};
 use tlb::{SanShared, TlbSan};
@@ -410,10 +414,24 @@ impl Sanitizer {
             return None;
         }
         r.generation = self.generation;
+        // An undeclared page a tagged declaration gave back: name its
+        // object (moved or freed).
+        let unowned = matches!(r.check, Check::DmaUnowned | Check::PtUnowned);
+        if let Some(h) = r
+            .touch
+            .as_ref()
+            .filter(|t| unowned && t.pa != 0)
+            .and_then(|t| self.shared.history(t.pa))
+        {
+            r = r.object(h);
+        }
         let r = self.log().record(r);
         let mut flags = r.kind << SAN_KIND_SHIFT;
         if r.stopped {
             flags |= SAN_FLAG_STOPPED;
+        }
+        if let Some(h) = &r.object {
+            flags |= SAN_FLAG_OBJECT | if h.moved() { SAN_FLAG_MOVED } else { 0 };
         }
         Some(Event::Sanitizer {
             ctx_id: r.ctx.unwrap_or(CTX_NONE),

@@ -17,10 +17,11 @@ use vgpu_hwif::describe::PacketWords;
 use vgpu_hwif::mmu::Access;
 use vgpu_hwif::proto::{engine, CTX_NONE};
 use vgpu_hwif::sanitize::{
-    Check, SanReport, CHECKS, SAN_FLAG_PACKET, SAN_FLAG_PRIOR, SAN_FLAG_STOPPED, SAN_HISTORY,
-    SAN_KIND_SHIFT, SAN_PACKET_WORDS,
+    Check, SanReport, CHECKS, SAN_FLAG_MOVED, SAN_FLAG_OBJECT, SAN_FLAG_PACKET, SAN_FLAG_PRIOR,
+    SAN_FLAG_STOPPED, SAN_HISTORY, SAN_KIND_SHIFT, SAN_PACKET_WORDS,
 };
 
+use super::owned::ObjectHistory;
 use crate::core::json::json_str;
 
 /// Reports the device keeps (for `SAN_REPORT` and the control socket).
@@ -121,6 +122,8 @@ pub struct Report {
     pub stopped: bool,
     /// Hardware generation (to decode the packet).
     pub generation: u32,
+    /// The object the accessed page belonged to (tagged declarations).
+    pub object: Option<ObjectHistory>,
 }
 
 impl Report {
@@ -142,6 +145,7 @@ impl Report {
             message: message.into(),
             stopped: false,
             generation: 1,
+            object: None,
         }
     }
 
@@ -155,6 +159,26 @@ impl Report {
     /// With sub-kind `kind`.
     pub fn kind(mut self, kind: u32) -> Report {
         self.kind = kind;
+        self
+    }
+
+    /// With `h`, the object the accessed page belonged to: its name and
+    /// its move are added to the message.
+    pub fn object(mut self, h: ObjectHistory) -> Report {
+        let (object, gen) = (h.tag.object, h.tag.gen);
+        let what = match h.now {
+            Some((now, pa)) if h.moved() => format!(
+                "; that page was object {object}'s (generation {gen}) until the object moved {:.3} ms before (now generation {now}, at pa {pa:#x}{}): its mapping was not updated, or the TLB not invalidated, after the move",
+                self.time_ns.saturating_sub(h.released_ns) as f64 / 1e6,
+                if pa >= vgpu_hwif::mmu::VRAM_BASE { ", VRAM" } else { ", system memory" }
+            ),
+            _ => format!(
+                "; that page was object {object}'s (generation {gen}) until the driver gave it back {:.3} ms before, and the object holds no declared pages now: a use after free through the GPU",
+                self.time_ns.saturating_sub(h.released_ns) as f64 / 1e6
+            ),
+        };
+        self.message.push_str(&what);
+        self.object = Some(h);
         self
     }
 
@@ -299,6 +323,19 @@ impl Report {
                 e.level, e.index, e.entry_addr, e.value
             );
         }
+        if let Some(h) = &self.object {
+            let (gen_now, pa_now) = h.now.unwrap_or((h.tag.gen, 0));
+            let _ = write!(
+                s,
+                ",\"object\":{{\"id\":{},\"gen\":{},\"gen_now\":{},\"pa_now\":{},\"moved\":{},\"released_ns\":{}}}",
+                h.tag.object,
+                h.tag.gen,
+                gen_now,
+                pa_now,
+                h.moved(),
+                h.released_ns
+            );
+        }
         let detail: Vec<String> = self.detail.iter().map(u64::to_string).collect();
         let history: Vec<String> = self.history.iter().map(u32::to_string).collect();
         let _ = write!(
@@ -344,7 +381,22 @@ impl Report {
             prior_time_ns: 0,
             detail: self.detail,
             history: [0; SAN_HISTORY],
+            object: 0,
+            object_gen: 0,
+            object_gen_now: 0,
+            object_pa_now: 0,
+            released_ns: 0,
         };
+        if let Some(h) = &self.object {
+            r.flags |= SAN_FLAG_OBJECT;
+            if h.moved() {
+                r.flags |= SAN_FLAG_MOVED;
+            }
+            r.object = h.tag.object;
+            r.object_gen = h.tag.gen;
+            (r.object_gen_now, r.object_pa_now) = h.now.unwrap_or((h.tag.gen, 0));
+            r.released_ns = h.released_ns;
+        }
         if let Some(at) = &self.at {
             r.rptr = at.rptr;
             r.depth = at.depth;

@@ -29,14 +29,14 @@
 //! This module knows nothing of the MMU's types; the MMU calls it with
 //! plain addresses.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use vgpu_hwif::mmu::Access;
 use vgpu_hwif::sanitize::Check;
 
+use super::fasthash::FastMap;
+use super::owned::{ObjectHistory, OwnError, Owned, Tag};
 use super::report::PteAt;
 
 /// Findings a TLB keeps until they are drained (more are counted, not kept).
@@ -48,42 +48,6 @@ pub const MAX_ACCESSES: usize = 4096;
 pub const MAX_USES: usize = 1 << 20;
 
 const PAGE: u64 = 4096;
-
-/// A fast hasher for the sanitizer's integer-keyed maps (page numbers,
-/// addresses): a multiply-rotate in the style of FxHash. The keys are the
-/// guest's, but the maps are bounded, so a poor distribution costs time,
-/// never memory.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct FastHash(u64);
-
-const SEED: u64 = 0x517c_c1b7_2722_0a95;
-
-impl Hasher for FastHash {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(SEED);
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-}
-
-/// A map with [`FastHash`].
-pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHash>>;
 
 /// The role in which a walk used a guest-physical page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,44 +76,6 @@ pub struct PageUse {
     pub time_ns: u64,
     /// Engine that walked.
     pub engine: u32,
-}
-
-/// Pages the driver declared as GPU memory, counted per 4 KiB page.
-#[derive(Debug, Default)]
-struct Owned {
-    pages: FastMap<u64, Declared>,
-    /// Pages declared as page tables (and not all given back).
-    table_pages: u64,
-}
-
-/// One page's declarations.
-#[derive(Clone, Copy, Debug, Default)]
-struct Declared {
-    /// Declarations not given back.
-    refs: u32,
-    /// Of these, declarations as a page table (`SAN_MEM_OWN_TABLES`).
-    tables: u32,
-}
-
-/// Why a `SAN_MEM` declaration was refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum OwnError {
-    /// A range is not 4 KiB aligned, or wraps.
-    #[error("range {pa:#x}+{size:#x} is not 4 KiB aligned or wraps")]
-    Misaligned {
-        /// Start.
-        pa: u64,
-        /// Size.
-        size: u64,
-    },
-    /// Pages given back that were not declared.
-    #[error("{pages} page(s) from {pa:#x} given back without being declared")]
-    NotOwned {
-        /// First such page.
-        pa: u64,
-        /// How many.
-        pages: u64,
-    },
 }
 
 /// What every TLB of the device shares with the sanitizer.
@@ -182,28 +108,19 @@ impl SanShared {
 
     /// Declares `pa..pa + size` (4 KiB aligned) as GPU memory.
     pub fn own(&self, pa: u64, size: u64) -> Result<(), OwnError> {
-        self.own_as(pa, size, false)
+        self.own_tagged(pa, size, false, Tag::default())
     }
 
     /// Declares `pa..pa + size` (4 KiB aligned) as GPU memory holding
     /// page tables.
     pub fn own_tables(&self, pa: u64, size: u64) -> Result<(), OwnError> {
-        self.own_as(pa, size, true)
+        self.own_tagged(pa, size, true, Tag::default())
     }
 
-    fn own_as(&self, pa: u64, size: u64, table: bool) -> Result<(), OwnError> {
-        let pages = Self::pages(pa, size)?;
-        let mut guard = self.owned.write().unwrap_or_else(PoisonError::into_inner);
-        let o = &mut *guard;
-        for p in pages {
-            let d = o.pages.entry(p).or_default();
-            d.refs = d.refs.saturating_add(1);
-            if table {
-                let first = d.tables == 0;
-                d.tables = d.tables.saturating_add(1);
-                o.table_pages += u64::from(first);
-            }
-        }
+    /// Declares `pa..pa + size` (as page tables if `table`), tagged with
+    /// the object the pages belong to.
+    pub fn own_tagged(&self, pa: u64, size: u64, table: bool, tag: Tag) -> Result<(), OwnError> {
+        self.owned_mut().own(pa, size, table, tag)?;
         self.tracked.store(true, Ordering::Release);
         Ok(())
     }
@@ -211,54 +128,41 @@ impl SanShared {
     /// Gives `pa..pa + size` back. Pages not declared are counted in the
     /// error (the others are given back).
     pub fn release(&self, pa: u64, size: u64) -> Result<(), OwnError> {
-        let pages = Self::pages(pa, size)?;
-        let mut guard = self.owned.write().unwrap_or_else(PoisonError::into_inner);
-        let o = &mut *guard;
-        let mut missing: Option<(u64, u64)> = None;
-        for p in pages {
-            match o.pages.get_mut(&p) {
-                Some(d) => {
-                    // A page stays a table while it has as many
-                    // declarations left as it had as a table.
-                    let was_table = d.tables > 0;
-                    d.refs = d.refs.saturating_sub(1);
-                    d.tables = d.tables.min(d.refs);
-                    if was_table && d.tables == 0 {
-                        o.table_pages = o.table_pages.saturating_sub(1);
-                    }
-                    if d.refs == 0 {
-                        o.pages.remove(&p);
-                    }
-                }
-                None => {
-                    let m = missing.get_or_insert((p * PAGE, 0));
-                    m.1 += 1;
-                }
-            }
-        }
+        self.release_tagged(pa, size, Tag::default(), 0)
+    }
+
+    /// Gives `pa..pa + size` back at device time `now_ns`, as the object
+    /// of `tag` (see [`Owned::release`]).
+    pub fn release_tagged(
+        &self,
+        pa: u64,
+        size: u64,
+        tag: Tag,
+        now_ns: u64,
+    ) -> Result<(), OwnError> {
+        let r = self.owned_mut().release(pa, size, tag, now_ns);
         self.epoch.fetch_add(1, Ordering::AcqRel);
-        match missing {
-            Some((pa, pages)) => Err(OwnError::NotOwned { pa, pages }),
-            None => Ok(()),
-        }
+        r
+    }
+
+    fn owned_mut(&self) -> std::sync::RwLockWriteGuard<'_, Owned> {
+        self.owned.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn owned_ref(&self) -> std::sync::RwLockReadGuard<'_, Owned> {
+        self.owned.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Forgets every declaration (the driver went away: virtio reset).
     pub fn clear_ownership(&self) {
-        let mut o = self.owned.write().unwrap_or_else(PoisonError::into_inner);
-        o.pages.clear();
-        o.table_pages = 0;
+        self.owned_mut().clear();
         self.tracked.store(false, Ordering::Release);
         self.epoch.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Pages declared.
     pub fn owned_pages(&self) -> usize {
-        self.owned
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pages
-            .len()
+        self.owned_ref().len()
     }
 
     /// The first page of `pa..pa + len` that is not declared, if any
@@ -269,27 +173,20 @@ impl SanShared {
         }
         let first = pa / PAGE;
         let last = pa.saturating_add(len - 1) / PAGE;
-        let o = self.owned.read().unwrap_or_else(PoisonError::into_inner);
-        (first..=last)
-            .find(|p| !o.pages.contains_key(p))
-            .map(|p| p * PAGE)
+        let o = self.owned_ref();
+        (first..=last).find(|&p| !o.has(p)).map(|p| p * PAGE)
     }
 
     /// Whether the page at `pa` is declared as a page table, and whether
     /// the driver declares its page tables at all (`SAN_MEM_OWN_TABLES`).
     pub fn table_page(&self, pa: u64) -> (bool, bool) {
-        let o = self.owned.read().unwrap_or_else(PoisonError::into_inner);
-        let is = o.pages.get(&(pa / PAGE)).is_some_and(|d| d.tables > 0);
-        (is, o.table_pages > 0)
+        self.owned_ref().table_page(pa)
     }
 
-    fn pages(pa: u64, size: u64) -> Result<std::ops::Range<u64>, OwnError> {
-        let bad = OwnError::Misaligned { pa, size };
-        if !pa.is_multiple_of(PAGE) || !size.is_multiple_of(PAGE) {
-            return Err(bad);
-        }
-        let end = pa.checked_add(size).ok_or(bad)?;
-        Ok(pa / PAGE..end / PAGE)
+    /// The object a tagged declaration of the (undeclared) page at `pa`
+    /// belonged to, and where it is now.
+    pub fn history(&self, pa: u64) -> Option<ObjectHistory> {
+        self.owned_ref().history(pa)
     }
 
     /// The next fill sequence number.

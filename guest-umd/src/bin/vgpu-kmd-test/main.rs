@@ -79,6 +79,9 @@
 //!   vram-move-refused        a move whose TLB invalidation the device
 //!                            refuses (--inject control-busy:packet=
 //!                            TLB_INVALIDATE,count=1) is abandoned
+//!   vram-san-moved           an eviction planted without invalidation
+//!                            (move-no-invalidate): the device's sanitizer
+//!                            names the moved object and its move
 //!   sanitizer                bugs planted in the KMD (debugfs
 //!                            `sanitizer_plant`) each caught by the
 //!                            device's sanitizer (vgpu-device --sanitize)
@@ -118,6 +121,7 @@ mod ras;
 mod remap;
 mod report;
 mod reset;
+mod san_moved;
 mod sanitizer;
 mod stats;
 mod submit;
@@ -184,6 +188,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("victims-nomem", false, nomem::test_victims_nomem),
     ("move-nomem", false, nomem::test_move_nomem),
     ("vram-move-refused", false, vram::test_vram_move_refused),
+    ("vram-san-moved", false, san_moved::test_vram_san_moved),
     ("sanitizer", false, sanitizer::test_sanitizer),
     ("uq", false, uqueue::test_uq),
     ("uq-hang", false, uqueue::test_uq_hang),

@@ -155,6 +155,7 @@ fn show_objects(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     writeln!(f, "clients {}", clients.len())?;
     writeln!(f, "contexts {}", v.gpu.context_count())?;
     writeln!(f, "bos {}", crate::gem::live_objects())?;
+    writeln!(f, "user_bos {}", crate::gem::user_objects())?;
     writeln!(f, "mappings {}", maps)?;
     writeln!(f, "vm_tables {}", tables)?;
     writeln!(f, "host_maps {}", hosts)?;

@@ -64,24 +64,41 @@ static LIVE_OBJECTS: Atomic<i64> = Atomic::new(0);
 /// The last object id handed out ([`VgpuObject::id`]).
 static LAST_ID: Atomic<u64> = Atomic::new(0);
 
+/// Of these, the objects of files (not the driver's own).
+static USER_OBJECTS: Atomic<i64> = Atomic::new(0);
+
 /// Buffer objects alive.
 pub(crate) fn live_objects() -> i64 {
     LIVE_OBJECTS.load(Relaxed)
 }
 
-/// Counts one live object from creation to drop.
-struct LiveCount(());
+/// Buffer objects of files alive (0 once every file is closed and its
+/// objects freed: a leak check).
+pub(crate) fn user_objects() -> i64 {
+    USER_OBJECTS.load(Relaxed)
+}
+
+/// Counts one live object from creation to drop (`user`: a file's).
+struct LiveCount {
+    user: bool,
+}
 
 impl LiveCount {
-    fn new() -> LiveCount {
+    fn new(user: bool) -> LiveCount {
         LIVE_OBJECTS.add(1, Relaxed);
-        LiveCount(())
+        if user {
+            USER_OBJECTS.add(1, Relaxed);
+        }
+        LiveCount { user }
     }
 }
 
 impl Drop for LiveCount {
     fn drop(&mut self) {
         LIVE_OBJECTS.add(-1, Relaxed);
+        if self.user {
+            USER_OBJECTS.add(-1, Relaxed);
+        }
     }
 }
 
@@ -461,7 +478,7 @@ impl VgpuObject {
             flags: args.flags,
             bad: AtomicFlag::new(false),
             registered: SetOnce::new(),
-            _live: LiveCount::new(),
+            _live: LiveCount::new(args.owner != 0),
             _charge: args.charge,
             evicted_charge: SetOnce::new(),
             vram_object: args.vram.is_some(),
@@ -609,6 +626,9 @@ pub(crate) fn segments(bo: &Bo) -> Result<KVec<Seg>> {
 ///
 /// As [`segments`].
 pub(crate) fn shmem_segments(bo: &Bo) -> Result<KVec<Seg>> {
+    if crate::inject::should_fail(crate::inject::Point::BoPages) {
+        return Err(ENOMEM);
+    }
     let raw = bo.as_raw();
     // SAFETY: `Bo` is a shmem object: its `drm_gem_object` is the `base`
     // field of a live `drm_gem_shmem_object`.

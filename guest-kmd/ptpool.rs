@@ -131,6 +131,9 @@ impl PtPool {
 
     /// Takes a zeroed table out of the pool; `ENOMEM` when none is left.
     pub(crate) fn alloc(&self) -> Result<TableId> {
+        if crate::inject::should_fail(crate::inject::Point::PtAlloc) {
+            return Err(ENOMEM);
+        }
         let id = self.state.lock().free.pop().ok_or(ENOMEM)?;
         Ok(TableId(id))
     }

@@ -35,6 +35,8 @@
 //!   [`uarray`], [`time`], [`errno`]: kernel C APIs behind safe wrappers
 //!   (fences, sync objects, reservations, GPUVM lookups), the module parameters,
 //!   rate-limited messages, typed user arrays, time and errno helpers.
+//! * [`inject`]: named fault-injection points at the driver's own failure
+//!   sites (the kernel's `fault_attr` framework, debugfs `vgpu_fail/`).
 //!
 //! The hardware interface ([`pod`], [`proto`], [`event`], [`mmu`],
 //! [`packet`], [`layout`], [`sanitize`], [`describe`]) is the very same
@@ -60,10 +62,10 @@
 //! | `pagetable` | `gem`, `mmu`, `ptpool`, `ras` |
 //! | `sanmem` | `gem`, `proto`, `ratelimit`, `sanitize`, `transport` |
 //! | `ras` | `gem` |
-//! | `transport` | `errno`, `event`, `ffi`, `ktrace`, `layout`, `pod`, `proto`, `ratelimit`, `time`, `vram` |
+//! | `transport` | `errno`, `event`, `ffi`, `inject`, `ktrace`, `layout`, `pod`, `proto`, `ratelimit`, `time`, `vram` |
 //! | `gem_vram` | `errno`, `gem` |
-//! | `gem` | `ffi`, `ratelimit`, `vram_mgr` |
-//! | `vram_mgr` | `vram` |
+//! | `gem` | `ffi`, `inject`, `ratelimit`, `vram_mgr` |
+//! | `vram_mgr` | `inject`, `vram` |
 //! | `layout` | `event`, `pod`, `proto`, `sanitize` |
 //! | `ktrace` | `ffi` |
 //! | `proto` | `limits`, `pod`, `reply`, `sanitize` |
@@ -74,13 +76,14 @@
 //! | `describe` | `mmu`, `packet` |
 //! | `event` | `pod` |
 //! | `ffi` | `ffi_sync` |
-//! | `ptpool` | `mmu` |
+//! | `ptpool` | `inject`, `mmu` |
 //! | `vram` | `mmu` |
 //! | `sanitize` | `pod` |
 //! | `coredump` | - |
 //! | `errno` | - |
 //! | `limits` | - |
 //! | `ffi_gpuvm` | - |
+//! | `inject` | - |
 //! | `ffi_sync` | - |
 //! | `mmu` | - |
 //! | `packet` | - |
@@ -109,6 +112,7 @@ mod gem;
 mod gem_vram;
 mod gpu;
 mod hostmem;
+mod inject;
 mod ktrace;
 mod pagetable;
 mod params;
@@ -265,7 +269,8 @@ module! {
     },
 }
 
-/// The module: the PCI driver registration and the debugfs root directory.
+/// The module: the PCI driver registration, the debugfs root directory and
+/// the fault-injection points' knobs.
 ///
 /// Fields drop in declaration order: the driver is unregistered (every
 /// device unbound) before the debugfs root goes away.
@@ -274,6 +279,7 @@ struct VgpuModule {
     #[pin]
     _driver: kernel::driver::Registration<pci::Adapter<VgpuPciDriver>>,
     _debugfs: debugfs::Root,
+    _inject: inject::Points,
 }
 
 impl kernel::InPlaceModule for VgpuModule {
@@ -293,6 +299,7 @@ impl kernel::InPlaceModule for VgpuModule {
             trace_records: *module_parameters::trace_records.value(),
         });
         try_pin_init!(Self {
+            _inject: inject::Points::create(),
             _debugfs: debugfs::Root::create(),
             _driver <- kernel::driver::Registration::new(
                 <Self as kernel::ModuleMetadata>::NAME,

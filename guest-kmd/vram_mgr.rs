@@ -315,6 +315,11 @@ impl VramMgr {
         if size == 0 || size % CHUNK as u64 != 0 {
             return Err(EINVAL);
         }
+        if crate::inject::should_fail(crate::inject::Point::VramAlloc) {
+            // As if VRAM were full (debugfs vgpu_fail/vram_alloc).
+            self.failed.add(1u64, Relaxed);
+            return Err(ENOSPC);
+        }
         let mode = match region {
             Region::Visible => GpuBuddyAllocMode::Range(0..self.layout.visible),
             Region::Any => GpuBuddyAllocMode::TopDown,

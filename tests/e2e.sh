@@ -972,6 +972,19 @@ if selected "$name"; then
          sanitize_saved=$sanitize; sanitize=1; result "$name" 1; sanitize=$sanitize_saved; san_allowed=$san_allowed_saved; fi
 fi
 
+# --- Faults inside the driver (guest-kmd/inject.rs, debugfs vgpu_fail/): each point fails this process's call
+#     with its documented errno or fallback, logged; the call succeeds again once quiet; the device is never reset;
+#     objects, mappings, page tables and contexts back to their counts.
+name=kmd-inject
+if selected "$name"; then
+    run_vm "$name" --gen 2 --mem 1G --device-arg --vram=64M --device-arg --visible-vram=16M run 'vgpu-kmd-test inject; dmesg | grep -c "name [a-z_]*, interval" | sed "s/^/injected /"'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
+    elif ! want "^injected (8|9|[1-9][0-9])$"; then result "$name" 0 "fewer failures logged than injected"
+    else result "$name" 1; fi
+fi
+
 # --- IGT GPU Tools (tests/igt, docs/igt.md): every test of tests/igt/tests.txt, the dma-buf KUnit suites and
 #     gputop beside a compute workload, on card0 and the render node as each test opens them; every result
 #     compared with tests/igt/expectations.txt (a difference fails the case). The long run (repeats, the

@@ -241,9 +241,12 @@ fn main() -> ExitCode {
             };
             for r in c.runs(seed) {
                 if shard.is_none_or(|s| s.takes(r.index)) {
-                    let fault = c
-                        .scenario(&r.scenario)
+                    let s = c.scenario(&r.scenario);
+                    let fault = s
                         .and_then(|s| s.fault.clone())
+                        .or_else(|| {
+                            s.and_then(|s| s.driver_fault.as_ref().map(|d| format!("driver:{d}")))
+                        })
                         .unwrap_or_else(|| "none".into());
                     outln!(
                         "{:4} {}#{} seed={} fault={fault}",

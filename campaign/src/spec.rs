@@ -126,6 +126,75 @@ pub struct Scenario {
     /// `"--vram=64M --visible-vram=16M --vram-on-reset=garbage"`).
     #[serde(default)]
     pub device_args: Option<String>,
+    /// Faults injected inside the driver (guest-kmd/inject.rs), for the
+    /// workload's processes only: `point[:knob=value,...]`, several
+    /// separated by `;` (see [`driver_faults`]).
+    #[serde(default)]
+    pub driver_fault: Option<String>,
+}
+
+/// The driver's fault-injection points (guest-kmd/inject.rs; knobs in
+/// `/sys/kernel/debug/vgpu_fail/<point>/`).
+pub const DRIVER_POINTS: [&str; 4] = ["vram_alloc", "bo_pages", "pt_alloc", "control_cmd"];
+
+/// Knobs a driver fault may set (the kernel's fault_attr knobs).
+const DRIVER_KNOBS: [&str; 4] = ["interval", "times", "probability", "space"];
+
+/// One fault inside the driver: its point and its knobs (defaults:
+/// `probability=100`, `interval=1`, `times=1`: the first call fails, once).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DriverFault {
+    /// The point.
+    pub point: String,
+    /// Knob values, in the order they are written (`probability` last).
+    pub knobs: Vec<(String, i64)>,
+}
+
+/// Parses a scenario's `driver_fault`.
+pub fn driver_faults(spec: &str) -> Result<Vec<DriverFault>, String> {
+    let mut out = Vec::new();
+    for one in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let (point, args) = one.split_once(':').unwrap_or((one, ""));
+        if !DRIVER_POINTS.contains(&point) {
+            return Err(format!(
+                "unknown driver point '{point}' (one of {})",
+                DRIVER_POINTS.join(", ")
+            ));
+        }
+        let mut knobs: Vec<(String, i64)> = vec![
+            ("interval".into(), 1),
+            ("times".into(), 1),
+            ("space".into(), 0),
+        ];
+        let mut probability = 100;
+        for kv in args.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| format!("'{kv}' is not knob=value"))?;
+            let v: i64 = v
+                .parse()
+                .map_err(|_| format!("'{kv}': the value is not a number"))?;
+            match k {
+                "probability" if (0..=100).contains(&v) => probability = v,
+                "interval" if v >= 1 => knobs[0].1 = v,
+                "times" if v >= -1 && v != 0 => knobs[1].1 = v,
+                "space" if v >= 0 => knobs[2].1 = v,
+                _ if DRIVER_KNOBS.contains(&k) => return Err(format!("'{kv}': out of range")),
+                _ => {
+                    return Err(format!(
+                        "unknown knob '{k}' (one of {})",
+                        DRIVER_KNOBS.join(", ")
+                    ))
+                }
+            }
+        }
+        knobs.push(("probability".into(), probability));
+        out.push(DriverFault {
+            point: point.to_owned(),
+            knobs,
+        });
+    }
+    Ok(out)
 }
 
 /// What a VM is booted with for a scenario: the vgpu.ko parameters and the
@@ -201,6 +270,9 @@ impl Campaign {
                         format!("unknown outcome '{e}' (one of {})", OUTCOMES.join(", ")),
                     ));
                 }
+            }
+            if let Some(d) = &s.driver_fault {
+                driver_faults(d).map_err(|e| SpecError::Invalid(s.name.clone(), e))?;
             }
             if let Some(w) = &s.workload_status {
                 if !["ok", "error", "any"].contains(&w.as_str()) {

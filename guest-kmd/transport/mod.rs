@@ -185,7 +185,12 @@ impl Hw {
     /// As [`Control::command_locked`].
     fn command_ungated(&self, cmd: Command) -> Result<Reply> {
         let (start, name) = (self.trace.start(), cmd.opcode().name());
-        let r = self.control.command(&self.link, cmd);
+        let r = match crate::inject::should_fail(crate::inject::Point::ControlCmd) {
+            // Not sent: failed as a command the device failed (debugfs
+            // vgpu_fail/control_cmd).
+            true => Err(EIO),
+            false => self.control.command(&self.link, cmd),
+        };
         self.trace.command(start, name, ret_of(&r));
         if r.is_err() && self.link.check_usable().is_err() {
             self.events.wake();

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{Campaign, RunId, Scenario, ENVIRONMENT};
+use crate::spec::{driver_faults, Campaign, DriverFault, RunId, Scenario, ENVIRONMENT};
 
 /// Why a run could not be carried out (as opposed to a fault outcome).
 #[derive(Debug, thiserror::Error)]
@@ -221,6 +221,14 @@ pub struct GuestOutput {
     pub output: Vec<String>,
     /// Devcoredumps printed after the run ([`DUMP_BEGIN`] .. [`DUMP_END`]).
     pub dumps: Vec<String>,
+    /// Failures injected inside the driver: the point of each.
+    pub driver_faults: Vec<String>,
+    /// Buffer objects of files alive after the workload (driver faults:
+    /// must be 0, nothing leaked).
+    pub user_bos: Option<i64>,
+    /// Kernel warnings, BUGs, oopses and sanitizer (KASAN, UBSAN) reports
+    /// in the run's messages (driver faults: must be 0).
+    pub splats: Option<i64>,
 }
 
 /// The line before a devcoredump the guest script prints.
@@ -253,6 +261,12 @@ pub fn parse_guest(text: &str) -> GuestOutput {
             g.innocent = Some(v);
         } else if let Some(v) = num("campaign-health=") {
             g.health = Some(v);
+        } else if let Some(p) = line.strip_prefix("campaign-driver-fault=") {
+            g.driver_faults.push(p.trim().to_owned());
+        } else if let Some(v) = num("campaign-user-bos=") {
+            g.user_bos = Some(i64::from(v));
+        } else if let Some(v) = num("campaign-splats=") {
+            g.splats = Some(i64::from(v));
         } else if let Some(m) = line.strip_prefix("dmesg: ") {
             g.dmesg.push(m.to_owned());
         } else {
@@ -267,17 +281,44 @@ pub fn parse_guest(text: &str) -> GuestOutput {
 /// device context 0 on a fresh VM) and the innocent one 0.3 s later.
 pub fn guest_script(s: &Scenario, health: &str) -> String {
     let mut sh = String::new();
+    // Faults inside the driver: armed for the workload's processes only
+    // (task-filter, make-it-fail), disarmed after it.
+    let drv: Vec<DriverFault> = s
+        .driver_fault
+        .as_deref()
+        .map(|d| driver_faults(d).unwrap_or_default())
+        .unwrap_or_default();
+    for f in &drv {
+        let d = format!("/sys/kernel/debug/vgpu_fail/{}", f.point);
+        sh += &format!("echo Y > {d}/task-filter; echo 1 > {d}/verbose; ");
+        for (k, v) in &f.knobs {
+            sh += &format!("echo {v} > {d}/{k}; ");
+        }
+    }
+    let workload = match drv.is_empty() {
+        true => s.workload.clone(),
+        false => format!("echo 1 > /proc/self/make-it-fail; {}", s.workload),
+    };
     match &s.innocent {
         Some(inn) => {
-            sh += &format!(
-                "( {} ) >/tmp/workload.log 2>&1 & WP=$!; sleep 0.3; ",
-                s.workload
-            );
+            sh += &format!("( {workload} ) >/tmp/workload.log 2>&1 & WP=$!; sleep 0.3; ");
             sh += &format!("( {inn} ) >/tmp/innocent.log 2>&1; echo campaign-innocent=$?; ");
             sh += "wait $WP; echo campaign-workload=$?; ";
             sh += "sed 's/^/workload: /' /tmp/workload.log; sed 's/^/innocent: /' /tmp/innocent.log; ";
         }
-        None => sh += &format!("( {} ); echo campaign-workload=$?; ", s.workload),
+        None => sh += &format!("( {workload} ); echo campaign-workload=$?; "),
+    }
+    if !drv.is_empty() {
+        for f in &drv {
+            sh += &format!(
+                "echo 0 > /sys/kernel/debug/vgpu_fail/{}/probability; ",
+                f.point
+            );
+        }
+        sh +=
+            "dmesg | sed -n 's/^.*name \\([a-z_]*\\), interval .*$/campaign-driver-fault=\\1/p'; ";
+        sh += "echo campaign-user-bos=$(sed -n 's/^user_bos //p' /sys/kernel/debug/vgpu/*/objects | head -1); ";
+        sh += "echo campaign-splats=$(dmesg | grep -c -e 'WARNING:' -e 'BUG:' -e 'Oops' -e 'KASAN' -e 'UBSAN'); ";
     }
     sh += &format!("( {health} ) >/dev/null 2>&1; echo campaign-health=$?; ");
     // The driver's devcoredumps (the first is kept until read): once none
@@ -334,13 +375,31 @@ pub fn classify(
     d: &DeviceLog,
 ) -> (String, Vec<String>, Option<f64>, Option<f64>, Vec<String>) {
     let mut notes = Vec::new();
-    let first = d.injections.first().copied();
+    // A fault inside the driver has no device time: it counts from the
+    // start (detection latencies are the device's).
+    let first = d
+        .injections
+        .first()
+        .copied()
+        .or((!g.driver_faults.is_empty()).then_some(0));
     let mut detected_by: Vec<String> = Vec::new();
+    for p in &g.driver_faults {
+        let tag = format!("driver-failed-{p}");
+        if !detected_by.contains(&tag) {
+            detected_by.push(tag);
+        }
+    }
     let mut detect_ms = None;
     let mut recover_ms = None;
     if let Some(t0) = first {
         let mut reacted_at = None;
-        for (what, t) in &d.observations {
+        // The device's reactions count after a device injection only.
+        let observed = if d.injections.is_empty() {
+            &[][..]
+        } else {
+            &d.observations[..]
+        };
+        for (what, t) in observed {
             if REACTIONS.contains(&what.as_str()) && *t >= t0 {
                 if reacted_at.is_none() {
                     reacted_at = Some(*t);
@@ -381,7 +440,7 @@ pub fn classify(
     } else if vm_status == 125 {
         "guest-panic"
     } else if first.is_none() {
-        if s.fault.is_some() {
+        if s.fault.is_some() || s.driver_fault.is_some() {
             notes.push("the trigger never fired".to_owned());
         }
         "not-injected"
@@ -401,6 +460,20 @@ pub fn classify(
         if !innocent_ok {
             notes.push(format!("innocent workload status {:?}", g.innocent));
         }
+        // A fault inside the driver must leave no object behind and no
+        // kernel splat.
+        let leaked = g.user_bos.is_some_and(|n| n != 0);
+        let splat = g.splats.is_some_and(|n| n != 0);
+        if leaked {
+            notes.push(format!(
+                "{:?} buffer objects of files left after the workload",
+                g.user_bos
+            ));
+        }
+        if splat {
+            notes.push(format!("{:?} kernel warnings or reports", g.splats));
+        }
+        let innocent_ok = innocent_ok && !leaked && !splat;
         if vm_status == 124 {
             notes.push("VM timed out".to_owned());
         }
@@ -596,7 +669,7 @@ impl Runner {
             workload_status: g.workload,
             innocent_status: g.innocent,
             health_status: g.health,
-            injections: d.injections.len() as u64,
+            injections: (d.injections.len() + g.driver_faults.len()) as u64,
             detected_by,
             detect_ms,
             recover_ms,

@@ -13,6 +13,7 @@ fn scenario(fault: Option<&str>, innocent: bool) -> Scenario {
         workload_status: None,
         kmd_args: None,
         device_args: None,
+        driver_fault: None,
     }
 }
 
@@ -239,4 +240,64 @@ fn script_runs_workload_innocent_health_and_dmesg() {
         .starts_with("( w ) >/tmp/workload.log 2>&1 & WP=$!; sleep 0.3; ( i ) >/tmp/innocent.log"));
     assert!(sh.contains("( h ) >/dev/null 2>&1; echo campaign-health=$?"));
     assert!(sh.contains("cat \"$d\"; echo campaign-devcoredump-end; echo 1 > \"$d\""));
+}
+
+#[test]
+fn driver_faults_are_armed_for_the_workload_only_and_judged_by_leaks_and_splats() {
+    let mut s = scenario(None, false);
+    s.driver_fault = Some("vram_alloc:interval=3".into());
+    let sh = guest_script(&s, "h");
+    let d = "/sys/kernel/debug/vgpu_fail/vram_alloc";
+    assert!(sh.starts_with(&format!(
+        "echo Y > {d}/task-filter; echo 1 > {d}/verbose; echo 3 > {d}/interval; echo 1 > {d}/times; echo 0 > {d}/space; echo 100 > {d}/probability; "
+    )));
+    assert!(sh.contains("( echo 1 > /proc/self/make-it-fail; w ); echo campaign-workload=$?; "));
+    let disarm = sh.find(&format!("echo 0 > {d}/probability")).unwrap();
+    assert!(
+        disarm < sh.find("( h )").unwrap(),
+        "disarmed before the health check"
+    );
+    assert!(sh.contains("campaign-user-bos=") && sh.contains("campaign-splats="));
+
+    // Injected (the framework's log line), handled, nothing left.
+    let ok = parse_guest(
+        "campaign-workload=0\ncampaign-driver-fault=vram_alloc\ncampaign-user-bos=0\ncampaign-splats=0\ncampaign-health=0\n",
+    );
+    assert_eq!(ok.driver_faults, vec!["vram_alloc".to_owned()]);
+    let (outcome, by, detect_ms, ..) = classify(&s, 0, "", &ok, &DeviceLog::default());
+    assert_eq!(outcome, "detected-recovered");
+    assert_eq!(by, vec!["driver-failed-vram_alloc".to_owned()]);
+    assert_eq!(detect_ms, None, "no device time for a driver fault");
+    // A leaked object or a kernel warning: not recovered.
+    for bad in ["campaign-user-bos=2", "campaign-splats=1"] {
+        let g = parse_guest(&format!(
+            "campaign-workload=0\ncampaign-driver-fault=vram_alloc\n{bad}\ncampaign-health=0\n"
+        ));
+        let (outcome, _, _, _, notes) = classify(&s, 0, "", &g, &DeviceLog::default());
+        assert_eq!(outcome, "detected-not-recovered", "{bad}: {notes:?}");
+    }
+    // The point never failed: not injected.
+    let none = parse_guest("campaign-workload=0\ncampaign-user-bos=0\ncampaign-health=0\n");
+    assert_eq!(
+        classify(&s, 0, "", &none, &DeviceLog::default()).0,
+        "not-injected"
+    );
+}
+
+#[test]
+fn driver_fault_specs_are_checked() {
+    use crate::spec::driver_faults;
+    let f = driver_faults("bo_pages; control_cmd:times=-1,probability=50").unwrap();
+    assert_eq!(f.len(), 2);
+    assert_eq!(f[1].knobs.last(), Some(&("probability".to_owned(), 50)));
+    assert_eq!(f[1].knobs[1], ("times".to_owned(), -1));
+    for bad in [
+        "nope",
+        "bo_pages:interval=0",
+        "bo_pages:color=3",
+        "bo_pages:times=x",
+        "pt_alloc:interval",
+    ] {
+        assert!(driver_faults(bad).is_err(), "{bad}");
+    }
 }

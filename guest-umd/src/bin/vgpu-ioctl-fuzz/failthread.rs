@@ -74,7 +74,8 @@ impl FailNth {
 }
 
 /// Makes failslab count sleeping allocations too (`GFP_KERNEL`, which it
-/// skips by default) and report nothing per injected failure.
+/// skips by default) and report nothing per injected failure (nor the
+/// driver's own points that count for fail-nth).
 ///
 /// # Errors
 ///
@@ -84,6 +85,11 @@ pub fn count_sleeping_slab_allocations() -> Result<(), String> {
     for (k, v) in [("ignore-gfp-wait", "N"), ("verbose", "0")] {
         let path = format!("/sys/kernel/debug/failslab/{k}");
         std::fs::write(&path, v).map_err(|e| format!("{path}: {e}"))?;
+    }
+    // The driver's own points that count for fail-nth: quiet too (absent
+    // before vgpu.ko is loaded).
+    for p in ["bo_pages", "pt_alloc"] {
+        let _ = std::fs::write(format!("/sys/kernel/debug/vgpu_fail/{p}/verbose"), "0");
     }
     Ok(())
 }

@@ -82,6 +82,9 @@
 //!   vram-san-moved           an eviction planted without invalidation
 //!                            (move-no-invalidate): the device's sanitizer
 //!                            names the moved object and its move
+//!   inject                   the driver's fault-injection points
+//!                            (debugfs vgpu_fail/): vram_alloc, bo_pages,
+//!                            pt_alloc, control_cmd each fail cleanly
 //!   sanitizer                bugs planted in the KMD (debugfs
 //!                            `sanitizer_plant`) each caught by the
 //!                            device's sanitizer (vgpu-device --sanitize)
@@ -109,6 +112,7 @@ mod flr;
 mod gem;
 mod hang;
 mod hostmap;
+mod inject;
 mod innocent;
 mod leaks;
 mod limits;
@@ -189,6 +193,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("move-nomem", false, nomem::test_move_nomem),
     ("vram-move-refused", false, vram::test_vram_move_refused),
     ("vram-san-moved", false, san_moved::test_vram_san_moved),
+    ("inject", false, inject::test_inject),
     ("sanitizer", false, sanitizer::test_sanitizer),
     ("uq", false, uqueue::test_uq),
     ("uq-hang", false, uqueue::test_uq_hang),

@@ -467,7 +467,7 @@ fn show_vram_mm(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let c = mgr.counters();
     writeln!(
         f,
-        "vram_mm: usable {:#x} free {:#x} used {:#x} visible_used {:#x} allocs {} failed {} evictions {} evicted_bytes {:#x} moves_failed {} losses {} retired {}",
+        "vram_mm: usable {:#x} free {:#x} used {:#x} visible_used {:#x} allocs {} failed {} evictions {} evicted_bytes {:#x} restores {} restored_bytes {:#x} moves_failed {} losses {} retired {}",
         mgr.usable(),
         mgr.avail(),
         c.used,
@@ -476,6 +476,8 @@ fn show_vram_mm(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         c.failed,
         c.evictions,
         c.evicted_bytes,
+        c.restores,
+        c.restored_bytes,
         c.moves_failed,
         v.gpu.vram_losses.load(kernel::sync::atomic::Relaxed),
         mgr.retired_pages()

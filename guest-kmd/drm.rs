@@ -378,6 +378,11 @@ impl VgpuFile {
         }
         dev.vgpu.check_usable()?;
         let bo = vgem::lookup(file, args.handle, &dev.bos)?;
+        if bo.is_vram_object() {
+            // Once in system memory, it stays there: its CPU mapping shows
+            // those pages (crate::restore).
+            bo.mark_cpu_mapped();
+        }
         let invisible = bo
             .vram()
             .as_ref()
@@ -610,6 +615,9 @@ impl VgpuFile {
             bos.push((bo, usage), GFP_KERNEL)?;
         }
         let syncs = JobSyncs { ins, outs, bos };
+        // Evicted objects of the file move back to VRAM first where there
+        // is room (crate::restore; never fails the submit).
+        dev.vgpu.restore_evicted(&file.inner().client);
         dev.vgpu.gpu.submit(&file.inner().client, args, syncs)?;
         Ok(0)
     }

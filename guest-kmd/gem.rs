@@ -29,7 +29,10 @@
 //! type, is in `drm.rs` with the driver's other associated types.
 
 use crate::vram_mgr::VramAlloc;
-use core::ptr::NonNull;
+use core::ptr::{
+    self,
+    NonNull, //
+};
 use kernel::{
     bindings,
     drm::gem::{
@@ -60,6 +63,16 @@ pub(crate) type Bo = gem::shmem::Object<VgpuObject>;
 
 /// Buffer objects alive, for debugfs (leak checks).
 static LIVE_OBJECTS: Atomic<i64> = Atomic::new(0);
+
+/// VRAM objects now evicted to system memory (see
+/// [`VgpuObject::keep_evicted_charge`]).
+static EVICTED_OBJECTS: Atomic<i64> = Atomic::new(0);
+
+/// VRAM objects now evicted to system memory: a move back is worth looking
+/// for only when there are some.
+pub(crate) fn evicted_objects() -> i64 {
+    EVICTED_OBJECTS.load(Relaxed)
+}
 
 /// The last object id handed out ([`VgpuObject::id`]).
 static LAST_ID: Atomic<u64> = Atomic::new(0);
@@ -422,9 +435,13 @@ pub(crate) struct VgpuObject {
     /// None for the driver's own objects (an address space's reservation
     /// object) and for VRAM objects, which are not guest memory.
     _charge: Option<MemCharge>,
-    /// What a VRAM object is charged once it was evicted to system memory
-    /// (guest memory from then on).
-    evicted_charge: SetOnce<MemCharge>,
+    /// What a VRAM object is charged while it is evicted to system memory
+    /// (guest memory then); taken when it moves back.
+    #[pin]
+    evicted_charge: Mutex<Option<MemCharge>>,
+    /// The CPU asked to map it (`GEM_MMAP_OFFSET`): a VRAM object that is
+    /// in system memory stays there (its CPU mapping shows those pages).
+    cpu_mapped: AtomicFlag,
     /// The object's device memory while it is in VRAM (its shmem pages are
     /// then not allocated, see [`crate::gem_vram`]); `None` in system
     /// memory: created there, or evicted ([`crate::placement`]). Taken
@@ -468,6 +485,9 @@ impl PinnedDrop for VgpuObject {
         if let Some((r, addr)) = self.registered.as_ref() {
             r.remove(*addr);
         }
+        if self.evicted_charge.lock().is_some() {
+            EVICTED_OBJECTS.add(-1, Relaxed);
+        }
     }
 }
 
@@ -480,7 +500,8 @@ impl VgpuObject {
             registered: SetOnce::new(),
             _live: LiveCount::new(args.owner != 0),
             _charge: args.charge,
-            evicted_charge: SetOnce::new(),
+            evicted_charge <- new_mutex!(None),
+            cpu_mapped: AtomicFlag::new(false),
             vram_object: args.vram.is_some(),
             vram <- new_mutex!(args.vram),
             moving: AtomicFlag::new(false),
@@ -534,9 +555,34 @@ impl VgpuObject {
     }
 
     /// Keeps `charge`, the guest memory of the object evicted to system
-    /// memory, until the object is freed (an object is evicted once).
+    /// memory, until it moves back to VRAM or is freed.
     pub(crate) fn keep_evicted_charge(&self, charge: MemCharge) {
-        let _ = self.evicted_charge.populate(charge);
+        if self.evicted_charge.lock().replace(charge).is_none() {
+            EVICTED_OBJECTS.add(1, Relaxed);
+        }
+    }
+
+    /// Gives back the guest memory of an evicted object that moved back to
+    /// VRAM.
+    pub(crate) fn drop_evicted_charge(&self) {
+        if self.evicted_charge.lock().take().is_some() {
+            EVICTED_OBJECTS.add(-1, Relaxed);
+        }
+    }
+
+    /// Whether it is evicted now (in system memory, charged as such).
+    pub(crate) fn is_evicted(&self) -> bool {
+        self.evicted_charge.lock().is_some()
+    }
+
+    /// Notes that the CPU asked to map it (`GEM_MMAP_OFFSET`).
+    pub(crate) fn mark_cpu_mapped(&self) {
+        self.cpu_mapped.store(true, Relaxed);
+    }
+
+    /// Whether the CPU asked to map it.
+    pub(crate) fn cpu_mapped(&self) -> bool {
+        self.cpu_mapped.load(Relaxed)
     }
 
     /// Counts an eviction.
@@ -635,9 +681,10 @@ pub(crate) fn shmem_segments(bo: &Bo) -> Result<KVec<Seg>> {
     let shmem = unsafe { kernel::container_of!(raw, bindings::drm_gem_shmem_object, base) };
     // SAFETY: `shmem` is valid (above). The helper takes the object's
     // reservation lock itself and makes the mapping if there is none; the
-    // table is owned by the object (this driver never purges or evicts
-    // objects) and is only freed with it or at unbind
-    // ([`BoRegistry::unmap_all`]), both under the reservation lock.
+    // table is owned by the object (this driver never purges objects) and
+    // is only freed with it, at unbind ([`BoRegistry::unmap_all`]) or when
+    // a VRAM object moves back to VRAM ([`release_system_pages`]), all
+    // under the reservation lock.
     from_err_ptr(unsafe { bindings::drm_gem_shmem_get_pages_sgt(shmem) })?;
     // SAFETY: `raw` is valid (above); `dma_resv_lock` without an acquire
     // context cannot fail.
@@ -668,6 +715,71 @@ pub(crate) fn shmem_segments(bo: &Bo) -> Result<KVec<Seg>> {
         return Err(EIO);
     }
     Ok(segs)
+}
+
+/// `fallocate` modes (uapi `linux/falloc.h`, a stable ABI not in the
+/// bindings): keep the file size, free the range's pages.
+const FALLOC_FL_KEEP_SIZE: i32 = 0x01;
+/// See [`FALLOC_FL_KEEP_SIZE`].
+const FALLOC_FL_PUNCH_HOLE: i32 = 0x02;
+
+/// Gives back the system pages of a VRAM object that moved back to VRAM:
+/// their DMA mapping, the object's reference on them, and the pages
+/// themselves (a hole punched in its shmem file, as shmem's purge does).
+/// The object's GPU mappings must no longer reach them (rebound onto its
+/// VRAM, the TLBs invalidated).
+///
+/// # Errors
+///
+/// `EBUSY` when something else holds the pages (a CPU mapping, a vmap, a
+/// pin): they stay, mapped; the caller keeps the object where it is.
+pub(crate) fn release_system_pages(bo: &Bo) -> Result {
+    let raw = bo.as_raw();
+    // SAFETY:
+    // - `raw` is a live object (`bo` is a reference), one of this driver's
+    //   shmem objects, never an import: its `drm_gem_object` is the `base`
+    //   of a `drm_gem_shmem_object`, and its `sgt` is the helper's own.
+    // - Its page references and mapping are only changed under its
+    //   reservation lock, held here from the check to the release: the
+    //   mapping's reference is the only one when the use count is 1 (a CPU
+    //   mapping or vmap takes another, under the same lock; a pin too).
+    // - `dma_resv_lock` without an acquire context cannot fail.
+    let released = unsafe {
+        let shmem = kernel::container_of!(raw, bindings::drm_gem_shmem_object, base);
+        let resv = (*raw).resv;
+        let _ = bindings::dma_resv_lock(resv, core::ptr::null_mut());
+        let uses = ptr::read_volatile(&raw const (*shmem).pages_use_count.refs.counter);
+        let pins = ptr::read_volatile(&raw const (*shmem).pages_pin_count.refs.counter);
+        let vmaps = ptr::read_volatile(&raw const (*shmem).vmap_use_count.refs.counter);
+        let only_the_mapping = !(*shmem).sgt.is_null() && uses == 1 && pins == 0 && vmaps == 0;
+        if only_the_mapping {
+            bindings::__drm_gem_shmem_free_sgt_locked(shmem);
+            bindings::drm_gem_shmem_put_pages_locked(shmem);
+        }
+        bindings::dma_resv_unlock(resv);
+        only_the_mapping
+    };
+    if !released {
+        return Err(EBUSY);
+    }
+    // SAFETY: `filp` is the object's shmem file, alive with the object and
+    // opened read-write by `shmem_file_setup`; punching a hole in it frees
+    // the pages the object no longer references (a later eviction gets
+    // fresh, zeroed ones).
+    let r = unsafe {
+        bindings::vfs_fallocate(
+            (*raw).filp,
+            FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+            0,
+            bo.size() as bindings::loff_t,
+        )
+    };
+    if r != 0 {
+        // The pages stay in the file until the object is freed: memory
+        // held longer, nothing wrong.
+        crate::pr_warn_ratelimited!("vgpu: freeing an object's system pages: error {}\n", r);
+    }
+    Ok(())
 }
 
 /// Takes the system-memory page at guest-physical `pa` of a shmem object

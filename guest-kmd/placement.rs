@@ -28,7 +28,8 @@
 //!   then copy and release: no TLB holds the old pages while they move or
 //!   once they are free. A move that fails (copy fault, reset, timeout)
 //!   leaves the object where it was, in VRAM, mapped again: nothing is
-//!   lost. An evicted object stays in system memory until it is freed.
+//!   lost. An evicted object moves back to VRAM when its file submits and
+//!   there is room ([`crate::restore`]).
 //!
 //! Lock order: the mover (one move at a time) → the clients list (briefly)
 //! → the GPU state (briefly) → an address space → an object's placement.

@@ -24,10 +24,11 @@
 //!   a folder of blocks, the twin of the device's `core/`.
 //! * [`file`]: what an open file owns (its address space, its memory).
 //! * [`vm`], [`vm_ops`], [`pagetable`], [`gem`], [`gem_vram`], [`vram_mgr`],
-//!   [`ptpool`], [`ras`]: GPU
+//!   [`ptpool`], [`ras`], [`placement`], [`restore`]: GPU
 //!   address spaces (on DRM GPUVM) and their map/unmap requests, their page
 //!   tables, buffer objects (VRAM objects' CPU mappings), the VRAM manager
-//!   (on the kernel's buddy allocator), the page-table pool, retired pages; [`sanmem`]: that memory declared to
+//!   (on the kernel's buddy allocator), placement and eviction, evicted objects moved back, the
+//!   page-table pool, retired pages; [`sanmem`]: that memory declared to
 //!   the device's sanitizer.
 //! * [`transport`]: the virtio-pci transport, the control and event queues,
 //!   interrupts.
@@ -50,7 +51,8 @@
 //! | block | may use |
 //! |---|---|
 //! | `debugfs` | `device`, `gem`, `gpu`, `hostmem`, `ktrace`, `layout`, `mmu`, `proto`, `selftest`, `stats`, `transport`, `vram` |
-//! | `drm` | `device`, `ffi`, `ffi_gpuvm`, `ffi_sync`, `file`, `gem`, `gem_vram`, `gpu`, `hostmem`, `placement`, `stats`, `uarray`, `vm`, `vm_ops` |
+//! | `drm` | `device`, `ffi`, `ffi_gpuvm`, `ffi_sync`, `file`, `gem`, `gem_vram`, `gpu`, `hostmem`, `placement`, `restore`, `stats`, `uarray`, `vm`, `vm_ops` |
+//! | `restore` | `device`, `ffi`, `file`, `gem`, `gpu`, `params`, `ratelimit`, `sanmem`, `vram_mgr` |
 //! | `placement` | `device`, `file`, `gem`, `gpu`, `params`, `ratelimit`, `sanmem`, `vm`, `vram_mgr` |
 //! | `stats` | `device`, `errno`, `ffi`, `file`, `gpu`, `mmu`, `params`, `proto`, `uarray` |
 //! | `device` | `errno`, `ffi`, `file`, `gem`, `gpu`, `layout`, `params`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanmem`, `time`, `transport`, `vm`, `vram_mgr`, `watchdog` |
@@ -120,6 +122,7 @@ mod placement;
 mod ptpool;
 mod ras;
 mod ratelimit;
+mod restore;
 mod sanmem;
 #[cfg(CONFIG_KASAN)]
 mod selftest;

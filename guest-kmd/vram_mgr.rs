@@ -53,6 +53,9 @@ use kernel::{
 /// The allocation unit: one GPU page.
 const CHUNK: usize = 4096;
 
+/// How often (ns) evicted objects are looked at for a move back to VRAM.
+pub(crate) const RESTORE_PERIOD_NS: u64 = 100_000_000;
+
 /// Counters of the manager, for debugfs `vram_mm` and `QUERY_STATS`.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct VramCounters {
@@ -69,6 +72,9 @@ pub(crate) struct VramCounters {
     pub(crate) evicted_bytes: u64,
     /// Moves that failed (the object stayed where it was).
     pub(crate) moves_failed: u64,
+    /// Evicted objects moved back to VRAM since probe, and their bytes.
+    pub(crate) restores: u64,
+    pub(crate) restored_bytes: u64,
 }
 
 /// Bytes of VRAM one file's objects hold: charged while an allocation
@@ -119,6 +125,11 @@ pub(crate) struct VramMgr {
     evictions: Atomic<u64>,
     evicted_bytes: Atomic<u64>,
     moves_failed: Atomic<u64>,
+    restores: Atomic<u64>,
+    restored_bytes: Atomic<u64>,
+    /// When evicted objects were last looked at for a move back (ns,
+    /// monotonic): at most once per [`RESTORE_PERIOD_NS`].
+    restore_checked: Atomic<u64>,
     /// The last move's phases, in µs ([`MovePhases`]).
     last_move: [Atomic<u64>; 5],
 }
@@ -182,6 +193,9 @@ impl VramMgr {
                 evictions: Atomic::new(0),
                 evicted_bytes: Atomic::new(0),
                 moves_failed: Atomic::new(0),
+                restores: Atomic::new(0),
+                restored_bytes: Atomic::new(0),
+                restore_checked: Atomic::new(0),
                 last_move: [const { Atomic::new(0) }; 5],
             }),
             GFP_KERNEL,
@@ -252,7 +266,24 @@ impl VramMgr {
             evictions: self.evictions.load(Relaxed),
             evicted_bytes: self.evicted_bytes.load(Relaxed),
             moves_failed: self.moves_failed.load(Relaxed),
+            restores: self.restores.load(Relaxed),
+            restored_bytes: self.restored_bytes.load(Relaxed),
         }
+    }
+
+    /// Counts an evicted object of `bytes` moved back to VRAM.
+    pub(crate) fn count_restore(&self, bytes: u64) {
+        self.restores.add(1u64, Relaxed);
+        self.restored_bytes.add(bytes, Relaxed);
+    }
+
+    /// Whether it is time (`now_ns`, monotonic) to look at evicted objects
+    /// for a move back: at most once per [`RESTORE_PERIOD_NS`] device-wide
+    /// (the claim is taken by the caller that gets `true`).
+    pub(crate) fn restore_due(&self, now_ns: u64) -> bool {
+        let last = self.restore_checked.load(Relaxed);
+        now_ns.saturating_sub(last) >= RESTORE_PERIOD_NS
+            && self.restore_checked.cmpxchg(last, now_ns, Relaxed).is_ok()
     }
 
     /// Counts an eviction of `bytes`.

@@ -957,6 +957,19 @@ if selected "$name"; then
     else sanitize_saved=$sanitize; sanitize=1; result "$name" 1; sanitize=$sanitize_saved; fi
 fi
 
+# --- Evicted objects moved back to VRAM (guest-kmd/restore.rs), under the device's sanitizer: an object evicted by a
+#     larger allocation stays out while VRAM is full, moves back at its file's next SUBMIT once the allocation is
+#     gone (read by that job, intact), its guest memory given back; an object the CPU mapped stays out; no report.
+name=vram-restore
+if selected "$name"; then
+    run_vm "$name" --gen 2 --mem 1G --device-arg --vram=64M --device-arg --visible-vram=16M "${case_san[@]}" run 'vgpu-kmd-test vram-restore; grep "^reports" /sys/kernel/debug/vgpu/*/sanitizer'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
+    elif ! want "^reports 0 "; then result "$name" 0 "the KMD received sanitizer reports"
+    else sanitize_saved=$sanitize; sanitize=1; result "$name" 1; sanitize=$sanitize_saved; fi
+fi
+
 # --- The sanitizer naming a moved object: an eviction planted without clearing the mappings or invalidating the
 #     owner's TLBs (debugfs sanitizer_plant move-no-invalidate); the owner's next job reaches the old VRAM and the
 #     report names the object (the id vram_mm lists), its generation before and after the move and where it is now.

@@ -79,6 +79,8 @@
 //!   vram-move-refused        a move whose TLB invalidation the device
 //!                            refuses (--inject control-busy:packet=
 //!                            TLB_INVALIDATE,count=1) is abandoned
+//!   vram-restore             an evicted object moves back to VRAM at its
+//!                            file's next SUBMIT once there is room, intact
 //!   vram-san-moved           an eviction planted without invalidation
 //!                            (move-no-invalidate): the device's sanitizer
 //!                            names the moved object and its move
@@ -125,6 +127,7 @@ mod ras;
 mod remap;
 mod report;
 mod reset;
+mod restore;
 mod san_moved;
 mod sanitizer;
 mod stats;
@@ -192,6 +195,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("victims-nomem", false, nomem::test_victims_nomem),
     ("move-nomem", false, nomem::test_move_nomem),
     ("vram-move-refused", false, vram::test_vram_move_refused),
+    ("vram-restore", false, restore::test_vram_restore),
     ("vram-san-moved", false, san_moved::test_vram_san_moved),
     ("inject", false, inject::test_inject),
     ("sanitizer", false, sanitizer::test_sanitizer),

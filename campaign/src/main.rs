@@ -13,6 +13,7 @@
 //!
 //! | block | may use |
 //! |---|---|
+//! | `minimize` | `run`, `spec` |
 //! | `report` | `run`, `spec` |
 //! | `reuse` | `run`, `spec` |
 //! | `run` | `spec` |
@@ -46,6 +47,7 @@ macro_rules! err {
     }};
 }
 
+mod minimize;
 mod report;
 mod reuse;
 mod run;
@@ -78,6 +80,10 @@ Examples:
   vgpu-campaign run campaigns/default.toml --shard 1/4 --out shard1
   vgpu-campaign merge shard*/results.json --out merged
 
+  # Shrink a failing run to what makes it fail (writes minimized.toml
+  # and minimized.vgrec):
+  vgpu-campaign minimize campaigns/default.toml --only copy-hang --rep 1 --out min
+
   # What a campaign would run, without running it:
   vgpu-campaign list campaigns/default.toml --shard 2/4
 
@@ -93,48 +99,81 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// `vgpu-campaign run`'s arguments.
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// The campaign file (TOML).
+    campaign: String,
+    /// Base seed (replaces the file's; every run's seed derives from it).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Run only shard I of N (round-robin over the campaign's runs).
+    #[arg(long, value_name = "I/N")]
+    shard: Option<Shard>,
+    /// Run only this scenario.
+    #[arg(long, value_name = "NAME")]
+    only: Option<String>,
+    /// Run only this repetition (with --only).
+    #[arg(long, value_name = "N")]
+    rep: Option<u64>,
+    /// Output directory.
+    #[arg(long, default_value = "target/campaign")]
+    out: PathBuf,
+    /// Do not build the guest and device before the first run.
+    #[arg(long)]
+    no_build: bool,
+    /// `fresh`: boot a VM per run; `reuse`: run the runs in sequence in
+    /// one VM (replaced after a run that broke it). Default: the
+    /// campaign's `vm` setting, else fresh.
+    #[arg(long, value_name = "MODE", value_parser = ["fresh", "reuse"])]
+    vm: Option<String>,
+    /// Run the device's driver sanitizer (every check, or CHECKS as
+    /// for `vgpu-device --sanitize`), overriding the campaign's
+    /// `sanitize`; its reports are counted per run and class.
+    #[arg(long, value_name = "CHECKS", num_args = 0..=1, default_missing_value = "all")]
+    sanitize: Option<String>,
+    /// Fail every run with a sanitizer report (the campaign's
+    /// `require_no_sanitizer_reports`).
+    #[arg(long)]
+    require_no_sanitizer_reports: bool,
+    /// Record each VM's device session into `session.vgrec` of its log
+    /// directory (replay: `vgpu-replay --record FILE`).
+    #[arg(long)]
+    record: bool,
+}
+
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Run a campaign (or a shard or a part of it).
-    Run {
+    Run(RunArgs),
+    /// Shrink a failing run to the smallest run that still fails the same
+    /// way (the same outcome, its expectations failed): delta debugging over
+    /// its device faults, driver faults and workload commands, then the
+    /// numbers that size them (a fault's `after`, `count`, `bits`, ...; the
+    /// workload's sizes). Each try is a fresh VM with the run's seed.
+    /// Writes OUT/minimized.toml (a campaign entry) and OUT/minimized.vgrec
+    /// (the minimised run's device session, for `vgpu-replay`).
+    Minimize {
         /// The campaign file (TOML).
         campaign: String,
-        /// Base seed (replaces the file's; every run's seed derives from it).
+        /// The failing run's scenario.
+        #[arg(long, value_name = "NAME")]
+        only: String,
+        /// Its repetition.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        rep: u64,
+        /// Base seed (as given to `run`).
         #[arg(long)]
         seed: Option<u64>,
-        /// Run only shard I of N (round-robin over the campaign's runs).
-        #[arg(long, value_name = "I/N")]
-        shard: Option<Shard>,
-        /// Run only this scenario.
-        #[arg(long, value_name = "NAME")]
-        only: Option<String>,
-        /// Run only this repetition (with --only).
-        #[arg(long, value_name = "N")]
-        rep: Option<u64>,
         /// Output directory.
-        #[arg(long, default_value = "target/campaign")]
+        #[arg(long, default_value = "target/campaign/minimized")]
         out: PathBuf,
         /// Do not build the guest and device before the first run.
         #[arg(long)]
         no_build: bool,
-        /// `fresh`: boot a VM per run; `reuse`: run the runs in sequence in
-        /// one VM (replaced after a run that broke it). Default: the
-        /// campaign's `vm` setting, else fresh.
-        #[arg(long, value_name = "MODE", value_parser = ["fresh", "reuse"])]
-        vm: Option<String>,
-        /// Run the device's driver sanitizer (every check, or CHECKS as
-        /// for `vgpu-device --sanitize`), overriding the campaign's
-        /// `sanitize`; its reports are counted per run and class.
-        #[arg(long, value_name = "CHECKS", num_args = 0..=1, default_missing_value = "all")]
-        sanitize: Option<String>,
-        /// Fail every run with a sanitizer report (the campaign's
-        /// `require_no_sanitizer_reports`).
-        #[arg(long)]
-        require_no_sanitizer_reports: bool,
-        /// Record each VM's device session into `session.vgrec` of its log
-        /// directory (replay: `vgpu-replay --record FILE`).
-        #[arg(long)]
-        record: bool,
+        /// Runs to spend at most (besides the original and the last).
+        #[arg(long, default_value_t = 150)]
+        max_runs: u32,
     },
     /// List the runs a campaign (or shard) would make.
     List {
@@ -223,6 +262,195 @@ fn finish(r: &Results, out: &std::path::Path) -> ExitCode {
     }
 }
 
+/// `vgpu-campaign minimize`.
+fn minimize_cmd(
+    campaign: &str,
+    only: &str,
+    rep: u64,
+    seed: Option<u64>,
+    out: &Path,
+    no_build: bool,
+    max_runs: u32,
+) -> ExitCode {
+    let c = match Campaign::load(campaign) {
+        Ok(c) => c,
+        Err(e) => {
+            errln!("vgpu-campaign: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(repo) = run::find_repo() else {
+        errln!("vgpu-campaign: no scripts/vm here or above (set VGPU_REPO)");
+        return ExitCode::from(2);
+    };
+    let runner = Runner {
+        repo,
+        log_dir: out.join("runs"),
+        build: !no_build,
+        campaign_path: campaign.to_owned(),
+        seed,
+        sanitize: c.campaign.sanitize.clone(),
+        require_no_sanitizer_reports: c.campaign.require_no_sanitizer_reports,
+        record: false,
+    };
+    let t = minimize::Target {
+        only,
+        rep,
+        seed,
+        max_runs,
+    };
+    let r = minimize::command(&c, &runner, &t, out, &mut |l| errln!("minimize: {l}"));
+    match r {
+        Ok(m) => {
+            for s in &m.steps {
+                outln!("step: {s}");
+            }
+            outln!("from: {}", m.from.describe());
+            outln!("to:   {}", m.to.describe());
+            outln!(
+                "runs: {}; the last run {} the same way",
+                m.runs,
+                if m.confirmed {
+                    "failed"
+                } else {
+                    "did NOT fail"
+                }
+            );
+            outln!(
+                "replay: vgpu-campaign run {} --only {only} --rep {rep}",
+                m.campaign.display()
+            );
+            if let Some(v) = &m.recording {
+                outln!("device session: vgpu-replay --record {}", v.display());
+            }
+            if m.confirmed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            errln!("vgpu-campaign: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `vgpu-campaign run`.
+fn run_cmd(args: RunArgs) -> ExitCode {
+    let RunArgs {
+        campaign,
+        seed,
+        shard,
+        only,
+        rep,
+        out,
+        no_build,
+        vm,
+        sanitize,
+        require_no_sanitizer_reports,
+        record,
+    } = args;
+    let c = match Campaign::load(&campaign) {
+        Ok(c) => c,
+        Err(e) => {
+            errln!("vgpu-campaign: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let Some(repo) = run::find_repo() else {
+        errln!("vgpu-campaign: no scripts/vm here or above (set VGPU_REPO)");
+        return ExitCode::from(2);
+    };
+    if let Some(o) = &only {
+        if c.scenario(o).is_none() {
+            errln!("vgpu-campaign: no scenario '{o}' in {campaign}");
+            return ExitCode::from(2);
+        }
+    }
+    let runs: Vec<_> = c
+        .runs(seed)
+        .into_iter()
+        .filter(|r| shard.is_none_or(|s| s.takes(r.index)))
+        .filter(|r| only.as_ref().is_none_or(|o| *o == r.scenario))
+        .filter(|r| rep.is_none_or(|n| n == r.rep))
+        .collect();
+    let runner = Runner {
+        repo,
+        log_dir: out.join("runs"),
+        build: !no_build,
+        campaign_path: campaign.clone(),
+        seed,
+        sanitize: sanitize.or_else(|| c.campaign.sanitize.clone()),
+        require_no_sanitizer_reports: require_no_sanitizer_reports
+            || c.campaign.require_no_sanitizer_reports,
+        record,
+    };
+    let mut results = Results {
+        campaign: c.campaign.name.clone(),
+        seed,
+        shards: shard
+            .map(|s| vec![format!("{}/{}", s.i, s.n)])
+            .unwrap_or_default(),
+        runs: Vec::new(),
+    };
+    let total = runs.len();
+    let vm = vm.unwrap_or_else(|| c.campaign.vm.clone());
+    let mut reuse = (vm == "reuse").then(|| reuse::ReuseRunner::new(&runner));
+    let t0 = std::time::Instant::now();
+    for (k, id) in runs.iter().enumerate() {
+        err!(
+            "[{}/{total}] {}#{} (seed {}) ... ",
+            k + 1,
+            id.scenario,
+            id.rep,
+            id.seed
+        );
+        let result = match reuse.as_mut() {
+            Some(rr) => rr.run(&c, id, k == 0),
+            None => runner.run(&c, id, k == 0),
+        };
+        match result {
+            Ok(r) => {
+                errln!(
+                    "{} {} ({:.1} s{}{}{})",
+                    if r.passed { "PASS" } else { "FAIL" },
+                    r.outcome,
+                    r.duration_s,
+                    r.detect_ms
+                        .map_or(String::new(), |d| format!(", detected in {d:.0} ms")),
+                    if r.reasons.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; {}", r.reasons.join("; "))
+                    },
+                    r.vm_replaced
+                        .as_ref()
+                        .map_or(String::new(), |w| format!("; new VM: {w}"))
+                );
+                results.runs.push(r);
+            }
+            Err(e) => {
+                errln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let boots = match reuse.as_mut() {
+        Some(rr) => {
+            rr.shutdown();
+            rr.boots()
+        }
+        None => total as u64,
+    };
+    drop(reuse);
+    errln!(
+        "{total} runs in {:.0} s ({vm} VMs: {boots} booted)",
+        t0.elapsed().as_secs_f64()
+    );
+    finish(&results, &out)
+}
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
@@ -259,6 +487,15 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        Cmd::Minimize {
+            campaign,
+            only,
+            rep,
+            seed,
+            out,
+            no_build,
+            max_runs,
+        } => minimize_cmd(&campaign, &only, rep, seed, &out, no_build, max_runs),
         Cmd::Compare { a, b } => {
             let (ra, rb) = match (Results::read(&a), Results::read(&b)) {
                 (Ok(x), Ok(y)) => (x, y),
@@ -309,117 +546,6 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Run {
-            campaign,
-            seed,
-            shard,
-            only,
-            rep,
-            out,
-            no_build,
-            vm,
-            sanitize,
-            require_no_sanitizer_reports,
-            record,
-        } => {
-            let c = match Campaign::load(&campaign) {
-                Ok(c) => c,
-                Err(e) => {
-                    errln!("vgpu-campaign: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let Some(repo) = run::find_repo() else {
-                errln!("vgpu-campaign: no scripts/vm here or above (set VGPU_REPO)");
-                return ExitCode::from(2);
-            };
-            if let Some(o) = &only {
-                if c.scenario(o).is_none() {
-                    errln!("vgpu-campaign: no scenario '{o}' in {campaign}");
-                    return ExitCode::from(2);
-                }
-            }
-            let runs: Vec<_> = c
-                .runs(seed)
-                .into_iter()
-                .filter(|r| shard.is_none_or(|s| s.takes(r.index)))
-                .filter(|r| only.as_ref().is_none_or(|o| *o == r.scenario))
-                .filter(|r| rep.is_none_or(|n| n == r.rep))
-                .collect();
-            let runner = Runner {
-                repo,
-                log_dir: out.join("runs"),
-                build: !no_build,
-                campaign_path: campaign.clone(),
-                seed,
-                sanitize: sanitize.or_else(|| c.campaign.sanitize.clone()),
-                require_no_sanitizer_reports: require_no_sanitizer_reports
-                    || c.campaign.require_no_sanitizer_reports,
-                record,
-            };
-            let mut results = Results {
-                campaign: c.campaign.name.clone(),
-                seed,
-                shards: shard
-                    .map(|s| vec![format!("{}/{}", s.i, s.n)])
-                    .unwrap_or_default(),
-                runs: Vec::new(),
-            };
-            let total = runs.len();
-            let vm = vm.unwrap_or_else(|| c.campaign.vm.clone());
-            let mut reuse = (vm == "reuse").then(|| reuse::ReuseRunner::new(&runner));
-            let t0 = std::time::Instant::now();
-            for (k, id) in runs.iter().enumerate() {
-                err!(
-                    "[{}/{total}] {}#{} (seed {}) ... ",
-                    k + 1,
-                    id.scenario,
-                    id.rep,
-                    id.seed
-                );
-                let result = match reuse.as_mut() {
-                    Some(rr) => rr.run(&c, id, k == 0),
-                    None => runner.run(&c, id, k == 0),
-                };
-                match result {
-                    Ok(r) => {
-                        errln!(
-                            "{} {} ({:.1} s{}{}{})",
-                            if r.passed { "PASS" } else { "FAIL" },
-                            r.outcome,
-                            r.duration_s,
-                            r.detect_ms
-                                .map_or(String::new(), |d| format!(", detected in {d:.0} ms")),
-                            if r.reasons.is_empty() {
-                                String::new()
-                            } else {
-                                format!("; {}", r.reasons.join("; "))
-                            },
-                            r.vm_replaced
-                                .as_ref()
-                                .map_or(String::new(), |w| format!("; new VM: {w}"))
-                        );
-                        results.runs.push(r);
-                    }
-                    Err(e) => {
-                        errln!("error: {e}");
-                        return ExitCode::from(2);
-                    }
-                }
-            }
-            let boots = match reuse.as_mut() {
-                Some(rr) => {
-                    rr.shutdown();
-                    rr.boots()
-                }
-                None => total as u64,
-            };
-            drop(reuse);
-            errln!(
-                "{total} runs in {:.0} s ({vm} VMs: {boots} booted)",
-                t0.elapsed().as_secs_f64()
-            );
-            finish(&results, &out)
-        }
+        Cmd::Run(args) => run_cmd(args),
     }
 }

@@ -20,6 +20,7 @@
 //! | `sanitize` | `pod` |
 //! | `event` | `pod` |
 //! | `capture` | `pod`, `mmu` |
+//! | `firmware` | `pod` |
 //! | `describe` | `mmu`, `packet` |
 //! | `vram` | `mmu` |
 //! | `packet` | - |
@@ -52,12 +53,15 @@
 //! * [`capture`]: the device's capture of a failing context (the file
 //!   `CAPTURE_READ` returns).
 //! * [`coredump`]: the devcoredump the KMD publishes around a capture.
+//! * [`firmware`]: the firmware image the driver loads at boot: its
+//!   header, sections and checks.
 #![no_std]
 
 pub mod capture;
 pub mod coredump;
 pub mod describe;
 pub mod event;
+pub mod firmware;
 pub mod layout;
 pub mod limits;
 pub mod mmu;

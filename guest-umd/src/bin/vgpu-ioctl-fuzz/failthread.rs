@@ -75,7 +75,7 @@ impl FailNth {
 
 /// Makes failslab count sleeping allocations too (`GFP_KERNEL`, which it
 /// skips by default) and report nothing per injected failure (nor the
-/// driver's own points that count for fail-nth).
+/// other points that count for fail-nth).
 ///
 /// # Errors
 ///
@@ -86,10 +86,17 @@ pub fn count_sleeping_slab_allocations() -> Result<(), String> {
         let path = format!("/sys/kernel/debug/failslab/{k}");
         std::fs::write(&path, v).map_err(|e| format!("{path}: {e}"))?;
     }
-    // The driver's own points that count for fail-nth: quiet too (absent
-    // before vgpu.ko is loaded).
-    for p in ["bo_pages", "pt_alloc"] {
-        let _ = std::fs::write(format!("/sys/kernel/debug/vgpu_fail/{p}/verbose"), "0");
+    // The other points that count for fail-nth: quiet too, or each failure
+    // they inject dumps a stack that a splat check takes for a bug (the
+    // debug kernel's page-allocation and user-copy points; the driver's
+    // own, absent before vgpu.ko is loaded).
+    for d in [
+        "fail_page_alloc",
+        "fail_usercopy",
+        "vgpu_fail/bo_pages",
+        "vgpu_fail/pt_alloc",
+    ] {
+        let _ = std::fs::write(format!("/sys/kernel/debug/{d}/verbose"), "0");
     }
     Ok(())
 }

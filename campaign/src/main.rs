@@ -262,6 +262,20 @@ fn finish(r: &Results, out: &std::path::Path) -> ExitCode {
     }
 }
 
+/// The campaign file `path`, loaded and checked, and the repository that
+/// runs it (`scripts/vm`); the exit status (2) once the reason is printed.
+fn campaign_and_repo(path: &str) -> Result<(Campaign, PathBuf), ExitCode> {
+    let c = Campaign::load(path).map_err(|e| {
+        errln!("vgpu-campaign: {e}");
+        ExitCode::from(2)
+    })?;
+    let repo = run::find_repo().ok_or_else(|| {
+        errln!("vgpu-campaign: no scripts/vm here or above (set VGPU_REPO)");
+        ExitCode::from(2)
+    })?;
+    Ok((c, repo))
+}
+
 /// `vgpu-campaign minimize`.
 fn minimize_cmd(
     campaign: &str,
@@ -272,16 +286,9 @@ fn minimize_cmd(
     no_build: bool,
     max_runs: u32,
 ) -> ExitCode {
-    let c = match Campaign::load(campaign) {
-        Ok(c) => c,
-        Err(e) => {
-            errln!("vgpu-campaign: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let Some(repo) = run::find_repo() else {
-        errln!("vgpu-campaign: no scripts/vm here or above (set VGPU_REPO)");
-        return ExitCode::from(2);
+    let (c, repo) = match campaign_and_repo(campaign) {
+        Ok(v) => v,
+        Err(code) => return code,
     };
     let runner = Runner {
         repo,
@@ -351,16 +358,9 @@ fn run_cmd(args: RunArgs) -> ExitCode {
         require_no_sanitizer_reports,
         record,
     } = args;
-    let c = match Campaign::load(&campaign) {
-        Ok(c) => c,
-        Err(e) => {
-            errln!("vgpu-campaign: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let Some(repo) = run::find_repo() else {
-        errln!("vgpu-campaign: no scripts/vm here or above (set VGPU_REPO)");
-        return ExitCode::from(2);
+    let (c, repo) = match campaign_and_repo(&campaign) {
+        Ok(v) => v,
+        Err(code) => return code,
     };
     if let Some(o) = &only {
         if c.scenario(o).is_none() {

@@ -107,6 +107,7 @@ pub(crate) fn create(
         |v, dir| {
             dir.read_callback_file(c"layout", v, &show_layout);
             dir.read_callback_file(c"status", v, &show_status);
+            dir.read_callback_file(c"firmware", v, &show_firmware);
             dir.read_callback_file(c"vms", v, &show_vms);
             dir.read_callback_file(c"objects", v, &show_objects);
             dir.read_callback_file(c"contexts", v, &show_contexts);
@@ -133,6 +134,10 @@ pub(crate) fn create(
 }
 
 /// Every open file's GPU address space, checked by walking its tables.
+fn show_firmware(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    v.hw.show_firmware(f)
+}
+
 fn show_vms(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let clients = v.clients.lock();
     for c in clients.iter() {
@@ -185,7 +190,7 @@ fn show_contexts(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let k = &g.counters;
     writeln!(
         f,
-        "wedged {} fences_signalled {} faults {} hangs {} engine_resets {} device_resets {} missed_fence_events {} early_fence_events {} duplicate_fence_events {} skipped_fence_events {} doorbells_rung_again {}",
+        "wedged {} fences_signalled {} faults {} hangs {} engine_resets {} device_resets {} missed_fence_events {} early_fence_events {} duplicate_fence_events {} skipped_fence_events {} doorbells_rung_again {} firmware_failures {}",
         u8::from(g.wedged),
         k.fences_signalled,
         k.faults,
@@ -196,7 +201,8 @@ fn show_contexts(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         k.early_fence_events,
         k.duplicate_fence_events,
         k.skipped_fence_events,
-        k.doorbells_rung_again
+        k.doorbells_rung_again,
+        k.firmware_failures
     )?;
     if let Some((ticks, checks, period)) = watchdog {
         writeln!(

@@ -592,6 +592,7 @@ impl Periodic for Vgpu {
         if self.hw.trace.sync_due() {
             let _ = self.hw.sync_clock();
         }
+        self.gpu.firmware_check();
         self.gpu.hang_check();
         self.gpu.publish_dumps();
         // A safety net: anything ready in the queues goes now.

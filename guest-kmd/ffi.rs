@@ -20,6 +20,10 @@
 //!   (`dev_coredumpm`, `dev_coredump_put`; not in the bindings).
 //! * [`keep_shmem_page_forever`]: a shmem page kept out of the allocator
 //!   for good (`shmem_read_mapping_page_gfp`; not in the bindings).
+//! * [`firmware_param`]: the `firmware` module parameter, a string (the
+//!   pinned `module!` macro declares integer parameters only): a
+//!   `charp` parameter (`param_ops_charp`) registered the way the macro
+//!   registers its own.
 
 use core::ptr::NonNull;
 use kernel::{
@@ -398,6 +402,64 @@ pub(crate) fn current_ids() -> (u32, u32) {
 }
 
 // ---------------------------------------------------------------- modules
+
+/// The storage of the `firmware` parameter: the kernel's `charp`
+/// parameter code writes a `kstrdup`ed string pointer here while the
+/// module loads (before its initialiser runs) and frees it when the module
+/// unloads.
+struct CharpParam(core::cell::UnsafeCell<*mut kernel::ffi::c_char>);
+
+// SAFETY: The pointer is written only by the module loader before the
+// module's code runs (the parameter has permission 0: no sysfs file can
+// change it later) and freed after the module's code stopped; in between
+// it is only read.
+unsafe impl Sync for CharpParam {}
+
+static FIRMWARE_PARAM: CharpParam = CharpParam(core::cell::UnsafeCell::new(core::ptr::null_mut()));
+
+const _: () = {
+    #[link_section = "__param"]
+    #[used(compiler)]
+    static __VGPU_FIRMWARE_PARAM: kernel::module_param::KernelParam =
+        kernel::module_param::KernelParam::new(bindings::kernel_param {
+            name: kernel::str::as_char_ptr_in_const_context(c"firmware"),
+            // `__this_module` is constructed by the kernel at load time and
+            // not freed until the module is unloaded; only its address is
+            // taken.
+            mod_: (&raw const bindings::__this_module).cast_mut(),
+            // SAFETY: Only the address of the kernel's `param_ops_charp` is
+            // taken; it is a constant table of the kernel.
+            ops: unsafe { core::ptr::from_ref(&bindings::param_ops_charp) },
+            // Not in sysfs: the value is fixed once the module has loaded.
+            perm: 0,
+            level: -1,
+            flags: 0,
+            __bindgen_anon_1: bindings::kernel_param__bindgen_ty_1 {
+                arg: FIRMWARE_PARAM.0.get().cast(),
+            },
+        });
+    #[link_section = ".modinfo"]
+    #[used(compiler)]
+    static __VGPU_FIRMWARE_PARMTYPE: [u8; 24] = *b"parmtype=firmware:charp\0";
+    #[link_section = ".modinfo"]
+    #[used(compiler)]
+    static __VGPU_FIRMWARE_PARM: [u8; 90] =
+        *b"parm=firmware:Firmware image to load, relative to /lib/firmware (default: vgpu/gen<N>.fw)\0";
+};
+
+/// The `firmware` module parameter, if it was given (and is not empty).
+pub(crate) fn firmware_param() -> Option<&'static CStr> {
+    // SAFETY: See `CharpParam`: the pointer is not written while the
+    // module's code runs.
+    let p = unsafe { *FIRMWARE_PARAM.0.get() };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: The kernel's `charp` parameter code stores a NUL-terminated
+    // string it allocated, which lives until the module unloads.
+    let s = unsafe { CStr::from_char_ptr(p) };
+    (!s.is_empty()).then_some(s)
+}
 
 /// This module, recorded when it loads ([`set_this_module`]).
 static THIS_MODULE: SetOnce<&'static ThisModule> = SetOnce::new();

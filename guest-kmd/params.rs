@@ -23,6 +23,7 @@ pub(crate) struct Params {
     pub(crate) ras_max_pages: u32,
     pub(crate) coredump: u32,
     pub(crate) trace_records: u32,
+    pub(crate) fw_boot_timeout_ms: u32,
 }
 
 /// The defaults of the `module!` declaration.
@@ -38,6 +39,7 @@ const DEFAULTS: Params = Params {
     ras_max_pages: 16,
     coredump: 1,
     trace_records: 0,
+    fw_boot_timeout_ms: 1000,
 };
 
 static PARAMS: SetOnce<Params> = SetOnce::new();
@@ -116,4 +118,10 @@ pub(crate) fn file_gem_limit(device_limit: u64) -> u64 {
 /// declared bad.
 pub(crate) fn ras_max_pages() -> u32 {
     get().ras_max_pages.clamp(1, 256)
+}
+
+/// `fw_boot_timeout_ms`, clamped to 10..=60000: how long the driver polls
+/// a booting firmware before it gives up (`ETIMEDOUT`).
+pub(crate) fn fw_boot_timeout_ms() -> u32 {
+    get().fw_boot_timeout_ms.clamp(10, 60_000)
 }

@@ -56,7 +56,7 @@
 //! | `placement` | `device`, `file`, `gem`, `gpu`, `params`, `ratelimit`, `sanmem`, `vm`, `vram_mgr` |
 //! | `stats` | `device`, `errno`, `ffi`, `file`, `gpu`, `mmu`, `params`, `proto`, `uarray` |
 //! | `device` | `errno`, `ffi`, `file`, `gem`, `gpu`, `layout`, `params`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanmem`, `time`, `transport`, `vm`, `vram_mgr`, `watchdog` |
-//! | `gpu` | `capture`, `coredump`, `describe`, `errno`, `event`, `ffi`, `ffi_sync`, `file`, `gem`, `hostmem`, `ktrace`, `mmu`, `packet`, `params`, `pod`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanitize`, `time`, `transport`, `uarray`, `vm`, `vm_ops`, `vram`, `vram_mgr` |
+//! | `gpu` | `capture`, `coredump`, `describe`, `errno`, `event`, `ffi`, `ffi_sync`, `file`, `firmware`, `gem`, `hostmem`, `ktrace`, `mmu`, `packet`, `params`, `pod`, `proto`, `ptpool`, `ras`, `ratelimit`, `sanitize`, `time`, `transport`, `uarray`, `vm`, `vm_ops`, `vram`, `vram_mgr` |
 //! | `file` | `ffi`, `gem`, `hostmem`, `proto`, `vm`, `vram_mgr` |
 //! | `hostmem` | `gem`, `mmu`, `pagetable`, `sanmem`, `vm` |
 //! | `vm_ops` | `ffi_gpuvm`, `gem`, `mmu`, `ratelimit`, `sanmem`, `vm` |
@@ -64,7 +64,7 @@
 //! | `pagetable` | `gem`, `mmu`, `ptpool`, `ras` |
 //! | `sanmem` | `gem`, `proto`, `ratelimit`, `sanitize`, `transport` |
 //! | `ras` | `gem` |
-//! | `transport` | `errno`, `event`, `ffi`, `inject`, `ktrace`, `layout`, `pod`, `proto`, `ratelimit`, `time`, `vram` |
+//! | `transport` | `errno`, `event`, `ffi`, `firmware`, `inject`, `ktrace`, `layout`, `params`, `pod`, `proto`, `ratelimit`, `time`, `vram` |
 //! | `gem_vram` | `errno`, `gem` |
 //! | `gem` | `ffi`, `inject`, `ratelimit`, `vram_mgr` |
 //! | `vram_mgr` | `inject`, `vram` |
@@ -81,6 +81,7 @@
 //! | `ptpool` | `inject`, `mmu` |
 //! | `vram` | `mmu` |
 //! | `sanitize` | `pod` |
+//! | `firmware` | `pod` |
 //! | `coredump` | - |
 //! | `errno` | - |
 //! | `limits` | - |
@@ -160,6 +161,12 @@ mod proto;
 #[allow(dead_code, unreachable_pub)]
 #[path = "../hwif/src/reply.rs"]
 mod reply;
+
+/// The firmware image format, its checks and the boot states (from
+/// `hwif/src/firmware.rs`).
+#[allow(dead_code, unreachable_pub)]
+#[path = "../hwif/src/firmware.rs"]
+mod firmware;
 
 /// Event records (from `hwif/src/event.rs`).
 ///
@@ -265,6 +272,10 @@ module! {
             default: 1,
             description: "Non-zero: a devcoredump for every hang, aborted fault and engine error (0: none, and no device capture at a hang)",
         },
+        fw_boot_timeout_ms: u32 {
+            default: 1000,
+            description: "How long the driver waits for the firmware to boot, in ms (10..=60000); the image itself: parameter firmware",
+        },
         trace_records: u32 {
             default: 0,
             description: "Non-zero: trace the driver from probe into a buffer of this many records (64..=262144; debugfs trace, trace_ctl)",
@@ -300,6 +311,7 @@ impl kernel::InPlaceModule for VgpuModule {
             ras_max_pages: *module_parameters::ras_max_pages.value(),
             coredump: *module_parameters::coredump.value(),
             trace_records: *module_parameters::trace_records.value(),
+            fw_boot_timeout_ms: *module_parameters::fw_boot_timeout_ms.value(),
         });
         try_pin_init!(Self {
             _inject: inject::Points::create(),

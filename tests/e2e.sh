@@ -998,6 +998,100 @@ if selected "$name"; then
     else result "$name" 1; fi
 fi
 
+# --- Firmware boot (docs/hardware.md section 15, guest-kmd/transport/firmware.rs): each generation's device powers
+#     on in its boot state and the driver loads /lib/firmware/vgpu/gen<N>.fw: the probe line names the running
+#     image's version, debugfs firmware shows it running with its boot times and the firmware log, work runs.
+for g in 1 2; do
+    name=fw-boot-gen$g
+    if selected "$name"; then
+        want_version=$([ $g = 1 ] && echo 1.3.0 || echo 2.1.0)
+        run_vm "$name" --gen $g run 'dmesg | grep -o "vgpu gen [12], protocol [0-9.]*, firmware [0-9.]*" | head -1; cat /sys/kernel/debug/vgpu/*/firmware; vgpu-samples copy >/dev/null && echo copy-ok; vgpu-smi | grep -i "^  firmware"'
+        if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+        elif ! want "^vgpu gen $g, protocol 0.2, firmware $want_version$"; then result "$name" 0 "the probe line does not name firmware $want_version"
+        elif ! want "^image: vgpu/gen$g.fw \([0-9]+ bytes\)$"; then result "$name" 0 "debugfs firmware does not name the image"
+        elif ! want "^state: running error 0"; then result "$name" 0 "debugfs firmware: not running"
+        elif ! want "^boot: device [1-9][0-9]* us, driver load to running [0-9]+ us; boots 1 failures 0$"; then result "$name" 0 "no boot times"
+        elif ! want "firmware $want_version running \(generation $g\)"; then result "$name" 0 "the firmware log does not show the boot"
+        elif ! want "^copy-ok$"; then result "$name" 0 "no work ran"
+        elif ! want "^  firmware +$want_version"; then result "$name" 0 "vgpu-smi does not show the firmware"
+        else result "$name" 1; fi
+    fi
+done
+
+# --- Images the device or the driver refuses (vgpu-fw install --bad: /lib/firmware/vgpu/test/): loaded one by one
+#     with vgpu.ko's firmware= parameter, each is refused with the device's boot error (or the driver's size or
+#     version check) in one dmesg line; the module stays loaded, the device unbound (no render node); names outside
+#     /lib/firmware are refused before the loader sees them; the alternative image boots (without user-mode queues);
+#     the default image works again; no splat.
+name=fw-refused
+if selected "$name"; then
+    run_vm "$name" --gen 2 run 'rmmod vgpu || exit 10; try() { dmesg -c >/dev/null; insmod /lib/modules/vgpu.ko firmware=$1 || echo "insmod-failed $1"; lsmod | grep -q "^vgpu " && l=loaded || l=gone; [ -e /dev/dri/renderD128 ] && b=bound || b=unbound; echo "image $1 $l $b: $(dmesg | grep -o "vgpu [0-9a-f:.]*: firmware: .*" | grep -v "firmware: failed to load" | sed "s/^vgpu [0-9a-f:.]*: //" | head -1)"; if [ $b = bound ]; then vgpu-smi | grep -E "^  (firmware|features)"; fi; rmmod vgpu || exit 11; }; for f in /lib/firmware/vgpu/test/gen2-*.fw; do try ${f#/lib/firmware/}; done; try /lib/firmware/vgpu/gen2.fw; try ../../etc/passwd; try vgpu/missing.fw; insmod /lib/modules/vgpu.ko && vgpu-samples copy >/dev/null && echo default-works; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
+    refused=(
+        "truncated:image truncated (boot error 1)"
+        "bad-magic:not a vgpu firmware image (bad magic) (boot error 2)"
+        "bad-format:unknown image format (boot error 3)"
+        "bad-checksum:checksum mismatch (boot error 4)"
+        "bad-section:malformed section table (boot error 5)"
+        "unknown-section:required section of an unknown kind (boot error 6)"
+        "wrong-generation:image not built for this GPU generation (boot error 7)"
+        "version-mismatch:image does not serve this driver's interface version (boot error 8)"
+    )
+    missing=""
+    for r in "${refused[@]}"; do
+        n=${r%%:*}; text=${r#*:}
+        grep -qF "image vgpu/test/gen2-$n.fw loaded unbound: firmware: vgpu/test/gen2-$n.fw refused by the device: $text" <<<"$case_out" || missing+=" $n"
+    done
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif [ -n "$missing" ]; then result "$name" 0 "not refused with their error:$missing"
+    elif ! want "^image vgpu/test/gen2-too-large.fw loaded unbound: firmware: vgpu/test/gen2-too-large.fw is 65537 bytes"; then result "$name" 0 "the oversized image was not refused by size"
+    elif ! want "^image vgpu/test/gen2-next-major.fw loaded unbound: firmware: vgpu/test/gen2-next-major.fw is version 3.0.0; this driver runs generation 2 with 2.0"; then result "$name" 0 "the next major version was not refused"
+    elif ! want "^image vgpu/test/gen2-alt.fw loaded bound: "; then result "$name" 0 "the alternative image did not boot"
+    elif ! want "^  firmware +2.1.1"; then result "$name" 0 "vgpu-smi does not show the alternative image's version"
+    elif ! want "^image /lib/firmware/vgpu/gen2.fw loaded unbound: firmware: image name .* refused"; then result "$name" 0 "an absolute name was not refused"
+    elif ! want "^image ../../etc/passwd loaded unbound: firmware: image name .* refused"; then result "$name" 0 "a name with .. was not refused"
+    elif ! want "^image vgpu/missing.fw loaded unbound: firmware: vgpu/missing.fw not loaded from /lib/firmware \(error -2\)"; then result "$name" 0 "a missing image was not reported"
+    elif want "^insmod-failed"; then result "$name" 0 "insmod failed: the module must stay loaded"
+    elif ! want "^default-works$"; then result "$name" 0 "the default image did not work afterwards"
+    elif ! want "^dmesg-problems 0$"; then result "$name" 0 "warnings in dmesg"
+    else result "$name" 1; fi
+fi
+
+# --- A firmware crash during a workload (device fault fw-crash at its second COPY): the FIRMWARE_CRASH event, the
+#     driver resets the device, boots the firmware again and writes the unfinished jobs again; the copy completes
+#     and every byte is checked; debugfs counts the failure. And a silent firmware hang (fw-hang): the heartbeats
+#     stop, the driver's periodic check notices within a few periods and recovers the same way.
+for kind in crash hang; do
+    name=fw-$kind-recovered
+    if selected "$name"; then
+        run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=1000" --device-arg "--inject=fw-$kind:engine=copy,packet=COPY,after=2" run 'vgpu-samples copy 16777216; echo "workload-status $?"; dmesg | grep -o "firmware [a-z]*: .*\|firmware heartbeat missed: .*\|firmware recovered.*"; grep -o "firmware_failures [0-9]*" /sys/kernel/debug/vgpu/*/contexts; grep -c "^state: running" /sys/kernel/debug/vgpu/*/firmware | sed "s/^/running /"; vgpu-samples copy >/dev/null && echo serves-after'
+        if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+        elif ! want "^copy: ok, 16777216 values verified$"; then result "$name" 0 "the workload's result was not verified"
+        elif ! want "^workload-status 0$"; then result "$name" 0 "the workload failed"
+        elif [ $kind = crash ] && ! want "^firmware crashed: exception \(code 1\) running context slot [0-9]+ engine 0; resetting the device$"; then result "$name" 0 "no crash line in dmesg"
+        elif [ $kind = hang ] && ! want "^firmware heartbeat missed: none for [0-9]+ ms; resetting the device$"; then result "$name" 0 "no missed-heartbeat line in dmesg"
+        elif ! want "^firmware recovered: device reset, firmware booted again$"; then result "$name" 0 "no recovery line in dmesg"
+        elif ! want "^firmware_failures 1$"; then result "$name" 0 "debugfs does not count one firmware failure"
+        elif ! want "^serves-after$"; then result "$name" 0 "the device does not serve afterwards"
+        elif ! grep -q "inject: .* class=fw-$kind " "$logdir/$name/device.log"; then result "$name" 0 "the device log shows no injection"
+        else result "$name" 1; fi
+    fi
+done
+
+# --- A firmware that keeps crashing (fw-crash at every COPY): recovered twice, the third crash within a minute wedges
+#     the device (dmesg says it gives up, WEDGED uevent); the workload gets an error, never a wrong result.
+name=fw-crash-wedged
+if selected "$name"; then
+    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=1000" --device-arg "--inject=fw-crash:engine=copy,packet=COPY,count=0" run 'vgpu-samples copy 1048576; echo "workload-status $?"; dmesg | grep -o "firmware crashed again.*\|firmware recovered.*\|device wedged.*"; grep -o "^wedged [01]" /sys/kernel/debug/vgpu/*/contexts | head -1'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "values verified"; then result "$name" 0 "a copy completed on a firmware that crashes at every copy"
+    elif want "^workload-status 0$"; then result "$name" 0 "the workload did not fail"
+    elif [ "$(grep -c "^firmware recovered" <<<"$case_out")" != 2 ]; then result "$name" 0 "not recovered exactly twice before giving up"
+    elif ! want "^firmware crashed again \(exception\): third firmware failure within a minute: giving up$"; then result "$name" 0 "no give-up line"
+    elif ! want "^device wedged: recovery failed"; then result "$name" 0 "not wedged"
+    elif ! want "^wedged 1$"; then result "$name" 0 "debugfs does not say wedged"
+    else result "$name" 1; fi
+fi
+
 # --- IGT GPU Tools (tests/igt, docs/igt.md): every test of tests/igt/tests.txt, the dma-buf KUnit suites and
 #     gputop beside a compute workload, on card0 and the render node as each test opens them; every result
 #     compared with tests/igt/expectations.txt (a difference fails the case). The long run (repeats, the

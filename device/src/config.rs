@@ -26,6 +26,43 @@ pub enum ConfigError {
     /// An unknown `--vram-on-reset` policy.
     #[error("unknown VRAM reset policy {0:?} (keep, zero, garbage)")]
     VramPolicy(String),
+    /// An unknown `--boot` mode.
+    #[error("unknown boot mode {0:?} (driver, preloaded)")]
+    Boot(String),
+}
+
+/// How the device powers on (`--boot`; docs/hardware.md section 15).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Boot {
+    /// In its boot state: the driver loads and starts a firmware image.
+    #[default]
+    Driver,
+    /// Running the in-tree firmware image of its generation at once, as if
+    /// a boot ROM had loaded it (and again after every reset): for tools
+    /// and drivers that predate the handshake.
+    Preloaded,
+}
+
+impl Boot {
+    /// Its name on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Boot::Driver => "driver",
+            Boot::Preloaded => "preloaded",
+        }
+    }
+}
+
+impl std::str::FromStr for Boot {
+    type Err = ConfigError;
+
+    fn from_str(s: &str) -> Result<Boot, ConfigError> {
+        match s {
+            "driver" => Ok(Boot::Driver),
+            "preloaded" => Ok(Boot::Preloaded),
+            _ => Err(ConfigError::Boot(s.to_owned())),
+        }
+    }
 }
 
 /// What a device reset does to VRAM (`--vram-on-reset`).
@@ -151,28 +188,12 @@ impl Generation {
             Generation::Gen2 => GENERATIONS[1],
         }
     }
-
-    /// The firmware version this generation ships,
-    /// `(major << 16) | (minor << 8) | patch`.
-    pub const fn firmware_version(self) -> u32 {
-        match self {
-            // 1.3.0
-            Generation::Gen1 => firmware_version(1, 3, 0),
-            // 2.0.1
-            Generation::Gen2 => firmware_version(2, 0, 1),
-        }
-    }
 }
 
 impl std::fmt::Display for Generation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "gen {}", self.number())
     }
-}
-
-/// Packs a firmware version as reported in `IDENTIFY`.
-pub const fn firmware_version(major: u8, minor: u8, patch: u8) -> u32 {
-    ((major as u32) << 16) | ((minor as u32) << 8) | patch as u32
 }
 
 /// Everything that distinguishes one device instance from another.
@@ -191,6 +212,8 @@ pub struct DeviceConfig {
     pub doorbell_poll: std::time::Duration,
     /// Device memory (`--vram`, `--visible-vram`, `--vram-on-reset`).
     pub vram: VramConfig,
+    /// How it powers on (`--boot`).
+    pub boot: Boot,
 }
 
 impl DeviceConfig {
@@ -206,7 +229,13 @@ impl DeviceConfig {
             jit: JitMode::Auto,
             doorbell_poll: DEFAULT_DOORBELL_POLL,
             vram: VramConfig::default(),
+            boot: Boot::Driver,
         })
+    }
+
+    /// The same configuration, powering on as `boot`.
+    pub fn with_boot(self, boot: Boot) -> DeviceConfig {
+        DeviceConfig { boot, ..self }
     }
 
     /// The same configuration with device memory `vram`.
@@ -243,6 +272,7 @@ impl Default for DeviceConfig {
             jit: JitMode::Auto,
             doorbell_poll: DEFAULT_DOORBELL_POLL,
             vram: VramConfig::default(),
+            boot: Boot::Driver,
         }
     }
 }
@@ -260,11 +290,9 @@ mod tests {
             Generation::from_number(3),
             Err(ConfigError::UnknownGeneration(3))
         );
-        assert_ne!(
-            Generation::Gen1.firmware_version(),
-            Generation::Gen2.firmware_version()
-        );
-        assert_eq!(Generation::Gen1.firmware_version(), 0x01_03_00);
+        assert_eq!("preloaded".parse::<Boot>(), Ok(Boot::Preloaded));
+        assert_eq!(Boot::Driver.name().parse::<Boot>(), Ok(Boot::Driver));
+        assert!("rom".parse::<Boot>().is_err());
     }
 
     #[test]

@@ -111,6 +111,15 @@ struct Cli {
           value_parser = ["keep", "zero", "garbage"])]
     vram_on_reset: String,
 
+    /// How the device powers on: driver (in its boot state: only IDENTIFY,
+    /// PING, MEMORY_LAYOUT, TIME_QUERY, DEVICE_RESET and the FW_* commands
+    /// answer until the driver loads and starts a firmware image) or
+    /// preloaded (running the in-tree image of its generation at once, and
+    /// after every reset: for drivers that predate the handshake).
+    #[arg(long, value_name = "MODE", default_value = "driver",
+          value_parser = ["driver", "preloaded"])]
+    boot: String,
+
     /// Make PATH a link to the VRAM memfd, for QEMU's aperture:
     /// `-object memory-backend-file,id=vram,mem-path=PATH,share=on,size=VISIBLE
     /// -device ivshmem-plain,memdev=vram,addr=SLOT.1` (scripts/vm does it).
@@ -273,6 +282,7 @@ fn main() -> ExitCode {
         Ok(c) => c
             .with_trace(cli.trace.is_some())
             .with_jit(cli.jit)
+            .with_boot(cli.boot.parse().unwrap_or_default())
             .with_doorbell_poll(std::time::Duration::from_micros(cli.doorbell_poll_us)),
         Err(e) => {
             eprintln!("vgpu-device: {e}");

@@ -723,7 +723,7 @@ fn a_forced_destroy_and_a_device_reset_also_end_an_endless_kernel() {
     let p = dispatch(&d, &c, &spin, "spin", &[], [8, 1, 1], [64, 1, 1]);
     d.submit(&mut c, COMPUTE, &[p]).unwrap();
     std::thread::sleep(Duration::from_millis(20));
-    d.command(Command::DeviceReset).unwrap();
+    d.device_reset().unwrap();
     loop {
         if let Event::ResetDone { engine, .. } = d.event(T).unwrap() {
             assert_eq!(engine, engine::ALL);

@@ -811,7 +811,7 @@ fn priorities_preempt_and_equal_priorities_share_the_engine() {
         std::thread::sleep(Duration::from_millis(1));
     }
     // Power-on state again: both fills are gone.
-    d.command(Command::DeviceReset).unwrap();
+    d.device_reset().unwrap();
     loop {
         let rec = d.event_record(T).unwrap();
         if let Ok(Event::ResetDone { engine, ctx_id, .. }) = Event::from_record(&rec) {

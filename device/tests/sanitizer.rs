@@ -1272,8 +1272,12 @@ fn orderly_teardown_is_clean() {
 #[test]
 fn off_the_sanitizer_reports_nothing_and_identify_says_so() {
     let mut d = rig_with(SanConfig::default());
-    // No sanitizer bit; only the VRAM bit (the default device has VRAM).
-    assert_eq!(d.identity.features, vgpu_hwif::proto::FEATURE_VRAM);
+    // No sanitizer bit; only the VRAM bit (the default device has VRAM)
+    // and the running firmware's.
+    let fw = vgpu_hwif::proto::FEATURE_FIRMWARE_RUNNING
+        | vgpu_hwif::proto::FEATURE_USER_QUEUES
+        | vgpu_hwif::proto::FEATURE_PREEMPTION;
+    assert_eq!(d.identity.features, vgpu_hwif::proto::FEATURE_VRAM | fw);
     let mut c = ctx_with(&mut d, 1, &[COPY]);
     d.submit(&mut c, COPY, &[fence(SEM, 5), fence(SEM, 3)])
         .unwrap();
@@ -1285,5 +1289,6 @@ fn off_the_sanitizer_reports_nothing_and_identify_says_so() {
         vgpu_hwif::proto::FEATURE_SANITIZER
             | vgpu_hwif::proto::FEATURE_SAN_DMA
             | vgpu_hwif::proto::FEATURE_VRAM
+            | fw
     );
 }

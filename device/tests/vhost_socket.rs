@@ -70,7 +70,9 @@ fn identify_ping_and_malformed_commands_over_vhost_user() {
     );
     assert_eq!(id.magic, u32::from_le_bytes(*b"VGPU"));
     assert_eq!(id.generation, 2);
-    assert_eq!(id.firmware_version, 0x02_00_01);
+    // In its boot state: no firmware runs yet.
+    assert_eq!(id.firmware_version, 0);
+    assert_eq!(id.features & vgpu_hwif::proto::FEATURE_FIRMWARE_RUNNING, 0);
     assert_eq!(id.engine_mask, 0b11, "copy and compute engines");
     assert_eq!(id.va_bits, 48);
     assert_eq!(id.compute_units, 8);

@@ -327,7 +327,7 @@ fn reset_and_read(policy: VramOnReset) -> (u32, Vec<u8>) {
     let page = pattern(4096, 7);
     m.write_slice(&page, GuestAddress(vram::dpa(3 * MIB)))
         .unwrap();
-    let r = d.command(Command::DeviceReset).unwrap();
+    let r = d.device_reset().unwrap();
     let rep = DeviceResetReply::read_from(&r).unwrap();
     let mut back = vec![0u8; 4096];
     m.read_slice(&mut back, GuestAddress(vram::dpa(3 * MIB)))

@@ -7,7 +7,7 @@
 //! the same bytes — and executed by a fresh device with 1 MiB of guest
 //! memory, whose engines run whatever rings the commands create.
 
-use vgpu_device::config::{DeviceConfig, Generation};
+use vgpu_device::config::{Boot, DeviceConfig, Generation};
 use vgpu_device::core::clock::ManualClock;
 use vgpu_device::core::control::{MAX_REPLY_SIZE, REPLY_HEADER_SIZE};
 use vgpu_device::core::mmu::Mem;
@@ -19,7 +19,11 @@ use vm_memory::{GuestAddress, GuestMemoryAtomic};
 pub fn run(data: &[u8]) {
     let clock = ManualClock::new(1);
     let mut dev = Device::with_clock(
-        DeviceConfig::new(Generation::Gen2, 1).expect("valid configuration"),
+        // Running at once: the inputs reach every command (the boot
+        // commands still answer; a reset boots the image again).
+        DeviceConfig::new(Generation::Gen2, 1)
+            .expect("valid configuration")
+            .with_boot(Boot::Preloaded),
         Box::new(clock.clone()),
     );
     let mem = Mem::from_ranges(&[(GuestAddress(0), 1 << 20)]).expect("guest memory");

@@ -15,7 +15,7 @@
 use virtio_queue::{Queue, QueueT};
 use vm_memory::{Bytes, GuestAddress};
 
-use vgpu_device::config::{DeviceConfig, Generation};
+use vgpu_device::config::{Boot, DeviceConfig, Generation};
 use vgpu_device::core::clock::ManualClock;
 use vgpu_device::core::mmu::Mem;
 use vgpu_device::core::Device;
@@ -56,7 +56,11 @@ pub fn run(data: &[u8]) {
     )
     .expect("buffers");
     let mut dev = Device::with_clock(
-        DeviceConfig::new(Generation::Gen2, 1).expect("valid configuration"),
+        // Running at once: the inputs reach every command (the boot
+        // commands still answer; a reset boots the image again).
+        DeviceConfig::new(Generation::Gen2, 1)
+            .expect("valid configuration")
+            .with_boot(Boot::Preloaded),
         Box::new(ManualClock::new(1)),
     );
     let mut control = queue(CTRL_USED);

@@ -12,6 +12,7 @@
 //!
 //! | block | may use |
 //! |---|---|
+//! | [`fwmon`] | `reset`, `state` |
 //! | [`migrate`] | `queue`, `ring`, `sched`, `state`, `tlb` |
 //! | [`uqctl`] | `context`, `hooks`, `ring`, `state`, `uqueue` |
 //! | [`reset`] | `coredump`, `dump`, `hooks`, `hwctx`, `ring`, `sched`, `state`, `uqueue` |
@@ -57,6 +58,9 @@
 //!   dump published, its history.
 //! * [`hwctx`]: a context on the device: `CONTEXT_CREATE` and its rings, for
 //!   context creation and the device reset.
+//! * [`fwmon`]: the firmware monitor: a crashed or silent firmware
+//!   (`FIRMWARE_CRASH`, heartbeats in `FW_STATUS`) recovered by a device
+//!   reset and a new boot; repeated failures wedge the device.
 //! * [`tlb`]: TLB invalidation of a range in every context of a file, after
 //!   an unbind or when a slot's memory leaves the address space.
 //! * [`hooks`]: the traits the blocks below reach the ones above through:
@@ -130,6 +134,7 @@ pub(crate) mod coredump;
 pub(crate) mod dump;
 pub(crate) mod fault;
 pub(crate) mod fence;
+pub(crate) mod fwmon;
 pub(crate) mod hooks;
 pub(crate) mod hwctx;
 pub(crate) mod migrate;
@@ -178,6 +183,12 @@ impl EventSink for Gpu {
                 ..
             } => self.on_sanitizer(seq, ctx_id, engine, check, packet_va, va),
             Event::EccError { ctx_id, va, pa, .. } => self.on_ecc_error(ctx_id, va, pa),
+            Event::FirmwareCrash {
+                code,
+                ctx_id,
+                engine,
+                ..
+            } => self.on_firmware_crash(code, ctx_id, engine),
             // Lost records may have been fences: waiters re-read the fence
             // values now rather than at their next periodic check.
             Event::EventsLost { .. } => self.wake(),

@@ -59,6 +59,9 @@ pub(crate) struct GpuCounters {
     pub(crate) hangs: u64,
     pub(crate) engine_resets: u64,
     pub(crate) device_resets: u64,
+    /// Firmware crashes and missed heartbeats recovered (or that wedged
+    /// the device).
+    pub(crate) firmware_failures: u64,
 }
 
 /// Bytes of the buffer the device writes capture chunks into.

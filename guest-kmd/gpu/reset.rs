@@ -20,7 +20,8 @@
 //!    ring is cleared whatever its state, its pending jobs fail, it is
 //!    guilty; an innocent context whose job was in flight on that engine
 //!    gets its unfinished jobs written again.
-//! 2. If the engine reset fails: `DEVICE_RESET`, then every context and
+//! 2. If the engine reset fails: `DEVICE_RESET`, the firmware loaded again
+//!    (the device is back in its boot state), then every context and
 //!    ring is created again on the same page tables; the guilty context's
 //!    jobs fail, innocent contexts' unfinished jobs are written again (their
 //!    status becomes innocent).
@@ -538,6 +539,10 @@ impl Gpu {
         let Ok(reply) = self.cmd(Command::DeviceReset) else {
             return false;
         };
+        // The device is back in its boot state: its firmware first.
+        if self.hw.boot_firmware(&|c| self.cmd(c)).is_err() {
+            return false;
+        }
         // VRAM lost: the objects that were in it are lost, and the files
         // that own them told through their contexts (nothing of the
         // driver's own lives in VRAM).
@@ -645,6 +650,27 @@ impl Gpu {
             }
         }
         self.record_device_reset(mem, CTX_NONE, ok, &start, "function");
+        self.end_reset();
+        ok
+    }
+
+    /// The firmware went down ([`super::fwmon`]): the ladder's device
+    /// reset with no guilty context (the firmware booted again, every
+    /// context created again, unfinished jobs written again), counted as a
+    /// reset of kind `firmware`; `wedge` instead wedges the device (the
+    /// firmware keeps failing). The caller holds [`Gpu::ops`]. Returns
+    /// whether the device serves again.
+    pub(crate) fn reset_for_firmware(&self, mem: &SlotMemory, wedge: bool) -> bool {
+        let start = Instant::<Monotonic>::now();
+        {
+            let mut g = self.state.lock();
+            if g.wedged || g.resetting {
+                return false;
+            }
+            g.resetting = true;
+        }
+        let ok = !wedge && self.device_reset(mem, CTX_NONE);
+        self.record_device_reset(mem, CTX_NONE, ok, &start, "firmware");
         self.end_reset();
         ok
     }

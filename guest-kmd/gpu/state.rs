@@ -341,6 +341,24 @@ pub(crate) struct GpuState {
     pub(crate) binds: KVec<BindJob<Dep>>,
     /// The device sanitizer's reports, and a planted bug.
     pub(crate) san: super::sanlog::SanLog,
+    /// The firmware went down (its `FIRMWARE_CRASH` event, or what the
+    /// firmware monitor saw): why, for the next check to recover it.
+    pub(crate) fw_down: Option<FwDown>,
+    /// The firmware's heartbeat count last read, and when it last moved
+    /// (ns, `monotonic_ns`).
+    pub(crate) fw_beats: (u64, u64),
+    /// When the last firmware failures were recovered (ns), oldest first.
+    pub(crate) fw_failures: [u64; 3],
+}
+
+/// Why the firmware is down.
+#[derive(Clone, Copy)]
+pub(crate) enum FwDown {
+    /// It crashed with this code (`FIRMWARE_CRASH`, or `CRASHED` in
+    /// `FW_STATUS`).
+    Crashed(u32),
+    /// Its heartbeats stopped for this many ms.
+    Silent(u64),
 }
 
 impl GpuState {
@@ -498,6 +516,9 @@ impl Gpu {
                 counters: GpuCounters::default(),
                 binds: KVec::new(),
                 san: super::sanlog::SanLog::new(),
+                fw_down: None,
+                fw_beats: (0, 0),
+                fw_failures: [0; 3],
             }),
             fences <- new_condvar!(),
             lost_handled: AtomicFlag::new(false),

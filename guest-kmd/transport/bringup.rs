@@ -4,13 +4,17 @@
 //! ([`Hw::quiesce`]), and around a PCI function reset ([`Hw::go_offline`]
 //! before it, [`Hw::restart`] after it).
 //!
+//! At probe the device is in its boot state: the driver identifies it, loads
+//! its firmware ([`super::firmware`]) and identifies it again.
+//!
 //! A function reset (FLR, a bus reset: `echo 1 > /sys/bus/pci/devices/*/reset`,
 //! VFIO) resets the virtio function, which the device takes as a virtio reset
 //! (docs/hardware.md, 11.2): every context and ring gone, VRAM as
-//! `--vram-on-reset` says. Before it the driver goes *offline*: no new command
-//! starts ([`Hw::command`] waits at the gate, up to [`GATE_WAIT_MS`]; anything
-//! else sees `EAGAIN`), the command in flight finishes, the device is reset and
-//! its queues freed. After it the PCI core has restored the config space (MSI-X
+//! `--vram-on-reset` says, the firmware back in its boot state (the driver
+//! loads it again before it opens the gate). Before it the driver goes
+//! *offline*: no new command starts ([`Hw::command`] waits at the gate, up
+//! to [`GATE_WAIT_MS`]; anything else sees `EAGAIN`), the command in flight
+//! finishes, the device is reset and its queues freed. After it the PCI core has restored the config space (MSI-X
 //! included, so the interrupt vectors stay); the driver negotiates the same
 //! features again, sets up new queues on the same vectors, checks that
 //! `IDENTIFY` still describes the same device, and opens the gate. A broken or
@@ -113,6 +117,12 @@ impl Hw {
             irq: mode,
         });
         self.start_queues(pdev, mode, n.control_size, n.event_size)?;
+        // The device powers on in its boot state: IDENTIFY names its
+        // generation, whose firmware is loaded; the identity kept is the
+        // running firmware's.
+        let boot = self.identify_checked()?;
+        self.fetch_firmware(pdev.as_ref(), boot.generation)?;
+        self.boot_firmware(&|c| self.command_ungated(c))?;
         let id = self.identify()?;
         if let Some(m) = self.discover_memory(&id) {
             self.memory.populate(m);
@@ -421,9 +431,14 @@ impl Hw {
         self.events.expect_restart();
         // The command path's own state (the link just reset) is fresh.
         self.start_queues(pdev, setup.irq, setup.control_size, setup.event_size)?;
-        // Only this command runs: the gate stays closed for the others.
+        // Only these commands run: the gate stays closed for the others.
+        // The device is back in its boot state: the firmware is loaded
+        // again.
         self.link.set_offline(false);
-        let id = self.identify_checked();
+        let id = self.identify_checked().and_then(|id| {
+            self.boot_firmware(&|c| self.command_ungated(c))
+                .map(|()| id)
+        });
         self.link.set_offline(true);
         let id = id?;
         if id.generation != was.generation

@@ -469,6 +469,11 @@ fn status_errno(s: Status) -> Error {
         Status::DeviceLost => ENODEV,
         Status::NotFound => ENOENT,
         Status::AlreadyExists => EEXIST,
+        // The firmware does not run (booting, crashed, or after a reset
+        // before the driver loaded it again).
+        Status::NotReady => EAGAIN,
+        // The running firmware does not enable the feature.
+        Status::Unsupported => errno::eopnotsupp(),
         // Not an error; callers never pass it.
         Status::Ok => EINVAL,
     }

@@ -14,6 +14,7 @@
 //!   events go up through [`events::EventSink`].
 //! * [`irq`]: MSI-X / INTx handlers, calling up through [`irq::IrqTarget`].
 //! * [`memory`]: the device's VRAM layout and its CPU-visible aperture.
+//! * [`firmware`]: the firmware image, its boot handshake and its log.
 //!
 //! [`Hw`] puts them together: commands and doorbells, event processing;
 //! [`bringup`]: bring-up (features, queues, interrupts, `IDENTIFY`),
@@ -22,6 +23,7 @@
 mod bringup;
 pub(crate) mod control;
 pub(crate) mod events;
+mod firmware;
 pub(crate) mod irq;
 pub(crate) mod link;
 pub(crate) mod memory;
@@ -108,6 +110,9 @@ pub(crate) struct Hw {
     /// block reaches the transport.
     #[pin]
     pub(crate) trace: Trace,
+    /// The firmware image and its boots.
+    #[pin]
+    pub(crate) firmware: Mutex<firmware::FwState>,
     /// Closed (`true`) while a PCI function reset runs ([`bringup`]):
     /// commands wait for it to open.
     #[pin]
@@ -140,6 +145,7 @@ impl Hw {
                 setup: SetOnce::new(),
                 memory: SetOnce::new(),
                 trace <- Trace::new(),
+                firmware <- new_mutex!(firmware::FwState::new()),
                 gate <- new_mutex!(false),
                 gate_open <- new_condvar!(),
             }),

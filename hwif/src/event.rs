@@ -61,6 +61,12 @@ pub enum EventKind {
     /// = GPU VA of the packet, `data[3]` = the report's number (fetch it
     /// with `SAN_REPORT`), `data[4]` = the VA accessed (0 if none).
     Sanitizer = 8,
+    /// The firmware crashed: it stopped, the engines with it; only
+    /// `DEVICE_RESET` (then a new boot) brings the device back.
+    /// `data[0]` = crash code ([`super::firmware::crash`]), `data[1]` =
+    /// context | engine << 32 of the job in flight (`CTX_NONE` |
+    /// `engine::ALL` << 32 if none), `data[2]` = GPU VA of its packet.
+    FirmwareCrash = 9,
 }
 
 impl EventKind {
@@ -75,6 +81,7 @@ impl EventKind {
             6 => Some(EventKind::ResetDone),
             7 => Some(EventKind::EccError),
             8 => Some(EventKind::Sanitizer),
+            9 => Some(EventKind::FirmwareCrash),
             _ => None,
         }
     }
@@ -90,6 +97,7 @@ impl EventKind {
             EventKind::ResetDone => "RESET_DONE",
             EventKind::EccError => "ECC_ERROR",
             EventKind::Sanitizer => "SANITIZER",
+            EventKind::FirmwareCrash => "FIRMWARE_CRASH",
         }
     }
 }
@@ -244,6 +252,17 @@ pub enum Event {
         /// The VA accessed (0 if none).
         va: u64,
     },
+    /// [`EventKind::FirmwareCrash`].
+    FirmwareCrash {
+        /// The crash code.
+        code: u32,
+        /// Context of the job in flight (`CTX_NONE` if none).
+        ctx_id: u32,
+        /// Its engine (`engine::ALL` if none).
+        engine: u32,
+        /// VA of its packet (0 if none).
+        packet_va: u64,
+    },
 }
 
 /// The payload of an [`EventKind::EngineError`] record: which ring an
@@ -324,6 +343,7 @@ impl Event {
             Event::ResetDone { .. } => EventKind::ResetDone,
             Event::EccError { .. } => EventKind::EccError,
             Event::Sanitizer { .. } => EventKind::Sanitizer,
+            Event::FirmwareCrash { .. } => EventKind::FirmwareCrash,
         }
     }
 
@@ -371,6 +391,12 @@ impl Event {
                 seq,
                 va,
             } => data = [pair(ctx_id, engine), pair(check, flags), packet_va, seq, va],
+            Event::FirmwareCrash {
+                code,
+                ctx_id,
+                engine,
+                packet_va,
+            } => data[..3].copy_from_slice(&[u64::from(code), pair(ctx_id, engine), packet_va]),
         }
         EventRecord {
             kind: self.kind() as u32,
@@ -427,6 +453,12 @@ impl Event {
                 packet_va: rec.data[2],
                 seq: rec.data[3],
                 va: rec.data[4],
+            }),
+            Some(EventKind::FirmwareCrash) => Ok(Event::FirmwareCrash {
+                code: rec.data[0] as u32,
+                ctx_id: rec.data[1] as u32,
+                engine: (rec.data[1] >> 32) as u32,
+                packet_va: rec.data[2],
             }),
             None => Err(EventDecodeError::UnknownKind(rec.kind)),
         }

@@ -45,6 +45,55 @@ pub mod section {
     pub const NOTES: u32 = 5;
 }
 
+/// Boot states (`FwStatusReply::state`).
+pub mod fw_state {
+    /// Powered on: waiting for an image (`FW_LOAD`).
+    pub const WAIT_LOAD: u32 = 0;
+    /// An image is loaded and checked; `FW_START` boots it.
+    pub const LOADED: u32 = 1;
+    /// Booting.
+    pub const BOOTING: u32 = 2;
+    /// Running: every command answers.
+    pub const RUNNING: u32 = 3;
+    /// A load or boot failed (`error`: the [`super::FwError`] code); a new
+    /// `FW_LOAD` may follow.
+    pub const FAILED: u32 = 4;
+    /// The firmware stopped (`error`: the crash code); only a
+    /// `DEVICE_RESET` brings the device back to its boot state.
+    pub const CRASHED: u32 = 5;
+
+    /// A state's name.
+    pub const fn name(state: u32) -> &'static str {
+        match state {
+            WAIT_LOAD => "wait-load",
+            LOADED => "loaded",
+            BOOTING => "booting",
+            RUNNING => "running",
+            FAILED => "failed",
+            CRASHED => "crashed",
+            _ => "unknown",
+        }
+    }
+}
+
+/// Crash codes (`FwStatusReply::error` in `CRASHED`, the
+/// `FIRMWARE_CRASH` event's code).
+pub mod crash {
+    /// An exception in the firmware's scheduler.
+    pub const EXCEPTION: u32 = 1;
+    /// The firmware's own watchdog fired.
+    pub const WATCHDOG: u32 = 2;
+
+    /// A code's name.
+    pub const fn name(code: u32) -> &'static str {
+        match code {
+            EXCEPTION => "exception",
+            WATCHDOG => "watchdog",
+            _ => "unknown",
+        }
+    }
+}
+
 /// Features an image enables (`FwHeader::features`).
 pub mod feature {
     /// User-mode queues (`UQ_*` commands, doorbell polling).

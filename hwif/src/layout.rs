@@ -13,10 +13,11 @@ use super::pod::{Pod, StructLayout};
 use super::proto::{
     CaptureCmd, CaptureReadCmd, CaptureReadReply, CaptureReply, CommandHeader, ContextCreateCmd,
     ContextDestroyCmd, ContextQueryCmd, ContextQueryReply, DeviceResetReply, DoorbellBlock,
-    DoorbellCmd, DoorbellWatchCmd, EngineResetCmd, EngineResetReply, FaultResumeCmd, IdentifyReply,
-    MemoryLayoutReply, PingCmd, PingReply, QueryStatsCmd, RasQueryCmd, RasQueryReply, RasRetireCmd,
-    ReplyHeader, RingCreateCmd, RingDestroyCmd, RingStatus, SanMemCmd, SanReportCmd,
-    SanReportReply, StatsReply, TimeReply, TlbInvalidateCmd,
+    DoorbellCmd, DoorbellWatchCmd, EngineResetCmd, EngineResetReply, FaultResumeCmd, FwLoadCmd,
+    FwLogReadCmd, FwLogReadReply, FwStatusReply, IdentifyReply, MemoryLayoutReply, PingCmd,
+    PingReply, QueryStatsCmd, RasQueryCmd, RasQueryReply, RasRetireCmd, ReplyHeader, RingCreateCmd,
+    RingDestroyCmd, RingStatus, SanMemCmd, SanReportCmd, SanReportReply, StatsReply, TimeReply,
+    TlbInvalidateCmd,
 };
 use super::sanitize::{SanRange, SanReport};
 
@@ -59,6 +60,10 @@ pub const TABLE: &[StructLayout] = &[
     TimeReply::LAYOUT,
     MemoryLayoutReply::LAYOUT,
     DeviceResetReply::LAYOUT,
+    FwLoadCmd::LAYOUT,
+    FwStatusReply::LAYOUT,
+    FwLogReadCmd::LAYOUT,
+    FwLogReadReply::LAYOUT,
 ];
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;

@@ -26,7 +26,7 @@ pub const IDENTIFY_MAGIC: u32 = u32::from_le_bytes(*b"VGPU");
 /// Protocol major version: incompatible changes bump it.
 pub const PROTOCOL_MAJOR: u16 = 0;
 /// Protocol minor version: compatible additions bump it.
-pub const PROTOCOL_MINOR: u16 = 1;
+pub const PROTOCOL_MINOR: u16 = 2;
 /// `(major << 16) | minor`.
 pub const PROTOCOL_VERSION: u32 = ((PROTOCOL_MAJOR as u32) << 16) | PROTOCOL_MINOR as u32;
 
@@ -71,6 +71,16 @@ pub const FEATURE_SAN_DMA: u32 = 1 << 1;
 /// `IDENTIFY.features` bit: the device has VRAM (`vram_size > 0`) and
 /// answers `MEMORY_LAYOUT` ([`super::vram`]).
 pub const FEATURE_VRAM: u32 = 1 << 2;
+/// `IDENTIFY` feature: the running firmware enables user-mode queues
+/// (`DOORBELL_WATCH`, `DOORBELL_KICK`; without it they answer
+/// `UNSUPPORTED`).
+pub const FEATURE_USER_QUEUES: u32 = 1 << 3;
+/// `IDENTIFY` feature: the running firmware time-slices an engine between
+/// its contexts (without it a ring keeps its engine until it runs out of
+/// work, blocks or stops).
+pub const FEATURE_PREEMPTION: u32 = 1 << 4;
+/// `IDENTIFY` feature: the firmware runs (the device left its boot state).
+pub const FEATURE_FIRMWARE_RUNNING: u32 = 1 << 5;
 
 /// Ranges one `SAN_MEM` command carries (the command fits the 256 bytes of
 /// a control slot's command area).

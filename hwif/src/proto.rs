@@ -570,12 +570,52 @@ control_commands! {
         reserved: u32 = 0,
     };
 
+    /// Copy a firmware image out of guest memory into the device's firmware
+    /// region and check it ([`super::firmware`]): the reply is the boot
+    /// status after the check (`LOADED`, or `FAILED` with the error). In
+    /// the boot state, or after a failed load; `BUSY` once an image runs.
+    FwLoad = 0x0801, "FW_LOAD", FwLoadCmd {
+        /// Guest-physical address of the image (contiguous guest RAM).
+        pa: u64,
+        /// Its size in bytes.
+        size: u32,
+        /// The driver's interface version ([`PROTOCOL_VERSION`] it was
+        /// built with): the image must serve it.
+        interface: u32,
+    } -> FwStatusReply;
+
+    /// Start the loaded image: the device boots it (`BOOTING`), then it
+    /// runs (`RUNNING`) or fails; poll `FW_STATUS`. `NOT_READY` without a
+    /// loaded image.
+    FwStart = 0x0802, "FW_START" -> FwStatusReply;
+
+    /// Read the boot status.
+    FwStatus = 0x0803, "FW_STATUS" -> FwStatusReply;
+
+    /// Copy part of the firmware log (a ring of text lines) into guest
+    /// memory.
+    FwLogRead = 0x0804, "FW_LOG_READ", FwLogReadCmd {
+        /// Log position of the first byte wanted (bytes ever written
+        /// before it).
+        pos: u64,
+        /// Bytes wanted, at most [`FW_LOG_READ_MAX`].
+        len: u32,
+        /// Zero.
+        reserved: u32 = 0,
+        /// Guest-physical address of the driver's buffer (`len` bytes in
+        /// guest RAM).
+        buf_pa: u64,
+    } -> FwLogReadReply;
+
     /// Fetch a sanitizer report by number.
     SanReport = 0x0702, "SAN_REPORT", SanReportCmd {
         /// The report number (from the `SANITIZER` event).
         seq: u64,
     } -> SanReportReply;
 }
+
+/// Most bytes one `FW_LOG_READ` copies.
+pub const FW_LOG_READ_MAX: u32 = 64 << 10;
 
 /// Whether the `SAN_MEM` ranges past `count` are zero (they are reserved).
 fn unused_ranges_zero(count: u32, ranges: &[SanRange; SAN_MEM_RANGES]) -> bool {

@@ -37,6 +37,13 @@ pub enum Status {
     NotFound = 9,
     /// The context or ring already exists.
     AlreadyExists = 10,
+    /// The firmware is not running: in its boot state the device answers
+    /// only `IDENTIFY`, `PING`, `MEMORY_LAYOUT`, `TIME_QUERY`,
+    /// `DEVICE_RESET` and the `FW_*` commands. Also `FW_START` without a
+    /// loaded image.
+    NotReady = 11,
+    /// The running firmware does not enable this feature.
+    Unsupported = 12,
 }
 
 impl Status {
@@ -54,6 +61,8 @@ impl Status {
             8 => Some(Status::DeviceLost),
             9 => Some(Status::NotFound),
             10 => Some(Status::AlreadyExists),
+            11 => Some(Status::NotReady),
+            12 => Some(Status::Unsupported),
             _ => None,
         }
     }
@@ -72,6 +81,8 @@ impl Status {
             Status::DeviceLost => "DEVICE_LOST",
             Status::NotFound => "NOT_FOUND",
             Status::AlreadyExists => "ALREADY_EXISTS",
+            Status::NotReady => "NOT_READY",
+            Status::Unsupported => "UNSUPPORTED",
         }
     }
 }
@@ -314,6 +325,51 @@ pod_struct! {
         pub ctx_id: u32,
         /// Its engine.
         pub engine: u32,
+    }
+
+    /// Reply to `FW_LOAD`, `FW_START` and `FW_STATUS`: the boot status.
+    pub struct FwStatusReply {
+        /// Header.
+        pub hdr: ReplyHeader,
+        /// [`super::firmware::fw_state`].
+        pub state: u32,
+        /// In `FAILED`: the [`super::firmware::FwError`] code; in
+        /// `CRASHED`: the crash code; else 0.
+        pub error: u32,
+        /// The loaded image's version (0 before a load).
+        pub version: u32,
+        /// The [`super::firmware::feature`] bits it enables.
+        pub features: u32,
+        /// Its build id.
+        pub build: [u32; 4],
+        /// µs from `FW_START` to running (0 until it runs).
+        pub boot_us: u32,
+        /// The heartbeat period in ms (0: none).
+        pub heartbeat_ms: u32,
+        /// Heartbeats since the firmware started: it stops counting when
+        /// the firmware stops.
+        pub heartbeats: u64,
+        /// Bytes ever written to the firmware log (its next position).
+        pub log_head: u64,
+        /// Bytes the log keeps (older ones are overwritten).
+        pub log_size: u32,
+        /// Images started since the device process started.
+        pub boots: u32,
+    }
+
+    /// Reply to `FW_LOG_READ`.
+    pub struct FwLogReadReply {
+        /// Header.
+        pub hdr: ReplyHeader,
+        /// Log position of the first byte written (later than the one
+        /// asked when that was overwritten).
+        pub start: u64,
+        /// Bytes written into the buffer (0 at the head).
+        pub written: u32,
+        /// Zero.
+        pub reserved: u32,
+        /// Bytes ever written to the log.
+        pub head: u64,
     }
 
     /// Reply to `TIME_QUERY`.

@@ -387,13 +387,14 @@ impl Replay {
             .map_err(|e| ReplayError::Memory(e.to_string()))?
             .with_trace(opts.trace);
         let cfg = GpuConfig {
-            time_slice: TIME_SLICE,
             sem_poll: SEM_POLL,
             ..GpuConfig::for_device(&dcfg)
         };
         let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
         let gpu = Arc::new(Gpu::new(cfg, clock));
         gpu.set_memory(GuestMemoryAtomic::new(mem.clone()));
+        // The capture names no firmware: the in-tree image runs.
+        gpu.firmware.preload_builtin(0);
         gpu.capture
             .set_limits(vgpu_device::core::capture::CaptureLimits {
                 auto: false,
@@ -608,7 +609,7 @@ impl Replay {
         let host = ReplayHost {
             gpu: &self.gpu,
             budget: Cell::new(budget),
-            deadline: Instant::now() + cfg.time_slice,
+            deadline: Instant::now() + TIME_SLICE,
         };
         let out = self.cp.run_slice(&host, &self.mem, &mut job);
         let end = out.end;

@@ -148,6 +148,8 @@ fn config_of(entries: &[Entry]) -> Result<DeviceConfig, RecordReplayError> {
     let (mut generation, mut units, mut jit) = (1u32, 4u32, vgpu_device::config::JitMode::Auto);
     // Records from before VRAM: none.
     let (mut vram, mut visible, mut policy) = (0u64, 0u64, "keep".to_owned());
+    // Records from before the firmware handshake: a preloaded image.
+    let mut boot = vgpu_device::config::Boot::Preloaded;
     for line in text.lines() {
         let bad = || RecordReplayError::Config(line.to_owned());
         match line.split_once('=') {
@@ -157,6 +159,7 @@ fn config_of(entries: &[Entry]) -> Result<DeviceConfig, RecordReplayError> {
             Some(("vram", v)) => vram = v.parse().map_err(|_| bad())?,
             Some(("visible_vram", v)) => visible = v.parse().map_err(|_| bad())?,
             Some(("vram_on_reset", v)) => v.clone_into(&mut policy),
+            Some(("boot", v)) => boot = v.parse().map_err(|_| bad())?,
             _ => {}
         }
     }
@@ -165,7 +168,7 @@ fn config_of(entries: &[Entry]) -> Result<DeviceConfig, RecordReplayError> {
     let on_reset = VramOnReset::parse(&policy).map_err(cfg_err)?;
     let vram = VramConfig::new(vram, visible, on_reset).map_err(cfg_err)?;
     DeviceConfig::new(g, units)
-        .map(|c| c.with_jit(jit).with_vram(vram))
+        .map(|c| c.with_jit(jit).with_vram(vram).with_boot(boot))
         .map_err(cfg_err)
 }
 
@@ -250,6 +253,23 @@ impl RecordReplay {
         }
     }
 
+    /// Writes the guest memory the next command read (`DMA_READ` entries
+    /// up to its reply) into the replay's memory before it executes.
+    fn dma_reads(&self, after: &[Entry]) {
+        let mem = self.dev.gpu().memory();
+        for e in after
+            .iter()
+            .take_while(|e| e.kind != kind::REPLY && e.kind != kind::COMMAND)
+            .filter(|e| e.kind == kind::DMA_READ)
+        {
+            let pa = le64(&e.payload, 0);
+            let bytes = e.payload.get(8..).unwrap_or(&[]);
+            if vm_memory::Bytes::write_slice(&*mem, bytes, vm_memory::GuestAddress(pa)).is_err() {
+                log::warn!("replay: recorded DMA read at {pa:#x} is not in guest memory");
+            }
+        }
+    }
+
     fn drain_events(&mut self, out: &mut Vec<EventRecord>) {
         while self.dev.next_event().is_some() {
             if let Some(r) = self.dev.event_delivered() {
@@ -307,7 +327,7 @@ impl RecordReplay {
         let mut replayed = Vec::new();
         let mut last_reply: Option<(Opcode, Vec<u8>, usize)> = None;
         let mut final_packets = [0u64; ENGINES];
-        for e in &entries {
+        for (i, e) in entries.iter().enumerate() {
             match e.kind {
                 kind::MEMORY_MAP => match memory_of(&e.payload) {
                     Ok(m) => self.dev.set_memory(GuestMemoryAtomic::new(m)),
@@ -325,6 +345,7 @@ impl RecordReplay {
                         ));
                     }
                     self.set_time(e.time_ns);
+                    self.dma_reads(entries.get(i + 1..).unwrap_or(&[]));
                     let reply = self.dev.handle_command(bytes, room);
                     let op = Opcode::from_u32(le32(bytes, 0));
                     rep.commands += 1;

@@ -135,8 +135,9 @@ pub struct Runner {
 }
 
 /// Kernel messages that show the driver noticed something.
-const DMESG_SIGNS: [(&str, &str); 15] = [
+const DMESG_SIGNS: [(&str, &str); 16] = [
     ("hang: context", "kmd-hang-check"),
+    ("did not boot", "kmd-firmware-boot"),
     ("FENCE events skipped", "kmd-skipped-events"),
     ("missed fence interrupt", "kmd-missed-interrupt"),
     ("duplicate FENCE event", "kmd-duplicate-event"),
@@ -154,7 +155,8 @@ const DMESG_SIGNS: [(&str, &str); 15] = [
 ];
 
 /// Device-side observations of driver reactions.
-const REACTIONS: [&str; 3] = ["ENGINE_RESET", "DEVICE_RESET", "FAULT_RESUME"];
+/// (`FW_LOAD` after an injection: the driver loads the firmware again.)
+const REACTIONS: [&str; 4] = ["ENGINE_RESET", "DEVICE_RESET", "FAULT_RESUME", "FW_LOAD"];
 
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line.split_whitespace()

@@ -119,7 +119,7 @@ mod tests {
 
     #[test]
     fn status_count_covers_every_status() {
-        assert_eq!(STATUS_COUNT, Status::AlreadyExists as usize + 1);
+        assert_eq!(STATUS_COUNT, Status::Unsupported as usize + 1);
         assert!(Status::from_u32(STATUS_COUNT as u32).is_none());
     }
 

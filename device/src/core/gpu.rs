@@ -54,8 +54,6 @@ pub struct GpuConfig {
     pub va_bits: u32,
     /// Compute units (reported in `IDENTIFY`).
     pub compute_units: u32,
-    /// Longest time a ring keeps its engine while others wait.
-    pub time_slice: Duration,
     /// Longest time between two checks of a ring waiting on a semaphore.
     pub sem_poll: Duration,
     /// Record a packet trace.
@@ -69,15 +67,14 @@ pub struct GpuConfig {
 }
 
 impl GpuConfig {
-    /// The model of a device configured as `cfg`, with the default time
-    /// slice and semaphore poll interval.
+    /// The model of a device configured as `cfg`, with the default
+    /// semaphore poll interval.
     pub fn for_device(cfg: &crate::config::DeviceConfig) -> Self {
         let generation = cfg.generation.number();
         GpuConfig {
             generation,
             va_bits: vgpu_hwif::mmu::va_bits(generation),
             compute_units: cfg.compute_units,
-            time_slice: TIME_SLICE,
             sem_poll: SEM_POLL,
             trace: cfg.trace,
             jit: cfg.jit,
@@ -87,8 +84,8 @@ impl GpuConfig {
     }
 }
 
-/// Default time slice.
-pub const TIME_SLICE: Duration = Duration::from_millis(2);
+/// Time slice before a firmware image runs (then the image's).
+pub const TIME_SLICE: Duration = Duration::from_nanos(super::firmware::ROM_SLICE_NS);
 /// Default semaphore poll interval.
 pub const SEM_POLL: Duration = Duration::from_millis(1);
 
@@ -235,6 +232,8 @@ pub struct Gpu {
     pub watch: super::watch::Watcher,
     /// Device memory (VRAM).
     pub vram: super::memory::Vram,
+    /// The firmware: boot state and the running image's parameters.
+    pub firmware: super::firmware::Firmware,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -277,6 +276,10 @@ impl Gpu {
                 log::error!("{e}: the device runs without VRAM");
                 super::memory::Vram::none(cfg.vram)
             }),
+            firmware: super::firmware::Firmware::new(
+                cfg.generation,
+                vgpu_hwif::proto::PROTOCOL_VERSION,
+            ),
         }
     }
 

@@ -24,6 +24,7 @@
 //! | telemetry | [`telemetry`], [`counters`] | counters and the packet trace |
 //! | captures | [`capture`], [`capture_ctl`] | failure or request → frozen context state → kept for `CAPTURE_READ` |
 //! | record and replay | [`record`], [`record_ctl`] | what the engines read, versioned per page; replayed in order |
+//! | firmware | [`firmware`] | wait-load → loaded → booting → running, or failed; back to wait-load at a device reset; the running image's parameters (slices, packets, features) |
 //! | time | [`clock`] | device clock |
 //! | JSON | [`json`] | one string escaper for replies and reports |
 //!
@@ -41,15 +42,15 @@
 //!
 //! | block | may use |
 //! |---|---|
-//! | `control` | `capture`, `capture_ctl`, `context`, `counters`, `doorbell`, `gpu`, `memory`, `mmu`, `post`, `ras`, `reset`, `ring`, `sanitize`, `sanitize_hooks`, `telemetry`, `crate::config` |
-//! | `scheduler` | `capture_ctl`, `compute_engine`, `context`, `cp`, `gpu`, `inject`, `mmu`, `post`, `reset`, `ring`, `sanitize_hooks`, `telemetry` |
+//! | `control` | `capture`, `capture_ctl`, `context`, `counters`, `doorbell`, `firmware`, `gpu`, `inject`, `memory`, `mmu`, `post`, `ras`, `reset`, `ring`, `sanitize`, `sanitize_hooks`, `telemetry`, `crate::config` |
+//! | `scheduler` | `capture_ctl`, `compute_engine`, `context`, `cp`, `firmware`, `gpu`, `inject`, `mmu`, `post`, `reset`, `ring`, `sanitize_hooks`, `telemetry` |
 //! | `doorbell` | `context`, `gpu`, `mmu`, `post`, `ring`, `sanitize_hooks`, `watch` |
 //! | `capture_ctl` | `capture`, `cp`, `gpu`, `mmu` |
 //! | `reset` | `gpu`, `ring` |
 //! | `sanitize_hooks` | `context`, `cp`, `gpu`, `mmu`, `ring`, `sanitize` |
 //! | `post` | `gpu` |
 //! | `record_ctl` | `gpu`, `record` |
-//! | `gpu` | `capture`, `clock`, `context`, `events`, `inject`, `memory`, `mmu`, `record`, `sanitize`, `telemetry`, `watch`, `crate::config` |
+//! | `gpu` | `capture`, `clock`, `context`, `events`, `firmware`, `inject`, `memory`, `mmu`, `record`, `sanitize`, `telemetry`, `watch`, `crate::config` |
 //! | `capture` | `context`, `copy_engine`, `cp`, `inject`, `mmu`, `ring` |
 //! | `cp` | `compute_engine`, `copy_engine`, `dma`, `inject`, `mmu`, `poison`, `record`, `ring`, `sanitize`, `telemetry` |
 //! | `context` | `mmu`, `ring`, `telemetry` |
@@ -64,6 +65,7 @@
 //! | `sanitize` | `json` |
 //! | `watch` | - |
 //! | `memory` | `crate::config` |
+//! | `firmware` | - |
 //! | `json` | - |
 //! | `clock` | - |
 //! | `counters` | - |
@@ -84,6 +86,7 @@ pub mod cp;
 pub mod dma;
 pub mod doorbell;
 pub mod events;
+pub mod firmware;
 pub mod gpu;
 pub mod inject;
 pub mod json;
@@ -144,6 +147,9 @@ impl Device {
     /// `clock`.
     pub fn with_model(config: DeviceConfig, model: GpuConfig, clock: Arc<dyn Clock>) -> Self {
         let gpu = Arc::new(Gpu::new(model, clock));
+        if config.boot == crate::config::Boot::Preloaded {
+            gpu.firmware.preload_builtin(gpu.clock.now_ns());
+        }
         let mut threads = Vec::with_capacity(ENGINES);
         for e in 0..ENGINES {
             let g = gpu.clone();

@@ -905,7 +905,7 @@ fn random_rings_tables_and_commands_never_hurt_the_device() {
             );
         }
         // Back to a clean device: everything works as on the first day.
-        d.command(Command::DeviceReset).unwrap();
+        d.device_reset().unwrap();
         let (mut c, pa) = setup(&mut d, 9);
         d.submit(
             &mut c,
@@ -948,6 +948,12 @@ fn virtio_reset_returns_to_power_on_without_an_event() {
     d.settle(&c, engine::COMPUTE, T).unwrap();
     d.transport.device.reset();
     assert_eq!(d.transport.device.pending_events(), 0);
+    // The firmware is back in its boot state: it answers nothing else.
+    assert_eq!(
+        d.status(Command::ContextQuery { ctx_id: 5 }),
+        Status::NotReady
+    );
+    d.boot_default_firmware().unwrap();
     assert_eq!(
         d.status(Command::ContextQuery { ctx_id: 5 }),
         Status::NotFound

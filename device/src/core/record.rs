@@ -39,7 +39,7 @@
 //!
 //! | kind | payload |
 //! |---|---|
-//! | 1 `CONFIG` | UTF-8 `key=value` lines: `generation`, `compute_units`, `jit`, `inject_seed`, one `inject` per fault armed at startup |
+//! | 1 `CONFIG` | UTF-8 `key=value` lines: `generation`, `boot` (`driver` or `preloaded`; records without it predate the firmware and replay preloaded), `compute_units`, `jit`, `inject_seed`, one `inject` per fault armed at startup |
 //! | 2 `MEMORY_MAP` | per region: `u64` guest-physical base, `u64` size |
 //! | 3 `COMMAND` | `u64` copy packets started, `u64` compute packets started, `u32` reply room, the command bytes |
 //! | 4 `REPLY` | the reply bytes of the command before |
@@ -49,6 +49,7 @@
 //! | 8 `CONTROL` | a request line of the fault-injection control socket |
 //! | 9 `WATCHED_DOORBELL` | `u64` copy packets started, `u64` compute packets started, `u32` context, `u32` engine, `u32` write pointer: a change the doorbell watcher saw in a watched block ([`super::watch`]), rung as a doorbell |
 //! | 10 `PACKET` | `u32` context, `u32` depth (0: the ring, n: the n-th `INDIRECT` level), `u64` packet VA, its words (header first; the header alone when it does not decode or the packet is longer than the words published): a packet the engine fetched |
+//! | 12 `DMA_READ` | `u64` guest-physical address, the bytes: guest memory a control command read (`FW_LOAD`'s image), logged while the command executes; a replay writes them into its memory before it executes the command |
 //! | 11 `WALK` | `u32` context, `u32` level, `u64` VA walked, `u64` guest-physical table address, `u32` entry index, `u32` zero, `u64` the entry's bits: one entry an engine's page-table walk read; with engine `0xffff`, one entry of the device's audit of a context's tables at `TLB_INVALIDATE` and `CONTEXT_DESTROY` (every non-zero entry reachable from the root) |
 //!
 //! Readers skip unknown kinds; a new field or a changed meaning bumps the
@@ -110,6 +111,8 @@ pub mod kind {
     /// A page-table entry an engine's walk read; with engine [`NO_ENGINE`],
     /// one the device read auditing a context's tables ([`Recorder::tables`]).
     pub const WALK: u16 = 11;
+    /// Guest memory a control command read (`FW_LOAD`'s image).
+    pub const DMA_READ: u16 = 12;
 }
 
 /// One entry of a record.
@@ -256,8 +259,9 @@ pub fn le32(p: &[u8], o: usize) -> u32 {
 /// seeded with `seed` and armed with `specs` (their text) at startup.
 pub fn config_text(cfg: &crate::config::DeviceConfig, seed: u64, specs: &[String]) -> String {
     let mut s = format!(
-        "generation={}\ncompute_units={}\njit={}\nvram={}\nvisible_vram={}\nvram_on_reset={}\ninject_seed={seed}\n",
+        "generation={}\nboot={}\ncompute_units={}\njit={}\nvram={}\nvisible_vram={}\nvram_on_reset={}\ninject_seed={seed}\n",
         cfg.generation.number(),
+        cfg.boot.name(),
         cfg.compute_units,
         cfg.jit,
         cfg.vram.layout.size,
@@ -676,6 +680,17 @@ impl Recorder {
     /// block: the record's doorbells are rung instead).
     pub fn is_replay(&self) -> bool {
         matches!(self.lock().mode, Mode::Replaying { .. })
+    }
+
+    /// Logs guest memory a control command read at `pa`.
+    pub fn dma_read(&self, time_ns: u64, pa: u64, bytes: &[u8]) {
+        self.log(
+            kind::DMA_READ,
+            NO_ENGINE,
+            time_ns,
+            0,
+            &[&pa.to_le_bytes(), bytes],
+        );
     }
 
     /// Logs the guest memory map.

@@ -28,7 +28,8 @@
 //!
 //! Every engine is reset silently (no events, no counts), then every
 //! context and ring is removed, fault ids restart at 1, and the event FIFO
-//! is emptied with sequence numbers restarting at 1. The `DEVICE_RESET`
+//! is emptied with sequence numbers restarting at 1, and the firmware is
+//! back in its boot state (the driver loads it again). The `DEVICE_RESET`
 //! command then posts `RESET_DONE` for engine `ALL` (event 1); a virtio
 //! reset posts nothing. Counters survive both (they count since the device
 //! process started).
@@ -184,6 +185,9 @@ pub fn reset_device(gpu: &Gpu, announce: bool) -> Result<u32, ResetError> {
     gpu.sanitizer.device_reset(false);
     // The engines are stopped: nothing writes VRAM while it is lost.
     let vram = gpu.vram.on_device_reset();
+    // The firmware is gone with the power-on state: the driver loads it
+    // again (a preloaded device runs its image again).
+    gpu.firmware.power_on(gpu.clock.now_ns());
     if announce {
         gpu.events().post(
             Event::ResetDone {

@@ -6,11 +6,13 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use vgpu_hwif::event::{Event, EventRecord};
+use vgpu_hwif::firmware::fw_state;
 use vgpu_hwif::packet::Packet;
 use vgpu_hwif::pod::Pod;
 use vgpu_hwif::proto::{
-    engine, stats_kind, CaptureReadReply, CaptureReply, Command, ContextQueryReply, IdentifyReply,
-    ReplyHeader, RingStatus, StatsReply, Status,
+    engine, stats_kind, CaptureReadReply, CaptureReply, Command, ContextQueryReply, FwLogReadReply,
+    FwStatusReply, IdentifyReply, ReplyHeader, RingStatus, StatsReply, Status,
+    FEATURE_FIRMWARE_RUNNING, PROTOCOL_VERSION,
 };
 use vm_memory::{Bytes, GuestAddress, GuestMemoryAtomic, GuestMemoryMmap};
 
@@ -154,8 +156,24 @@ pub struct Driver<T: Transport> {
 }
 
 impl<T: Transport> Driver<T> {
-    /// Identifies the device; GPU objects are allocated from `alloc`.
+    /// Identifies the device and, if it is in its boot state, boots the
+    /// in-tree firmware image of its generation; GPU objects are allocated
+    /// from `alloc`.
     pub fn new(transport: T, mem: GuestMemoryMmap, alloc: PhysAlloc) -> Result<Self, KitError> {
+        let mut d = Self::unbooted(transport, mem, alloc)?;
+        if d.identity.features & FEATURE_FIRMWARE_RUNNING == 0 {
+            d.boot_default_firmware()?;
+        }
+        Ok(d)
+    }
+
+    /// Identifies the device and leaves it as it is (in its boot state
+    /// unless it runs preloaded).
+    pub fn unbooted(
+        transport: T,
+        mem: GuestMemoryMmap,
+        alloc: PhysAlloc,
+    ) -> Result<Self, KitError> {
         let mut d = Driver {
             transport,
             mem,
@@ -166,6 +184,108 @@ impl<T: Transport> Driver<T> {
         let r = d.command(Command::Identify)?;
         d.identity = IdentifyReply::read_from(&r).ok_or(KitError::BadReply(r.len()))?;
         Ok(d)
+    }
+
+    /// Boots the in-tree firmware image of the device's generation (after a
+    /// `DEVICE_RESET`, too).
+    pub fn boot_default_firmware(&mut self) -> Result<FwStatusReply, KitError> {
+        let image = vgpu_firmware::image_for(self.generation());
+        self.boot_firmware(&image)
+    }
+
+    /// `FW_LOAD` of `image` (written into guest memory the allocator hands
+    /// back afterwards) for this interface version: the boot status.
+    pub fn load_firmware(&mut self, image: &[u8]) -> Result<FwStatusReply, KitError> {
+        self.load_firmware_as(image, PROTOCOL_VERSION)
+    }
+
+    /// `FW_LOAD` of `image` for a driver of interface version `interface`.
+    pub fn load_firmware_as(
+        &mut self,
+        image: &[u8],
+        interface: u32,
+    ) -> Result<FwStatusReply, KitError> {
+        let saved = self.alloc.clone();
+        let len = image.len() as u64;
+        let pa = self.alloc.alloc(len.max(1), 4096)?;
+        self.mem.write_slice(image, GuestAddress(pa))?;
+        let r = self.command(Command::FwLoad {
+            pa,
+            size: u32::try_from(image.len()).unwrap_or(u32::MAX),
+            interface,
+        });
+        self.alloc = saved;
+        FwStatusReply::read_from(&r?).ok_or(KitError::BadReply(0))
+    }
+
+    /// `DEVICE_RESET`, then the in-tree firmware booted again (the reset
+    /// returns the device to its boot state): the reset's reply.
+    pub fn device_reset(&mut self) -> Result<Vec<u8>, KitError> {
+        let r = self.command(Command::DeviceReset)?;
+        self.boot_default_firmware()?;
+        Ok(r)
+    }
+
+    /// The boot status.
+    pub fn firmware_status(&mut self) -> Result<FwStatusReply, KitError> {
+        let r = self.command(Command::FwStatus)?;
+        FwStatusReply::read_from(&r).ok_or(KitError::BadReply(r.len()))
+    }
+
+    /// Loads and starts `image` and waits (at most 2 s) until it runs;
+    /// refreshes the identify data.
+    pub fn boot_firmware(&mut self, image: &[u8]) -> Result<FwStatusReply, KitError> {
+        let st = self.load_firmware(image)?;
+        if st.state != fw_state::LOADED {
+            return Err(KitError::Firmware {
+                state: st.state,
+                error: st.error,
+            });
+        }
+        self.command(Command::FwStart)?;
+        let t0 = Instant::now();
+        loop {
+            let st = self.firmware_status()?;
+            match st.state {
+                fw_state::RUNNING => {
+                    let r = self.command(Command::Identify)?;
+                    self.identity =
+                        IdentifyReply::read_from(&r).ok_or(KitError::BadReply(r.len()))?;
+                    return Ok(st);
+                }
+                fw_state::BOOTING if t0.elapsed() < Duration::from_secs(2) => {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                state => {
+                    return Err(KitError::Firmware {
+                        state,
+                        error: st.error,
+                    })
+                }
+            }
+        }
+    }
+
+    /// The whole firmware log.
+    pub fn firmware_log(&mut self) -> Result<String, KitError> {
+        let saved = self.alloc.clone();
+        let len = vgpu_hwif::proto::FW_LOG_READ_MAX;
+        let buf = self.alloc.alloc(u64::from(len), 4096);
+        let mut out = Vec::new();
+        let mut pos = 0;
+        let res = buf.and_then(|buf_pa| loop {
+            let r = self.command(Command::FwLogRead { pos, len, buf_pa })?;
+            let rep = FwLogReadReply::read_from(&r).ok_or(KitError::BadReply(r.len()))?;
+            if rep.written == 0 {
+                break Ok(());
+            }
+            let mut chunk = vec![0u8; rep.written as usize];
+            self.mem.read_slice(&mut chunk, GuestAddress(buf_pa))?;
+            out.extend_from_slice(&chunk);
+            pos = rep.start + u64::from(rep.written);
+        });
+        self.alloc = saved;
+        res.map(|()| String::from_utf8_lossy(&out).into_owned())
     }
 
     /// The device's generation.

@@ -89,6 +89,14 @@ pub enum KitError {
     /// An event record could not be decoded.
     #[error("undecodable event record kind {0}")]
     BadEvent(u32),
+    /// A firmware image did not boot.
+    #[error("firmware {}: error {error}", vgpu_hwif::firmware::fw_state::name(*.state))]
+    Firmware {
+        /// The boot state it ended in.
+        state: u32,
+        /// Its error code.
+        error: u32,
+    },
 }
 
 /// A bump allocator of guest-physical memory.

@@ -69,6 +69,18 @@ fn control(dir: &Path) {
             flags: 1,
         },
         Command::DeviceReset,
+        Command::FwStatus,
+        Command::FwLoad {
+            pa: 0x1000,
+            size: 0x800,
+            interface: vgpu_hwif::proto::PROTOCOL_VERSION,
+        },
+        Command::FwStart,
+        Command::FwLogRead {
+            pos: 0,
+            len: 256,
+            buf_pa: 0x2000,
+        },
     ];
     let mut all = Vec::new();
     for (i, c) in cmds.iter().enumerate() {

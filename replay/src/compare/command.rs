@@ -7,7 +7,7 @@ use vgpu_hwif::proto::{engine, Command, Opcode, CTX_NONE};
 /// Commands whose replies or fields carry state, times, counters or
 /// guest-physical addresses only, or that the driver sends as timing
 /// demands: not compared.
-pub const IGNORED: [Opcode; 10] = [
+pub const IGNORED: [Opcode; 12] = [
     Opcode::Identify,
     Opcode::Ping,
     Opcode::ContextQuery,
@@ -18,6 +18,8 @@ pub const IGNORED: [Opcode; 10] = [
     Opcode::SanMem,
     Opcode::SanReport,
     Opcode::DoorbellKick,
+    Opcode::FwStatus,
+    Opcode::FwLogRead,
 ];
 
 /// An engine's name.

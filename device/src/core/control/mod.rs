@@ -41,6 +41,7 @@ use super::capture::CaptureError;
 use super::context::ContextError;
 use super::counters::Counters;
 use super::doorbell::{self, WatchError};
+use super::firmware::FwCommandError;
 use super::gpu::Gpu;
 use super::post;
 use super::ras::{RasError, RasTable};
@@ -52,6 +53,7 @@ use vgpu_hwif::proto::WATCH_KEEP_POINTERS;
 
 mod contexts;
 mod debug;
+mod firmware;
 mod memory;
 mod rings;
 #[cfg(test)]
@@ -118,6 +120,9 @@ pub enum CommandError {
     /// A doorbell or a doorbell watch was refused.
     #[error(transparent)]
     Watch(#[from] WatchError),
+    /// A firmware command was refused.
+    #[error(transparent)]
+    Firmware(#[from] FwCommandError),
 }
 
 impl CommandError {
@@ -142,6 +147,8 @@ impl CommandError {
             CommandError::Ras(RasError::Unaligned(_)) => Status::InvalidArgument,
             CommandError::Ras(RasError::Full) => Status::Busy,
             CommandError::Capture(e) => e.status(),
+            CommandError::Firmware(FwCommandError::Busy) => Status::Busy,
+            CommandError::Firmware(FwCommandError::NothingLoaded) => Status::NotReady,
         }
     }
 }
@@ -260,6 +267,16 @@ impl ControlProcessor {
             );
             return Reply::error(Some(&hdr), Status::BadDescriptor);
         }
+        if let Some(status) = firmware::refusal(&self.gpu, op) {
+            self.counters.count_error(status);
+            log::debug!(
+                "control: {} tag {:#x} -> {}",
+                op.name(),
+                hdr.tag,
+                status.name()
+            );
+            return Reply::error(Some(&hdr), status);
+        }
         let (ctx, eng) = command_target(&cmd);
         if let Some(status) = self
             .gpu
@@ -309,9 +326,11 @@ impl ControlProcessor {
             Command::Identify => {
                 let vram = gpu.vram.layout();
                 let has_vram = if vram.size > 0 { FEATURE_VRAM } else { 0 };
+                let (fw_features, firmware_version) = gpu.firmware.identify(gpu.clock.now_ns());
                 Ok(Reply::from_pod(&IdentifyReply {
                     hdr: ok,
-                    features: gpu.sanitizer.features() | has_vram,
+                    features: gpu.sanitizer.features() | has_vram | fw_features,
+                    firmware_version,
                     vram_size: vram.size,
                     visible_vram_size: vram.visible,
                     ..self.identity
@@ -467,6 +486,18 @@ impl ControlProcessor {
                 debug::san_mem(gpu, op, count, &ranges, Tag { object, gen })?;
                 Ok(header_only)
             }
+            Command::FwLoad {
+                pa,
+                size,
+                interface,
+            } => firmware::load(gpu, pa, size, interface, ok),
+            Command::FwStart => firmware::start(gpu, ok),
+            Command::FwStatus => Ok(Reply::from_pod(
+                &gpu.firmware.status(gpu.clock.now_ns(), ok),
+            )),
+            Command::FwLogRead { pos, len, buf_pa } => {
+                firmware::log_read(gpu, pos, len, buf_pa, ok)
+            }
             Command::SanReport { seq } => {
                 let log = gpu.sanitizer.log();
                 let r = log.get(seq).ok_or(CommandError::NoSuchReport(seq))?;
@@ -509,7 +540,8 @@ pub fn identity(config: &DeviceConfig) -> IdentifyReply {
         hdr: ReplyHeader::zeroed(),
         magic: IDENTIFY_MAGIC,
         protocol_version: PROTOCOL_VERSION,
-        firmware_version: config.generation.firmware_version(),
+        // The running image's (`IDENTIFY` asks the firmware).
+        firmware_version: 0,
         generation: config.generation.number(),
         page_sizes: PAGE_SIZE_4K | PAGE_SIZE_2M,
         engine_mask: ENGINE_MASK,

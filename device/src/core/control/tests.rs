@@ -18,6 +18,7 @@ fn gen_with_gpu(g: Generation) -> (ControlProcessor, Arc<Gpu>) {
         GpuConfig::for_device(&cfg),
         Arc::new(ManualClock::new(0)),
     ));
+    gpu.firmware.preload_builtin(0);
     (ControlProcessor::new(&cfg, gpu.clone()), gpu)
 }
 
@@ -183,7 +184,7 @@ fn malformed_commands_get_exact_error_replies() {
 fn identify_gen1_and_gen2() {
     for (g, fw, n, va) in [
         (Generation::Gen1, 0x01_03_00, 1, 40),
-        (Generation::Gen2, 0x02_00_01, 2, 48),
+        (Generation::Gen2, 0x02_01_00, 2, 48),
     ] {
         let (mut cp, gpu) = gen_with_gpu(g);
         let r = cp.process(&header(Opcode::Identify as u32, 0, 0xabc), ROOM);
@@ -211,7 +212,10 @@ fn identify_gen1_and_gen2() {
                 event_record_size: 64,
                 max_command_size: 4096,
                 layout_fingerprint: FINGERPRINT,
-                features: vgpu_hwif::proto::FEATURE_VRAM,
+                features: vgpu_hwif::proto::FEATURE_VRAM
+                    | vgpu_hwif::proto::FEATURE_FIRMWARE_RUNNING
+                    | vgpu_hwif::proto::FEATURE_USER_QUEUES
+                    | vgpu_hwif::proto::FEATURE_PREEMPTION,
                 reserved: 0,
                 vram_size: 512 << 20,
                 visible_vram_size: 128 << 20,

@@ -201,6 +201,10 @@ impl CommandProcessor {
         match verdict {
             StepVerdict::Go => Injected::Go,
             StepVerdict::Hold => Injected::Stall,
+            StepVerdict::FirmwareDown(class) => {
+                host.firmware_down(class, job.ctx, job.engine, fl.packet_va);
+                Injected::Stall
+            }
             StepVerdict::Skip => {
                 job.cursor.pending = None;
                 advance(job, fl.words);

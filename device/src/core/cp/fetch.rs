@@ -280,6 +280,10 @@ impl CommandProcessor {
         let decoded = Packet::decode(hdr, words);
         self.fetch.consume(hdr.words as usize);
         let packet = match decoded {
+            // The running firmware's packet table leaves it out.
+            Ok(_) if !host.packet_allowed(u32::from(hdr.opcode)) => {
+                return error(EngineError::Unsupported, header)
+            }
             Ok(p) => p,
             Err(code) => return error(code, header),
         };

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use vgpu_hwif::event::Event;
 
-use crate::core::inject::Injector;
+use crate::core::inject::{Class, Injector};
 
 /// What the command processor needs from its surroundings.
 pub trait Host {
@@ -27,6 +27,14 @@ pub trait Host {
     /// event FIFO whatever the driver's buffers).
     fn post_burst(&self, events: Vec<Event>) {
         events.into_iter().for_each(|ev| self.post(ev));
+    }
+    /// The fault injector took the firmware down (`fw-crash`, `fw-hang`)
+    /// at a packet of (`ctx`, `engine`) at `packet_va`.
+    fn firmware_down(&self, _class: Class, _ctx: u32, _engine: u32, _packet_va: u64) {}
+    /// Whether the running firmware's packet table has `opcode` (every
+    /// packet unless the host says otherwise).
+    fn packet_allowed(&self, _opcode: u32) -> bool {
+        true
     }
     /// The fault injector, if faults may be injected.
     fn injector(&self) -> Option<&Injector> {

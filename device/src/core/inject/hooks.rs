@@ -46,6 +46,9 @@ pub enum StepVerdict {
     Skip,
     /// The packet faults.
     Fault(MmuFault),
+    /// The firmware went down (`fw-crash` or `fw-hang`): the host tells
+    /// the firmware block; the packet holds.
+    FirmwareDown(Class),
 }
 
 fn filter_matches(t: &Trigger, ctx: u32, engine: u32, name: &str) -> bool {
@@ -76,7 +79,7 @@ impl Injector {
         let Some(eh) = g.engines.get(e).copied() else {
             return StepVerdict::Go;
         };
-        if g.lost || eh.hung.is_some_and(|h| h.0 == site.ctx) {
+        if g.lost || g.fw_down || eh.hung.is_some_and(|h| h.0 == site.ctx) {
             drop(g);
             // Keep a stuck engine from spinning on the host.
             std::thread::sleep(Duration::from_millis(1));
@@ -145,6 +148,11 @@ impl Injector {
                     g.lost = true;
                     g.injected(i, now_ns, site.ctx, site.engine, at);
                     verdict = StepVerdict::Hold;
+                }
+                Class::FwCrash | Class::FwHang => {
+                    g.fw_down = true;
+                    g.injected(i, now_ns, site.ctx, site.engine, at);
+                    verdict = StepVerdict::FirmwareDown(class);
                 }
                 Class::Crash => {
                     g.injected(i, now_ns, site.ctx, site.engine, at);
@@ -363,6 +371,7 @@ impl Injector {
                 | Opcode::FaultResume
                 | Opcode::TlbInvalidate
                 | Opcode::ContextCreate
+                | Opcode::FwLoad
         ) {
             g.observed(now_ns, op.name(), ctx, engine, String::new());
         }
@@ -425,6 +434,14 @@ impl Injector {
 
     /// Whether an armed fault of `class` whose filters match command `op`
     /// takes this opportunity (logged as injected).
+    /// `FW_START`: how an armed `fw-boot-fail` or `fw-boot-hang` fault
+    /// makes this boot end, if one takes it.
+    pub fn on_fw_start(&self, now_ns: u64) -> Option<Class> {
+        [Class::FwBootHang, Class::FwBootFail]
+            .into_iter()
+            .find(|&c| self.take_control(c, now_ns, Opcode::FwStart, u32::MAX, u32::MAX))
+    }
+
     fn take_control(&self, class: Class, now_ns: u64, op: Opcode, ctx: u32, engine: u32) -> bool {
         let mut g = self.lock();
         let name = op.name();
@@ -446,7 +463,7 @@ impl Injector {
     /// it end; a device reset also ends a lost state.
     pub fn on_reset(&self, now_ns: u64, engine: Option<u32>) {
         let mut g = self.lock();
-        let was = g.lost || g.engines.iter().any(|e| e.hung.is_some());
+        let was = g.lost || g.fw_down || g.engines.iter().any(|e| e.hung.is_some());
         for (i, h) in g.engines.iter_mut().enumerate() {
             if engine.is_none_or(|e| e as usize == i) {
                 h.hung = None;
@@ -456,6 +473,7 @@ impl Injector {
         }
         if engine.is_none() {
             g.lost = false;
+            g.fw_down = false;
         }
         if was {
             let what = if engine.is_some() {

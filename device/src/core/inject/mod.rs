@@ -116,6 +116,9 @@ struct Inner {
     armed: Vec<Armed>,
     engines: [EngineHold; 2],
     lost: bool,
+    /// The firmware crashed or hangs (`fw-crash`, `fw-hang`): engines make
+    /// no progress until a device reset.
+    fw_down: bool,
     log: VecDeque<LogEntry>,
     next_log: u64,
     /// Observations left to log after the last injection.
@@ -361,6 +364,7 @@ impl Injector {
     fn idle(g: &Inner) -> bool {
         g.armed.is_empty()
             && !g.lost
+            && !g.fw_down
             && g.engines
                 .iter()
                 .all(|e| e.hung.is_none() && e.until_ns == 0)

@@ -78,11 +78,25 @@ pub enum Class {
     /// backend that crashed: QEMU keeps the guest running, and nothing
     /// answers the driver any more.
     Crash,
+    /// At `FW_START` the image boots for its boot time, then fails with
+    /// the boot error `TIMEOUT`: the firmware did not come up.
+    FwBootFail,
+    /// At `FW_START` the image never finishes booting: `BOOTING` until a
+    /// reset (the driver's bounded poll gives up).
+    FwBootHang,
+    /// The firmware crashes at the packet: the engines stop, a
+    /// `FIRMWARE_CRASH` event is posted, and every command but the boot
+    /// ones answers `NOT_READY` until a `DEVICE_RESET`.
+    FwCrash,
+    /// The firmware hangs at the packet, silently: the engines stop, its
+    /// heartbeats stop counting, commands still answer; until a
+    /// `DEVICE_RESET`.
+    FwHang,
 }
 
 impl Class {
     /// Every class.
-    pub const ALL: [Class; 18] = [
+    pub const ALL: [Class; 22] = [
         Class::Hang,
         Class::FenceNever,
         Class::FenceLate,
@@ -101,6 +115,10 @@ impl Class {
         Class::ReplyCorrupt,
         Class::EventCorrupt,
         Class::Crash,
+        Class::FwBootFail,
+        Class::FwBootHang,
+        Class::FwCrash,
+        Class::FwHang,
     ];
 
     /// The class's name in specifications and logs.
@@ -124,6 +142,10 @@ impl Class {
             Class::ReplyCorrupt => "reply-corrupt",
             Class::EventCorrupt => "event-corrupt",
             Class::Crash => "crash",
+            Class::FwBootFail => "fw-boot-fail",
+            Class::FwBootHang => "fw-boot-hang",
+            Class::FwCrash => "fw-crash",
+            Class::FwHang => "fw-hang",
         }
     }
 
@@ -156,6 +178,14 @@ impl Class {
             Class::Crash => {
                 "the device process exits at the packet (status 70): nothing answers any more"
             }
+            Class::FwBootFail => "at FW_START the firmware boots, then fails with boot error TIMEOUT",
+            Class::FwBootHang => "at FW_START the firmware never finishes booting (until a reset)",
+            Class::FwCrash => {
+                "the firmware crashes at the packet: engines stop, FIRMWARE_CRASH event, NOT_READY until DEVICE_RESET"
+            }
+            Class::FwHang => {
+                "the firmware hangs at the packet: engines and heartbeats stop, no event, until DEVICE_RESET"
+            }
         }
     }
 
@@ -168,7 +198,12 @@ impl Class {
     pub(super) const fn on_control(self) -> bool {
         matches!(
             self,
-            Class::ControlBusy | Class::ResetFail | Class::ReplyCorrupt | Class::EventCorrupt
+            Class::ControlBusy
+                | Class::ResetFail
+                | Class::ReplyCorrupt
+                | Class::EventCorrupt
+                | Class::FwBootFail
+                | Class::FwBootHang
         )
     }
 

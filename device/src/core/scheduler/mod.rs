@@ -10,8 +10,11 @@
 //!   semaphore therefore never holds the engine: other contexts run.
 //! * The candidate of the highest context priority wins; among equal
 //!   priorities the engine goes round-robin by context id, starting after
-//!   the context it ran last.
-//! * The winner runs for one time slice ([`TIME_SLICE`]) or until it runs
+//!   the context it ran last. A firmware image with the round-robin policy
+//!   makes every priority equal.
+//! * The winner runs for one time slice (the running firmware image's for
+//!   its priority; [`TIME_SLICE`] before one runs; none when the image
+//!   disables preemption) or until it runs
 //!   out of packets, blocks, faults or fails. A doorbell or fault retry
 //!   that makes a higher-priority ring ready preempts the running ring at
 //!   its next packet or chunk boundary.
@@ -74,7 +77,14 @@ pub use retire::{cmd_offset, fault_event, flush_status, retire};
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 
 /// Picks the ring engine `e` runs next: the context id, or `None`.
-pub fn select(st: &GpuState, e: u32, epoch: u64, now: Instant, poll: Duration) -> Option<u32> {
+pub fn select(
+    st: &GpuState,
+    e: u32,
+    epoch: u64,
+    now: Instant,
+    poll: Duration,
+    round_robin: bool,
+) -> Option<u32> {
     let rr = st.engines.get(e as usize).map_or(0, |es| es.rr_last);
     let mut best: Option<(u32, u32, u32)> = None; // (priority, distance, ctx)
     for c in st.contexts.iter().filter(|c| !c.dying) {
@@ -89,14 +99,16 @@ pub fn select(st: &GpuState, e: u32, epoch: u64, now: Instant, poll: Duration) -
         if !eligible {
             continue;
         }
+        // The firmware's round-robin policy ignores priorities.
+        let prio = if round_robin { 0 } else { c.priority };
         // 0 for the context right after the one that ran last.
         let distance = (c.id + MAX_CONTEXTS - rr - 1) % MAX_CONTEXTS;
         let better = match best {
             None => true,
-            Some((p, d, _)) => c.priority > p || c.priority == p && distance < d,
+            Some((p, d, _)) => prio > p || prio == p && distance < d,
         };
         if better {
-            best = Some((c.priority, distance, c.id));
+            best = Some((prio, distance, c.id));
         }
     }
     best.map(|(_, _, id)| id)
@@ -203,7 +215,9 @@ fn flush_trace(gpu: &Gpu, cp: &mut CommandProcessor) {
 struct EngineHost<'a> {
     gpu: &'a Gpu,
     e: usize,
-    deadline: Instant,
+    /// End of the slice; `None`: no time slicing (the running image
+    /// disables preemption).
+    deadline: Option<Instant>,
 }
 
 impl Host for EngineHost<'_> {
@@ -217,7 +231,7 @@ impl Host for EngineHost<'_> {
             .is_some_and(|a| a.load(Ordering::Acquire))
     }
     fn slice_over(&self) -> bool {
-        Instant::now() >= self.deadline
+        self.deadline.is_some_and(|d| Instant::now() >= d)
     }
     fn sem_epoch(&self) -> u64 {
         self.gpu.sem_epoch.load(Ordering::Acquire)
@@ -233,6 +247,27 @@ impl Host for EngineHost<'_> {
     }
     fn injector(&self) -> Option<&super::inject::Injector> {
         Some(&self.gpu.inject)
+    }
+    fn packet_allowed(&self, opcode: u32) -> bool {
+        self.gpu.firmware.packet_allowed(opcode)
+    }
+    fn firmware_down(&self, class: super::inject::Class, ctx: u32, engine: u32, packet_va: u64) {
+        let now = self.gpu.clock.now_ns();
+        if class == super::inject::Class::FwCrash {
+            let code = vgpu_hwif::firmware::crash::EXCEPTION;
+            self.gpu.firmware.crash(now, code, ctx, engine);
+            post::event(
+                self.gpu,
+                Event::FirmwareCrash {
+                    code,
+                    ctx_id: ctx,
+                    engine,
+                    packet_va,
+                },
+            );
+        } else {
+            self.gpu.firmware.hang(now);
+        }
     }
     #[cfg(test)]
     fn take_test_panic(&self) -> Option<super::cp::TestPanic> {
@@ -348,7 +383,8 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
         flush_trace(&gpu, &mut cp);
         let now = Instant::now();
         let epoch = gpu.sem_epoch.load(Ordering::Acquire);
-        let picked = select(&st, eu, epoch, now, gpu.cfg.sem_poll)
+        let rr = gpu.firmware.round_robin();
+        let picked = select(&st, eu, epoch, now, gpu.cfg.sem_poll, rr)
             .and_then(|ctx| checkout(&mut st, eu, ctx, &gpu.cfg));
         match picked {
             Some(mut job) => {
@@ -356,7 +392,7 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
                 let host = EngineHost {
                     gpu: &gpu,
                     e,
-                    deadline: now + gpu.cfg.time_slice,
+                    deadline: gpu.firmware.slice(job.priority).map(|d| now + d),
                 };
                 let out = run_slice_contained(&gpu, e, &mut cp, &host, &mem, &mut job);
                 // The slice's records reach the trace before its status
@@ -424,23 +460,23 @@ mod tests {
         let poll = Duration::from_millis(1);
         let mut order = Vec::new();
         for _ in 0..6 {
-            let id = select(&st, 0, 0, now, poll).unwrap();
+            let id = select(&st, 0, 0, now, poll, false).unwrap();
             order.push(id);
             st.engines[0].rr_last = id;
         }
         assert_eq!(order, vec![1, 5, 9, 1, 5, 9]);
         // A high-priority ring that becomes ready wins at once.
         st.contexts.get_mut(7).unwrap().ring_mut(0).unwrap().state = RingState::Ready;
-        assert_eq!(select(&st, 0, 0, now, poll), Some(7));
+        assert_eq!(select(&st, 0, 0, now, poll, false), Some(7));
         // Only low priority left: it runs.
         for id in [1, 5, 9, 7] {
             st.contexts.get_mut(id).unwrap().ring_mut(0).unwrap().state = RingState::Idle;
         }
-        assert_eq!(select(&st, 0, 0, now, poll), Some(3));
+        assert_eq!(select(&st, 0, 0, now, poll, false), Some(3));
         // Dying contexts and other engines never run.
         st.contexts.get_mut(3).unwrap().dying = true;
-        assert_eq!(select(&st, 0, 0, now, poll), None);
-        assert_eq!(select(&st, 1, 0, now, poll), None);
+        assert_eq!(select(&st, 0, 0, now, poll, false), None);
+        assert_eq!(select(&st, 1, 0, now, poll, false), None);
     }
 
     #[test]
@@ -455,9 +491,9 @@ mod tests {
             },
         )]);
         let poll = Duration::from_millis(1);
-        assert_eq!(select(&st, 0, 4, t0, poll), None);
-        assert_eq!(select(&st, 0, 5, t0, poll), Some(2));
-        assert_eq!(select(&st, 0, 4, t0 + poll, poll), Some(2));
+        assert_eq!(select(&st, 0, 4, t0, poll, false), None);
+        assert_eq!(select(&st, 0, 5, t0, poll, false), Some(2));
+        assert_eq!(select(&st, 0, 4, t0 + poll, poll, false), Some(2));
     }
 
     #[test]

@@ -77,11 +77,23 @@ pub fn test_vram_san_moved(t: &mut T, path: &Path) {
         || mm.clone(),
     );
     run(t, 1, "the next copy out of it");
+    // The reports reach the driver by event, after the job's fence may
+    // have signalled: wait for both (at most 3 s).
     let mut got = Vec::new();
     let mut seq = 0;
-    while let Ok(Some(r)) = n.san_report(ctx, seq) {
-        seq = r.seq;
-        got.push(r);
+    let t0 = std::time::Instant::now();
+    loop {
+        while let Ok(Some(r)) = n.san_report(ctx, seq) {
+            seq = r.seq;
+            got.push(r);
+        }
+        let both = [uapi::san::DMA_UNOWNED, uapi::san::TLB_STALE]
+            .iter()
+            .all(|c| got.iter().any(|r| r.check == *c));
+        if both || t0.elapsed() > std::time::Duration::from_secs(3) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
     let flags = uapi::san::FLAG_OBJECT | uapi::san::FLAG_MOVED;
     let named = got

@@ -191,8 +191,13 @@ pub fn test_innocent_uq(t: &mut T, path: &Path) {
     u.write(&work);
     u.submit(&n);
     let before = debugfs("contexts");
+    // The hung ring has a lower priority than the queue: its semaphore
+    // checks never take the engine from the queue's FILLs, so the reset
+    // lands while the queue is in flight (with equal priorities it may
+    // land during one of those checks, naming the hung ring in flight and
+    // leaving the queue alone, rightly).
     let h = n
-        .ctx_create(uapi::CTX_PRIORITY_NORMAL, 1 << COPY, 0)
+        .ctx_create(uapi::CTX_PRIORITY_LOW, 1 << COPY, 0)
         .unwrap_or(0);
     let hang = cmds.program(1, &[sem_wait_eq(dva, 0xdead)]);
     let sh = n.submit(h, COPY, &[hang], &[]).unwrap_or(0);

@@ -318,13 +318,13 @@ impl Hw {
         }
     }
 
-    /// One load, start and wait.
-    fn boot_once(
-        &self,
-        st: &mut FwState,
-        send: &dyn Fn(Command) -> Result<Reply>,
-    ) -> core::result::Result<(), (Error, Retry, BootFailure)> {
-        let cmd = |c| send(c).map_err(|e| (e, Retry::No, BootFailure::Command(e.to_errno())));
+    /// One boot: the handshake, then the version check.
+    fn boot_once(&self, st: &mut FwState, send: &dyn Fn(Command) -> Result<Reply>) -> Outcome {
+        let status = |c| -> Outcome<FwStatusReply> {
+            send(c)
+                .and_then(|r| r.get())
+                .map_err(|e| (e, Retry::No, BootFailure::Command(e.to_errno())))
+        };
         let (pa, size) = match st.image.as_ref() {
             Some(img) => (
                 img.dma_addr(0)
@@ -333,68 +333,8 @@ impl Hw {
             ),
             None => return Err((ENODEV, Retry::No, BootFailure::NoImage)),
         };
-        let generation = st.generation;
-        let r: FwStatusReply = cmd(Command::FwLoad {
-            pa,
-            size: size as u32,
-            interface: PROTOCOL_VERSION,
-        })?
-        .get()
-        .map_err(|e| (e, Retry::No, BootFailure::Command(e.to_errno())))?;
-        st.last = r;
-        if r.state != fw_state::LOADED {
-            return Err((
-                boot_errno(r.error),
-                Retry::No,
-                BootFailure::Refused(r.error),
-            ));
-        }
-        let t0 = monotonic_ns();
-        cmd(Command::FwStart)?;
-        let deadline = t0 + u64::from(params::fw_boot_timeout_ms()) * 1_000_000;
-        let r = loop {
-            let r: FwStatusReply = cmd(Command::FwStatus)?
-                .get()
-                .map_err(|e| (e, Retry::No, BootFailure::Command(e.to_errno())))?;
-            match r.state {
-                fw_state::LOADED | fw_state::BOOTING if monotonic_ns() < deadline => {
-                    fsleep(Delta::from_micros(100));
-                }
-                _ => break r,
-            }
-        };
-        st.last = r;
-        match r.state {
-            fw_state::RUNNING => {}
-            fw_state::FAILED => {
-                let retry = if boot_errno(r.error) == ETIMEDOUT {
-                    Retry::Reload
-                } else {
-                    Retry::No
-                };
-                return Err((boot_errno(r.error), retry, BootFailure::DidNotBoot(r.error)));
-            }
-            state => {
-                return Err((
-                    ETIMEDOUT,
-                    Retry::AfterReset,
-                    BootFailure::Stuck(state, params::fw_boot_timeout_ms()),
-                ))
-            }
-        }
-        let (major, minor, _) = version(r.version);
-        let ok = SUPPORTED
-            .iter()
-            .any(|&(g, maj, min)| g == generation && maj == major && minor >= min);
-        if !ok {
-            let want = SUPPORTED.iter().find(|s| s.0 == generation).copied();
-            return Err((
-                ENOEXEC,
-                Retry::No,
-                BootFailure::Version(r.version, generation, want.unwrap_or((0, 0, 0))),
-            ));
-        }
-        Ok(())
+        let r = handshake(st, pa, size, &status)?;
+        check_version(r, st.generation)
     }
 
     /// The debugfs `firmware` file: the image, its boot and the newest
@@ -496,6 +436,102 @@ impl Hw {
         }
         Ok(())
     }
+}
+
+/// What a boot attempt ends in: its errno, whether to try again, and
+/// what dmesg says.
+type Outcome<T = ()> = core::result::Result<T, (Error, Retry, BootFailure)>;
+
+/// The boot handshake for the image at `pa` (`size` bytes) in DMA
+/// memory: `FW_LOAD`, then `FW_START`, then `FW_STATUS` polled (about
+/// every 100 µs) until the firmware runs or fails, at most
+/// `fw_boot_timeout_ms`. `status` sends a boot command and returns the
+/// boot status it replied. Returns the status of the running firmware;
+/// `st.last` keeps every status read.
+///
+/// # Errors
+///
+/// The device refused the image (`FW_LOAD` did not leave it `LOADED`):
+/// the boot error's errno, not retried, [`BootFailure::Refused`]. The boot
+/// failed (`FAILED`): the boot error's errno, retried with a new load
+/// when the errno is `ETIMEDOUT`, [`BootFailure::DidNotBoot`]. Still not
+/// running at the deadline: `ETIMEDOUT`, retried after a device reset,
+/// [`BootFailure::Stuck`]. A command that failed: as `status` says.
+fn handshake(
+    st: &mut FwState,
+    pa: u64,
+    size: usize,
+    status: &dyn Fn(Command) -> Outcome<FwStatusReply>,
+) -> Outcome<FwStatusReply> {
+    // LAB(10) BEGIN handshake
+    let r = status(Command::FwLoad {
+        pa,
+        size: size as u32,
+        interface: PROTOCOL_VERSION,
+    })?;
+    st.last = r;
+    if r.state != fw_state::LOADED {
+        return Err((
+            boot_errno(r.error),
+            Retry::No,
+            BootFailure::Refused(r.error),
+        ));
+    }
+    let t0 = monotonic_ns();
+    status(Command::FwStart)?;
+    let deadline = t0 + u64::from(params::fw_boot_timeout_ms()) * 1_000_000;
+    let r = loop {
+        let r = status(Command::FwStatus)?;
+        match r.state {
+            fw_state::LOADED | fw_state::BOOTING if monotonic_ns() < deadline => {
+                fsleep(Delta::from_micros(100));
+            }
+            _ => break r,
+        }
+    };
+    st.last = r;
+    match r.state {
+        fw_state::RUNNING => Ok(r),
+        fw_state::FAILED => {
+            let retry = if boot_errno(r.error) == ETIMEDOUT {
+                Retry::Reload
+            } else {
+                Retry::No
+            };
+            Err((boot_errno(r.error), retry, BootFailure::DidNotBoot(r.error)))
+        }
+        state => Err((
+            ETIMEDOUT,
+            Retry::AfterReset,
+            BootFailure::Stuck(state, params::fw_boot_timeout_ms()),
+        )),
+    }
+    // LAB(10) END handshake
+}
+
+/// Whether this driver runs the firmware `r` says is running on a device
+/// of `generation` ([`SUPPORTED`]: the same major, at least the minor).
+///
+/// # Errors
+///
+/// `ENOEXEC`, not retried, [`BootFailure::Version`] (the version, the
+/// generation and the [`SUPPORTED`] entry of that generation).
+fn check_version(r: FwStatusReply, generation: u32) -> Outcome {
+    // LAB(10) BEGIN version
+    let (major, minor, _) = version(r.version);
+    let ok = SUPPORTED
+        .iter()
+        .any(|&(g, maj, min)| g == generation && maj == major && minor >= min);
+    if !ok {
+        let want = SUPPORTED.iter().find(|s| s.0 == generation).copied();
+        return Err((
+            ENOEXEC,
+            Retry::No,
+            BootFailure::Version(r.version, generation, want.unwrap_or((0, 0, 0))),
+        ));
+    }
+    Ok(())
+    // LAB(10) END version
 }
 
 /// A `fmt::Write` into a fixed name buffer (one byte kept for the NUL).

@@ -108,6 +108,7 @@ pub(crate) fn create(
             dir.read_callback_file(c"layout", v, &show_layout);
             dir.read_callback_file(c"status", v, &show_status);
             dir.read_callback_file(c"firmware", v, &show_firmware);
+            dir.read_callback_file(c"power", v, &show_power);
             dir.read_callback_file(c"vms", v, &show_vms);
             dir.read_callback_file(c"objects", v, &show_objects);
             dir.read_callback_file(c"contexts", v, &show_contexts);
@@ -136,6 +137,10 @@ pub(crate) fn create(
 /// Every open file's GPU address space, checked by walking its tables.
 fn show_firmware(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
     v.hw.show_firmware(f)
+}
+
+fn show_power(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    v.gpu.show_power(f)
 }
 
 fn show_vms(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -595,6 +595,7 @@ impl Periodic for Vgpu {
         self.gpu.firmware_check();
         self.gpu.hang_check();
         self.gpu.publish_dumps();
+        self.gpu.runtime_suspend_check();
         // A safety net: anything ready in the queues goes now.
         self.gpu.pump();
         self.gpu.run_binds();

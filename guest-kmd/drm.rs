@@ -125,7 +125,11 @@ pub(crate) struct VgpuFile {
 
 impl Drop for VgpuFile {
     fn drop(&mut self) {
+        // Its contexts are destroyed on the device: wake it (a device that
+        // cannot be woken is wedged, and the close goes on without it).
+        let awake = self.vgpu.gpu.pm_get();
         self.vgpu.close_client(&self.client);
+        drop(awake);
     }
 }
 
@@ -156,6 +160,16 @@ fn traced<T: Copy + TryInto<i64>>(
     name: &'static str,
     f: impl FnOnce() -> Result<T>,
 ) -> Result<T> {
+    // Runtime power management: an ioctl that may talk to the device
+    // wakes it first (one atomic load when it is up).
+    let _awake = if matches!(
+        name,
+        "VGPU_GET_PARAM" | "VGPU_WAIT" | "VGPU_SAN_REPORT" | "VGPU_FENCE_EXPORT" | "VGPU_PING"
+    ) {
+        None
+    } else {
+        Some(dev.vgpu.gpu.pm_get()?)
+    };
     let trace = &dev.vgpu.hw.trace;
     if !trace.on() {
         return f();

@@ -24,6 +24,7 @@ pub(crate) struct Params {
     pub(crate) coredump: u32,
     pub(crate) trace_records: u32,
     pub(crate) fw_boot_timeout_ms: u32,
+    pub(crate) autosuspend_ms: u32,
 }
 
 /// The defaults of the `module!` declaration.
@@ -40,6 +41,7 @@ const DEFAULTS: Params = Params {
     coredump: 1,
     trace_records: 0,
     fw_boot_timeout_ms: 1000,
+    autosuspend_ms: 0,
 };
 
 static PARAMS: SetOnce<Params> = SetOnce::new();
@@ -124,4 +126,14 @@ pub(crate) fn ras_max_pages() -> u32 {
 /// a booting firmware before it gives up (`ETIMEDOUT`).
 pub(crate) fn fw_boot_timeout_ms() -> u32 {
     get().fw_boot_timeout_ms.clamp(10, 60_000)
+}
+
+/// `autosuspend_ms`: an idle device (no job, no user-mode queue) is
+/// suspended after this many ms (0, the default: never), clamped to
+/// 10..=600000 otherwise.
+pub(crate) fn autosuspend_ms() -> Option<u32> {
+    match get().autosuspend_ms {
+        0 => None,
+        ms => Some(ms.clamp(10, 600_000)),
+    }
 }

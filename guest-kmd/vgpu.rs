@@ -276,6 +276,10 @@ module! {
             default: 1000,
             description: "How long the driver waits for the firmware to boot, in ms (10..=60000); the image itself: parameter firmware",
         },
+        autosuspend_ms: u32 {
+            default: 0,
+            description: "Suspend an idle device (no job, no user-mode queue) after this many ms (0: never; 10..=600000); it resumes at the next use",
+        },
         trace_records: u32 {
             default: 0,
             description: "Non-zero: trace the driver from probe into a buffer of this many records (64..=262144; debugfs trace, trace_ctl)",
@@ -312,6 +316,7 @@ impl kernel::InPlaceModule for VgpuModule {
             coredump: *module_parameters::coredump.value(),
             trace_records: *module_parameters::trace_records.value(),
             fw_boot_timeout_ms: *module_parameters::fw_boot_timeout_ms.value(),
+            autosuspend_ms: *module_parameters::autosuspend_ms.value(),
         });
         try_pin_init!(Self {
             _inject: inject::Points::create(),

@@ -1092,6 +1092,23 @@ if selected "$name"; then
     else result "$name" 1; fi
 fi
 
+# --- Runtime power management (guest-kmd/gpu/power.rs): with autosuspend_ms=100 a context that pauses past the delay
+#     finds the device suspended (POWER_SET D3HOT) and its next SUBMIT resumes it (D0, the firmware booted again, the
+#     contexts created again): 50 pauses, every round's copy through a VRAM object checked; the counters in debugfs
+#     power; a device woken by a new process too; no splat.
+name=pm-autosuspend
+if selected "$name"; then
+    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=1000 autosuspend_ms=100" --device-arg --log-level=info run 'vgpu-kmd-test pm-pause; sleep 1; cat /sys/kernel/debug/vgpu/*/power; dmesg | grep -i "firmware\|reset\|wedged\|runtime" | tail -5; vgpu-samples copy >/dev/null && echo new-process-ok; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
+    elif ! want "^state suspended autosuspend_ms 100 suspends (5[1-9]|[6-9][0-9]) "; then result "$name" 0 "the device is not suspended after the test, or fewer than 51 suspensions"
+    elif ! want "^new-process-ok$"; then result "$name" 0 "a new process did not wake the device"
+    elif ! want "^dmesg-problems 0$"; then result "$name" 0 "warnings in dmesg"
+    elif ! grep -q "power: D3hot -> D0 (VRAM KEPT)" "$logdir/$name/device.log"; then result "$name" 0 "the device log shows no resume"
+    else result "$name" 1; fi
+fi
+
 # --- IGT GPU Tools (tests/igt, docs/igt.md): every test of tests/igt/tests.txt, the dma-buf KUnit suites and
 #     gputop beside a compute workload, on card0 and the render node as each test opens them; every result
 #     compared with tests/igt/expectations.txt (a difference fails the case). The long run (repeats, the

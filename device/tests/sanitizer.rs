@@ -1276,7 +1276,8 @@ fn off_the_sanitizer_reports_nothing_and_identify_says_so() {
     // and the running firmware's.
     let fw = vgpu_hwif::proto::FEATURE_FIRMWARE_RUNNING
         | vgpu_hwif::proto::FEATURE_USER_QUEUES
-        | vgpu_hwif::proto::FEATURE_PREEMPTION;
+        | vgpu_hwif::proto::FEATURE_PREEMPTION
+        | vgpu_hwif::proto::FEATURE_POWER_STATES;
     assert_eq!(d.identity.features, vgpu_hwif::proto::FEATURE_VRAM | fw);
     let mut c = ctx_with(&mut d, 1, &[COPY]);
     d.submit(&mut c, COPY, &[fence(SEM, 5), fence(SEM, 3)])

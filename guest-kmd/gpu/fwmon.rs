@@ -66,10 +66,11 @@ impl Gpu {
             if st.state == fw_state::CRASHED {
                 g.fw_down.get_or_insert(FwDown::Crashed(st.error));
             } else if st.state == fw_state::RUNNING && st.heartbeat_ms > 0 {
-                if st.heartbeats != g.fw_beats.0 || g.fw_beats.1 == 0 {
-                    g.fw_beats = (st.heartbeats, now);
+                let (boots, beats, at) = g.fw_beats;
+                if st.boots != boots || st.heartbeats != beats || at == 0 {
+                    g.fw_beats = (st.boots, st.heartbeats, now);
                 }
-                let silent_ms = now.saturating_sub(g.fw_beats.1) / 1_000_000;
+                let silent_ms = now.saturating_sub(g.fw_beats.2) / 1_000_000;
                 let limit = (u64::from(st.heartbeat_ms) * MISSED_BEATS).max(MIN_SILENCE_MS);
                 if silent_ms >= limit {
                     g.fw_down.get_or_insert(FwDown::Silent(silent_ms));
@@ -88,7 +89,7 @@ impl Gpu {
             .count();
         g.fw_failures.rotate_left(1);
         g.fw_failures[2] = now;
-        g.fw_beats = (0, 0);
+        g.fw_beats = (0, 0, 0);
         drop(g);
         let wedge = recent >= 2;
         match down {

@@ -15,9 +15,10 @@
 //! | [`fwmon`] | `reset`, `state` |
 //! | [`migrate`] | `queue`, `ring`, `sched`, `state`, `tlb` |
 //! | [`uqctl`] | `context`, `hooks`, `ring`, `state`, `uqueue` |
+//! | [`submit`] | `hooks`, `power`, `queue`, `ring`, `sanlog`, `sched`, `state` |
+//! | [`power`] | `reset`, `state` |
 //! | [`reset`] | `coredump`, `dump`, `hooks`, `hwctx`, `ring`, `sched`, `state`, `uqueue` |
 //! | [`fence`] | `hooks`, `ring`, `state`, `uqueue` |
-//! | [`submit`] | `hooks`, `queue`, `ring`, `sanlog`, `sched`, `state` |
 //! | [`context`] | `bind`, `hooks`, `hwctx`, `ring`, `state`, `tlb`, `uqueue` |
 //! | [`sched`] | `bind`, `queue`, `ring`, `state` |
 //! | [`bind`] | `queue`, `state`, `tlb` |
@@ -61,6 +62,8 @@
 //! * [`fwmon`]: the firmware monitor: a crashed or silent firmware
 //!   (`FIRMWARE_CRASH`, heartbeats in `FW_STATUS`) recovered by a device
 //!   reset and a new boot; repeated failures wedge the device.
+//! * [`power`]: runtime power management: an idle device suspended
+//!   (`POWER_SET D3HOT`) after `autosuspend_ms`, resumed at its next use.
 //! * [`tlb`]: TLB invalidation of a range in every context of a file, after
 //!   an unbind or when a slot's memory leaves the address space.
 //! * [`hooks`]: the traits the blocks below reach the ones above through:
@@ -138,6 +141,7 @@ pub(crate) mod fwmon;
 pub(crate) mod hooks;
 pub(crate) mod hwctx;
 pub(crate) mod migrate;
+pub(crate) mod power;
 pub(crate) mod queue;
 pub(crate) mod ras;
 pub(crate) mod records;

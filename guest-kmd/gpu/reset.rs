@@ -503,6 +503,27 @@ impl Gpu {
     /// discarded, the others' written again. The caller holds [`Gpu::ops`]
     /// and has set `resetting`. Returns whether every step succeeded.
     fn device_reset(&self, mem: &SlotMemory, guilty: u32) -> bool {
+        self.restart_device(mem, guilty, &|| {
+            self.hw.events.expect_restart();
+            self.cmd(Command::DeviceReset)?
+                .get::<DeviceResetReply>()
+                .map(|r| r.vram)
+        })
+    }
+
+    /// The device back from its power-on state: `power_on` brings it there
+    /// (a `DEVICE_RESET`, or the return to `D0` of a power state) and says
+    /// what VRAM kept; then the firmware is booted, VRAM loss reported, and
+    /// every context and ring created again on the same page tables with
+    /// the unfinished jobs written again (`guilty`'s discarded). The caller
+    /// holds [`Gpu::ops`] and has set `resetting`. Returns whether every
+    /// step succeeded.
+    pub(crate) fn restart_device(
+        &self,
+        mem: &SlotMemory,
+        guilty: u32,
+        power_on: &dyn Fn() -> Result<u32>,
+    ) -> bool {
         let mut ctxs = KVec::new();
         {
             let mut g = self.state.lock();
@@ -535,8 +556,7 @@ impl Gpu {
                 }
             }
         }
-        self.hw.events.expect_restart();
-        let Ok(reply) = self.cmd(Command::DeviceReset) else {
+        let Ok(kept) = power_on() else {
             return false;
         };
         // The device is back in its boot state: its firmware first.
@@ -546,8 +566,8 @@ impl Gpu {
         // VRAM lost: the objects that were in it are lost, and the files
         // that own them told through their contexts (nothing of the
         // driver's own lives in VRAM).
-        if let Ok(r) = reply.get::<DeviceResetReply>() {
-            if matches!(r.vram, vram::state::ZEROED | vram::state::GARBAGE) {
+        {
+            if matches!(kept, vram::state::ZEROED | vram::state::GARBAGE) {
                 self.vram_losses.add(1, Relaxed);
                 let owners = self.mark_vram_lost();
                 let mut files = 0;
@@ -563,7 +583,7 @@ impl Gpu {
                 dev_info_ratelimited!(
                     self.pdev(),
                     "device reset: VRAM contents lost ({}): {} objects of {} contexts lost\n",
-                    vram::state::name(r.vram),
+                    vram::state::name(kept),
                     owners.len(),
                     files
                 );
@@ -673,6 +693,19 @@ impl Gpu {
         self.record_device_reset(mem, CTX_NONE, ok, &start, "firmware");
         self.end_reset();
         ok
+    }
+
+    /// A runtime resume ([`super::power`]) brought the device back:
+    /// `SUBMIT` may write rings again.
+    pub(crate) fn end_runtime_resume(&self) {
+        self.end_reset();
+    }
+
+    /// A runtime resume failed: counted as a failed reset of kind
+    /// `resume`, which wedges the device.
+    pub(crate) fn record_resume_failure(&self, mem: &SlotMemory, start: &Instant<Monotonic>) {
+        self.record_device_reset(mem, CTX_NONE, false, start, "resume");
+        self.end_reset();
     }
 
     /// debugfs `reset_device`: the ladder's device reset with no guilty

@@ -344,11 +344,33 @@ pub(crate) struct GpuState {
     /// The firmware went down (its `FIRMWARE_CRASH` event, or what the
     /// firmware monitor saw): why, for the next check to recover it.
     pub(crate) fw_down: Option<FwDown>,
-    /// The firmware's heartbeat count last read, and when it last moved
-    /// (ns, `monotonic_ns`).
-    pub(crate) fw_beats: (u64, u64),
+    /// The firmware's boot and heartbeat counts last read, and when they
+    /// last moved (ns, `monotonic_ns`): a new boot starts its heartbeats
+    /// again from 0.
+    pub(crate) fw_beats: (u32, u64, u64),
     /// When the last firmware failures were recovered (ns), oldest first.
     pub(crate) fw_failures: [u64; 3],
+    /// Runtime power management ([`super::power`]).
+    pub(crate) pm: RuntimePm,
+}
+
+/// Runtime power management's state and counters.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct RuntimePm {
+    /// Suspended (in `D3HOT`) since this time (ns, `monotonic_ns`).
+    pub(crate) suspended_at: Option<u64>,
+    /// Idle (no work, no user-mode queue) since this time (0: busy).
+    pub(crate) idle_since: u64,
+    pub(crate) suspends: u64,
+    pub(crate) resumes: u64,
+    /// Power-state changes the device refused.
+    pub(crate) failures: u64,
+    /// Time suspended, ns, before the current suspension.
+    pub(crate) suspended_ns: u64,
+    /// The last resume's time (the power-up, the firmware and the
+    /// contexts), and the longest, ns.
+    pub(crate) last_resume_ns: u64,
+    pub(crate) max_resume_ns: u64,
 }
 
 /// Why the firmware is down.
@@ -453,6 +475,12 @@ pub(crate) struct Gpu {
     pub(crate) vram: SetOnce<Arc<VramMgr>>,
     /// Device resets that lost VRAM contents.
     pub(crate) vram_losses: Atomic<u32>,
+    /// 1 while runtime power management suspends or has suspended the
+    /// device (the ioctls' fast check; the state is `GpuState::pm`).
+    pub(crate) pm_suspended: Atomic<u32>,
+    /// Ioctls using the device now ([`super::power::PmRef`]): no
+    /// suspension while there is one.
+    pub(crate) pm_users: Atomic<u32>,
     /// The buffer `CAPTURE_READ` writes device captures into (set at
     /// probe, freed at unbind). Its lock serialises reads of device
     /// captures; held across `CAPTURE_READ` round trips, never with the
@@ -498,6 +526,8 @@ impl Gpu {
             bos: SetOnce::new(),
             vram: SetOnce::new(),
             vram_losses: Atomic::new(0),
+            pm_suspended: Atomic::new(0),
+            pm_users: Atomic::new(0),
             dumping <- new_mutex!(None),
             ops <- new_mutex!(()),
             state <- new_mutex!(GpuState {
@@ -517,8 +547,9 @@ impl Gpu {
                 binds: KVec::new(),
                 san: super::sanlog::SanLog::new(),
                 fw_down: None,
-                fw_beats: (0, 0),
+                fw_beats: (0, 0, 0),
                 fw_failures: [0; 3],
+                pm: RuntimePm::default(),
             }),
             fences <- new_condvar!(),
             lost_handled: AtomicFlag::new(false),

@@ -278,14 +278,21 @@ impl Gpu {
         }
     }
 
-    /// Sleeps while a reset runs.
+    /// Sleeps while a reset runs (resumes a runtime-suspended device).
     ///
     /// # Errors
     ///
-    /// `ERESTARTSYS` (signal), `ENODEV`.
+    /// `ERESTARTSYS` (signal), `ENODEV`; `EIO` when a suspended device
+    /// cannot be woken.
     pub(crate) fn wait_for_reset(&self) -> Result {
-        let mut g = self.lock()?;
-        while g.resetting {
+        loop {
+            // A runtime suspension started after this ioctl woke the
+            // device: wake it again rather than wait for someone else to.
+            self.runtime_resume()?;
+            let mut g = self.lock()?;
+            if !g.resetting {
+                return Ok(());
+            }
             let res = self
                 .fences
                 .wait_interruptible_timeout(&mut g, crate::time::ns_to_jiffies(10_000_000));
@@ -293,7 +300,6 @@ impl Gpu {
                 return Err(ERESTARTSYS);
             }
         }
-        Ok(())
     }
 
     /// Queues job `seqno` (`words`) on `c`'s ring `e`, behind what is

@@ -15,9 +15,9 @@ use super::proto::{
     ContextDestroyCmd, ContextQueryCmd, ContextQueryReply, DeviceResetReply, DoorbellBlock,
     DoorbellCmd, DoorbellWatchCmd, EngineResetCmd, EngineResetReply, FaultResumeCmd, FwLoadCmd,
     FwLogReadCmd, FwLogReadReply, FwStatusReply, IdentifyReply, MemoryLayoutReply, PingCmd,
-    PingReply, QueryStatsCmd, RasQueryCmd, RasQueryReply, RasRetireCmd, ReplyHeader, RingCreateCmd,
-    RingDestroyCmd, RingStatus, SanMemCmd, SanReportCmd, SanReportReply, StatsReply, TimeReply,
-    TlbInvalidateCmd,
+    PingReply, PowerReply, PowerSetCmd, QueryStatsCmd, RasQueryCmd, RasQueryReply, RasRetireCmd,
+    ReplyHeader, RingCreateCmd, RingDestroyCmd, RingStatus, SanMemCmd, SanReportCmd,
+    SanReportReply, StatsReply, TimeReply, TlbInvalidateCmd,
 };
 use super::sanitize::{SanRange, SanReport};
 
@@ -64,6 +64,8 @@ pub const TABLE: &[StructLayout] = &[
     FwStatusReply::LAYOUT,
     FwLogReadCmd::LAYOUT,
     FwLogReadReply::LAYOUT,
+    PowerSetCmd::LAYOUT,
+    PowerReply::LAYOUT,
 ];
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;

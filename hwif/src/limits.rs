@@ -81,6 +81,8 @@ pub const FEATURE_USER_QUEUES: u32 = 1 << 3;
 pub const FEATURE_PREEMPTION: u32 = 1 << 4;
 /// `IDENTIFY` feature: the firmware runs (the device left its boot state).
 pub const FEATURE_FIRMWARE_RUNNING: u32 = 1 << 5;
+/// `IDENTIFY` feature: the device has power states (`POWER_SET`).
+pub const FEATURE_POWER_STATES: u32 = 1 << 6;
 
 /// Ranges one `SAN_MEM` command carries (the command fits the 256 bytes of
 /// a control slot's command area).

@@ -612,6 +612,40 @@ control_commands! {
         /// The report number (from the `SANITIZER` event).
         seq: u64,
     } -> SanReportReply;
+
+    /// Enter a power state ([`power_state`]). Down from `D0` only when no
+    /// ring has work (else `BUSY`): the device loses its contexts, rings,
+    /// TLBs and firmware (back in its boot state at `D0`), and in `D3COLD`
+    /// its VRAM. Back to `D0`: the reply's `vram` says what VRAM kept.
+    PowerSet = 0x0901, "POWER_SET", PowerSetCmd {
+        /// The state wanted (another number: `INVALID_ARGUMENT`).
+        state: u32,
+        /// Zero.
+        flags: u32 = 0,
+    } -> PowerReply;
+
+    /// Read the power state and its counters.
+    PowerStatus = 0x0902, "POWER_STATUS" -> PowerReply;
+}
+
+/// Power states (`POWER_SET`).
+pub mod power_state {
+    /// Running.
+    pub const D0: u32 = 0;
+    /// Suspended, VRAM kept (self-refresh); firmware and contexts lost.
+    pub const D3HOT: u32 = 3;
+    /// Off: VRAM lost too.
+    pub const D3COLD: u32 = 4;
+
+    /// A state's name.
+    pub const fn name(s: u32) -> &'static str {
+        match s {
+            D0 => "D0",
+            D3HOT => "D3hot",
+            D3COLD => "D3cold",
+            _ => "unknown",
+        }
+    }
 }
 
 /// Most bytes one `FW_LOG_READ` copies.

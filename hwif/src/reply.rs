@@ -372,6 +372,23 @@ pod_struct! {
         pub head: u64,
     }
 
+    /// Reply to `POWER_SET` and `POWER_STATUS`.
+    pub struct PowerReply {
+        /// Header.
+        pub hdr: ReplyHeader,
+        /// [`super::proto::power_state`] now.
+        pub state: u32,
+        /// What VRAM kept at the last return to `D0`
+        /// ([`super::vram::state`]; `NONE` before one).
+        pub vram: u32,
+        /// Entries into `D3HOT` and `D3COLD` since the device started.
+        pub entries: [u64; 2],
+        /// Time spent in `D0`, `D3HOT`, `D3COLD`, ns of device time.
+        pub residency_ns: [u64; 3],
+        /// Device time of the last return to `D0` (0: none yet).
+        pub woke_ns: u64,
+    }
+
     /// Reply to `TIME_QUERY`.
     pub struct TimeReply {
         /// Header.

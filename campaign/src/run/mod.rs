@@ -135,9 +135,13 @@ pub struct Runner {
 }
 
 /// Kernel messages that show the driver noticed something.
-const DMESG_SIGNS: [(&str, &str); 16] = [
+const DMESG_SIGNS: [(&str, &str); 20] = [
     ("hang: context", "kmd-hang-check"),
     ("did not boot", "kmd-firmware-boot"),
+    ("firmware crashed", "kmd-firmware-crash"),
+    ("runtime suspend refused", "kmd-pm-refused"),
+    ("did not wake", "kmd-pm-wake"),
+    ("VRAM contents lost", "kmd-vram-lost"),
     ("FENCE events skipped", "kmd-skipped-events"),
     ("missed fence interrupt", "kmd-missed-interrupt"),
     ("duplicate FENCE event", "kmd-duplicate-event"),

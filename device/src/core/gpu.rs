@@ -234,6 +234,8 @@ pub struct Gpu {
     pub vram: super::memory::Vram,
     /// The firmware: boot state and the running image's parameters.
     pub firmware: super::firmware::Firmware,
+    /// Power states.
+    pub power: super::power::Power,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -280,6 +282,7 @@ impl Gpu {
                 cfg.generation,
                 vgpu_hwif::proto::PROTOCOL_VERSION,
             ),
+            power: super::power::Power::default(),
         }
     }
 

@@ -191,11 +191,17 @@ impl Vram {
     /// A device reset: applies the policy; returns what happened
     /// ([`state`]).
     pub fn on_device_reset(&self) -> u32 {
+        self.apply(self.cfg.on_reset)
+    }
+
+    /// What a power-on does to VRAM when it keeps or loses it whatever the
+    /// reset policy (the power states): returns what happened.
+    pub fn apply(&self, policy: VramOnReset) -> u32 {
         let (Some(file), Some(region)) = (&self.file, &self.region) else {
             return state::NONE;
         };
         let n = self.resets.fetch_add(1, Ordering::Relaxed) + 1;
-        match self.cfg.on_reset {
+        match policy {
             VramOnReset::Keep => state::KEPT,
             VramOnReset::Zero => {
                 punch(file, self.cfg.layout.size);

@@ -25,6 +25,7 @@
 //! | captures | [`capture`], [`capture_ctl`] | failure or request → frozen context state → kept for `CAPTURE_READ` |
 //! | record and replay | [`record`], [`record_ctl`] | what the engines read, versioned per page; replayed in order |
 //! | firmware | [`firmware`] | wait-load → loaded → booting → running, or failed; back to wait-load at a device reset; the running image's parameters (slices, packets, features) |
+//! | power | [`power`] | D0 ⇄ D3hot / D3cold (down only when idle; back in the boot state), residency and entries |
 //! | time | [`clock`] | device clock |
 //! | JSON | [`json`] | one string escaper for replies and reports |
 //!
@@ -46,11 +47,11 @@
 //! | `scheduler` | `capture_ctl`, `compute_engine`, `context`, `cp`, `firmware`, `gpu`, `inject`, `mmu`, `post`, `reset`, `ring`, `sanitize_hooks`, `telemetry` |
 //! | `doorbell` | `context`, `gpu`, `mmu`, `post`, `ring`, `sanitize_hooks`, `watch` |
 //! | `capture_ctl` | `capture`, `cp`, `gpu`, `mmu` |
-//! | `reset` | `gpu`, `ring` |
+//! | `reset` | `gpu`, `ring`, `crate::config` |
 //! | `sanitize_hooks` | `context`, `cp`, `gpu`, `mmu`, `ring`, `sanitize` |
 //! | `post` | `gpu` |
 //! | `record_ctl` | `gpu`, `record` |
-//! | `gpu` | `capture`, `clock`, `context`, `events`, `firmware`, `inject`, `memory`, `mmu`, `record`, `sanitize`, `telemetry`, `watch`, `crate::config` |
+//! | `gpu` | `capture`, `clock`, `context`, `events`, `firmware`, `inject`, `memory`, `mmu`, `power`, `record`, `sanitize`, `telemetry`, `watch`, `crate::config` |
 //! | `capture` | `context`, `copy_engine`, `cp`, `inject`, `mmu`, `ring` |
 //! | `cp` | `compute_engine`, `copy_engine`, `dma`, `inject`, `mmu`, `poison`, `record`, `ring`, `sanitize`, `telemetry` |
 //! | `context` | `mmu`, `ring`, `telemetry` |
@@ -66,6 +67,7 @@
 //! | `watch` | - |
 //! | `memory` | `crate::config` |
 //! | `firmware` | - |
+//! | `power` | - |
 //! | `json` | - |
 //! | `clock` | - |
 //! | `counters` | - |
@@ -95,6 +97,7 @@ pub mod memory;
 pub mod mmu;
 pub mod poison;
 pub mod post;
+pub mod power;
 pub mod ras;
 pub mod record;
 pub mod record_ctl;

@@ -143,6 +143,16 @@ pub fn reset_engine(gpu: &Gpu, e: u32, hung_ctx: Option<u32>) -> Result<ResetRep
 /// documentation); posts `RESET_DONE` for engine `ALL` if `announce`.
 /// Returns what the reset did to VRAM ([`vgpu_hwif::vram::state`]).
 pub fn reset_device(gpu: &Gpu, announce: bool) -> Result<u32, ResetError> {
+    reset_device_with(gpu, announce, None)
+}
+
+/// [`reset_device`] with VRAM kept or lost as `vram` says instead of the
+/// configured policy (a power state's power-on).
+pub fn reset_device_with(
+    gpu: &Gpu,
+    announce: bool,
+    vram: Option<crate::config::VramOnReset>,
+) -> Result<u32, ResetError> {
     // Watches end with their contexts (taken before the state lock: see
     // the watcher's lock order).
     gpu.watch.clear();
@@ -184,7 +194,10 @@ pub fn reset_device(gpu: &Gpu, announce: bool) -> Result<u32, ResetError> {
     // virtio reset, the driver leaving, clears those too).
     gpu.sanitizer.device_reset(false);
     // The engines are stopped: nothing writes VRAM while it is lost.
-    let vram = gpu.vram.on_device_reset();
+    let vram = match vram {
+        Some(policy) => gpu.vram.apply(policy),
+        None => gpu.vram.on_device_reset(),
+    };
     // The firmware is gone with the power-on state: the driver loads it
     // again (a preloaded device runs its image again).
     gpu.firmware.power_on(gpu.clock.now_ns());

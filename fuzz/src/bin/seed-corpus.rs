@@ -81,6 +81,13 @@ fn control(dir: &Path) {
             len: 256,
             buf_pa: 0x2000,
         },
+        Command::PowerSet {
+            state: vgpu_hwif::proto::power_state::D3HOT,
+        },
+        Command::PowerStatus,
+        Command::PowerSet {
+            state: vgpu_hwif::proto::power_state::D0,
+        },
     ];
     let mut all = Vec::new();
     for (i, c) in cmds.iter().enumerate() {

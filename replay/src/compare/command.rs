@@ -7,7 +7,7 @@ use vgpu_hwif::proto::{engine, Command, Opcode, CTX_NONE};
 /// Commands whose replies or fields carry state, times, counters or
 /// guest-physical addresses only, or that the driver sends as timing
 /// demands: not compared.
-pub const IGNORED: [Opcode; 12] = [
+pub const IGNORED: [Opcode; 13] = [
     Opcode::Identify,
     Opcode::Ping,
     Opcode::ContextQuery,
@@ -20,6 +20,7 @@ pub const IGNORED: [Opcode; 12] = [
     Opcode::DoorbellKick,
     Opcode::FwStatus,
     Opcode::FwLogRead,
+    Opcode::PowerStatus,
 ];
 
 /// An engine's name.

@@ -20,6 +20,8 @@ pub(super) const fn in_boot_state(op: Opcode) -> bool {
         op,
         Opcode::Identify
             | Opcode::Ping
+            | Opcode::PowerSet
+            | Opcode::PowerStatus
             | Opcode::MemoryLayout
             | Opcode::TimeQuery
             | Opcode::DeviceReset

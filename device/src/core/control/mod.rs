@@ -55,6 +55,7 @@ mod contexts;
 mod debug;
 mod firmware;
 mod memory;
+mod power;
 mod rings;
 #[cfg(test)]
 mod tests;
@@ -123,6 +124,9 @@ pub enum CommandError {
     /// A firmware command was refused.
     #[error(transparent)]
     Firmware(#[from] FwCommandError),
+    /// A power-state change was refused (busy, or a failed transition).
+    #[error("power state change refused: {}", .0.name())]
+    PowerRefused(Status),
 }
 
 impl CommandError {
@@ -149,6 +153,7 @@ impl CommandError {
             CommandError::Capture(e) => e.status(),
             CommandError::Firmware(FwCommandError::Busy) => Status::Busy,
             CommandError::Firmware(FwCommandError::NothingLoaded) => Status::NotReady,
+            CommandError::PowerRefused(s) => *s,
         }
     }
 }
@@ -267,7 +272,8 @@ impl ControlProcessor {
             );
             return Reply::error(Some(&hdr), Status::BadDescriptor);
         }
-        if let Some(status) = firmware::refusal(&self.gpu, op) {
+        let refused = power::refusal(&self.gpu, op).or_else(|| firmware::refusal(&self.gpu, op));
+        if let Some(status) = refused {
             self.counters.count_error(status);
             log::debug!(
                 "control: {} tag {:#x} -> {}",
@@ -329,7 +335,10 @@ impl ControlProcessor {
                 let (fw_features, firmware_version) = gpu.firmware.identify(gpu.clock.now_ns());
                 Ok(Reply::from_pod(&IdentifyReply {
                     hdr: ok,
-                    features: gpu.sanitizer.features() | has_vram | fw_features,
+                    features: gpu.sanitizer.features()
+                        | has_vram
+                        | fw_features
+                        | vgpu_hwif::proto::FEATURE_POWER_STATES,
                     firmware_version,
                     vram_size: vram.size,
                     visible_vram_size: vram.visible,
@@ -498,6 +507,8 @@ impl ControlProcessor {
             Command::FwLogRead { pos, len, buf_pa } => {
                 firmware::log_read(gpu, pos, len, buf_pa, ok)
             }
+            Command::PowerSet { state } => power::set(gpu, state, ok),
+            Command::PowerStatus => Ok(Reply::from_pod(&gpu.power.reply(gpu.clock.now_ns(), ok))),
             Command::SanReport { seq } => {
                 let log = gpu.sanitizer.log();
                 let r = log.get(seq).ok_or(CommandError::NoSuchReport(seq))?;

@@ -215,7 +215,8 @@ fn identify_gen1_and_gen2() {
                 features: vgpu_hwif::proto::FEATURE_VRAM
                     | vgpu_hwif::proto::FEATURE_FIRMWARE_RUNNING
                     | vgpu_hwif::proto::FEATURE_USER_QUEUES
-                    | vgpu_hwif::proto::FEATURE_PREEMPTION,
+                    | vgpu_hwif::proto::FEATURE_PREEMPTION
+                    | vgpu_hwif::proto::FEATURE_POWER_STATES,
                 reserved: 0,
                 vram_size: 512 << 20,
                 visible_vram_size: 128 << 20,

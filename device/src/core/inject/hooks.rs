@@ -434,6 +434,21 @@ impl Injector {
 
     /// Whether an armed fault of `class` whose filters match command `op`
     /// takes this opportunity (logged as injected).
+    /// `POWER_SET` to `target` (`down`: a low-power state): the armed
+    /// power fault that takes it, if any (`pm-enter-fail`,
+    /// `pm-exit-fail`, or `pm-vram-lost` for a `D3HOT`).
+    pub fn on_power_set(&self, now_ns: u64, down: bool, d3hot: bool) -> Option<Class> {
+        let classes: &[Class] = match (down, d3hot) {
+            (true, true) => &[Class::PmEnterFail, Class::PmVramLost],
+            (true, false) => &[Class::PmEnterFail],
+            (false, _) => &[Class::PmExitFail],
+        };
+        classes
+            .iter()
+            .copied()
+            .find(|&c| self.take_control(c, now_ns, Opcode::PowerSet, u32::MAX, u32::MAX))
+    }
+
     /// `FW_START`: how an armed `fw-boot-fail` or `fw-boot-hang` fault
     /// makes this boot end, if one takes it.
     pub fn on_fw_start(&self, now_ns: u64) -> Option<Class> {

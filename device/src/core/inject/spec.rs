@@ -92,11 +92,19 @@ pub enum Class {
     /// heartbeats stop counting, commands still answer; until a
     /// `DEVICE_RESET`.
     FwHang,
+    /// `POWER_SET` to a low-power state is answered `BUSY` without effect
+    /// (the device failed to enter it).
+    PmEnterFail,
+    /// `POWER_SET` back to `D0` is answered `DEVICE_LOST` without effect
+    /// (the device failed to wake; a new attempt may work).
+    PmExitFail,
+    /// A `D3HOT` loses VRAM anyway: the return to `D0` says `GARBAGE`.
+    PmVramLost,
 }
 
 impl Class {
     /// Every class.
-    pub const ALL: [Class; 22] = [
+    pub const ALL: [Class; 25] = [
         Class::Hang,
         Class::FenceNever,
         Class::FenceLate,
@@ -119,6 +127,9 @@ impl Class {
         Class::FwBootHang,
         Class::FwCrash,
         Class::FwHang,
+        Class::PmEnterFail,
+        Class::PmExitFail,
+        Class::PmVramLost,
     ];
 
     /// The class's name in specifications and logs.
@@ -146,6 +157,9 @@ impl Class {
             Class::FwBootHang => "fw-boot-hang",
             Class::FwCrash => "fw-crash",
             Class::FwHang => "fw-hang",
+            Class::PmEnterFail => "pm-enter-fail",
+            Class::PmExitFail => "pm-exit-fail",
+            Class::PmVramLost => "pm-vram-lost",
         }
     }
 
@@ -186,6 +200,9 @@ impl Class {
             Class::FwHang => {
                 "the firmware hangs at the packet: engines and heartbeats stop, no event, until DEVICE_RESET"
             }
+            Class::PmEnterFail => "POWER_SET to D3hot/D3cold answered BUSY without effect",
+            Class::PmExitFail => "POWER_SET back to D0 answered DEVICE_LOST without effect",
+            Class::PmVramLost => "a D3hot loses VRAM anyway (the return to D0 says GARBAGE)",
         }
     }
 
@@ -204,6 +221,9 @@ impl Class {
                 | Class::EventCorrupt
                 | Class::FwBootFail
                 | Class::FwBootHang
+                | Class::PmEnterFail
+                | Class::PmExitFail
+                | Class::PmVramLost
         )
     }
 

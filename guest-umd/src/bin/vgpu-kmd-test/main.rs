@@ -82,6 +82,7 @@
 //!   vram-restore             an evicted object moves back to VRAM at its
 //!                            file's next SUBMIT once there is room, intact
 //!   vram-san-moved           an eviction planted without invalidation
+//!   pm-pause                 50 pauses past autosuspend_ms, each round's copy checked
 //!                            (move-no-invalidate): the device's sanitizer
 //!                            names the moved object and its move
 //!   inject                   the driver's fault-injection points
@@ -121,6 +122,7 @@ mod limits;
 mod lost;
 mod node;
 mod nomem;
+mod pm;
 mod prime;
 mod queue;
 mod ras;
@@ -198,6 +200,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("vram-restore", false, restore::test_vram_restore),
     ("vram-san-moved", false, san_moved::test_vram_san_moved),
     ("inject", false, inject::test_inject),
+    ("pm-pause", false, pm::test_pm_pause),
     ("sanitizer", false, sanitizer::test_sanitizer),
     ("uq", false, uqueue::test_uq),
     ("uq-hang", false, uqueue::test_uq_hang),

@@ -36,24 +36,7 @@ pub fn fix_crc(image: &mut [u8]) {
 
 /// The header as it is in the bytes, unchecked, if they are long enough.
 pub fn header(image: &[u8]) -> Option<FwHeader> {
-    if image.len() < HEADER_SIZE {
-        return None;
-    }
-    let w = |i: usize| u32_at(image, 4 * i).unwrap_or(0);
-    Some(FwHeader {
-        magic: w(0),
-        format: w(1),
-        version: w(2),
-        generations: w(3),
-        features: w(4),
-        interface_min: w(5),
-        interface_max: w(6),
-        section_count: w(7),
-        image_size: w(8),
-        crc32: w(9),
-        build: [w(10), w(11), w(12), w(13)],
-        reserved: [w(14), w(15)],
-    })
+    vgpu_hwif::firmware::read_header(image)
 }
 
 /// Byte offset of table entry `i`.

@@ -374,6 +374,29 @@ const fn min_size(kind: u32) -> Option<usize> {
     }
 }
 
+/// The header as the bytes hold it, unchecked; `None` when they are
+/// shorter than a header.
+pub fn read_header(image: &[u8]) -> Option<FwHeader> {
+    if image.len() < core::mem::size_of::<FwHeader>() {
+        return None;
+    }
+    let w = |i: usize| u32_at(image, 4 * i).unwrap_or(0);
+    Some(FwHeader {
+        magic: w(0),
+        format: w(1),
+        version: w(2),
+        generations: w(3),
+        features: w(4),
+        interface_min: w(5),
+        interface_max: w(6),
+        section_count: w(7),
+        image_size: w(8),
+        crc32: w(9),
+        build: [w(10), w(11), w(12), w(13)],
+        reserved: [w(14), w(15)],
+    })
+}
+
 /// Checks `image` as the device of `generation` does for a driver of
 /// interface version `interface`, in this order: size, magic, format, CRC,
 /// table, generation, version.
@@ -389,20 +412,8 @@ pub fn parse(image: &[u8], generation: u32, interface: u32) -> Result<FwImage<'_
     if image.len() < hs {
         return Err(FwError::Truncated);
     }
-    let w = |i: usize| u32_at(image, 4 * i).unwrap_or(0);
-    let header = FwHeader {
-        magic: w(0),
-        format: w(1),
-        version: w(2),
-        generations: w(3),
-        features: w(4),
-        interface_min: w(5),
-        interface_max: w(6),
-        section_count: w(7),
-        image_size: w(8),
-        crc32: w(9),
-        build: [w(10), w(11), w(12), w(13)],
-        reserved: [w(14), w(15)],
+    let Some(header) = read_header(image) else {
+        return Err(FwError::Truncated);
     };
     if header.magic != FW_MAGIC {
         return Err(FwError::BadMagic);

@@ -40,9 +40,8 @@ fn status(d: &mut Rig) -> FwStatusReply {
     d.firmware_status().unwrap()
 }
 
-/// A fence on the copy engine of a fresh context `id`: its event (a
-/// device reset's `RESET_DONE` before it skipped).
-fn fence_event(d: &mut Rig, id: u32) -> Event {
+/// A fence (seqno 7) on the copy engine of a fresh context `id`.
+fn submit_fence(d: &mut Rig, id: u32) {
     let mut c = d.context(id, 1, 0).unwrap();
     d.ring(&mut c, engine::COPY).unwrap();
     d.buffer(&mut c, DATA, 0x1000, PTE_READ | PTE_WRITE)
@@ -57,6 +56,12 @@ fn fence_event(d: &mut Rig, id: u32) -> Event {
         }],
     )
     .unwrap();
+}
+
+/// [`submit_fence`], then its event (a device reset's `RESET_DONE` before
+/// it skipped).
+fn fence_event(d: &mut Rig, id: u32) -> Event {
+    submit_fence(d, id);
     loop {
         match d.event(T).unwrap() {
             Event::ResetDone { .. } => continue,
@@ -286,8 +291,7 @@ fn injected_boot_failures_fail_or_hang_the_boot_once() {
     assert!(log.iter().any(|c| c == "fw-boot-hang"), "{log:?}");
 }
 
-/// Arms `spec`, runs a fence on a fresh context `id`'s copy engine, and
-/// waits (at most 2 s) for the packet to reach the injector.
+/// Arms `spec`, then a fence on a fresh context `id`'s copy engine.
 fn arm_and_fence(d: &mut Rig, spec: &str, id: u32) {
     use vgpu_device::core::inject::Spec;
     d.transport
@@ -295,20 +299,7 @@ fn arm_and_fence(d: &mut Rig, spec: &str, id: u32) {
         .gpu()
         .inject
         .arm(Spec::parse(spec).unwrap(), 0);
-    let mut c = d.context(id, 1, 0).unwrap();
-    d.ring(&mut c, engine::COPY).unwrap();
-    d.buffer(&mut c, DATA, 0x1000, PTE_READ | PTE_WRITE)
-        .unwrap();
-    d.submit(
-        &mut c,
-        engine::COPY,
-        &[Packet::Fence {
-            va: DATA,
-            seqno: 1,
-            flags: 0,
-        }],
-    )
-    .unwrap();
+    submit_fence(d, id);
 }
 
 #[test]

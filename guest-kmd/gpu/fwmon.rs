@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0
 
-//! The firmware monitor: a firmware that crashed (its `FIRMWARE_CRASH`
-//! event, or `CRASHED` in `FW_STATUS`) or whose heartbeats stopped
+//! The firmware monitor: a firmware that crashed (`CRASHED` in
+//! `FW_STATUS`, or its `FIRMWARE_CRASH` event when the status cannot be
+//! read; an event whose firmware has since been replaced is dropped) or whose heartbeats stopped
 //! (`FW_STATUS`, read by the periodic check) is recovered like the reset
 //! ladder's device reset with no guilty context: `DEVICE_RESET`, the
 //! firmware booted again, every context created again and its unfinished
@@ -65,7 +66,14 @@ impl Gpu {
         if let Some(st) = st {
             if st.state == fw_state::CRASHED {
                 g.fw_down.get_or_insert(FwDown::Crashed(st.error));
-            } else if st.state == fw_state::RUNNING && st.heartbeat_ms > 0 {
+            } else if st.state == fw_state::RUNNING && matches!(g.fw_down, Some(FwDown::Crashed(_)))
+            {
+                // The device is `CRASHED` before it posts the event, and
+                // stays so until a reset: a running firmware means the
+                // event came from the one a recovery has since replaced.
+                g.fw_down = None;
+            }
+            if st.state == fw_state::RUNNING && st.heartbeat_ms > 0 {
                 let (boots, beats, at) = g.fw_beats;
                 if st.boots != boots || st.heartbeats != beats || at == 0 {
                     g.fw_beats = (st.boots, st.heartbeats, now);

@@ -20,6 +20,7 @@ use crate::{
     errno,
     file::Client,
     gem::{
+        Bo,
         BoRegistry,
         MemAccount, //
     },
@@ -60,6 +61,7 @@ use kernel::{
     new_mutex,
     prelude::*,
     sync::{
+        aref::ARef,
         Arc,
         Mutex,
         SetOnce, //
@@ -106,6 +108,10 @@ pub(crate) struct Vgpu {
     /// (and held for the whole of a move: one at a time).
     #[pin]
     pub(crate) mover: Mutex<Option<Migrator>>,
+    /// The VRAM objects whose contents a system suspend saved in their
+    /// system pages, restored at the resume ([`crate::sleep`]).
+    #[pin]
+    pub(crate) saved: Mutex<KVec<ARef<Bo>>>,
     /// Open render-node files.
     #[pin]
     pub(crate) clients: Mutex<KVec<Arc<Client>>>,
@@ -140,6 +146,7 @@ impl Vgpu {
                 vram: SetOnce::new(),
                 bos,
                 mover <- new_mutex!(None),
+                saved <- new_mutex!(KVec::new()),
                 clients <- new_mutex!(KVec::new()),
                 zombies <- new_mutex!(KVec::new()),
                 watchdog <- new_mutex!(None),
@@ -376,10 +383,16 @@ impl Vgpu {
     /// (the command in flight finishes, the device is reset, its queues
     /// freed). A device being unbound is left alone.
     pub(crate) fn function_reset_prepare(&self) {
+        self.quiesce("function reset");
+    }
+
+    /// [`Vgpu::function_reset_prepare`] for `what` (named in dmesg): a
+    /// function reset or a system suspend.
+    pub(crate) fn quiesce(&self, what: &str) {
         if self.hw.link.is_unbound() {
             return;
         }
-        dev_info!(self.hw.pdev(), "function reset: quiescing the device\n");
+        dev_info!(self.hw.pdev(), "{}: quiescing the device\n", what);
         self.gpu.begin_function_reset();
         self.hw.go_offline();
     }
@@ -390,8 +403,20 @@ impl Vgpu {
     /// ([`Gpu::finish_function_reset`]). A device that does not come back
     /// is broken and the GPU wedged (as a failed device reset).
     pub(crate) fn function_reset_done(&self, pdev: &kernel::pci::Device<Core<'_>>) {
+        self.power_on_again(pdev, "function", "function reset");
+    }
+
+    /// The device powered on again after a function reset or a system
+    /// sleep (`kind` and `what` name it in the reset log and in dmesg):
+    /// see [`Vgpu::function_reset_done`]. Returns whether it serves again.
+    pub(crate) fn power_on_again(
+        &self,
+        pdev: &kernel::pci::Device<Core<'_>>,
+        kind: &'static str,
+        what: &str,
+    ) -> bool {
         if self.hw.link.is_unbound() {
-            return;
+            return false;
         }
         let start = Instant::<Monotonic>::now();
         let up = self.hw.restart(pdev);
@@ -401,25 +426,25 @@ impl Vgpu {
                 redeclared = san.redeclare();
             }
         }
-        let ok = self.gpu.finish_function_reset(up.is_ok());
+        let ok = self.gpu.finish_function_reset(up.is_ok(), kind);
         let ms = crate::time::elapsed_ns(&start) / 1_000_000;
         match (ok, up) {
             (true, _) => dev_info!(
                 pdev,
-                "function reset: device back in {} ms ({} mappings declared again to the sanitizer)\n",
+                "{}: device back in {} ms ({} mappings declared again to the sanitizer)\n",
+                what,
                 ms,
                 redeclared
             ),
             (false, Err(e)) => dev_err!(
                 pdev,
-                "function reset: the device did not come back (error {}): wedged\n",
+                "{}: the device did not come back (error {}): wedged\n",
+                what,
                 e.to_errno()
             ),
-            (false, Ok(())) => dev_err!(
-                pdev,
-                "function reset: contexts not restored: wedged\n"
-            ),
+            (false, Ok(())) => dev_err!(pdev, "{}: contexts not restored: wedged\n", what),
         }
+        ok
     }
 
     /// Quiesces the device and frees its rings. Idempotent.
@@ -504,7 +529,7 @@ impl Vgpu {
                 .as_ref()
                 .filter(|m| m.aperture.is_some())
                 .map_or(0, |m| m.layout.visible),
-            _ => return Err(EINVAL),
+            p => self.gpu.pm_param(p).ok_or(EINVAL)?,
         };
         Ok(v)
     }

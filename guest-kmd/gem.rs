@@ -455,6 +455,9 @@ pub(crate) struct VgpuObject {
     /// Its VRAM contents were lost in a device reset: never mapped for
     /// the GPU again.
     lost: AtomicFlag,
+    /// Its VRAM contents are saved in its system pages across a system
+    /// sleep ([`crate::sleep`]): not lost with VRAM, restored at resume.
+    saved: AtomicFlag,
     /// Times it was evicted from VRAM.
     evictions: Atomic<u32>,
     /// Its placement generation: moves so far (VRAM to system memory and
@@ -506,6 +509,7 @@ impl VgpuObject {
             vram <- new_mutex!(args.vram),
             moving: AtomicFlag::new(false),
             lost: AtomicFlag::new(false),
+            saved: AtomicFlag::new(false),
             evictions: Atomic::new(0),
             gen: Atomic::new(0),
             id: LAST_ID.fetch_add(1, Relaxed) + 1,
@@ -552,6 +556,18 @@ impl VgpuObject {
     /// Whether its contents were lost.
     pub(crate) fn is_lost(&self) -> bool {
         self.lost.load(Relaxed)
+    }
+
+    /// Marks its VRAM contents saved in its system pages (`true`, at a
+    /// system suspend) or restored (`false`, at the resume).
+    pub(crate) fn set_saved(&self, saved: bool) {
+        self.saved.store(saved, Relaxed);
+    }
+
+    /// Whether its VRAM contents are saved in its system pages until a
+    /// system resume restores them.
+    pub(crate) fn is_saved(&self) -> bool {
+        self.saved.load(Relaxed)
     }
 
     /// Keeps `charge`, the guest memory of the object evicted to system

@@ -281,7 +281,7 @@ impl Vgpu {
     ///
     /// `ENOSPC` (no context slot), `ENOMEM`, or the errno of the device's
     /// `CONTEXT_CREATE`.
-    fn mover(&self, dev: &DrmDev) -> Result<MutexGuard<'_, Option<Migrator>>> {
+    pub(crate) fn mover(&self, dev: &DrmDev) -> Result<MutexGuard<'_, Option<Migrator>>> {
         let mut g = self.mover.lock();
         if g.is_none() {
             let client = crate::file::Client::new(self.new_vm(dev)?, 0)?;

@@ -52,6 +52,7 @@
 //! |---|---|
 //! | `debugfs` | `device`, `gem`, `gpu`, `hostmem`, `ktrace`, `layout`, `mmu`, `proto`, `selftest`, `stats`, `transport`, `vram` |
 //! | `drm` | `device`, `ffi`, `ffi_gpuvm`, `ffi_sync`, `file`, `gem`, `gem_vram`, `gpu`, `hostmem`, `placement`, `restore`, `stats`, `uarray`, `vm`, `vm_ops` |
+//! | `sleep` | `device`, `file`, `gem`, `gpu`, `params`, `sanmem`, `time` |
 //! | `restore` | `device`, `ffi`, `file`, `gem`, `gpu`, `params`, `ratelimit`, `sanmem`, `vram_mgr` |
 //! | `placement` | `device`, `file`, `gem`, `gpu`, `params`, `ratelimit`, `sanmem`, `vm`, `vram_mgr` |
 //! | `stats` | `device`, `errno`, `ffi`, `file`, `gpu`, `mmu`, `params`, `proto`, `uarray` |
@@ -127,6 +128,7 @@ mod restore;
 mod sanmem;
 #[cfg(CONFIG_KASAN)]
 mod selftest;
+mod sleep;
 mod stats;
 mod time;
 mod transport;
@@ -381,6 +383,20 @@ impl pci::Driver for VgpuPciDriver {
 
     fn reset_done<'bound>(pdev: &'bound pci::Device<Core<'_>>, this: Pin<&Self::Data<'bound>>) {
         this.vgpu().function_reset_done(pdev);
+    }
+
+    fn suspend<'bound>(
+        pdev: &'bound pci::Device<Core<'_>>,
+        this: Pin<&Self::Data<'bound>>,
+    ) -> Result {
+        this.vgpu().system_suspend(pdev)
+    }
+
+    fn resume<'bound>(
+        pdev: &'bound pci::Device<Core<'_>>,
+        this: Pin<&Self::Data<'bound>>,
+    ) -> Result {
+        this.vgpu().system_resume(pdev)
     }
 }
 

@@ -29,6 +29,7 @@ use super::{
         Gpu,
         GpuState, //
     },
+    uqueue,
 };
 use crate::{
     ffi_sync::add_kernel_fence,
@@ -128,6 +129,38 @@ impl Gpu {
             self.ungate(client);
         }
         r
+    }
+
+    /// Holds `client`'s jobs back (new ones stay queued) without waiting:
+    /// for a device whose rings are empty anyway (a system resume, until
+    /// VRAM is restored). Let go by [`Gpu::ungate`].
+    pub(crate) fn hold(&self, client: &Arc<Client>) {
+        let _g = self.state.lock();
+        client.gate();
+    }
+
+    /// Waits until no user-mode queue of `client` has unfinished work, as
+    /// its status block shows it (a queue's jobs cannot be held back: the
+    /// doorbell is the application's), `timeout` at most.
+    ///
+    /// # Errors
+    ///
+    /// `ETIMEDOUT`, `EIO` (wedged), `ENODEV`.
+    pub(crate) fn wait_uq_idle(&self, client: &Arc<Client>, timeout: Delta) -> Result {
+        let mem = self.slots()?;
+        self.poll(timeout, |g| {
+            let busy = g.slots.iter().enumerate().any(|(hw, s)| {
+                s.as_ref().is_some_and(|c| {
+                    Arc::ptr_eq(&c.client, client)
+                        && !c.errored
+                        && !c.banned
+                        && c.uq
+                            .as_ref()
+                            .is_some_and(|q| uqueue::has_work(&mem.status(hw as u32, q.engine)))
+                })
+            });
+            (!busy).then_some(Ok(()))
+        })
     }
 
     /// Waits until no job of `client` is on a ring (contexts stopped by an

@@ -13,7 +13,7 @@
 //! | block | may use |
 //! |---|---|
 //! | [`fwmon`] | `reset`, `state` |
-//! | [`migrate`] | `queue`, `ring`, `sched`, `state`, `tlb` |
+//! | [`migrate`] | `queue`, `ring`, `sched`, `state`, `tlb`, `uqueue` |
 //! | [`uqctl`] | `context`, `hooks`, `ring`, `state`, `uqueue` |
 //! | [`submit`] | `hooks`, `power`, `queue`, `ring`, `sanlog`, `sched`, `state` |
 //! | [`power`] | `reset`, `state` |

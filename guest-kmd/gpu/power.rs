@@ -38,6 +38,7 @@ use kernel::{
         Full,
         Release, //
     },
+    uapi,
 };
 
 /// A user of the device (an ioctl): the device is awake and stays so
@@ -203,6 +204,31 @@ impl Gpu {
         Ok(())
     }
 
+    /// A system resume took `ns` (power-on to VRAM restored): counted.
+    pub(crate) fn count_sleep(&self, ns: u64) {
+        let mut g = self.state.lock();
+        g.pm.sleeps += 1;
+        g.pm.last_sleep_resume_ns = ns;
+    }
+
+    /// The counters of `GET_PARAM`: `VGPU_PARAM_PM_STATE` (1: runtime
+    /// suspended), `PM_SUSPENDS`, `PM_RESUMES`, `PM_SUSPENDED_MS` (the
+    /// residency, the current suspension included), `SYSTEM_SLEEPS`.
+    pub(crate) fn pm_param(&self, param: u32) -> Option<u64> {
+        let pm = self.state.lock().pm;
+        let current = pm
+            .suspended_at
+            .map_or(0, |t| monotonic_ns().saturating_sub(t));
+        Some(match param {
+            uapi::VGPU_PARAM_PM_STATE => u64::from(pm.suspended_at.is_some()),
+            uapi::VGPU_PARAM_PM_SUSPENDS => pm.suspends,
+            uapi::VGPU_PARAM_PM_RESUMES => pm.resumes,
+            uapi::VGPU_PARAM_PM_SUSPENDED_MS => (pm.suspended_ns + current) / 1_000_000,
+            uapi::VGPU_PARAM_SYSTEM_SLEEPS => pm.sleeps,
+            _ => return None,
+        })
+    }
+
     /// debugfs `power`.
     pub(crate) fn show_power(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let pm = self.state.lock().pm;
@@ -210,7 +236,7 @@ impl Gpu {
         let current = pm.suspended_at.map_or(0, |t| now.saturating_sub(t));
         writeln!(
             f,
-            "state {} autosuspend_ms {} suspends {} resumes {} failures {} suspended_ms {} last_resume_us {} max_resume_us {}",
+            "state {} autosuspend_ms {} suspends {} resumes {} failures {} suspended_ms {} last_resume_us {} max_resume_us {} system_sleeps {} last_system_resume_us {}",
             if pm.suspended_at.is_some() { "suspended" } else { "active" },
             params::autosuspend_ms().unwrap_or(0),
             pm.suspends,
@@ -218,7 +244,9 @@ impl Gpu {
             pm.failures,
             (pm.suspended_ns + current) / 1_000_000,
             pm.last_resume_ns / 1000,
-            pm.max_resume_ns / 1000
+            pm.max_resume_ns / 1000,
+            pm.sleeps,
+            pm.last_sleep_resume_ns / 1000
         )
     }
 }

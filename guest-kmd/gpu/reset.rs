@@ -428,8 +428,9 @@ impl Gpu {
         // LAB(6) END reset-ladder
     }
 
-    /// Counts and logs a device reset (`kind`: `device`, or `function`
-    /// for a PCI function reset); wedges the device if it failed.
+    /// Counts and logs a device reset (`kind`: `device`, `function` for a
+    /// PCI function reset, `sleep` for a system resume, `firmware`,
+    /// `resume`); wedges the device if it failed.
     fn record_device_reset(
         &self,
         mem: &SlotMemory,
@@ -566,28 +567,16 @@ impl Gpu {
         // VRAM lost: the objects that were in it are lost, and the files
         // that own them told through their contexts (nothing of the
         // driver's own lives in VRAM).
-        {
-            if matches!(kept, vram::state::ZEROED | vram::state::GARBAGE) {
-                self.vram_losses.add(1, Relaxed);
-                let owners = self.mark_vram_lost();
-                let mut files = 0;
-                {
-                    let mut g = self.state.lock();
-                    for c in g.slots.iter_mut().flatten() {
-                        if owners.contains(&c.client.id) {
-                            c.set_vram_lost();
-                            files += 1;
-                        }
-                    }
-                }
-                dev_info_ratelimited!(
-                    self.pdev(),
-                    "device reset: VRAM contents lost ({}): {} objects of {} contexts lost\n",
-                    vram::state::name(kept),
-                    owners.len(),
-                    files
-                );
-            }
+        if matches!(kept, vram::state::ZEROED | vram::state::GARBAGE) {
+            let owners = self.mark_vram_lost();
+            let files = self.report_vram_lost(&owners);
+            dev_info_ratelimited!(
+                self.pdev(),
+                "device reset: VRAM contents lost ({}): {} objects of {} contexts lost\n",
+                vram::state::name(kept),
+                owners.len(),
+                files
+            );
         }
         for c in ctxs.iter() {
             if self.hw_create(c).is_err() {
@@ -618,9 +607,26 @@ impl Gpu {
         true
     }
 
+    /// VRAM contents were lost: counted, and the contexts of the clients
+    /// `owners` (the owners of the objects lost, marked lost already) told
+    /// (`VRAM_LOST`). Returns how many contexts were told.
+    pub(crate) fn report_vram_lost(&self, owners: &[u64]) -> usize {
+        self.vram_losses.add(1, Relaxed);
+        let mut files = 0;
+        let mut g = self.state.lock();
+        for c in g.slots.iter_mut().flatten() {
+            if owners.contains(&c.client.id) {
+                c.set_vram_lost();
+                files += 1;
+            }
+        }
+        files
+    }
+
     /// Marks every object in VRAM lost (a device reset lost its
-    /// contents); returns the ids of their owners' clients, one per
-    /// object (an allocation failure leaves an owner out: its objects
+    /// contents) but those whose contents a system suspend saved (restored
+    /// after the resume); returns the ids of their owners' clients, one
+    /// per object (an allocation failure leaves an owner out: its objects
     /// are still marked).
     fn mark_vram_lost(&self) -> KVec<u64> {
         let mut owners = KVec::new();
@@ -628,7 +634,7 @@ impl Gpu {
             return owners;
         };
         bos.visit(|bo| {
-            if bo.is_vram_object() && bo.vram().is_some() {
+            if bo.is_vram_object() && !bo.is_saved() && bo.vram().is_some() {
                 bo.mark_lost();
                 let _ = owners.push(bo.owner(), GFP_KERNEL);
             }
@@ -650,9 +656,10 @@ impl Gpu {
     /// device (the function reset removed every context): every context
     /// and ring created again on the same page tables, their unfinished
     /// jobs written again (they are innocent), VRAM loss reported. Counted
-    /// as a reset of kind `function`; the device is wedged if it failed.
-    /// Returns whether it succeeded.
-    pub(crate) fn finish_function_reset(&self, transport_ok: bool) -> bool {
+    /// as a reset of kind `kind` (`function`, or `sleep` after a system
+    /// resume); the device is wedged if it failed. Returns whether it
+    /// succeeded.
+    pub(crate) fn finish_function_reset(&self, transport_ok: bool, kind: &'static str) -> bool {
         let start = Instant::<Monotonic>::now();
         let Ok(mem) = self.slots() else {
             self.end_reset();
@@ -669,7 +676,7 @@ impl Gpu {
                 dev_info!(self.pdev(), "function reset: the wedged device recovered\n");
             }
         }
-        self.record_device_reset(mem, CTX_NONE, ok, &start, "function");
+        self.record_device_reset(mem, CTX_NONE, ok, &start, kind);
         self.end_reset();
         ok
     }

@@ -371,6 +371,10 @@ pub(crate) struct RuntimePm {
     /// contexts), and the longest, ns.
     pub(crate) last_resume_ns: u64,
     pub(crate) max_resume_ns: u64,
+    /// System suspend/resume cycles the device went through, and the
+    /// last system resume's time (power-on to VRAM restored), ns.
+    pub(crate) sleeps: u64,
+    pub(crate) last_sleep_resume_ns: u64,
 }
 
 /// Why the firmware is down.

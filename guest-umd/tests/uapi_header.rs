@@ -240,6 +240,11 @@ int main(void) {
     P("VGPU_PARAM_VA_END", VGPU_PARAM_VA_END);
     P("VGPU_PARAM_VRAM_SIZE", VGPU_PARAM_VRAM_SIZE);
     P("VGPU_PARAM_VRAM_VISIBLE", VGPU_PARAM_VRAM_VISIBLE);
+    P("VGPU_PARAM_PM_STATE", VGPU_PARAM_PM_STATE);
+    P("VGPU_PARAM_PM_SUSPENDS", VGPU_PARAM_PM_SUSPENDS);
+    P("VGPU_PARAM_PM_RESUMES", VGPU_PARAM_PM_RESUMES);
+    P("VGPU_PARAM_PM_SUSPENDED_MS", VGPU_PARAM_PM_SUSPENDED_MS);
+    P("VGPU_PARAM_SYSTEM_SLEEPS", VGPU_PARAM_SYSTEM_SLEEPS);
     P("VGPU_PARAM_COUNT", VGPU_PARAM_COUNT);
     P("sizeof.counters", sizeof(struct drm_vgpu_counters));
     P("counters.busy_ns", offsetof(struct drm_vgpu_counters, busy_ns));
@@ -1073,6 +1078,11 @@ fn rust_mirror_matches_c_header() {
         ("VGPU_PARAM_VA_END", param::VA_END.into()),
         ("VGPU_PARAM_VRAM_SIZE", param::VRAM_SIZE.into()),
         ("VGPU_PARAM_VRAM_VISIBLE", param::VRAM_VISIBLE.into()),
+        ("VGPU_PARAM_PM_STATE", param::PM_STATE.into()),
+        ("VGPU_PARAM_PM_SUSPENDS", param::PM_SUSPENDS.into()),
+        ("VGPU_PARAM_PM_RESUMES", param::PM_RESUMES.into()),
+        ("VGPU_PARAM_PM_SUSPENDED_MS", param::PM_SUSPENDED_MS.into()),
+        ("VGPU_PARAM_SYSTEM_SLEEPS", param::SYSTEM_SLEEPS.into()),
         ("VGPU_PARAM_COUNT", param::COUNT.into()),
         ("sizeof.counters", size_of::<uapi::DrmVgpuCounters>() as u64),
         (

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
-use vgpu_umd::uapi::{self, DrmVgpuCounters};
+use vgpu_umd::uapi::{self, param, DrmVgpuCounters};
 use vgpu_umd::{fmt_firmware, fmt_page_sizes, fmt_protocol, Device, Identity, Stats};
 
 #[derive(Parser, Debug)]
@@ -225,6 +225,51 @@ fn error_text(generation: u32, c: &uapi::DrmVgpuCtxStats) -> Option<String> {
         t.push_str(", a packet the KMD wrote");
     }
     Some(t)
+}
+
+/// The driver's power-management counters (`VGPU_PARAM_PM_*`; `None`
+/// from a driver without them).
+struct Power {
+    runtime_suspended: bool,
+    suspends: u64,
+    resumes: u64,
+    suspended_ms: u64,
+    system_sleeps: u64,
+}
+
+impl Power {
+    fn read(dev: &Device) -> Option<Power> {
+        let g = |p| dev.get_param(p).ok();
+        Some(Power {
+            runtime_suspended: g(param::PM_STATE)? != 0,
+            suspends: g(param::PM_SUSPENDS)?,
+            resumes: g(param::PM_RESUMES)?,
+            suspended_ms: g(param::PM_SUSPENDED_MS)?,
+            system_sleeps: g(param::SYSTEM_SLEEPS)?,
+        })
+    }
+
+    fn text(&self) -> String {
+        format!(
+            "power     {}  runtime suspends {}  resumes {}  suspended {} ms  system suspend/resume cycles {}",
+            if self.runtime_suspended { "runtime-suspended" } else { "active" },
+            self.suspends,
+            self.resumes,
+            self.suspended_ms,
+            self.system_sleeps
+        )
+    }
+
+    fn json(&self) -> String {
+        format!(
+            "{{\"state\":{},\"runtime_suspends\":{},\"runtime_resumes\":{},\"suspended_ms\":{},\"system_sleeps\":{}}}",
+            json_str(if self.runtime_suspended { "runtime-suspended" } else { "active" }),
+            self.suspends,
+            self.resumes,
+            self.suspended_ms,
+            self.system_sleeps
+        )
+    }
 }
 
 fn print_text(generation: u32, vram_size: u64, prev: Option<&Stats>, s: &Stats) {
@@ -551,13 +596,22 @@ fn run(args: &Args) -> Result<bool, vgpu_umd::Error> {
     let mut n = 0u32;
     loop {
         let s = dev.stats()?;
+        let power = Power::read(&dev);
         if args.json {
-            println!("{}", json_view(&dev, &id, prev.as_ref(), &s));
+            let view = json_view(&dev, &id, prev.as_ref(), &s);
+            match &power {
+                // One more member at the end of the object.
+                Some(p) => println!("{},\"power\":{}}}", &view[..view.len() - 1], p.json()),
+                None => println!("{view}"),
+            }
         } else {
             if args.watch.is_some() {
                 println!("--- view {}", n + 1);
             }
             print_text(id.generation, id.vram_size, prev.as_ref(), &s);
+            if let Some(p) = &power {
+                println!("{}", p.text());
+            }
             if args.status {
                 ok &= show_debugfs(&dev);
             }

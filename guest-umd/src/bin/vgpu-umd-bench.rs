@@ -24,12 +24,18 @@
 //!                                 write a seeded pattern through the aperture,
 //!                                 or say whether it is still there (`aperture:
 //!                                 kept` / `aperture: lost, ...`)
+//! vgpu-umd-bench --power N       low-power states: the first submission after
+//!                                 N runtime suspensions (autosuspend_ms) and N
+//!                                 system suspends, the firmware's boot time
 //! vgpu-umd-bench --uq-idle SECS   user-mode queues open and idle for SECS
 //!                                 between `uq-idle: begin` and `uq-idle: end`
 //!                                 (the host measures the device process's
 //!                                 CPU meanwhile), then one more submission
 //! ```
 use std::time::{Duration, Instant};
+
+#[path = "vgpu-umd-bench/power.rs"]
+mod power;
 
 use vgpu_hwif::packet::Packet;
 use vgpu_umd::{
@@ -68,6 +74,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if std::env::args().any(|a| a == flag) {
             return aperture_fill_verify(&dev, mib, arg(flag, 1), fill);
         }
+    }
+    let rounds = arg("--power", 0) as usize;
+    if rounds > 0 {
+        return power::power_benchmark(&dev, rounds);
     }
     if std::env::args().any(|a| a == "--evict") {
         return evict_benchmark(mib);

@@ -59,8 +59,18 @@ pub mod param {
     /// Bytes of VRAM the CPU reaches through the aperture; 0: none (no
     /// VRAM, or no aperture function).
     pub const VRAM_VISIBLE: u32 = 0x12;
+    /// 1: the device is runtime suspended (`autosuspend_ms`); 0: active.
+    pub const PM_STATE: u32 = 0x13;
+    /// Runtime suspensions since probe.
+    pub const PM_SUSPENDS: u32 = 0x14;
+    /// Runtime resumes since probe.
+    pub const PM_RESUMES: u32 = 0x15;
+    /// Milliseconds spent runtime suspended since probe.
+    pub const PM_SUSPENDED_MS: u32 = 0x16;
+    /// System suspend/resume cycles since probe.
+    pub const SYSTEM_SLEEPS: u32 = 0x17;
     /// One past the last valid parameter.
-    pub const COUNT: u32 = 0x13;
+    pub const COUNT: u32 = 0x18;
 }
 
 /// `struct drm_vgpu_get_param`.

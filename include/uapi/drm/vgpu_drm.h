@@ -50,7 +50,13 @@ extern "C" {
 #define VGPU_PARAM_VA_END            0x10 /* one past the last GPU VA VM_BIND accepts */
 #define VGPU_PARAM_VRAM_SIZE         0x11 /* bytes of device memory (VRAM); 0: none */
 #define VGPU_PARAM_VRAM_VISIBLE      0x12 /* bytes of VRAM the CPU reaches through the aperture; 0: none */
-#define VGPU_PARAM_COUNT             0x13 /* one past the last valid parameter */
+/* Power management counters (read without waking the device). */
+#define VGPU_PARAM_PM_STATE          0x13 /* 1: runtime suspended (autosuspend_ms), 0: active */
+#define VGPU_PARAM_PM_SUSPENDS       0x14 /* runtime suspensions since probe */
+#define VGPU_PARAM_PM_RESUMES        0x15 /* runtime resumes since probe */
+#define VGPU_PARAM_PM_SUSPENDED_MS   0x16 /* ms spent runtime suspended since probe */
+#define VGPU_PARAM_SYSTEM_SLEEPS     0x17 /* system suspend/resume cycles since probe */
+#define VGPU_PARAM_COUNT             0x18 /* one past the last valid parameter */
 
 /**
  * struct drm_vgpu_get_param - query one device or driver parameter

@@ -83,6 +83,9 @@
 //!                            file's next SUBMIT once there is room, intact
 //!   vram-san-moved           an eviction planted without invalidation
 //!   pm-pause                 50 pauses past autosuspend_ms, each round's copy checked
+//!   suspend                  20 system suspend/resume cycles (VGPU_SUSPEND_CYCLES):
+//!                            VRAM contents and a queued copy checked each time; a
+//!                            job waiting for the CPU refuses the suspend (EBUSY)
 //!                            (move-no-invalidate): the device's sanitizer
 //!                            names the moved object and its move
 //!   inject                   the driver's fault-injection points
@@ -132,6 +135,7 @@ mod reset;
 mod restore;
 mod san_moved;
 mod sanitizer;
+mod sleep;
 mod stats;
 mod submit;
 mod syncobj;
@@ -201,6 +205,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("vram-san-moved", false, san_moved::test_vram_san_moved),
     ("inject", false, inject::test_inject),
     ("pm-pause", false, pm::test_pm_pause),
+    ("suspend", false, sleep::test_suspend),
     ("sanitizer", false, sanitizer::test_sanitizer),
     ("uq", false, uqueue::test_uq),
     ("uq-hang", false, uqueue::test_uq_hang),

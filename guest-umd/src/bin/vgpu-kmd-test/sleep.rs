@@ -15,6 +15,9 @@
 //! the device's reset log one more reset of kind `sleep`. Another file's
 //! user-mode queue has a copy in flight as the suspend starts (it finishes
 //! first) and takes a new one after the resume (the queue survived).
+//! One more cycle runs in the kernel's suspend test mode (`pm_test`
+//! `devices`): every driver suspends and resumes but the machine does not
+//! sleep, so the device keeps its power; the same checks hold.
 
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -28,6 +31,7 @@ use crate::queue::SwSync;
 use crate::report::T;
 use crate::syncobj::{submit_s, sync};
 use crate::uqueue::{create_queue, fence_packet, Queue};
+use vgpu_umd::kmd::Kmd;
 
 /// Cycles of the test (`VGPU_SUSPEND_CYCLES` overrides).
 const CYCLES: u64 = 20;
@@ -107,101 +111,30 @@ pub fn test_suspend(t: &mut T, path: &Path) {
         return;
     };
     let v = vis.and_then(|h| t.ok("suspend: map the visible object", Map::new(&n, h, size)));
-    let mut uq = UserQueue::new(t, path);
-    let words = (size / 8) as usize;
-    let pattern = |cycle: u64, i: usize| (cycle << 40) ^ (i as u64).wrapping_mul(0x9e37_79b9);
+    let mut rig = Rig {
+        n: &n,
+        ctx,
+        cmds: &cmds,
+        sw,
+        s,
+        d,
+        v,
+        uq: UserQueue::new(t, path),
+        vas: (sva, mva, dva),
+        size,
+    };
     let resets0 = device_resets().unwrap_or(0);
     let mut bad = Vec::new();
     let mut resume = Vec::new();
     let mut first_fence = Vec::new();
     for cycle in 1..=cycles {
-        for i in 0..words {
-            s.write(i, pattern(cycle, i));
-            d.write(i, 0);
-        }
-        if let Some(v) = &v {
-            for i in 0..words {
-                v.write(i, !pattern(cycle, i));
+        match rig.cycle(cycle) {
+            Ok((r, f)) => {
+                resume.push(r);
+                first_fence.push(f);
             }
-        }
-        let into_vram = cmds.program(0, &[copy(sva, mva, size)]);
-        let r = n
-            .submit(ctx, 0, &[into_vram], &[])
-            .and_then(|q| n.wait(&[fence(ctx, 0, q)], true, 10_000 * MS));
-        if let Err(e) = r {
-            bad.push(format!("cycle {cycle}: the copy into VRAM: {e}"));
-            break;
-        }
-        // Queued behind a fence that signals after the resume.
-        let gate = n.syncobj_create(0).unwrap_or(0);
-        let imported = sw.fence(cycle as u32).map(|f| {
-            n.syncobj_fd_to_handle(
-                f.as_raw_fd(),
-                gate,
-                uapi::SYNCOBJ_FD_TO_HANDLE_IMPORT_SYNC_FILE,
-            )
-        });
-        if !matches!(imported, Some(Ok(_))) {
-            bad.push(format!("cycle {cycle}: sw_sync fence: {imported:?}"));
-            break;
-        }
-        let out_of_vram = cmds.program(1, &[copy(mva, dva, size)]);
-        let queued = match submit_s(&n, ctx, &[out_of_vram], &[sync(gate, 0)], &[]) {
-            Ok(q) => q,
             Err(e) => {
-                bad.push(format!("cycle {cycle}: the queued copy: {e}"));
-                break;
-            }
-        };
-        if let Some(u) = &mut uq {
-            u.copy(2 * cycle - 1, pattern(cycle, 1));
-        }
-        let t0 = Instant::now();
-        if let Err(e) = suspend() {
-            bad.push(format!("cycle {cycle}: echo mem > /sys/power/state: {e}"));
-            break;
-        }
-        resume.push(t0.elapsed());
-        let t1 = Instant::now();
-        sw.inc(1);
-        if let Err(e) = n.wait(&[fence(ctx, 0, queued)], true, 10_000 * MS) {
-            bad.push(format!(
-                "cycle {cycle}: the queued copy after the resume: {e}"
-            ));
-            break;
-        }
-        first_fence.push(t1.elapsed());
-        let _ = n.syncobj_destroy(gate);
-        if let Some(i) = (0..words).find(|&i| d.read(i) != pattern(cycle, i)) {
-            bad.push(format!(
-                "cycle {cycle}: VRAM object word {i} is {:#x}, want {:#x}",
-                d.read(i),
-                pattern(cycle, i)
-            ));
-            break;
-        }
-        if let Some(u) = &mut uq {
-            if let Err(e) = u.check(2 * cycle - 1, pattern(cycle, 1)) {
-                bad.push(format!(
-                    "cycle {cycle}: the user-mode queue's copy before the suspend: {e}"
-                ));
-                break;
-            }
-            u.copy(2 * cycle, pattern(cycle, 2));
-            if let Err(e) = u.check(2 * cycle, pattern(cycle, 2)) {
-                bad.push(format!(
-                    "cycle {cycle}: the user-mode queue after the resume: {e}"
-                ));
-                break;
-            }
-        }
-        if let Some(v) = &v {
-            if let Some(i) = (0..words).find(|&i| v.read(i) != !pattern(cycle, i)) {
-                bad.push(format!(
-                    "cycle {cycle}: visible VRAM object word {i} is {:#x}, want {:#x}",
-                    v.read(i),
-                    !pattern(cycle, i)
-                ));
+                bad.push(format!("cycle {cycle}: {e}"));
                 break;
             }
         }
@@ -211,6 +144,22 @@ pub fn test_suspend(t: &mut T, path: &Path) {
         bad.is_empty(),
         || bad.join("; "),
     );
+    // The kernel's suspend test mode: every driver's suspend and resume
+    // run, the machine never sleeps (the device keeps its power): the
+    // same cycle must hold.
+    let tested = pm_test_devices(true)
+        .map_err(|e| e.to_string())
+        .and_then(|()| {
+            let r = rig.cycle(cycles + 1);
+            let _ = pm_test_devices(false);
+            r
+        });
+    t.check(
+        "suspend: a cycle in the kernel's test mode (pm_test devices: no power loss) holds too",
+        tested.is_ok(),
+        || format!("{tested:?}"),
+    );
+    let cycles = cycles + u64::from(tested.is_ok());
     let resets = device_resets().unwrap_or(0);
     let log = debugfs("contexts");
     let sleeps = log
@@ -231,6 +180,108 @@ pub fn test_suspend(t: &mut T, path: &Path) {
     refused(t, &n, ctx, &cmds, start + 0x500_0000);
     print_times(&mut resume, &mut first_fence);
     let _ = n.ctx_destroy(ctx);
+}
+
+/// `/sys/power/pm_test`: `devices` (suspend and resume the devices, do
+/// not sleep; no delay between) or back to `none`.
+fn pm_test_devices(on: bool) -> std::io::Result<()> {
+    if on {
+        std::fs::write("/sys/module/suspend/parameters/pm_test_delay", "0")?;
+    }
+    std::fs::write("/sys/power/pm_test", if on { "devices" } else { "none" })
+}
+
+/// What each cycle of [`test_suspend`] uses.
+struct Rig<'a> {
+    n: &'a Kmd,
+    ctx: u32,
+    cmds: &'a Cmds,
+    sw: SwSync,
+    s: Map,
+    d: Map,
+    v: Option<Map>,
+    uq: Option<UserQueue>,
+    /// Where the source, the VRAM object and the destination are bound.
+    vas: (u64, u64, u64),
+    size: u64,
+}
+
+/// Cycle `cycle`'s word `i`.
+fn pattern(cycle: u64, i: usize) -> u64 {
+    (cycle << 40) ^ (i as u64).wrapping_mul(0x9e37_79b9)
+}
+
+impl Rig<'_> {
+    /// One cycle (see the module documentation); returns how long
+    /// `echo mem` took and the queued copy's fence after it.
+    fn cycle(&mut self, cycle: u64) -> Result<(Duration, Duration), String> {
+        let (n, ctx, (sva, mva, dva), size) = (self.n, self.ctx, self.vas, self.size);
+        let words = (size / 8) as usize;
+        for i in 0..words {
+            self.s.write(i, pattern(cycle, i));
+            self.d.write(i, 0);
+        }
+        if let Some(v) = &self.v {
+            for i in 0..words {
+                v.write(i, !pattern(cycle, i));
+            }
+        }
+        let into_vram = self.cmds.program(0, &[copy(sva, mva, size)]);
+        n.submit(ctx, 0, &[into_vram], &[])
+            .and_then(|q| n.wait(&[fence(ctx, 0, q)], true, 10_000 * MS))
+            .map_err(|e| format!("the copy into VRAM: {e}"))?;
+        // Queued behind a fence that signals after the resume.
+        let gate = n.syncobj_create(0).unwrap_or(0);
+        let imported = self.sw.fence(cycle as u32).map(|f| {
+            n.syncobj_fd_to_handle(
+                f.as_raw_fd(),
+                gate,
+                uapi::SYNCOBJ_FD_TO_HANDLE_IMPORT_SYNC_FILE,
+            )
+        });
+        if !matches!(imported, Some(Ok(_))) {
+            return Err(format!("sw_sync fence: {imported:?}"));
+        }
+        let out_of_vram = self.cmds.program(1, &[copy(mva, dva, size)]);
+        let queued = submit_s(n, ctx, &[out_of_vram], &[sync(gate, 0)], &[])
+            .map_err(|e| format!("the queued copy: {e}"))?;
+        if let Some(u) = &mut self.uq {
+            u.copy(2 * cycle - 1, pattern(cycle, 1));
+        }
+        let t0 = Instant::now();
+        suspend().map_err(|e| format!("echo mem > /sys/power/state: {e}"))?;
+        let asleep = t0.elapsed();
+        let t1 = Instant::now();
+        self.sw.inc(1);
+        n.wait(&[fence(ctx, 0, queued)], true, 10_000 * MS)
+            .map_err(|e| format!("the queued copy after the resume: {e}"))?;
+        let first = t1.elapsed();
+        let _ = n.syncobj_destroy(gate);
+        if let Some(i) = (0..words).find(|&i| self.d.read(i) != pattern(cycle, i)) {
+            return Err(format!(
+                "VRAM object word {i} is {:#x}, want {:#x}",
+                self.d.read(i),
+                pattern(cycle, i)
+            ));
+        }
+        if let Some(u) = &mut self.uq {
+            u.check(2 * cycle - 1, pattern(cycle, 1))
+                .map_err(|e| format!("the user-mode queue's copy before the suspend: {e}"))?;
+            u.copy(2 * cycle, pattern(cycle, 2));
+            u.check(2 * cycle, pattern(cycle, 2))
+                .map_err(|e| format!("the user-mode queue after the resume: {e}"))?;
+        }
+        if let Some(v) = &self.v {
+            if let Some(i) = (0..words).find(|&i| v.read(i) != !pattern(cycle, i)) {
+                return Err(format!(
+                    "visible VRAM object word {i} is {:#x}, want {:#x}",
+                    v.read(i),
+                    !pattern(cycle, i)
+                ));
+            }
+        }
+        Ok((asleep, first))
+    }
 }
 
 /// The cycles' times: `echo mem` (suspend, asleep, resume) and the first
@@ -254,7 +305,7 @@ fn print_times(resume: &mut [Duration], first_fence: &mut [Duration]) {
 /// A job on a ring waiting for the CPU (which is frozen during a suspend)
 /// refuses the suspend with `EBUSY`; once the CPU lets it go, it finishes
 /// and a suspend goes through.
-fn refused(t: &mut T, n: &vgpu_umd::kmd::Kmd, ctx: u32, cmds: &Cmds, va: u64) {
+fn refused(t: &mut T, n: &Kmd, ctx: u32, cmds: &Cmds, va: u64) {
     let Some(sem) = t.ok("suspend: a semaphore object", n.gem_create(PAGE, 0)) else {
         return;
     };
@@ -301,7 +352,7 @@ fn refused(t: &mut T, n: &vgpu_umd::kmd::Kmd, ctx: u32, cmds: &Cmds, va: u64) {
 /// Another file's user-mode queue on the copy engine with a data object:
 /// page 0 the source, page 1 the destination, the fence in page 2.
 struct UserQueue {
-    n: vgpu_umd::kmd::Kmd,
+    n: Kmd,
     q: Queue,
     data: Map,
     va: u64,

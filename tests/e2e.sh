@@ -1102,11 +1102,14 @@ fi
 # --- A firmware crash during a workload (device fault fw-crash at its second COPY): the FIRMWARE_CRASH event, the
 #     driver resets the device, boots the firmware again and writes the unfinished jobs again; the copy completes
 #     and every byte is checked; debugfs counts the failure. And a silent firmware hang (fw-hang): the heartbeats
-#     stop, the driver's periodic check notices within a few periods and recovers the same way.
-for kind in crash hang; do
+#     stop, the driver's periodic check notices within a few periods and recovers the same way. Generation 2, and
+#     the crash on generation 1 too (fw-crash-recovered-gen1).
+for variant in "crash 2" "hang 2" "crash 1"; do
+    read -r kind gen <<<"$variant"
     name=fw-$kind-recovered
+    [ "$gen" = 2 ] || name=fw-$kind-recovered-gen$gen
     if selected "$name"; then
-        run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=1000" --device-arg "--inject=fw-$kind:engine=copy,packet=COPY,after=2" run 'vgpu-samples copy 16777216; echo "workload-status $?"; dmesg | grep -o "firmware [a-z]*: .*\|firmware heartbeat missed: .*\|firmware recovered.*"; grep -o "firmware_failures [0-9]*" /sys/kernel/debug/vgpu/*/contexts; grep -c "^state: running" /sys/kernel/debug/vgpu/*/firmware | sed "s/^/running /"; vgpu-samples copy >/dev/null && echo serves-after'
+        run_vm "$name" --gen "$gen" --kmd-args "job_timeout_ms=1000" --device-arg "--inject=fw-$kind:engine=copy,packet=COPY,after=2" run 'vgpu-samples copy 16777216; echo "workload-status $?"; dmesg | grep -o "firmware [a-z]*: .*\|firmware heartbeat missed: .*\|firmware recovered.*"; grep -o "firmware_failures [0-9]*" /sys/kernel/debug/vgpu/*/contexts; grep -c "^state: running" /sys/kernel/debug/vgpu/*/firmware | sed "s/^/running /"; vgpu-samples copy >/dev/null && echo serves-after'
         if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
         elif ! want "^copy: ok, 16777216 values verified$"; then result "$name" 0 "the workload's result was not verified"
         elif ! want "^workload-status 0$"; then result "$name" 0 "the workload failed"

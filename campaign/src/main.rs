@@ -194,6 +194,10 @@ enum Cmd {
         /// Output directory.
         #[arg(long, default_value = "target/campaign/merged")]
         out: PathBuf,
+        /// Merge whatever shards are given (by default the inputs must be
+        /// every shard of one split exactly once: 1/N .. N/N).
+        #[arg(long)]
+        partial: bool,
     },
     /// Compare two results (say, a merged set of shards with one run of
     /// the whole campaign): the same runs with the same seeds, faults,
@@ -519,7 +523,11 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Cmd::Merge { inputs, out } => {
+        Cmd::Merge {
+            inputs,
+            out,
+            partial,
+        } => {
             let mut parts = Vec::new();
             for p in inputs {
                 match Results::read(&p) {
@@ -538,7 +546,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             }
-            match Results::merge(parts) {
+            match Results::merge(parts, !partial) {
                 Ok(r) => finish(&r, &out),
                 Err(e) => {
                     errln!("vgpu-campaign: {e}");

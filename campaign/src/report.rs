@@ -21,6 +21,9 @@ pub enum ReportError {
     /// Shards of different campaigns or seeds.
     #[error("cannot merge {0}: {1}")]
     Mismatch(String, String),
+    /// The shards given are not every shard of one split exactly once.
+    #[error("incomplete shard set: {0} (merge --partial merges them anyway)")]
+    Incomplete(String),
 }
 
 /// A results file.
@@ -145,7 +148,13 @@ impl Results {
     }
 
     /// Merges shard results of one campaign.
-    pub fn merge(parts: Vec<(String, Results)>) -> Result<Results, ReportError> {
+    ///
+    /// With `complete`, the parts must be every shard of one split
+    /// exactly once (see [`check_shard_set`]).
+    pub fn merge(parts: Vec<(String, Results)>, complete: bool) -> Result<Results, ReportError> {
+        if complete {
+            check_shard_set(&parts).map_err(ReportError::Incomplete)?;
+        }
         let mut it = parts.into_iter();
         let Some((_, mut all)) = it.next() else {
             return Err(ReportError::Mismatch("nothing".into(), "no input".into()));
@@ -487,6 +496,63 @@ pub fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// Checks that `parts` are every shard of one split exactly once: each
+/// part names shards `i/N` of the same N, together `1/N` to `N/N` with
+/// none twice, and no run is in two parts. A whole-campaign result (no
+/// shard) counts only alone.
+pub fn check_shard_set(parts: &[(String, Results)]) -> Result<(), String> {
+    let mut n_all: Option<u64> = None;
+    let mut seen: std::collections::BTreeMap<u64, &str> = Default::default();
+    for (path, r) in parts {
+        if r.shards.is_empty() {
+            if parts.len() == 1 {
+                return Ok(());
+            }
+            return Err(format!("{path} holds the whole campaign, not a shard"));
+        }
+        for s in &r.shards {
+            let (i, n) = s
+                .split_once('/')
+                .and_then(|(i, n)| Some((i.parse::<u64>().ok()?, n.parse::<u64>().ok()?)))
+                .filter(|&(i, n)| (1..=n).contains(&i))
+                .ok_or_else(|| format!("{path}: shard {s:?} is not I/N"))?;
+            match n_all {
+                Some(m) if m != n => {
+                    return Err(format!(
+                        "{path}: shard {s} of a split in {n}, others in {m}"
+                    ))
+                }
+                _ => n_all = Some(n),
+            }
+            if let Some(first) = seen.insert(i, path) {
+                return Err(format!("shard {i}/{n} twice: {first} and {path}"));
+            }
+        }
+    }
+    let n = n_all.unwrap_or(0);
+    let missing: Vec<String> = (1..=n)
+        .filter(|i| !seen.contains_key(i))
+        .map(|i| format!("{i}/{n}"))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!("shard {} missing", missing.join(", ")));
+    }
+    let mut runs: std::collections::BTreeMap<u64, &str> = Default::default();
+    for (path, r) in parts {
+        for run in &r.runs {
+            if let Some(first) = runs.insert(run.id.index, path) {
+                if first != path {
+                    return Err(format!(
+                        "run {} in two shards: {first} and {path}",
+                        run.id.index
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,7 +630,8 @@ mod tests {
             runs: a.runs.iter().chain(&b.runs).cloned().collect(),
             ..a.clone()
         };
-        let m = Results::merge(vec![("a".into(), a), ("b".into(), b)]).unwrap();
+        let m =
+            Results::merge(vec![("a".into(), a.clone()), ("b".into(), b.clone())], true).unwrap();
         assert_eq!(m.differences(&whole), Vec::<String>::new());
         let mut other = whole.clone();
         other.runs[1].outcome = "silent".into();
@@ -621,6 +688,42 @@ mod tests {
             campaign: "d".into(),
             ..m.clone()
         };
-        assert!(Results::merge(vec![("m".into(), m), ("o".into(), other)]).is_err());
+        assert!(Results::merge(vec![("m".into(), m), ("o".into(), other)], false).is_err());
+        // Every shard exactly once, or the merge says which.
+        let shard_err = |parts: Vec<(&str, &Results)>| {
+            let parts: Vec<(String, Results)> = parts
+                .into_iter()
+                .map(|(p, r)| (p.to_string(), r.clone()))
+                .collect();
+            match Results::merge(parts, true) {
+                Err(ReportError::Incomplete(e)) => e,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(shard_err(vec![("a", &a)]), "shard 2/2 missing");
+        assert_eq!(
+            shard_err(vec![("a", &a), ("a2", &a), ("b", &b)]),
+            "shard 1/2 twice: a and a2"
+        );
+        let c = Results {
+            shards: vec!["3/3".into()],
+            ..b.clone()
+        };
+        assert_eq!(
+            shard_err(vec![("a", &a), ("c", &c)]),
+            "c: shard 3/3 of a split in 3, others in 2"
+        );
+        let mut b_overlap = b.clone();
+        b_overlap.runs.push(a.runs[0].clone());
+        assert_eq!(
+            shard_err(vec![("a", &a), ("b", &b_overlap)]),
+            "run 0 in two shards: a and b"
+        );
+        assert_eq!(
+            shard_err(vec![("w", &whole), ("b", &b)]),
+            "w holds the whole campaign, not a shard"
+        );
+        assert!(Results::merge(vec![("a".into(), a.clone())], false).is_ok());
+        assert!(Results::merge(vec![("w".into(), whole.clone())], true).is_ok());
     }
 }

@@ -226,7 +226,7 @@ impl Vgpu {
                 Err(e) => Err(e),
             };
             if let Err(e) = r {
-                dev_warn!(
+                crate::dev_warn_ratelimited!(
                     pdev,
                     "system suspend refused: the work of file {} did not finish in {} ms (error {})\n",
                     c.id,
@@ -247,7 +247,7 @@ impl Vgpu {
                     b.set_saved(false);
                 }
                 list.clear();
-                dev_warn!(
+                crate::dev_warn_ratelimited!(
                     pdev,
                     "system suspend refused: saving a VRAM object of {} KiB failed (error {})\n",
                     bo.size() / 1024,

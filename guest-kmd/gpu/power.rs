@@ -191,7 +191,7 @@ impl Gpu {
             self.pm_suspended.store(0, Release);
             g.pm.idle_since = 0;
             g.pm.resumes += 1;
-            g.pm.suspended_ns += t0.saturating_sub(since);
+            g.pm.suspended_ns = g.pm.suspended_ns.saturating_add(t0.saturating_sub(since));
             g.pm.last_resume_ns = now.saturating_sub(t0);
             g.pm.max_resume_ns = g.pm.max_resume_ns.max(g.pm.last_resume_ns);
         }
@@ -223,7 +223,7 @@ impl Gpu {
             uapi::VGPU_PARAM_PM_STATE => u64::from(pm.suspended_at.is_some()),
             uapi::VGPU_PARAM_PM_SUSPENDS => pm.suspends,
             uapi::VGPU_PARAM_PM_RESUMES => pm.resumes,
-            uapi::VGPU_PARAM_PM_SUSPENDED_MS => (pm.suspended_ns + current) / 1_000_000,
+            uapi::VGPU_PARAM_PM_SUSPENDED_MS => pm.suspended_ns.saturating_add(current) / 1_000_000,
             uapi::VGPU_PARAM_SYSTEM_SLEEPS => pm.sleeps,
             _ => return None,
         })
@@ -242,7 +242,7 @@ impl Gpu {
             pm.suspends,
             pm.resumes,
             pm.failures,
-            (pm.suspended_ns + current) / 1_000_000,
+            pm.suspended_ns.saturating_add(current) / 1_000_000,
             pm.last_resume_ns / 1000,
             pm.max_resume_ns / 1000,
             pm.sleeps,

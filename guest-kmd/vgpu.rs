@@ -52,7 +52,7 @@
 //! |---|---|
 //! | `debugfs` | `device`, `gem`, `gpu`, `hostmem`, `ktrace`, `layout`, `mmu`, `proto`, `selftest`, `stats`, `transport`, `vram` |
 //! | `drm` | `device`, `ffi`, `ffi_gpuvm`, `ffi_sync`, `file`, `gem`, `gem_vram`, `gpu`, `hostmem`, `placement`, `restore`, `stats`, `uarray`, `vm`, `vm_ops` |
-//! | `sleep` | `device`, `file`, `gem`, `gpu`, `params`, `sanmem`, `time` |
+//! | `sleep` | `device`, `file`, `gem`, `gpu`, `params`, `ratelimit`, `sanmem`, `time` |
 //! | `restore` | `device`, `ffi`, `file`, `gem`, `gpu`, `params`, `ratelimit`, `sanmem`, `vram_mgr` |
 //! | `placement` | `device`, `file`, `gem`, `gpu`, `params`, `ratelimit`, `sanmem`, `vm`, `vram_mgr` |
 //! | `stats` | `device`, `errno`, `ffi`, `file`, `gpu`, `mmu`, `params`, `proto`, `uarray` |

@@ -84,6 +84,17 @@ pub(crate) struct PingResult {
 /// Default `PING` timeout (the uAPI's "0 means 1 s").
 pub(crate) const PING_DEFAULT_TIMEOUT_NS: u64 = 1_000_000_000;
 
+/// What a runtime suspension to D3cold saved ([`crate::d3cold`]).
+#[derive(Default)]
+pub(crate) struct ColdSave {
+    /// The VRAM objects whose contents are in their system pages.
+    pub(crate) objects: KVec<ARef<Bo>>,
+    /// Each one's placement generation at the save (a move since shows).
+    pub(crate) gens: KVec<u32>,
+    /// The files whose jobs the save holds back.
+    pub(crate) held: KVec<Arc<Client>>,
+}
+
 /// State shared by everything that uses one device.
 #[pin_data]
 pub(crate) struct Vgpu {
@@ -112,6 +123,12 @@ pub(crate) struct Vgpu {
     /// system pages, restored at the resume ([`crate::sleep`]).
     #[pin]
     pub(crate) saved: Mutex<KVec<ARef<Bo>>>,
+    /// Serialises a system sleep and a runtime suspension's VRAM save.
+    #[pin]
+    pub(crate) power: Mutex<()>,
+    /// What a runtime suspension to D3cold saved ([`crate::d3cold`]).
+    #[pin]
+    pub(crate) cold: Mutex<ColdSave>,
     /// Open render-node files.
     #[pin]
     pub(crate) clients: Mutex<KVec<Arc<Client>>>,
@@ -147,6 +164,8 @@ impl Vgpu {
                 bos,
                 mover <- new_mutex!(None),
                 saved <- new_mutex!(KVec::new()),
+                power <- new_mutex!(()),
+                cold <- new_mutex!(ColdSave::default()),
                 clients <- new_mutex!(KVec::new()),
                 zombies <- new_mutex!(KVec::new()),
                 watchdog <- new_mutex!(None),
@@ -464,6 +483,14 @@ impl Vgpu {
         if let Some(mut w) = watchdog {
             w.stop();
         }
+        // What a runtime D3cold or a system sleep saved has no device to
+        // go back to (and the references would keep the objects, and
+        // through them this device, alive).
+        let cold = core::mem::take(&mut *self.cold.lock());
+        let slept = core::mem::take(&mut *self.saved.lock());
+        for bo in Iterator::chain(cold.objects.iter(), slept.iter()) {
+            bo.set_saved(false);
+        }
         self.hw.quiesce();
         // The device reaches no memory any more: host mappings give their
         // DMA mappings back with it (their pins stay until their files go).
@@ -620,7 +647,10 @@ impl Periodic for Vgpu {
         self.gpu.firmware_check();
         self.gpu.hang_check();
         self.gpu.publish_dumps();
-        self.gpu.runtime_suspend_check();
+        // Not while a system sleep saves VRAM.
+        if let Some(_power) = self.power.try_lock() {
+            self.gpu.runtime_suspend_check(self);
+        }
         // A safety net: anything ready in the queues goes now.
         self.gpu.pump();
         self.gpu.run_binds();

@@ -127,7 +127,7 @@ impl Drop for VgpuFile {
     fn drop(&mut self) {
         // Its contexts are destroyed on the device: wake it (a device that
         // cannot be woken is wedged, and the close goes on without it).
-        let awake = self.vgpu.gpu.pm_get();
+        let awake = self.vgpu.gpu.pm_get(&*self.vgpu);
         self.vgpu.close_client(&self.client);
         drop(awake);
     }
@@ -168,7 +168,7 @@ fn traced<T: Copy + TryInto<i64>>(
     ) {
         None
     } else {
-        Some(dev.vgpu.gpu.pm_get()?)
+        Some(dev.vgpu.gpu.pm_get(&*dev.vgpu)?)
     };
     let trace = &dev.vgpu.hw.trace;
     if !trace.on() {

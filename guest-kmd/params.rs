@@ -25,6 +25,7 @@ pub(crate) struct Params {
     pub(crate) trace_records: u32,
     pub(crate) fw_boot_timeout_ms: u32,
     pub(crate) autosuspend_ms: u32,
+    pub(crate) vram_d3cold_threshold_mib: u32,
 }
 
 /// The defaults of the `module!` declaration.
@@ -42,6 +43,7 @@ const DEFAULTS: Params = Params {
     trace_records: 0,
     fw_boot_timeout_ms: 1000,
     autosuspend_ms: 0,
+    vram_d3cold_threshold_mib: 0,
 };
 
 static PARAMS: SetOnce<Params> = SetOnce::new();
@@ -135,5 +137,16 @@ pub(crate) fn autosuspend_ms() -> Option<u32> {
     match get().autosuspend_ms {
         0 => None,
         ms => Some(ms.clamp(10, 600_000)),
+    }
+}
+
+/// `vram_d3cold_threshold_mib`: a runtime suspension goes to `D3COLD`
+/// (VRAM powered off, its objects saved to system memory first) when the
+/// VRAM objects use at most this many MiB, and none is CPU-mapped; to
+/// `D3HOT` otherwise. `None` (0, the default): always `D3HOT`.
+pub(crate) fn vram_d3cold_threshold_mib() -> Option<u32> {
+    match get().vram_d3cold_threshold_mib {
+        0 => None,
+        mib => Some(mib),
     }
 }

@@ -39,8 +39,10 @@
 //! A wedged device saves nothing and is brought back by the resume as a
 //! function reset brings it back.
 //!
-//! Lock order: the driver's copy context ([`Vgpu::mover`]) → the clients
-//! list (briefly) → the GPU state (briefly); as [`crate::placement`]'s.
+//! Lock order: [`Vgpu::power`] (a system sleep and a runtime suspension's
+//! save, one at a time) → the driver's copy context ([`Vgpu::mover`]) →
+//! the clients list (briefly) → the GPU state (briefly); as
+//! [`crate::placement`]'s.
 
 use crate::{
     device::Vgpu,
@@ -112,9 +114,11 @@ impl Vgpu {
             return Ok(());
         }
         let start = Instant::<Monotonic>::now();
+        // No runtime suspension saves VRAM meanwhile.
+        let _power = self.power.lock();
         // Awake, and kept awake until it is quiesced (a device that could
         // not wake is wedged: nothing to save).
-        let awake = self.gpu.pm_get();
+        let awake = self.gpu.pm_get(self);
         let (saved, held) = match &awake {
             Ok(_) if self.gpu.check_usable().is_ok() => self.save_vram(pdev)?,
             _ => (0, None),
@@ -144,6 +148,7 @@ impl Vgpu {
             return Ok(());
         }
         let start = Instant::<Monotonic>::now();
+        let _power = self.power.lock();
         let held = self.hold_all()?;
         let ok = self.power_on_again(pdev, "sleep", "system resume");
         let (restored, lost) = self.restore_vram(ok);
@@ -186,7 +191,7 @@ impl Vgpu {
     /// # Errors
     ///
     /// `ENOMEM`.
-    fn clients_now(&self) -> Result<KVec<Arc<Client>>> {
+    pub(crate) fn clients_now(&self) -> Result<KVec<Arc<Client>>> {
         let list = self.clients.lock();
         let mut v = KVec::with_capacity(list.len(), GFP_KERNEL)?;
         for c in list.iter() {
@@ -266,7 +271,7 @@ impl Vgpu {
     /// # Errors
     ///
     /// `ENOMEM`.
-    fn vram_objects(&self) -> Result<KVec<ARef<Bo>>> {
+    pub(crate) fn vram_objects(&self) -> Result<KVec<ARef<Bo>>> {
         let mut v = KVec::new();
         let mut err = Ok(());
         self.bos.visit(|bo| {
@@ -313,7 +318,7 @@ impl Vgpu {
     /// # Errors
     ///
     /// `EBUSY` (being moved), as [`Vgpu::copy_object`].
-    fn save_one(&self, m: &Migrator, bo: &Bo) -> Result {
+    pub(crate) fn save_one(&self, m: &Migrator, bo: &Bo) -> Result {
         if !bo.begin_move() {
             return Err(EBUSY);
         }
@@ -332,6 +337,15 @@ impl Vgpu {
     /// system pages given back. Returns the objects restored and lost.
     fn restore_vram(&self, up: bool) -> (usize, usize) {
         let list = core::mem::take(&mut *self.saved.lock());
+        self.restore_list(&list, up)
+    }
+
+    /// Copies the contents of the objects of `list`, saved in their system
+    /// pages, back to their VRAM blocks (`up`: the device is back; if not,
+    /// they are lost), their system pages given back; the owners of those
+    /// that could not be copied told. Returns the objects restored and
+    /// lost.
+    pub(crate) fn restore_list(&self, list: &[ARef<Bo>], up: bool) -> (usize, usize) {
         let Some(first) = list.first() else {
             return (0, 0);
         };

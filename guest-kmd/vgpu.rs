@@ -16,6 +16,9 @@
 //! * [`stats`]: the snapshots and counters of `QUERY_STATS`.
 //! * [`placement`]: where buffer objects go (VRAM or system memory) and
 //!   eviction from VRAM on the copy engine.
+//! * [`sleep`], [`d3cold`]: system suspend to RAM and runtime suspension
+//!   with VRAM off: VRAM objects saved to their system pages and copied
+//!   back.
 //! * [`device`]: [`device::Vgpu`], what everything that uses one device
 //!   shares; `GET_PARAM`, `PING`, open files, teardown.
 //! * [`watchdog`]: a periodic check in process context (a leaf, called back
@@ -52,6 +55,7 @@
 //! |---|---|
 //! | `debugfs` | `device`, `gem`, `gpu`, `hostmem`, `ktrace`, `layout`, `mmu`, `proto`, `selftest`, `stats`, `transport`, `vram` |
 //! | `drm` | `device`, `ffi`, `ffi_gpuvm`, `ffi_sync`, `file`, `gem`, `gem_vram`, `gpu`, `hostmem`, `placement`, `restore`, `stats`, `uarray`, `vm`, `vm_ops` |
+//! | `d3cold` | `device`, `gem`, `gpu`, `params`, `ratelimit` |
 //! | `sleep` | `device`, `file`, `gem`, `gpu`, `params`, `ratelimit`, `sanmem`, `time` |
 //! | `restore` | `device`, `ffi`, `file`, `gem`, `gpu`, `params`, `ratelimit`, `sanmem`, `vram_mgr` |
 //! | `placement` | `device`, `file`, `gem`, `gpu`, `params`, `ratelimit`, `sanmem`, `vm`, `vram_mgr` |
@@ -104,6 +108,7 @@ use kernel::{
     sync::Arc, //
 };
 
+mod d3cold;
 mod debugfs;
 mod device;
 mod drm;
@@ -282,6 +287,10 @@ module! {
             default: 0,
             description: "Suspend an idle device (no job, no user-mode queue) after this many ms (0: never; 10..=600000); it resumes at the next use",
         },
+        vram_d3cold_threshold_mib: u32 {
+            default: 0,
+            description: "A runtime suspension powers VRAM off (D3cold, its objects saved to system memory) when VRAM objects use at most this many MiB and none is CPU-mapped; D3hot otherwise (0: always D3hot)",
+        },
         trace_records: u32 {
             default: 0,
             description: "Non-zero: trace the driver from probe into a buffer of this many records (64..=262144; debugfs trace, trace_ctl)",
@@ -319,6 +328,7 @@ impl kernel::InPlaceModule for VgpuModule {
             trace_records: *module_parameters::trace_records.value(),
             fw_boot_timeout_ms: *module_parameters::fw_boot_timeout_ms.value(),
             autosuspend_ms: *module_parameters::autosuspend_ms.value(),
+            vram_d3cold_threshold_mib: *module_parameters::vram_d3cold_threshold_mib.value(),
         });
         try_pin_init!(Self {
             _inject: inject::Points::create(),

@@ -1155,6 +1155,24 @@ if selected "$name"; then
     else result "$name" 1; fi
 fi
 
+# --- Runtime suspension with VRAM off (guest-kmd/d3cold.rs): vram_d3cold_threshold_mib=8 makes the same 50 pauses
+#     D3cold (VRAM powered off and scribbled by the device): every VRAM object is saved to its system pages before
+#     and copied back at the resume, the kept object read back after every pause; a CPU-mapped VRAM object and VRAM
+#     objects over the threshold keep the device in D3hot (counted as fallbacks), and it goes to D3cold again once
+#     they are gone; no object lost, no splat.
+name=pm-d3cold
+if selected "$name"; then
+    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=1000 autosuspend_ms=100 vram_d3cold_threshold_mib=8" --device-arg --log-level=info run 'vgpu-kmd-test pm-pause; sleep 1; cat /sys/kernel/debug/vgpu/*/power; dmesg | grep -ciE "VRAM contents lost.*: [1-9][0-9]* objects|restored, [1-9][0-9]* lost" | sed "s/^/vram-lost-lines /"; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
+    elif ! want "^state suspended .* level D3cold d3cold_threshold_mib 8 d3cold_suspends (5[1-9]|[6-9][0-9]) d3hot_fallbacks [2-9] "; then result "$name" 0 "not in D3cold after the test, or fewer than 51 D3cold suspensions or 2 fallbacks"
+    elif ! want "^vram-lost-lines 0$"; then result "$name" 0 "VRAM objects lost"
+    elif ! want "^dmesg-problems 0$"; then result "$name" 0 "warnings in dmesg"
+    elif ! grep -q "power: D3cold -> D0 (VRAM GARBAGE)" "$logdir/$name/device.log"; then result "$name" 0 "the device log shows no return from D3cold"
+    else result "$name" 1; fi
+fi
+
 # --- System suspend to RAM (guest-kmd/sleep.rs): `echo mem > /sys/power/state` in the guest, QEMU woken by
 #     scripts/vm through QMP. 20 cycles on each generation: a context, its VM_BINDs, an object in VRAM and a
 #     CPU-visible one through the aperture keep their bytes (saved to system memory before, copied back after),

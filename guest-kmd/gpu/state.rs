@@ -357,8 +357,20 @@ pub(crate) struct GpuState {
 /// Runtime power management's state and counters.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct RuntimePm {
-    /// Suspended (in `D3HOT`) since this time (ns, `monotonic_ns`).
+    /// Suspended since this time (ns, `monotonic_ns`).
     pub(crate) suspended_at: Option<u64>,
+    /// The current suspension is `D3COLD` (VRAM saved, restored at the
+    /// resume); `D3HOT` otherwise.
+    pub(crate) cold: bool,
+    /// Suspensions to `D3COLD`, and those that went to `D3HOT` because
+    /// VRAM could not go off (over the threshold, CPU-mapped objects).
+    pub(crate) cold_suspends: u64,
+    pub(crate) hot_fallbacks: u64,
+    /// The last return from `D3COLD`: objects and bytes copied back to
+    /// VRAM, and the copy's time, ns.
+    pub(crate) last_restored: u64,
+    pub(crate) last_restored_bytes: u64,
+    pub(crate) last_restore_ns: u64,
     /// Idle (no work, no user-mode queue) since this time (0: busy).
     pub(crate) idle_since: u64,
     pub(crate) suspends: u64,
@@ -496,6 +508,11 @@ pub(crate) struct Gpu {
     /// the reset ladder. Held across control-queue round trips.
     #[pin]
     pub(crate) ops: Mutex<()>,
+    /// Serialises runtime resumes, held from the power-up to the end of
+    /// VRAM's restoration (before [`Gpu::ops`] and the driver's copy
+    /// context).
+    #[pin]
+    pub(crate) pm_resume: Mutex<()>,
     /// Contexts, rings, jobs, fences, counters, logs. Never held across a
     /// control-queue round trip.
     #[pin]
@@ -534,6 +551,7 @@ impl Gpu {
             pm_users: Atomic::new(0),
             dumping <- new_mutex!(None),
             ops <- new_mutex!(()),
+            pm_resume <- new_mutex!(()),
             state <- new_mutex!(GpuState {
                 slots: KVec::new(),
                 next_handle: 1,

@@ -278,17 +278,14 @@ impl Gpu {
         }
     }
 
-    /// Sleeps while a reset runs (resumes a runtime-suspended device).
+    /// Sleeps while a reset runs. The caller (an ioctl) holds a
+    /// [`super::power::PmRef`]: no runtime suspension completes meanwhile.
     ///
     /// # Errors
     ///
-    /// `ERESTARTSYS` (signal), `ENODEV`; `EIO` when a suspended device
-    /// cannot be woken.
+    /// `ERESTARTSYS` (signal), `ENODEV`.
     pub(crate) fn wait_for_reset(&self) -> Result {
         loop {
-            // A runtime suspension started after this ioctl woke the
-            // device: wake it again rather than wait for someone else to.
-            self.runtime_resume()?;
             let mut g = self.lock()?;
             if !g.resetting {
                 return Ok(());

@@ -245,6 +245,7 @@ int main(void) {
     P("VGPU_PARAM_PM_RESUMES", VGPU_PARAM_PM_RESUMES);
     P("VGPU_PARAM_PM_SUSPENDED_MS", VGPU_PARAM_PM_SUSPENDED_MS);
     P("VGPU_PARAM_SYSTEM_SLEEPS", VGPU_PARAM_SYSTEM_SLEEPS);
+    P("VGPU_PARAM_PM_D3COLD_SUSPENDS", VGPU_PARAM_PM_D3COLD_SUSPENDS);
     P("VGPU_PARAM_COUNT", VGPU_PARAM_COUNT);
     P("sizeof.counters", sizeof(struct drm_vgpu_counters));
     P("counters.busy_ns", offsetof(struct drm_vgpu_counters, busy_ns));
@@ -1083,6 +1084,10 @@ fn rust_mirror_matches_c_header() {
         ("VGPU_PARAM_PM_RESUMES", param::PM_RESUMES.into()),
         ("VGPU_PARAM_PM_SUSPENDED_MS", param::PM_SUSPENDED_MS.into()),
         ("VGPU_PARAM_SYSTEM_SLEEPS", param::SYSTEM_SLEEPS.into()),
+        (
+            "VGPU_PARAM_PM_D3COLD_SUSPENDS",
+            param::PM_D3COLD_SUSPENDS.into(),
+        ),
         ("VGPU_PARAM_COUNT", param::COUNT.into()),
         ("sizeof.counters", size_of::<uapi::DrmVgpuCounters>() as u64),
         (

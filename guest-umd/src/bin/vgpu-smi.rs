@@ -230,8 +230,11 @@ fn error_text(generation: u32, c: &uapi::DrmVgpuCtxStats) -> Option<String> {
 /// The driver's power-management counters (`VGPU_PARAM_PM_*`; `None`
 /// from a driver without them).
 struct Power {
-    runtime_suspended: bool,
+    /// `VGPU_PARAM_PM_STATE`: 0 active, 1 D3hot, 2 D3cold.
+    state: u64,
     suspends: u64,
+    /// Of them to D3cold (0 from a driver without the counter).
+    d3cold_suspends: u64,
     resumes: u64,
     suspended_ms: u64,
     system_sleeps: u64,
@@ -241,19 +244,30 @@ impl Power {
     fn read(dev: &Device) -> Option<Power> {
         let g = |p| dev.get_param(p).ok();
         Some(Power {
-            runtime_suspended: g(param::PM_STATE)? != 0,
+            state: g(param::PM_STATE)?,
             suspends: g(param::PM_SUSPENDS)?,
+            d3cold_suspends: g(param::PM_D3COLD_SUSPENDS).unwrap_or(0),
             resumes: g(param::PM_RESUMES)?,
             suspended_ms: g(param::PM_SUSPENDED_MS)?,
             system_sleeps: g(param::SYSTEM_SLEEPS)?,
         })
     }
 
+    /// The state's name, and the power level's.
+    fn names(&self) -> (&'static str, &'static str) {
+        match self.state {
+            0 => ("active", "D0"),
+            1 => ("runtime-suspended", "D3hot"),
+            _ => ("runtime-suspended", "D3cold"),
+        }
+    }
+
     fn text(&self) -> String {
+        let (state, level) = self.names();
         format!(
-            "power     {}  runtime suspends {}  resumes {}  suspended {} ms  system suspend/resume cycles {}",
-            if self.runtime_suspended { "runtime-suspended" } else { "active" },
+            "power     {state} ({level})  runtime suspends {} ({} to D3cold)  resumes {}  suspended {} ms  system suspend/resume cycles {}",
             self.suspends,
+            self.d3cold_suspends,
             self.resumes,
             self.suspended_ms,
             self.system_sleeps
@@ -261,10 +275,13 @@ impl Power {
     }
 
     fn json(&self) -> String {
+        let (state, level) = self.names();
         format!(
-            "{{\"state\":{},\"runtime_suspends\":{},\"runtime_resumes\":{},\"suspended_ms\":{},\"system_sleeps\":{}}}",
-            json_str(if self.runtime_suspended { "runtime-suspended" } else { "active" }),
+            "{{\"state\":{},\"level\":{},\"runtime_suspends\":{},\"d3cold_suspends\":{},\"runtime_resumes\":{},\"suspended_ms\":{},\"system_sleeps\":{}}}",
+            json_str(state),
+            json_str(level),
             self.suspends,
+            self.d3cold_suspends,
             self.resumes,
             self.suspended_ms,
             self.system_sleeps

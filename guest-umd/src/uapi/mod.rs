@@ -59,7 +59,8 @@ pub mod param {
     /// Bytes of VRAM the CPU reaches through the aperture; 0: none (no
     /// VRAM, or no aperture function).
     pub const VRAM_VISIBLE: u32 = 0x12;
-    /// 1: the device is runtime suspended (`autosuspend_ms`); 0: active.
+    /// 0: active; runtime suspended (`autosuspend_ms`): 1 in D3hot, 2 in
+    /// D3cold.
     pub const PM_STATE: u32 = 0x13;
     /// Runtime suspensions since probe.
     pub const PM_SUSPENDS: u32 = 0x14;
@@ -69,8 +70,11 @@ pub mod param {
     pub const PM_SUSPENDED_MS: u32 = 0x16;
     /// System suspend/resume cycles since probe.
     pub const SYSTEM_SLEEPS: u32 = 0x17;
+    /// Runtime suspensions to D3cold (VRAM saved first,
+    /// `vram_d3cold_threshold_mib`) since probe.
+    pub const PM_D3COLD_SUSPENDS: u32 = 0x18;
     /// One past the last valid parameter.
-    pub const COUNT: u32 = 0x18;
+    pub const COUNT: u32 = 0x19;
 }
 
 /// `struct drm_vgpu_get_param`.

@@ -51,12 +51,13 @@ extern "C" {
 #define VGPU_PARAM_VRAM_SIZE         0x11 /* bytes of device memory (VRAM); 0: none */
 #define VGPU_PARAM_VRAM_VISIBLE      0x12 /* bytes of VRAM the CPU reaches through the aperture; 0: none */
 /* Power management counters (read without waking the device). */
-#define VGPU_PARAM_PM_STATE          0x13 /* 1: runtime suspended (autosuspend_ms), 0: active */
+#define VGPU_PARAM_PM_STATE          0x13 /* 0: active; runtime suspended (autosuspend_ms): 1 in D3hot, 2 in D3cold */
 #define VGPU_PARAM_PM_SUSPENDS       0x14 /* runtime suspensions since probe */
 #define VGPU_PARAM_PM_RESUMES        0x15 /* runtime resumes since probe */
 #define VGPU_PARAM_PM_SUSPENDED_MS   0x16 /* ms spent runtime suspended since probe */
 #define VGPU_PARAM_SYSTEM_SLEEPS     0x17 /* system suspend/resume cycles since probe */
-#define VGPU_PARAM_COUNT             0x18 /* one past the last valid parameter */
+#define VGPU_PARAM_PM_D3COLD_SUSPENDS 0x18 /* runtime suspensions to D3cold (VRAM saved, vram_d3cold_threshold_mib) */
+#define VGPU_PARAM_COUNT             0x19 /* one past the last valid parameter */
 
 /**
  * struct drm_vgpu_get_param - query one device or driver parameter

@@ -6,6 +6,12 @@
 //!   until the driver has suspended the device (`VGPU_PARAM_PM_STATE`,
 //!   which does not wake it), then times a no-op submit -> fence, which
 //!   pays for the resume (power-up, firmware boot, contexts created again);
+//!   with `vram_d3cold_threshold_mib` set too, a CPU-mapped VRAM buffer
+//!   held meanwhile keeps these suspensions in D3hot;
+//! * runtime `D3cold` (`vram_d3cold_threshold_mib` set): the same with
+//!   16 MiB of GPU-only VRAM buffers, which the driver saves before the
+//!   power goes and copies back at the resume, before the submission goes
+//!   on (debugfs `power`, `last_restore_us`: the copy back alone);
 //! * system suspend to RAM (`echo mem > /sys/power/state`, woken by the
 //!   launcher): the driver's resume time (debugfs `power`,
 //!   `last_system_resume_us`: power-on to VRAM restored) and the first
@@ -17,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use vgpu_hwif::packet::Packet;
 use vgpu_umd::uapi::param;
-use vgpu_umd::{Context, Device, Stream, ENGINE_COPY};
+use vgpu_umd::{Context, Device, MemKind, Placement, Stream, ENGINE_COPY};
 
 use super::median;
 
@@ -37,11 +43,12 @@ fn field(text: &str, name: &str) -> Option<u64> {
     w.get(i + 1)?.trim_end_matches(';').parse().ok()
 }
 
-/// Waits until the driver has runtime-suspended the device (5 s at most).
-fn wait_suspended(dev: &Device) -> bool {
+/// Waits until the driver has runtime-suspended the device to `state`
+/// (`VGPU_PARAM_PM_STATE`: 1 D3hot, 2 D3cold), 5 s at most.
+fn wait_suspended(dev: &Device, state: u64) -> bool {
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(5) {
-        if dev.get_param(param::PM_STATE).unwrap_or(0) == 1 {
+        if dev.get_param(param::PM_STATE).unwrap_or(0) == state {
             return true;
         }
         std::thread::sleep(Duration::from_millis(5));
@@ -81,25 +88,37 @@ pub fn power_benchmark(dev: &Device, rounds: usize) -> Result<(), Box<dyn std::e
     );
 
     // Runtime D3hot.
-    let autosuspend = debugfs("power")
-        .and_then(|p| field(&p, "autosuspend_ms"))
-        .unwrap_or(0);
+    let power = debugfs("power").unwrap_or_default();
+    let autosuspend = field(&power, "autosuspend_ms").unwrap_or(0);
+    let cold = field(&power, "d3cold_threshold_mib").unwrap_or(0) > 0
+        && dev.get_param(param::VRAM_SIZE).unwrap_or(0) > 0;
     if autosuspend == 0 {
         println!("bench: power: runtime suspend not measured (vgpu.ko autosuspend_ms=0)");
     } else {
+        // A CPU-mapped VRAM buffer keeps a D3cold-capable driver in D3hot.
+        let pin = if cold {
+            Some(ctx.alloc_placed(4096, MemKind::HostVisible, Placement::Vram)?)
+        } else {
+            None
+        };
         let mut v = Vec::new();
         for _ in 0..rounds {
-            if !wait_suspended(dev) {
-                return Err("the device did not runtime-suspend within 5 s".into());
+            if !wait_suspended(dev, 1) {
+                return Err("the device did not runtime-suspend to D3hot within 5 s".into());
             }
             v.push(once(&s)?);
         }
+        drop(pin);
         let d3 = median(v);
         println!(
             "bench: power: resume from D3hot (runtime, VRAM kept), no-op submit->fence median {:.0} us over {rounds} suspensions, ratio awake/resumed {:.4}x",
             us(d3),
             us(awake) / us(d3)
         );
+    }
+
+    if autosuspend != 0 && cold {
+        cold_benchmark(dev, &ctx, &s, rounds, awake)?;
     }
 
     // System suspend to RAM.
@@ -141,5 +160,54 @@ pub fn power_benchmark(dev: &Device, rounds: usize) -> Result<(), Box<dyn std::e
             );
         }
     }
+    Ok(())
+}
+
+/// Runtime D3cold with 16 MiB of GPU-only VRAM buffers to save and copy
+/// back: the first no-op submit -> fence after each suspension, and the
+/// driver's copy back alone.
+fn cold_benchmark(
+    dev: &Device,
+    ctx: &Context,
+    s: &Stream,
+    rounds: usize,
+    awake: Duration,
+) -> Result<(), Box<dyn std::error::Error>> {
+    const MIB: u64 = 16;
+    let _vram = (0..4)
+        .map(|_| ctx.alloc_placed(MIB << 18, MemKind::DeviceLocal, Placement::Vram))
+        .collect::<Result<Vec<_>, _>>()?;
+    let nop = [Packet::Nop { words: 1 }];
+    let (mut first, mut restore) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        if !wait_suspended(dev, 2) {
+            return Err("the device did not runtime-suspend to D3cold within 5 s".into());
+        }
+        let t = Instant::now();
+        s.push_packets(ENGINE_COPY, &nop)?;
+        s.synchronize()?;
+        first.push(t.elapsed());
+        let power = debugfs("power").unwrap_or_default();
+        if field(&power, "last_restored_kib") == Some(MIB << 10) {
+            if let Some(us) = field(&power, "last_restore_us") {
+                restore.push(Duration::from_micros(us));
+            }
+        }
+    }
+    if restore.len() != rounds {
+        return Err(format!(
+            "{} of {rounds} resumes from D3cold copied {MIB} MiB back",
+            restore.len()
+        )
+        .into());
+    }
+    let (first, restore) = (median(first), median(restore));
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    println!(
+        "bench: power: resume from D3cold (runtime, {MIB} MiB of VRAM saved and copied back), no-op submit->fence median {:.0} us over {rounds} suspensions, copy back median {:.0} us, ratio awake/resumed {:.4}x",
+        us(first),
+        us(restore),
+        us(awake) / us(first)
+    );
     Ok(())
 }

@@ -32,9 +32,10 @@
 //!   contexts).
 //!
 //! Lock order: [`Vgpu::power`] (held by the watchdog's tick around a
-//! suspension) → [`Vgpu::cold`] → the copy context ([`Vgpu::mover`]) →
-//! the clients list and the GPU state (briefly). The copy back takes the
-//! copy context alone.
+//! suspension) → the copy context ([`Vgpu::mover`]) → the GPU's `ops`
+//! (the suspension) → [`Vgpu::cold`] → the clients list and the GPU state
+//! (briefly). The save is made with no lock of the suspension held and
+//! stored in [`Vgpu::cold`] once made; the copy back takes it out first.
 
 use crate::{
     device::{
@@ -122,11 +123,17 @@ impl VramKeeper for Vgpu {
         if bytes > u64::from(threshold) << 20 || objects.iter().any(|b| b.cpu_mapped()) {
             return Ok(false);
         }
-        let mut cold = self.cold.lock();
-        match self.save_cold(&mut cold, objects) {
-            Ok(()) => Ok(true),
+        // Made without [`Vgpu::cold`] held (the copy context takes
+        // [`crate::gpu::state::Gpu::ops`] when it creates its context,
+        // which the suspension holds when it looks at the save).
+        let mut save = ColdSave::default();
+        match self.save_cold(&mut save, objects) {
+            Ok(()) => {
+                *self.cold.lock() = save;
+                Ok(true)
+            }
             Err(e) => {
-                self.release_cold(&mut cold, false);
+                self.release_cold(&mut save, false);
                 Err(e)
             }
         }

@@ -1138,6 +1138,21 @@ if selected "$name"; then
     else result "$name" 1; fi
 fi
 
+# --- A hung job with another context's job queued behind it on the same engine (the short form of scripts/soak
+#     hangs): the device hangs every FILL; 20 rounds, each a new context's FILL beside an innocent context's COPY and
+#     SEM_SIGNAL. Both rings are past the timeout when the check runs: the one the engine executes (CONTEXT_QUERY's
+#     RUNNING) is guilty, the waiting one is not reset, and its job runs after the reset; one engine reset per hang.
+name=hang-queued-innocent
+if selected "$name"; then
+    run_vm "$name" --gen 2 --kmd-args "job_timeout_ms=250" --device-arg --inject --device-arg "hang:engine=copy,packet=FILL,count=0" run 'VGPU_SOAK_ENGINE=copy VGPU_SOAK_HANGS=20 vgpu-kmd-test hang-soak; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"'
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^kmd-test: 4 passed, 0 failed$"; then result "$name" 0 "no summary"
+    elif ! want "^soak-hangs: engine copy: 20 injected, 20 detected \(EIO\), 20 guilty with one hang, 20 innocent jobs intact, 0 silent, wedged 0, engine resets 20, device resets 0"; then result "$name" 0 "wrong tally"
+    elif ! want "^dmesg-problems 0$"; then result "$name" 0 "warnings in dmesg"
+    else result "$name" 1; fi
+fi
+
 # --- Runtime power management (guest-kmd/gpu/power.rs): with autosuspend_ms=100 a context that pauses past the delay
 #     finds the device suspended (POWER_SET D3HOT) and its next SUBMIT resumes it (D0, the firmware booted again, the
 #     contexts created again): 50 pauses, every round's copy through a VRAM object checked; the counters in debugfs

@@ -67,6 +67,7 @@ use super::{
 use crate::{
     dev_info_ratelimited, dev_warn_ratelimited, ffi,
     proto::{
+        ctx_state,
         engine,
         ring_state,
         Command,
@@ -76,6 +77,10 @@ use crate::{
         CTX_NONE, //
     },
     time::elapsed_ns,
+    transport::control::{
+        DoorbellSlot,
+        PostedDoorbell, //
+    },
     vram,
 };
 use kernel::{
@@ -94,6 +99,7 @@ pub(crate) fn check_period_ms() -> u32 {
 }
 
 /// A hung ring, as the hang check found it.
+#[derive(Clone, Copy)]
 struct Hung {
     hw: u32,
     engine: usize,
@@ -131,44 +137,13 @@ impl HangCheck for Gpu {
         if g.wedged || g.resetting || self.check_usable().is_err() {
             return;
         }
-        // Doorbells the device refused (posted, so nobody saw the error):
-        // ring them again at the ring's current write pointer. Refused
-        // again, they come back at the next check.
-        for (p, slot) in refused.iter().zip(doorbells) {
-            let wptr = g
-                .slot(p.ctx_id)
-                .and_then(|c| c.rings.get(p.engine as usize))
-                .filter(|r| r.present && !r.jobs.is_empty())
-                .map(|r| r.wptr);
-            let Some(wptr) = wptr else {
-                dev_info_ratelimited!(
-                    self.pdev(),
-                    "the device refused a doorbell of context slot {} engine {}: no job left behind it\n",
-                    p.ctx_id,
-                    p.engine
-                );
-                continue;
-            };
-            dev_info_ratelimited!(
-                self.pdev(),
-                "the device refused a doorbell of context slot {} engine {}: ringing it again at {:#x}\n",
-                p.ctx_id,
-                p.engine,
-                wptr
-            );
-            g.counters.doorbells_rung_again += 1;
-            if let Err(e) = self.hw.post_doorbell(slot, p.ctx_id, p.engine, wptr) {
-                dev_warn_ratelimited!(
-                    self.pdev(),
-                    "doorbell of context slot {} engine {} could not be rung again: error {}\n",
-                    p.ctx_id,
-                    p.engine,
-                    e.to_errno()
-                );
-            }
-        }
+        self.ring_refused_again(&mut g, &refused, doorbells);
         let mut missed = KVec::new();
         let mut hung = None;
+        // Every kernel-mode ring past the timeout and not waiting on a
+        // semaphore: several on one engine are one hung ring and others
+        // waiting for the engine behind it.
+        let mut stuck = KVec::new();
         for (i, s) in g.slots.iter_mut().enumerate() {
             let Some(c) = s else { continue };
             if c.destroying {
@@ -212,14 +187,18 @@ impl HangCheck for Gpu {
                     None => true,
                     Some((_, w)) => *w && !waiting,
                 };
-                if elapsed_ns(&r.progress_at) > timeout_ns && better {
-                    let h = Hung {
-                        hw: i as u32,
-                        engine: e,
-                        handle: c.handle,
-                        client: c.client.id,
-                        pt_root: c.pt_root,
-                    };
+                let late = elapsed_ns(&r.progress_at) > timeout_ns;
+                let h = Hung {
+                    hw: i as u32,
+                    engine: e,
+                    handle: c.handle,
+                    client: c.client.id,
+                    pt_root: c.pt_root,
+                };
+                if late && !waiting {
+                    let _ = stuck.push(h, GFP_KERNEL);
+                }
+                if late && better {
                     hung = Some((h, waiting));
                 }
             }
@@ -246,7 +225,20 @@ impl HangCheck for Gpu {
             }
         }
         g.counters.missed_fence_events += missed.len() as u64;
-        let hung = hung.map(|(h, _)| h);
+        let hung = match hung {
+            Some((h, false)) if stuck.iter().any(|x| x.engine == h.engine && x.hw != h.hw) => {
+                // The device says which one its engine executes (commands
+                // go without the state lock; `ops` keeps the rings).
+                drop(g);
+                let h = self.culprit(h, &stuck);
+                g = self.state.lock();
+                if g.wedged || g.resetting {
+                    return;
+                }
+                Some(h)
+            }
+            h => h.map(|(h, _)| h),
+        };
         let mut banned = None;
         if let Some(h) = &hung {
             g.counters.hangs += 1;
@@ -282,7 +274,15 @@ impl HangCheck for Gpu {
                     crate::params::ban_window_ms()
                 );
             }
+            let engine = h.engine;
             self.recover(mem, h);
+            // The engine's other rings could not move while it was held:
+            // each gets a whole timeout from now before it is suspect.
+            for c in self.state.lock().slots.iter_mut().flatten() {
+                if let Some(r) = c.rings.get_mut(engine) {
+                    r.progress_at = Instant::now();
+                }
+            }
             self.end_reset();
         } else if !missed.is_empty() {
             self.wake();
@@ -291,6 +291,73 @@ impl HangCheck for Gpu {
 }
 
 impl Gpu {
+    /// Doorbells the device refused (posted, so nobody saw the error):
+    /// rung again at the ring's current write pointer with the slots
+    /// `doorbells` reserved for them. Refused again, they come back at the
+    /// next check.
+    fn ring_refused_again(
+        &self,
+        g: &mut GpuState,
+        refused: &[PostedDoorbell],
+        doorbells: KVec<DoorbellSlot<'_>>,
+    ) {
+        for (p, slot) in refused.iter().zip(doorbells) {
+            let wptr = g
+                .slot(p.ctx_id)
+                .and_then(|c| c.rings.get(p.engine as usize))
+                .filter(|r| r.present && !r.jobs.is_empty())
+                .map(|r| r.wptr);
+            let Some(wptr) = wptr else {
+                dev_info_ratelimited!(
+                        self.pdev(),
+                        "the device refused a doorbell of context slot {} engine {}: no job left behind it\n",
+                        p.ctx_id,
+                        p.engine
+                    );
+                continue;
+            };
+            dev_info_ratelimited!(
+                    self.pdev(),
+                    "the device refused a doorbell of context slot {} engine {}: ringing it again at {:#x}\n",
+                    p.ctx_id,
+                    p.engine,
+                    wptr
+                );
+            g.counters.doorbells_rung_again += 1;
+            if let Err(e) = self.hw.post_doorbell(slot, p.ctx_id, p.engine, wptr) {
+                dev_warn_ratelimited!(
+                    self.pdev(),
+                    "doorbell of context slot {} engine {} could not be rung again: error {}\n",
+                    p.ctx_id,
+                    p.engine,
+                    e.to_errno()
+                );
+            }
+        }
+    }
+
+    /// Of `h` and the other rings of `stuck` on its engine (all past the
+    /// job timeout, none waiting on a semaphore): the one the engine is
+    /// executing (`CONTEXT_QUERY`'s `RUNNING`), which holds it; the others
+    /// only wait for it and are not to blame. `h` when the device names
+    /// none.
+    fn culprit(&self, h: Hung, stuck: &[Hung]) -> Hung {
+        let running = |x: &Hung| {
+            self.cmd(Command::ContextQuery { ctx_id: x.hw })
+                .and_then(|r| r.get::<ContextQueryReply>())
+                .is_ok_and(|q| q.state & ctx_state::RUNNING != 0)
+        };
+        if running(&h) {
+            return h;
+        }
+        stuck
+            .iter()
+            .filter(|x| x.engine == h.engine && x.hw != h.hw)
+            .find(|x| running(x))
+            .copied()
+            .unwrap_or(h)
+    }
+
     /// A reset rung ended: `SUBMIT` may write rings again, and so may the
     /// scheduler (jobs queued meanwhile).
     fn end_reset(&self) {

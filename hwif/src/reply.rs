@@ -97,6 +97,9 @@ pub mod ctx_state {
     pub const BUSY: u32 = 1 << 2;
     /// A ring of the context waits on a semaphore.
     pub const SEM_WAIT: u32 = 1 << 3;
+    /// A ring of the context is the one its engine is executing now (in
+    /// flight); a ring with work that is not is waiting for its engine.
+    pub const RUNNING: u32 = 1 << 4;
 }
 
 /// Ring states in [`RingStatus::state`].

@@ -145,6 +145,7 @@ impl Context {
                 RingState::Stopped { .. } => ctx_state::ERRORED,
                 RingState::FaultStalled { .. } => ctx_state::FAULT_STALLED,
                 RingState::SemWait { .. } => ctx_state::SEM_WAIT,
+                RingState::Running => ctx_state::RUNNING,
                 _ => 0,
             };
         }
@@ -306,5 +307,16 @@ mod tests {
             ctx_state::ERRORED | ctx_state::FAULT_STALLED | ctx_state::BUSY
         );
         assert!(c.has_work());
+        // Runnable is not running: only the ring the engine executes says
+        // RUNNING (a hang check tells the hung ring from one waiting).
+        let r = c.rings[1].as_mut().unwrap();
+        r.state = RingState::Ready;
+        r.wptr = 0x40;
+        assert_eq!(c.state_bits() & ctx_state::RUNNING, 0);
+        c.rings[1].as_mut().unwrap().state = RingState::Running;
+        assert_eq!(
+            c.state_bits(),
+            ctx_state::ERRORED | ctx_state::RUNNING | ctx_state::BUSY
+        );
     }
 }

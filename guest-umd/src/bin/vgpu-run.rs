@@ -16,7 +16,7 @@ use vgpu_umd::{Arg, Buffer, Context, MemKind, Module, Stream};
 #[command(
     name = "vgpu-run",
     about = "Load a module (vgpu-as output, or .s source) and launch a kernel",
-    after_help = "Examples:\n  vgpu-run saxpy.s saxpy --grid 4 u32:1000 f32:2 buf:4000:f32=1 buf:4000:f32=10\n  vgpu-run --list vecadd.vgpu"
+    after_help = "Examples:\n  vgpu-run saxpy.s saxpy --grid 4 u32:1000 f32:2 buf:4000:f32=1 buf:4000:f32=10\n  vgpu-run --list vecadd.vgpu\n  vgpu-run sample:saxpy saxpy --grid 4 u32:1000 f32:2 buf:4000 buf:4000 --for-ms 5000   # a busy client for gputop"
 )]
 struct Args {
     /// Module file: a `vgpu-as` image, or assembly source (`.s`); or
@@ -38,6 +38,10 @@ struct Args {
     /// List the module's kernels and their arguments.
     #[arg(long)]
     list: bool,
+    /// Launch the kernel again and again, one after the other, until this
+    /// many ms have passed (at least once): one long-lived busy client.
+    #[arg(long, default_value_t = 0)]
+    for_ms: u64,
 }
 
 fn dims(s: &str) -> Result<[u32; 3], String> {
@@ -157,9 +161,23 @@ fn run(a: &Args) -> Result<(), String> {
     let grid = dims(&a.grid)?;
     let wg = a.wg.as_deref().map(dims).transpose()?;
     let t = std::time::Instant::now();
-    s.launch(&k, grid, wg, &args).map_err(|e| e.to_string())?;
-    s.synchronize().map_err(|e| e.to_string())?;
-    println!("{}: grid {grid:?} done in {:?}", k.info().name, t.elapsed());
+    let mut launches = 0u64;
+    loop {
+        s.launch(&k, grid, wg, &args).map_err(|e| e.to_string())?;
+        s.synchronize().map_err(|e| e.to_string())?;
+        launches += 1;
+        if t.elapsed().as_millis() as u64 >= a.for_ms {
+            break;
+        }
+    }
+    match launches {
+        1 => println!("{}: grid {grid:?} done in {:?}", k.info().name, t.elapsed()),
+        n => println!(
+            "{}: grid {grid:?} done {n} times in {:?}",
+            k.info().name,
+            t.elapsed()
+        ),
+    }
     for (i, b, floats) in bufs {
         let n = (b.size() as usize / 4).min(a.show);
         let mut v = vec![0u8; 4 * n];

@@ -83,6 +83,9 @@
 //!                            file's next SUBMIT once there is room, intact
 //!   vram-san-moved           an eviction planted without invalidation
 //!   pm-pause                 50 pauses past autosuspend_ms, each round's copy checked
+//!   hang-soak                VGPU_SOAK_HANGS injected hangs (default 100) on
+//!                            VGPU_SOAK_ENGINE (copy, compute), each on a new
+//!                            context beside an innocent one (scripts/soak)
 //!   suspend                  20 system suspend/resume cycles (VGPU_SUSPEND_CYCLES):
 //!                            VRAM contents and a queued copy checked each time; a
 //!                            job waiting for the CPU refuses the suspend (EBUSY)
@@ -136,6 +139,7 @@ mod restore;
 mod san_moved;
 mod sanitizer;
 mod sleep;
+mod soak;
 mod stats;
 mod submit;
 mod syncobj;
@@ -206,6 +210,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("inject", false, inject::test_inject),
     ("pm-pause", false, pm::test_pm_pause),
     ("suspend", false, sleep::test_suspend),
+    ("hang-soak", false, soak::test_hang_soak),
     ("sanitizer", false, sanitizer::test_sanitizer),
     ("uq", false, uqueue::test_uq),
     ("uq-hang", false, uqueue::test_uq_hang),

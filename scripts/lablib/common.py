@@ -1,5 +1,6 @@
 """What every part of scripts/lab shares: the checkout it runs from, its error, its log."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -45,3 +46,10 @@ def run(cmd, **kw):
     return subprocess.run(cmd, **kw)
 
 
+def compiler_errors(text, kind="error"):
+    lines = text.splitlines()
+    out = []
+    for i, l in enumerate(lines):
+        if re.match(rf"^({kind})(\[|:)", l):
+            out += lines[i:i + 12]
+    return "\n".join(out[:80]) if out else ("\n".join(lines[-30:]) if kind == "error" else "")

@@ -29,7 +29,36 @@ pub enum ConfigError {
     /// An unknown `--boot` mode.
     #[error("unknown boot mode {0:?} (driver, preloaded)")]
     Boot(String),
+    /// A virtual function's partition the device cannot give.
+    #[error("virtual function {vf}: {why}")]
+    Partition {
+        /// The VF number (from 1).
+        vf: u32,
+        /// Which rule.
+        why: String,
+    },
 }
+
+/// A virtual function's share of the device (docs/hardware.md section 17):
+/// set when the device is one VF of a partitioned GPU, `None` for the
+/// whole device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionConfig {
+    /// The VF number, from 1 (`IDENTIFY` reports it).
+    pub vf: u32,
+    /// Contexts it may create: ids `0..contexts`.
+    pub contexts: u32,
+    /// Where its VRAM window starts in the device's VRAM (its VRAM offset
+    /// 0); the window's size is the VF's `vram.layout.size`.
+    pub vram_offset: u64,
+    /// Its scheduling weight at creation (`1..=MAX_WEIGHT`).
+    pub weight: u32,
+}
+
+/// Most virtual functions one device serves.
+pub const MAX_VFS: u32 = 8;
+/// Largest scheduling weight.
+pub const MAX_WEIGHT: u32 = 100;
 
 /// How the device powers on (`--boot`; docs/hardware.md section 15).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -214,6 +243,8 @@ pub struct DeviceConfig {
     pub vram: VramConfig,
     /// How it powers on (`--boot`).
     pub boot: Boot,
+    /// The VF's partition when this device is a virtual function.
+    pub partition: Option<PartitionConfig>,
 }
 
 impl DeviceConfig {
@@ -230,6 +261,7 @@ impl DeviceConfig {
             doorbell_poll: DEFAULT_DOORBELL_POLL,
             vram: VramConfig::default(),
             boot: Boot::Driver,
+            partition: None,
         })
     }
 
@@ -241,6 +273,21 @@ impl DeviceConfig {
     /// The same configuration with device memory `vram`.
     pub fn with_vram(self, vram: VramConfig) -> DeviceConfig {
         DeviceConfig { vram, ..self }
+    }
+
+    /// The same configuration as virtual function `p`'s (its VRAM
+    /// configuration is set apart, with [`DeviceConfig::with_vram`]).
+    pub fn with_partition(self, p: PartitionConfig) -> DeviceConfig {
+        DeviceConfig {
+            partition: Some(p),
+            ..self
+        }
+    }
+
+    /// The contexts it may create (all of them for the whole device).
+    pub fn max_contexts(&self) -> u32 {
+        self.partition
+            .map_or(vgpu_hwif::proto::MAX_CONTEXTS, |p| p.contexts)
     }
 
     /// The same configuration, recording a packet trace if `on`.
@@ -273,6 +320,7 @@ impl Default for DeviceConfig {
             doorbell_poll: DEFAULT_DOORBELL_POLL,
             vram: VramConfig::default(),
             boot: Boot::Driver,
+            partition: None,
         }
     }
 }

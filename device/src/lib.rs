@@ -39,6 +39,7 @@ pub mod config;
 pub mod core;
 pub mod daemon;
 pub mod inject_ctl;
+pub mod pf;
 pub mod testkit;
 pub mod virtq;
 pub mod vring;

@@ -83,6 +83,11 @@ pub const FEATURE_PREEMPTION: u32 = 1 << 4;
 pub const FEATURE_FIRMWARE_RUNNING: u32 = 1 << 5;
 /// `IDENTIFY` feature: the device has power states (`POWER_SET`).
 pub const FEATURE_POWER_STATES: u32 = 1 << 6;
+/// `IDENTIFY` feature: the device is a virtual function of a partitioned
+/// GPU (`function` is its number): it sees its share of contexts and its
+/// VRAM window; power states and the firmware's crash log are the host's
+/// (docs/hardware.md section 17).
+pub const FEATURE_VIRTUAL_FUNCTION: u32 = 1 << 7;
 
 /// Ranges one `SAN_MEM` command carries (the command fits the 256 bytes of
 /// a control slot's command area).

@@ -174,8 +174,10 @@ pod_struct! {
         pub layout_fingerprint: u64,
         /// `FEATURE_*` bits.
         pub features: u32,
-        /// Zero.
-        pub reserved: u32,
+        /// 0: the whole device; `n`: virtual function `n` of a partitioned
+        /// device (with [`FEATURE_VIRTUAL_FUNCTION`](super::limits::FEATURE_VIRTUAL_FUNCTION);
+        /// `max_contexts` and the VRAM sizes are then its partition's).
+        pub function: u32,
         /// Bytes of device memory (VRAM); 0: none ([`super::vram`]).
         pub vram_size: u64,
         /// Bytes of VRAM the CPU reaches through the aperture, from

@@ -64,6 +64,8 @@ pub struct GpuConfig {
     pub doorbell_poll: Duration,
     /// Device memory.
     pub vram: crate::config::VramConfig,
+    /// The VF's partition when the device is a virtual function.
+    pub partition: Option<crate::config::PartitionConfig>,
 }
 
 impl GpuConfig {
@@ -80,6 +82,7 @@ impl GpuConfig {
             jit: cfg.jit,
             doorbell_poll: cfg.doorbell_poll,
             vram: cfg.vram,
+            partition: cfg.partition,
         }
     }
 }
@@ -236,6 +239,9 @@ pub struct Gpu {
     pub firmware: super::firmware::Firmware,
     /// Power states.
     pub power: super::power::Power,
+    /// The VF's partition and the arbiter of the engines it shares (none:
+    /// the whole device).
+    pub partition: Option<super::partition::Partition>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -253,6 +259,27 @@ fn unpoison<T>(r: Result<T, PoisonError<T>>) -> T {
 impl Gpu {
     /// A powered-on GPU without guest memory.
     pub fn new(cfg: GpuConfig, clock: Arc<dyn Clock>) -> Self {
+        Self::with_shared(cfg, clock, None)
+    }
+
+    /// A powered-on GPU; a virtual function (`cfg.partition`) takes its
+    /// VRAM window and engine time from `shared`.
+    pub fn with_shared(
+        cfg: GpuConfig,
+        clock: Arc<dyn Clock>,
+        shared: Option<&super::partition::Shared>,
+    ) -> Self {
+        let vram = match (cfg.partition, shared.and_then(|s| s.vram.as_deref())) {
+            (Some(p), Some(file)) => super::memory::Vram::window(file, p.vram_offset, cfg.vram),
+            _ => super::memory::Vram::new(cfg.vram),
+        };
+        let partition = cfg
+            .partition
+            .zip(shared)
+            .map(|(p, s)| super::partition::Partition {
+                cfg: p,
+                arbiter: s.arbiter.clone(),
+            });
         Gpu {
             cfg,
             clock,
@@ -274,7 +301,7 @@ impl Gpu {
             capture: CaptureUnit::new(),
             record: std::sync::OnceLock::new(),
             watch: super::watch::Watcher::new(cfg.doorbell_poll),
-            vram: super::memory::Vram::new(cfg.vram).unwrap_or_else(|e| {
+            vram: vram.unwrap_or_else(|e| {
                 log::error!("{e}: the device runs without VRAM");
                 super::memory::Vram::none(cfg.vram)
             }),
@@ -283,7 +310,16 @@ impl Gpu {
                 vgpu_hwif::proto::PROTOCOL_VERSION,
             ),
             power: super::power::Power::default(),
+            partition,
         }
+    }
+
+    /// The contexts the driver may create: ids `0..max_contexts()` (its
+    /// partition's share on a virtual function).
+    pub fn max_contexts(&self) -> u32 {
+        self.cfg
+            .partition
+            .map_or(vgpu_hwif::proto::MAX_CONTEXTS, |p| p.contexts)
     }
 
     /// Locks the shared state.

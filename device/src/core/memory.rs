@@ -51,6 +51,9 @@ pub struct Vram {
     cfg: VramConfig,
     /// The memfd (None: no VRAM, or it could not be created).
     file: Option<File>,
+    /// Where this VRAM starts in the memfd: 0 for the whole device, the
+    /// window's offset for a virtual function's partition.
+    file_base: u64,
     /// The usable part, mapped at [`VRAM_BASE`].
     region: Option<Arc<GuestRegionMmap>>,
     /// Device resets so far (seeds the garbage).
@@ -103,18 +106,60 @@ impl Vram {
         // nothing else.
         let file = unsafe { File::from_raw_fd(fd) };
         file.set_len(size).map_err(memfd_err)?;
+        Self::map(file, 0, cfg)
+    }
+
+    /// A partition's VRAM: `cfg.layout.size` bytes of the device's memfd
+    /// `file` from `offset` on, seen by its function from VRAM offset 0 (as
+    /// xe's LMTT translates a VF's local memory). The function's MMU,
+    /// engines and resets reach nothing outside the window.
+    ///
+    /// # Errors
+    ///
+    /// [`VramError`] if the window leaves the memfd or cannot be mapped.
+    pub fn window(file: &File, offset: u64, cfg: VramConfig) -> Result<Vram, VramError> {
+        let size = cfg.layout.size;
+        if size == 0 {
+            return Ok(Vram::none(cfg));
+        }
+        let memfd_err = |source| VramError::Memfd { size, source };
+        let len = file.metadata().map_err(memfd_err)?.len();
+        if offset.checked_add(size).is_none_or(|end| end > len) {
+            return Err(VramError::Map(format!(
+                "window {offset:#x}+{size:#x} leaves the device's {len:#x} bytes"
+            )));
+        }
+        Self::map(file.try_clone().map_err(memfd_err)?, offset, cfg)
+    }
+
+    /// Maps the usable part of `cfg`'s VRAM from `base` in `file`.
+    fn map(file: File, base: u64, cfg: VramConfig) -> Result<Vram, VramError> {
+        let size = cfg.layout.size;
+        let memfd_err = |source| VramError::Memfd { size, source };
         let usable = size.saturating_sub(FIRMWARE_RESERVED);
         let len = usize::try_from(usable).map_err(|e| VramError::Map(e.to_string()))?;
-        let fo = FileOffset::new(file.try_clone().map_err(memfd_err)?, 0);
+        let fo = FileOffset::new(file.try_clone().map_err(memfd_err)?, base);
         let mapping = MmapRegion::from_file(fo, len).map_err(|e| VramError::Map(e.to_string()))?;
         let region = GuestRegionMmap::new(mapping, GuestAddress(VRAM_BASE))
             .ok_or_else(|| VramError::Map("region overflows".into()))?;
         Ok(Vram {
             cfg,
             file: Some(file),
+            file_base: base,
             region: Some(Arc::new(region)),
             resets: AtomicU64::new(0),
         })
+    }
+
+    /// The memfd (shared with the partitions cut from it), if any.
+    pub fn file(&self) -> Option<&File> {
+        self.file.as_ref()
+    }
+
+    /// Where this VRAM starts in its memfd (the offset QEMU maps a
+    /// partition's aperture from).
+    pub fn file_base(&self) -> u64 {
+        self.file_base
     }
 
     /// No VRAM (an integrated GPU), reporting `cfg`'s policy.
@@ -125,6 +170,7 @@ impl Vram {
                 ..cfg
             },
             file: None,
+            file_base: 0,
             region: None,
             resets: AtomicU64::new(0),
         }
@@ -204,12 +250,12 @@ impl Vram {
         match policy {
             VramOnReset::Keep => state::KEPT,
             VramOnReset::Zero => {
-                punch(file, self.cfg.layout.size);
+                punch(file, self.file_base, self.cfg.layout.size);
                 state::ZEROED
             }
             VramOnReset::Garbage => {
                 let touched = resident_pages(region);
-                punch(file, self.cfg.layout.size);
+                punch(file, self.file_base, self.cfg.layout.size);
                 scribble(region, &touched, n);
                 state::GARBAGE
             }
@@ -217,18 +263,19 @@ impl Vram {
     }
 }
 
-/// Frees every page of the memfd: it reads as zero afterwards.
-fn punch(file: &File, size: u64) {
-    let Ok(len) = libc::off_t::try_from(size) else {
+/// Frees the `size` bytes of the memfd from `base`: they read as zero
+/// afterwards.
+fn punch(file: &File, base: u64, size: u64) {
+    let (Ok(off), Ok(len)) = (libc::off_t::try_from(base), libc::off_t::try_from(size)) else {
         return;
     };
-    // SAFETY: a valid fd owned by `file`; the range is the file's size; the
+    // SAFETY: a valid fd owned by `file`; the range is inside the file; the
     // call has no memory effects in this process beyond the file's pages.
     let rc = unsafe {
         libc::fallocate(
             file.as_raw_fd(),
             libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            0,
+            off,
             len,
         )
     };

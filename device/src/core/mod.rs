@@ -95,6 +95,7 @@ pub mod json;
 pub mod kernel_mem;
 pub mod memory;
 pub mod mmu;
+pub mod partition;
 pub mod poison;
 pub mod post;
 pub mod power;
@@ -149,7 +150,21 @@ impl Device {
     /// A device whose model uses `model` (scheduling parameters) and
     /// `clock`.
     pub fn with_model(config: DeviceConfig, model: GpuConfig, clock: Arc<dyn Clock>) -> Self {
-        let gpu = Arc::new(Gpu::new(model, clock));
+        Self::build(config, Arc::new(Gpu::new(model, clock)))
+    }
+
+    /// Virtual function `config.partition` of a partitioned device: its
+    /// VRAM window and its engine time come from `shared`.
+    pub fn virtual_function(config: DeviceConfig, shared: &partition::Shared) -> Self {
+        let model = GpuConfig::for_device(&config);
+        let clock: Arc<dyn Clock> = Arc::new(MonotonicClock::new());
+        Self::build(
+            config,
+            Arc::new(Gpu::with_shared(model, clock, Some(shared))),
+        )
+    }
+
+    fn build(config: DeviceConfig, gpu: Arc<Gpu>) -> Self {
         if config.boot == crate::config::Boot::Preloaded {
             gpu.firmware.preload_builtin(gpu.clock.now_ns());
         }

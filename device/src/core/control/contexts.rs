@@ -22,6 +22,10 @@ pub(super) fn create(
     flags: u32,
     pt_root: u64,
 ) -> Result<(), CommandError> {
+    // A virtual function owns contexts `0..max_contexts()` only.
+    if ctx_id >= gpu.max_contexts() {
+        return Err(ContextError::BadId(ctx_id).into());
+    }
     let ctx = Context::new(ctx_id, priority, flags, pt_root)?;
     gpu.lock().contexts.insert(ctx)?;
     if gpu.sanitizer.enabled() {

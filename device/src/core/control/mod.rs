@@ -127,6 +127,10 @@ pub enum CommandError {
     /// A power-state change was refused (busy, or a failed transition).
     #[error("power state change refused: {}", .0.name())]
     PowerRefused(Status),
+    /// A command a virtual function may not send: what it asks is the
+    /// host's (the physical function's) to do.
+    #[error("{0} is the host's on a virtual function")]
+    HostOnly(&'static str),
 }
 
 impl CommandError {
@@ -154,6 +158,7 @@ impl CommandError {
             CommandError::Firmware(FwCommandError::Busy) => Status::Busy,
             CommandError::Firmware(FwCommandError::NothingLoaded) => Status::NotReady,
             CommandError::PowerRefused(s) => *s,
+            CommandError::HostOnly(_) => Status::Unsupported,
         }
     }
 }
@@ -333,12 +338,14 @@ impl ControlProcessor {
                 let vram = gpu.vram.layout();
                 let has_vram = if vram.size > 0 { FEATURE_VRAM } else { 0 };
                 let (fw_features, firmware_version) = gpu.firmware.identify(gpu.clock.now_ns());
+                // A VF's power states are the host's.
+                let role = match gpu.partition {
+                    Some(_) => vgpu_hwif::proto::FEATURE_VIRTUAL_FUNCTION,
+                    None => vgpu_hwif::proto::FEATURE_POWER_STATES,
+                };
                 Ok(Reply::from_pod(&IdentifyReply {
                     hdr: ok,
-                    features: gpu.sanitizer.features()
-                        | has_vram
-                        | fw_features
-                        | vgpu_hwif::proto::FEATURE_POWER_STATES,
+                    features: gpu.sanitizer.features() | has_vram | fw_features | role,
                     firmware_version,
                     vram_size: vram.size,
                     visible_vram_size: vram.visible,
@@ -507,6 +514,9 @@ impl ControlProcessor {
             Command::FwLogRead { pos, len, buf_pa } => {
                 firmware::log_read(gpu, pos, len, buf_pa, ok)
             }
+            Command::PowerSet { .. } if gpu.partition.is_some() => {
+                Err(CommandError::HostOnly("POWER_SET"))
+            }
             Command::PowerSet { state } => power::set(gpu, state, ok),
             Command::PowerStatus => Ok(Reply::from_pod(&gpu.power.reply(gpu.clock.now_ns(), ok))),
             Command::SanReport { seq } => {
@@ -557,7 +567,7 @@ pub fn identity(config: &DeviceConfig) -> IdentifyReply {
         page_sizes: PAGE_SIZE_4K | PAGE_SIZE_2M,
         engine_mask: ENGINE_MASK,
         va_bits: va_bits(config.generation.number()),
-        max_contexts: MAX_CONTEXTS,
+        max_contexts: config.max_contexts(),
         min_ring_size: MIN_RING_SIZE,
         max_ring_size: MAX_RING_SIZE,
         compute_units: config.compute_units,
@@ -565,7 +575,7 @@ pub fn identity(config: &DeviceConfig) -> IdentifyReply {
         max_command_size: MAX_COMMAND_SIZE as u32,
         layout_fingerprint: FINGERPRINT,
         features: 0,
-        reserved: 0,
+        function: config.partition.map_or(0, |p| p.vf),
         vram_size: config.vram.layout.size,
         visible_vram_size: config.vram.layout.visible,
     }

@@ -217,7 +217,7 @@ fn identify_gen1_and_gen2() {
                     | vgpu_hwif::proto::FEATURE_USER_QUEUES
                     | vgpu_hwif::proto::FEATURE_PREEMPTION
                     | vgpu_hwif::proto::FEATURE_POWER_STATES,
-                reserved: 0,
+                function: 0,
                 vram_size: 512 << 20,
                 visible_vram_size: 128 << 20,
             }

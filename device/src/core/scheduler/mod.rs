@@ -218,6 +218,9 @@ struct EngineHost<'a> {
     /// End of the slice; `None`: no time slicing (the running image
     /// disables preemption).
     deadline: Option<Instant>,
+    /// A virtual function's slice also ends here when another VF waits
+    /// for the engine (`partition::VF_SLICE`).
+    shared_deadline: Option<Instant>,
 }
 
 impl Host for EngineHost<'_> {
@@ -231,7 +234,16 @@ impl Host for EngineHost<'_> {
             .is_some_and(|a| a.load(Ordering::Acquire))
     }
     fn slice_over(&self) -> bool {
-        self.deadline.is_some_and(|d| Instant::now() >= d)
+        let now = Instant::now();
+        self.deadline.is_some_and(|d| now >= d)
+            || self.shared_deadline.is_some_and(|d| {
+                now >= d
+                    && self
+                        .gpu
+                        .partition
+                        .as_ref()
+                        .is_some_and(|p| p.arbiter.contended(self.e))
+            })
     }
     fn sem_epoch(&self) -> u64 {
         self.gpu.sem_epoch.load(Ordering::Acquire)
@@ -338,6 +350,18 @@ fn new_command_processor(gpu: &Gpu, e: usize) -> CommandProcessor {
     cp
 }
 
+/// Gives a virtual function's turn on engine `e` back; with `again` it
+/// stays in line for its next slice, without it it leaves the line.
+fn release(gpu: &Gpu, e: usize, grant: &mut Option<super::partition::Grant>, again: bool) {
+    let Some(p) = &gpu.partition else { return };
+    if let Some(g) = grant.take() {
+        p.arbiter.release(g, again);
+    }
+    if !again {
+        p.arbiter.withdraw(e, p.cfg.vf);
+    }
+}
+
 /// Marks engine `e` dead when its thread ends (normally or by a panic),
 /// so that nobody waits for it forever.
 struct AliveGuard<'a>(&'a Gpu, usize);
@@ -359,6 +383,7 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
     }
     let eu = e as u32;
     let mut cp = new_command_processor(&gpu, e);
+    let mut grant: Option<super::partition::Grant> = None;
     let mut st = gpu.lock();
     loop {
         if gpu.shutdown.load(Ordering::Acquire) {
@@ -384,8 +409,22 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
         let now = Instant::now();
         let epoch = gpu.sem_epoch.load(Ordering::Acquire);
         let rr = gpu.firmware.round_robin();
-        let picked = select(&st, eu, epoch, now, gpu.cfg.sem_poll, rr)
-            .and_then(|ctx| checkout(&mut st, eu, ctx, &gpu.cfg));
+        let candidate = select(&st, eu, epoch, now, gpu.cfg.sem_poll, rr);
+        // A virtual function first waits for its turn on the shared
+        // engine, then looks again (its mailbox may have moved meanwhile).
+        if let (Some(_), Some(p), None) = (candidate, &gpu.partition, &grant) {
+            drop(st);
+            grant = p.arbiter.acquire(e, p.cfg.vf, &|| {
+                gpu.shutdown.load(Ordering::Acquire)
+                    || gpu
+                        .attention
+                        .get(e)
+                        .is_some_and(|a| a.load(Ordering::Acquire))
+            });
+            st = gpu.lock();
+            continue;
+        }
+        let picked = candidate.and_then(|ctx| checkout(&mut st, eu, ctx, &gpu.cfg));
         match picked {
             Some(mut job) => {
                 drop(st);
@@ -393,6 +432,9 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
                     gpu: &gpu,
                     e,
                     deadline: gpu.firmware.slice(job.priority).map(|d| now + d),
+                    shared_deadline: grant
+                        .as_ref()
+                        .map(|g| g.since() + super::partition::VF_SLICE),
                 };
                 let out = run_slice_contained(&gpu, e, &mut cp, &host, &mem, &mut job);
                 // The slice's records reach the trace before its status
@@ -408,8 +450,10 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
                 for ev in events {
                     post::event(&gpu, ev);
                 }
+                release(&gpu, e, &mut grant, true);
             }
             None => {
+                release(&gpu, e, &mut grant, false);
                 let waiting = st.contexts.iter().any(|c| {
                     c.ring(eu)
                         .is_some_and(|r| matches!(r.state, RingState::SemWait { .. }))
@@ -426,6 +470,8 @@ pub fn engine_main(gpu: Arc<Gpu>, e: usize) {
             }
         }
     }
+    drop(st);
+    release(&gpu, e, &mut grant, false);
 }
 
 #[cfg(test)]

@@ -1,0 +1,336 @@
+//! The physical function: one device cut into virtual functions
+//! (docs/hardware.md section 17). The host decides each VF's partition —
+//! its contexts, its VRAM window, its scheduling weight — before its VM
+//! starts (`vgpu-device --vf ...`), as xe's PF provisions GGTT, VRAM,
+//! contexts and execution quanta per VF (xe_gt_sriov_pf_config.c).
+//!
+//! [`plan`] checks the VFs asked for against the device and places their
+//! VRAM windows one after the other from VRAM offset 0 (the device's own
+//! firmware carve-out stays on top). [`PhysicalFunction`] owns what the VFs
+//! share (the VRAM memfd, the engines' arbiter) and builds each VF's
+//! [`Device`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use vgpu_hwif::proto::MAX_CONTEXTS;
+use vgpu_hwif::vram::FIRMWARE_RESERVED;
+
+use crate::config::{
+    Boot, ConfigError, DeviceConfig, PartitionConfig, VramConfig, MAX_VFS, MAX_WEIGHT,
+};
+use crate::core::memory::{Vram, VramError};
+use crate::core::partition::{Arbiter, Shared};
+use crate::core::Device;
+
+const MIB: u64 = 1 << 20;
+/// VRAM sizes are multiples of this.
+const VRAM_ALIGN: u64 = 2 * MIB;
+
+/// One VF as asked for on the command line:
+/// `contexts=N,vram=SIZE,visible=SIZE,weight=W,socket=PATH`, every key
+/// optional (the device's share divided evenly, weight 1).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VfSpec {
+    /// Contexts (ids `0..contexts`).
+    pub contexts: Option<u32>,
+    /// VRAM window in bytes.
+    pub vram: Option<u64>,
+    /// Its CPU-visible part.
+    pub visible: Option<u64>,
+    /// Scheduling weight, `1..=MAX_WEIGHT`.
+    pub weight: Option<u32>,
+    /// Its vhost-user socket (default: the device's socket with `.vfN`).
+    pub socket: Option<PathBuf>,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let (digits, shift) = match s.as_bytes().last() {
+        Some(b'K' | b'k') => (&s[..s.len() - 1], 10),
+        Some(b'M' | b'm') => (&s[..s.len() - 1], 20),
+        Some(b'G' | b'g') => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    let n: u64 = digits.parse().map_err(|_| format!("bad size {s:?}"))?;
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("size {s:?} too large"))
+}
+
+impl std::str::FromStr for VfSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<VfSpec, String> {
+        let mut spec = VfSpec::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not KEY=VALUE"))?;
+            let num = |v: &str| v.parse::<u32>().map_err(|_| format!("bad number {v:?}"));
+            match k {
+                "contexts" => spec.contexts = Some(num(v)?),
+                "vram" => spec.vram = Some(parse_size(v)?),
+                "visible" => spec.visible = Some(parse_size(v)?),
+                "weight" => spec.weight = Some(num(v)?),
+                "socket" => spec.socket = Some(PathBuf::from(v)),
+                _ => {
+                    return Err(format!(
+                        "unknown key {k:?} (contexts, vram, visible, weight, socket)"
+                    ))
+                }
+            }
+        }
+        Ok(spec)
+    }
+}
+
+fn bad(vf: u32, why: impl Into<String>) -> ConfigError {
+    ConfigError::Partition {
+        vf,
+        why: why.into(),
+    }
+}
+
+/// The VFs' device configurations: `device` (the whole device) cut as
+/// `specs` ask, VF `i + 1` from `specs[i]`. A VF powers on with its
+/// firmware running (the host's firmware serves it) and its VRAM window
+/// keeps the device's reset policy.
+///
+/// # Errors
+/// [`ConfigError::Partition`] for no VF or more than [`MAX_VFS`], contexts
+/// or VRAM beyond the device's, a weight out of range, a window or aperture
+/// the device's rules refuse.
+pub fn plan(device: &DeviceConfig, specs: &[VfSpec]) -> Result<Vec<DeviceConfig>, ConfigError> {
+    let n = u32::try_from(specs.len()).unwrap_or(u32::MAX);
+    if n == 0 || n > MAX_VFS {
+        return Err(bad(
+            n,
+            format!("a device has 1..={MAX_VFS} virtual functions"),
+        ));
+    }
+    let layout = device.vram.layout;
+    let usable = layout.size.saturating_sub(FIRMWARE_RESERVED);
+    let even_vram = (usable / u64::from(n)) / VRAM_ALIGN * VRAM_ALIGN;
+    let (mut contexts_left, mut vram_left, mut offset) = (MAX_CONTEXTS, usable, 0u64);
+    let mut out = Vec::with_capacity(specs.len());
+    for (i, spec) in (1u32..).zip(specs) {
+        let contexts = spec.contexts.unwrap_or(MAX_CONTEXTS / n);
+        if contexts == 0 || contexts > contexts_left {
+            return Err(bad(
+                i,
+                format!("{contexts} contexts: {contexts_left} of {MAX_CONTEXTS} are left"),
+            ));
+        }
+        contexts_left -= contexts;
+        let weight = spec.weight.unwrap_or(1);
+        if !(1..=MAX_WEIGHT).contains(&weight) {
+            return Err(bad(
+                i,
+                format!("weight {weight} out of range 1..={MAX_WEIGHT}"),
+            ));
+        }
+        let vram = if layout.size == 0 {
+            0
+        } else {
+            spec.vram.unwrap_or(even_vram)
+        };
+        if vram > vram_left {
+            return Err(bad(
+                i,
+                format!(
+                    "{} MiB of VRAM: {} MiB are left",
+                    vram / MIB,
+                    vram_left / MIB
+                ),
+            ));
+        }
+        vram_left -= vram;
+        let visible = match spec.visible {
+            Some(v) => v,
+            None if vram == 0 => 0,
+            None => (vram / 4 / VRAM_ALIGN * VRAM_ALIGN).max(VRAM_ALIGN),
+        };
+        let vcfg = VramConfig::new(vram, visible, device.vram.on_reset)
+            .map_err(|e| bad(i, e.to_string()))?;
+        out.push(
+            device
+                .with_vram(vcfg)
+                .with_boot(Boot::Preloaded)
+                .with_partition(PartitionConfig {
+                    vf: i,
+                    contexts,
+                    vram_offset: offset,
+                    weight,
+                }),
+        );
+        offset += vram;
+    }
+    Ok(out)
+}
+
+/// Errors of the physical function.
+#[derive(Debug, thiserror::Error)]
+pub enum PfError {
+    /// The partitions asked for.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The device's VRAM could not be made.
+    #[error(transparent)]
+    Vram(#[from] VramError),
+}
+
+/// The physical function: the device's shared parts and its VFs'
+/// configurations.
+#[derive(Debug)]
+pub struct PhysicalFunction {
+    vfs: Vec<DeviceConfig>,
+    shared: Shared,
+    /// The whole device's VRAM (kept for the memfd's lifetime).
+    vram: Vram,
+}
+
+impl PhysicalFunction {
+    /// `device` cut into the VFs `specs` ask for.
+    ///
+    /// # Errors
+    /// [`PfError`] if [`plan`] refuses the VFs or the VRAM memfd cannot be
+    /// made.
+    pub fn new(device: DeviceConfig, specs: &[VfSpec]) -> Result<PhysicalFunction, PfError> {
+        let vfs = plan(&device, specs)?;
+        let vram = Vram::new(device.vram)?;
+        let arbiter = Arc::new(Arbiter::new());
+        for cfg in &vfs {
+            if let Some(p) = cfg.partition {
+                arbiter
+                    .set_weight(p.vf, p.weight)
+                    .map_err(|e| bad(p.vf, e.to_string()))?;
+            }
+        }
+        let file = match vram.file() {
+            Some(f) => Some(Arc::new(f.try_clone().map_err(|source| {
+                VramError::Memfd {
+                    size: device.vram.layout.size,
+                    source,
+                }
+            })?)),
+            None => None,
+        };
+        Ok(PhysicalFunction {
+            vfs,
+            shared: Shared {
+                arbiter,
+                vram: file,
+            },
+            vram,
+        })
+    }
+
+    /// The VFs' configurations, VF 1 first.
+    pub fn configs(&self) -> &[DeviceConfig] {
+        &self.vfs
+    }
+
+    /// What the VFs share.
+    pub fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// The engines' arbiter.
+    pub fn arbiter(&self) -> &Arc<Arbiter> {
+        &self.shared.arbiter
+    }
+
+    /// A powered-on device for VF `vf` (from 1), or `None` if there is no
+    /// such VF.
+    pub fn device(&self, vf: u32) -> Option<Device> {
+        let cfg = *self.vfs.get(usize::try_from(vf.checked_sub(1)?).ok()?)?;
+        Some(Device::virtual_function(cfg, &self.shared))
+    }
+
+    /// Makes `path` a link to the device's VRAM memfd; a VF's aperture is
+    /// its window's first `visible` bytes, at its `vram_offset` in it.
+    ///
+    /// # Errors
+    /// [`VramError::Publish`] if the link cannot be made.
+    pub fn publish_vram(&self, path: &std::path::Path) -> Result<(), VramError> {
+        self.vram.publish(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Generation, VramOnReset};
+
+    fn device(vram_mib: u64) -> DeviceConfig {
+        DeviceConfig::new(Generation::Gen2, 2)
+            .unwrap()
+            .with_vram(VramConfig::new(vram_mib * MIB, 16 * MIB, VramOnReset::Zero).unwrap())
+    }
+
+    #[test]
+    fn specs_parse_and_refuse_unknown_keys() {
+        let s: VfSpec = "contexts=16,vram=128M,visible=32M,weight=3,socket=/tmp/a.sock"
+            .parse()
+            .unwrap();
+        assert_eq!(s.contexts, Some(16));
+        assert_eq!(s.vram, Some(128 * MIB));
+        assert_eq!(s.visible, Some(32 * MIB));
+        assert_eq!(s.weight, Some(3));
+        assert_eq!(s.socket, Some(PathBuf::from("/tmp/a.sock")));
+        assert_eq!("".parse::<VfSpec>(), Ok(VfSpec::default()));
+        assert!("colour=red".parse::<VfSpec>().is_err());
+        assert!("vram=12Q".parse::<VfSpec>().is_err());
+        assert!("contexts".parse::<VfSpec>().is_err());
+    }
+
+    #[test]
+    fn an_even_split_places_windows_one_after_the_other() {
+        let vfs = plan(&device(512), &[VfSpec::default(), VfSpec::default()]).unwrap();
+        let p: Vec<_> = vfs.iter().map(|c| c.partition.unwrap()).collect();
+        assert_eq!((p[0].vf, p[1].vf), (1, 2));
+        assert_eq!((p[0].contexts, p[1].contexts), (32, 32));
+        // (512 - 2) / 2 = 255 MiB, rounded down to 254.
+        assert_eq!(vfs[0].vram.layout.size, 254 * MIB);
+        assert_eq!((p[0].vram_offset, p[1].vram_offset), (0, 254 * MIB));
+        assert_eq!(vfs[0].boot, Boot::Preloaded);
+        assert_eq!(vfs[1].vram.on_reset, VramOnReset::Zero);
+        assert_eq!(vfs[0].max_contexts(), 32);
+    }
+
+    #[test]
+    fn quotas_beyond_the_device_are_refused_by_name() {
+        let spec = |s: &str| s.parse::<VfSpec>().unwrap();
+        let err = |specs: &[VfSpec]| plan(&device(256), specs).unwrap_err().to_string();
+        assert!(err(&[]).contains("1..=8"));
+        assert!(err(&vec![VfSpec::default(); 9]).contains("1..=8"));
+        let e = err(&[spec("contexts=40"), spec("contexts=40")]);
+        assert!(
+            e.starts_with("virtual function 2: 40 contexts: 24 of 64"),
+            "{e}"
+        );
+        let e = err(&[spec("vram=200M"), spec("vram=100M")]);
+        assert!(
+            e.contains("virtual function 2: 100 MiB of VRAM: 54 MiB are left"),
+            "{e}"
+        );
+        assert!(err(&[spec("weight=0")]).contains("weight 0"));
+        assert!(err(&[spec("vram=5M")]).contains("2 MiB"));
+        assert!(err(&[spec("contexts=0")]).contains("0 contexts"));
+    }
+
+    #[test]
+    fn the_pf_builds_each_vfs_device() {
+        let pf = PhysicalFunction::new(
+            device(64),
+            &["weight=3".parse().unwrap(), VfSpec::default()],
+        )
+        .unwrap();
+        assert_eq!(pf.arbiter().weight(1), 3);
+        assert_eq!(pf.arbiter().weight(2), 1);
+        let d = pf.device(2).unwrap();
+        assert_eq!(d.gpu().max_contexts(), 32);
+        assert_eq!(d.gpu().vram.file_base(), 30 * MIB);
+        assert!(pf.device(3).is_none());
+        assert!(pf.device(0).is_none());
+    }
+}

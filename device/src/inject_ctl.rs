@@ -130,6 +130,20 @@ fn sanitize(gpu: &Gpu, arg: &str) -> String {
     }
 }
 
+/// What answers the control socket's request lines: one device's fault
+/// injector ([`Gpu`]), or the physical function of a partitioned device
+/// (`crate::pf_ctl`).
+pub trait Requests: Send + Sync {
+    /// The reply line (without its newline) to one request line.
+    fn handle(&self, line: &str) -> String;
+}
+
+impl Requests for Gpu {
+    fn handle(&self, line: &str) -> String {
+        handle_line(self, line)
+    }
+}
+
 /// Executes one request line against `gpu`'s injector; returns the reply
 /// line (without the newline).
 pub fn handle_line(gpu: &Gpu, line: &str) -> String {

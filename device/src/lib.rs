@@ -14,6 +14,8 @@
 //!   serves one frontend, the control socket and the stop signals.
 //! * [`config`] — per-instance configuration.
 //! * [`inject_ctl`] — the fault-injection control socket.
+//! * [`pf`], [`pf_ctl`] — a device partitioned into virtual functions
+//!   (their partitions, the host's control requests).
 //! * [`testkit`] — driver-side helpers (page tables, packet writers) for
 //!   tests, benchmarks and tools.
 //!
@@ -25,7 +27,9 @@
 //!
 //! | block | may use |
 //! |---|---|
-//! | `daemon` | `backend`, `config`, `core`, `inject_ctl` |
+//! | `daemon` | `backend`, `config`, `core`, `inject_ctl`, `pf`, `pf_ctl` |
+//! | `pf_ctl` | `core`, `inject_ctl`, `pf` |
+//! | `pf` | `config`, `core` |
 //! | `testkit` | `config`, `core` |
 //! | `backend` | `config`, `core`, `virtq`, `vring` |
 //! | `inject_ctl` | `core` |
@@ -40,6 +44,7 @@ pub mod core;
 pub mod daemon;
 pub mod inject_ctl;
 pub mod pf;
+pub mod pf_ctl;
 pub mod testkit;
 pub mod virtq;
 pub mod vring;

@@ -12,7 +12,8 @@ use vgpu_device::config::{
     DEFAULT_COMPUTE_UNITS,
 };
 use vgpu_device::core::inject::Spec;
-use vgpu_device::daemon::{Daemon, SignalSource};
+use vgpu_device::daemon::{Daemon, PfDaemon, SignalSource};
+use vgpu_device::pf::{PhysicalFunction, VfSpec};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -38,6 +39,13 @@ Examples:
   # Kernels on the interpreter only (the default, auto, compiles them to
   # native code where the host allows):
   vgpu-device --socket /tmp/vgpu.sock --jit off
+
+  # One GPU shared by two VMs (SR-IOV style, docs/hardware.md section 17):
+  # VF 1 and VF 2 on /tmp/vgpu.sock.vf1 and .vf2, VF 2 with 3x the engine
+  # time of VF 1 when both are busy; the host manages them with vgpu-pf:
+  vgpu-device --socket /tmp/vgpu.sock --vf contexts=16,vram=128M --vf weight=3 \
+      --control /tmp/vgpu-pf.sock
+  vgpu-pf --control /tmp/vgpu-pf.sock list
 
   # Log every command:
   RUST_LOG=debug vgpu-device --socket /tmp/vgpu.sock
@@ -188,6 +196,15 @@ struct Cli {
     #[arg(long, value_name = "MS", default_value_t = vgpu_device::core::sanitize::DEFAULT_WAIT_GRACE.as_millis() as u64)]
     sanitize_wait_grace_ms: u64,
 
+    /// Serve the device as a GPU partitioned into virtual functions, one per
+    /// `--vf` (repeatable, at most 8), each for its own VM on its own
+    /// socket: `contexts=N,vram=SIZE,visible=SIZE,weight=W,socket=PATH`,
+    /// every key optional (an even share, weight 1, socket
+    /// `SOCKET.vfN`). `--control` is then the host's management socket
+    /// (`vgpu-pf`); docs/hardware.md section 17.
+    #[arg(long = "vf", value_name = "SPEC", value_parser = parse_vf)]
+    vfs: Vec<VfSpec>,
+
     /// Log level: error, warn, info, debug or trace (overrides RUST_LOG).
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<log::LevelFilter>,
@@ -209,6 +226,73 @@ fn inject_args() -> Vec<String> {
         }
     }
     out
+}
+
+fn parse_vf(s: &str) -> Result<VfSpec, String> {
+    s.parse()
+}
+
+/// Serves `config` cut into the VFs `cli.vfs` asks for.
+fn run_partitioned(cli: &Cli, config: DeviceConfig, signals: SignalSource) -> ExitCode {
+    let pf = match PhysicalFunction::new(config, &cli.vfs) {
+        Ok(pf) => pf,
+        Err(e) => {
+            eprintln!("vgpu-device: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(path) = cli.vram_link.as_ref() {
+        if let Err(e) = pf.publish_vram(path) {
+            eprintln!("vgpu-device: --vram-link: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let sockets: Vec<PathBuf> = (1..)
+        .zip(&cli.vfs)
+        .map(|(n, v)| {
+            v.socket
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(format!("{}.vf{n}", cli.socket.display())))
+        })
+        .collect();
+    for (cfg, socket) in pf.configs().iter().zip(&sockets) {
+        if let Some(p) = cfg.partition {
+            eprintln!(
+                "vgpu-device: virtual function {} on {}: {} contexts, {} MiB of VRAM at offset {} MiB ({} MiB visible), weight {}",
+                p.vf,
+                socket.display(),
+                p.contexts,
+                cfg.vram.layout.size >> 20,
+                p.vram_offset >> 20,
+                cfg.vram.layout.visible >> 20,
+                p.weight
+            );
+        }
+    }
+    let mut daemon = match PfDaemon::new(pf, sockets) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("vgpu-device: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(path) = cli.control.as_ref() {
+        if let Err(e) = daemon.serve_control(path) {
+            eprintln!("vgpu-device: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    daemon.handle_signals(signals);
+    match daemon.run() {
+        Ok(summary) => {
+            log::info!("exiting: {} frontends served", summary.frontends);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("vgpu-device: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn parse_spec(s: &str) -> Result<Spec, String> {
@@ -289,6 +373,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+
+    if !cli.vfs.is_empty() {
+        return run_partitioned(&cli, config, signals);
+    }
 
     let mut daemon = match Daemon::bind(&cli.socket, config) {
         Ok(d) => d,

@@ -359,3 +359,83 @@ fn a_second_signal_leaves_at_once_while_the_teardown_blocks() {
     assert!(status.success(), "{status}");
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
 }
+
+/// `--vf`: one socket per VF, `vgpu-pf` over the control socket, a VM on
+/// VF 2, quotas beyond the device refused by name, SIGTERM removes every
+/// socket.
+#[test]
+fn partitioned_device_serves_vf_sockets_and_vgpu_pf_sees_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("gpu.sock");
+    let ctl = dir.path().join("pf.sock");
+    let bad = Process::new(env!("CARGO_BIN_EXE_vgpu-device"))
+        .args(["--vram", "64M", "--visible-vram", "16M"])
+        .args(["--vf", "vram=48M", "--vf", "vram=32M"])
+        .arg("--socket")
+        .arg(&sock)
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("virtual function 2: 32 MiB of VRAM: 14 MiB are left"),
+        "{err}"
+    );
+
+    let mut child = spawn_device(&[
+        "--vram".as_ref(),
+        "64M".as_ref(),
+        "--visible-vram".as_ref(),
+        "16M".as_ref(),
+        "--vf".as_ref(),
+        "contexts=8,weight=3".as_ref(),
+        "--vf".as_ref(),
+        "".as_ref(),
+        "--socket".as_ref(),
+        sock.as_os_str(),
+        "--control".as_ref(),
+        ctl.as_os_str(),
+    ]);
+    let vf = |n: u32| dir.path().join(format!("gpu.sock.vf{n}"));
+    wait_for("VF sockets", || {
+        vf(1).exists() && vf(2).exists() && ctl.exists()
+    });
+    let mem = guest_memory_of(8 << 20);
+    let d = Driver::new(
+        VhostTransport::connect(&vf(2), &mem),
+        mem,
+        PhysAlloc::new(GPU_ALLOC_BASE, 4 << 20),
+    )
+    .unwrap();
+    assert_eq!(d.identity.function, 2);
+    let pf = |args: &[&str]| {
+        Process::new(env!("CARGO_BIN_EXE_vgpu-pf"))
+            .arg("--control")
+            .arg(&ctl)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = pf(&["list"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = |n: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(n))
+            .unwrap_or_else(|| panic!("no row for VF {n}:\n{text}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    // vf ctx vram vis weight vm ...
+    assert_eq!(row("1")[1..6], ["8", "30", "6", "3", "no"], "{text}");
+    assert_eq!(row("2")[1..6], ["32", "30", "6", "1", "yes"], "{text}");
+    assert_eq!(pf(&["weight", "2", "0"]).status.code(), Some(1));
+    assert_eq!(pf(&["reset", "9"]).status.code(), Some(1));
+    let out = pf(&["--json", "vf", "2", "status"]);
+    assert!(out.status.success(), "{out:?}");
+    drop(d);
+    sigterm(&child);
+    assert!(wait_exit(&mut child, Duration::from_secs(10)).success());
+    assert!(!vf(1).exists() && !vf(2).exists() && !ctl.exists());
+}

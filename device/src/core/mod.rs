@@ -26,6 +26,7 @@
 //! | record and replay | [`record`], [`record_ctl`] | what the engines read, versioned per page; replayed in order |
 //! | firmware | [`firmware`] | wait-load → loaded → booting → running, or failed; back to wait-load at a device reset; the running image's parameters (slices, packets, features) |
 //! | power | [`power`] | D0 ⇄ D3hot / D3cold (down only when idle; back in the boot state), residency and entries |
+//! | partitions | [`partition`] | per engine and VF: idle → waiting → owner → idle (the engines' weighted-fair arbiter of a partitioned device) |
 //! | time | [`clock`] | device clock |
 //! | JSON | [`json`] | one string escaper for replies and reports |
 //!
@@ -44,14 +45,15 @@
 //! | block | may use |
 //! |---|---|
 //! | `control` | `capture`, `capture_ctl`, `context`, `counters`, `doorbell`, `firmware`, `gpu`, `inject`, `memory`, `mmu`, `post`, `ras`, `reset`, `ring`, `sanitize`, `sanitize_hooks`, `telemetry`, `crate::config` |
-//! | `scheduler` | `capture_ctl`, `compute_engine`, `context`, `cp`, `firmware`, `gpu`, `inject`, `mmu`, `post`, `reset`, `ring`, `sanitize_hooks`, `telemetry` |
+//! | `scheduler` | `capture_ctl`, `compute_engine`, `context`, `cp`, `firmware`, `gpu`, `inject`, `mmu`, `partition`, `post`, `reset`, `ring`, `sanitize_hooks`, `telemetry` |
 //! | `doorbell` | `context`, `gpu`, `mmu`, `post`, `ring`, `sanitize_hooks`, `watch` |
 //! | `capture_ctl` | `capture`, `cp`, `gpu`, `mmu` |
 //! | `reset` | `gpu`, `ring`, `crate::config` |
 //! | `sanitize_hooks` | `context`, `cp`, `gpu`, `mmu`, `ring`, `sanitize` |
 //! | `post` | `gpu` |
 //! | `record_ctl` | `gpu`, `record` |
-//! | `gpu` | `capture`, `clock`, `context`, `events`, `firmware`, `inject`, `memory`, `mmu`, `power`, `record`, `sanitize`, `telemetry`, `watch`, `crate::config` |
+//! | `gpu` | `capture`, `clock`, `context`, `events`, `firmware`, `inject`, `memory`, `mmu`, `partition`, `power`, `record`, `sanitize`, `telemetry`, `watch`, `crate::config` |
+//! | `partition` | `crate::config` |
 //! | `capture` | `context`, `copy_engine`, `cp`, `inject`, `mmu`, `ring` |
 //! | `cp` | `compute_engine`, `copy_engine`, `dma`, `inject`, `mmu`, `poison`, `record`, `ring`, `sanitize`, `telemetry` |
 //! | `context` | `mmu`, `ring`, `telemetry` |

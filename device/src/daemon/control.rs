@@ -24,7 +24,7 @@ use vmm_sys_util::timerfd::TimerFd;
 
 use super::SocketFile;
 use crate::core::gpu::Gpu;
-use crate::inject_ctl::{self, ControlError};
+use crate::inject_ctl::{self, ControlError, Requests};
 
 /// Longest request line, without its newline.
 pub const MAX_REQUEST: usize = 4096;
@@ -69,10 +69,10 @@ impl Connection {
         }
     }
 
-    fn answer(&mut self, gpu: &Gpu, line: &[u8]) {
+    fn answer(&mut self, gpu: &dyn Requests, line: &[u8]) {
         let reply = match std::str::from_utf8(line) {
             Ok(l) if l.trim().is_empty() => return,
-            Ok(l) => inject_ctl::handle_line(gpu, l),
+            Ok(l) => gpu.handle(l),
             Err(_) => inject_ctl::error_reply("request is not UTF-8"),
         };
         self.output.extend_from_slice(reply.as_bytes());
@@ -81,7 +81,7 @@ impl Connection {
 
     /// Moves the connection as far as it can go without blocking: sends
     /// the pending reply, answers the next buffered request, reads more.
-    fn pump(&mut self, gpu: &Gpu) -> Step {
+    fn pump(&mut self, gpu: &dyn Requests) -> Step {
         let mut reads = 0u32;
         loop {
             while let Some(rest) = self.output.get(self.sent..).filter(|r| !r.is_empty()) {
@@ -148,7 +148,7 @@ impl Connection {
 pub struct ControlServer {
     listener: UnixListener,
     file: SocketFile,
-    gpu: Arc<Gpu>,
+    gpu: Arc<dyn Requests>,
     conns: HashMap<RawFd, Connection>,
     idle: TimerFd,
     idle_timeout: Duration,
@@ -164,6 +164,18 @@ impl ControlServer {
     /// # Errors
     /// The socket cannot be bound, or the idle timer created.
     pub fn bind(path: &Path, gpu: Arc<Gpu>) -> Result<ControlServer, ControlError> {
+        Self::bind_for(path, gpu)
+    }
+
+    /// Listens on `path` for the requests `handler` answers.
+    ///
+    /// # Errors
+    /// The socket cannot be bound, or the idle timer created.
+    pub fn bind_for(
+        path: &Path,
+        handler: Arc<dyn Requests>,
+    ) -> Result<ControlServer, ControlError> {
+        let gpu = handler;
         let bind_err = |source| ControlError::Bind {
             path: path.display().to_string(),
             source,
@@ -264,7 +276,7 @@ impl ControlServer {
         let Some(c) = self.conns.get_mut(&fd) else {
             return;
         };
-        match c.pump(&self.gpu) {
+        match c.pump(&*self.gpu) {
             Step::Wait(interest) => {
                 if interest != c.interest {
                     c.interest = interest;

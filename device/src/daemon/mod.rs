@@ -17,6 +17,7 @@
 //! when the loop ends, or by the signal subscriber before it exits.
 
 pub(crate) mod control;
+mod pf;
 mod session;
 mod signals;
 
@@ -36,6 +37,7 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 pub use control::{ControlServer, IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_REQUEST};
+pub use pf::PfDaemon;
 pub use signals::SignalSource;
 
 use crate::backend::{VgpuBackend, EVENT_WAKE};
@@ -178,6 +180,53 @@ fn remove_stale_socket(path: &Path) -> Result<(), DaemonError> {
     }
 }
 
+/// A session that serves `backend` to the frontend `listener` accepts.
+fn session_for(
+    listener: Listener,
+    backend: Arc<RwLock<VgpuBackend>>,
+    stop: StopHandle,
+) -> Result<Session, DaemonError> {
+    let daemon = VhostUserDaemon::new(
+        "vgpu-device".to_owned(),
+        backend.clone(),
+        GuestMemoryAtomic::new(GuestMemoryMmap::new()),
+    )
+    .map_err(|e| DaemonError::Session(e.to_string()))?;
+    // Engine threads post events asynchronously; their doorbell wakes
+    // the worker thread, which delivers them.
+    let wake_fd = backend
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .wake_fd();
+    daemon
+        .get_epoll_handlers()
+        .first()
+        .ok_or_else(|| DaemonError::Session("no worker thread".to_owned()))?
+        .register_listener(wake_fd, EventSet::IN, u64::from(EVENT_WAKE))
+        .map_err(|e| DaemonError::Session(format!("cannot watch the event doorbell: {e}")))?;
+    Ok(Session::new(listener, daemon, stop, backend))
+}
+
+/// Binds `socket` (replacing a stale socket file).
+fn listen(socket: &Path) -> Result<Listener, DaemonError> {
+    remove_stale_socket(socket)?;
+    Listener::new(socket, false).map_err(|source| DaemonError::Listen {
+        path: socket.to_owned(),
+        source,
+    })
+}
+
+impl StopHandle {
+    /// A handle no stop was asked of yet.
+    fn new() -> Result<StopHandle, DaemonError> {
+        let wake = EventFd::new(EFD_NONBLOCK).map_err(DaemonError::Backend)?;
+        Ok(StopHandle(Arc::new(StopState {
+            requested: AtomicBool::new(false),
+            wake,
+        })))
+    }
+}
+
 /// A bound, not yet running daemon.
 pub struct Daemon {
     socket: PathBuf,
@@ -204,20 +253,12 @@ impl Daemon {
         backend: VgpuBackend,
     ) -> Result<Daemon, DaemonError> {
         let socket = socket.as_ref().to_owned();
-        remove_stale_socket(&socket)?;
-        let listener = Listener::new(&socket, false).map_err(|source| DaemonError::Listen {
-            path: socket.clone(),
-            source,
-        })?;
-        let wake = EventFd::new(EFD_NONBLOCK).map_err(DaemonError::Backend)?;
+        let listener = listen(&socket)?;
         Ok(Daemon {
             socket,
             listener,
             backend: Arc::new(RwLock::new(backend)),
-            stop: StopHandle(Arc::new(StopState {
-                requested: AtomicBool::new(false),
-                wake,
-            })),
+            stop: StopHandle::new()?,
             control: None,
             signals: None,
         })
@@ -272,32 +313,12 @@ impl Daemon {
             signals,
         } = self;
         let vhost_file = SocketFile::bound(&socket);
-        let daemon = VhostUserDaemon::new(
-            "vgpu-device".to_owned(),
-            backend.clone(),
-            GuestMemoryAtomic::new(GuestMemoryMmap::new()),
-        )
-        .map_err(|e| DaemonError::Session(e.to_string()))?;
-        // Engine threads post events asynchronously; their doorbell wakes
-        // the worker thread, which delivers them.
-        let wake_fd = backend
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .wake_fd();
-        daemon
-            .get_epoll_handlers()
-            .first()
-            .ok_or_else(|| DaemonError::Session("no worker thread".to_owned()))?
-            .register_listener(wake_fd, EventSet::IN, u64::from(EVENT_WAKE))
-            .map_err(|e| DaemonError::Session(format!("cannot watch the event doorbell: {e}")))?;
-
         let mut em = EventManager::<Subscriber>::new().map_err(DaemonError::EventLoop)?;
-        let session = Rc::new(RefCell::new(Session::new(
+        let session = Rc::new(RefCell::new(session_for(
             listener,
-            daemon,
-            stop.clone(),
             backend.clone(),
-        )));
+            stop.clone(),
+        )?));
         em.add_subscriber(session.clone());
         let mut files = vec![vhost_file];
         let control = control.map(|c| Rc::new(RefCell::new(c)));

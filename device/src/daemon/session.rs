@@ -72,6 +72,11 @@ impl Session {
         }
     }
 
+    /// Whether a frontend is being served.
+    pub(super) fn serving(&self) -> bool {
+        matches!(self.state, State::Serving { .. })
+    }
+
     /// The outcome once the session has ended (taken once).
     pub(super) fn take_outcome(&mut self) -> Option<Outcome> {
         self.outcome.take()

@@ -1,0 +1,174 @@
+//! A partitioned device over the real vhost-user sockets: the daemon
+//! serves two VFs on two sockets, this test is two VMMs and their guest
+//! drivers. Each VF copies with correct results; one VM vanishes in the
+//! middle of its work while the other keeps serving; a new VM attaches to
+//! the vanished VF's socket and finds a fresh device; the host's control
+//! socket lists both and resets one.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use vm_memory::{Bytes, GuestAddress};
+
+use common::*;
+use vgpu_device::config::{DeviceConfig, Generation, VramConfig, VramOnReset};
+use vgpu_device::daemon::PfDaemon;
+use vgpu_device::pf::{PhysicalFunction, VfSpec};
+use vgpu_device::testkit::{Driver, GpuContext, PhysAlloc};
+use vgpu_hwif::event::Event;
+use vgpu_hwif::mmu::{PTE_READ, PTE_WRITE};
+use vgpu_hwif::packet::Packet;
+use vgpu_hwif::proto::{engine, FEATURE_VIRTUAL_FUNCTION, PRIORITY_NORMAL};
+
+const RW: u64 = PTE_READ | PTE_WRITE;
+const T: Duration = Duration::from_secs(20);
+const SRC: u64 = 0x100_0000;
+const DST: u64 = 0x110_0000;
+const FENCE: u64 = 0x1f_0000;
+
+type Vm = Driver<VhostTransport>;
+
+fn attach(socket: &Path) -> Vm {
+    let mem = guest_memory_of(16 << 20);
+    let t = VhostTransport::connect(socket, &mem);
+    Driver::new(t, mem, PhysAlloc::new(GPU_ALLOC_BASE, 12 << 20)).unwrap()
+}
+
+fn context(d: &mut Vm) -> GpuContext {
+    let mut c = d.context(1, PRIORITY_NORMAL, 0).unwrap();
+    d.ring(&mut c, engine::COPY).unwrap();
+    d.buffer(&mut c, FENCE, 4096, RW).unwrap();
+    d.buffer(&mut c, SRC, 64 << 10, RW).unwrap();
+    d.buffer(&mut c, DST, 64 << 10, RW).unwrap();
+    c
+}
+
+/// Copies 64 KiB of `byte` and checks the result.
+fn copy(d: &mut Vm, c: &mut GpuContext, byte: u8, seqno: u64) {
+    let src = c.pt.translate(&d.mem, SRC).unwrap();
+    d.mem
+        .write_slice(&[byte; 64 << 10], GuestAddress(src))
+        .unwrap();
+    let p = [
+        Packet::Copy {
+            src: SRC,
+            dst: DST,
+            size: 64 << 10,
+        },
+        Packet::Fence {
+            va: FENCE,
+            seqno,
+            flags: 0,
+        },
+    ];
+    d.submit(c, engine::COPY, &p).unwrap();
+    match d.event(T).unwrap() {
+        Event::Fence { seqno: s, .. } => assert_eq!(s, seqno),
+        other => panic!("fence {seqno}: {other:?}"),
+    }
+    let dst = c.pt.translate(&d.mem, DST).unwrap();
+    let mut back = vec![0u8; 64 << 10];
+    d.mem.read_slice(&mut back, GuestAddress(dst)).unwrap();
+    assert!(back.iter().all(|&b| b == byte), "copy {seqno}");
+}
+
+fn control(path: &Path, line: &str) -> serde_json::Value {
+    let mut s = UnixStream::connect(path).unwrap();
+    writeln!(s, "{line}").unwrap();
+    let mut reply = String::new();
+    BufReader::new(&s).read_line(&mut reply).unwrap();
+    serde_json::from_str(&reply).unwrap()
+}
+
+#[test]
+fn two_vms_share_one_device_and_one_vanishing_leaves_the_other_serving() {
+    let _ = env_logger::builder().is_test(true).try_init();
+    let dir = tempfile::tempdir().unwrap();
+    let sockets = vec![dir.path().join("gpu.vf1"), dir.path().join("gpu.vf2")];
+    let ctl = dir.path().join("pf.sock");
+    let device = DeviceConfig::new(Generation::Gen2, 2)
+        .unwrap()
+        .with_vram(VramConfig::new(66 << 20, 16 << 20, VramOnReset::Zero).unwrap());
+    let specs: Vec<VfSpec> = ["contexts=8", "weight=2"]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    let pf = PhysicalFunction::new(device, &specs).unwrap();
+    let mut daemon = PfDaemon::new(pf, sockets.clone()).unwrap();
+    daemon.serve_control(&ctl).unwrap();
+    let stop = daemon.stop_handle();
+    let (tx, done) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(daemon.run().map_err(|e| e.to_string()));
+    });
+    for _ in 0..100 {
+        if sockets.iter().all(|s| s.exists()) {
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+
+    let mut vm1 = attach(&sockets[0]);
+    let mut vm2 = attach(&sockets[1]);
+    assert_eq!(vm1.identity.function, 1);
+    assert_eq!(vm2.identity.function, 2);
+    assert_ne!(vm2.identity.features & FEATURE_VIRTUAL_FUNCTION, 0);
+    assert_eq!(
+        (vm1.identity.max_contexts, vm2.identity.max_contexts),
+        (8, 32)
+    );
+    let mut c1 = context(&mut vm1);
+    let mut c2 = context(&mut vm2);
+    copy(&mut vm1, &mut c1, 0x11, 1);
+    copy(&mut vm2, &mut c2, 0x22, 1);
+
+    let v = control(&ctl, "vf list");
+    assert_eq!(v["vfs"][0]["connected"], true, "{v}");
+    assert_eq!(v["vfs"][1]["weight"], 2);
+    assert!(v["vfs"][0]["engines"]["copy"]["busy_ns"].as_u64().unwrap() > 0);
+
+    // VM 1 vanishes with a copy queued; VM 2 goes on.
+    let p = [Packet::Copy {
+        src: SRC,
+        dst: DST,
+        size: 64 << 10,
+    }];
+    vm1.submit(&mut c1, engine::COPY, &p).unwrap();
+    drop(vm1);
+    for seqno in 2..=5 {
+        copy(&mut vm2, &mut c2, seqno as u8, seqno);
+    }
+    // A new VM on VF 1's socket finds a fresh device: context 1 is free.
+    let mut vm1 = attach(&sockets[0]);
+    let mut c1 = context(&mut vm1);
+    copy(&mut vm1, &mut c1, 0x33, 1);
+    let v = control(&ctl, "vf list");
+    assert_eq!(v["vfs"][0]["frontends"], 1, "{v}");
+
+    // The host resets VF 2: VM 2 hears it, VM 1 does not.
+    let r = control(&ctl, "vf reset 2");
+    assert_eq!(r["ok"], true, "{r}");
+    match vm2.event(T).unwrap() {
+        Event::ResetDone { engine, .. } => assert_eq!(engine, u32::MAX),
+        other => panic!("VM 2 saw {other:?}"),
+    }
+    copy(&mut vm1, &mut c1, 0x44, 2);
+    let f = control(&ctl, "vf fairness");
+    assert_eq!(f["ok"], true, "{f}");
+
+    drop(vm1);
+    drop(vm2);
+    stop.stop();
+    let summary = done.recv_timeout(T).expect("daemon did not stop").unwrap();
+    assert_eq!(summary.frontends, 3);
+    assert!(
+        sockets.iter().all(|s| !s.exists()),
+        "socket files left behind"
+    );
+}

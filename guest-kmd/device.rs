@@ -556,6 +556,7 @@ impl Vgpu {
                 .as_ref()
                 .filter(|m| m.aperture.is_some())
                 .map_or(0, |m| m.layout.visible),
+            uapi::VGPU_PARAM_VIRTUAL_FUNCTION => id.function.into(),
             p => self.gpu.pm_param(p).ok_or(EINVAL)?,
         };
         Ok(v)

@@ -125,6 +125,10 @@ impl Gpu {
         let Some(delay_ms) = params::autosuspend_ms() else {
             return;
         };
+        // A virtual function's power states are the host's.
+        if self.virtual_function() {
+            return;
+        }
         let now = monotonic_ns();
         let idle = self.idle();
         {
@@ -307,6 +311,16 @@ impl Gpu {
         let mut g = self.state.lock();
         g.pm.sleeps += 1;
         g.pm.last_sleep_resume_ns = ns;
+    }
+
+    /// Whether the device is a virtual function of a partitioned GPU
+    /// (`IDENTIFY`): its power states are then the host's, and the driver
+    /// never asks for one.
+    pub(crate) fn virtual_function(&self) -> bool {
+        self.hw
+            .identity
+            .as_ref()
+            .is_some_and(|id| id.features & crate::proto::FEATURE_VIRTUAL_FUNCTION != 0)
     }
 
     /// The counters of `GET_PARAM`: `VGPU_PARAM_PM_STATE` (1: runtime

@@ -47,6 +47,8 @@ use crate::{
         Command,
         FwLogReadReply,
         FwStatusReply,
+        IdentifyReply,
+        FEATURE_VIRTUAL_FUNCTION,
         PROTOCOL_VERSION, //
     },
 };
@@ -94,6 +96,9 @@ enum BootFailure {
     Stuck(u32, u32),
     /// Version, generation, and what the driver supports for it.
     Version(u32, u32, (u32, u32, u32)),
+    /// A virtual function whose firmware (the host's) is in this state,
+    /// not running.
+    NotRunning(u32),
 }
 
 impl fmt::Display for BootFailure {
@@ -101,6 +106,11 @@ impl fmt::Display for BootFailure {
         let text = |e: u32| FwError::from_u32(e).map_or("unknown error", FwError::text);
         match *self {
             BootFailure::NoImage => write!(f, "no image"),
+            BootFailure::NotRunning(state) => write!(
+                f,
+                "the host's firmware of this virtual function is {}, not running",
+                fw_state::name(state)
+            ),
             BootFailure::Command(e) => write!(f, "a boot command failed (error {e})"),
             BootFailure::Refused(e) => {
                 write!(f, "refused by the device: {} (boot error {e})", text(e))
@@ -325,6 +335,18 @@ impl Hw {
                 .and_then(|r| r.get())
                 .map_err(|e| (e, Retry::No, BootFailure::Command(e.to_errno())))
         };
+        // A virtual function's firmware is the host's (the physical
+        // function boots it, as xe's VFs find the GuC running): the driver
+        // checks that it runs and its version, and loads nothing.
+        let id: Option<IdentifyReply> = send(Command::Identify).and_then(|r| r.get()).ok();
+        if id.is_some_and(|id| id.features & FEATURE_VIRTUAL_FUNCTION != 0) {
+            let r = status(Command::FwStatus)?;
+            st.last = r;
+            if r.state != fw_state::RUNNING {
+                return Err((EIO, Retry::No, BootFailure::NotRunning(r.state)));
+            }
+            return check_version(r, st.generation);
+        }
         let (pa, size) = match st.image.as_ref() {
             Some(img) => (
                 img.dma_addr(0)

@@ -55,6 +55,9 @@ pub struct Identity {
     pub vram_size: u64,
     /// Bytes of VRAM the CPU reaches through the aperture (0: none).
     pub vram_visible: u64,
+    /// 0: the whole device; `n`: virtual function `n` of a partitioned
+    /// GPU (0 from a driver without the parameter).
+    pub virtual_function: u32,
 }
 
 /// The result of a `PING` round trip.
@@ -210,6 +213,7 @@ impl Device {
             device_fingerprint: g(p::DEVICE_FINGERPRINT)?,
             vram_size: g(p::VRAM_SIZE)?,
             vram_visible: g(p::VRAM_VISIBLE)?,
+            virtual_function: g(p::VIRTUAL_FUNCTION).unwrap_or(0) as u32,
         })
     }
 

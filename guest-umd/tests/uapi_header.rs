@@ -246,6 +246,7 @@ int main(void) {
     P("VGPU_PARAM_PM_SUSPENDED_MS", VGPU_PARAM_PM_SUSPENDED_MS);
     P("VGPU_PARAM_SYSTEM_SLEEPS", VGPU_PARAM_SYSTEM_SLEEPS);
     P("VGPU_PARAM_PM_D3COLD_SUSPENDS", VGPU_PARAM_PM_D3COLD_SUSPENDS);
+    P("VGPU_PARAM_VIRTUAL_FUNCTION", VGPU_PARAM_VIRTUAL_FUNCTION);
     P("VGPU_PARAM_COUNT", VGPU_PARAM_COUNT);
     P("sizeof.counters", sizeof(struct drm_vgpu_counters));
     P("counters.busy_ns", offsetof(struct drm_vgpu_counters, busy_ns));
@@ -1087,6 +1088,10 @@ fn rust_mirror_matches_c_header() {
         (
             "VGPU_PARAM_PM_D3COLD_SUSPENDS",
             param::PM_D3COLD_SUSPENDS.into(),
+        ),
+        (
+            "VGPU_PARAM_VIRTUAL_FUNCTION",
+            param::VIRTUAL_FUNCTION.into(),
         ),
         ("VGPU_PARAM_COUNT", param::COUNT.into()),
         ("sizeof.counters", size_of::<uapi::DrmVgpuCounters>() as u64),

@@ -457,14 +457,16 @@ fn json_view(dev: &Device, id: &Identity, prev: Option<&Stats>, s: &Stats) -> St
     let mut o = String::new();
     let _ = write!(
         o,
-        "{{\"device\":{},\"generation\":{},\"pci_device_id\":{},\"engine_mask\":{},\"compute_units\":{},\"vram_bytes\":{},\"vram_visible_bytes\":{},",
+        "{{\"device\":{},\"generation\":{},\"pci_device_id\":{},\"engine_mask\":{},\"compute_units\":{},\"vram_bytes\":{},\"vram_visible_bytes\":{},\"virtual_function\":{},\"max_contexts\":{},",
         json_str(&dev.path().display().to_string()),
         id.generation,
         id.device_id,
         id.engine_mask,
         id.compute_units,
         id.vram_size,
-        id.vram_visible
+        id.vram_visible,
+        id.virtual_function,
+        id.max_contexts
     );
     let interval = prev.map(|p| s.sample_ns.saturating_sub(p.sample_ns));
     let _ = write!(
@@ -558,7 +560,16 @@ fn print_identity(dev: &Device, id: &Identity) -> bool {
     }
     println!("  va bits           {}", id.va_bits);
     println!("  page sizes        {}", fmt_page_sizes(id.page_sizes));
-    println!("  contexts          {}", id.max_contexts);
+    if id.virtual_function == 0 {
+        println!("  contexts          {}", id.max_contexts);
+    } else {
+        println!(
+            "  partition         virtual function {}: {} contexts, {} MiB of VRAM (the host sets both; power states are the host's)",
+            id.virtual_function,
+            id.max_contexts,
+            id.vram_size >> 20
+        );
+    }
     println!(
         "  ring size         {}..{} bytes",
         id.min_ring_size, id.max_ring_size

@@ -73,8 +73,11 @@ pub mod param {
     /// Runtime suspensions to D3cold (VRAM saved first,
     /// `vram_d3cold_threshold_mib`) since probe.
     pub const PM_D3COLD_SUSPENDS: u32 = 0x18;
+    /// 0: the whole device; `n`: virtual function `n` of a partitioned GPU
+    /// (`MAX_CONTEXTS` and `VRAM_SIZE` are then its partition's).
+    pub const VIRTUAL_FUNCTION: u32 = 0x19;
     /// One past the last valid parameter.
-    pub const COUNT: u32 = 0x19;
+    pub const COUNT: u32 = 0x1a;
 }
 
 /// `struct drm_vgpu_get_param`.

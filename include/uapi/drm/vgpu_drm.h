@@ -57,7 +57,8 @@ extern "C" {
 #define VGPU_PARAM_PM_SUSPENDED_MS   0x16 /* ms spent runtime suspended since probe */
 #define VGPU_PARAM_SYSTEM_SLEEPS     0x17 /* system suspend/resume cycles since probe */
 #define VGPU_PARAM_PM_D3COLD_SUSPENDS 0x18 /* runtime suspensions to D3cold (VRAM saved, vram_d3cold_threshold_mib) */
-#define VGPU_PARAM_COUNT             0x19 /* one past the last valid parameter */
+#define VGPU_PARAM_VIRTUAL_FUNCTION  0x19 /* 0: the whole device; N: virtual function N of a partitioned GPU (its partition: MAX_CONTEXTS, VRAM_SIZE) */
+#define VGPU_PARAM_COUNT             0x1a /* one past the last valid parameter */
 
 /**
  * struct drm_vgpu_get_param - query one device or driver parameter

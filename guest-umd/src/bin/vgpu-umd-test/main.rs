@@ -5,10 +5,12 @@
 //!
 //!   vgpu-umd-test               every section
 //!   vgpu-umd-test copy events   only these sections
+//!   vgpu-umd-test writer        the command-buffer writer alone (no device)
 //!
 //! Prints `ok NAME` / `FAIL NAME: why` / `skip NAME: why` per check and a
 //! closing `umd-test: N passed, M failed`; exits 1 if anything failed.
 
+mod cmdbuf;
 mod copy;
 mod invalid;
 mod launch;
@@ -22,6 +24,7 @@ use std::sync::atomic::AtomicU64;
 
 use vgpu_umd::{Buffer, Context, Device};
 
+use cmdbuf::test_writer;
 use copy::{test_copy, test_read_paths};
 use invalid::test_invalid;
 use launch::test_launch;
@@ -54,6 +57,13 @@ fn main() {
         passed: 0,
         failed: 0,
     };
+    if want("writer") {
+        test_writer(&mut t);
+        if args.iter().all(|a| a == "writer") && !args.is_empty() {
+            println!("umd-test: {} passed, {} failed", t.passed, t.failed);
+            std::process::exit(i32::from(t.failed > 0));
+        }
+    }
     if want("device") {
         test_device(&mut t);
     }

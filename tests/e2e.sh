@@ -1210,6 +1210,61 @@ for gen in 1 2; do
     fi
 done
 
+# --- One GPU, several VMs (docs/hardware.md section 17): scripts/vms starts one device cut into two virtual
+#     functions and a VM on each. Both compute with verified results and see their partition; one VM hangs its
+#     compute engine three times (the KMD's hang check resets the engine in that VF only) while the other keeps
+#     completing jobs, counted; a VM that powers off in the middle of its copies leaves the other serving.
+run_vms() {  # run_vms NAME VMS_ARGS...: scripts/vms with the case's logs, like run_vm
+    local name=$1; shift
+    local t0 t1
+    t0=$(date +%s.%N)
+    case_out=$("$repo/scripts/vms" --no-build --timeout "${VGPU_E2E_TIMEOUT:-300}" --keep-logs "$logdir/$name" "$@" 2>"$logdir/$name.stderr")
+    case_rc=$?
+    t1=$(date +%s.%N)
+    case_secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
+    printf '%s\n' "$case_out" > "$logdir/$name.out"
+}
+name=vf-two-vms
+if selected "$name"; then
+    smi='vgpu-smi | grep partition; '
+    run_vms "$name" --vf contexts=16,weight=1 --vf contexts=48,weight=3 run \
+        "${smi}vgpu-samples matmul && vgpu-samples saxpy && vgpu-samples copy 4194304" \
+        "${smi}vgpu-samples matmul && vgpu-samples saxpy && vgpu-samples copy 4194304"
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "FAIL|mismatch|wrong"; then result "$name" 0 "a result was wrong"
+    elif ! want "^vm1: +partition +virtual function 1: 16 contexts"; then result "$name" 0 "VM 1 does not see its partition"
+    elif ! want "^vm2: +partition +virtual function 2: 48 contexts"; then result "$name" 0 "VM 2 does not see its partition"
+    elif ! want "^host: +1 +16 .* yes|^host: +1 +16 .* no"; then result "$name" 0 "the host's view lacks VF 1"
+    else grep -E "^host: +vf [12]:" "$logdir/$name.out" | sed 's/^/     /'; result "$name" 1; fi
+fi
+name=vf-hang-neighbour
+if selected "$name"; then
+    # VM 2 counts the saxpy runs it completes (each verified) for 40 s; VM 1 hangs three times meanwhile.
+    loop='end=$(($(date +%s) + 40)); n=0; while [ $(date +%s) -lt $end ]; do vgpu-samples saxpy >/dev/null || { echo "FAIL saxpy run $n"; exit 1; }; n=$((n + 1)); done; echo "neighbour saxpy runs $n"'
+    run_vms "$name" --vm-arg --kmd-args --vm-arg job_timeout_ms=1000 run \
+        'sleep 5; for i in 1 2 3; do vgpu-samples hang 2>&1 | head -1; done; cat /sys/kernel/debug/vgpu/*/resets | head -3' \
+        "$loop"
+    runs=$(sed -n 's/^vm2: neighbour saxpy runs \([0-9]*\)$/\1/p' "$logdir/$name.out")
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^vm2: FAIL"; then result "$name" 0 "the neighbour's work failed"
+    elif [ "$(grep -c '^vm1: hang: the application sees' "$logdir/$name.out")" != 3 ]; then result "$name" 0 "VM 1 did not see its three hangs end"
+    elif [ -z "$runs" ] || [ "$runs" -lt 5 ]; then result "$name" 0 "the neighbour completed ${runs:-no} runs"
+    else echo "     the neighbour completed $runs verified saxpy runs in 40 s while VM 1 hung 3 times"; result "$name" 1; fi
+fi
+name=vf-vm-vanishes
+if selected "$name"; then
+    # VM 1 powers off at once (sysrq o) with copies in flight; VM 2 copies before, during and after.
+    run_vms "$name" run \
+        'vgpu-samples copy 16777216 >/dev/null & sleep 0.2; echo o > /proc/sysrq-trigger; sleep 30' \
+        'for i in $(seq 30); do vgpu-samples copy 1048576 >/dev/null || { echo "FAIL copy $i"; exit 1; }; done; echo "neighbour copies 30"'
+    if ! want "^vm2: exit status 0$"; then result "$name" 0 "VM 2 did not finish cleanly"
+    elif ! want "^vm2: neighbour copies 30$"; then result "$name" 0 "VM 2's copies did not all complete"
+    elif want "^vm1: exit status 0$"; then result "$name" 0 "VM 1 did not vanish"
+    elif ! want "^host: +1 .* no "; then result "$name" 0 "the host does not show VF 1 free again"
+    elif ! grep -q "virtual function 1: its VM left" "$logdir/$name/device.log"; then result "$name" 0 "the device log does not show VF 1's VM leaving"
+    else result "$name" 1; fi
+fi
+
 # --- IGT GPU Tools (tests/igt, docs/igt.md): every test of tests/igt/tests.txt, the dma-buf KUnit suites and
 #     gputop beside a compute workload, on card0 and the render node as each test opens them; every result
 #     compared with tests/igt/expectations.txt (a difference fails the case). The long run (repeats, the

@@ -83,6 +83,15 @@ impl std::str::FromStr for VfSpec {
     }
 }
 
+/// The largest power of two not above `n` (0 for 0).
+fn prev_power_of_two(n: u64) -> u64 {
+    if n == 0 {
+        0
+    } else {
+        1 << (63 - n.leading_zeros())
+    }
+}
+
 fn bad(vf: u32, why: impl Into<String>) -> ConfigError {
     ConfigError::Partition {
         vf,
@@ -144,10 +153,17 @@ pub fn plan(device: &DeviceConfig, specs: &[VfSpec]) -> Result<Vec<DeviceConfig>
             ));
         }
         vram_left -= vram;
+        // The aperture is a PCI BAR: a power of two.
         let visible = match spec.visible {
+            Some(v) if v != 0 && !v.is_power_of_two() => {
+                return Err(bad(
+                    i,
+                    format!("visible part of {v} bytes: an aperture (a PCI BAR) is a power of two"),
+                ));
+            }
             Some(v) => v,
             None if vram == 0 => 0,
-            None => (vram / 4 / VRAM_ALIGN * VRAM_ALIGN).max(VRAM_ALIGN),
+            None => prev_power_of_two(vram / 4).max(VRAM_ALIGN),
         };
         let vcfg = VramConfig::new(vram, visible, device.vram.on_reset)
             .map_err(|e| bad(i, e.to_string()))?;
@@ -316,6 +332,7 @@ mod tests {
         assert!(err(&[spec("weight=0")]).contains("weight 0"));
         assert!(err(&[spec("vram=5M")]).contains("2 MiB"));
         assert!(err(&[spec("contexts=0")]).contains("0 contexts"));
+        assert!(err(&[spec("vram=64M,visible=6M")]).contains("power of two"));
     }
 
     #[test]

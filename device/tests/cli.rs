@@ -428,8 +428,8 @@ fn partitioned_device_serves_vf_sockets_and_vgpu_pf_sees_them() {
             .collect::<Vec<_>>()
     };
     // vf ctx vram vis weight vm ...
-    assert_eq!(row("1")[1..6], ["8", "30", "6", "3", "no"], "{text}");
-    assert_eq!(row("2")[1..6], ["32", "30", "6", "1", "yes"], "{text}");
+    assert_eq!(row("1")[1..6], ["8", "30", "4", "3", "no"], "{text}");
+    assert_eq!(row("2")[1..6], ["32", "30", "4", "1", "yes"], "{text}");
     assert_eq!(pf(&["weight", "2", "0"]).status.code(), Some(1));
     assert_eq!(pf(&["reset", "9"]).status.code(), Some(1));
     let out = pf(&["--json", "vf", "2", "status"]);

@@ -103,16 +103,17 @@ fn print_list(v: &Value) {
     for f in v["vfs"].as_array().into_iter().flatten() {
         let e = &f["engines"];
         let wait = ms(&e["copy"]["max_wait_ns"]).max(ms(&e["compute"]["max_wait_ns"]));
+        let n = |k: &str| f[k].as_u64().unwrap_or(0);
         println!(
             "{:>3} {:>4} {:>9} {:>9} {:>7} {:>6} {:>6} {:>6} {:>11.1} {:>11.1} {:>8.1}ms  {}",
-            f["vf"],
-            f["contexts"],
-            f["vram_size"].as_u64().unwrap_or(0) >> 20,
-            f["visible_vram_size"].as_u64().unwrap_or(0) >> 20,
-            f["weight"],
+            n("vf"),
+            n("contexts"),
+            n("vram_size") >> 20,
+            n("visible_vram_size") >> 20,
+            n("weight"),
             if f["connected"] == true { "yes" } else { "no" },
-            f["device_resets"],
-            f["faults"],
+            n("device_resets"),
+            n("faults"),
             ms(&e["copy"]["busy_ns"]),
             ms(&e["compute"]["busy_ns"]),
             wait,
@@ -127,8 +128,8 @@ fn print_fairness(v: &Value) {
         for f in e["vfs"].as_array().into_iter().flatten() {
             println!(
                 "  vf {}: weight {:>3}  {:>9.1} ms  share {:>5.1}%  (weighted share {:>5.1}%)",
-                f["vf"],
-                f["weight"],
+                f["vf"].as_u64().unwrap_or(0),
+                f["weight"].as_u64().unwrap_or(0),
                 ms(&f["busy_ns"]),
                 f["share"].as_f64().unwrap_or(0.0) * 100.0,
                 f["weighted_share"].as_f64().unwrap_or(0.0) * 100.0

@@ -10,7 +10,9 @@ use crate::report::T;
 
 /// One word's header as (opcode, words), or `None`.
 fn header(generation: u32, word: u32) -> Option<(u8, u32)> {
-    decode_header(generation, word).ok().map(|h| (h.opcode, h.words))
+    decode_header(generation, word)
+        .ok()
+        .map(|h| (h.opcode, h.words))
 }
 
 pub fn test_writer(t: &mut T) {
@@ -53,11 +55,20 @@ pub fn test_writer(t: &mut T) {
     let packet = header(2, words[at + 1]);
     t.check(
         "writer-gen2-one-word-pad",
-        r.is_ok() && len == at + 1 + copy.words() && pad == Some((OP_NOP, 1))
+        r.is_ok()
+            && len == at + 1 + copy.words()
+            && pad == Some((OP_NOP, 1))
             && packet.map(|p| p.0) == Some(OP_COPY),
-        || format!("{r:?}: {len} words, word {at} {pad:?}, word {} {packet:?}", at + 1),
+        || {
+            format!(
+                "{r:?}: {len} words, word {at} {pad:?}, word {} {packet:?}",
+                at + 1
+            )
+        },
     );
-    t.check("writer-ends-on-8-bytes", ends % 2 == 0 && ends >= len, || {
-        format!("{len} words finished as {ends}")
-    });
+    t.check(
+        "writer-ends-on-8-bytes",
+        ends % 2 == 0 && ends >= len,
+        || format!("{len} words finished as {ends}"),
+    );
 }

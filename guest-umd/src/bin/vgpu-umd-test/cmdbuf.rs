@@ -68,7 +68,7 @@ pub fn test_writer(t: &mut T) {
     );
     t.check(
         "writer-ends-on-8-bytes",
-        ends % 2 == 0 && ends >= len,
+        ends.is_multiple_of(2) && ends >= len,
         || format!("{len} words finished as {ends}"),
     );
 }

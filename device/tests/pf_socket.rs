@@ -9,22 +9,26 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
+use vhost::vhost_user::VhostUserFrontend;
+use vhost::VhostBackend;
 use vm_memory::{Bytes, GuestAddress};
 
 use common::*;
 use vgpu_device::config::{DeviceConfig, Generation, VramConfig, VramOnReset};
-use vgpu_device::daemon::PfDaemon;
+use vgpu_device::daemon::{PfDaemon, PfSummary, StopHandle};
 use vgpu_device::pf::{PhysicalFunction, VfSpec};
 use vgpu_device::testkit::{Driver, GpuContext, PhysAlloc};
 use vgpu_hwif::event::Event;
 use vgpu_hwif::mmu::{PTE_READ, PTE_WRITE};
 use vgpu_hwif::packet::Packet;
-use vgpu_hwif::proto::{engine, FEATURE_VIRTUAL_FUNCTION, PRIORITY_NORMAL};
+use vgpu_hwif::proto::{
+    engine, FEATURE_VIRTUAL_FUNCTION, PRIORITY_NORMAL, QUEUE_CONTROL, QUEUE_EVENT,
+};
 
 const RW: u64 = PTE_READ | PTE_WRITE;
 const T: Duration = Duration::from_secs(20);
@@ -86,12 +90,14 @@ fn control(path: &Path, line: &str) -> serde_json::Value {
     serde_json::from_str(&reply).unwrap()
 }
 
-#[test]
-fn two_vms_share_one_device_and_one_vanishing_leaves_the_other_serving() {
+type Done = mpsc::Receiver<Result<PfSummary, String>>;
+
+/// A partitioned device with two VFs (`contexts=8`, `weight=2`) serving in
+/// a thread: its VF sockets, control socket, stop handle and result.
+fn start(dir: &Path) -> (Vec<PathBuf>, PathBuf, StopHandle, Done) {
     let _ = env_logger::builder().is_test(true).try_init();
-    let dir = tempfile::tempdir().unwrap();
-    let sockets = vec![dir.path().join("gpu.vf1"), dir.path().join("gpu.vf2")];
-    let ctl = dir.path().join("pf.sock");
+    let sockets = vec![dir.join("gpu.vf1"), dir.join("gpu.vf2")];
+    let ctl = dir.join("pf.sock");
     let device = DeviceConfig::new(Generation::Gen2, 2)
         .unwrap()
         .with_vram(VramConfig::new(66 << 20, 16 << 20, VramOnReset::Zero).unwrap());
@@ -113,6 +119,53 @@ fn two_vms_share_one_device_and_one_vanishing_leaves_the_other_serving() {
         }
         thread::sleep(Duration::from_millis(10));
     }
+    (sockets, ctl, stop, done)
+}
+
+/// VM 1 breaks its control ring twice over (an available index 100
+/// entries ahead, then after a reset a descriptor chain that loops) while
+/// VM 2 copies; VM 2 is served throughout and VM 1's ring stays stopped.
+#[test]
+fn a_vf_with_broken_rings_leaves_the_other_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sockets, _ctl, stop, done) = start(dir.path());
+    let mem = guest_memory();
+    let mut s1 = handshake(&sockets[0], &mem);
+    let mut ctrl = DriverRing::new(&mem, CTRL_RING);
+    let event = DriverRing::new(&mem, EVENT_RING);
+    ctrl.init();
+    event.init();
+    setup_vring(&mut s1.frontend, QUEUE_CONTROL, &ctrl);
+    setup_vring(&mut s1.frontend, QUEUE_EVENT, &event);
+    let mut vm2 = attach(&sockets[1]);
+    let mut c2 = context(&mut vm2);
+    ctrl.write_avail_idx(ctrl.avail_idx().wrapping_add(100));
+    ctrl.notify();
+    copy(&mut vm2, &mut c2, 0x51, 1);
+    s1.frontend.set_vring_enable(0, false).unwrap();
+    s1.frontend.set_vring_enable(0, true).unwrap();
+    s1.frontend.set_vring_base(0, ctrl.avail_idx()).unwrap();
+    let d = ctrl.next_desc();
+    let d1 = (d + 1) % QSIZE;
+    ctrl.write_desc(d, CMD, 16, VRING_DESC_F_NEXT, d1);
+    ctrl.write_desc(d1, REPLY, 64, VRING_DESC_F_NEXT | VRING_DESC_F_WRITE, d);
+    ctrl.push_avail(d);
+    ctrl.notify();
+    for seqno in 2..=4 {
+        copy(&mut vm2, &mut c2, seqno as u8, seqno);
+    }
+    thread::sleep(Duration::from_millis(50));
+    ctrl.assert_idle();
+    drop(vm2);
+    drop(s1);
+    stop.stop();
+    done.recv_timeout(T).expect("daemon did not stop").unwrap();
+}
+
+#[test]
+fn two_vms_share_one_device_and_one_vanishing_leaves_the_other_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sockets, ctl, stop, done) = start(dir.path());
 
     let mut vm1 = attach(&sockets[0]);
     let mut vm2 = attach(&sockets[1]);
@@ -128,6 +181,17 @@ fn two_vms_share_one_device_and_one_vanishing_leaves_the_other_serving() {
     copy(&mut vm1, &mut c1, 0x11, 1);
     copy(&mut vm2, &mut c2, 0x22, 1);
 
+    // A second frontend on VF 2's socket is closed at once; VM 2 goes on.
+    let mut second = UnixStream::connect(&sockets[1]).unwrap();
+    second.set_read_timeout(Some(T)).unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        std::io::Read::read(&mut second, &mut byte).unwrap(),
+        0,
+        "closed"
+    );
+    copy(&mut vm2, &mut c2, 0x23, 2);
+
     let v = control(&ctl, "vf list");
     assert_eq!(v["vfs"][0]["connected"], true, "{v}");
     assert_eq!(v["vfs"][1]["weight"], 2);
@@ -141,7 +205,7 @@ fn two_vms_share_one_device_and_one_vanishing_leaves_the_other_serving() {
     }];
     vm1.submit(&mut c1, engine::COPY, &p).unwrap();
     drop(vm1);
-    for seqno in 2..=5 {
+    for seqno in 3..=6 {
         copy(&mut vm2, &mut c2, seqno as u8, seqno);
     }
     // A new VM on VF 1's socket finds a fresh device: context 1 is free.

@@ -37,7 +37,7 @@ use vm_memory::{GuestMemoryAtomic, GuestMemoryMmap};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
 pub use control::{ControlServer, IDLE_TIMEOUT, MAX_CONNECTIONS, MAX_REQUEST};
-pub use pf::PfDaemon;
+pub use pf::{PfDaemon, PfSummary};
 pub use signals::SignalSource;
 
 use crate::backend::{VgpuBackend, EVENT_WAKE};

@@ -37,10 +37,12 @@ enum State {
         daemon: VhostUserDaemon<Backend>,
     },
     /// vhost-user-backend's threads serve the frontend. The listener is
-    /// kept (unwatched) so that the socket file lives as long as the
-    /// session, as a frontend expects.
+    /// kept so that the socket file lives as long as the session, as a
+    /// frontend expects, and watched: a second frontend is accepted and
+    /// closed at once with a log line (one device serves one VM), instead
+    /// of waiting unanswered in the backlog.
     Serving {
-        _listener: Listener,
+        listener: Listener,
         shutdown: Option<ShutdownHandle>,
         ended: EventFd,
         waiter: JoinHandle<Result<(), DaemonLibError>>,
@@ -117,8 +119,8 @@ impl Session {
         else {
             return;
         };
-        let _ = ops.remove(Events::new(&listener, EventSet::IN));
         if let Err(e) = daemon.start(&mut listener) {
+            let _ = ops.remove(Events::new(&listener, EventSet::IN));
             self.end(Err(DaemonError::Session(e.to_string())));
             return;
         }
@@ -162,7 +164,7 @@ impl Session {
             }
         }
         self.state = State::Serving {
-            _listener: listener,
+            listener,
             shutdown,
             ended,
             waiter,
@@ -170,11 +172,17 @@ impl Session {
     }
 
     fn on_session_end(&mut self, ops: &mut EventOps) {
-        let State::Serving { ended, waiter, .. } = std::mem::replace(&mut self.state, State::Ended)
+        let State::Serving {
+            ended,
+            waiter,
+            listener,
+            ..
+        } = std::mem::replace(&mut self.state, State::Ended)
         else {
             return;
         };
         let _ = ops.remove(Events::new(&ended, EventSet::IN));
+        let _ = ops.remove(Events::new(&listener, EventSet::IN));
         let result = waiter.join();
         // The vring worker thread's loop ends too.
         self.backend
@@ -237,6 +245,18 @@ impl MutEventSubscriber for Session {
                 self.on_connection(ops);
             }
             State::Serving { ended, .. } if fd == ended.as_raw_fd() => self.on_session_end(ops),
+            State::Serving { listener, .. } if fd == listener.as_raw_fd() => {
+                // A second frontend: closed at once (its QEMU reports the
+                // backend disconnected).
+                match listener.accept() {
+                    Ok(Some(conn)) => {
+                        drop(conn);
+                        log::warn!("a second frontend connected while one is served: refused (one VM per device)");
+                    }
+                    Ok(None) => {}
+                    Err(e) => log::warn!("second frontend: {e}"),
+                }
+            }
             _ => log::warn!("session: event on an unexpected fd {fd}"),
         }
     }

@@ -1224,10 +1224,11 @@ run_vms() {  # run_vms NAME VMS_ARGS...: scripts/vms with the case's logs, like 
     case_secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
     printf '%s\n' "$case_out" > "$logdir/$name.out"
 }
-name=vf-two-vms
-if selected "$name"; then
+for gen in 1 2; do
+    name=vf-two-vms-gen$gen
+    selected "$name" || continue
     smi='vgpu-smi | grep partition; '
-    run_vms "$name" --vf contexts=16,weight=1 --vf contexts=48,weight=3 run \
+    run_vms "$name" --gen "$gen" --vf contexts=16,weight=1 --vf contexts=48,weight=3 run \
         "${smi}vgpu-samples matmul && vgpu-samples saxpy && vgpu-samples copy 4194304" \
         "${smi}vgpu-samples matmul && vgpu-samples saxpy && vgpu-samples copy 4194304"
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
@@ -1236,7 +1237,7 @@ if selected "$name"; then
     elif ! want "^vm2: +partition +virtual function 2: 48 contexts"; then result "$name" 0 "VM 2 does not see its partition"
     elif ! want "^host: +1 +16 .* yes|^host: +1 +16 .* no"; then result "$name" 0 "the host's view lacks VF 1"
     else grep -E "^host: +vf [12]:" "$logdir/$name.out" | sed 's/^/     /'; result "$name" 1; fi
-fi
+done
 name=vf-hang-neighbour
 if selected "$name"; then
     # VM 2 counts the saxpy runs it completes (each verified) for 40 s; VM 1 hangs three times meanwhile.

@@ -28,7 +28,7 @@
 //! | block | may use |
 //! |---|---|
 //! | `daemon` | `backend`, `config`, `core`, `inject_ctl`, `pf`, `pf_ctl` |
-//! | `pf_ctl` | `core`, `inject_ctl`, `pf` |
+//! | `pf_ctl` | `config`, `core`, `inject_ctl`, `pf` |
 //! | `pf` | `config`, `core` |
 //! | `testkit` | `config`, `core` |
 //! | `backend` | `config`, `core`, `virtq`, `vring` |

@@ -269,7 +269,7 @@ fn run_partitioned(cli: &Cli, config: DeviceConfig, signals: SignalSource) -> Ex
             );
         }
     }
-    let mut daemon = match PfDaemon::new(pf, sockets) {
+    let mut daemon = match PfDaemon::new(pf, sockets, cli.socket.clone()) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("vgpu-device: {e}");

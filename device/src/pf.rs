@@ -11,7 +11,7 @@
 //! [`Device`].
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use vgpu_hwif::proto::MAX_CONTEXTS;
 use vgpu_hwif::vram::FIRMWARE_RESERVED;
@@ -116,71 +116,121 @@ pub fn plan(device: &DeviceConfig, specs: &[VfSpec]) -> Result<Vec<DeviceConfig>
             format!("a device has 1..={MAX_VFS} virtual functions"),
         ));
     }
-    let layout = device.vram.layout;
-    let usable = layout.size.saturating_sub(FIRMWARE_RESERVED);
-    let even_vram = (usable / u64::from(n)) / VRAM_ALIGN * VRAM_ALIGN;
-    let (mut contexts_left, mut vram_left, mut offset) = (MAX_CONTEXTS, usable, 0u64);
-    let mut out = Vec::with_capacity(specs.len());
+    let usable = device.vram.layout.size.saturating_sub(FIRMWARE_RESERVED);
+    let even = Defaults {
+        contexts: MAX_CONTEXTS / n,
+        vram: (usable / u64::from(n)) / VRAM_ALIGN * VRAM_ALIGN,
+    };
+    let mut out: Vec<DeviceConfig> = Vec::with_capacity(specs.len());
     for (i, spec) in (1u32..).zip(specs) {
-        let contexts = spec.contexts.unwrap_or(MAX_CONTEXTS / n);
-        if contexts == 0 || contexts > contexts_left {
-            return Err(bad(
-                i,
-                format!("{contexts} contexts: {contexts_left} of {MAX_CONTEXTS} are left"),
-            ));
-        }
-        contexts_left -= contexts;
-        let weight = spec.weight.unwrap_or(1);
-        if !(1..=MAX_WEIGHT).contains(&weight) {
-            return Err(bad(
-                i,
-                format!("weight {weight} out of range 1..={MAX_WEIGHT}"),
-            ));
-        }
-        let vram = if layout.size == 0 {
-            0
-        } else {
-            spec.vram.unwrap_or(even_vram)
-        };
-        if vram > vram_left {
-            return Err(bad(
-                i,
-                format!(
-                    "{} MiB of VRAM: {} MiB are left",
-                    vram / MIB,
-                    vram_left / MIB
-                ),
-            ));
-        }
-        vram_left -= vram;
-        // The aperture is a PCI BAR: a power of two.
-        let visible = match spec.visible {
-            Some(v) if v != 0 && !v.is_power_of_two() => {
-                return Err(bad(
-                    i,
-                    format!("visible part of {v} bytes: an aperture (a PCI BAR) is a power of two"),
-                ));
-            }
-            Some(v) => v,
-            None if vram == 0 => 0,
-            None => prev_power_of_two(vram / 4).max(VRAM_ALIGN),
-        };
-        let vcfg = VramConfig::new(vram, visible, device.vram.on_reset)
-            .map_err(|e| bad(i, e.to_string()))?;
-        out.push(
-            device
-                .with_vram(vcfg)
-                .with_boot(Boot::Preloaded)
-                .with_partition(PartitionConfig {
-                    vf: i,
-                    contexts,
-                    vram_offset: offset,
-                    weight,
-                }),
-        );
-        offset += vram;
+        out.push(partition_for(device, &out, i, spec, even)?);
     }
     Ok(out)
+}
+
+/// What a VF gets when its spec does not say.
+#[derive(Debug, Clone, Copy)]
+struct Defaults {
+    contexts: u32,
+    vram: u64,
+}
+
+/// VF `vf`'s configuration as `spec` asks, beside the VFs `others`: its
+/// contexts within what they leave of the 64, its VRAM window in the first
+/// gap between theirs that holds it (from offset 0, below the device's
+/// firmware carve-out).
+fn partition_for(
+    device: &DeviceConfig,
+    others: &[DeviceConfig],
+    vf: u32,
+    spec: &VfSpec,
+    defaults: Defaults,
+) -> Result<DeviceConfig, ConfigError> {
+    let layout = device.vram.layout;
+    let usable = layout.size.saturating_sub(FIRMWARE_RESERVED);
+    let used: u32 = others
+        .iter()
+        .filter_map(|c| c.partition)
+        .map(|p| p.contexts)
+        .sum();
+    let contexts_left = MAX_CONTEXTS.saturating_sub(used);
+    let contexts = spec
+        .contexts
+        .unwrap_or(defaults.contexts.min(contexts_left));
+    if contexts == 0 || contexts > contexts_left {
+        return Err(bad(
+            vf,
+            format!("{contexts} contexts: {contexts_left} of {MAX_CONTEXTS} are left"),
+        ));
+    }
+    let weight = spec.weight.unwrap_or(1);
+    if !(1..=MAX_WEIGHT).contains(&weight) {
+        return Err(bad(
+            vf,
+            format!("weight {weight} out of range 1..={MAX_WEIGHT}"),
+        ));
+    }
+    // The gaps between the others' windows, lowest first.
+    let mut windows: Vec<(u64, u64)> = others
+        .iter()
+        .filter_map(|c| c.partition.map(|p| (p.vram_offset, c.vram.layout.size)))
+        .filter(|&(_, size)| size > 0)
+        .collect();
+    windows.sort_unstable();
+    let mut gaps = Vec::new();
+    let mut at = 0u64;
+    for (off, size) in &windows {
+        if *off > at {
+            gaps.push((at, off - at));
+        }
+        at = at.max(off.saturating_add(*size));
+    }
+    if usable > at {
+        gaps.push((at, usable - at));
+    }
+    let largest = gaps.iter().map(|g| g.1).max().unwrap_or(0);
+    let vram = if layout.size == 0 {
+        0
+    } else {
+        spec.vram
+            .unwrap_or(defaults.vram.min(largest / VRAM_ALIGN * VRAM_ALIGN))
+    };
+    let offset = if vram == 0 {
+        0
+    } else {
+        gaps.iter()
+            .find(|g| g.1 >= vram)
+            .map(|g| g.0)
+            .ok_or_else(|| {
+                bad(
+                    vf,
+                    format!("{} MiB of VRAM: {} MiB are left", vram / MIB, largest / MIB),
+                )
+            })?
+    };
+    // The aperture is a PCI BAR: a power of two.
+    let visible = match spec.visible {
+        Some(v) if v != 0 && !v.is_power_of_two() => {
+            return Err(bad(
+                vf,
+                format!("visible part of {v} bytes: an aperture (a PCI BAR) is a power of two"),
+            ));
+        }
+        Some(v) => v,
+        None if vram == 0 => 0,
+        None => prev_power_of_two(vram / 4).max(VRAM_ALIGN),
+    };
+    let vcfg =
+        VramConfig::new(vram, visible, device.vram.on_reset).map_err(|e| bad(vf, e.to_string()))?;
+    Ok(device
+        .with_vram(vcfg)
+        .with_boot(Boot::Preloaded)
+        .with_partition(PartitionConfig {
+            vf,
+            contexts,
+            vram_offset: offset,
+            weight,
+        }))
 }
 
 /// Errors of the physical function.
@@ -195,10 +245,11 @@ pub enum PfError {
 }
 
 /// The physical function: the device's shared parts and its VFs'
-/// configurations.
+/// configurations (slot `vf - 1`; VFs come and go while the device runs).
 #[derive(Debug)]
 pub struct PhysicalFunction {
-    vfs: Vec<DeviceConfig>,
+    device: DeviceConfig,
+    vfs: Mutex<Vec<Option<DeviceConfig>>>,
     shared: Shared,
     /// The whole device's VRAM (kept for the memfd's lifetime).
     vram: Vram,
@@ -211,10 +262,10 @@ impl PhysicalFunction {
     /// [`PfError`] if [`plan`] refuses the VFs or the VRAM memfd cannot be
     /// made.
     pub fn new(device: DeviceConfig, specs: &[VfSpec]) -> Result<PhysicalFunction, PfError> {
-        let vfs = plan(&device, specs)?;
+        let planned = plan(&device, specs)?;
         let vram = Vram::new(device.vram)?;
         let arbiter = Arc::new(Arbiter::new());
-        for cfg in &vfs {
+        for cfg in &planned {
             if let Some(p) = cfg.partition {
                 arbiter
                     .set_weight(p.vf, p.weight)
@@ -230,8 +281,13 @@ impl PhysicalFunction {
             })?)),
             None => None,
         };
+        let mut vfs = vec![None; MAX_VFS as usize];
+        for (slot, cfg) in vfs.iter_mut().zip(planned) {
+            *slot = Some(cfg);
+        }
         Ok(PhysicalFunction {
-            vfs,
+            device,
+            vfs: Mutex::new(vfs),
             shared: Shared {
                 arbiter,
                 vram: file,
@@ -240,9 +296,72 @@ impl PhysicalFunction {
         })
     }
 
-    /// The VFs' configurations, VF 1 first.
-    pub fn configs(&self) -> &[DeviceConfig] {
-        &self.vfs
+    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Option<DeviceConfig>>> {
+        self.vfs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The VFs' configurations, lowest VF first.
+    pub fn configs(&self) -> Vec<DeviceConfig> {
+        self.slots().iter().flatten().copied().collect()
+    }
+
+    /// VF `vf`'s configuration, if it exists.
+    pub fn config(&self, vf: u32) -> Option<DeviceConfig> {
+        let i = usize::try_from(vf.checked_sub(1)?).ok()?;
+        self.slots().get(i).copied().flatten()
+    }
+
+    /// A new VF while the device runs, in the lowest free slot, as `spec`
+    /// asks (default: 8 contexts, 64 MiB of VRAM or the largest window
+    /// left); its history in the arbiter starts afresh.
+    ///
+    /// # Errors
+    /// [`ConfigError::Partition`] when every slot is taken or the device
+    /// has not what `spec` asks left.
+    pub fn create(&self, spec: &VfSpec) -> Result<DeviceConfig, ConfigError> {
+        let mut slots = self.slots();
+        let i = slots.iter().position(Option::is_none).ok_or_else(|| {
+            bad(
+                MAX_VFS + 1,
+                format!("all {MAX_VFS} virtual functions exist"),
+            )
+        })?;
+        let vf = u32::try_from(i + 1).unwrap_or(u32::MAX);
+        let others: Vec<DeviceConfig> = slots.iter().flatten().copied().collect();
+        let defaults = Defaults {
+            contexts: 8,
+            vram: 64 * MIB,
+        };
+        let cfg = partition_for(&self.device, &others, vf, spec, defaults)?;
+        self.shared.arbiter.forget(vf);
+        if let Some(p) = cfg.partition {
+            self.shared
+                .arbiter
+                .set_weight(vf, p.weight)
+                .map_err(|e| bad(vf, e.to_string()))?;
+        }
+        if let Some(slot) = slots.get_mut(i) {
+            *slot = Some(cfg);
+        }
+        Ok(cfg)
+    }
+
+    /// Removes VF `vf`: its contexts and VRAM window go back to the device
+    /// (its running device, if any, is the caller's to end).
+    ///
+    /// # Errors
+    /// [`ConfigError::Partition`] if there is no such VF.
+    pub fn destroy(&self, vf: u32) -> Result<DeviceConfig, ConfigError> {
+        let i = vf
+            .checked_sub(1)
+            .and_then(|i| usize::try_from(i).ok())
+            .ok_or_else(|| bad(vf, "no such virtual function"))?;
+        self.slots()
+            .get_mut(i)
+            .and_then(Option::take)
+            .ok_or_else(|| bad(vf, "no such virtual function"))
     }
 
     /// What the VFs share.
@@ -258,7 +377,7 @@ impl PhysicalFunction {
     /// A powered-on device for VF `vf` (from 1), or `None` if there is no
     /// such VF.
     pub fn device(&self, vf: u32) -> Option<Device> {
-        let cfg = *self.vfs.get(usize::try_from(vf.checked_sub(1)?).ok()?)?;
+        let cfg = self.config(vf)?;
         Some(Device::virtual_function(cfg, &self.shared))
     }
 
@@ -349,5 +468,37 @@ mod tests {
         assert_eq!(d.gpu().vram.file_base(), 30 * MIB);
         assert!(pf.device(3).is_none());
         assert!(pf.device(0).is_none());
+    }
+
+    #[test]
+    fn vfs_come_and_go_in_the_gaps_they_leave() {
+        let spec = |s: &str| s.parse::<VfSpec>().unwrap();
+        let pf = PhysicalFunction::new(
+            device(130),
+            &[spec("vram=32M,contexts=16"), spec("vram=32M,contexts=16")],
+        )
+        .unwrap();
+        // 128 MiB usable: 32 + 32 taken, 64 left at offset 64 MiB.
+        let c = pf.create(&spec("weight=4")).unwrap();
+        let p = c.partition.unwrap();
+        assert_eq!(
+            (p.vf, p.contexts, p.vram_offset, c.vram.layout.size),
+            (3, 8, 64 * MIB, 64 * MIB)
+        );
+        assert_eq!(pf.arbiter().weight(3), 4);
+        let e = pf.create(&spec("vram=4M")).unwrap_err().to_string();
+        assert!(
+            e.contains("virtual function 4: 4 MiB of VRAM: 0 MiB are left"),
+            "{e}"
+        );
+        // VF 1's window is free again and the next VF takes slot 1 and it.
+        assert_eq!(pf.destroy(1).unwrap().partition.unwrap().vram_offset, 0);
+        assert!(pf.destroy(1).is_err());
+        let c = pf.create(&spec("vram=16M,contexts=40")).unwrap();
+        assert_eq!(c.partition.unwrap().vf, 1);
+        assert_eq!(c.partition.unwrap().vram_offset, 0);
+        let e = pf.create(&spec("contexts=1")).unwrap_err().to_string();
+        assert!(e.contains("0 of 64 are left"), "{e}");
+        assert_eq!(pf.configs().len(), 3);
     }
 }

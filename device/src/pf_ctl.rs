@@ -5,6 +5,8 @@
 //! | request | does |
 //! |---|---|
 //! | `vf list` | every VF: partition, weight, frontend, resets, engine use (JSON) |
+//! | `vf create SPEC` | a new VF while the device runs (`contexts=N,vram=SIZE,visible=SIZE,weight=W,socket=PATH`): its socket appears for its VM |
+//! | `vf destroy N` | VF `N` removed: its VM, if one is attached, is disconnected; its contexts and VRAM window go back to the device |
 //! | `vf weight N W` | VF `N`'s scheduling weight from its next turn on |
 //! | `vf reset N` | a function-level reset of VF `N` (the host's FLR): its work is dropped, its driver hears `RESET_DONE`, the other VFs run on |
 //! | `vf fairness` | per engine: each VF's share of the engine time against its weight's share |
@@ -38,27 +40,119 @@ pub struct VfState {
     pub flrs: u64,
 }
 
+/// A VF created or destroyed on the control socket, for the daemon's loop
+/// to start or end its socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// VF `n` exists now: serve its socket.
+    Created(u32),
+    /// VF `n` is gone: end its session.
+    Destroyed(u32),
+}
+
 /// The VFs of one physical function, as the control socket sees them.
 #[derive(Debug)]
 pub struct VfTable {
     pf: Arc<PhysicalFunction>,
+    /// Default sockets are `BASE.vfN`.
+    socket_base: PathBuf,
+    /// Slot `vf - 1` of every possible VF.
     vfs: Vec<Mutex<VfState>>,
+    changes: Mutex<Vec<Change>>,
+    wake: vmm_sys_util::eventfd::EventFd,
 }
 
 impl VfTable {
     /// The table of `pf`'s VFs with their sockets (`sockets[i]` for VF
-    /// `i + 1`).
-    pub fn new(pf: Arc<PhysicalFunction>, sockets: Vec<PathBuf>) -> Self {
-        let vfs = sockets
-            .into_iter()
-            .map(|socket| {
+    /// `i + 1`); VFs created later default to `socket_base.vfN`.
+    ///
+    /// # Errors
+    /// The wake-up eventfd cannot be made.
+    pub fn new(
+        pf: Arc<PhysicalFunction>,
+        sockets: Vec<PathBuf>,
+        socket_base: PathBuf,
+    ) -> std::io::Result<Self> {
+        let mut sockets = sockets.into_iter();
+        let vfs = (0..crate::config::MAX_VFS)
+            .map(|_| {
                 Mutex::new(VfState {
-                    socket,
+                    socket: sockets.next().unwrap_or_default(),
                     ..VfState::default()
                 })
             })
             .collect();
-        VfTable { pf, vfs }
+        Ok(VfTable {
+            pf,
+            socket_base,
+            vfs,
+            changes: Mutex::new(Vec::new()),
+            wake: vmm_sys_util::eventfd::EventFd::new(vmm_sys_util::eventfd::EFD_NONBLOCK)?,
+        })
+    }
+
+    /// The eventfd rung when a VF was created or destroyed.
+    pub fn wake_fd(&self) -> &vmm_sys_util::eventfd::EventFd {
+        &self.wake
+    }
+
+    /// The VFs created and destroyed since the last call, in order.
+    pub fn take_changes(&self) -> Vec<Change> {
+        let _ = self.wake.read();
+        std::mem::take(&mut *self.changes.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn changed(&self, c: Change) {
+        self.changes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(c);
+        if let Err(e) = self.wake.write(1) {
+            log::warn!("cannot wake the device's loop: {e}");
+        }
+    }
+
+    fn create(&self, spec: &str) -> Result<String, String> {
+        let spec: crate::pf::VfSpec = spec.parse()?;
+        let cfg = self.pf.create(&spec).map_err(|e| e.to_string())?;
+        let Some(p) = cfg.partition else {
+            return Err("the new VF has no partition".into());
+        };
+        let socket = spec
+            .socket
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("{}.vf{}", self.socket_base.display(), p.vf)));
+        self.with(p.vf, |s| {
+            *s = VfState {
+                socket: socket.clone(),
+                ..VfState::default()
+            }
+        });
+        log::info!("virtual function {} created by the host", p.vf);
+        self.changed(Change::Created(p.vf));
+        Ok(format!(
+            "{{\"ok\":true,\"vf\":{},\"socket\":{},\"contexts\":{},\"vram_offset\":{},\"vram_size\":{},\"visible_vram_size\":{},\"weight\":{}}}",
+            p.vf,
+            json_str(&socket.display().to_string()),
+            p.contexts,
+            p.vram_offset,
+            cfg.vram.layout.size,
+            cfg.vram.layout.visible,
+            p.weight
+        ))
+    }
+
+    fn destroy(&self, vf: u32) -> Result<String, String> {
+        self.pf.destroy(vf).map_err(|e| e.to_string())?;
+        let connected = self.with(vf, |s| s.connected).unwrap_or(false);
+        log::warn!(
+            "virtual function {vf} destroyed by the host{}",
+            if connected { " while its VM runs" } else { "" }
+        );
+        self.changed(Change::Destroyed(vf));
+        Ok(format!(
+            "{{\"ok\":true,\"vf\":{vf},\"was_connected\":{connected}}}"
+        ))
     }
 
     /// The physical function.
@@ -206,18 +300,20 @@ impl Requests for VfTable {
         let mut words = line.split_whitespace();
         if words.next() != Some("vf") {
             return error_reply(
-                "a partitioned device answers vf requests: vf list, vf weight N W, vf reset N, \
-                 vf fairness, vf N REQUEST",
+                "a partitioned device answers vf requests: vf list, vf create SPEC, vf destroy N, \
+                 vf weight N W, vf reset N, vf fairness, vf N REQUEST",
             );
         }
         let rest: Vec<&str> = words.collect();
         let reply = match rest.as_slice() {
             ["list"] => Ok(self.list()),
+            ["create", spec @ ..] => self.create(&spec.join(",")),
+            ["destroy", n] => number(Some(n), "vf destroy N").and_then(|n| self.destroy(n)),
             ["fairness"] => Ok(self.fairness()),
             ["weight", n, w] => number(Some(n), "vf weight N")
                 .and_then(|n| Ok((n, number(Some(w), "vf weight N W")?)))
                 .and_then(|(n, w)| {
-                    if self.with(n, |_| ()).is_none() {
+                    if self.pf.config(n).is_none() {
                         return Err(format!("no virtual function {n}"));
                     }
                     self.pf
@@ -247,9 +343,17 @@ mod tests {
         let device = DeviceConfig::new(Generation::Gen2, 2)
             .unwrap()
             .with_vram(VramConfig::new(66 << 20, 16 << 20, VramOnReset::Keep).unwrap());
-        let specs = ["weight=2".parse().unwrap(), "".parse().unwrap()];
+        let specs = [
+            "weight=2,contexts=16,vram=16M".parse().unwrap(),
+            "contexts=16,vram=16M".parse().unwrap(),
+        ];
         let pf = Arc::new(PhysicalFunction::new(device, &specs).unwrap());
-        VfTable::new(pf, vec!["/tmp/a.vf1".into(), "/tmp/a.vf2".into()])
+        VfTable::new(
+            pf,
+            vec!["/tmp/a.vf1".into(), "/tmp/a.vf2".into()],
+            "/tmp/a".into(),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -257,8 +361,8 @@ mod tests {
         let t = table();
         let v: serde_json::Value = serde_json::from_str(&t.handle("vf list")).unwrap();
         assert_eq!(v["vfs"][0]["weight"], 2);
-        assert_eq!(v["vfs"][1]["vram_offset"], 32 << 20);
-        assert_eq!(v["vfs"][1]["contexts"], 32);
+        assert_eq!(v["vfs"][1]["vram_offset"], 16 << 20);
+        assert_eq!(v["vfs"][1]["contexts"], 16);
         assert_eq!(v["vfs"][1]["socket"], "/tmp/a.vf2");
         assert_eq!(v["vfs"][0]["connected"], false);
         assert!(t.handle("vf weight 2 5").contains("\"ok\":true"));
@@ -295,5 +399,34 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&t.handle("vf list")).unwrap();
         assert_eq!(v["vfs"][0]["flrs"], 1);
         assert!(t.handle("vf 2 list").contains("no device"));
+    }
+
+    #[test]
+    fn vfs_created_and_destroyed_are_told_to_the_loop() {
+        let t = table();
+        let v: serde_json::Value =
+            serde_json::from_str(&t.handle("vf create contexts=4,vram=8M weight=3")).unwrap();
+        assert_eq!(v["vf"], 3, "{v}");
+        assert_eq!(v["socket"], "/tmp/a.vf3");
+        assert_eq!(v["vram_offset"], 32 << 20);
+        assert_eq!(v["weight"], 3);
+        assert!(t.handle("vf create vram=64M").contains("are left"));
+        assert!(t.handle("vf create colour=red").contains("\"ok\":false"));
+        let v: serde_json::Value = serde_json::from_str(&t.handle("vf destroy 1")).unwrap();
+        assert_eq!(v["was_connected"], false, "{v}");
+        assert!(t.handle("vf destroy 1").contains("\"ok\":false"));
+        assert_eq!(
+            t.take_changes(),
+            vec![Change::Created(3), Change::Destroyed(1)]
+        );
+        assert!(t.take_changes().is_empty());
+        let l: serde_json::Value = serde_json::from_str(&t.handle("vf list")).unwrap();
+        let vfs: Vec<u64> = l["vfs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["vf"].as_u64().unwrap())
+            .collect();
+        assert_eq!(vfs, [2, 3]);
     }
 }

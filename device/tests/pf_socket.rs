@@ -90,9 +90,29 @@ fn control(path: &Path, line: &str) -> serde_json::Value {
     serde_json::from_str(&reply).unwrap()
 }
 
+/// Waits until VF `vf` has served `n` frontends: its fresh device then
+/// listens again (the loop renews it before it answers the next request).
+fn wait_frontends(ctl: &Path, vf: u64, n: u64) {
+    for _ in 0..500 {
+        let v = control(ctl, "vf list");
+        let served = v["vfs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["vf"] == vf)
+            .map(|f| f["frontends"].as_u64().unwrap());
+        if served == Some(n) {
+            return;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    panic!("VF {vf} did not serve {n} frontends");
+}
+
 type Done = mpsc::Receiver<Result<PfSummary, String>>;
 
-/// A partitioned device with two VFs (`contexts=8`, `weight=2`) serving in
+/// A partitioned device with two VFs (`contexts=8`, `weight=2`, 16 MiB of
+/// VRAM each of 64) serving in
 /// a thread: its VF sockets, control socket, stop handle and result.
 fn start(dir: &Path) -> (Vec<PathBuf>, PathBuf, StopHandle, Done) {
     let _ = env_logger::builder().is_test(true).try_init();
@@ -101,12 +121,12 @@ fn start(dir: &Path) -> (Vec<PathBuf>, PathBuf, StopHandle, Done) {
     let device = DeviceConfig::new(Generation::Gen2, 2)
         .unwrap()
         .with_vram(VramConfig::new(66 << 20, 16 << 20, VramOnReset::Zero).unwrap());
-    let specs: Vec<VfSpec> = ["contexts=8", "weight=2"]
+    let specs: Vec<VfSpec> = ["contexts=8,vram=16M", "weight=2,vram=16M"]
         .iter()
         .map(|s| s.parse().unwrap())
         .collect();
     let pf = PhysicalFunction::new(device, &specs).unwrap();
-    let mut daemon = PfDaemon::new(pf, sockets.clone()).unwrap();
+    let mut daemon = PfDaemon::new(pf, sockets.clone(), dir.join("gpu")).unwrap();
     daemon.serve_control(&ctl).unwrap();
     let stop = daemon.stop_handle();
     let (tx, done) = mpsc::channel();
@@ -162,6 +182,60 @@ fn a_vf_with_broken_rings_leaves_the_other_serving() {
     done.recv_timeout(T).expect("daemon did not stop").unwrap();
 }
 
+/// The host creates VF 3 while the device runs, a VM uses it, and the host
+/// destroys it while a VM is attached: that VM's connection closes, the
+/// socket goes, VM 2 is served throughout.
+#[test]
+fn vfs_created_and_destroyed_while_the_device_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sockets, ctl, stop, done) = start(dir.path());
+    let mut vm2 = attach(&sockets[1]);
+    let mut c2 = context(&mut vm2);
+    let r = control(&ctl, "vf create contexts=4 vram=8M weight=5");
+    assert_eq!(r["vf"], 3, "{r}");
+    let vf3 = PathBuf::from(r["socket"].as_str().unwrap());
+    assert_eq!(vf3, dir.path().join("gpu.vf3"));
+    for _ in 0..100 {
+        if vf3.exists() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    let mut vm3 = attach(&vf3);
+    assert_eq!((vm3.identity.function, vm3.identity.max_contexts), (3, 4));
+    assert_eq!(vm3.identity.vram_size, 8 << 20);
+    let mut c3 = context(&mut vm3);
+    copy(&mut vm3, &mut c3, 0x61, 1);
+    copy(&mut vm2, &mut c2, 0x62, 1);
+    drop(vm3);
+    // A VM attached when its VF is destroyed is disconnected.
+    let mem = guest_memory();
+    wait_frontends(&ctl, 3, 1);
+    let mut s3 = handshake(&vf3, &mem);
+    let r = control(&ctl, "vf destroy 3");
+    assert_eq!(r["ok"], true, "{r}");
+    s3.raw.set_read_timeout(Some(T)).unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        std::io::Read::read(&mut s3.raw, &mut byte).unwrap_or(0),
+        0,
+        "VM 3 disconnected"
+    );
+    for _ in 0..100 {
+        if !vf3.exists() {
+            break;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!vf3.exists(), "VF 3's socket removed");
+    copy(&mut vm2, &mut c2, 0x63, 2);
+    let v = control(&ctl, "vf list");
+    assert_eq!(v["vfs"].as_array().unwrap().len(), 2, "{v}");
+    drop(vm2);
+    stop.stop();
+    done.recv_timeout(T).expect("daemon did not stop").unwrap();
+}
+
 #[test]
 fn two_vms_share_one_device_and_one_vanishing_leaves_the_other_serving() {
     let dir = tempfile::tempdir().unwrap();
@@ -209,11 +283,10 @@ fn two_vms_share_one_device_and_one_vanishing_leaves_the_other_serving() {
         copy(&mut vm2, &mut c2, seqno as u8, seqno);
     }
     // A new VM on VF 1's socket finds a fresh device: context 1 is free.
+    wait_frontends(&ctl, 1, 1);
     let mut vm1 = attach(&sockets[0]);
     let mut c1 = context(&mut vm1);
     copy(&mut vm1, &mut c1, 0x33, 1);
-    let v = control(&ctl, "vf list");
-    assert_eq!(v["vfs"][0]["frontends"], 1, "{v}");
 
     // The host resets VF 2: VM 2 hears it, VM 1 does not.
     let r = control(&ctl, "vf reset 2");

@@ -21,6 +21,10 @@ Examples:
   vgpu-pf --control /tmp/gpu-pf.sock list
   vgpu-pf --control /tmp/gpu-pf.sock --json list
 
+  # A third VF for another VM, and later without it:
+  vgpu-pf --control /tmp/gpu-pf.sock create contexts=8,vram=64M,weight=2
+  vgpu-pf --control /tmp/gpu-pf.sock destroy 3
+
   # Give VF 1 twice the engine time of a weight-1 VF:
   vgpu-pf --control /tmp/gpu-pf.sock weight 1 2
 
@@ -56,6 +60,20 @@ struct Cli {
 enum Cmd {
     /// Every VF: partition, VM attached, engine use, resets.
     List,
+    /// Creates a VF while the device runs: SPEC is
+    /// `contexts=N,vram=SIZE,visible=SIZE,weight=W,socket=PATH`, every key
+    /// optional (8 contexts, 64 MiB or the largest window left, weight 1,
+    /// socket `SOCKET.vfN`). Prints its number and socket.
+    Create {
+        /// The partition.
+        #[arg(default_value = "")]
+        spec: String,
+    },
+    /// Destroys VF N; a VM attached to it is disconnected.
+    Destroy {
+        /// The VF.
+        n: u32,
+    },
     /// Sets VF N's scheduling weight (1..=100).
     Weight {
         /// The VF.
@@ -142,6 +160,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let line = match &cli.cmd {
         Cmd::List => "vf list".to_owned(),
+        Cmd::Create { spec } => format!("vf create {spec}"),
+        Cmd::Destroy { n } => format!("vf destroy {n}"),
         Cmd::Weight { n, w } => format!("vf weight {n} {w}"),
         Cmd::Reset { n } => format!("vf reset {n}"),
         Cmd::Fairness => "vf fairness".to_owned(),
@@ -170,6 +190,16 @@ fn main() -> ExitCode {
     match (&cli.cmd, cli.json) {
         (Cmd::List, false) => print_list(&v),
         (Cmd::Fairness, false) => print_fairness(&v),
+        (Cmd::Create { .. }, false) => println!(
+            "virtual function {} on {}: {} contexts, {} MiB of VRAM at offset {} MiB ({} MiB visible), weight {}",
+            v["vf"],
+            v["socket"].as_str().unwrap_or(""),
+            v["contexts"],
+            v["vram_size"].as_u64().unwrap_or(0) >> 20,
+            v["vram_offset"].as_u64().unwrap_or(0) >> 20,
+            v["visible_vram_size"].as_u64().unwrap_or(0) >> 20,
+            v["weight"]
+        ),
         _ => {
             let _ = std::io::stdout().write_all(reply.as_bytes());
         }

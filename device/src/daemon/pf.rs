@@ -30,7 +30,7 @@ use super::{
 };
 use crate::backend::VgpuBackend;
 use crate::pf::PhysicalFunction;
-use crate::pf_ctl::VfTable;
+use crate::pf_ctl::{Change, VfTable};
 
 /// How a partitioned device's run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +53,22 @@ struct Slot {
     socket: PathBuf,
     session: Option<(Rc<RefCell<Session>>, SubscriberId)>,
     stop: Option<StopHandle>,
+    /// The host destroyed the VF: its session ends and is not renewed.
+    destroyed: bool,
+}
+
+/// Wakes the loop when the control socket created or destroyed a VF.
+struct ChangeWatch(Arc<VfTable>);
+
+impl MutEventSubscriber for ChangeWatch {
+    fn init(&mut self, ops: &mut EventOps) {
+        if let Err(e) = ops.add(Events::new(self.0.wake_fd(), EventSet::IN)) {
+            log::error!("cannot watch for new virtual functions: {e}");
+        }
+    }
+
+    // The loop takes the changes after `run` returns.
+    fn process(&mut self, _events: Events, _ops: &mut EventOps) {}
 }
 
 /// Passes the daemon's stop on to every VF's session.
@@ -79,11 +95,16 @@ impl MutEventSubscriber for StopFanout {
 }
 
 impl PfDaemon {
-    /// The VFs of `pf`, VF `i + 1` served on `sockets[i]`.
+    /// The VFs of `pf`, VF `i + 1` served on `sockets[i]`; VFs created
+    /// later on the control socket default to `socket_base.vfN`.
     ///
     /// # Errors
     /// [`DaemonError::Session`] if the sockets do not match the VFs.
-    pub fn new(pf: PhysicalFunction, sockets: Vec<PathBuf>) -> Result<PfDaemon, DaemonError> {
+    pub fn new(
+        pf: PhysicalFunction,
+        sockets: Vec<PathBuf>,
+        socket_base: PathBuf,
+    ) -> Result<PfDaemon, DaemonError> {
         if sockets.len() != pf.configs().len() {
             return Err(DaemonError::Session(format!(
                 "{} sockets for {} virtual functions",
@@ -91,8 +112,10 @@ impl PfDaemon {
                 pf.configs().len()
             )));
         }
+        let table =
+            VfTable::new(Arc::new(pf), sockets, socket_base).map_err(DaemonError::Backend)?;
         Ok(PfDaemon {
-            table: Arc::new(VfTable::new(Arc::new(pf), sockets)),
+            table: Arc::new(table),
             stop: StopHandle::new()?,
             control: None,
             signals: None,
@@ -179,8 +202,10 @@ impl PfDaemon {
                     .unwrap_or_default(),
                 session: None,
                 stop: None,
+                destroyed: false,
             })
             .collect();
+        em.add_subscriber(Rc::new(RefCell::new(ChangeWatch(self.table.clone()))));
         for slot in &mut slots {
             self.start(slot, &mut em)?;
         }
@@ -206,6 +231,34 @@ impl PfDaemon {
         }
         let mut frontends = 0u64;
         loop {
+            for change in self.table.take_changes() {
+                match change {
+                    Change::Created(vf) => {
+                        let mut slot = Slot {
+                            vf,
+                            socket: self
+                                .table
+                                .with(vf, |s| s.socket.clone())
+                                .unwrap_or_default(),
+                            session: None,
+                            stop: None,
+                            destroyed: false,
+                        };
+                        match self.start(&mut slot, &mut em) {
+                            Ok(()) => slots.push(slot),
+                            Err(e) => log::error!("virtual function {vf}: {e}"),
+                        }
+                    }
+                    Change::Destroyed(vf) => {
+                        for slot in slots.iter_mut().filter(|s| s.vf == vf) {
+                            slot.destroyed = true;
+                            if let Some(stop) = &slot.stop {
+                                stop.stop();
+                            }
+                        }
+                    }
+                }
+            }
             *targets.borrow_mut() = slots.iter().filter_map(|s| s.stop.clone()).collect();
             for slot in &mut slots {
                 let Some((session, id)) = &slot.session else {
@@ -236,10 +289,16 @@ impl PfDaemon {
                     Ok((ExitReason::Stopped, _)) => {}
                     Err(e) => log::error!("virtual function {}: {e}", slot.vf),
                 }
-                if !self.stop.is_requested() {
+                if slot.destroyed {
+                    log::info!(
+                        "virtual function {}: destroyed, its socket removed",
+                        slot.vf
+                    );
+                } else if !self.stop.is_requested() {
                     self.start(slot, &mut em)?;
                 }
             }
+            slots.retain(|s| !(s.destroyed && s.session.is_none()));
             if self.stop.is_requested() && slots.iter().all(|s| s.session.is_none()) {
                 break;
             }

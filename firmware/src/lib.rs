@@ -112,6 +112,27 @@ pub fn next_major_image_for(generation: u32) -> Vec<u8> {
         .unwrap_or_else(|e| panic!("firmware/src/gen{generation}.toml is broken: {e}"))
 }
 
+/// A valid image of `generation` whose version is the oldest of its major
+/// (`major.0.0`): a driver that accepts any minor of the in-tree major at
+/// or above 0 runs it (a "just old enough" firmware).
+///
+/// # Panics
+///
+/// As [`source_for`].
+pub fn oldest_minor_image_for(generation: u32) -> Vec<u8> {
+    let mut s = source_for(generation);
+    let major = s
+        .version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse::<u32>().ok())
+        .unwrap_or(0);
+    s.version = format!("{major}.0.0");
+    s.build = format!("gen{generation}-oldest");
+    s.image()
+        .unwrap_or_else(|e| panic!("firmware/src/gen{generation}.toml is broken: {e}"))
+}
+
 /// The name the kernel driver requests the image of `generation` by:
 /// `vgpu/gen{N}.fw` (under `/lib/firmware`).
 pub fn file_name(generation: u32) -> String {

@@ -6,7 +6,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use vgpu_firmware::{
-    alt_image_for, corrupt, image_for, next_major_image_for, Corruption, GEN2_SOURCE, GENERATIONS,
+    alt_image_for, corrupt, image_for, next_major_image_for, oldest_minor_image_for, Corruption,
+    GEN2_SOURCE, GENERATIONS,
 };
 
 fn vgpu_fw(args: &[&str]) -> Output {
@@ -41,6 +42,8 @@ fn install_bad_writes_every_image_and_info_judges_them() {
         want.push((d.join(format!("test/gen{g}-alt.fw")), alt_image_for(g)));
         let next = next_major_image_for(g);
         want.push((d.join(format!("test/gen{g}-next-major.fw")), next));
+        let oldest = oldest_minor_image_for(g);
+        want.push((d.join(format!("test/gen{g}-oldest-minor.fw")), oldest));
     }
     // One line per file, each naming it.
     assert_eq!(stdout.lines().count(), want.len(), "{stdout}");
@@ -54,7 +57,7 @@ fn install_bad_writes_every_image_and_info_judges_them() {
     }
     // Nothing else.
     assert_eq!(std::fs::read_dir(d).unwrap().count(), 3);
-    assert_eq!(std::fs::read_dir(d.join("test")).unwrap().count(), 2 * 11);
+    assert_eq!(std::fs::read_dir(d.join("test")).unwrap().count(), 2 * 12);
 
     // info: 0 on a good image, 1 on a refused one.
     for g in GENERATIONS {
@@ -67,6 +70,9 @@ fn install_bad_writes_every_image_and_info_judges_them() {
         let next = vgpu_fw(&["info", s(&d.join(format!("test/gen{g}-next-major.fw")))]);
         assert_eq!(status(&next), 0);
         assert!(String::from_utf8_lossy(&next.stdout).contains(&format!("{}.0.0", g + 1)));
+        let oldest = vgpu_fw(&["info", s(&d.join(format!("test/gen{g}-oldest-minor.fw")))]);
+        assert_eq!(status(&oldest), 0);
+        assert!(String::from_utf8_lossy(&oldest.stdout).contains(&format!("{g}.0.0")));
         for c in Corruption::ALL {
             let f = d.join(format!("test/gen{g}-{}.fw", c.name()));
             let o = vgpu_fw(&["info", s(&f)]);

@@ -8,8 +8,8 @@ use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 use vgpu_firmware::source::parse_interface;
 use vgpu_firmware::{
-    alt_image_for, check, corrupt, describe, image_for, next_major_image_for, Corruption, Source,
-    GENERATIONS,
+    alt_image_for, check, corrupt, describe, image_for, next_major_image_for,
+    oldest_minor_image_for, Corruption, Source, GENERATIONS,
 };
 use vgpu_hwif::limits::PROTOCOL_VERSION;
 
@@ -51,7 +51,9 @@ enum Cmd {
         /// Also write every broken image of each, DIR/test/gen{N}-{corruption}.fw,
         /// a valid alternative one, DIR/test/gen{N}-alt.fw (other slices, patch + 1,
         /// no user-mode queues), and a valid one of the next major version,
-        /// DIR/test/gen{N}-next-major.fw (a driver of this major refuses it).
+        /// DIR/test/gen{N}-next-major.fw (a driver of this major refuses it),
+        /// and one of the oldest minor of the major, DIR/test/gen{N}-oldest-minor.fw
+        /// (a driver of this major runs it).
         #[arg(long)]
         bad: bool,
     },
@@ -136,6 +138,8 @@ fn install(dir: &Path, bad: bool) -> Result<(), Failure> {
         install_one(&test.join(format!("gen{g}-alt.fw")), &alt_image_for(g), g)?;
         let next = next_major_image_for(g);
         install_one(&test.join(format!("gen{g}-next-major.fw")), &next, g)?;
+        let oldest = oldest_minor_image_for(g);
+        install_one(&test.join(format!("gen{g}-oldest-minor.fw")), &oldest, g)?;
     }
     Ok(())
 }

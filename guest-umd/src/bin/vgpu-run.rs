@@ -16,7 +16,7 @@ use vgpu_umd::{Arg, Buffer, Context, MemKind, Module, Stream};
 #[command(
     name = "vgpu-run",
     about = "Load a module (vgpu-as output, or .s source) and launch a kernel",
-    after_help = "Examples:\n  vgpu-run saxpy.s saxpy --grid 4 u32:1000 f32:2 buf:4000:f32=1 buf:4000:f32=10\n  vgpu-run --list vecadd.vgpu\n  vgpu-run sample:saxpy saxpy --grid 4 u32:1000 f32:2 buf:4000 buf:4000 --for-ms 5000   # a busy client for gputop"
+    after_help = "Examples:\n  vgpu-run saxpy.s saxpy --grid 4 u32:1000 f32:2 buf:4000:f32=1 buf:4000:f32=10\n  vgpu-run --list vecadd.vgpu\n  vgpu-run sample:saxpy saxpy --grid 4 u32:1000 f32:2 buf:4000 buf:4000 --for-ms 5000   # a busy client for gputop\n  vgpu-run sample:saxpy saxpy --grid 64 u32:16384 f32:2 buf:65536 buf:65536 --for-ms 5000 --depth 4   # the engine never idle"
 )]
 struct Args {
     /// Module file: a `vgpu-as` image, or assembly source (`.s`); or
@@ -42,6 +42,10 @@ struct Args {
     /// many ms have passed (at least once): one long-lived busy client.
     #[arg(long, default_value_t = 0)]
     for_ms: u64,
+    /// With --for-ms: launches queued before each wait (1: each launch
+    /// waits for the one before; more keep the engine busy without a gap).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    depth: u32,
 }
 
 fn dims(s: &str) -> Result<[u32; 3], String> {
@@ -163,9 +167,11 @@ fn run(a: &Args) -> Result<(), String> {
     let t = std::time::Instant::now();
     let mut launches = 0u64;
     loop {
-        s.launch(&k, grid, wg, &args).map_err(|e| e.to_string())?;
+        for _ in 0..a.depth {
+            s.launch(&k, grid, wg, &args).map_err(|e| e.to_string())?;
+            launches += 1;
+        }
         s.synchronize().map_err(|e| e.to_string())?;
-        launches += 1;
         if t.elapsed().as_millis() as u64 >= a.for_ms {
             break;
         }

@@ -114,6 +114,23 @@ impl VfTable {
 
     fn create(&self, spec: &str) -> Result<String, String> {
         let spec: crate::pf::VfSpec = spec.parse()?;
+        // The loop binds the socket later: refuse at once what it could
+        // not bind, before a slot is taken.
+        if let Some(sock) = &spec.socket {
+            let dir = sock.parent().filter(|d| !d.as_os_str().is_empty());
+            if dir.is_some_and(|d| !d.is_dir()) {
+                return Err(format!("socket {}: no such directory", sock.display()));
+            }
+            let taken = self
+                .pf
+                .configs()
+                .iter()
+                .filter_map(|c| c.partition)
+                .any(|p| self.with(p.vf, |s| s.socket == *sock).unwrap_or(false));
+            if taken {
+                return Err(format!("socket {} is another VF's", sock.display()));
+            }
+        }
         let cfg = self.pf.create(&spec).map_err(|e| e.to_string())?;
         let Some(p) = cfg.partition else {
             return Err("the new VF has no partition".into());
@@ -412,6 +429,12 @@ mod tests {
         assert_eq!(v["weight"], 3);
         assert!(t.handle("vf create vram=64M").contains("are left"));
         assert!(t.handle("vf create colour=red").contains("\"ok\":false"));
+        assert!(t
+            .handle("vf create socket=/nonexistent-dir/x.sock")
+            .contains("no such directory"));
+        assert!(t
+            .handle("vf create socket=/tmp/a.vf1")
+            .contains("another VF's"));
         let v: serde_json::Value = serde_json::from_str(&t.handle("vf destroy 1")).unwrap();
         assert_eq!(v["was_connected"], false, "{v}");
         assert!(t.handle("vf destroy 1").contains("\"ok\":false"));

@@ -246,7 +246,12 @@ impl PfDaemon {
                         };
                         match self.start(&mut slot, &mut em) {
                             Ok(()) => slots.push(slot),
-                            Err(e) => log::error!("virtual function {vf}: {e}"),
+                            Err(e) => {
+                                // Without its socket the VF cannot serve:
+                                // its partition goes back to the device.
+                                log::error!("virtual function {vf}: {e}; destroyed again");
+                                let _ = self.table.pf().destroy(vf);
+                            }
                         }
                     }
                     Change::Destroyed(vf) => {

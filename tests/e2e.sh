@@ -79,6 +79,44 @@ debug_check() {
 # The pattern of the next run_vm's check (run_vm resets it).
 case_splat_re=$splat_re
 
+# attempt NAME COMMAND...: runs a case's launcher COMMAND (scripts/vm or scripts/vms, with --keep-logs
+# $logdir/NAME), its output in $case_out, its status in $case_rc, its messages in $logdir/NAME.stderr.
+# QEMU itself aborting on one of its own assertions is QEMU's failure, not the case's: the case runs
+# once more, its line says so with the assertion's place, the first attempt's messages and output are
+# kept (NAME.qemu-abort.*), and the summary counts the retries; a second abort is the case's result.
+# scripts/vms prefixes each VM's messages with "vmN: ". (Seen under TCG, docs/testing.md "QEMU's own
+# assertions under TCG": QEMU 10.0's msix_table_mmio_write and iotlb_to_section assertions, in
+# firmware or early boot, and once during the second function reset of kmd-flr.)
+attempt() {
+    local name=$1; shift
+    case_out=$("$@" 2>"$logdir/$name.stderr")
+    case_rc=$?
+    # QEMU's messages: scripts/vm's on its stderr, scripts/vms's in its output, each line "vmN: ...".
+    local qemu_msgs
+    qemu_msgs=$(cat "$logdir/$name.stderr"; grep -E '^vm[0-9]+: ' <<<"$case_out")
+    if [ $case_rc -eq 123 ] \
+        && grep -qE '^(vm[0-9]+: )?vm: QEMU failed while the guest was running \(exit status 134\)' <<<"$qemu_msgs" \
+        && grep -qE '^(vm[0-9]+: )?qemu-system-[^:]*: .*Assertion .* failed' <<<"$qemu_msgs"; then
+        mv "$logdir/$name.stderr" "$logdir/$name.qemu-abort.stderr"
+        printf '%s\n' "$case_out" > "$logdir/$name.qemu-abort.out"
+        local when="before the guest's command started"
+        # scripts/vms's own lines (the command line, QEMU's messages, the statuses) are not the command's.
+        local out_lines
+        out_lines=$(grep -vE '^vm[0-9]+: (vm: |qemu-system-|exit status |VGPU-)|^host: ' <<<"$case_out" | grep -c .)
+        [ "$out_lines" -eq 0 ] || when="while the guest's command ran ($out_lines lines of output)"
+        echo "     $name: QEMU aborted $when ($(grep -m1 -oE 'qemu-system-[^:]*: [^:]*:[0-9]+: [a-z_]+' <<<"$qemu_msgs")); running the case again"
+        qemu_aborts=$((qemu_aborts + 1))
+        rm -rf "${logdir:?}/$name.qemu-abort"
+        [ ! -d "$logdir/$name" ] || mv "$logdir/$name" "$logdir/$name.qemu-abort"
+        case_out=$("$@" 2>"$logdir/$name.stderr")
+        case_rc=$?
+        # A check that failed before the abort is not hidden by a retry that passes.
+        local failed
+        failed=$(grep -E '^(vm[0-9]+: )?FAIL' "$logdir/$name.qemu-abort.out" | sed 's/$/ (first attempt, before QEMU aborted)/')
+        [ -z "$failed" ] || case_out=$(printf '%s\n%s' "$failed" "$case_out")
+    fi
+}
+
 # run_vm NAME VM_ARGS... run GUEST_CMD: the case's output in $case_out
 case_out=""
 run_vm() {
@@ -91,32 +129,17 @@ run_vm() {
     fi
     case_splat_re=$splat_re
     t0=$(date +%s.%N)
-    case_out=$("${vm[@]}" --keep-logs "$logdir/$name" "${args[@]}" 2>"$logdir/$name.stderr")
-    case_rc=$?
-    # QEMU itself aborting on one of its own assertions is QEMU's failure, not the case's: the
-    # case runs once more, its line says so with the assertion's place, the first attempt's
-    # messages and output are kept (NAME.qemu-abort.*), and the summary counts the retries; a
-    # second abort is the case's result. (Seen under TCG: QEMU 10.0's msix_table_mmio_write
-    # assertion about a second after start, in firmware or early boot; and once during the
-    # second function reset of kmd-flr, its place not kept then.)
-    if [ $case_rc -eq 123 ] \
-        && grep -qE '^vm: QEMU failed while the guest was running \(exit status 134\)' "$logdir/$name.stderr" \
-        && grep -qE '^qemu-system-[^:]*: .*Assertion .* failed' "$logdir/$name.stderr"; then
-        mv "$logdir/$name.stderr" "$logdir/$name.qemu-abort.stderr"
-        printf '%s\n' "$case_out" > "$logdir/$name.qemu-abort.out"
-        local when="before the guest's command started"
-        [ -z "$case_out" ] || when="while the guest's command ran ($(printf '%s\n' "$case_out" | wc -l) lines of output)"
-        echo "     $name: QEMU aborted $when ($(grep -m1 -oE 'qemu-system-[^:]*: [^:]*:[0-9]+: [a-z_]+' "$logdir/$name.qemu-abort.stderr")); running the case again"
-        qemu_aborts=$((qemu_aborts + 1))
-        rm -rf "${logdir:?}/$name.qemu-abort"
-        [ ! -d "$logdir/$name" ] || mv "$logdir/$name" "$logdir/$name.qemu-abort"
-        case_out=$("${vm[@]}" --keep-logs "$logdir/$name" "${args[@]}" 2>"$logdir/$name.stderr")
-        case_rc=$?
-        # A check that failed before the abort is not hidden by a retry that passes.
-        local failed
-        failed=$(grep -E '^FAIL' "$logdir/$name.qemu-abort.out" | sed 's/$/ (first attempt, before QEMU aborted)/')
-        [ -z "$failed" ] || case_out=$(printf '%s\n%s' "$failed" "$case_out")
-    fi
+    attempt "$name" "${vm[@]}" --keep-logs "$logdir/$name" "${args[@]}"
+    t1=$(date +%s.%N)
+    case_secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
+    printf '%s\n' "$case_out" > "$logdir/$name.out"
+}
+
+run_vms() {  # run_vms NAME VMS_ARGS...: scripts/vms with the case's logs and retry, like run_vm
+    local name=$1; shift
+    local t0 t1
+    t0=$(date +%s.%N)
+    attempt "$name" "$repo/scripts/vms" --no-build --timeout "${VGPU_E2E_TIMEOUT:-300}" --keep-logs "$logdir/$name" "$@"
     t1=$(date +%s.%N)
     case_secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
     printf '%s\n' "$case_out" > "$logdir/$name.out"
@@ -251,6 +274,37 @@ STUB
     elif ! want "^FAIL flr: a second function reset: EIO \(first attempt, before QEMU aborted\)$"; then
         result "$name" 0 "the first attempt's FAIL line is not in the case's output"
     elif ! want "^ok flr: a second function reset$"; then result "$name" 0 "no output from the retry"
+    else result "$name" 1; fi
+    qemu_aborts=$aborts_before
+fi
+name=vms-qemu-abort-retried
+if selected "$name"; then
+    # scripts/vms with one VM's QEMU aborting on its own assertion (its messages prefixed "vm1: "): the
+    # two VMs run once more, with the line naming the assertion, and the retry's result is the case's.
+    mkdir -p "$logdir/stub-abort-vms"
+    cat > "$logdir/stub-abort-vms/qemu-system-x86_64" <<STUB
+#!/bin/sh
+if [ "\$1" = --version ]; then echo "QEMU emulator version 10.0.2 (stand-in)"; exit 0; fi
+echo started >> "$logdir/stub-abort-vms/started"
+echo "VGPU-OUTPUT-BEGIN"
+if [ "\$(wc -l < "$logdir/stub-abort-vms/started")" = 1 ]; then
+    echo "qemu-system-x86_64: system/physmem.c:2678: iotlb_to_section: Assertion \\\`section_index < d->map.sections_nb' failed." >&2
+    kill -ABRT \$\$
+fi
+echo "ok stand-in"
+echo "VGPU-EXIT-STATUS: 0"
+STUB
+    chmod +x "$logdir/stub-abort-vms/qemu-system-x86_64"
+    aborts_before=$qemu_aborts
+    PATH="$logdir/stub-abort-vms:$PATH" run_vms "$name" --vm-arg --accel --vm-arg tcg run true true > "$logdir/$name.retry"
+    retry_line=$(cat "$logdir/$name.retry")
+    starts=$(wc -l < "$logdir/stub-abort-vms/started" 2>/dev/null || echo 0)
+    if [ "$starts" != 4 ]; then result "$name" 0 "QEMU started $starts times, expected 4 (two VMs, run twice)"
+    elif ! grep -q "^     $name: QEMU aborted .*(qemu-system-x86_64: system/physmem.c:2678: iotlb_to_section); running the case again$" <<<"$retry_line"; then
+        result "$name" 0 "no line naming the abort and the retry: $retry_line"
+    elif [ "$case_rc" != 0 ]; then result "$name" 0 "exit status $case_rc after the retry, expected 0"
+    elif ! want "^vm1: ok stand-in$"; then result "$name" 0 "no output from VM 1's retry"
+    elif [ ! -f "$logdir/$name.qemu-abort.stderr" ]; then result "$name" 0 "the first attempt's messages were not kept"
     else result "$name" 1; fi
     qemu_aborts=$aborts_before
 fi
@@ -1214,16 +1268,6 @@ done
 #     functions and a VM on each. Both compute with verified results and see their partition; one VM hangs its
 #     compute engine three times (the KMD's hang check resets the engine in that VF only) while the other keeps
 #     completing jobs, counted; a VM that powers off in the middle of its copies leaves the other serving.
-run_vms() {  # run_vms NAME VMS_ARGS...: scripts/vms with the case's logs, like run_vm
-    local name=$1; shift
-    local t0 t1
-    t0=$(date +%s.%N)
-    case_out=$("$repo/scripts/vms" --no-build --timeout "${VGPU_E2E_TIMEOUT:-300}" --keep-logs "$logdir/$name" "$@" 2>"$logdir/$name.stderr")
-    case_rc=$?
-    t1=$(date +%s.%N)
-    case_secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
-    printf '%s\n' "$case_out" > "$logdir/$name.out"
-}
 for gen in 1 2; do
     name=vf-two-vms-gen$gen
     selected "$name" || continue

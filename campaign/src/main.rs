@@ -14,6 +14,7 @@
 //! | block | may use |
 //! |---|---|
 //! | `minimize` | `run`, `spec` |
+//! | `neighbour` | `run`, `spec` |
 //! | `report` | `run`, `spec` |
 //! | `reuse` | `run`, `spec` |
 //! | `run` | `spec` |
@@ -48,6 +49,7 @@ macro_rules! err {
 }
 
 mod minimize;
+mod neighbour;
 mod report;
 mod reuse;
 mod run;
@@ -410,7 +412,13 @@ fn run_cmd(args: RunArgs) -> ExitCode {
             id.rep,
             id.seed
         );
+        // A run with a neighbour boots its two VMs on one device whatever
+        // the mode (a reused VM has a device of its own).
+        let with_neighbour = c
+            .scenario(&id.scenario)
+            .is_some_and(|s| s.neighbour.is_some());
         let result = match reuse.as_mut() {
+            _ if with_neighbour => neighbour::run(&runner, &c, id, k == 0),
             Some(rr) => rr.run(&c, id, k == 0),
             None => runner.run(&c, id, k == 0),
         };

@@ -350,6 +350,10 @@ pub enum MinimizeError {
     /// The output could not be written.
     #[error("{0}: {1}")]
     Io(String, std::io::Error),
+    /// The scenario runs beside a neighbour VM on a second virtual
+    /// function, whose device sessions are not recorded.
+    #[error("scenario {0} runs with a neighbour (two virtual functions), which is not recorded: minimise a copy without its neighbour")]
+    Neighbour(String),
 }
 
 /// What [`command`] found.
@@ -410,6 +414,9 @@ pub fn command(
         .scenario(only)
         .ok_or_else(|| MinimizeError::NoRun(only.to_owned()))?
         .clone();
+    if s.neighbour.is_some() {
+        return Err(MinimizeError::Neighbour(only.to_owned()));
+    }
     let with = |p: &Parts| Campaign {
         campaign: c.campaign.clone(),
         scenario: vec![p.apply(&s)],

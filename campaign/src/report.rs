@@ -582,6 +582,7 @@ mod tests {
             duration_s: 8.0,
             replay: "r".into(),
             sanitizer: Default::default(),
+            neighbour: None,
             dumps: vec![],
             dump_replays: vec![],
             dump_kinds: vec![],

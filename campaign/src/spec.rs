@@ -126,12 +126,28 @@ pub struct Scenario {
     /// `"--vram=64M --visible-vram=16M --vram-on-reset=garbage"`).
     #[serde(default)]
     pub device_args: Option<String>,
+    /// A guest command run at the same time in a second VM, on a second
+    /// virtual function of the same device (`scripts/vms`): a well-behaved
+    /// neighbour. The scenario's faults are armed on the first function
+    /// only; the neighbour must exit 0 with no reset or fault of its own
+    /// and wait at most `neighbour_wait_ms` for an engine.
+    #[serde(default)]
+    pub neighbour: Option<String>,
+    /// The neighbour's longest wait for an engine, in ms (default
+    /// [`NEIGHBOUR_WAIT_MS`]).
+    #[serde(default)]
+    pub neighbour_wait_ms: Option<u64>,
     /// Faults injected inside the driver (guest-kmd/inject.rs), for the
     /// workload's processes only: `point[:knob=value,...]`, several
     /// separated by `;` (see [`driver_faults`]).
     #[serde(default)]
     pub driver_fault: Option<String>,
 }
+
+/// A neighbour's longest wait for an engine unless its scenario says:
+/// two of the device's 2 ms time slices per engine and a margin for a
+/// busy host.
+pub const NEIGHBOUR_WAIT_MS: u64 = 200;
 
 /// The driver's fault-injection points (guest-kmd/inject.rs; knobs in
 /// `/sys/kernel/debug/vgpu_fail/<point>/`).
@@ -273,6 +289,12 @@ impl Campaign {
             }
             if let Some(d) = &s.driver_fault {
                 driver_faults(d).map_err(|e| SpecError::Invalid(s.name.clone(), e))?;
+            }
+            if s.neighbour_wait_ms.is_some() && s.neighbour.is_none() {
+                return Err(SpecError::Invalid(
+                    s.name.clone(),
+                    "neighbour_wait_ms without a neighbour".into(),
+                ));
             }
             if let Some(w) = &s.workload_status {
                 if !["ok", "error", "any"].contains(&w.as_str()) {

@@ -2,14 +2,16 @@
 //! of its own over its own guest memory (an in-process frontend each),
 //! sharing the engines and the VRAM memfd. What a VF sees of its partition
 //! (IDENTIFY, its contexts, no power states), that its VRAM window is its
-//! own, that a reset of one leaves the other's work running, and that busy
-//! VFs share an engine by weight.
+//! own, that a reset of one leaves the other's work running, that a hung
+//! VF gives a shared engine back at the end of each of its slices, and that
+//! busy VFs share an engine by weight.
 
 use std::time::{Duration, Instant};
 
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 use vgpu_device::config::{DeviceConfig, Generation, VramConfig, VramOnReset};
+use vgpu_device::core::inject::Spec;
 use vgpu_device::pf::{PhysicalFunction, VfSpec};
 use vgpu_device::testkit::{Driver, GpuContext, InProcess, PhysAlloc};
 use vgpu_hwif::event::Event;
@@ -239,6 +241,59 @@ fn a_vf_reset_leaves_the_others_work_running() {
             pattern: 7,
         }],
         1,
+    );
+}
+
+/// VF 1's copy engine hangs on a copy (an injected hang holds the packet
+/// until a reset, which never comes here); VF 2's copies on the shared
+/// engine still complete, each within a few of VF 1's slices, while VF 1
+/// stays hung and keeps getting (and wasting) its turns.
+#[test]
+fn a_hung_vf_gives_the_shared_engine_back_each_slice() {
+    let pf = pf(&["", ""]);
+    let dev1 = pf.device(1).unwrap();
+    dev1.gpu()
+        .inject
+        .arm(Spec::parse("hang:engine=copy,packet=COPY").unwrap(), 0);
+    let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), RAM as usize)]).unwrap();
+    let mut d1 = Driver::new(
+        InProcess::with_device(dev1, &mem),
+        mem,
+        PhysAlloc::new(MIB, RAM - MIB),
+    )
+    .unwrap();
+    let mut d2 = vf(&pf, 2);
+    let mut c1 = context(&mut d1, 1);
+    let mut c2 = context(&mut d2, 1);
+    d1.buffer(&mut c1, SYS, 8 * MIB, RW).unwrap();
+    d2.buffer(&mut c2, SYS, 8 * MIB, RW).unwrap();
+    let copy = Packet::Copy {
+        src: SYS,
+        dst: SYS + 4 * MIB,
+        size: 4 * MIB,
+    };
+    d1.submit(&mut c1, engine::COPY, &[copy, fence(1)]).unwrap();
+    // VF 1 holds the engine before VF 2 asks for it.
+    std::thread::sleep(Duration::from_millis(50));
+    let mut longest = Duration::ZERO;
+    for seqno in 1..=20u64 {
+        let t0 = Instant::now();
+        run(&mut d2, &mut c2, &[copy], seqno);
+        longest = longest.max(t0.elapsed());
+    }
+    let arb = pf.arbiter();
+    let (u1, u2) = (arb.usage(0, 1), arb.usage(0, 2));
+    eprintln!("VF 2: 20 copies beside a hung VF 1, longest {longest:?}; {u1:?} / {u2:?}");
+    assert_eq!(
+        d1.ring_status(&c1, engine::COPY).unwrap().last_fence,
+        0,
+        "VF 1 is still hung"
+    );
+    assert!(u1.grants > 2, "VF 1 kept its turns: {u1:?}");
+    assert!(
+        u2.max_wait_ns < 500_000_000,
+        "VF 2 waited {} ms for the engine",
+        u2.max_wait_ns / 1_000_000
     );
 }
 

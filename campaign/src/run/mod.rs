@@ -83,6 +83,27 @@ pub struct RunResult {
     /// The device sanitizer's reports during the run, per check id.
     #[serde(default)]
     pub sanitizer: BTreeMap<String, u64>,
+    /// The well-behaved VM beside the run's on the same device, for a
+    /// scenario with a `neighbour` (see `crate::neighbour`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub neighbour: Option<NeighbourResult>,
+}
+
+/// What the neighbour VM of a run saw (its virtual function, from its
+/// output and the host's view).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NeighbourResult {
+    /// The neighbour's command's exit status (`None`: it never reported).
+    pub status: Option<i32>,
+    /// Its VM's launcher status (`scripts/vm`'s codes).
+    pub vm_status: i32,
+    /// Its function's longest wait for an engine, in ms (the host's
+    /// `vgpu-pf list`).
+    pub wait_ms: Option<f64>,
+    /// Resets of its function (engine, device or host FLR).
+    pub resets: Option<u64>,
+    /// Faults of its function.
+    pub faults: Option<u64>,
 }
 
 fn fresh() -> String {
@@ -688,6 +709,7 @@ impl Runner {
             vm_boot: 0,
             vm_replaced: None,
             sanitizer: d.sanitizer.clone(),
+            neighbour: None,
         };
         r.reasons.append(&mut dump_notes);
         judge(s, &mut r, self.require_no_sanitizer_reports);

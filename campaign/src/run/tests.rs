@@ -14,6 +14,8 @@ fn scenario(fault: Option<&str>, innocent: bool) -> Scenario {
         kmd_args: None,
         device_args: None,
         driver_fault: None,
+        neighbour: None,
+        neighbour_wait_ms: None,
     }
 }
 

@@ -90,7 +90,14 @@ impl CommandProcessor {
                     Injected::Go => {}
                     Injected::Again => continue,
                     Injected::Stall => {
-                        // A held packet owns its engine: no slice end.
+                        // A held packet owns its engine: no slice end,
+                        // except that another virtual function takes a
+                        // shared engine back at the end of this one's
+                        // slice. The packet stays held for the function's
+                        // next turn (its hang lasts until its reset).
+                        if host.function_slice_over() {
+                            return SliceEnd::Yield;
+                        }
                         until_clock = CLOCK_EVERY;
                         continue;
                     }

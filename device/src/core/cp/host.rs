@@ -16,6 +16,14 @@ pub trait Host {
     fn attention(&self) -> bool;
     /// Whether the time slice is over.
     fn slice_over(&self) -> bool;
+    /// Whether another virtual function of a partitioned device waits for
+    /// the engine and this function's slice of it is over: the physical
+    /// function's scheduler then takes the engine back even from a packet
+    /// that holds it (a hang), as a VF's preemption timeout does on
+    /// SR-IOV GPUs. Never on a whole device.
+    fn function_slice_over(&self) -> bool {
+        false
+    }
     /// The current semaphore epoch.
     fn sem_epoch(&self) -> u64;
     /// A semaphore or fence value was written.

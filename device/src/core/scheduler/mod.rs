@@ -234,16 +234,17 @@ impl Host for EngineHost<'_> {
             .is_some_and(|a| a.load(Ordering::Acquire))
     }
     fn slice_over(&self) -> bool {
-        let now = Instant::now();
-        self.deadline.is_some_and(|d| now >= d)
-            || self.shared_deadline.is_some_and(|d| {
-                now >= d
-                    && self
-                        .gpu
-                        .partition
-                        .as_ref()
-                        .is_some_and(|p| p.arbiter.contended(self.e))
-            })
+        self.deadline.is_some_and(|d| Instant::now() >= d) || self.function_slice_over()
+    }
+    fn function_slice_over(&self) -> bool {
+        self.shared_deadline.is_some_and(|d| {
+            Instant::now() >= d
+                && self
+                    .gpu
+                    .partition
+                    .as_ref()
+                    .is_some_and(|p| p.arbiter.contended(self.e))
+        })
     }
     fn sem_epoch(&self) -> u64 {
         self.gpu.sem_epoch.load(Ordering::Acquire)

@@ -3,8 +3,9 @@
 //! sharing the engines and the VRAM memfd. What a VF sees of its partition
 //! (IDENTIFY, its contexts, no power states), that its VRAM window is its
 //! own, that a reset of one leaves the other's work running, that a hung
-//! VF gives a shared engine back at the end of each of its slices, and that
-//! busy VFs share an engine by weight.
+//! VF gives a shared engine back at the end of each of its slices, that a
+//! VF's kernel compiling does not hold the engine, and that busy VFs share
+//! an engine by weight.
 
 use std::time::{Duration, Instant};
 
@@ -15,12 +16,13 @@ use vgpu_device::core::inject::Spec;
 use vgpu_device::pf::{PhysicalFunction, VfSpec};
 use vgpu_device::testkit::{Driver, GpuContext, InProcess, PhysAlloc};
 use vgpu_hwif::event::Event;
-use vgpu_hwif::mmu::{Access, FaultReason, PTE_READ, PTE_WRITE};
-use vgpu_hwif::packet::Packet;
+use vgpu_hwif::mmu::{Access, FaultReason, PTE_EXEC, PTE_READ, PTE_WRITE};
+use vgpu_hwif::packet::{DispatchPacket, Packet};
 use vgpu_hwif::proto::{
     engine, Command, Status, FEATURE_POWER_STATES, FEATURE_VIRTUAL_FUNCTION, PRIORITY_NORMAL,
 };
 use vgpu_hwif::vram;
+use vgpu_isa::{assemble, Module};
 
 const T: Duration = Duration::from_secs(20);
 const MIB: u64 = 1 << 20;
@@ -293,6 +295,133 @@ fn a_hung_vf_gives_the_shared_engine_back_each_slice() {
     assert!(
         u2.max_wait_ns < 500_000_000,
         "VF 2 waited {} ms for the engine",
+        u2.max_wait_ns / 1_000_000
+    );
+}
+
+/// Writes `bytes` at `va` of `c` through its page tables.
+fn write_va(d: &Rig, c: &GpuContext, va: u64, bytes: &[u8]) {
+    for (i, chunk) in bytes.chunks(4096).enumerate() {
+        let pa = c.pt.translate(&d.mem, va + 4096 * i as u64).unwrap();
+        d.mem.write_slice(chunk, GuestAddress(pa)).unwrap();
+    }
+}
+
+/// A compute context running sample `name` with arguments `argv` (each a
+/// u32 or a buffer VA, in the kernel's order) over `grid`; its `DISPATCH`.
+fn kernel_context(
+    d: &mut Rig,
+    name: &str,
+    argv: &[u64],
+    grid: [u32; 3],
+    wg: [u32; 3],
+) -> (GpuContext, Packet) {
+    const CODE: u64 = 0x10_0000;
+    const ARGS: u64 = 0x18_0000;
+    let path = format!("{}/../isa/samples/{name}.s", env!("CARGO_MANIFEST_DIR"));
+    let m: Module = assemble(&std::fs::read_to_string(path).unwrap(), 2).unwrap();
+    let mut c = d.context(1, PRIORITY_NORMAL, 0).unwrap();
+    d.ring(&mut c, engine::COMPUTE).unwrap();
+    d.buffer(&mut c, CODE, 0x4_0000, PTE_READ | PTE_EXEC)
+        .unwrap();
+    d.buffer(&mut c, ARGS, 4096, PTE_READ).unwrap();
+    d.buffer(&mut c, FENCE, 4096, RW).unwrap();
+    d.buffer(&mut c, SYS, 4 * MIB, RW).unwrap();
+    let k = &m.kernels()[0];
+    let mut args = vec![0u8; k.arg_size as usize];
+    for (a, v) in k.args.iter().zip(argv) {
+        let off = a.offset as usize;
+        args[off..off + a.size as usize].copy_from_slice(&v.to_le_bytes()[..a.size as usize]);
+    }
+    let image = m.to_bytes().unwrap();
+    write_va(d, &c, CODE, &image);
+    write_va(d, &c, ARGS, &args);
+    let p = Packet::Dispatch(DispatchPacket {
+        module_va: CODE,
+        module_size: image.len() as u32,
+        kernel: 0,
+        args_va: ARGS,
+        args_size: args.len() as u32,
+        grid,
+        wg,
+        shared_size: 0,
+    });
+    (c, p)
+}
+
+/// VF 2 keeps the compute engine busy with small kernels while VF 1
+/// dispatches a kernel the device has not compiled yet (matmul, tens of
+/// ms of Cranelift): the compilation runs off the engine (VF 1's first
+/// workgroups on the interpreter), so VF 2 never waits for it; VF 1's
+/// result is exact.
+#[test]
+fn a_vf_compiling_a_kernel_does_not_hold_the_engine() {
+    let pf = pf(&["", ""]);
+    let mut d1 = vf(&pf, 1);
+    let mut d2 = vf(&pf, 2);
+    let (a, b, cm) = (SYS, SYS + MIB, SYS + 2 * MIB);
+    // VF 2: vecadd of 4096 elements (its module compiled first).
+    let (mut c2, add) = kernel_context(
+        &mut d2,
+        "vecadd",
+        &[4096, a, b, cm],
+        [16, 1, 1],
+        [256, 1, 1],
+    );
+    d2.submit(&mut c2, engine::COMPUTE, &[add, fence(1)])
+        .unwrap();
+    assert!(matches!(
+        d2.event(T).unwrap(),
+        Event::Fence { seqno: 1, .. }
+    ));
+    std::thread::sleep(Duration::from_millis(500));
+    // VF 1: C = A * B, 16 x 16 (A the identity, B counting): one
+    // workgroup, so that its interpretation is short next to the compile.
+    let n = 16u64;
+    let (mut c1, mm) = kernel_context(
+        &mut d1,
+        "matmul",
+        &[n, n, n, a, b, cm],
+        [1, 1, 1],
+        [16, 16, 1],
+    );
+    let ident: Vec<u8> = (0..n * n)
+        .flat_map(|i| if i / n == i % n { 1.0f32 } else { 0.0 }.to_le_bytes())
+        .collect();
+    let count: Vec<u8> = (0..n * n).flat_map(|i| (i as f32).to_le_bytes()).collect();
+    write_va(&d1, &c1, a, &ident);
+    write_va(&d1, &c1, b, &count);
+    for seqno in 2..=40u64 {
+        d2.submit(&mut c2, engine::COMPUTE, &[add, fence(seqno)])
+            .unwrap();
+    }
+    let t0 = Instant::now();
+    d1.submit(&mut c1, engine::COMPUTE, &[mm, fence(1)])
+        .unwrap();
+    assert!(matches!(
+        d1.event(T).unwrap(),
+        Event::Fence { seqno: 1, .. }
+    ));
+    let took = t0.elapsed();
+    let mut out = vec![0u8; (4 * n * n) as usize];
+    for (i, chunk) in out.chunks_mut(4096).enumerate() {
+        let pa = c1.pt.translate(&d1.mem, cm + 4096 * i as u64).unwrap();
+        d1.mem.read_slice(chunk, GuestAddress(pa)).unwrap();
+    }
+    assert_eq!(out, count, "C = I * B = B");
+    let mut last = 0;
+    while last < 40 {
+        match d2.event(T).unwrap() {
+            Event::Fence { seqno, .. } => last = seqno,
+            other => panic!("VF 2 saw {other:?}"),
+        }
+    }
+    let arb = pf.arbiter();
+    let (u1, u2) = (arb.usage(1, 1), arb.usage(1, 2));
+    eprintln!("matmul on VF 1 in {took:?} beside 39 vecadds of VF 2: {u1:?} / {u2:?}");
+    assert!(
+        u2.max_wait_ns < 40_000_000,
+        "VF 2 waited {} ms for the compute engine",
         u2.max_wait_ns / 1_000_000
     );
 }

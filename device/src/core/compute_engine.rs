@@ -61,7 +61,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use vgpu_hwif::mmu::Access;
 use vgpu_hwif::packet::{DispatchPacket, EngineError, Packet};
-use vgpu_isa::jit::{JitCache, JitKernel, JitMode};
+use vgpu_isa::jit::{Compiling, JitCache, JitKernel, JitMode, Lookup};
 use vgpu_isa::{Fault, FaultKind, Launch, Limits, MemFaultReason, Module, Outcome, WorkgroupExec};
 
 use super::dma::GpuMemory;
@@ -96,19 +96,34 @@ impl KernelEngine {
     }
 
     /// The native code of kernel `index` of `module` (loaded from
-    /// `image`), if this engine runs it on the JIT.
-    fn code(&self, image: &[u8], module: &Module, index: u32) -> Option<Arc<JitKernel>> {
-        if self.mode == JitMode::Off {
-            return None;
-        }
-        match self.cache.get(image, module, self.mode) {
-            Ok(m) => m.kernel(index as usize).ok().cloned(),
+    /// `image`), if this engine runs it on the JIT. Under `auto` a module
+    /// not compiled yet is compiled on a thread of its own while its
+    /// workgroups start on the interpreter (the code is taken up at a
+    /// later step, for the workgroups that start then): an engine never
+    /// spends its time slice compiling. Under `on` the engine waits for
+    /// the code (every workgroup runs natively).
+    fn code(&self, image: &[u8], module: &Arc<Module>, index: u32) -> KernelCode {
+        let looked_up = match self.mode {
+            JitMode::Off => return KernelCode::Ready(None),
+            JitMode::On => self.cache.get(image, module, self.mode).map(Lookup::Ready),
+            JitMode::Auto => self.cache.get_or_start(image, module, self.mode),
+        };
+        match looked_up {
+            Ok(Lookup::Ready(m)) => KernelCode::Ready(m.kernel(index as usize).ok().cloned()),
+            Ok(Lookup::Compiling(c)) => KernelCode::Compiling(c, index),
             Err(e) => {
                 log::warn!("kernels run on the interpreter: {e}");
-                None
+                KernelCode::Ready(None)
             }
         }
     }
+}
+
+/// A dispatch's native code: there (or none: the interpreter), or being
+/// compiled (kernel index).
+enum KernelCode {
+    Ready(Option<Arc<JitKernel>>),
+    Compiling(Arc<Compiling>, u32),
 }
 
 /// `DISPATCH` in a ring cursor: the packet's operands, and the token of
@@ -184,6 +199,8 @@ struct Slot {
     exec: Option<WorkgroupExec<'static>>,
     /// Linear index of the workgroup in progress.
     current: Option<u64>,
+    /// `exec` runs native code.
+    native: bool,
 }
 
 /// A loaded dispatch and its progress.
@@ -192,6 +209,8 @@ pub struct Dispatch {
     launch: Arc<Launch>,
     /// The kernel's native code, when it runs on the JIT.
     code: Option<Arc<JitKernel>>,
+    /// Its compilation, until it finished (kernel index).
+    compiling: Option<(Arc<Compiling>, u32)>,
     total: u64,
     next: u64,
     slots: Vec<Slot>,
@@ -249,11 +268,16 @@ impl Dispatch {
         let total = p.workgroups().ok_or(bad)?;
         let launch = Launch::by_index(&module, p.kernel, p.grid, p.wg, args, p.shared_size)
             .map_err(|_| bad)?;
-        let code = engine.code(&image, &module, p.kernel);
+        let module = Arc::new(module);
+        let (code, compiling) = match engine.code(&image, &module, p.kernel) {
+            KernelCode::Ready(code) => (code, None),
+            KernelCode::Compiling(c, i) => (None, Some((c, i))),
+        };
         Ok(Dispatch {
-            module: Arc::new(module),
+            module,
             launch: Arc::new(launch),
             code,
+            compiling,
             total,
             next: 0,
             slots: (0..units.max(1)).map(|_| Slot::default()).collect(),
@@ -283,6 +307,17 @@ impl Dispatch {
         poison: Option<&Poison>,
         tap: Option<super::record::Tap<'_>>,
     ) -> (StepEnd, StepStats) {
+        // Native code compiled since the last step: for the workgroups
+        // that start from now on.
+        if let Some((c, i)) = &self.compiling {
+            if let Some(r) = c.result() {
+                self.code = r
+                    .as_ref()
+                    .ok()
+                    .and_then(|m| m.kernel(*i as usize).ok().cloned());
+                self.compiling = None;
+            }
+        }
         let next = AtomicU64::new(self.next);
         let stop = AtomicBool::new(false);
         let stops: Mutex<Vec<Stop>> = Mutex::new(Vec::new());
@@ -445,14 +480,19 @@ fn run_unit(
                 }
                 let wg = kernel.launch.workgroup_id(i);
                 let started = match slot.exec.as_mut() {
-                    Some(e) => e.reset(wg),
+                    Some(e) => e.reset(wg).map(|()| {
+                        // Code compiled meanwhile runs this workgroup.
+                        if kernel.code.is_some() && !slot.native {
+                            slot.native = e.set_jit(kernel.code.clone());
+                        }
+                    }),
                     None => WorkgroupExec::new_shared(
                         Arc::clone(kernel.module),
                         Arc::clone(kernel.launch),
                         wg,
                     )
                     .map(|mut e| {
-                        e.set_jit(kernel.code.clone());
+                        slot.native = kernel.code.is_some() && e.set_jit(kernel.code.clone());
                         slot.exec = Some(e);
                     }),
                 };

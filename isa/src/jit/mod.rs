@@ -412,7 +412,33 @@ struct CacheInner {
     by_hash: HashMap<u64, Vec<CacheEntry>>,
     /// Insertion order, for eviction.
     order: std::collections::VecDeque<(u64, Arc<[u8]>)>,
+    /// Modules being compiled on threads of their own (image, result).
+    pending: Vec<(Arc<[u8]>, Arc<Compiling>)>,
     compiled: u64,
+}
+
+/// A module compiled on a thread of its own
+/// ([`JitCache::get_or_start`]): its result once there.
+#[derive(Debug, Default)]
+pub struct Compiling {
+    done: std::sync::OnceLock<Result<Arc<JitModule>, JitError>>,
+}
+
+impl Compiling {
+    /// The compiled module (or why it was not), once the compilation
+    /// finished.
+    pub fn result(&self) -> Option<&Result<Arc<JitModule>, JitError>> {
+        self.done.get()
+    }
+}
+
+/// What [`JitCache::get_or_start`] found.
+#[derive(Debug)]
+pub enum Lookup {
+    /// The module's code.
+    Ready(Arc<JitModule>),
+    /// Its compilation runs; the kernels run on the interpreter meanwhile.
+    Compiling(Arc<Compiling>),
 }
 
 impl JitCache {
@@ -456,11 +482,71 @@ impl JitCache {
         log_fallbacks(module, &m, mode);
         let mut g = self.lock();
         g.compiled += 1;
-        let img: Arc<[u8]> = Arc::from(image);
-        g.by_hash
-            .entry(h)
-            .or_default()
-            .push((Arc::clone(&img), Arc::clone(&m)));
+        self.insert(&mut g, h, Arc::from(image), Arc::clone(&m));
+        Ok(m)
+    }
+
+    /// The native code of `module`, loaded from `image`, from the cache;
+    /// else its compilation, started on a thread of its own (or the one
+    /// already running for that image), so that the caller goes on
+    /// without waiting: a compiled module lasts a few ms to a few hundred
+    /// of Cranelift, which a device's engine must not spend holding the
+    /// engine. A finished compilation enters the cache at the next look-up.
+    pub fn get_or_start(
+        &self,
+        image: &[u8],
+        module: &Arc<Module>,
+        mode: JitMode,
+    ) -> Result<Lookup, JitError> {
+        host_support().map_err(JitError::Unsupported)?;
+        let h = fnv1a(image);
+        let mut g = self.lock();
+        if let Some(m) = g.by_hash.get(&h).and_then(|v| {
+            v.iter()
+                .find(|(img, _)| img[..] == *image)
+                .map(|(_, m)| Arc::clone(m))
+        }) {
+            return Ok(Lookup::Ready(m));
+        }
+        if let Some(i) = g.pending.iter().position(|(img, _)| img[..] == *image) {
+            let c = Arc::clone(&g.pending[i].1);
+            let Some(r) = c.result() else {
+                return Ok(Lookup::Compiling(c));
+            };
+            let (img, _) = g.pending.swap_remove(i);
+            let m = r.clone()?;
+            g.compiled += 1;
+            self.insert(&mut g, h, img, Arc::clone(&m));
+            return Ok(Lookup::Ready(m));
+        }
+        let c = Arc::new(Compiling::default());
+        let (done, owned) = (Arc::clone(&c), Arc::clone(module));
+        let spawned = std::thread::Builder::new()
+            .name("vgpu-jit-compile".into())
+            .spawn(move || {
+                let r = JitModule::compile(&owned).map(Arc::new);
+                if let Ok(m) = &r {
+                    log_fallbacks(&owned, m, mode);
+                }
+                let _ = done.done.set(r);
+            });
+        match spawned {
+            Ok(_) => {
+                g.pending.push((Arc::from(image), Arc::clone(&c)));
+                Ok(Lookup::Compiling(c))
+            }
+            // No thread to be had: compiled here after all.
+            Err(_) => {
+                drop(g);
+                self.get(image, module, mode).map(Lookup::Ready)
+            }
+        }
+    }
+
+    /// Adds `m` (compiled from `img`, hashed `h`), evicting the oldest
+    /// entries beyond the capacity.
+    fn insert(&self, g: &mut CacheInner, h: u64, img: Arc<[u8]>, m: Arc<JitModule>) {
+        g.by_hash.entry(h).or_default().push((Arc::clone(&img), m));
         g.order.push_back((h, img));
         while g.order.len() > self.capacity {
             if let Some((oh, oimg)) = g.order.pop_front() {
@@ -472,7 +558,6 @@ impl JitCache {
                 }
             }
         }
-        Ok(m)
     }
 }
 

@@ -931,3 +931,54 @@ fn jit_modes_parse_by_name_and_name_what_they_refuse() {
     assert_eq!(e, JitModeError("fast".into()));
     assert_eq!(e.to_string(), "'fast' is not off, on or auto");
 }
+
+/// `get_or_start` compiles on a thread of its own: the first look-up
+/// answers at once with the compilation, the same image asked again joins
+/// it (one compilation), and once it finished the module comes from the
+/// cache; another image is compiled of its own.
+#[test]
+fn a_module_is_compiled_once_in_the_background() {
+    use super::{JitCache, JitMode, Lookup};
+    if super::host_support().is_err() {
+        return;
+    }
+    let mut r = Rng::new(7);
+    let m = Arc::new(module(&mut r));
+    let image = m.to_bytes().expect("encodes");
+    let cache = JitCache::new(4);
+    let Ok(Lookup::Compiling(c)) = cache.get_or_start(&image, &m, JitMode::Auto) else {
+        panic!("the first look-up compiles in the background");
+    };
+    match cache.get_or_start(&image, &m, JitMode::Auto) {
+        Ok(Lookup::Compiling(c2)) => assert!(Arc::ptr_eq(&c, &c2), "joins the running compilation"),
+        Ok(Lookup::Ready(_)) => assert!(c.result().is_some(), "ready only once compiled"),
+        Err(e) => panic!("{e}"),
+    }
+    let t0 = std::time::Instant::now();
+    while c.result().is_none() {
+        assert!(
+            t0.elapsed().as_secs() < 60,
+            "the compilation never finished"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let Ok(Lookup::Ready(done)) = cache.get_or_start(&image, &m, JitMode::Auto) else {
+        panic!("a finished compilation is in the cache");
+    };
+    assert_eq!(cache.compiled(), 1);
+    assert!(Arc::ptr_eq(&done, c.result().unwrap().as_ref().unwrap()));
+    let Ok(Lookup::Ready(again)) = cache.get_or_start(&image, &m, JitMode::Auto) else {
+        panic!("cached");
+    };
+    assert!(Arc::ptr_eq(&done, &again));
+    // A different module: a compilation of its own.
+    let mut code = prologue();
+    code.push(u(Op::Exit));
+    let other = Arc::new(module_of(2, code, 0));
+    let other_image = other.to_bytes().expect("encodes");
+    assert_ne!(other_image, image);
+    assert!(matches!(
+        cache.get_or_start(&other_image, &other, JitMode::Auto),
+        Ok(Lookup::Compiling(_))
+    ));
+}

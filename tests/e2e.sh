@@ -1267,7 +1267,8 @@ done
 # --- One GPU, several VMs (docs/hardware.md section 17): scripts/vms starts one device cut into two virtual
 #     functions and a VM on each. Both compute with verified results and see their partition; one VM hangs its
 #     compute engine three times (the KMD's hang check resets the engine in that VF only) while the other keeps
-#     completing jobs, counted; a VM that powers off in the middle of its copies leaves the other serving.
+#     completing jobs, counted; a VM that powers off in the middle of its copies leaves the other serving; a
+#     VM suspends to RAM 20 times beside one that computes.
 for gen in 1 2; do
     name=vf-two-vms-gen$gen
     selected "$name" || continue
@@ -1312,6 +1313,31 @@ if selected "$name"; then
     elif ! awk '$1 == "host:" && $2 == 1 && $7 == "no" && $10 > 0 { ok = 1 } END { exit !ok }' "$logdir/$name.out"; then result "$name" 0 "the host does not show VF 1's copies and VF 1 free again"
     elif ! grep -q "virtual function 1: its VM left" "$logdir/$name/device.log"; then result "$name" 0 "the device log does not show VF 1's VM leaving"
     else result "$name" 1; fi
+fi
+
+name=vf-suspend
+if selected "$name"; then
+    # VM 1 suspends to RAM 20 times (vgpu-kmd-test suspend: VRAM saved and restored, queued work kept; its
+    # virtual function adopts the host's firmware again at each resume) while VM 2 computes for 30 s,
+    # each saxpy verified. One vCPU per VM: under TCG a second vCPU sometimes does not come back from S3
+    # (docs/uapi.md).
+    loop='n=0; end=$(($(date +%s) + 30)); while [ $(date +%s) -lt $end ]; do vgpu-samples saxpy >/dev/null || { echo "FAIL saxpy run $n"; exit 1; }; n=$((n + 1)); done; echo "neighbour saxpy runs $n"'
+    run_vms "$name" --vm-arg --smp --vm-arg 1 run \
+        'vgpu-kmd-test suspend; dmesg | grep -E "system resume:" | tail -1; dmesg | grep -v "Kernel command line\|vgpurun=" | grep -cE "WARNING:|BUG:|Oops|Call Trace:|UBSAN|refcount_t:" | sed "s/^/dmesg-problems /"' \
+        "$loop"
+    runs=$(sed -n 's/^vm2: neighbour saxpy runs \([0-9]*\)$/\1/p' "$logdir/$name.out")
+    if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
+    elif want "^vm[12]: FAIL"; then result "$name" 0 "a check failed"
+    elif ! want "^vm1: kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary from VM 1"
+    elif ! want "^vm1: .*system resume: device back in [0-9]+ ms, [0-9]+ VRAM objects restored, 0 lost"; then result "$name" 0 "no resume line in VM 1's dmesg"
+    elif ! want "^vm1: dmesg-problems 0$"; then result "$name" 0 "warnings in VM 1's dmesg"
+    elif ! want "^vm1: vm: the guest suspended to RAM 21 times"; then result "$name" 0 "the launcher did not wake 21 suspensions"
+    elif [ -z "$runs" ] || [ "$runs" -lt 5 ]; then result "$name" 0 "the neighbour completed ${runs:-no} runs"
+    elif ! awk '$1 == "host:" && $2 == 2 && $8 == 0 && $9 == 0 { ok = 1 } END { exit !ok }' "$logdir/$name.out"; then result "$name" 0 "VF 2 saw resets or faults"
+    else
+        echo "     $(grep -h "^vm1: info suspend" "$logdir/$name.out" | sed 's/^vm1: //'); the neighbour completed $runs verified saxpy runs meanwhile"
+        result "$name" 1
+    fi
 fi
 
 # --- IGT GPU Tools (tests/igt, docs/igt.md): every test of tests/igt/tests.txt, the dma-buf KUnit suites and

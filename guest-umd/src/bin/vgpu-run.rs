@@ -40,6 +40,8 @@ struct Args {
     list: bool,
     /// Launch the kernel again and again, one after the other, until this
     /// many ms have passed (at least once): one long-lived busy client.
+    /// Prints how many launches ran, and the latency of each batch (its
+    /// launches to the end of its wait): median, p90, p99 and max.
     #[arg(long, default_value_t = 0)]
     for_ms: u64,
     /// With --for-ms: launches queued before each wait (1: each launch
@@ -166,12 +168,16 @@ fn run(a: &Args) -> Result<(), String> {
     let wg = a.wg.as_deref().map(dims).transpose()?;
     let t = std::time::Instant::now();
     let mut launches = 0u64;
+    // Each batch's time, from its first launch to the end of its wait.
+    let mut batches: Vec<u64> = Vec::new();
     loop {
+        let b = std::time::Instant::now();
         for _ in 0..a.depth {
             s.launch(&k, grid, wg, &args).map_err(|e| e.to_string())?;
             launches += 1;
         }
         s.synchronize().map_err(|e| e.to_string())?;
+        batches.push(b.elapsed().as_micros() as u64);
         if t.elapsed().as_millis() as u64 >= a.for_ms {
             break;
         }
@@ -183,6 +189,20 @@ fn run(a: &Args) -> Result<(), String> {
             k.info().name,
             t.elapsed()
         ),
+    }
+    if batches.len() > 1 {
+        batches.sort_unstable();
+        let at = |q: usize| batches[(batches.len() - 1) * q / 100];
+        println!(
+            "{}: latency of {} batches of {} (launch to wait's end): median {} us, p90 {} us, p99 {} us, max {} us",
+            k.info().name,
+            batches.len(),
+            a.depth,
+            at(50),
+            at(90),
+            at(99),
+            at(100)
+        );
     }
     for (i, b, floats) in bufs {
         let n = (b.size() as usize / 4).min(a.show);

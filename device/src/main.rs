@@ -13,7 +13,7 @@ use vgpu_device::config::{
 };
 use vgpu_device::core::inject::Spec;
 use vgpu_device::daemon::{Daemon, PfDaemon, SignalSource};
-use vgpu_device::pf::{PhysicalFunction, VfSpec};
+use vgpu_device::pf::{parse_size, PhysicalFunction, VfSpec};
 
 const EXAMPLES: &str = "\
 Examples:
@@ -300,17 +300,6 @@ fn parse_spec(s: &str) -> Result<Spec, String> {
 }
 
 /// A byte count with an optional K, M or G suffix (powers of 1024).
-fn parse_size(s: &str) -> Result<u64, String> {
-    let (num, shift) = match s.as_bytes().last() {
-        Some(b'K' | b'k') => (&s[..s.len() - 1], 10),
-        Some(b'M' | b'm') => (&s[..s.len() - 1], 20),
-        Some(b'G' | b'g') => (&s[..s.len() - 1], 30),
-        _ => (s, 0),
-    };
-    let n: u64 = num.parse().map_err(|_| format!("'{s}' is not a size"))?;
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("'{s}' is too large"))
-}
 
 fn parse_generation(s: &str) -> Result<Generation, String> {
     let n: u32 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;

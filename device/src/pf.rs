@@ -44,16 +44,23 @@ pub struct VfSpec {
     pub socket: Option<PathBuf>,
 }
 
-fn parse_size(s: &str) -> Result<u64, String> {
+/// A size as the command line writes it: a number of bytes, or of KiB, MiB
+/// or GiB with a `K`, `M` or `G` suffix (either case), checked for
+/// overflow.
+///
+/// # Errors
+///
+/// Why `s` is not a size, quoting it.
+pub fn parse_size(s: &str) -> Result<u64, String> {
     let (digits, shift) = match s.as_bytes().last() {
         Some(b'K' | b'k') => (&s[..s.len() - 1], 10),
         Some(b'M' | b'm') => (&s[..s.len() - 1], 20),
         Some(b'G' | b'g') => (&s[..s.len() - 1], 30),
         _ => (s, 0),
     };
-    let n: u64 = digits.parse().map_err(|_| format!("bad size {s:?}"))?;
+    let n: u64 = digits.parse().map_err(|_| format!("'{s}' is not a size"))?;
     n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("size {s:?} too large"))
+        .ok_or_else(|| format!("'{s}' is too large"))
 }
 
 impl std::str::FromStr for VfSpec {

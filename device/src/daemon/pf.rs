@@ -147,6 +147,21 @@ impl PfDaemon {
         self.table.clone()
     }
 
+    /// VF `vf`'s slot, no session started yet, on the socket its table
+    /// entry names.
+    fn slot(&self, vf: u32) -> Slot {
+        Slot {
+            vf,
+            socket: self
+                .table
+                .with(vf, |s| s.socket.clone())
+                .unwrap_or_default(),
+            session: None,
+            stop: None,
+            destroyed: false,
+        }
+    }
+
     /// Starts VF `slot`'s next session: a fresh device listening on its
     /// socket.
     fn start(&self, slot: &mut Slot, em: &mut EventManager<Subscriber>) -> Result<(), DaemonError> {
@@ -194,16 +209,7 @@ impl PfDaemon {
             .configs()
             .iter()
             .filter_map(|c| c.partition.map(|p| p.vf))
-            .map(|vf| Slot {
-                vf,
-                socket: self
-                    .table
-                    .with(vf, |s| s.socket.clone())
-                    .unwrap_or_default(),
-                session: None,
-                stop: None,
-                destroyed: false,
-            })
+            .map(|vf| self.slot(vf))
             .collect();
         em.add_subscriber(Rc::new(RefCell::new(ChangeWatch(self.table.clone()))));
         for slot in &mut slots {
@@ -234,16 +240,7 @@ impl PfDaemon {
             for change in self.table.take_changes() {
                 match change {
                     Change::Created(vf) => {
-                        let mut slot = Slot {
-                            vf,
-                            socket: self
-                                .table
-                                .with(vf, |s| s.socket.clone())
-                                .unwrap_or_default(),
-                            session: None,
-                            stop: None,
-                            destroyed: false,
-                        };
+                        let mut slot = self.slot(vf);
                         match self.start(&mut slot, &mut em) {
                             Ok(()) => slots.push(slot),
                             Err(e) => {

@@ -10,7 +10,6 @@
 //! others at most their share of time, never their results.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Instant;
 
 use crate::run::{
@@ -122,26 +121,7 @@ pub fn run(runner: &Runner, c: &Campaign, id: &RunId, first: bool) -> Result<Run
         .as_deref()
         .expect("only scenarios with a neighbour run here");
     let dir = runner.run_dir(id)?;
-    let vm = c.vm_config(s);
-    let mut cmd = Command::new(runner.repo.join("scripts/vms"));
-    cmd.arg("--gen")
-        .arg(c.campaign.generation.to_string())
-        .arg("--timeout")
-        .arg(c.campaign.timeout_s.to_string())
-        .arg("--keep-logs")
-        .arg(&dir);
-    if !(runner.build && first) {
-        cmd.arg("--no-build");
-    }
-    if !vm.kmd.is_empty() {
-        cmd.args(["--vm-arg", "--kmd-args", "--vm-arg", &vm.kmd]);
-    }
-    for a in &vm.device {
-        cmd.arg("--device-arg").arg(a);
-    }
-    if let Some(checks) = &runner.sanitize {
-        cmd.arg("--device-arg").arg(format!("--sanitize={checks}"));
-    }
+    let mut cmd = runner.launcher("scripts/vms", c, s, &dir, first);
     if let Some(f) = &s.fault {
         // The seed first: each armed fault draws from the injector's seed.
         cmd.arg("--pf").arg(format!("vf 1 seed {}", id.seed));

@@ -598,27 +598,8 @@ impl Runner {
             .scenario(&id.scenario)
             .expect("runs come from the campaign's scenarios");
         let dir = self.run_dir(id)?;
-        let vm = c.vm_config(s);
         let script = guest_script(s, &c.campaign.health);
-        let mut cmd = Command::new(self.repo.join("scripts/vm"));
-        cmd.arg("--gen")
-            .arg(c.campaign.generation.to_string())
-            .arg("--timeout")
-            .arg(c.campaign.timeout_s.to_string())
-            .arg("--keep-logs")
-            .arg(&dir);
-        if !(self.build && first) {
-            cmd.arg("--no-build");
-        }
-        if !vm.kmd.is_empty() {
-            cmd.arg("--kmd-args").arg(&vm.kmd);
-        }
-        for a in &vm.device {
-            cmd.arg("--device-arg").arg(a);
-        }
-        if let Some(checks) = &self.sanitize {
-            cmd.arg("--device-arg").arg(format!("--sanitize={checks}"));
-        }
+        let mut cmd = self.launcher("scripts/vm", c, s, &dir, first);
         if self.record {
             cmd.arg("--device-arg")
                 .arg(format!("--record={}", record_path(&dir).display()));
@@ -650,6 +631,47 @@ impl Runner {
             duration_s,
         };
         Ok(self.result(s, id, &ev, "fresh"))
+    }
+
+    /// The command that boots a run of `s` with its logs in `dir`:
+    /// `launcher` (`scripts/vm`, or `scripts/vms`, whose arguments for its
+    /// VMs go through `--vm-arg`) with the campaign's generation and
+    /// timeout, the build before the first run, the scenario's vgpu.ko and
+    /// vgpu-device arguments and the sanitizer; the caller adds its faults
+    /// and the guest command.
+    pub fn launcher(
+        &self,
+        launcher: &str,
+        c: &Campaign,
+        s: &Scenario,
+        dir: &Path,
+        first: bool,
+    ) -> Command {
+        let vm = c.vm_config(s);
+        let mut cmd = Command::new(self.repo.join(launcher));
+        cmd.arg("--gen")
+            .arg(c.campaign.generation.to_string())
+            .arg("--timeout")
+            .arg(c.campaign.timeout_s.to_string())
+            .arg("--keep-logs")
+            .arg(dir);
+        if !(self.build && first) {
+            cmd.arg("--no-build");
+        }
+        if !vm.kmd.is_empty() {
+            if launcher == "scripts/vms" {
+                cmd.args(["--vm-arg", "--kmd-args", "--vm-arg", &vm.kmd]);
+            } else {
+                cmd.arg("--kmd-args").arg(&vm.kmd);
+            }
+        }
+        for a in &vm.device {
+            cmd.arg("--device-arg").arg(a);
+        }
+        if let Some(checks) = &self.sanitize {
+            cmd.arg("--device-arg").arg(format!("--sanitize={checks}"));
+        }
+        cmd
     }
 
     /// Classifies run `id` of scenario `s` from its evidence and judges it

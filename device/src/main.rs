@@ -299,8 +299,6 @@ fn parse_spec(s: &str) -> Result<Spec, String> {
     Spec::parse(s).map_err(|e| e.to_string())
 }
 
-/// A byte count with an optional K, M or G suffix (powers of 1024).
-
 fn parse_generation(s: &str) -> Result<Generation, String> {
     let n: u32 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
     Generation::from_number(n).map_err(|e| e.to_string())

@@ -45,7 +45,44 @@ fn armed_write(path: &str, text: &str, n: u32, fnth: &FailNth) -> (Ret, bool) {
     (if w < 0 { Err(err) } else { Ok(()) }, injected)
 }
 
+/// Makes `/dev/dri/NODE` from sysfs's `dev` (`MAJOR:MINOR`) when it is
+/// missing, as udev would from the device's uevent (this guest has none).
+/// The kernel registers a device whose devtmpfs node it could not make:
+/// `device_add()` ignores `devtmpfs_create_node()`'s `ENOMEM`, which comes
+/// from the node name's allocation in the loading task (`drm_devnode()`'s
+/// `kasprintf`), the very task whose N-th allocation fails here. Returns
+/// whether it made the node.
+fn node_from_sysfs(dir: &str, node: &str) -> Result<bool, String> {
+    let path = format!("/dev/dri/{node}");
+    if std::path::Path::new(&path).exists() {
+        return Ok(false);
+    }
+    let devno = fs::read_to_string(format!("{dir}/{node}/dev"))
+        .map_err(|e| format!("{dir}/{node}/dev: {e}"))?;
+    let (major, minor) = devno
+        .trim()
+        .split_once(':')
+        .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
+        .ok_or_else(|| format!("{dir}/{node}/dev: {devno:?} is not MAJOR:MINOR"))?;
+    let _ = fs::create_dir_all("/dev/dri");
+    let c = format!("{path}\0");
+    // SAFETY: a NUL-terminated path; mknod reads nothing else of ours.
+    let r = unsafe {
+        libc::mknod(
+            c.as_ptr().cast(),
+            libc::S_IFCHR | 0o666,
+            libc::makedev(major, minor),
+        )
+    };
+    if r != 0 {
+        return Err(format!("mknod {path}: {}", std::io::Error::last_os_error()));
+    }
+    Ok(true)
+}
+
 /// The device serves: a render node of `pci` answers GET_PARAM and PING.
+/// A node devtmpfs dropped is made first (see [`node_from_sysfs`]) and
+/// said so.
 fn serves(pci: &str) -> Result<(), String> {
     let dir = format!("/sys/bus/pci/devices/{pci}/drm");
     let node = fs::read_dir(&dir)
@@ -54,6 +91,11 @@ fn serves(pci: &str) -> Result<(), String> {
         .map(|e| e.file_name().to_string_lossy().to_string())
         .find(|n| n.starts_with("renderD"))
         .ok_or("no render node")?;
+    if node_from_sysfs(&dir, &node)? {
+        println!(
+            "note fail-nth: /dev/dri/{node} was not made (devtmpfs: device_add() ignores the node name's failed allocation); made from sysfs"
+        );
+    }
     let d = vgpu_umd::Device::open(std::path::Path::new(&format!("/dev/dri/{node}")))
         .map_err(|e| format!("open {node}: {e}"))?;
     d.get_param(uapi::param::GENERATION)

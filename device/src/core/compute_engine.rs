@@ -111,6 +111,7 @@ impl KernelEngine {
         match looked_up {
             Ok(Lookup::Ready(m)) => KernelCode::Ready(m.kernel(index as usize).ok().cloned()),
             Ok(Lookup::Compiling(c)) => KernelCode::Compiling(c, index),
+            Ok(Lookup::Busy) => KernelCode::Ready(None),
             Err(e) => {
                 log::warn!("kernels run on the interpreter: {e}");
                 KernelCode::Ready(None)

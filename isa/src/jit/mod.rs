@@ -439,7 +439,14 @@ pub enum Lookup {
     Ready(Arc<JitModule>),
     /// Its compilation runs; the kernels run on the interpreter meanwhile.
     Compiling(Arc<Compiling>),
+    /// [`MAX_COMPILING`] other modules are being compiled: this one runs
+    /// on the interpreter, and is compiled when asked for again later.
+    Busy,
 }
+
+/// Compilations a cache runs at once: a guest that dispatches ever new
+/// modules cannot make the device start threads without bound.
+pub const MAX_COMPILING: usize = 2;
 
 impl JitCache {
     /// A cache of at most `capacity` modules.
@@ -518,6 +525,24 @@ impl JitCache {
             g.compiled += 1;
             self.insert(&mut g, h, img, Arc::clone(&m));
             return Ok(Lookup::Ready(m));
+        }
+        // Finished compilations of other images enter the cache.
+        let mut i = 0;
+        while i < g.pending.len() {
+            match g.pending[i].1.result().cloned() {
+                None => i += 1,
+                Some(r) => {
+                    let (img, _) = g.pending.swap_remove(i);
+                    if let Ok(m) = r {
+                        g.compiled += 1;
+                        let ih = fnv1a(&img);
+                        self.insert(&mut g, ih, img, m);
+                    }
+                }
+            }
+        }
+        if g.pending.len() >= MAX_COMPILING {
+            return Ok(Lookup::Busy);
         }
         let c = Arc::new(Compiling::default());
         let (done, owned) = (Arc::clone(&c), Arc::clone(module));

@@ -952,6 +952,7 @@ fn a_module_is_compiled_once_in_the_background() {
     match cache.get_or_start(&image, &m, JitMode::Auto) {
         Ok(Lookup::Compiling(c2)) => assert!(Arc::ptr_eq(&c, &c2), "joins the running compilation"),
         Ok(Lookup::Ready(_)) => assert!(c.result().is_some(), "ready only once compiled"),
+        Ok(Lookup::Busy) => panic!("one compilation running is below the bound"),
         Err(e) => panic!("{e}"),
     }
     let t0 = std::time::Instant::now();
@@ -981,4 +982,34 @@ fn a_module_is_compiled_once_in_the_background() {
         cache.get_or_start(&other_image, &other, JitMode::Auto),
         Ok(Lookup::Compiling(_))
     ));
+}
+
+/// At most `MAX_COMPILING` compilations run at once: a module asked for
+/// beyond them runs on the interpreter (`Busy`) and starts no thread.
+#[test]
+fn compilations_at_once_are_bounded() {
+    use super::{JitCache, JitMode, Lookup, MAX_COMPILING};
+    if super::host_support().is_err() {
+        return;
+    }
+    let cache = JitCache::new(8);
+    let mut r = Rng::new(11);
+    let mut started = Vec::new();
+    let mut busy = 0;
+    for _ in 0..MAX_COMPILING + 3 {
+        let m = Arc::new(module(&mut r));
+        let image = m.to_bytes().expect("encodes");
+        match cache.get_or_start(&image, &m, JitMode::Auto) {
+            Ok(Lookup::Compiling(c)) => started.push(c),
+            Ok(Lookup::Busy) => busy += 1,
+            Ok(Lookup::Ready(_)) => panic!("a module never seen is not ready"),
+            Err(e) => panic!("{e}"),
+        }
+        // Never more running than the bound.
+        let running = started.iter().filter(|c| c.result().is_none()).count();
+        assert!(running <= MAX_COMPILING, "{running} compilations at once");
+    }
+    // Busy only when the bound was reached by compilations still running.
+    assert!(started.len() >= MAX_COMPILING || busy == 0);
+    assert_eq!(started.len() + busy, MAX_COMPILING + 3);
 }

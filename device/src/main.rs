@@ -169,7 +169,7 @@ struct Cli {
 
     /// Turn the driver sanitizer on: every check, or a comma-separated list
     /// of check ids (SAN-TLB-STALE or tlb-stale), families (ring, tlb,
-    /// fence, hazard, wait, dma, teardown, pt), `all`, and `-NAME` to leave
+    /// fence, hazard, wait, dma, teardown, pt, firmware), `all`, and `-NAME` to leave
     /// one out. Also switchable on the control socket (`sanitize on|off`).
     #[arg(long, value_name = "CHECKS", num_args = 0..=1, default_missing_value = "all",
           value_parser = parse_checks)]

@@ -349,3 +349,67 @@ fn a_hung_firmware_stops_its_heartbeats_and_the_engines_but_answers() {
     assert!(status(&mut d).heartbeats >= a.heartbeats + 2);
     assert!(matches!(fence_event(&mut d, 2), Event::Fence { .. }));
 }
+
+#[test]
+fn polling_a_boot_without_sleeping_is_the_sanitizers_fw_poll_once_per_boot() {
+    use vgpu_device::core::inject::Spec;
+    use vgpu_device::core::sanitize::{SanConfig, ALL_CHECKS};
+    use vgpu_hwif::firmware::FW_POLL_MIN_US;
+    use vgpu_hwif::sanitize::Check;
+    let mut d = device(2, Boot::Driver);
+    let gpu = d.transport.device.gpu().clone();
+    gpu.sanitizer.configure(&SanConfig {
+        checks: ALL_CHECKS,
+        ..SanConfig::default()
+    });
+    let fw_polls = |gpu: &vgpu_device::core::gpu::Gpu| {
+        gpu.sanitizer
+            .log()
+            .since(0)
+            .into_iter()
+            .filter(|r| r.check == Check::FwPoll)
+            .map(|r| r.detail)
+            .collect::<Vec<_>>()
+    };
+    // A boot that never ends, polled as the protocol asks: no report.
+    gpu.inject.arm(Spec::parse("fw-boot-hang").unwrap(), 0);
+    d.load_firmware(&image_for(2)).unwrap();
+    d.command(Command::FwStart).unwrap();
+    for _ in 0..20 {
+        assert_eq!(status(&mut d).state, fw_state::BOOTING);
+        std::thread::sleep(Duration::from_micros(FW_POLL_MIN_US + 20));
+    }
+    assert!(fw_polls(&gpu).is_empty(), "{:?}", fw_polls(&gpu));
+    // Polled back to back: one report for the boot, with the gap.
+    for _ in 0..20 {
+        assert_eq!(status(&mut d).state, fw_state::BOOTING);
+    }
+    let found = fw_polls(&gpu);
+    assert_eq!(found.len(), 1, "{found:?}");
+    let [gap_ns, min_ns, poll, boot] = found[0];
+    assert!(
+        gap_ns < min_ns && min_ns == FW_POLL_MIN_US * 1000,
+        "{found:?}"
+    );
+    assert_eq!((poll, boot), (22, 1));
+    // The driver hears of it while the image still boots, and fetches it
+    // then (SAN_REPORT answers in the boot state).
+    let seq = loop {
+        if let Event::Sanitizer { seq, .. } = d.event(T).unwrap() {
+            break seq;
+        }
+    };
+    let r = d.san_report(seq).unwrap();
+    assert_eq!(
+        (r.check, r.detail[2], r.detail[3]),
+        (Check::FwPoll as u32, 22, 1)
+    );
+    // The next boot is a boot of its own: polled too fast, reported again.
+    d.command(Command::DeviceReset).unwrap();
+    d.load_firmware(&image_for(2)).unwrap();
+    d.command(Command::FwStart).unwrap();
+    status(&mut d);
+    status(&mut d);
+    assert_eq!(fw_polls(&gpu).len(), 2);
+    assert_eq!(fw_polls(&gpu)[1][3], 2);
+}

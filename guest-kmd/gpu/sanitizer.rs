@@ -134,6 +134,17 @@ impl fmt::Display for Line<'_> {
                 }
             )?;
         }
+        if r.check == Check::FwPoll as u32 {
+            // detail: the gap, the least allowed (ns), the poll, the boot.
+            write!(
+                f,
+                "; poll {} of boot {} came {} us after the previous one (at least {} us)",
+                r.detail[2],
+                r.detail[3],
+                r.detail[0] / 1000,
+                r.detail[1] / 1000
+            )?;
+        }
         if r.flags & SAN_FLAG_PRIOR != 0 {
             write!(
                 f,

@@ -25,6 +25,11 @@ pub const FW_MAGIC: u32 = 0x5746_5056;
 pub const FW_FORMAT: u32 = 1;
 /// Largest image, in bytes.
 pub const FW_MAX_SIZE: usize = 64 << 10;
+/// The least time between two `FW_STATUS` polls of one boot, µs: the
+/// boot ROM answers them on the processor that boots the image, so a
+/// driver sleeps at least this long between polls (the sanitizer's
+/// `SAN-FW-POLL` names a driver that does not).
+pub const FW_POLL_MIN_US: u64 = 100;
 /// Most sections an image has.
 pub const FW_MAX_SECTIONS: usize = 8;
 /// Section flag: a device that does not know the section's kind must

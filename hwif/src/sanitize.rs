@@ -63,10 +63,13 @@ pub enum Check {
     /// A valid page-table entry (table pointer or leaf) naming memory the
     /// driver has not declared or already gave back.
     PtUnowned = 15,
+    /// `FW_STATUS` polled again sooner than
+    /// [`super::firmware::FW_POLL_MIN_US`] while the firmware boots.
+    FwPoll = 16,
 }
 
 /// Number of checks (the highest [`Check`] number).
-pub const CHECKS: usize = 15;
+pub const CHECKS: usize = 16;
 
 impl Check {
     /// Every check, in number order.
@@ -86,6 +89,7 @@ impl Check {
         Check::PtLevel,
         Check::PtAlign,
         Check::PtUnowned,
+        Check::FwPoll,
     ];
 
     /// The check with this number, if any.
@@ -119,6 +123,7 @@ impl Check {
             Check::PtLevel => "SAN-PT-LEVEL",
             Check::PtAlign => "SAN-PT-ALIGN",
             Check::PtUnowned => "SAN-PT-UNOWNED",
+            Check::FwPoll => "SAN-FW-POLL",
         }
     }
 
@@ -137,7 +142,7 @@ impl Check {
 
     /// The family the check belongs to (`--sanitize=FAMILY` selects all of
     /// a family's checks): `ring`, `tlb`, `fence`, `hazard`, `wait`, `dma`,
-    /// `teardown` or `pt`.
+    /// `teardown`, `pt` or `firmware`.
     pub const fn family(self) -> &'static str {
         match self {
             Check::RingUnpublished | Check::RingIndex => "ring",
@@ -148,6 +153,7 @@ impl Check {
             Check::DmaUnowned => "dma",
             Check::Teardown => "teardown",
             Check::PtInvalidTable | Check::PtLevel | Check::PtAlign | Check::PtUnowned => "pt",
+            Check::FwPoll => "firmware",
         }
     }
 
@@ -192,6 +198,9 @@ impl Check {
             Check::PtAlign => "a level-1 entry maps a 2 MiB page whose address is not 2 MiB aligned",
             Check::PtUnowned => {
                 "a valid page-table entry points to a table or page the driver has not declared as GPU memory (or already gave back)"
+            }
+            Check::FwPoll => {
+                "FW_STATUS was polled again less than 100 us after the previous poll while the firmware booted: the driver polls without sleeping"
             }
         }
     }
@@ -243,6 +252,9 @@ impl Check {
             }
             Check::PtUnowned => {
                 "point entries only at page tables and pages you own and have declared (SAN_MEM); clear the entry and invalidate before giving a table or page back"
+            }
+            Check::FwPoll => {
+                "sleep at least 100 us between FW_STATUS polls (fsleep), with a deadline: the boot ROM answers polls on the processor that boots the image"
             }
         }
     }

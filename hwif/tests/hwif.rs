@@ -542,6 +542,7 @@ fn sanitizer_checks_have_stable_ids() {
             "SAN-PT-LEVEL",
             "SAN-PT-ALIGN",
             "SAN-PT-UNOWNED",
+            "SAN-FW-POLL",
         ]
     );
     for (i, c) in Check::ALL.into_iter().enumerate() {

@@ -308,6 +308,8 @@ pub mod san {
     pub const PT_ALIGN: u32 = 14;
     /// `VGPU_SAN_PT_UNOWNED`.
     pub const PT_UNOWNED: u32 = 15;
+    /// `VGPU_SAN_FW_POLL`.
+    pub const FW_POLL: u32 = 16;
     /// `VGPU_SAN_FLAG_STOPPED`.
     pub const FLAG_STOPPED: u32 = 1 << 0;
     /// `VGPU_SAN_FLAG_PRIOR`.

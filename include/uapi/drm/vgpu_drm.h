@@ -851,6 +851,7 @@ struct drm_vgpu_query_stats {
 #define VGPU_SAN_PT_LEVEL             13 /* a page-table entry its level cannot hold */
 #define VGPU_SAN_PT_ALIGN             14 /* a 2 MiB leaf not 2 MiB aligned */
 #define VGPU_SAN_PT_UNOWNED           15 /* a page-table entry naming undeclared memory */
+#define VGPU_SAN_FW_POLL              16 /* FW_STATUS polled without a sleep while booting */
 
 /* Report flags (drm_vgpu_san_record.flags; bits 8..15: the check's sub-kind). */
 #define VGPU_SAN_FLAG_STOPPED        (1u << 0) /* the ring was stopped (stop mode) */

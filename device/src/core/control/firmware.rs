@@ -12,6 +12,8 @@ use crate::core::firmware::BootOutcome;
 use crate::core::gpu::Gpu;
 use crate::core::inject::Class;
 use crate::core::mmu::in_ram;
+use crate::core::post;
+use crate::core::sanitize_hooks as hooks;
 
 /// Whether `op` answers while the firmware does not run (the boot ROM's
 /// commands).
@@ -29,6 +31,7 @@ pub(super) const fn in_boot_state(op: Opcode) -> bool {
             | Opcode::FwStart
             | Opcode::FwStatus
             | Opcode::FwLogRead
+            | Opcode::SanReport
     )
 }
 
@@ -89,6 +92,18 @@ pub(super) fn start(gpu: &Gpu, ok: ReplyHeader) -> Result<Reply, CommandError> {
     };
     gpu.firmware.start(now, outcome)?;
     Ok(Reply::from_pod(&gpu.firmware.status(now, ok)))
+}
+
+/// `FW_STATUS`: the boot status; a poll sooner than the boot protocol
+/// allows is the sanitizer's `SAN-FW-POLL`.
+pub(super) fn status(gpu: &Gpu, ok: ReplyHeader) -> Reply {
+    let now = gpu.clock.now_ns();
+    if let Some(p) = gpu.firmware.poll(now) {
+        if let Some(ev) = hooks::on_fast_poll(gpu, p) {
+            post::event(gpu, ev);
+        }
+    }
+    Reply::from_pod(&gpu.firmware.status(now, ok))
 }
 
 /// `FW_LOG_READ`: bytes of the log from `pos` into the driver's buffer.

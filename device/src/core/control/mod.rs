@@ -508,9 +508,7 @@ impl ControlProcessor {
                 interface,
             } => firmware::load(gpu, pa, size, interface, ok),
             Command::FwStart => firmware::start(gpu, ok),
-            Command::FwStatus => Ok(Reply::from_pod(
-                &gpu.firmware.status(gpu.clock.now_ns(), ok),
-            )),
+            Command::FwStatus => Ok(firmware::status(gpu, ok)),
             Command::FwLogRead { pos, len, buf_pa } => {
                 firmware::log_read(gpu, pos, len, buf_pa, ok)
             }

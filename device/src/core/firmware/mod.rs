@@ -42,6 +42,7 @@ use std::time::Duration;
 
 use vgpu_hwif::firmware::{
     feature, fw_state, parse, FwError, FwHeader, FwImage, FwPackets, FwSched, FW_MAX_SIZE,
+    FW_POLL_MIN_US,
 };
 use vgpu_hwif::proto::{
     FwStatusReply, ReplyHeader, FEATURE_FIRMWARE_RUNNING, FEATURE_PREEMPTION, FEATURE_USER_QUEUES,
@@ -130,6 +131,29 @@ enum State {
     },
 }
 
+/// `FW_STATUS` polls of one boot.
+#[derive(Debug, Clone, Copy, Default)]
+struct Polls {
+    /// The boot they belong to (`Core::boots`).
+    boot: u32,
+    /// Polls so far.
+    count: u32,
+    /// The previous poll's device time.
+    last_ns: Option<u64>,
+}
+
+/// A `FW_STATUS` poll sooner than [`FW_POLL_MIN_US`] after the previous
+/// one of the same boot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FastPoll {
+    /// The boot (1 = the first since the device started).
+    pub boot: u32,
+    /// The poll's number within the boot (from 1).
+    pub poll: u32,
+    /// Time since the previous poll, ns.
+    pub gap_ns: u64,
+}
+
 #[derive(Debug)]
 struct Core {
     state: State,
@@ -138,6 +162,7 @@ struct Core {
     log: LogRing,
     boots: u32,
     mode: BootMode,
+    polls: Polls,
 }
 
 /// The firmware block.
@@ -181,6 +206,7 @@ impl Firmware {
                 log: LogRing::new(ROM_LOG_SIZE),
                 boots: 0,
                 mode: BootMode::Driver,
+                polls: Polls::default(),
             }),
             running: AtomicBool::new(false),
             features: AtomicU32::new(0),
@@ -443,6 +469,33 @@ impl Firmware {
         for w in &self.packets {
             w.store(u32::MAX, Ordering::Relaxed);
         }
+    }
+
+    /// A `FW_STATUS` poll at `now_ns`: while an image boots, the poll is
+    /// counted, and one that came sooner than [`FW_POLL_MIN_US`] after
+    /// the previous poll of the same boot is returned (the boot protocol,
+    /// docs/hardware.md: the driver sleeps between polls).
+    pub fn poll(&self, now_ns: u64) -> Option<FastPoll> {
+        let mut c = self.core();
+        self.advance(&mut c, now_ns);
+        if !matches!(c.state, State::Booting { .. }) {
+            return None;
+        }
+        let boot = c.boots;
+        let p = &mut c.polls;
+        if p.boot != boot {
+            *p = Polls {
+                boot,
+                ..Polls::default()
+            };
+        }
+        p.count = p.count.saturating_add(1);
+        let gap_ns = now_ns.saturating_sub(p.last_ns.replace(now_ns)?);
+        (gap_ns < FW_POLL_MIN_US * 1000).then_some(FastPoll {
+            boot,
+            poll: p.count,
+            gap_ns,
+        })
     }
 
     /// The boot status (`FW_LOAD`, `FW_START`, `FW_STATUS` replies).

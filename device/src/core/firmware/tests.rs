@@ -222,3 +222,42 @@ fn a_failed_boot_says_timeout_and_a_hung_one_boots_for_ever_until_power_on() {
         .unwrap()
         .contains("did not come up: boot timed out"));
 }
+
+#[test]
+fn polls_are_timed_per_boot_and_only_while_it_boots() {
+    let fw = Firmware::new(2, IFACE);
+    let min = FW_POLL_MIN_US * 1000;
+    // Not booting: nothing is timed.
+    assert_eq!(fw.poll(0), None);
+    assert_eq!(fw.poll(1), None);
+    fw.load(0, good(2), IFACE).unwrap();
+    fw.start(10_000, BootOutcome::Hang).unwrap();
+    // The first poll of a boot has nothing before it; then the gap counts.
+    assert_eq!(fw.poll(20_000), None);
+    assert_eq!(fw.poll(20_000 + min), None);
+    assert_eq!(
+        fw.poll(20_000 + 2 * min - 1),
+        Some(FastPoll {
+            boot: 1,
+            poll: 3,
+            gap_ns: min - 1
+        })
+    );
+    // A new boot starts the count again.
+    fw.power_on(50_000_000);
+    fw.load(50_000_000, good(2), IFACE).unwrap();
+    fw.start(50_000_000, BootOutcome::Run).unwrap();
+    assert_eq!(fw.poll(50_000_001), None);
+    assert_eq!(
+        fw.poll(50_000_002),
+        Some(FastPoll {
+            boot: 2,
+            poll: 2,
+            gap_ns: 1
+        })
+    );
+    // Running: polls are not timed any more.
+    let ready = 50_000_000 + 10_000_000;
+    assert_eq!(fw.poll(ready), None);
+    assert_eq!(fw.poll(ready + 1), None);
+}

@@ -99,7 +99,7 @@ pub const DEFAULT_STARVE: Duration = Duration::from_secs(2);
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SanError {
     /// A name in a check list is neither a check id, a family nor `all`.
-    #[error("unknown sanitizer check '{0}' (ids SAN-…, families ring, tlb, fence, hazard, wait, dma, teardown, pt, or all)")]
+    #[error("unknown sanitizer check '{0}' (ids SAN-…, families ring, tlb, fence, hazard, wait, dma, teardown, pt, firmware, or all)")]
     UnknownCheck(String),
     /// A mode other than `report` or `stop`.
     #[error("unknown sanitizer mode '{0}' (report or stop)")]
@@ -135,7 +135,7 @@ impl Default for SanConfig {
 
 /// Parses a check list: comma-separated check ids (`SAN-TLB-STALE`,
 /// `tlb-stale`), families (`ring`, `tlb`, `fence`, `hazard`, `wait`,
-/// `dma`, `teardown`, `pt`), `all` or `none`; a leading `-` removes. Empty means
+/// `dma`, `teardown`, `pt`, `firmware`), `all` or `none`; a leading `-` removes. Empty means
 /// all.
 pub fn parse_checks(s: &str) -> Result<u32, SanError> {
     let s = s.trim();

@@ -5,14 +5,17 @@
 //! called with the GPU state lock held and returns the events to post.
 
 use vgpu_hwif::event::{EngineErrorRecord, Event};
+use vgpu_hwif::firmware::FW_POLL_MIN_US;
 use vgpu_hwif::mmu::Access;
 use vgpu_hwif::packet::EngineError;
+use vgpu_hwif::proto::CTX_NONE;
 use vgpu_hwif::sanitize::{ring_index, teardown, wait as wait_kind, Check, SAN_PACKET_WORDS};
 
 mod wait;
 
 use super::context::Context;
 use super::cp::SliceEnd;
+use super::firmware::FastPoll;
 use super::gpu::{Gpu, GpuState};
 use super::mmu::{read_words, walk, Mem};
 use super::ring::{check_doorbell, Op, Ring, RingState};
@@ -299,6 +302,34 @@ pub fn after_take_doorbells(gpu: &Gpu, st: &mut GpuState, e: u32) {
             }
         }
     }
+}
+
+/// `FW_STATUS` came sooner than the boot protocol allows after the
+/// previous poll of the same boot (`SAN-FW-POLL`, once per boot).
+pub fn on_fast_poll(gpu: &Gpu, p: FastPoll) -> Option<Event> {
+    let san = &gpu.sanitizer;
+    if !san.on(Check::FwPoll) || !san.first_time(CTX_NONE, (16, u64::from(p.boot), 0)) {
+        return None;
+    }
+    let min_us = FW_POLL_MIN_US;
+    let mut r = Report::new(
+        Check::FwPoll,
+        gpu.clock.now_ns(),
+        format!(
+            "FW_STATUS poll {} of boot {} came {}.{:03} us after the previous one, while the firmware was booting: the boot protocol asks for at least {min_us} us between polls (the boot ROM answers them on the processor that boots the image); the driver polls without sleeping",
+            p.poll,
+            p.boot,
+            p.gap_ns / 1000,
+            p.gap_ns % 1000
+        ),
+    );
+    r.detail = [
+        p.gap_ns,
+        min_us * 1000,
+        u64::from(p.poll),
+        u64::from(p.boot),
+    ];
+    san.emit(r, &gpu.inject)
 }
 
 /// A non-forced `CONTEXT_DESTROY` or a `RING_DESTROY` of ring (`ctx`, `e`)

@@ -209,11 +209,11 @@ fn show_contexts(v: &Arc<Vgpu>, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         k.doorbells_rung_again,
         k.firmware_failures
     )?;
-    if let Some((ticks, checks, period)) = watchdog {
+    if let Some((ticks, early, checks, period)) = watchdog {
         writeln!(
             f,
-            "watchdog period_ms {} ticks {} checks {}",
-            period, ticks, checks
+            "watchdog period_ms {} ticks {} early {} checks {}",
+            period, ticks, early, checks
         )?;
     }
     for (i, s) in g.slots.iter().enumerate() {

@@ -62,6 +62,7 @@ use kernel::{
     prelude::*,
     sync::{
         aref::ARef,
+        atomic::Relaxed,
         Arc,
         Mutex,
         SetOnce, //
@@ -313,8 +314,9 @@ impl Vgpu {
         Ok(())
     }
 
-    /// The watchdog's (timer expiries, checks run, period in ms), while it runs.
-    pub(crate) fn watchdog_counts(&self) -> Option<(u64, u64, i64)> {
+    /// The watchdog's (timer expiries, of them early for a due check,
+    /// checks run, period in ms), while it runs.
+    pub(crate) fn watchdog_counts(&self) -> Option<(u64, u64, u64, i64)> {
         self.watchdog.lock().as_ref().map(|w| w.counts())
     }
 
@@ -636,10 +638,10 @@ impl IrqTarget for Vgpu {
 }
 
 impl Periodic for Vgpu {
-    fn tick(&self) {
+    fn tick(&self) -> Option<u64> {
         if self.hw.heartbeat() {
             self.gpu.device_gone();
-            return;
+            return None;
         }
         // While tracing, a clock sync every second: the fit follows drift.
         if self.hw.trace.sync_due() {
@@ -655,5 +657,6 @@ impl Periodic for Vgpu {
         // A safety net: anything ready in the queues goes now.
         self.gpu.pump();
         self.gpu.run_binds();
+        Some(self.gpu.hang_due_ns.load(Relaxed)).filter(|&t| t != 0)
     }
 }

@@ -9,8 +9,11 @@
 //! `job_timeout_ms`, at least 20 ms: `gpu::reset::check_period_ms`) in interrupt context and queues a
 //! work item on the system_long workqueue; the work item calls
 //! [`Periodic::tick`] in process context, where it may sleep on control
-//! commands and run the reset ladder. A hang is therefore detected at most
-//! `job_timeout_ms + period` after its ring last made progress.
+//! commands and run the reset ladder. A check says when the next one is
+//! due (the earliest ring deadline, [`Periodic::tick`]'s return); the timer
+//! wakes for that time when it comes before the next period, so a hang is
+//! detected just after its ring has gone `job_timeout_ms` without progress
+//! rather than up to a period later.
 //!
 //! Stopping (at unbind, before the device is reset) is ordered so nothing
 //! runs afterwards: set `stopping`, cancel the timer (waits for a running
@@ -53,8 +56,10 @@ use kernel::{
 
 /// What the watchdog runs.
 pub(crate) trait Periodic: Send + Sync + 'static {
-    /// One check, in process context (may sleep).
-    fn tick(&self);
+    /// One check, in process context (may sleep). Returns when the next
+    /// check is due ([`crate::ffi::monotonic_ns`] time), if it is due
+    /// before the next period.
+    fn tick(&self) -> Option<u64>;
 }
 
 /// The timer and the work item it queues.
@@ -72,6 +77,10 @@ pub(crate) struct Watchdog<T: Periodic> {
     ticks: Atomic<u64>,
     /// Hang checks run by the work item.
     checks: Atomic<u64>,
+    /// When the last check said the next one is due (0: at the period).
+    due_ns: Atomic<u64>,
+    /// Timer expiries set early, for a check's due time.
+    early: Atomic<u64>,
 }
 
 impl_has_hr_timer! {
@@ -94,7 +103,18 @@ impl<T: Periodic> HrTimerCallback for Watchdog<T> {
         this.ticks.fetch_add(1, Relaxed);
         // Already queued (a check still running or pending): skip this tick.
         let _ = workqueue::system_long().enqueue(Arc::<Self>::from(this));
-        ctx.forward_now(this.period);
+        // The next expiry: the period, or sooner when a check is due
+        // before it (a due time already past is the check just queued).
+        let now = crate::ffi::monotonic_ns();
+        let period_ns = u64::try_from(this.period.as_nanos()).unwrap_or(u64::MAX);
+        let left = this.due_ns.load(Relaxed).saturating_sub(now);
+        let next = if left > 0 && left < period_ns {
+            this.early.fetch_add(1, Relaxed);
+            Delta::from_nanos(i64::try_from(left).unwrap_or(i64::MAX))
+        } else {
+            this.period
+        };
+        ctx.forward_now(next);
         HrTimerRestart::Restart
     }
 }
@@ -107,7 +127,8 @@ impl<T: Periodic> WorkItem for Watchdog<T> {
             return;
         }
         this.checks.fetch_add(1, Relaxed);
-        this.target.tick();
+        let due = this.target.tick();
+        this.due_ns.store(due.unwrap_or(0), Relaxed);
     }
 }
 
@@ -134,6 +155,8 @@ impl<T: Periodic> WatchdogHandle<T> {
                 stopping: Atomic::new(false),
                 ticks: Atomic::new(0),
                 checks: Atomic::new(0),
+                due_ns: Atomic::new(0),
+                early: Atomic::new(0),
             }),
             GFP_KERNEL,
         )?;
@@ -141,10 +164,12 @@ impl<T: Periodic> WatchdogHandle<T> {
         Ok(WatchdogHandle { dog, timer })
     }
 
-    /// (timer expiries, hang checks run, period in ms) for debugfs.
-    pub(crate) fn counts(&self) -> (u64, u64, i64) {
+    /// (timer expiries, of them set early for a due check, hang checks
+    /// run, period in ms) for debugfs.
+    pub(crate) fn counts(&self) -> (u64, u64, u64, i64) {
         (
             self.dog.ticks.load(Relaxed),
+            self.dog.early.load(Relaxed),
             self.dog.checks.load(Relaxed),
             self.dog.period.as_millis(),
         )

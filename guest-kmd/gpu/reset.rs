@@ -144,6 +144,9 @@ impl HangCheck for Gpu {
         // semaphore: several on one engine are one hung ring and others
         // waiting for the engine behind it.
         let mut stuck = KVec::new();
+        // The least time (ns) until a ring with work reaches the timeout.
+        let mut next: Option<u64> = None;
+        let mut soonest = |left: u64| next = Some(next.map_or(left, |n| n.min(left)));
         for (i, s) in g.slots.iter_mut().enumerate() {
             let Some(c) = s else { continue };
             if c.destroying {
@@ -187,7 +190,11 @@ impl HangCheck for Gpu {
                     None => true,
                     Some((_, w)) => *w && !waiting,
                 };
-                let late = elapsed_ns(&r.progress_at) > timeout_ns;
+                let quiet_ns = elapsed_ns(&r.progress_at);
+                let late = quiet_ns > timeout_ns;
+                if !late {
+                    soonest(timeout_ns - quiet_ns);
+                }
                 let h = Hung {
                     hw: i as u32,
                     engine: e,
@@ -212,7 +219,11 @@ impl HangCheck for Gpu {
                     None => true,
                     Some((_, w)) => *w && !waiting,
                 };
-                if st.state != ring_state::FAULT_STALLED && q.hung(&st, timeout_ns) && better {
+                let q_hung = st.state != ring_state::FAULT_STALLED && q.hung(&st, timeout_ns);
+                if let Some(left) = q.left_ns(timeout_ns).filter(|_| !q_hung) {
+                    soonest(left);
+                }
+                if q_hung && better {
                     let h = Hung {
                         hw: i as u32,
                         engine: q.engine,
@@ -224,6 +235,11 @@ impl HangCheck for Gpu {
                 }
             }
         }
+        // The watchdog wakes for the next deadline, just after it.
+        let due = next.map_or(0, |left| {
+            ffi::monotonic_ns().saturating_add(left).saturating_add(1)
+        });
+        self.hang_due_ns.store(due, Relaxed);
         g.counters.missed_fence_events += missed.len() as u64;
         let hung = match hung {
             Some((h, false)) if stuck.iter().any(|x| x.engine == h.engine && x.hw != h.hw) => {

@@ -529,6 +529,11 @@ pub(crate) struct Gpu {
     /// An event found a ring with queued jobs making room: the event
     /// handler's caller kicks the worker.
     pub(crate) pump_wanted: AtomicFlag,
+    /// When the last hang check found the earliest ring deadline (a ring
+    /// with work reaches the job timeout without progress), in
+    /// [`crate::ffi::monotonic_ns`] time; 0: none. The watchdog wakes for
+    /// it rather than at its next period.
+    pub(crate) hang_due_ns: Atomic<u64>,
 }
 
 impl_has_work! {
@@ -547,6 +552,7 @@ impl Gpu {
             bos: SetOnce::new(),
             vram: SetOnce::new(),
             vram_losses: Atomic::new(0),
+            hang_due_ns: Atomic::new(0),
             pm_suspended: Atomic::new(0),
             pm_users: Atomic::new(0),
             dumping <- new_mutex!(None),

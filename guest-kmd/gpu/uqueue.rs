@@ -151,6 +151,14 @@ impl UserQueue {
         elapsed_ns(&self.progress_at) > timeout_ns
     }
 
+    /// Nanoseconds left before [`UserQueue::hung`] would find it hung, if it
+    /// has work (as of its last look).
+    pub(crate) fn left_ns(&self, timeout_ns: u64) -> Option<u64> {
+        self.seen
+            .pending()
+            .then(|| timeout_ns.saturating_sub(elapsed_ns(&self.progress_at)))
+    }
+
     /// Progress starts counting again (after a reset).
     pub(crate) fn restart_clock(&mut self) {
         self.seen = Progress::default();

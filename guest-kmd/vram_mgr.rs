@@ -351,6 +351,7 @@ impl VramMgr {
             self.failed.add(1u64, Relaxed);
             return Err(ENOSPC);
         }
+        // LAB(9) BEGIN alloc
         let mode = match region {
             Region::Visible => GpuBuddyAllocMode::Range(0..self.layout.visible),
             Region::Any => GpuBuddyAllocMode::TopDown,
@@ -392,6 +393,7 @@ impl VramMgr {
             user: user.cloned(),
             mgr: self.clone(),
         })
+        // LAB(9) END alloc
     }
 }
 

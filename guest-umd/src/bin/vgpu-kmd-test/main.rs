@@ -71,6 +71,9 @@
 //!                            rebind the page is out of the VRAM allocator
 //!   vram-victims             which objects eviction takes: visible ones
 //!                            for a CPU-access object, oldest first
+//!   vram-alloc               where the VRAM manager places objects: top
+//!                            down without CPU access, the visible part
+//!                            with it; vram_mm's and fdinfo's accounting
 //!   victims-nomem            eviction with its N-th allocation failing for
 //!                            every N (fail-nth): a success took the two
 //!                            least recently placed objects
@@ -148,6 +151,7 @@ mod uqueue;
 mod vm;
 mod vmbind;
 mod vram;
+mod vram_alloc;
 mod vram_ecc;
 
 use std::path::Path;
@@ -202,6 +206,7 @@ const SECTIONS: &[(&str, bool, Section)] = &[
     ("vram-ecc", false, vram_ecc::test_vram_ecc),
     ("vram-charge", false, vram::test_vram_charge),
     ("vram-victims", false, vram::test_vram_victims),
+    ("vram-alloc", false, vram_alloc::test_vram_alloc),
     ("victims-nomem", false, nomem::test_victims_nomem),
     ("move-nomem", false, nomem::test_move_nomem),
     ("vram-move-refused", false, vram::test_vram_move_refused),

@@ -99,7 +99,7 @@ pub(super) fn start(gpu: &Gpu, ok: ReplyHeader) -> Result<Reply, CommandError> {
 pub(super) fn status(gpu: &Gpu, ok: ReplyHeader) -> Reply {
     let now = gpu.clock.now_ns();
     if let Some(p) = gpu.firmware.poll(now) {
-        if let Some(ev) = hooks::on_fast_poll(gpu, p) {
+        if let Some(ev) = hooks::on_fast_poll(gpu, p.boot, p.poll, p.gap_ns) {
             post::event(gpu, ev);
         }
     }

@@ -15,7 +15,6 @@ mod wait;
 
 use super::context::Context;
 use super::cp::SliceEnd;
-use super::firmware::FastPoll;
 use super::gpu::{Gpu, GpuState};
 use super::mmu::{read_words, walk, Mem};
 use super::ring::{check_doorbell, Op, Ring, RingState};
@@ -304,11 +303,12 @@ pub fn after_take_doorbells(gpu: &Gpu, st: &mut GpuState, e: u32) {
     }
 }
 
-/// `FW_STATUS` came sooner than the boot protocol allows after the
-/// previous poll of the same boot (`SAN-FW-POLL`, once per boot).
-pub fn on_fast_poll(gpu: &Gpu, p: FastPoll) -> Option<Event> {
+/// `FW_STATUS` poll `poll` of boot `boot` came `gap_ns` after the
+/// previous one, sooner than the boot protocol allows (`SAN-FW-POLL`,
+/// once per boot).
+pub fn on_fast_poll(gpu: &Gpu, boot: u32, poll: u32, gap_ns: u64) -> Option<Event> {
     let san = &gpu.sanitizer;
-    if !san.on(Check::FwPoll) || !san.first_time(CTX_NONE, (16, u64::from(p.boot), 0)) {
+    if !san.on(Check::FwPoll) || !san.first_time(CTX_NONE, (16, u64::from(boot), 0)) {
         return None;
     }
     let min_us = FW_POLL_MIN_US;
@@ -317,18 +317,13 @@ pub fn on_fast_poll(gpu: &Gpu, p: FastPoll) -> Option<Event> {
         gpu.clock.now_ns(),
         format!(
             "FW_STATUS poll {} of boot {} came {}.{:03} us after the previous one, while the firmware was booting: the boot protocol asks for at least {min_us} us between polls (the boot ROM answers them on the processor that boots the image); the driver polls without sleeping",
-            p.poll,
-            p.boot,
-            p.gap_ns / 1000,
-            p.gap_ns % 1000
+            poll,
+            boot,
+            gap_ns / 1000,
+            gap_ns % 1000
         ),
     );
-    r.detail = [
-        p.gap_ns,
-        min_us * 1000,
-        u64::from(p.poll),
-        u64::from(p.boot),
-    ];
+    r.detail = [gap_ns, min_us * 1000, u64::from(poll), u64::from(boot)];
     san.emit(r, &gpu.inject)
 }
 

@@ -1022,7 +1022,7 @@ if selected "$name"; then
     if [ $case_rc -ne 0 ]; then result "$name" 0 "exit status $case_rc"
     elif want "^FAIL"; then result "$name" 0 "a check failed"
     elif ! want "^kmd-test: [0-9]+ passed, 0 failed$"; then result "$name" 0 "no summary"
-    elif ! want "^checks-listed 15$"; then result "$name" 0 "debugfs sanitizer does not list every check"
+    elif ! want "^checks-listed 16$"; then result "$name" 0 "debugfs sanitizer does not list every check"
     elif ! want "sanitizer: SAN-RING-UNPUBLISHED #[0-9]+ context [1-9][0-9]* \(slot [0-9]+\) copy ring\+0x[0-9a-f]+ packet 0x[0-9a-f]+ \[INDIRECT "; then
         result "$name" 0 "dmesg does not name the report's context (userspace id), ring offset and decoded packet"
     elif ! grep -q 'sanitizer: SAN-RING-UNPUBLISHED' "$logdir/$name/device.log"; then result "$name" 0 "the device logged no SAN-RING-UNPUBLISHED"

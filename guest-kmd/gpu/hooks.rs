@@ -22,8 +22,9 @@ use kernel::prelude::*;
 /// answer depends on it: `WAIT`, each time it slept a quarter of the
 /// timeout, so a waiter on a hung job gets `EIO` once its ring is reset
 /// rather than sleeping until the next watchdog period; `SUBMIT`, before it
-/// takes a ring, so a hung context is reset first and one the check bans
-/// refuses the job; `CTX_QUERY`,
+/// takes a ring, when a ring's deadline has passed since the last check
+/// (before that no ring can be late), so a hung context is reset first and
+/// one the check bans refuses the job; `CTX_QUERY`,
 /// before it reports, so the hang and the reset status are counted in the
 /// answer.
 pub(crate) trait HangCheck {

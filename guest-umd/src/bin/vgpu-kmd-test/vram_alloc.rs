@@ -81,7 +81,13 @@ pub fn test_vram_alloc(t: &mut T, path: &Path) {
         used == Some(0),
         || format!("debugfs vram_mm used: {used:?}"),
     );
-    let counts = || (vram_field("used"), vram_field("visible_used"));
+    // debugfs vram_mm's (used, visible_used) against what it should be.
+    let counts = |t: &mut T, name: &str, used: u64, visible_used: u64| {
+        let now = (vram_field("used"), vram_field("visible_used"));
+        t.check(name, now == (Some(used), Some(visible_used)), || {
+            format!("debugfs vram_mm (used, visible_used): {now:?}, want ({used:#x}, {visible_used:#x})")
+        });
+    };
 
     // Without CPU access: top down, none of it in the visible part.
     let allocs = vram_field("allocs");
@@ -109,10 +115,11 @@ pub fn test_vram_alloc(t: &mut T, path: &Path) {
         .flat_map(|p| &p.blocks)
         .map(|b| b.0 + b.1)
         .max();
-    t.check(
+    counts(
+        t,
         "vram-alloc: counted in used, not in visible_used",
-        counts() == (Some(8 * MIB), Some(0)),
-        || format!("debugfs vram_mm (used, visible_used): {:?}", counts()),
+        8 * MIB,
+        0,
     );
 
     // CPU access: inside the visible part, all of it, nothing evicted.
@@ -142,10 +149,11 @@ pub fn test_vram_alloc(t: &mut T, path: &Path) {
             )
         },
     );
-    t.check(
+    counts(
+        t,
         "vram-alloc: used and visible_used count both objects",
-        counts() == (Some(8 * MIB + visible), Some(visible)),
-        || format!("debugfs vram_mm (used, visible_used): {:?}", counts()),
+        8 * MIB + visible,
+        visible,
     );
     t.check(
         "vram-alloc: fdinfo drm-memory-vram is the file's VRAM",
@@ -175,10 +183,11 @@ pub fn test_vram_alloc(t: &mut T, path: &Path) {
     if let Some(b) = b {
         let _ = n.gem_close(b);
     }
-    t.check(
+    counts(
+        t,
         "vram-alloc: the CPU-access object closed, visible_used back to 0",
-        counts() == (Some(8 * MIB), Some(0)),
-        || format!("debugfs vram_mm (used, visible_used): {:?}", counts()),
+        8 * MIB,
+        0,
     );
     t.check(
         "vram-alloc: and the file's drm-memory-vram with it",
